@@ -1,0 +1,117 @@
+"""The source contract (Flink's FLIP-27 shape, pulled by the task's own thread).
+
+A :class:`Source` cuts its input into *splits* (a file range, a partition, a slice
+of a sequence). Each parallel subtask runs one :class:`SourceReader` that owns
+some splits and is *polled* by the task's mailbox thread for the next batch.
+Because the task thread both polls and checkpoints, a checkpoint always falls
+between two batches and the reader's split positions are exact: after a
+restore the reader resumes at those positions and nothing is read twice.
+
+Splits are plain picklable objects that carry their own read position. The
+checkpointed state of a reader is its list of splits, redistributed
+round-robin when the parallelism changes (Flink's split-distribute list state).
+"""
+
+from __future__ import annotations
+
+import enum
+from abc import ABC, abstractmethod
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+
+class Boundedness(enum.Enum):
+    BOUNDED = "BOUNDED"
+    CONTINUOUS_UNBOUNDED = "CONTINUOUS_UNBOUNDED"
+
+
+@dataclass(frozen=True)
+class SourceReaderContext:
+    """Where a reader runs."""
+
+    subtask_index: int
+    parallelism: int
+    attempt_number: int
+
+
+class SourceReader(ABC):
+    """Reads the splits of one subtask."""
+
+    #: How long the task may sleep when :meth:`poll_next` returned no records
+    #: (it wakes earlier for checkpoints and cancellation).
+    idle_wait_s: float = 0.01
+
+    @abstractmethod
+    def add_splits(self, splits: Sequence[Any]) -> None:
+        """Take ownership of ``splits`` (initial assignment, or restored from a checkpoint)."""
+
+    @abstractmethod
+    def poll_next(self, max_records: int) -> list[Any] | None:
+        """Up to ``max_records`` records; ``[]`` if none are ready now; ``None`` once
+        every split is finished and the source is bounded (end of input)."""
+
+    @abstractmethod
+    def snapshot_state(self, checkpoint_id: int) -> list[Any]:
+        """The splits this reader owns, with their current positions."""
+
+    def notify_checkpoint_complete(self, checkpoint_id: int) -> None:
+        """The checkpoint holding the positions of :meth:`snapshot_state` is durable."""
+
+    def close(self) -> None:
+        """Release files, connections."""
+
+
+class Source(ABC):
+    """A parallel, replayable source of records."""
+
+    @abstractmethod
+    def get_boundedness(self) -> Boundedness: ...
+
+    @abstractmethod
+    def create_splits(self, parallelism: int) -> list[Any]:
+        """All splits of a fresh start. Subtask ``i`` gets ``splits[i::parallelism]``."""
+
+    @abstractmethod
+    def create_reader(self, context: SourceReaderContext) -> SourceReader: ...
+
+    def validate(self) -> None:
+        """Reject a bad configuration when the job is built, with a clear error."""
+
+
+@dataclass(frozen=True)
+class SinkWriterContext:
+    """Where a sink writer runs."""
+
+    subtask_index: int
+    parallelism: int
+    attempt_number: int
+    job_id: str
+    job_name: str
+
+
+class SinkWriter(ABC):
+    """Writes the records of one subtask."""
+
+    @abstractmethod
+    def write(self, element: Any) -> None: ...
+
+    def write_batch(self, elements: list[Any]) -> None:
+        """Write a whole batch; override when the target takes batches natively."""
+        for element in elements:
+            self.write(element)
+
+    def flush(self, end_of_input: bool) -> None:
+        """Make everything written so far visible (at end of input, ``end_of_input``)."""
+
+    def close(self) -> None: ...
+
+
+class Sink(ABC):
+    """Where a stream's records go (``ds.sink_to(sink)``)."""
+
+    @abstractmethod
+    def create_writer(self, context: SinkWriterContext) -> SinkWriter: ...
+
+    def validate(self) -> None:
+        """Reject a bad configuration when the job is built, with a clear error."""

@@ -1,0 +1,303 @@
+"""DataStream, KeyedStream and DataStreamSink: the pipeline-building API.
+
+A stream is a handle on one node of the environment's StreamGraph plus the
+partitioning of the edge that the *next* operator will hang off it. Partitioning
+calls (``key_by``, ``rebalance``, ...) and ``union`` create no node: they only
+change how the next operator is connected, as in Flink.
+"""
+
+from __future__ import annotations
+
+import functools
+import uuid
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+from chandy.api.connector import Sink
+from chandy.api.functions import (
+    FilterFunction,
+    FlatMapFunction,
+    Function,
+    KeyedProcessFunction,
+    KeySelector,
+    MapFunction,
+    ProcessFunction,
+    ReduceFunction,
+    SinkFunction,
+)
+from chandy.errors import InvalidProgramError
+from chandy.graph.stream_graph import ChainingStrategy, StreamNode
+from chandy.task.operators.base import StreamOperator
+from chandy.task.operators.keyed import (
+    KeyedFilter,
+    KeyedFlatMap,
+    KeyedMap,
+    KeyedProcessOperator,
+    StreamGroupedReduce,
+    SumFunction,
+)
+from chandy.task.operators.sink import CollectSinkOperator, SinkFunctionOperator, SinkWriterOperator
+from chandy.task.operators.udf import ProcessOperator, StreamFilter, StreamFlatMap, StreamMap
+from chandy.task.partitioners import (
+    BroadcastPartitioner,
+    ForwardPartitioner,
+    KeyGroupStreamPartitioner,
+    RebalancePartitioner,
+    ShufflePartitioner,
+    StreamPartitioner,
+)
+
+if TYPE_CHECKING:
+    from chandy.api.environment import StreamExecutionEnvironment
+    from chandy.runtime.collect import CollectIterator
+
+_Input = tuple[StreamNode, StreamPartitioner | None]
+
+
+def _check_function(func: Any, base: type[Function], method: str, operation: str) -> Any:
+    if isinstance(func, base) or (callable(func) and not isinstance(func, Function)):
+        return func
+    raise InvalidProgramError(
+        f"{operation}() takes a {base.__name__} or a callable, got {type(func).__name__}"
+        + (f" (a function class must implement '{method}')" if isinstance(func, Function) else ""))
+
+
+class _NodeHandle:
+    """Settings that apply to the operator a stream or sink stands for."""
+
+    def __init__(self, env: StreamExecutionEnvironment, node: StreamNode | None) -> None:
+        self._env = env
+        self._node = node
+
+    def _operator(self, what: str) -> StreamNode:
+        if self._node is None:
+            raise InvalidProgramError(
+                f"{what} applies to an operator, but this stream is a partitioning or a union of "
+                "streams; call it on the stream an operator (map, process, ...) returned")
+        return self._node
+
+    def name(self, name: str) -> Any:
+        """Name the operator (shown in plans, logs and errors)."""
+        self._operator("name()").name = str(name)
+        return self
+
+    def get_name(self) -> str:
+        return self._operator("get_name()").name
+
+    def uid(self, uid: str) -> Any:
+        """A stable id for the operator's state: keep it when changing the pipeline so
+        that checkpoints and savepoints still restore into this operator."""
+        if not isinstance(uid, str) or not uid:
+            raise InvalidProgramError("uid() takes a non-empty string")
+        self._operator("uid()").uid = uid
+        return self
+
+    def set_parallelism(self, parallelism: int) -> Any:
+        if not isinstance(parallelism, int) or parallelism < 1:
+            raise InvalidProgramError(f"parallelism must be a positive integer, got {parallelism!r}")
+        self._operator("set_parallelism()").parallelism = parallelism
+        return self
+
+    def set_max_parallelism(self, max_parallelism: int) -> Any:
+        if not isinstance(max_parallelism, int) or not 1 <= max_parallelism <= 32768:
+            raise InvalidProgramError(
+                f"max parallelism must be an integer in [1, 32768], got {max_parallelism!r}")
+        self._operator("set_max_parallelism()").max_parallelism = max_parallelism
+        return self
+
+    def disable_chaining(self) -> Any:
+        """Run this operator in a task of its own."""
+        self._operator("disable_chaining()").chaining = ChainingStrategy.NEVER
+        return self
+
+    def start_new_chain(self) -> Any:
+        """Start a new chain at this operator (it may still chain with its successors)."""
+        self._operator("start_new_chain()").chaining = ChainingStrategy.HEAD
+        return self
+
+
+class DataStream(_NodeHandle):
+    """A stream of records (PyFlink's ``DataStream``)."""
+
+    def __init__(self, env: StreamExecutionEnvironment, node: StreamNode | None,
+                 inputs: list[_Input]) -> None:
+        super().__init__(env, node)
+        self._inputs = inputs
+
+    @classmethod
+    def _of(cls, env: StreamExecutionEnvironment, node: StreamNode) -> DataStream:
+        return cls(env, node, [(node, None)])
+
+    def get_execution_environment(self) -> StreamExecutionEnvironment:
+        return self._env
+
+    # ------------------------------------------------------------ operators
+
+    def _add_operator(self, name: str, factory: Callable[[], StreamOperator], *,
+                      keyed: bool = False, is_sink: bool = False) -> StreamNode:
+        graph = self._env._stream_graph
+        node = graph.add_node(name, factory, keyed=keyed, is_sink=is_sink)
+        for source, partitioner in self._inputs:
+            graph.add_edge(source, node, partitioner)
+        return node
+
+    def map(self, func: MapFunction | Callable[[Any], Any], output_type: Any = None) -> DataStream:
+        """One output per input record."""
+        func = _check_function(func, MapFunction, "map", "map")
+        return DataStream._of(self._env, self._add_operator("Map", functools.partial(StreamMap, func)))
+
+    def flat_map(self, func: FlatMapFunction | Callable[[Any], Any],
+                 output_type: Any = None) -> DataStream:
+        """Any number of outputs per input record (yield them, or return an iterable)."""
+        func = _check_function(func, FlatMapFunction, "flat_map", "flat_map")
+        return DataStream._of(self._env,
+                              self._add_operator("FlatMap", functools.partial(StreamFlatMap, func)))
+
+    def filter(self, func: FilterFunction | Callable[[Any], bool]) -> DataStream:
+        """Keep the records for which ``func`` is true."""
+        func = _check_function(func, FilterFunction, "filter", "filter")
+        return DataStream._of(self._env,
+                              self._add_operator("Filter", functools.partial(StreamFilter, func)))
+
+    def process(self, func: ProcessFunction | Callable[[Any, Any], Any],
+                output_type: Any = None) -> DataStream:
+        """Apply a ProcessFunction (``process_element(value, ctx)`` yields outputs)."""
+        func = _check_function(func, ProcessFunction, "process_element", "process")
+        return DataStream._of(self._env,
+                              self._add_operator("Process", functools.partial(ProcessOperator, func)))
+
+    # ------------------------------------------------------------ partitioning
+
+    def _repartition(self, partitioner: StreamPartitioner) -> DataStream:
+        return DataStream(self._env, None, [(node, partitioner) for node, _ in self._inputs])
+
+    def key_by(self, key_selector: KeySelector | Callable[[Any], Any],
+               key_type: Any = None) -> KeyedStream:
+        """Partition by key: every record with the same key goes to the same subtask,
+        where keyed state is scoped to that key."""
+        key_selector = _check_function(key_selector, KeySelector, "get_key", "key_by")
+        select = key_selector.get_key if isinstance(key_selector, KeySelector) else key_selector
+        return KeyedStream(self._env, [(node, KeyGroupStreamPartitioner(select))
+                                       for node, _ in self._inputs])
+
+    def rebalance(self) -> DataStream:
+        """Round-robin over the next operator's subtasks."""
+        return self._repartition(RebalancePartitioner())
+
+    def shuffle(self) -> DataStream:
+        """A random subtask per record."""
+        return self._repartition(ShufflePartitioner())
+
+    def broadcast(self) -> DataStream:
+        """Every record to every subtask of the next operator."""
+        return self._repartition(BroadcastPartitioner())
+
+    def forward(self) -> DataStream:
+        """Subtask i to subtask i; the next operator must have the same parallelism."""
+        return self._repartition(ForwardPartitioner())
+
+    def union(self, *streams: DataStream) -> DataStream:
+        """One stream with the records of this and every other stream."""
+        inputs = list(self._inputs)
+        for stream in streams:
+            if not isinstance(stream, DataStream):
+                raise InvalidProgramError(f"union() takes DataStreams, got {type(stream).__name__}")
+            if stream._env is not self._env:
+                raise InvalidProgramError("union() of streams from different environments")
+            inputs.extend(stream._inputs)
+        return DataStream(self._env, None, inputs)
+
+    # ------------------------------------------------------------ sinks
+
+    def print(self, sink_identifier: str | None = None) -> DataStreamSink:
+        """Write every record to stdout (``"2> record"`` with several subtasks)."""
+        from chandy.connectors.sinks import PrintSink
+
+        node = self._add_operator("Print to Std. Out",
+                                  functools.partial(SinkWriterOperator, PrintSink(sink_identifier)),
+                                  is_sink=True)
+        return DataStreamSink(self._env, node)
+
+    def add_sink(self, sink_func: SinkFunction | Callable[[Any], None]) -> DataStreamSink:
+        """A sink that calls ``sink_func.invoke(value, context)`` (or ``sink_func(value)``)."""
+        sink_func = _check_function(sink_func, SinkFunction, "invoke", "add_sink")
+        node = self._add_operator("Sink", functools.partial(SinkFunctionOperator, sink_func),
+                                  is_sink=True)
+        return DataStreamSink(self._env, node)
+
+    def sink_to(self, sink: Sink) -> DataStreamSink:
+        """Write to a :class:`~chandy.api.connector.Sink` (file, Kafka, ...)."""
+        if not isinstance(sink, Sink):
+            raise InvalidProgramError(f"sink_to() takes a Sink, got {type(sink).__name__}")
+        sink.validate()
+        node = self._add_operator(f"Sink: {type(sink).__name__}",
+                                  functools.partial(SinkWriterOperator, sink), is_sink=True)
+        return DataStreamSink(self._env, node)
+
+    def execute_and_collect(self, job_execution_name: str | None = None,
+                            limit: int | None = None) -> CollectIterator | list[Any]:
+        """Run the job and return its records: an iterator (close it, or use ``with``,
+        to stop an unbounded job), or with ``limit`` a list of the first ``limit``."""
+        collect_id = uuid.uuid4().hex
+        node = self._add_operator("Collect Sink",
+                                  functools.partial(CollectSinkOperator, collect_id), is_sink=True)
+        node.parallelism = 1
+        iterator = self._env._execute_and_collect(job_execution_name)
+        if limit is None:
+            return iterator
+        if limit < 0:
+            raise InvalidProgramError(f"limit must be >= 0, got {limit}")
+        with iterator:
+            result = []
+            for record in iterator:
+                if len(result) >= limit:
+                    break
+                result.append(record)
+            return result
+
+
+class KeyedStream(DataStream):
+    """A stream partitioned by key; operators on it may use keyed state."""
+
+    def __init__(self, env: StreamExecutionEnvironment, inputs: list[_Input]) -> None:
+        super().__init__(env, None, inputs)
+
+    def _keyed(self, name: str, factory: Callable[[], StreamOperator]) -> DataStream:
+        return DataStream._of(self._env, self._add_operator(name, factory, keyed=True))
+
+    def map(self, func: MapFunction | Callable[[Any], Any], output_type: Any = None) -> DataStream:
+        func = _check_function(func, MapFunction, "map", "map")
+        return self._keyed("Map", functools.partial(KeyedMap, func))
+
+    def flat_map(self, func: FlatMapFunction | Callable[[Any], Any],
+                 output_type: Any = None) -> DataStream:
+        func = _check_function(func, FlatMapFunction, "flat_map", "flat_map")
+        return self._keyed("FlatMap", functools.partial(KeyedFlatMap, func))
+
+    def filter(self, func: FilterFunction | Callable[[Any], bool]) -> DataStream:
+        func = _check_function(func, FilterFunction, "filter", "filter")
+        return self._keyed("Filter", functools.partial(KeyedFilter, func))
+
+    def process(self, func: KeyedProcessFunction | Callable[[Any, Any], Any],  # type: ignore[override]
+                output_type: Any = None) -> DataStream:
+        """Apply a KeyedProcessFunction, with keyed state through its runtime context."""
+        if isinstance(func, ProcessFunction):
+            raise InvalidProgramError("a KeyedStream takes a KeyedProcessFunction, not a "
+                                      "ProcessFunction")
+        func = _check_function(func, KeyedProcessFunction, "process_element", "process")
+        return self._keyed("KeyedProcess", functools.partial(KeyedProcessOperator, func))
+
+    def reduce(self, func: ReduceFunction | Callable[[Any, Any], Any]) -> DataStream:
+        """A running fold per key: emits the new value for every record."""
+        func = _check_function(func, ReduceFunction, "reduce", "reduce")
+        return self._keyed("Keyed Reduce", functools.partial(StreamGroupedReduce, func))
+
+    def sum(self, position_to_sum: int | str = 0) -> DataStream:
+        """A running sum per key of one field (tuple index, dict key or attribute);
+        for plain numbers, of the records themselves."""
+        return self._keyed("Keyed Sum",
+                           functools.partial(StreamGroupedReduce, SumFunction(position_to_sum)))
+
+
+class DataStreamSink(_NodeHandle):
+    """The end of a stream; configure the sink operator through it."""

@@ -1,0 +1,214 @@
+"""StreamExecutionEnvironment: where a pipeline is defined and from where it is run."""
+
+from __future__ import annotations
+
+import difflib
+import json
+import logging
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from chandy.api.connector import Source
+from chandy.api.datastream import DataStream
+from chandy.config import Configuration
+from chandy.config.options import (
+    CoreOptions,
+    ExecutionOptions,
+    PipelineOptions,
+    all_options,
+)
+from chandy.errors import ConfigurationError, InvalidProgramError
+from chandy.graph.job_graph import JobGraph, create_job_graph
+from chandy.graph.stream_graph import StreamGraph
+from chandy.runtime.collect import CollectIterator, CollectResultQueue
+from chandy.runtime.executor import Executor
+from chandy.runtime.job_master import JobMaster
+from chandy.runtime.job_result import JobExecutionResult
+from chandy.task.operators.source import SourceOperator
+
+log = logging.getLogger(__name__)
+
+_EXECUTORS = ("local",)
+
+
+class StreamExecutionEnvironment:
+    """The context in which a streaming job is defined and executed.
+
+    Build a pipeline from its sources, then call :meth:`execute` (or
+    ``execute_and_collect()`` on a stream). Each ``execute`` runs what was
+    defined since the previous one, so one environment can run several jobs.
+    """
+
+    def __init__(self, configuration: Configuration | Mapping[str, Any] | None = None) -> None:
+        self._config = Configuration()
+        if configuration is not None:
+            self.configure(configuration)
+        self._stream_graph = StreamGraph()
+
+    @staticmethod
+    def get_execution_environment(configuration: Configuration | Mapping[str, Any] | None = None,
+                                  executor: str | None = None) -> StreamExecutionEnvironment:
+        """A new environment. ``executor="local"`` runs every subtask in this process."""
+        env = StreamExecutionEnvironment(configuration)
+        if executor is not None:
+            env._config.set(ExecutionOptions.TARGET, executor)
+            env._config.get(ExecutionOptions.TARGET)  # reject a bad name now
+        return env
+
+    # ------------------------------------------------------------------ settings
+
+    def configure(self, configuration: Configuration | Mapping[str, Any]) -> StreamExecutionEnvironment:
+        """Set options by Flink's keys, e.g. ``{"parallelism.default": 4}``."""
+        if not isinstance(configuration, (Configuration, Mapping)):
+            raise ConfigurationError(
+                f"configure() takes a dict or a Configuration, got {type(configuration).__name__}")
+        self._config.update(configuration)
+        return self
+
+    def get_configuration(self) -> Configuration:
+        """A copy of the environment's configuration."""
+        return self._config.copy()
+
+    def set_parallelism(self, parallelism: int) -> StreamExecutionEnvironment:
+        """Default parallelism of operators that set none."""
+        self._config.set(CoreOptions.DEFAULT_PARALLELISM, parallelism)
+        self._config.get(CoreOptions.DEFAULT_PARALLELISM)
+        return self
+
+    def get_parallelism(self) -> int:
+        return self._config.get(CoreOptions.DEFAULT_PARALLELISM)
+
+    def set_max_parallelism(self, max_parallelism: int) -> StreamExecutionEnvironment:
+        """Number of key groups: the most subtasks keyed state can ever be rescaled to."""
+        if not isinstance(max_parallelism, int) or not 1 <= max_parallelism <= 32768:
+            raise ConfigurationError(
+                f"invalid value for 'pipeline.max-parallelism': {max_parallelism!r}. "
+                "Allowed: an integer >= 1 and <= 32768.")
+        self._config.set(PipelineOptions.MAX_PARALLELISM, max_parallelism)
+        return self
+
+    def get_max_parallelism(self) -> int:
+        return self._config.get(PipelineOptions.MAX_PARALLELISM)
+
+    def set_buffer_timeout(self, timeout_millis: int) -> StreamExecutionEnvironment:
+        """Longest wait of a record in a partly filled batch while its task is busy."""
+        self._config.set(ExecutionOptions.BUFFER_TIMEOUT, timeout_millis)
+        self._config.get(ExecutionOptions.BUFFER_TIMEOUT)
+        return self
+
+    def get_buffer_timeout(self) -> int:
+        return self._config.get(ExecutionOptions.BUFFER_TIMEOUT)
+
+    def disable_operator_chaining(self) -> StreamExecutionEnvironment:
+        """Run every operator in a task of its own (for debugging)."""
+        self._config.set(PipelineOptions.OPERATOR_CHAINING, False)
+        return self
+
+    def is_chaining_enabled(self) -> bool:
+        return self._config.get(PipelineOptions.OPERATOR_CHAINING)
+
+    # ------------------------------------------------------------------ sources
+
+    def from_source(self, source: Source, watermark_strategy: Any = None,
+                    source_name: str = "Source") -> DataStream:
+        """A stream read from ``source`` (a :class:`~chandy.api.connector.Source`)."""
+        if not isinstance(source, Source):
+            raise InvalidProgramError(f"from_source() takes a Source, got {type(source).__name__}")
+        if watermark_strategy is not None:
+            raise InvalidProgramError("watermark strategies (event time) are not supported yet; "
+                                      "pass watermark_strategy=None")
+        source.validate()
+        import functools
+
+        node = self._stream_graph.add_node(source_name, functools.partial(SourceOperator, source),
+                                           is_source=True)
+        return DataStream._of(self, node)
+
+    def from_collection(self, collection: Iterable[Any], type_info: Any = None) -> DataStream:
+        """A bounded stream of the elements of ``collection``, in order (one subtask, as Flink's)."""
+        from chandy.connectors.collection import CollectionSource
+
+        if isinstance(collection, (str, bytes)) or not isinstance(collection, Iterable):
+            raise InvalidProgramError("from_collection() takes a list (or other iterable) of "
+                                      f"records, got {type(collection).__name__}")
+        stream = self.from_source(CollectionSource(list(collection)), source_name="Collection Source")
+        assert stream._node is not None
+        stream._node.parallelism = 1
+        return stream
+
+    def from_sequence(self, start: int, end: int) -> DataStream:
+        """The integers ``start..end`` inclusive, read in parallel."""
+        from chandy.connectors.number_sequence import NumberSequenceSource
+
+        return self.from_source(NumberSequenceSource(start, end), source_name="Sequence Source")
+
+    # ------------------------------------------------------------------ execution
+
+    def _validated_config(self) -> Configuration:
+        unknown = self._config.unknown_keys(all_options(), prefixes_owned_elsewhere=("$internal.",))
+        known = [k for o in all_options() for k in (o.key, *o.deprecated_keys)]
+        for key in unknown:
+            close = difflib.get_close_matches(key, known, n=1)
+            hint = f"; did you mean '{close[0]}'?" if close else ""
+            raise ConfigurationError(f"unknown configuration key '{key}'{hint}")
+        for option in all_options():
+            self._config.get(option)  # every value parses, or a clear error now
+        return self._config.copy()
+
+    def _build_job_graph(self, job_name: str | None, *, clear: bool = True) -> JobGraph:
+        config = self._validated_config()
+        name = job_name or config.get(PipelineOptions.NAME) or "chandy job"
+        try:
+            return create_job_graph(
+                self._stream_graph, job_name=name,
+                default_parallelism=config.get(CoreOptions.DEFAULT_PARALLELISM),
+                default_max_parallelism=config.get(PipelineOptions.MAX_PARALLELISM),
+                chaining_enabled=config.get(PipelineOptions.OPERATOR_CHAINING),
+                config=config.to_dict())
+        finally:
+            if clear:
+                self._stream_graph = StreamGraph()
+
+    def _create_executor(self, config: Configuration) -> Executor:
+        target = config.get(ExecutionOptions.TARGET)
+        if target == "local":
+            from chandy.runtime.local_executor import LocalExecutor
+
+            return LocalExecutor()
+        raise ConfigurationError(f"unknown executor '{target}'; use one of {', '.join(_EXECUTORS)}")
+
+    def execute(self, job_name: str | None = None) -> JobExecutionResult:
+        """Run the pipeline defined so far; blocks until the job ends.
+
+        Returns the job's result; raises :class:`~chandy.errors.JobExecutionError`
+        (its ``__cause__`` is the exception a user function raised) if it failed.
+        """
+        job_graph = self._build_job_graph(job_name)
+        executor = self._create_executor(Configuration(job_graph.config))
+        try:
+            return JobMaster(job_graph, executor).run()
+        finally:
+            executor.close()
+
+    def _execute_and_collect(self, job_name: str | None) -> CollectIterator:
+        job_graph = self._build_job_graph(job_name)
+        executor = self._create_executor(Configuration(job_graph.config))
+        results = CollectResultQueue()
+        return CollectIterator(JobMaster(job_graph, executor, results=results), results)
+
+    def get_execution_plan(self) -> str:
+        """The chained plan of the pipeline defined so far, as JSON (nothing is run)."""
+        job_graph = self._build_job_graph(None, clear=False)
+        return json.dumps({
+            "jid": job_graph.job_id,
+            "name": job_graph.job_name,
+            "nodes": [{
+                "id": v.id,
+                "description": v.name,
+                "operators": [op.name for op in v.operators],
+                "parallelism": v.parallelism,
+                "max_parallelism": v.max_parallelism,
+                "inputs": [{"id": e.source_vertex_id, "ship_strategy": e.partitioner.name}
+                           for e in v.inputs],
+            } for v in job_graph.vertices],
+        }, indent=2)

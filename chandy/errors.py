@@ -1,0 +1,41 @@
+"""The exceptions chandy raises to its users.
+
+Every error a user can cause names its cause and the fix in its message. The
+classes are few on purpose: callers catch by kind (bad configuration, a job that
+failed, a checkpoint that cannot be used), the message carries the detail.
+"""
+
+from __future__ import annotations
+
+
+class ChandyError(Exception):
+    """Base class of every error chandy raises on purpose."""
+
+
+class ConfigurationError(ChandyError, ValueError):
+    """A configuration value or combination is invalid.
+
+    Raised before anything runs (at ``execute()`` at the latest), with the key,
+    the offending value and the allowed values in the message.
+    """
+
+
+class InvalidProgramError(ChandyError, ValueError):
+    """The pipeline itself is malformed: no operators, a bad key selector, ..."""
+
+
+class JobExecutionError(ChandyError):
+    """The job failed; ``__cause__`` is the first exception that failed it.
+
+    When the failure came from a user function the message names the operator and
+    the subtask, and carries the user's traceback, so it reads the same whether
+    the function ran in this process or on a Spark executor.
+    """
+
+    def __init__(self, message: str, job_id: str | None = None) -> None:
+        super().__init__(message)
+        self.job_id = job_id
+
+
+class JobCancelledError(JobExecutionError):
+    """The job was cancelled before it finished (``close()`` on a collect iterator, Ctrl-C)."""

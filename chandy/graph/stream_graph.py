@@ -1,0 +1,92 @@
+"""The StreamGraph: one node per operator the user wrote, one edge per connection."""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from chandy.task.operators.base import StreamOperator
+from chandy.task.partitioners import StreamPartitioner
+
+
+class ChainingStrategy(enum.Enum):
+    """Flink's: ALWAYS chain with the predecessor where possible, start a new chain (HEAD), or NEVER."""
+
+    ALWAYS = "ALWAYS"
+    HEAD = "HEAD"
+    NEVER = "NEVER"
+
+
+@dataclass(eq=False)
+class StreamNode:
+    id: int
+    name: str
+    #: Zero-argument picklable callable building the operator.
+    operator_factory: Callable[[], StreamOperator]
+    is_source: bool = False
+    is_sink: bool = False
+    #: Records arrive as (key_group, key, value): the node consumes a keyed stream.
+    keyed: bool = False
+    parallelism: int | None = None
+    max_parallelism: int | None = None
+    uid: str | None = None
+    chaining: ChainingStrategy = ChainingStrategy.ALWAYS
+    in_edges: list[StreamEdge] = field(default_factory=list)
+    out_edges: list[StreamEdge] = field(default_factory=list)
+
+    def __repr__(self) -> str:
+        return f"StreamNode({self.id}, {self.name!r}, p={self.parallelism})"
+
+
+@dataclass(eq=False)
+class StreamEdge:
+    source: StreamNode
+    target: StreamNode
+    #: ``None``: forward where the parallelisms match, rebalance where they differ.
+    partitioner: StreamPartitioner | None
+
+    def __repr__(self) -> str:
+        return f"{self.source.id} -{self.partitioner or 'default'}-> {self.target.id}"
+
+
+class StreamGraph:
+    """Nodes and edges as built by the DataStream API, before chaining."""
+
+    def __init__(self) -> None:
+        self.nodes: dict[int, StreamNode] = {}
+        self._next_id = 1
+
+    def add_node(self, name: str, operator_factory: Callable[[], StreamOperator], *,
+                 is_source: bool = False, is_sink: bool = False, keyed: bool = False,
+                 parallelism: int | None = None) -> StreamNode:
+        node = StreamNode(self._next_id, name, operator_factory, is_source=is_source,
+                          is_sink=is_sink, keyed=keyed, parallelism=parallelism)
+        self.nodes[node.id] = node
+        self._next_id += 1
+        return node
+
+    def add_edge(self, source: StreamNode, target: StreamNode,
+                 partitioner: StreamPartitioner | None) -> StreamEdge:
+        edge = StreamEdge(source, target, partitioner)
+        source.out_edges.append(edge)
+        target.in_edges.append(edge)
+        return edge
+
+    def topological_order(self) -> list[StreamNode]:
+        """Nodes so that every node comes after all its inputs (ties by creation order)."""
+        indegree = {n.id: len(n.in_edges) for n in self.nodes.values()}
+        ready = sorted(n.id for n in self.nodes.values() if indegree[n.id] == 0)
+        order: list[StreamNode] = []
+        while ready:
+            node = self.nodes[ready.pop(0)]
+            order.append(node)
+            for edge in node.out_edges:
+                indegree[edge.target.id] -= 1
+                if indegree[edge.target.id] == 0:
+                    ready.append(edge.target.id)
+                    ready.sort()
+        return order
+
+    def clear(self) -> None:
+        self.nodes.clear()

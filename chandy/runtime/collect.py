@@ -1,0 +1,132 @@
+"""``execute_and_collect()``: results streamed from the job to the caller.
+
+The collect sink subtasks publish batches into a bounded :class:`CollectResultQueue`;
+the caller's :class:`CollectIterator` takes them out. A full queue blocks the
+sink, so a slow reader slows the job instead of buffering without bound. The
+job runs on a background thread owned by the iterator; closing the iterator
+(or leaving its ``with`` block) cancels the job and joins that thread.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import deque
+from collections.abc import Callable, Iterator
+from typing import Any
+
+from chandy.errors import JobCancelledError
+from chandy.network.cancellation import TaskCancelledError
+from chandy.runtime.job_master import JobMaster
+
+
+class CollectResultQueue:
+    """Bounded hand-over of result batches from sink subtasks to the client."""
+
+    def __init__(self, capacity_batches: int = 16) -> None:
+        self._cond = threading.Condition()
+        self._batches: deque[list[Any]] = deque()
+        self._capacity = capacity_batches
+        self._ended = False
+        self._error: BaseException | None = None
+        self._closed = False
+
+    def publish(self, collect_id: str, subtask_index: int, batch: list[Any],
+                should_abort: Callable[[], bool]) -> None:
+        with self._cond:
+            while len(self._batches) >= self._capacity:
+                if self._closed or should_abort():
+                    raise TaskCancelledError()
+                self._cond.wait(0.1)
+            if self._closed:
+                raise TaskCancelledError()
+            self._batches.append(batch)
+            self._cond.notify_all()
+
+    def end(self, error: BaseException | None) -> None:
+        """The job ended (with ``error`` if it failed): no more batches follow."""
+        with self._cond:
+            self._ended = True
+            self._error = error
+            self._cond.notify_all()
+
+    def take(self) -> list[Any] | None:
+        """The next batch; ``None`` once the job finished and everything was taken.
+        Raises the job's error when it failed."""
+        with self._cond:
+            while not self._batches:
+                if self._ended:
+                    if self._error is not None:
+                        raise self._error
+                    return None
+                self._cond.wait()
+            batch = self._batches.popleft()
+            self._cond.notify_all()
+            return batch
+
+    def close(self) -> None:
+        with self._cond:
+            self._closed = True
+            self._batches.clear()
+            self._cond.notify_all()
+
+
+class CollectIterator(Iterator[Any]):
+    """The records of a running job, in arrival order (PyFlink's ``CloseableIterator``)."""
+
+    def __init__(self, job_master: JobMaster, results: CollectResultQueue) -> None:
+        self._job_master = job_master
+        self._results = results
+        self._current: deque[Any] = deque()
+        self._done = False
+        self._closed = False
+        self.job_result: Any = None
+        self._thread = threading.Thread(target=self._run_job, name="chandy job master",
+                                        daemon=True)
+        self._thread.start()
+
+    def _run_job(self) -> None:
+        try:
+            self.job_result = self._job_master.run()
+        except BaseException as exc:  # noqa: BLE001 - handed to the reading thread
+            self._results.end(exc)
+        else:
+            self._results.end(None)
+
+    def __iter__(self) -> CollectIterator:
+        return self
+
+    def __next__(self) -> Any:
+        if self._closed:
+            raise StopIteration
+        while not self._current:
+            if self._done or self._closed:
+                raise StopIteration
+            try:
+                batch = self._results.take()
+            except JobCancelledError:
+                if self._closed:
+                    raise StopIteration from None
+                raise
+            if batch is None:
+                self._done = True
+                self._thread.join()
+                raise StopIteration
+            self._current.extend(batch)
+        return self._current.popleft()
+
+    def close(self) -> None:
+        """Stop the job if it still runs and wait for it to end."""
+        if self._closed:
+            return
+        self._closed = True
+        self._current.clear()
+        if self._thread.is_alive():
+            self._job_master.cancel("the collect iterator was closed")
+            self._results.close()
+            self._thread.join()
+
+    def __enter__(self) -> CollectIterator:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()

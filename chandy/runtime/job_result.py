@@ -1,0 +1,28 @@
+"""What ``env.execute()`` returns."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class JobExecutionResult:
+    """The outcome of a finished job (PyFlink's ``JobExecutionResult``)."""
+
+    job_id: str
+    job_name: str
+    net_runtime_ms: int
+    restarts: int = 0
+
+    def get_job_id(self) -> str:
+        return self.job_id
+
+    def get_job_name(self) -> str:
+        return self.job_name
+
+    def get_net_runtime(self) -> int:
+        """Milliseconds from the job's start to its end."""
+        return self.net_runtime_ms
+
+    def is_job_execution_result(self) -> bool:
+        return True

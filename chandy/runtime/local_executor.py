@@ -1,0 +1,87 @@
+"""The local executor (Flink's MiniCluster): every subtask a thread in this process.
+
+Channels are in-memory :class:`~chandy.network.channel.LocalChannel` objects, so
+records move between tasks by reference. User functions do not: every subtask
+deserializes its own copy of its chain, exactly as a Spark slot would. It is what tests use and what runs a
+job when no cluster is wanted.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import threading
+import time
+
+from chandy.config import Configuration
+from chandy.config.options import NetworkOptions
+from chandy.graph.execution_graph import ChannelID, ExecutionGraph
+from chandy.network.channel import LocalChannel
+from chandy.runtime.executor import Deployment, Executor
+from chandy.task.deployment import TaskDeploymentDescriptor, deserialize_chain, serialize_chain
+from chandy.task.services import TaskServices, TaskStateListener
+from chandy.task.stream_task import StreamTask
+
+log = logging.getLogger(__name__)
+
+
+class LocalDeployment(Deployment):
+    """The task threads of one attempt; owns them until they have ended."""
+
+    def __init__(self, tasks: list[StreamTask], channels: dict[ChannelID, LocalChannel]) -> None:
+        self.tasks = tasks
+        self.channels = channels
+        self.threads = [threading.Thread(target=t.invoke, name=f"chandy {t.tdd.name_with_subtask}",
+                                         daemon=True) for t in tasks]
+
+    def start(self) -> None:
+        for thread in self.threads:
+            thread.start()
+
+    def cancel(self) -> None:
+        for task in self.tasks:
+            task.cancel()
+        for channel in self.channels.values():
+            channel.close()
+
+    def wait_stopped(self, timeout_s: float) -> bool:
+        deadline = time.monotonic() + timeout_s
+        for thread, task in zip(self.threads, self.tasks, strict=True):
+            thread.join(max(0.0, deadline - time.monotonic()))
+            if thread.is_alive():
+                log.warning("%s did not stop within %.0f s (a user function may be blocked); "
+                            "its thread is left behind as a daemon", task.tdd.name_with_subtask,
+                            timeout_s)
+                return False
+        return True
+
+
+class LocalExecutor(Executor):
+    """Runs every task as a thread of this process."""
+
+    def deploy(self, execution_graph: ExecutionGraph, descriptors: list[TaskDeploymentDescriptor],
+               listener: TaskStateListener, services: TaskServices) -> LocalDeployment:
+        capacity = Configuration(execution_graph.job_graph.config).get(
+            NetworkOptions.BUFFERS_PER_CHANNEL)
+        channels: dict[ChannelID, LocalChannel] = {}
+
+        def channel(cid: ChannelID) -> LocalChannel:
+            found = channels.get(cid)
+            if found is None:
+                found = channels[cid] = LocalChannel(capacity, name=str(cid))
+            return found
+
+        chains = {v.id: serialize_chain(v.name, tuple(v.operators))
+                  for v in execution_graph.job_graph.vertices}
+        tasks = []
+        for descriptor in descriptors:
+            tdd = dataclasses.replace(descriptor,
+                                      operators=deserialize_chain(chains[descriptor.vertex_id]))
+            vertex = execution_graph.job_graph.vertex(tdd.vertex_id)
+            inputs = [channel(c) for c in execution_graph.input_channel_ids(vertex, tdd.subtask_index)]
+            outputs = [[channel(c) for c in edge]
+                       for edge in execution_graph.output_channel_ids(vertex, tdd.subtask_index)]
+            tasks.append(StreamTask(tdd, inputs, outputs, services, listener))
+        deployment = LocalDeployment(tasks, channels)
+        deployment.start()
+        return deployment

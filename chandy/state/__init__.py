@@ -1,0 +1,1 @@
+"""Keyed and operator state: key groups, backends, snapshots."""

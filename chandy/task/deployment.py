@@ -1,0 +1,135 @@
+"""What a task is told when it is deployed: its chain, its channels, its place in the job.
+
+Everything here is a plain picklable dataclass, so the same descriptor deploys
+a task into this process (local executor) or into a Spark slot (cloudpickled
+with the job's user functions).
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from chandy.task.operators.base import StreamOperator
+from chandy.task.partitioners import StreamPartitioner
+
+
+class ExecutionState(enum.Enum):
+    """The life of one execution attempt of a subtask (Flink's names)."""
+
+    CREATED = "CREATED"
+    SCHEDULED = "SCHEDULED"
+    DEPLOYING = "DEPLOYING"
+    INITIALIZING = "INITIALIZING"
+    RUNNING = "RUNNING"
+    FINISHED = "FINISHED"
+    CANCELING = "CANCELING"
+    CANCELED = "CANCELED"
+    FAILED = "FAILED"
+
+    @property
+    def is_terminal(self) -> bool:
+        return self in (ExecutionState.FINISHED, ExecutionState.CANCELED, ExecutionState.FAILED)
+
+
+@dataclass(frozen=True, order=True)
+class ExecutionAttemptID:
+    """Which vertex, which subtask, which attempt."""
+
+    vertex_id: int
+    subtask_index: int
+    attempt_number: int
+
+    def __str__(self) -> str:
+        return f"{self.vertex_id}/{self.subtask_index}#{self.attempt_number}"
+
+
+@dataclass(frozen=True)
+class OperatorSpec:
+    """One operator of a chain and where its output goes."""
+
+    node_id: int
+    name: str
+    operator_id: str
+    #: Zero-argument, picklable callable that builds a fresh operator instance.
+    factory: Callable[[], StreamOperator]
+    keyed: bool = False
+    #: Node ids of operators in the same chain that consume this one's output.
+    chained_outputs: tuple[int, ...] = ()
+    #: Indexes into ``TaskDeploymentDescriptor.outputs``.
+    network_outputs: tuple[int, ...] = ()
+
+
+@dataclass(frozen=True)
+class OutputSpec:
+    """One outgoing edge of the task: the partitioner and how many consumer channels."""
+
+    target_vertex_id: int
+    target_name: str
+    partitioner: StreamPartitioner
+    num_channels: int
+
+
+@dataclass(frozen=True)
+class TaskDeploymentDescriptor:
+    job_id: str
+    job_name: str
+    vertex_id: int
+    task_name: str
+    subtask_index: int
+    parallelism: int
+    max_parallelism: int
+    attempt_number: int
+    #: The chain, head first, in topological order.
+    operators: tuple[OperatorSpec, ...]
+    outputs: tuple[OutputSpec, ...]
+    num_input_channels: int
+    config: Mapping[str, Any] = field(default_factory=dict)
+
+    @property
+    def attempt_id(self) -> ExecutionAttemptID:
+        return ExecutionAttemptID(self.vertex_id, self.subtask_index, self.attempt_number)
+
+    @property
+    def is_source(self) -> bool:
+        return self.num_input_channels == 0
+
+    @property
+    def name_with_subtask(self) -> str:
+        return f"{self.task_name} ({self.subtask_index + 1}/{self.parallelism})"
+
+
+def serialize_chain(vertex_name: str, operators: tuple[OperatorSpec, ...]) -> bytes:
+    """The chain of a vertex as bytes: every subtask deserializes its own copy.
+
+    As in Flink, each parallel subtask gets its own instance of every user
+    function, so state a function keeps in ``self`` is never shared between
+    subtasks, and a job behaves the same in one process as across Spark
+    executors. A function that cannot be serialized is named in the error.
+    """
+    import cloudpickle
+
+    from chandy.errors import InvalidProgramError
+
+    try:
+        return cloudpickle.dumps(operators)
+    except Exception as exc:
+        for spec in operators:
+            try:
+                cloudpickle.dumps(spec.factory)
+            except Exception as inner:
+                raise InvalidProgramError(
+                    f"the function of operator '{spec.name}' (task '{vertex_name}') cannot be "
+                    f"serialized: {type(inner).__name__}: {inner}. Every parallel subtask gets "
+                    "its own copy of each function (shipped to Spark executors too): create "
+                    "files, sockets, locks and clients in open(), not in __init__") from inner
+        raise InvalidProgramError(f"task '{vertex_name}' cannot be serialized: {exc}") from exc
+
+
+def deserialize_chain(payload: bytes) -> tuple[OperatorSpec, ...]:
+    """A fresh copy of a chain serialized by :func:`serialize_chain` (trusted bytes only)."""
+    import cloudpickle
+
+    return cloudpickle.loads(payload)

@@ -1,0 +1,190 @@
+"""Operators on a keyed stream: records arrive as a :class:`KeyedBatch`.
+
+Before each record reaches user code the operator points the keyed state
+backend at the record's key (two attribute writes), so ``state.value()`` inside
+the function reads that key's value.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from chandy.api.functions import KeyedProcessFunction
+from chandy.state.heap import HeapKeyedStateBackend
+from chandy.task.keyed_batch import KeyedBatch
+from chandy.task.operators.base import UdfOperator, resolve_call
+
+
+class _KeyedContext(KeyedProcessFunction.Context):
+    __slots__ = ("_backend",)
+
+    def __init__(self, backend: Any) -> None:
+        self._backend = backend
+
+    def timestamp(self) -> int | None:
+        return None
+
+    def get_current_key(self) -> Any:
+        return self._backend.get_current_key()
+
+
+class KeyedOperator(UdfOperator):
+    keyed = True
+
+    @property
+    def backend(self) -> HeapKeyedStateBackend:
+        assert self.runtime_context is not None
+        backend = self.runtime_context.keyed_state_backend
+        assert isinstance(backend, HeapKeyedStateBackend)
+        return backend
+
+
+class KeyedProcessOperator(KeyedOperator):
+    """``KeyedStream.process(KeyedProcessFunction)``."""
+
+    def open(self) -> None:
+        super().open()
+        self._call = resolve_call(self.user_function, "process_element")
+        self._context = _KeyedContext(self.backend)
+
+    def process_batch(self, records: KeyedBatch) -> None:  # type: ignore[override]
+        backend = self.backend
+        call, ctx = self._call, self._context
+        out: list[Any] = []
+        extend = out.extend
+        for kg, key, value in zip(records.key_groups, records.keys, records.values, strict=True):
+            backend.current_key = key
+            backend.current_index = kg
+            produced = call(value, ctx)
+            if produced is not None:
+                extend(produced)
+        if out:
+            self.output(out)
+
+
+class KeyedMap(KeyedOperator):
+    """``KeyedStream.map``: a map whose function may use keyed state."""
+
+    def open(self) -> None:
+        super().open()
+        self._call = resolve_call(self.user_function, "map")
+
+    def process_batch(self, records: KeyedBatch) -> None:  # type: ignore[override]
+        backend = self.backend
+        call = self._call
+        out = []
+        append = out.append
+        for kg, key, value in zip(records.key_groups, records.keys, records.values, strict=True):
+            backend.current_key = key
+            backend.current_index = kg
+            append(call(value))
+        self.output(out)
+
+
+class KeyedFlatMap(KeyedOperator):
+    def open(self) -> None:
+        super().open()
+        self._call = resolve_call(self.user_function, "flat_map")
+
+    def process_batch(self, records: KeyedBatch) -> None:  # type: ignore[override]
+        backend = self.backend
+        call = self._call
+        out: list[Any] = []
+        extend = out.extend
+        for kg, key, value in zip(records.key_groups, records.keys, records.values, strict=True):
+            backend.current_key = key
+            backend.current_index = kg
+            produced = call(value)
+            if produced is not None:
+                extend(produced)
+        if out:
+            self.output(out)
+
+
+class KeyedFilter(KeyedOperator):
+    def open(self) -> None:
+        super().open()
+        self._call = resolve_call(self.user_function, "filter")
+
+    def process_batch(self, records: KeyedBatch) -> None:  # type: ignore[override]
+        backend = self.backend
+        call = self._call
+        out = []
+        append = out.append
+        for kg, key, value in zip(records.key_groups, records.keys, records.values, strict=True):
+            backend.current_key = key
+            backend.current_index = kg
+            if call(value):
+                append(value)
+        if out:
+            self.output(out)
+
+
+class StreamGroupedReduce(KeyedOperator):
+    """``KeyedStream.reduce``: a running fold per key, emitting every new value.
+
+    Keeps its value in a keyed value state named ``_reduce`` (so it is
+    checkpointed and rescaled like any keyed state) but touches the state table
+    directly in its loop: no handle call per record.
+    """
+
+    STATE_NAME = "_reduce"
+
+    def open(self) -> None:
+        super().open()
+        from chandy.api.state import ValueStateDescriptor
+
+        self.backend.get_partitioned_state(ValueStateDescriptor(self.STATE_NAME))
+        self._maps = self.backend.tables[self.STATE_NAME].maps
+        self._call: Callable[[Any, Any], Any] = resolve_call(self.user_function, "reduce")
+
+    def process_batch(self, records: KeyedBatch) -> None:  # type: ignore[override]
+        maps = self._maps
+        call = self._call
+        out = []
+        append = out.append
+        for kg, key, value in zip(records.key_groups, records.keys, records.values, strict=True):
+            m = maps[kg]
+            old = m.get(key)
+            new = value if old is None else call(old, value)
+            m[key] = new
+            append(new)
+        self.output(out)
+
+
+class SumFunction:
+    """The fold behind ``KeyedStream.sum(position)``: adds one field, keeps the others
+    from the first record (Flink's semantics). Plain numbers are added directly."""
+
+    def __init__(self, position: int | str) -> None:
+        self.position = position
+
+    def __call__(self, acc: Any, value: Any) -> Any:
+        position = self.position
+        if isinstance(acc, (int, float, complex)) and not isinstance(acc, bool):
+            return acc + value
+        if isinstance(acc, tuple):
+            if not isinstance(position, int):
+                raise TypeError(f"sum({position!r}): a tuple field is chosen by an int position")
+            summed = acc[position] + value[position]
+            if hasattr(acc, "_replace"):  # named tuple
+                return acc._replace(**{acc._fields[position]: summed})
+            return (*acc[:position], summed, *acc[position + 1:])
+        if isinstance(acc, list):
+            result = list(acc)
+            result[position] = acc[position] + value[position]
+            return result
+        if isinstance(acc, dict):
+            result = dict(acc)
+            result[position] = acc[position] + value[position]
+            return result
+        if isinstance(position, str) and hasattr(acc, position):
+            import copy
+
+            result = copy.copy(acc)
+            setattr(result, position, getattr(acc, position) + getattr(value, position))
+            return result
+        raise TypeError(f"sum({position!r}) cannot add records of type {type(acc).__name__}: "
+                        "use a number, a tuple/list with an int position, a dict with a key, "
+                        "or an object with an attribute name")

@@ -1,0 +1,98 @@
+"""Sink operators: the end of a stream."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from chandy.api.connector import Sink, SinkWriter, SinkWriterContext
+from chandy.api.functions import SinkFunction
+from chandy.task.operators.base import StreamOperator, UdfOperator, resolve_call
+
+
+class _SinkContext(SinkFunction.Context):
+    __slots__ = ()
+
+    def timestamp(self) -> int | None:
+        return None
+
+
+class SinkFunctionOperator(UdfOperator):
+    """``ds.add_sink(SinkFunction or callable)``: one call per record."""
+
+    def open(self) -> None:
+        super().open()
+        self._call = resolve_call(self.user_function, "invoke")
+        self._context = _SinkContext()
+        self._takes_context = isinstance(self.user_function, SinkFunction)
+
+    def process_batch(self, records: list[Any]) -> None:
+        call = self._call
+        if self._takes_context:
+            ctx = self._context
+            for r in records:
+                call(r, ctx)
+        else:
+            for r in records:
+                call(r)
+
+    def finish(self) -> None:
+        if isinstance(self.user_function, SinkFunction):
+            self.user_function.finish()
+
+
+class SinkWriterOperator(StreamOperator):
+    """``ds.sink_to(Sink)``: hands whole batches to the sink's writer."""
+
+    def __init__(self, sink: Sink) -> None:
+        super().__init__()
+        self.sink = sink
+        self.writer: SinkWriter | None = None
+
+    def open(self) -> None:
+        ctx = self.runtime_context
+        assert ctx is not None
+        self.writer = self.sink.create_writer(SinkWriterContext(
+            subtask_index=ctx.get_index_of_this_subtask(),
+            parallelism=ctx.get_number_of_parallel_subtasks(),
+            attempt_number=ctx.get_attempt_number(),
+            job_id=ctx.job_id,
+            job_name=ctx.job_name,
+        ))
+
+    def process_batch(self, records: list[Any]) -> None:
+        assert self.writer is not None
+        self.writer.write_batch(records)
+
+    def finish(self) -> None:
+        if self.writer is not None:
+            self.writer.flush(end_of_input=True)
+
+    def close(self) -> None:
+        if self.writer is not None:
+            self.writer.close()
+
+
+class CollectSinkOperator(StreamOperator):
+    """The sink behind ``execute_and_collect()``: sends batches to the client.
+
+    The executor's :class:`~chandy.task.services.ResultPublisher` carries them
+    (a queue in this process, RPC from a Spark slot) and blocks while the
+    client's buffer is full, so a slow reader backpressures the job.
+    """
+
+    def __init__(self, collect_id: str) -> None:
+        super().__init__()
+        self.collect_id = collect_id
+        self._publisher: Any = None
+        self._should_abort: Any = None
+
+    def bind_task_services(self, services: Any, should_abort: Any) -> None:
+        if services.results is None:
+            raise RuntimeError("this executor cannot return collected results to the client")
+        self._publisher = services.results
+        self._should_abort = should_abort
+
+    def process_batch(self, records: list[Any]) -> None:
+        assert self.runtime_context is not None
+        self._publisher.publish(self.collect_id, self.runtime_context.get_index_of_this_subtask(),
+                                records, self._should_abort)

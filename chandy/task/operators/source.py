@@ -1,0 +1,56 @@
+"""The source operator: pulls batches from a :class:`SourceReader` on the task thread."""
+
+from __future__ import annotations
+
+import enum
+
+from chandy.api.connector import Source, SourceReader, SourceReaderContext
+from chandy.task.operators.base import StreamOperator
+
+
+class InputStatus(enum.Enum):
+    MORE_AVAILABLE = "MORE_AVAILABLE"
+    NOTHING_AVAILABLE = "NOTHING_AVAILABLE"
+    END_OF_INPUT = "END_OF_INPUT"
+
+
+class SourceOperator(StreamOperator):
+    """Head of a source task. ``emit_next`` is the task's default action."""
+
+    def __init__(self, source: Source) -> None:
+        super().__init__()
+        self.source = source
+        self.reader: SourceReader | None = None
+        self._restored_splits: list | None = None
+
+    def open(self) -> None:
+        ctx = self.runtime_context
+        assert ctx is not None
+        index = ctx.get_index_of_this_subtask()
+        parallelism = ctx.get_number_of_parallel_subtasks()
+        self.reader = self.source.create_reader(
+            SourceReaderContext(index, parallelism, ctx.get_attempt_number()))
+        if self._restored_splits is not None:
+            splits = self._restored_splits
+        else:
+            splits = self.source.create_splits(parallelism)[index::parallelism]
+        self.reader.add_splits(splits)
+
+    def emit_next(self, max_records: int) -> InputStatus:
+        """Poll the reader once and emit what it gave."""
+        assert self.reader is not None
+        batch = self.reader.poll_next(max_records)
+        if batch is None:
+            return InputStatus.END_OF_INPUT
+        if not batch:
+            return InputStatus.NOTHING_AVAILABLE
+        self.output(batch)
+        return InputStatus.MORE_AVAILABLE
+
+    @property
+    def idle_wait_s(self) -> float:
+        return self.reader.idle_wait_s if self.reader is not None else 0.01
+
+    def close(self) -> None:
+        if self.reader is not None:
+            self.reader.close()

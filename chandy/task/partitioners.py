@@ -1,0 +1,182 @@
+"""Partitioners: which output channel each record goes to.
+
+A partitioner is a *prototype* in the job graph; every producing subtask gets
+its own :meth:`StreamPartitioner.copy` (rebalance keeps a position, shuffle a
+random generator). ``partition`` appends a whole batch into per-channel
+buffers, so routing costs one Python loop per batch, not a call per record.
+
+Records on a key-partitioned edge travel as ``(key_group, key, value)``: the
+keyed operator downstream needs the key and its key group, and computing them
+here, once, saves hashing every record twice.
+"""
+
+from __future__ import annotations
+
+import random
+from abc import ABC, abstractmethod
+from collections.abc import Callable
+from itertools import compress, repeat
+from operator import eq
+from typing import Any
+
+from chandy.state.key_groups import KeyGroupAssigner
+from chandy.task.keyed_batch import KeyedBatch
+
+
+class StreamPartitioner(ABC):
+    """Routes records of one producer subtask to the consumer channels of an edge."""
+
+    #: Name shown in plans and the web UI (Flink's names).
+    name = "?"
+    #: Pointwise: producer subtask i talks only to consumer subtask i.
+    is_pointwise = False
+
+    def setup(self, num_channels: int, subtask_index: int) -> None:
+        """Bind to this subtask's output channels."""
+        self.num_channels = num_channels
+        self.subtask_index = subtask_index
+
+    @abstractmethod
+    def partition(self, records: list[Any], buffers: list[Any]) -> None:
+        """Append every record to the buffer of the channel it goes to."""
+
+    def new_buffer(self) -> Any:
+        """An empty per-channel buffer (a list; keyed edges use columns)."""
+        return []
+
+    def copy(self) -> StreamPartitioner:
+        clone = object.__new__(type(self))
+        clone.__dict__.update(self.__dict__)
+        return clone
+
+    def __repr__(self) -> str:
+        return self.name
+
+
+class ForwardPartitioner(StreamPartitioner):
+    """Subtask i to subtask i (same parallelism on both sides); what chains are made of."""
+
+    name = "FORWARD"
+    is_pointwise = True
+
+    def partition(self, records: list[Any], buffers: list[list[Any]]) -> None:
+        buffers[0].extend(records)
+
+
+class RebalancePartitioner(StreamPartitioner):
+    """Round-robin over all channels, starting at a random one (evens out skew)."""
+
+    name = "REBALANCE"
+
+    def setup(self, num_channels: int, subtask_index: int) -> None:
+        super().setup(num_channels, subtask_index)
+        self._position = random.Random(subtask_index).randrange(num_channels)
+
+    def partition(self, records: list[Any], buffers: list[list[Any]]) -> None:
+        n = self.num_channels
+        position = self._position
+        if n == 1:
+            buffers[0].extend(records)
+            return
+        for offset in range(min(n, len(records))):
+            buffers[(position + offset) % n].extend(records[offset::n])
+        self._position = (position + len(records)) % n
+
+
+class ShufflePartitioner(StreamPartitioner):
+    """A random channel per record."""
+
+    name = "SHUFFLE"
+
+    def __init__(self, seed: int | None = None) -> None:
+        self.seed = seed
+
+    def setup(self, num_channels: int, subtask_index: int) -> None:
+        super().setup(num_channels, subtask_index)
+        seed = None if self.seed is None else self.seed * 1_000_003 + subtask_index
+        self._random = random.Random(seed)
+        self._channels = range(num_channels)
+
+    def partition(self, records: list[Any], buffers: list[list[Any]]) -> None:
+        targets = self._random.choices(self._channels, k=len(records))
+        for record, target in zip(records, targets, strict=True):
+            buffers[target].append(record)
+
+
+class BroadcastPartitioner(StreamPartitioner):
+    """Every record to every channel."""
+
+    name = "BROADCAST"
+
+    def partition(self, records: list[Any], buffers: list[list[Any]]) -> None:
+        for buffer in buffers:
+            buffer.extend(records)
+
+
+class KeyGroupStreamPartitioner(StreamPartitioner):
+    """By key: ``key_group * parallelism // max_parallelism`` (Flink's HASH edge).
+
+    ``max_parallelism`` is the consuming vertex's, set by the job graph
+    (:meth:`for_target`) once parallelisms are known. Into a keyed operator the
+    records travel as :class:`~chandy.task.keyed_batch.KeyedBatch` columns
+    (key group, key, value); into any other operator (``key_by(...).print()``)
+    as plain values.
+    """
+
+    name = "HASH"
+
+    def __init__(self, key_selector: Callable[[Any], Any], max_parallelism: int = 0,
+                 ship_keys: bool = True) -> None:
+        self.key_selector = key_selector
+        self.max_parallelism = max_parallelism
+        self.ship_keys = ship_keys
+
+    def for_target(self, max_parallelism: int, ship_keys: bool) -> KeyGroupStreamPartitioner:
+        return KeyGroupStreamPartitioner(self.key_selector, max_parallelism, ship_keys)
+
+    def setup(self, num_channels: int, subtask_index: int) -> None:
+        super().setup(num_channels, subtask_index)
+        max_p = self.max_parallelism
+        if not 1 <= num_channels <= max_p:
+            raise ValueError(f"parallelism {num_channels} is outside [1, max parallelism {max_p}]")
+        self._assigner = KeyGroupAssigner(max_p)
+        self._channel_of = [kg * num_channels // max_p for kg in range(max_p)]
+
+    def new_buffer(self) -> Any:
+        return KeyedBatch() if self.ship_keys else []
+
+    def _key_groups(self, keys: list[Any]) -> list[int]:
+        """Key groups of ``keys``: C-speed cache lookups, Python only for new keys."""
+        assigner = self._assigner
+        try:
+            groups = list(map(assigner.cache.get, keys))
+        except TypeError:
+            groups = [None] * len(keys)  # an unhashable key: key_group() names it
+        if None in groups:
+            key_group = assigner.key_group
+            groups = [kg if kg is not None else key_group(k) for kg, k in zip(groups, keys,
+                                                                             strict=True)]
+        return groups  # type: ignore[return-value]
+
+    def partition(self, records: list[Any], buffers: list[Any]) -> None:
+        keys = list(map(self.key_selector, records))
+        groups = self._key_groups(keys)
+        if len(buffers) == 1:
+            buffer = buffers[0]
+            if self.ship_keys:
+                buffer.key_groups.extend(groups)
+                buffer.keys.extend(keys)
+                buffer.values.extend(records)
+            else:
+                buffer.extend(records)
+            return
+        channels = list(map(self._channel_of.__getitem__, groups))
+        if self.ship_keys:
+            for channel, buffer in enumerate(buffers):
+                mask = list(map(eq, channels, repeat(channel)))
+                buffer.key_groups.extend(compress(groups, mask))
+                buffer.keys.extend(compress(keys, mask))
+                buffer.values.extend(compress(records, mask))
+        else:
+            for channel, buffer in enumerate(buffers):
+                buffer.extend(compress(records, map(eq, channels, repeat(channel))))

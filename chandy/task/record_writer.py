@@ -1,0 +1,89 @@
+"""The output side of a task: batches records per channel and sends them.
+
+Records collect in one buffer per output channel and leave when the buffer
+holds ``batch_size`` records, when the task goes idle (a task that has nothing
+to read flushes before it sleeps, so a trickle of records is not delayed), or
+when the oldest pending record is older than the buffer timeout while the task
+stays busy. Events (end of partition, later checkpoint barriers) first flush
+every buffer, so they stay in order behind the records emitted before them.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from typing import Any
+
+from chandy.network.channel import OutputChannel
+from chandy.network.events import RuntimeEvent
+from chandy.task.partitioners import StreamPartitioner
+
+
+class RecordWriter:
+    """Partitioner + per-channel batching in front of the output channels of one edge."""
+
+    __slots__ = ("channels", "partitioner", "batch_size", "_buffers", "pending_since_ns",
+                 "records_out", "batches_out")
+
+    def __init__(self, channels: Sequence[OutputChannel], partitioner: StreamPartitioner,
+                 batch_size: int) -> None:
+        self.channels = list(channels)
+        self.partitioner = partitioner
+        self.batch_size = batch_size
+        self._buffers: list[Any] = [partitioner.new_buffer() for _ in self.channels]
+        #: Monotonic time the oldest unsent record was emitted; 0 when nothing is pending.
+        self.pending_since_ns = 0
+        self.records_out = 0
+        self.batches_out = 0
+
+    def emit_batch(self, records: list[Any]) -> None:
+        """Route ``records`` and send every buffer that filled up."""
+        buffers = self._buffers
+        self.partitioner.partition(records, buffers)
+        size = self.batch_size
+        pending = False
+        for index, buffer in enumerate(buffers):
+            n = len(buffer)
+            if n >= size:
+                if n == size:
+                    self._send(index, buffer)
+                    buffers[index] = self.partitioner.new_buffer()
+                    continue
+                cut = n - n % size
+                for start in range(0, cut, size):
+                    self._send(index, buffer[start:start + size])
+                del buffer[:cut]
+                n -= cut
+            if n:
+                pending = True
+        if pending and not self.pending_since_ns:
+            self.pending_since_ns = time.monotonic_ns()
+
+    def _send(self, index: int, batch: Any) -> None:
+        self.records_out += len(batch)
+        self.batches_out += 1
+        self.channels[index].send(batch)
+
+    def flush(self) -> None:
+        """Send every partly filled buffer now."""
+        if not self.pending_since_ns:
+            return
+        buffers = self._buffers
+        for index, buffer in enumerate(buffers):
+            if buffer:
+                self._send(index, buffer)
+                buffers[index] = self.partitioner.new_buffer()
+        self.pending_since_ns = 0
+
+    def broadcast_event(self, event: RuntimeEvent) -> None:
+        """Flush, then send ``event`` on every channel, behind every record already emitted."""
+        self.flush()
+        for channel in self.channels:
+            channel.send(event)
+
+    def is_available(self) -> bool:
+        """Every channel has credit: the next batch will not block."""
+        for channel in self.channels:
+            if not channel.has_credit():
+                return False
+        return True

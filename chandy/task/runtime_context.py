@@ -1,0 +1,80 @@
+"""The runtime context a running function sees (PyFlink's ``RuntimeContext``)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from chandy.api.functions import RuntimeContext
+from chandy.api.state import (
+    ListState,
+    ListStateDescriptor,
+    MapState,
+    MapStateDescriptor,
+    ReducingState,
+    ReducingStateDescriptor,
+    StateDescriptor,
+    ValueState,
+    ValueStateDescriptor,
+)
+from chandy.errors import InvalidProgramError
+from chandy.state.backend import KeyedStateBackend
+
+
+class StreamingRuntimeContext(RuntimeContext):
+    """Where an operator runs; keyed state if its input is a keyed stream."""
+
+    def __init__(self, *, job_id: str, job_name: str, task_name: str, operator_name: str,
+                 subtask_index: int,
+                 parallelism: int, max_parallelism: int, attempt_number: int,
+                 job_parameters: Mapping[str, Any],
+                 keyed_state_backend: KeyedStateBackend | None = None) -> None:
+        self.job_id = job_id
+        self.job_name = job_name
+        self._task_name = task_name
+        self.operator_name = operator_name
+        self._subtask_index = subtask_index
+        self._parallelism = parallelism
+        self._max_parallelism = max_parallelism
+        self._attempt_number = attempt_number
+        self._job_parameters = dict(job_parameters)
+        self.keyed_state_backend = keyed_state_backend
+
+    def get_task_name(self) -> str:
+        return self._task_name
+
+    def get_number_of_parallel_subtasks(self) -> int:
+        return self._parallelism
+
+    def get_max_number_of_parallel_subtasks(self) -> int:
+        return self._max_parallelism
+
+    def get_index_of_this_subtask(self) -> int:
+        return self._subtask_index
+
+    def get_attempt_number(self) -> int:
+        return self._attempt_number
+
+    def get_job_parameter(self, key: str, default_value: str | None = None) -> str | None:
+        value = self._job_parameters.get(key)
+        return default_value if value is None else str(value)
+
+    def _keyed(self, descriptor: StateDescriptor) -> Any:
+        if self.keyed_state_backend is None:
+            raise InvalidProgramError(
+                f"keyed state '{descriptor.name}' requested in operator '{self.operator_name}', "
+                "whose input is not keyed. Keyed state is only available on a keyed stream: "
+                "call key_by(...) before this operator.")
+        return self.keyed_state_backend.get_partitioned_state(descriptor)
+
+    def get_state(self, state_descriptor: ValueStateDescriptor) -> ValueState:
+        return self._keyed(state_descriptor)
+
+    def get_list_state(self, state_descriptor: ListStateDescriptor) -> ListState:
+        return self._keyed(state_descriptor)
+
+    def get_map_state(self, state_descriptor: MapStateDescriptor) -> MapState:
+        return self._keyed(state_descriptor)
+
+    def get_reducing_state(self, state_descriptor: ReducingStateDescriptor) -> ReducingState:
+        return self._keyed(state_descriptor)

@@ -1,0 +1,57 @@
+"""What the executor gives a task besides its channels, and how the task reports back.
+
+These are the narrow interfaces between a task and the process that hosts it:
+the local executor implements them with direct calls and queues, the Spark
+executor with RPC to the driver. A task never knows which.
+"""
+
+from __future__ import annotations
+
+import traceback
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from chandy.task.deployment import ExecutionAttemptID, ExecutionState
+
+
+@dataclass(frozen=True)
+class TaskFailure:
+    """Why a task failed, in a form that crosses process boundaries.
+
+    ``exception`` is the original object when it could be kept (in-process or
+    picklable); ``traceback_text`` always holds the formatted traceback.
+    """
+
+    exception: BaseException | None
+    exception_type: str
+    message: str
+    traceback_text: str
+    operator_name: str | None
+
+    @staticmethod
+    def of(exc: BaseException, operator_name: str | None) -> TaskFailure:
+        return TaskFailure(exc, type(exc).__name__, str(exc),
+                           "".join(traceback.format_exception(exc)), operator_name)
+
+
+class TaskStateListener(Protocol):
+    """Receives every state change of a task (the JobMaster, or an RPC stub to it)."""
+
+    def notify_task_state(self, attempt_id: ExecutionAttemptID, state: ExecutionState,
+                          failure: TaskFailure | None = None) -> None: ...
+
+
+class ResultPublisher(Protocol):
+    """Carries the batches of ``execute_and_collect()`` to the client."""
+
+    def publish(self, collect_id: str, subtask_index: int, batch: list[Any],
+                should_abort: Any) -> None:
+        """Hand over ``batch``; may block while the client is slow (backpressure)."""
+        ...
+
+
+@dataclass
+class TaskServices:
+    """Per-process services a task uses."""
+
+    results: ResultPublisher | None = None

@@ -1,0 +1,214 @@
+"""StreamTask: one subtask of one job vertex, run by one thread in a mailbox loop.
+
+The loop (``_run_mailbox_loop``) alternates two kinds of work on the same thread:
+
+* mails: control actions from outside (trigger or confirm a checkpoint, cancel),
+  run between batches;
+* the default action: read one item from the input gate (or poll the source
+  reader) and push it through the operator chain.
+
+When there is nothing to read the task flushes its partly filled output
+batches (so an idle pipeline does not hold records back) and sleeps on its
+:class:`~chandy.network.wakeup.Wakeup`, which input channels, output credit
+and the mailbox all signal. When an output channel has no credit the task stops
+reading (backpressure travels upstream) but keeps taking mail.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+import types
+from collections.abc import Sequence
+from typing import Any
+
+from chandy.config import Configuration
+from chandy.config.options import ExecutionOptions, NetworkOptions
+from chandy.network.cancellation import TaskCancelledError
+from chandy.network.channel import InputChannel, OutputChannel
+from chandy.network.events import END_OF_PARTITION, EndOfPartition, RuntimeEvent
+from chandy.network.input_gate import InputGate
+from chandy.network.wakeup import Wakeup
+from chandy.task.deployment import ExecutionState, TaskDeploymentDescriptor
+from chandy.task.mailbox import Mailbox
+from chandy.task.operator_chain import OperatorChain
+from chandy.task.operators.base import StreamOperator
+from chandy.task.operators.source import InputStatus, SourceOperator
+from chandy.task.record_writer import RecordWriter
+from chandy.task.services import TaskFailure, TaskServices, TaskStateListener
+
+log = logging.getLogger(__name__)
+
+_MORE = InputStatus.MORE_AVAILABLE
+_NOTHING = InputStatus.NOTHING_AVAILABLE
+_END = InputStatus.END_OF_INPUT
+
+
+class StreamTask:
+    """Runs one subtask's operator chain; :meth:`invoke` is the thread body."""
+
+    def __init__(self, tdd: TaskDeploymentDescriptor, input_channels: Sequence[InputChannel],
+                 output_channels: Sequence[Sequence[OutputChannel]], services: TaskServices,
+                 listener: TaskStateListener) -> None:
+        if len(output_channels) != len(tdd.outputs):
+            raise ValueError("one list of output channels per output edge is required")
+        if len(input_channels) != tdd.num_input_channels:
+            raise ValueError("input channel count does not match the deployment")
+        self.tdd = tdd
+        self.services = services
+        self.listener = listener
+        self.wakeup = Wakeup()
+        self.mailbox = Mailbox(self.wakeup)
+        self._cancelled = False
+        config = Configuration(tdd.config)
+        self.batch_size = config.get(NetworkOptions.BATCH_SIZE)
+        self.buffer_timeout_ns = config.get(ExecutionOptions.BUFFER_TIMEOUT) * 1_000_000
+        self.input_gate = InputGate(input_channels, self.wakeup) if input_channels else None
+        self.writers: list[RecordWriter] = []
+        for spec, channels in zip(tdd.outputs, output_channels, strict=True):
+            partitioner = spec.partitioner.copy()
+            partitioner.setup(len(channels), tdd.subtask_index)
+            for channel in channels:
+                channel.bind_producer(self.wakeup, self.is_cancelled)
+            self.writers.append(RecordWriter(channels, partitioner, self.batch_size))
+        self.chain: OperatorChain | None = None
+        self.state = ExecutionState.DEPLOYING
+
+    # ------------------------------------------------------------------ control
+
+    def is_cancelled(self) -> bool:
+        return self._cancelled
+
+    def cancel(self) -> None:
+        """Ask the task to stop (from any thread); it unwinds at its next check."""
+        self._cancelled = True
+        self.wakeup.signal()
+
+    def _transition(self, state: ExecutionState, failure: TaskFailure | None = None) -> None:
+        self.state = state
+        self.listener.notify_task_state(self.tdd.attempt_id, state, failure)
+
+    # ------------------------------------------------------------------ lifecycle
+
+    def invoke(self) -> None:
+        """Run the task to its end; reports every state change to the listener."""
+        tdd = self.tdd
+        self._transition(ExecutionState.INITIALIZING)
+        failure: TaskFailure | None = None
+        try:
+            self.chain = OperatorChain(tdd, self.writers, self.services, self.is_cancelled)
+            self.chain.open()
+            if self._cancelled:
+                raise TaskCancelledError()
+            self._transition(ExecutionState.RUNNING)
+            self._run_mailbox_loop()
+            self.chain.end_input()
+            for writer in self.writers:
+                writer.broadcast_event(END_OF_PARTITION)
+        except TaskCancelledError:
+            pass
+        except BaseException as exc:  # noqa: BLE001 - any failure fails the task, never the thread
+            failure = TaskFailure.of(exc, _operator_of(exc))
+        finally:
+            if self.chain is not None:
+                error = self.chain.close()
+                if error is not None and failure is None:
+                    failure = TaskFailure.of(error, _operator_of(error))
+        if self._cancelled:
+            self._transition(ExecutionState.CANCELED)
+        elif failure is not None:
+            log.warning("%s failed: %s: %s", tdd.name_with_subtask, failure.exception_type,
+                        failure.message)
+            self._transition(ExecutionState.FAILED, failure)
+        else:
+            self._transition(ExecutionState.FINISHED)
+
+    # ------------------------------------------------------------------ the loop
+
+    def _run_mailbox_loop(self) -> None:
+        assert self.chain is not None
+        mailbox = self.mailbox
+        writers = self.writers
+        timeout_ns = self.buffer_timeout_ns
+        wakeup = self.wakeup
+        head = self.chain.head
+        if self.input_gate is None:
+            assert isinstance(head, SourceOperator)
+            source: SourceOperator | None = head
+            idle_wait = head.idle_wait_s
+        else:
+            source = None
+            idle_wait = 1.0
+        batch_size = self.batch_size
+        while True:
+            if mailbox.has_mail():
+                self._process_mails()
+            if self._cancelled:
+                raise TaskCancelledError()
+            if not self._outputs_available(writers):
+                wakeup.wait(0.1)
+                continue
+            if source is not None:
+                status = source.emit_next(batch_size)
+            else:
+                status = self._process_input(head)
+            if status is _MORE:
+                if timeout_ns:
+                    now = 0
+                    for writer in writers:
+                        since = writer.pending_since_ns
+                        if since:
+                            now = now or time.monotonic_ns()
+                            if now - since >= timeout_ns:
+                                writer.flush()
+                continue
+            if status is _END:
+                return
+            for writer in writers:
+                writer.flush()
+            wakeup.wait(idle_wait)
+
+    @staticmethod
+    def _outputs_available(writers: list[RecordWriter]) -> bool:
+        for writer in writers:
+            if not writer.is_available():
+                return False
+        return True
+
+    def _process_mails(self) -> None:
+        while True:
+            mail = self.mailbox.try_take()
+            if mail is None:
+                return
+            mail.action()
+
+    def _process_input(self, head: StreamOperator) -> InputStatus:
+        gate = self.input_gate
+        assert gate is not None
+        polled = gate.poll_next()
+        if polled is None:
+            return _END if gate.is_finished() else _NOTHING
+        channel, item = polled
+        if isinstance(item, RuntimeEvent):
+            return self._process_event(channel, item)
+        head.process_batch(item)
+        return _MORE
+
+    def _process_event(self, channel: int, event: RuntimeEvent) -> InputStatus:
+        gate = self.input_gate
+        assert gate is not None
+        if isinstance(event, EndOfPartition):
+            return _END if gate.is_finished() else _MORE
+        raise RuntimeError(f"unexpected event {event!r} on channel {channel}")
+
+
+def _operator_of(exc: BaseException) -> str | None:
+    """The innermost operator on the traceback: the one whose user code raised."""
+    found: str | None = None
+    tb: types.TracebackType | None = exc.__traceback__
+    while tb is not None:
+        owner: Any = tb.tb_frame.f_locals.get("self")
+        if isinstance(owner, StreamOperator):
+            found = owner.name
+        tb = tb.tb_next
+    return found

@@ -1,0 +1,1 @@
+"""Small, dependency-free helpers shared by every layer (clocks, ids)."""
