@@ -1,0 +1,108 @@
+"""The layering of docs/architecture.md, enforced: imports only point down.
+
+Every ``import`` in ``chandy/`` (module level or deferred inside a function) is
+checked against the layer table below. A module may import a lower layer or
+its own component; anything else is an upward or sideways arrow, which is how
+import cycles and tangled layers start.
+"""
+
+from __future__ import annotations
+
+import ast
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+PACKAGE = ROOT / "chandy"
+
+#: (rank, component prefixes). Higher ranks may import lower ones.
+LAYERS: list[tuple[int, tuple[str, ...]]] = [
+    (0, ("chandy.errors",)),
+    (0, ("chandy.util",)),
+    (1, ("chandy.config",)),
+    (1, ("chandy.api.state",)),
+    (2, ("chandy.api.functions",)),
+    (2, ("chandy.api.connector",)),
+    (3, ("chandy.network",)),
+    (3, ("chandy.state",)),
+    (3, ("chandy.storage",)),
+    (4, ("chandy.task",)),
+    (4, ("chandy.checkpoint",)),
+    (5, ("chandy.graph",)),
+    (5, ("chandy.connectors",)),
+    (6, ("chandy.runtime",)),
+    (7, ("chandy.api.datastream", "chandy.api.environment", "chandy.api")),
+    (8, ("chandy.cli",)),
+    (8, ("chandy.web",)),
+    (9, ("chandy",)),
+]
+
+
+def component(module: str) -> tuple[int, tuple[str, ...]]:
+    best: tuple[int, tuple[str, ...]] | None = None
+    best_len = -1
+    for rank, prefixes in LAYERS:
+        for prefix in prefixes:
+            if (module == prefix or module.startswith(prefix + ".")) and len(prefix) > best_len:
+                best, best_len = (rank, prefixes), len(prefix)
+    assert best is not None, module
+    return best
+
+
+def module_name(path: Path) -> str:
+    parts = list(path.relative_to(ROOT).with_suffix("").parts)
+    if parts[-1] == "__init__":
+        parts.pop()
+    return ".".join(parts)
+
+
+def imports_of(path: Path) -> list[tuple[int, str]]:
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    package = module_name(path) if path.name == "__init__.py" else module_name(path).rpartition(".")[0]
+    found = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            found += [(node.lineno, alias.name) for alias in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = package.split(".")[: len(package.split(".")) - node.level + 1]
+                target = ".".join(base + ([node.module] if node.module else []))
+            else:
+                target = node.module or ""
+            found.append((node.lineno, target))
+    return [(line, name) for line, name in found if name == "chandy" or name.startswith("chandy.")]
+
+
+def all_modules() -> list[Path]:
+    return sorted(PACKAGE.rglob("*.py"))
+
+
+@pytest.mark.parametrize("path", all_modules(), ids=lambda p: str(p.relative_to(ROOT)))
+def test_imports_point_down(path: Path) -> None:
+    source = module_name(path)
+    rank, prefixes = component(source)
+    for line, target in imports_of(path):
+        if target == "chandy" and source != "chandy":
+            pytest.fail(f"{path.name}:{line} imports the top-level package; import the module")
+        target_rank, target_prefixes = component(target)
+        allowed = target_rank < rank or target_prefixes == prefixes
+        assert allowed, (f"{source} (layer {rank}) imports {target} (layer {target_rank}) at "
+                         f"line {line}: arrows must point down (docs/architecture.md)")
+
+
+def test_every_module_imports_on_its_own() -> None:
+    """No module depends on another having been imported first (no hidden cycles)."""
+    names = [module_name(p) for p in all_modules()]
+    code = "import importlib, sys\nfor n in sys.argv[1:]:\n    importlib.import_module(n)\n"
+    for name in names:
+        subprocess.run([sys.executable, "-c", code, name], check=True, cwd=ROOT)
+
+
+def test_ruff_is_clean() -> None:
+    ruff = shutil.which("ruff") or str(Path(sys.executable).with_name("ruff"))
+    result = subprocess.run([ruff, "check", "--quiet", str(ROOT)], capture_output=True, text=True)
+    assert result.returncode == 0, result.stdout + result.stderr
