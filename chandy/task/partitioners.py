@@ -15,8 +15,6 @@ from __future__ import annotations
 import random
 from abc import ABC, abstractmethod
 from collections.abc import Callable
-from itertools import compress, repeat
-from operator import eq
 from typing import Any
 
 from chandy.state.key_groups import KeyGroupAssigner
@@ -170,13 +168,18 @@ class KeyGroupStreamPartitioner(StreamPartitioner):
             else:
                 buffer.extend(records)
             return
-        channels = list(map(self._channel_of.__getitem__, groups))
+        channel_of = self._channel_of
         if self.ship_keys:
-            for channel, buffer in enumerate(buffers):
-                mask = list(map(eq, channels, repeat(channel)))
-                buffer.key_groups.extend(compress(groups, mask))
-                buffer.keys.extend(compress(keys, mask))
-                buffer.values.extend(compress(records, mask))
+            # One Python loop beats per-channel masks from two channels on (measured).
+            group_appenders = [b.key_groups.append for b in buffers]
+            key_appenders = [b.keys.append for b in buffers]
+            value_appenders = [b.values.append for b in buffers]
+            for kg, key, value in zip(groups, keys, records, strict=True):
+                channel = channel_of[kg]
+                group_appenders[channel](kg)
+                key_appenders[channel](key)
+                value_appenders[channel](value)
         else:
-            for channel, buffer in enumerate(buffers):
-                buffer.extend(compress(records, map(eq, channels, repeat(channel))))
+            appenders = [b.append for b in buffers]
+            for kg, value in zip(groups, records, strict=True):
+                appenders[channel_of[kg]](value)

@@ -1,11 +1,12 @@
 """The output side of a task: batches records per channel and sends them.
 
 Records collect in one buffer per output channel and leave when the buffer
-holds ``batch_size`` records, when the task goes idle (a task that has nothing
-to read flushes before it sleeps, so a trickle of records is not delayed), or
-when the oldest pending record is older than the buffer timeout while the task
-stays busy. Events (end of partition, later checkpoint barriers) first flush
-every buffer, so they stay in order behind the records emitted before them.
+holds ``batch_size`` records (a batch is never more than twice that), when the
+task goes idle (a task that has nothing to read flushes before it sleeps, so a
+trickle of records is not delayed), or when the oldest pending record is older
+than the buffer timeout while the task stays busy. Events (end of partition,
+later checkpoint barriers) first flush every buffer, so they stay in order
+behind the records emitted before them.
 """
 
 from __future__ import annotations
@@ -45,7 +46,7 @@ class RecordWriter:
         for index, buffer in enumerate(buffers):
             n = len(buffer)
             if n >= size:
-                if n == size:
+                if n < 2 * size:  # send as is: a batch holds at most twice batch_size
                     self._send(index, buffer)
                     buffers[index] = self.partitioner.new_buffer()
                     continue
