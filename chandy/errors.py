@@ -39,3 +39,14 @@ class JobExecutionError(ChandyError):
 
 class JobCancelledError(JobExecutionError):
     """The job was cancelled before it finished (``close()`` on a collect iterator, Ctrl-C)."""
+
+
+class InvalidCheckpointError(ChandyError):
+    """A checkpoint or savepoint cannot be used: missing, incomplete, corrupt or incompatible.
+
+    The message names the path and what to do instead.
+    """
+
+
+class StorageError(ChandyError):
+    """Checkpoint storage cannot be reached, read or written; the message names the path."""

@@ -99,3 +99,117 @@ def test_key_outside_the_range_is_refused() -> None:
     backend = HeapKeyedStateBackend(KeyGroupRange(0, 63), 128)
     with pytest.raises(ValueError, match="outside"):
         backend.set_current_key("k", 100)
+
+
+def restore_into(snapshot_bytes_by_backend: list, key_group_range: KeyGroupRange | None = None
+                 ) -> HeapKeyedStateBackend:
+    from chandy.state.handles import ByteStreamStateHandle, KeyGroupsStateHandle
+
+    fresh = HeapKeyedStateBackend(key_group_range or KeyGroupRange(0, 127), 128)
+    handles = [KeyGroupsStateHandle(s.key_group_range, s.ranges, ByteStreamStateHandle("x", s.payload))
+               for s in snapshot_bytes_by_backend]
+    fresh.restore(handles, lambda h, r: h.data[r[0]:r[1]])
+    return fresh
+
+
+def test_a_snapshot_sees_state_as_of_the_barrier_whatever_happens_after(
+        backend: HeapKeyedStateBackend) -> None:
+    """Copy-on-write: mutations after the synchronous part never reach the snapshot."""
+    value = backend.get_partitioned_state(ValueStateDescriptor("v"))
+    items = backend.get_partitioned_state(ListStateDescriptor("l"))
+    mapping = backend.get_partitioned_state(MapStateDescriptor("m"))
+    folded = backend.get_partitioned_state(ReducingStateDescriptor("r", lambda a, b: a + b))
+    at(backend, "k")
+    value.update(["mutable", "list"])
+    items.add(1)
+    mapping.put("a", [1])
+    folded.add([1])
+    snapshot = backend.snapshot()
+    # after the barrier: in-place mutations of what user code reads, and new writes
+    value.value().append("after")
+    items.add(2)
+    mapping.get("a").append(2)
+    mapping.put("b", 3)
+    folded.add([2])
+    at(backend, "new-key")
+    value.update("new")
+    serialized = snapshot.serialize()
+    snapshot.release()
+    restored = restore_into([serialized])
+    at(restored, "k")
+    assert restored.get_partitioned_state(ValueStateDescriptor("v")).value() == ["mutable", "list"]
+    assert list(restored.get_partitioned_state(ListStateDescriptor("l")).get()) == [1]
+    assert dict(restored.get_partitioned_state(MapStateDescriptor("m")).items()) == {"a": [1]}
+    assert restored.get_partitioned_state(
+        ReducingStateDescriptor("r", lambda a, b: a + b)).get() == [1]
+    at(restored, "new-key")
+    assert restored.get_partitioned_state(ValueStateDescriptor("v")).value() is None
+    # and the live state kept every change
+    at(backend, "k")
+    assert value.value() == ["mutable", "list", "after"]
+    assert list(items.get()) == [1, 2]
+    assert dict(mapping.items()) == {"a": [1, 2], "b": 3}
+
+
+def test_copy_on_write_stops_once_no_snapshot_is_in_flight(backend: HeapKeyedStateBackend) -> None:
+    value = backend.get_partitioned_state(ValueStateDescriptor("v"))
+    at(backend, "k")
+    value.update([1])
+    first = value.value()
+    snapshot = backend.snapshot()
+    assert value.value() is not first  # privatized while the snapshot is in flight
+    snapshot.release()
+    privatized = value.value()
+    assert value.value() is privatized  # no more copies afterwards
+    assert backend.tables["v"].cow is None
+
+
+def test_immutable_values_are_never_copied(backend: HeapKeyedStateBackend) -> None:
+    value = backend.get_partitioned_state(ValueStateDescriptor("v"))
+    at(backend, "k")
+    value.update(("a", 1, frozenset({2})))
+    before = value.value()
+    snapshot = backend.snapshot()
+    assert value.value() is before
+    snapshot.release()
+
+
+def test_keyed_state_restores_into_a_smaller_range_per_key_group(
+        backend: HeapKeyedStateBackend) -> None:
+    value = backend.get_partitioned_state(ValueStateDescriptor("v"))
+    for i in range(1000):
+        at(backend, i)
+        value.update(i * 10)
+    snapshot = backend.snapshot()
+    serialized = snapshot.serialize()
+    snapshot.release()
+    halves = [KeyGroupRange.of_operator(128, 2, i) for i in range(2)]
+    restored = [restore_into([serialized], r) for r in halves]
+    assert sum(b.num_keys("v") for b in restored) == 1000
+    for i in range(1000):
+        kg = assign_to_key_group(i, 128)
+        owner = restored[0] if kg in halves[0] else restored[1]
+        owner.set_current_key(i, kg)
+        assert owner.get_partitioned_state(ValueStateDescriptor("v")).value() == i * 10
+
+
+def test_operator_state_snapshot_and_restore() -> None:
+    from chandy.state.handles import ByteStreamStateHandle, OperatorStateDistributionMode
+    from chandy.state.operator_state import OperatorStateBackend
+
+    source = OperatorStateBackend()
+    split = source.get_list_state(ListStateDescriptor("offsets"))
+    union = source.get_union_list_state(ListStateDescriptor("everyone"))
+    split.add_all([{"partition": 0, "offset": 5}, {"partition": 1, "offset": 9}])
+    union.add("shared")
+    payload, metas = source.snapshot()
+    split.add("after the snapshot")  # not in the snapshot: elements were pickled already
+    assert metas["offsets"].mode is OperatorStateDistributionMode.SPLIT_DISTRIBUTE
+    assert metas["everyone"].mode is OperatorStateDistributionMode.UNION
+    target = OperatorStateBackend()
+    target.restore([(metas, ByteStreamStateHandle("x", payload))], lambda h, r: h.data[r[0]:r[1]])
+    assert list(target.get_list_state(ListStateDescriptor("offsets")).get()) == [
+        {"partition": 0, "offset": 5}, {"partition": 1, "offset": 9}]
+    assert list(target.get_union_list_state(ListStateDescriptor("everyone")).get()) == ["shared"]
+    with pytest.raises(ValueError, match="SPLIT_DISTRIBUTE"):
+        target.get_union_list_state(ListStateDescriptor("offsets"))

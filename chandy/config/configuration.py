@@ -46,6 +46,26 @@ def parse_duration_ms(value: Any) -> int:
     raise ValueError(f"{value!r} is not a duration (use e.g. 500, '500 ms', '10 s', '10 min')")
 
 
+_MEMORY_UNITS = {"": 1, "b": 1, "bytes": 1, "k": 1024, "kb": 1024, "kibibytes": 1024,
+                 "m": 1 << 20, "mb": 1 << 20, "mebibytes": 1 << 20, "g": 1 << 30, "gb": 1 << 30,
+                 "gibibytes": 1 << 30}
+
+
+def parse_memory_size(value: Any) -> int:
+    """Parse a memory size as Flink does: ``1024`` (bytes), ``"20 kb"``, ``"1mb"``."""
+    if isinstance(value, bool):
+        raise ValueError(f"{value!r} is not a memory size")
+    if isinstance(value, int):
+        if value < 0:
+            raise ValueError(f"{value!r} is negative")
+        return value
+    if isinstance(value, str):
+        match = re.match(r"^\s*(\d+)\s*([a-zA-Z]*)\s*$", value)
+        if match and match.group(2).lower() in _MEMORY_UNITS:
+            return int(match.group(1)) * _MEMORY_UNITS[match.group(2).lower()]
+    raise ValueError(f"{value!r} is not a memory size (use e.g. 1024, '20 kb', '1 mb')")
+
+
 def _parse_bool(value: Any) -> bool:
     if isinstance(value, bool):
         return value
@@ -111,6 +131,16 @@ class ConfigOption(Generic[T]):
         return ConfigOption(key, default, description, parse_duration_ms,
                             "a duration such as 500, '500 ms', '10 s' or '10 min'"
                             + (f", at least {minimum_ms} ms" if minimum_ms else ""),
+                            deprecated_keys, check)
+
+    @staticmethod
+    def memory_size(key: str, default: int, description: str, *, maximum: int,
+                    deprecated_keys: tuple[str, ...] = ()) -> ConfigOption:
+        def check(v: int) -> None:
+            if v > maximum:
+                raise ValueError(f"{v} bytes is above the maximum {maximum} bytes")
+        return ConfigOption(key, default, description, parse_memory_size,
+                            f"a memory size such as 20 kb, at most {maximum} bytes",
                             deprecated_keys, check)
 
     @staticmethod

@@ -6,6 +6,8 @@ user's keys against, so a misspelt key is an error, not silently ignored.
 
 from __future__ import annotations
 
+import enum
+
 from chandy.config.configuration import ConfigOption
 
 UPPER_BOUND_MAX_PARALLELISM = 32768
@@ -27,6 +29,113 @@ class CoreOptions:
     DEFAULT_PARALLELISM = ConfigOption.integer(
         "parallelism.default", 1, "Parallelism of operators that set none.", minimum=1,
         maximum=UPPER_BOUND_MAX_PARALLELISM)
+
+
+class CheckpointingMode(enum.Enum):
+    """How barriers are handled: aligned exactly-once, or tracked at-least-once."""
+
+    EXACTLY_ONCE = "EXACTLY_ONCE"
+    AT_LEAST_ONCE = "AT_LEAST_ONCE"
+
+
+class ExternalizedCheckpointRetention(enum.Enum):
+    """What happens to completed checkpoints when the job ends (Flink's names)."""
+
+    #: Keep them when the job is cancelled or fails; delete them when it finishes.
+    RETAIN_ON_CANCELLATION = "RETAIN_ON_CANCELLATION"
+    #: Keep them when the job fails; delete them when it is cancelled or finishes.
+    DELETE_ON_CANCELLATION = "DELETE_ON_CANCELLATION"
+    #: Delete them whenever the job ends.
+    NO_EXTERNALIZED_CHECKPOINTS = "NO_EXTERNALIZED_CHECKPOINTS"
+
+
+#: PyFlink 1.x name of the same choice.
+ExternalizedCheckpointCleanup = ExternalizedCheckpointRetention
+
+
+class CheckpointingOptions:
+    INTERVAL = ConfigOption.duration(
+        "execution.checkpointing.interval", None,
+        "Time between the starts of two periodic checkpoints; unset means no periodic "
+        "checkpoints.", minimum_ms=10)
+    MODE = ConfigOption.enumeration(
+        "execution.checkpointing.mode", CheckpointingMode, CheckpointingMode.EXACTLY_ONCE,
+        "EXACTLY_ONCE aligns barriers; AT_LEAST_ONCE never blocks an input.")
+    TIMEOUT = ConfigOption.duration(
+        "execution.checkpointing.timeout", 600_000,
+        "A checkpoint not completed within this time is aborted (CHECKPOINT_EXPIRED).",
+        minimum_ms=10)
+    MIN_PAUSE = ConfigOption.duration(
+        "execution.checkpointing.min-pause", 0,
+        "Least time from the completion of one checkpoint to the start of the next.")
+    MAX_CONCURRENT = ConfigOption.integer(
+        "execution.checkpointing.max-concurrent-checkpoints", 1,
+        "Checkpoints that may be in progress at once.", minimum=1)
+    TOLERABLE_FAILURES = ConfigOption.integer(
+        "execution.checkpointing.tolerable-failed-checkpoints", 0,
+        "Consecutive checkpoint failures (declined, expired, failed to write) tolerated before "
+        "the job fails over.", minimum=0)
+    EXTERNALIZED_RETENTION = ConfigOption.enumeration(
+        "execution.checkpointing.externalized-checkpoint-retention",
+        ExternalizedCheckpointRetention, ExternalizedCheckpointRetention.NO_EXTERNALIZED_CHECKPOINTS,
+        "Whether completed checkpoints survive the job's cancellation or failure.",
+        deprecated_keys=("execution.checkpointing.externalized-checkpoint-retention.enabled",))
+    STORAGE = ConfigOption.string(
+        "execution.checkpointing.storage", None,
+        "'jobmanager' keeps checkpoints in the JobMaster's memory; 'filesystem' writes them to "
+        "execution.checkpointing.dir. Default: filesystem when a directory is set.",
+        choices=("jobmanager", "filesystem"), deprecated_keys=("state.checkpoint-storage",))
+    DIRECTORY = ConfigOption.string(
+        "execution.checkpointing.dir", None,
+        "Where checkpoints are written: a path or URI (file://, s3://, hdfs://, memory://).",
+        deprecated_keys=("state.checkpoints.dir", "state.backend.fs.checkpointdir"))
+    NUM_RETAINED = ConfigOption.integer(
+        "execution.checkpointing.num-retained", 1, "Completed checkpoints kept.", minimum=1,
+        deprecated_keys=("state.checkpoints.num-retained",))
+    CREATE_SUBDIR = ConfigOption.boolean(
+        "execution.checkpointing.create-subdir", True,
+        "Write checkpoints under <dir>/<job-id>/.", deprecated_keys=("state.checkpoints.create-subdir",))
+    INLINE_THRESHOLD = ConfigOption.memory_size(
+        "execution.checkpointing.data-inline-threshold", 20 * 1024,
+        "State smaller than this is stored inside _metadata instead of its own file.",
+        maximum=1 << 20, deprecated_keys=("state.storage.fs.memory-threshold",))
+    CHECKPOINTS_AFTER_TASKS_FINISH = ConfigOption.boolean(
+        "execution.checkpointing.checkpoints-after-tasks-finish", False,
+        "Keep checkpointing after some tasks finished (an input that ends then counts as "
+        "aligned). Off until the final-checkpoint protocol lands: an input that ends during "
+        "alignment aborts that checkpoint.",
+        deprecated_keys=("execution.checkpointing.checkpoints-after-tasks-finish.enabled",))
+
+
+class StateRecoveryOptions:
+    PATH = ConfigOption.string(
+        "execution.state-recovery.path", None,
+        "Start the job from this retained checkpoint or savepoint (a chk-N directory or its "
+        "_metadata file).", deprecated_keys=("execution.savepoint.path",))
+    IGNORE_UNCLAIMED_STATE = ConfigOption.boolean(
+        "execution.state-recovery.ignore-unclaimed-state", False,
+        "Skip state of operators that no longer exist instead of refusing to start.",
+        deprecated_keys=("execution.savepoint.ignore-unclaimed-state",))
+
+
+class RestartStrategyOptions:
+    TYPE = ConfigOption.string(
+        "restart-strategy.type", None,
+        "How a failed job restarts: 'fixed-delay', or 'none'. Default: fixed-delay when "
+        "checkpointing is on, none otherwise.",
+        choices=("fixed-delay", "fixeddelay", "none", "off", "disable", "no_restart"),
+        deprecated_keys=("restart-strategy",))
+    ATTEMPTS = ConfigOption.integer(
+        "restart-strategy.fixed-delay.attempts", None,
+        "Restarts before the job fails for good (default: unlimited when checkpointing "
+        "chose the strategy, 1 when fixed-delay is set explicitly).", minimum=0)
+    DELAY = ConfigOption.duration(
+        "restart-strategy.fixed-delay.delay", 1000, "Wait between a failure and the restart.")
+
+
+class WebOptions:
+    CHECKPOINTS_HISTORY = ConfigOption.integer(
+        "web.checkpoints.history", 10, "Checkpoints kept in the statistics history.", minimum=1)
 
 
 class ExecutionOptions:
@@ -55,6 +164,7 @@ class NetworkOptions:
 def all_options() -> list[ConfigOption]:
     """Every option declared in this module."""
     found: list[ConfigOption] = []
-    for holder in (PipelineOptions, CoreOptions, ExecutionOptions, NetworkOptions):
+    for holder in (PipelineOptions, CoreOptions, ExecutionOptions, NetworkOptions,
+                   CheckpointingOptions, StateRecoveryOptions, RestartStrategyOptions, WebOptions):
         found.extend(v for v in vars(holder).values() if isinstance(v, ConfigOption))
     return found

@@ -14,6 +14,7 @@ pops, and ``collections.deque`` appends and pops are atomic.
 
 from __future__ import annotations
 
+import pickle
 from abc import ABC, abstractmethod
 from collections import deque
 from collections.abc import Callable
@@ -56,6 +57,10 @@ class InputChannel(ABC):
     @abstractmethod
     def backlog(self) -> int:
         """Items received and not yet taken."""
+
+    @abstractmethod
+    def size_of(self, item: Any) -> int:
+        """Bytes ``item`` took (or would take) on the wire; asked only during alignment."""
 
 
 class _NoWakeup(Wakeup):
@@ -120,6 +125,10 @@ class LocalChannel(OutputChannel, InputChannel):
 
     def backlog(self) -> int:
         return len(self._queue)
+
+    def size_of(self, item: Any) -> int:
+        # In memory nothing was serialized; measure what a TCP channel would have sent.
+        return len(pickle.dumps(item, protocol=pickle.HIGHEST_PROTOCOL))
 
     def close(self) -> None:
         """The consumer is gone: wake a blocked producer so it fails instead of hanging."""

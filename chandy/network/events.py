@@ -9,6 +9,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from chandy.messages.checkpoint import CheckpointOptions
+
 
 @dataclass(frozen=True, slots=True)
 class RuntimeEvent:
@@ -21,3 +23,27 @@ class EndOfPartition(RuntimeEvent):
 
 
 END_OF_PARTITION = EndOfPartition()
+
+
+DEFAULT_OPTIONS = CheckpointOptions()
+
+
+@dataclass(frozen=True, slots=True)
+class CheckpointBarrier(RuntimeEvent):
+    """Separates the records before checkpoint ``checkpoint_id`` from those after it.
+
+    Injected by every source subtask when it takes its snapshot, forwarded by
+    every task once it has taken its own. ``timestamp`` is the trigger time at
+    the coordinator (milliseconds); it gives the checkpoint's start delay.
+    """
+
+    checkpoint_id: int
+    timestamp: int
+    options: CheckpointOptions = DEFAULT_OPTIONS
+
+
+@dataclass(frozen=True, slots=True)
+class CancelCheckpointMarker(RuntimeEvent):
+    """Checkpoint ``checkpoint_id`` was aborted upstream: do not wait for its barriers."""
+
+    checkpoint_id: int

@@ -5,11 +5,25 @@ of rescaling), so grouping at write time would mean hashing every key again.
 The keyed partitioner upstream already computed each record's key group; the
 operator hands it to :meth:`HeapKeyedStateBackend.set_current_key` and a state
 access is two list/dict lookups.
+
+Snapshots are copy-on-write. The synchronous part (on the task thread, between
+two batches) takes a shallow copy of every key group's dictionary: a C-speed
+copy of references, not of values. While any snapshot is still being
+serialized off the task thread, a value that is not immutable (a list, a dict,
+a user object) is deep-copied the first time this subtask touches it for its
+key, so the snapshot keeps the object as it was at the barrier even if user
+code mutates what it read. Immutable values (numbers, strings, tuples of
+them) are never copied. Once no snapshot is in flight, accesses check one
+attribute and do nothing else.
 """
 
 from __future__ import annotations
 
+import copy
+import pickle
+import threading
 from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass
 from typing import Any
 
 from chandy.api.state import (
@@ -25,7 +39,20 @@ from chandy.api.state import (
     ValueStateDescriptor,
 )
 from chandy.state.backend import KeyedStateBackend
+from chandy.state.handles import KeyGroupsStateHandle, Range, StreamStateHandle
 from chandy.state.key_groups import KeyGroupRange
+
+_ATOMIC = frozenset({int, float, str, bytes, bool, complex, type(None)})
+
+
+def is_immutable(value: Any) -> bool:
+    """True for values no code can change in place (so a snapshot may share them)."""
+    t = type(value)
+    if t in _ATOMIC:
+        return True
+    if t is tuple or t is frozenset:
+        return all(is_immutable(v) for v in value)
+    return False
 
 
 class StateTable:
@@ -36,7 +63,7 @@ class StateTable:
     costs little and saves a subtraction on every state access.
     """
 
-    __slots__ = ("name", "kind", "maps", "key_group_range")
+    __slots__ = ("name", "kind", "maps", "key_group_range", "cow")
 
     def __init__(self, name: str, kind: str, key_group_range: KeyGroupRange,
                  max_parallelism: int) -> None:
@@ -46,6 +73,20 @@ class StateTable:
         self.maps: list[dict[Any, Any] | None] = [None] * max_parallelism
         for kg in key_group_range:
             self.maps[kg] = {}
+        #: Keys privatized since the latest snapshot; ``None`` while no snapshot is in flight.
+        self.cow: set[Any] | None = None
+
+    def privatize(self, m: dict[Any, Any], key: Any) -> Any:
+        """The value of ``key``, copied first if a snapshot may still share it."""
+        value = m.get(key)
+        cow = self.cow
+        if cow is None or key in cow:
+            return value
+        if value is not None and not is_immutable(value):
+            value = copy.deepcopy(value)
+            m[key] = value
+        cow.add(key)
+        return value
 
     def key_group_maps(self) -> list[tuple[int, dict[Any, Any]]]:
         """``(key_group, map)`` for every key group of the range."""
@@ -64,6 +105,8 @@ class HeapKeyedStateBackend(KeyedStateBackend):
         self._handles: dict[str, State] = {}
         self.current_key: Any = None
         self.current_index = key_group_range.start  # the key group of the current key
+        self._lock = threading.Lock()
+        self._snapshots_in_flight = 0
 
     def set_current_key(self, key: Any, key_group: int) -> None:
         if key_group not in self.key_group_range:
@@ -99,81 +142,130 @@ class HeapKeyedStateBackend(KeyedStateBackend):
         table = self.tables.get(state_name)
         return 0 if table is None else len(table)
 
+    # ------------------------------------------------------------------ snapshots
+
+    def snapshot(self) -> HeapSnapshot:
+        """The synchronous part: shallow copies of every key group, copy-on-write from now on.
+
+        Call :meth:`HeapSnapshot.serialize` (off the task thread) and then
+        :meth:`HeapSnapshot.release`.
+        """
+        with self._lock:
+            self._snapshots_in_flight += 1
+            for table in self.tables.values():
+                table.cow = set()
+        copies = {name: (table.kind, {kg: dict(m) for kg, m in table.key_group_maps() if m})
+                  for name, table in self.tables.items()}
+        return HeapSnapshot(self, self.key_group_range, copies)
+
+    def _release(self) -> None:
+        with self._lock:
+            self._snapshots_in_flight -= 1
+            if self._snapshots_in_flight == 0:
+                for table in self.tables.values():
+                    table.cow = None
+
+    def restore(self, handles: Iterable[KeyGroupsStateHandle],
+                read: Callable[[StreamStateHandle, Range], bytes]) -> None:
+        """Load every key group of this backend's range from ``handles`` (which may
+        cover other ranges too: a restore after rescaling)."""
+        for handle in handles:
+            part = handle.intersection(self.key_group_range)
+            if part is None:
+                continue
+            for kg, byte_range in part.key_groups():
+                if byte_range[1] <= byte_range[0]:
+                    continue
+                for name, (kind, values) in pickle.loads(read(part.delegate, byte_range)).items():
+                    table = self.tables.get(name)
+                    if table is None:
+                        table = self.tables[name] = StateTable(name, kind, self.key_group_range,
+                                                               self.max_parallelism)
+                    elif table.kind != kind:
+                        raise ValueError(f"restored state '{name}' is {kind} state in one "
+                                         f"snapshot and {table.kind} state in another")
+                    target = table.maps[kg]
+                    assert target is not None
+                    target.update(values)
+
     def dispose(self) -> None:
         self.tables.clear()
         self._handles.clear()
 
 
-class HeapValueState(ValueState):
-    __slots__ = ("_backend", "_maps")
+class _HeapState:
+    """Common fields of the heap state handles."""
+
+    __slots__ = ("_backend", "_maps", "_table")
 
     def __init__(self, backend: HeapKeyedStateBackend, table: StateTable,
                  descriptor: StateDescriptor) -> None:
         self._backend = backend
         self._maps = table.maps
+        self._table = table
 
-    def value(self) -> Any:
+    def _read(self) -> Any:
+        """The current key's value, privatized first while a snapshot is in flight."""
         b = self._backend
-        return self._maps[b.current_index].get(b.current_key)
+        if self._table.cow is None:
+            return self._maps[b.current_index].get(b.current_key)
+        return self._table.privatize(self._maps[b.current_index], b.current_key)
 
-    def update(self, value: Any) -> None:
+    def _write(self, value: Any) -> None:
         b = self._backend
-        if value is None:
-            self._maps[b.current_index].pop(b.current_key, None)
-        else:
-            self._maps[b.current_index][b.current_key] = value
+        key = b.current_key
+        self._maps[b.current_index][key] = value
+        cow = self._table.cow
+        if cow is not None:
+            cow.add(key)  # a fresh object: no snapshot shares it
 
     def clear(self) -> None:
         b = self._backend
         self._maps[b.current_index].pop(b.current_key, None)
 
 
-class HeapReducingState(ReducingState):
-    __slots__ = ("_backend", "_maps", "_reduce")
+class HeapValueState(_HeapState, ValueState):
+    __slots__ = ()
+
+    def value(self) -> Any:
+        return self._read()
+
+    def update(self, value: Any) -> None:
+        if value is None:
+            self.clear()
+        else:
+            self._write(value)
+
+
+class HeapReducingState(_HeapState, ReducingState):
+    __slots__ = ("_reduce",)
 
     def __init__(self, backend: HeapKeyedStateBackend, table: StateTable,
                  descriptor: StateDescriptor) -> None:
+        super().__init__(backend, table, descriptor)
         assert isinstance(descriptor, ReducingStateDescriptor)
-        self._backend = backend
-        self._maps = table.maps
         self._reduce: Callable[[Any, Any], Any] = descriptor.reduce_function
 
     def get(self) -> Any:
-        b = self._backend
-        return self._maps[b.current_index].get(b.current_key)
+        return self._read()
 
     def add(self, value: Any) -> None:
-        b = self._backend
-        m = self._maps[b.current_index]
-        key = b.current_key
-        old = m.get(key)
-        m[key] = value if old is None else self._reduce(old, value)
-
-    def clear(self) -> None:
-        b = self._backend
-        self._maps[b.current_index].pop(b.current_key, None)
+        old = self._read()
+        self._write(value if old is None else self._reduce(old, value))
 
 
-class HeapListState(ListState):
-    __slots__ = ("_backend", "_maps")
-
-    def __init__(self, backend: HeapKeyedStateBackend, table: StateTable,
-                 descriptor: StateDescriptor) -> None:
-        self._backend = backend
-        self._maps = table.maps
+class HeapListState(_HeapState, ListState):
+    __slots__ = ()
 
     def get(self) -> Iterable[Any]:
-        b = self._backend
-        return tuple(self._maps[b.current_index].get(b.current_key, ()))
+        return tuple(self._read() or ())
 
     def add(self, value: Any) -> None:
         if value is None:
             raise ValueError("ListState.add(None): None cannot be stored in a list state")
-        b = self._backend
-        m = self._maps[b.current_index]
-        values = m.get(b.current_key)
+        values = self._read()
         if values is None:
-            m[b.current_key] = [value]
+            self._write([value])
         else:
             values.append(value)
 
@@ -183,11 +275,9 @@ class HeapListState(ListState):
             raise ValueError("ListState.add_all: None cannot be stored in a list state")
         if not items:
             return
-        b = self._backend
-        m = self._maps[b.current_index]
-        current = m.get(b.current_key)
+        current = self._read()
         if current is None:
-            m[b.current_key] = items
+            self._write(items)
         else:
             current.extend(items)
 
@@ -195,40 +285,24 @@ class HeapListState(ListState):
         items = list(values) if values is not None else []
         if any(v is None for v in items):
             raise ValueError("ListState.update: None cannot be stored in a list state")
-        b = self._backend
-        m = self._maps[b.current_index]
         if items:
-            m[b.current_key] = items
+            self._write(items)
         else:
-            m.pop(b.current_key, None)
-
-    def clear(self) -> None:
-        b = self._backend
-        self._maps[b.current_index].pop(b.current_key, None)
+            self.clear()
 
 
-class HeapMapState(MapState):
-    __slots__ = ("_backend", "_maps")
-
-    def __init__(self, backend: HeapKeyedStateBackend, table: StateTable,
-                 descriptor: StateDescriptor) -> None:
-        self._backend = backend
-        self._maps = table.maps
-
-    def _current(self) -> dict[Any, Any] | None:
-        b = self._backend
-        return self._maps[b.current_index].get(b.current_key)
+class HeapMapState(_HeapState, MapState):
+    __slots__ = ()
 
     def _current_for_write(self) -> dict[Any, Any]:
-        b = self._backend
-        m = self._maps[b.current_index]
-        d = m.get(b.current_key)
+        d = self._read()
         if d is None:
-            d = m[b.current_key] = {}
+            d = {}
+            self._write(d)
         return d
 
     def get(self, key: Any) -> Any:
-        d = self._current()
+        d = self._read()
         return None if d is None else d.get(key)
 
     def put(self, key: Any, value: Any) -> None:
@@ -239,36 +313,78 @@ class HeapMapState(MapState):
             self._current_for_write().update(dict_value)
 
     def remove(self, key: Any) -> None:
-        b = self._backend
-        m = self._maps[b.current_index]
-        d = m.get(b.current_key)
+        d = self._read()
         if d is not None:
             d.pop(key, None)
             if not d:
-                del m[b.current_key]
+                self.clear()
 
     def contains(self, key: Any) -> bool:
-        d = self._current()
+        d = self._read()
         return d is not None and key in d
 
     def items(self) -> Iterator[tuple[Any, Any]]:
-        d = self._current()
+        d = self._read()
         return iter(list(d.items()) if d else ())
 
     def keys(self) -> Iterator[Any]:
-        d = self._current()
+        d = self._read()
         return iter(list(d) if d else ())
 
     def values(self) -> Iterator[Any]:
-        d = self._current()
+        d = self._read()
         return iter(list(d.values()) if d else ())
 
     def is_empty(self) -> bool:
-        return not self._current()
+        return not self._read()
 
-    def clear(self) -> None:
-        b = self._backend
-        self._maps[b.current_index].pop(b.current_key, None)
+
+@dataclass
+class SerializedKeyedState:
+    """One backend's key groups as one byte string, with the range of each key group."""
+
+    key_group_range: KeyGroupRange
+    payload: bytes
+    ranges: tuple[Range, ...]
+
+
+class HeapSnapshot:
+    """Key-group copies taken at the barrier, waiting to be serialized."""
+
+    def __init__(self, backend: HeapKeyedStateBackend, key_group_range: KeyGroupRange,
+                 copies: dict[str, tuple[str, dict[int, dict[Any, Any]]]]) -> None:
+        self._backend: HeapKeyedStateBackend | None = backend
+        self.key_group_range = key_group_range
+        self._copies = copies
+
+    @property
+    def is_empty(self) -> bool:
+        return not any(by_kg for _, by_kg in self._copies.values())
+
+    def serialize(self) -> SerializedKeyedState:
+        """Pickle every key group (the asynchronous part). Safe off the task thread: it
+        only reads the copies, which the task never touches."""
+        parts: list[bytes] = []
+        ranges: list[Range] = []
+        offset = 0
+        for kg in self.key_group_range:
+            group = {name: (kind, by_kg[kg]) for name, (kind, by_kg) in self._copies.items()
+                     if kg in by_kg}
+            if group:
+                blob = pickle.dumps(group, protocol=pickle.HIGHEST_PROTOCOL)
+                parts.append(blob)
+                ranges.append((offset, offset + len(blob)))
+                offset += len(blob)
+            else:
+                ranges.append((offset, offset))
+        return SerializedKeyedState(self.key_group_range, b"".join(parts), tuple(ranges))
+
+    def release(self) -> None:
+        """Done with the copies: copy-on-write may stop once no snapshot is in flight."""
+        backend, self._backend = self._backend, None
+        self._copies = {}
+        if backend is not None:
+            backend._release()
 
 
 _KINDS: dict[type, tuple[str, type]] = {

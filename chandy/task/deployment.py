@@ -12,6 +12,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from chandy.messages.ids import ExecutionAttemptID
+from chandy.state.snapshot import TaskStateSnapshot
 from chandy.task.operators.base import StreamOperator
 from chandy.task.partitioners import StreamPartitioner
 
@@ -32,18 +34,6 @@ class ExecutionState(enum.Enum):
     @property
     def is_terminal(self) -> bool:
         return self in (ExecutionState.FINISHED, ExecutionState.CANCELED, ExecutionState.FAILED)
-
-
-@dataclass(frozen=True, order=True)
-class ExecutionAttemptID:
-    """Which vertex, which subtask, which attempt."""
-
-    vertex_id: int
-    subtask_index: int
-    attempt_number: int
-
-    def __str__(self) -> str:
-        return f"{self.vertex_id}/{self.subtask_index}#{self.attempt_number}"
 
 
 @dataclass(frozen=True)
@@ -73,6 +63,14 @@ class OutputSpec:
 
 
 @dataclass(frozen=True)
+class TaskRestore:
+    """The state a subtask starts from: its share of checkpoint ``checkpoint_id``."""
+
+    checkpoint_id: int
+    state: TaskStateSnapshot
+
+
+@dataclass(frozen=True)
 class TaskDeploymentDescriptor:
     job_id: str
     job_name: str
@@ -87,6 +85,8 @@ class TaskDeploymentDescriptor:
     outputs: tuple[OutputSpec, ...]
     num_input_channels: int
     config: Mapping[str, Any] = field(default_factory=dict)
+    #: ``None`` on a fresh start.
+    task_restore: TaskRestore | None = None
 
     @property
     def attempt_id(self) -> ExecutionAttemptID:

@@ -136,7 +136,8 @@ class StreamGroupedReduce(KeyedOperator):
         from chandy.api.state import ValueStateDescriptor
 
         self.backend.get_partitioned_state(ValueStateDescriptor(self.STATE_NAME))
-        self._maps = self.backend.tables[self.STATE_NAME].maps
+        self._table = self.backend.tables[self.STATE_NAME]
+        self._maps = self._table.maps
         self._call: Callable[[Any, Any], Any] = resolve_call(self.user_function, "reduce")
 
     def process_batch(self, records: KeyedBatch) -> None:  # type: ignore[override]
@@ -144,12 +145,24 @@ class StreamGroupedReduce(KeyedOperator):
         call = self._call
         out = []
         append = out.append
-        for kg, key, value in zip(records.key_groups, records.keys, records.values, strict=True):
-            m = maps[kg]
-            old = m.get(key)
-            new = value if old is None else call(old, value)
-            m[key] = new
-            append(new)
+        table = self._table
+        if table.cow is None:
+            for kg, key, value in zip(records.key_groups, records.keys, records.values,
+                                      strict=True):
+                m = maps[kg]
+                old = m.get(key)
+                new = value if old is None else call(old, value)
+                m[key] = new
+                append(new)
+        else:  # a snapshot is being written: the fold must not change what it shares
+            privatize = table.privatize
+            for kg, key, value in zip(records.key_groups, records.keys, records.values,
+                                      strict=True):
+                m = maps[kg]
+                old = privatize(m, key)
+                new = value if old is None else call(old, value)
+                m[key] = new
+                append(new)
         self.output(out)
 
 

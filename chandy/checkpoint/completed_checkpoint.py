@@ -1,0 +1,101 @@
+"""CompletedCheckpoint and the store that retains the newest N of them."""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+
+from chandy.checkpoint.metadata import MasterState
+from chandy.checkpoint.operator_state import OperatorState
+from chandy.checkpoint.properties import CheckpointProperties
+from chandy.storage.checkpoint_storage import CheckpointStorage
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(eq=False)
+class CompletedCheckpoint:
+    """A checkpoint every task acknowledged and whose ``_metadata`` is written."""
+
+    job_id: str
+    checkpoint_id: int
+    timestamp: int
+    completion_timestamp: int
+    operator_states: dict[str, OperatorState]
+    props: CheckpointProperties
+    #: The checkpoint's directory (``None`` with in-memory storage).
+    external_pointer: str | None
+    storage: CheckpointStorage | None = None
+    master_states: list[MasterState] = field(default_factory=list)
+    discarded: bool = False
+
+    @property
+    def state_size(self) -> int:
+        return sum(s.state_size for s in self.operator_states.values())
+
+    @property
+    def duration_ms(self) -> int:
+        return self.completion_timestamp - self.timestamp
+
+    def discard(self) -> None:
+        """Delete the checkpoint's directory (its exclusive state and ``_metadata``)."""
+        if self.discarded:
+            return
+        self.discarded = True
+        if self.storage is not None:
+            self.storage.discard_checkpoint(self.checkpoint_id)
+
+    def discard_on_subsume(self) -> bool:
+        if self.props.discard_subsumed:
+            self.discard()
+            return True
+        return False
+
+    def discard_on_shutdown(self, job_status: str) -> bool:
+        if self.props.discard_on_job_end(job_status):
+            self.discard()
+            return True
+        log.info("Checkpoint %d of job %s is retained at %s (job %s).", self.checkpoint_id,
+                 self.job_id, self.external_pointer, job_status)
+        return False
+
+    def __repr__(self) -> str:
+        return f"CompletedCheckpoint({self.checkpoint_id}, {self.external_pointer})"
+
+
+class CompletedCheckpointStore:
+    """Flink's ``StandaloneCompletedCheckpointStore``: the newest ``max_retained`` checkpoints."""
+
+    def __init__(self, max_retained: int) -> None:
+        if max_retained < 1:
+            raise ValueError(f"a checkpoint store must retain at least one checkpoint, "
+                             f"got {max_retained} (execution.checkpointing.num-retained)")
+        self.max_retained = max_retained
+        self._checkpoints: list[CompletedCheckpoint] = []
+
+    def add_checkpoint(self, checkpoint: CompletedCheckpoint) -> list[CompletedCheckpoint]:
+        """Add the newest checkpoint; returns (and discards) the ones it subsumed."""
+        self._checkpoints.append(checkpoint)
+        subsumed = []
+        while len(self._checkpoints) > self.max_retained:
+            oldest = self._checkpoints.pop(0)
+            oldest.discard_on_subsume()
+            subsumed.append(oldest)
+        return subsumed
+
+    def get_latest_checkpoint(self) -> CompletedCheckpoint | None:
+        return self._checkpoints[-1] if self._checkpoints else None
+
+    def get_all_checkpoints(self) -> list[CompletedCheckpoint]:
+        """Oldest first."""
+        return list(self._checkpoints)
+
+    @property
+    def number_of_retained_checkpoints(self) -> int:
+        return len(self._checkpoints)
+
+    def shutdown(self, job_status: str) -> None:
+        """The job ended: discard what the retention policy does not keep."""
+        for checkpoint in self._checkpoints:
+            checkpoint.discard_on_shutdown(job_status)
+        self._checkpoints.clear()

@@ -1,0 +1,528 @@
+"""CheckpointCoordinator: triggers checkpoints, collects acknowledgements, completes them.
+
+Single-threaded by design. Every method runs on the JobMaster's thread, and
+everything time-related (the periodic trigger, the timeout canceller,
+continuations of master hooks) goes through the injected :class:`Timer`,
+which in a running job is the JobMaster's own loop and in tests a
+:class:`~chandy.util.timer.ManualTimer`. No locks, and every scenario can be
+driven event by event.
+
+The path, in Flink's words (see ``shared/reference/checkpoint-flow.md``):
+
+1. ``start_checkpoint_scheduler`` (called by the job-status listener when the
+   job is RUNNING) schedules ``trigger_checkpoint(periodic)`` after a random
+   initial delay, then at a fixed rate.
+2. A request is queued; the pre-checks decide when it runs: at most
+   ``max_concurrent`` pending checkpoints, ``min_pause`` since the last
+   completion for periodic ones, and every task RUNNING.
+3. Triggering: new id, a :class:`PendingCheckpoint` waiting for every task, a
+   timeout canceller, master hooks, then every source subtask is asked to
+   checkpoint (through the gateway).
+4. Acknowledgements arrive: SUCCESS / DUPLICATE / UNKNOWN / DISCARDED; the state
+   of unknown, late or discarded acks is deleted.
+5. Fully acknowledged: register the state, write ``_metadata``, add to the
+   store (which subsumes older checkpoints), abort older pendings (never
+   savepoints), reset the failure counter, log, notify every task.
+6. Declines, timeouts and failures abort the pending checkpoint and are counted
+   by the :class:`CheckpointFailureManager`, which fails the job over past the
+   tolerable number.
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+from collections import deque
+from collections.abc import Callable, Sequence
+from concurrent.futures import Future
+from dataclasses import dataclass
+
+from chandy.checkpoint.completed_checkpoint import CompletedCheckpoint, CompletedCheckpointStore
+from chandy.checkpoint.failure_manager import CheckpointFailureManager
+from chandy.checkpoint.hooks import MasterTriggerRestoreHook
+from chandy.checkpoint.id_counter import CheckpointIDCounter
+from chandy.checkpoint.metadata import MasterState
+from chandy.checkpoint.pending_checkpoint import (
+    CheckpointPlan,
+    PendingCheckpoint,
+    TaskAcknowledgeResult,
+)
+from chandy.checkpoint.properties import CheckpointProperties
+from chandy.checkpoint.shared_state import SharedStateRegistry
+from chandy.checkpoint.stats import CheckpointStatsTracker
+from chandy.config.options import ExternalizedCheckpointRetention
+from chandy.messages.checkpoint import (
+    AcknowledgeCheckpoint,
+    CheckpointException,
+    CheckpointFailureReason,
+    CheckpointOptions,
+    DeclineCheckpoint,
+    TaskCheckpointGateway,
+)
+from chandy.state.snapshot import TaskStateSnapshot
+from chandy.storage.checkpoint_storage import CheckpointStorage
+from chandy.util.clock import Clock
+from chandy.util.timer import Cancellable, Timer
+
+log = logging.getLogger(__name__)
+
+_RECENTLY_EXPIRED = 16
+
+
+@dataclass(frozen=True)
+class CheckpointCoordinatorConfiguration:
+    #: ``None``: no periodic checkpoints (the scheduler is never started).
+    interval_ms: int | None
+    timeout_ms: int = 600_000
+    min_pause_ms: int = 0
+    max_concurrent: int = 1
+    tolerable_failures: int = 0
+    retention: ExternalizedCheckpointRetention = ExternalizedCheckpointRetention.NO_EXTERNALIZED_CHECKPOINTS
+    exactly_once: bool = True
+    max_queued_requests: int = 1000
+
+
+@dataclass(eq=False)
+class CheckpointTriggerRequest:
+    props: CheckpointProperties
+    is_periodic: bool
+    future: Future[CompletedCheckpoint]
+    target_location: str | None = None
+
+    def fail(self, exception: CheckpointException) -> None:
+        if not self.future.done():
+            self.future.set_exception(exception)
+
+
+class CheckpointCoordinator:
+    """Coordinates the checkpoints of one job."""
+
+    def __init__(self, job_id: str, config: CheckpointCoordinatorConfiguration, *,
+                 plan_calculator: Callable[[], CheckpointPlan],
+                 gateway: TaskCheckpointGateway,
+                 storage: CheckpointStorage,
+                 completed_store: CompletedCheckpointStore,
+                 id_counter: CheckpointIDCounter,
+                 stats: CheckpointStatsTracker,
+                 clock: Clock,
+                 timer: Timer,
+                 fail_job: Callable[[BaseException], None],
+                 vertex_names: dict[int, str] | None = None,
+                 master_hooks: Sequence[MasterTriggerRestoreHook] = (),
+                 rng: random.Random | None = None) -> None:
+        self.job_id = job_id
+        self.config = config
+        self._plan_calculator = plan_calculator
+        self._gateway = gateway
+        self.storage = storage
+        self.completed_store = completed_store
+        self.id_counter = id_counter
+        self.stats = stats
+        self.clock = clock
+        self.timer = timer
+        self.failure_manager = CheckpointFailureManager(config.tolerable_failures, fail_job)
+        self.shared_state_registry = SharedStateRegistry()
+        self.vertex_names = vertex_names or {}
+        self.master_hooks = {h.get_identifier(): h for h in master_hooks}
+        if len(self.master_hooks) != len(master_hooks):
+            raise ValueError("master hook identifiers must be unique")
+        self._rng = rng or random.Random()
+        # Triggering more often than the min pause allows would only produce refusals.
+        self._base_interval_ms = (None if config.interval_ms is None
+                                  else max(config.interval_ms, config.min_pause_ms))
+        self.checkpoint_props = CheckpointProperties.for_checkpoint(config.retention)
+        self.pending_checkpoints: dict[int, PendingCheckpoint] = {}
+        self._queue: deque[CheckpointTriggerRequest] = deque()
+        self._is_triggering = False
+        self._periodic_scheduling = False
+        self._periodic_handle: Cancellable | None = None
+        self._last_completion_ms: int | None = None
+        self._recently_expired: deque[int] = deque(maxlen=_RECENTLY_EXPIRED)
+        self.latest_completed_checkpoint_id = -1
+        self.shutdown_called = False
+
+    # ------------------------------------------------------------------ scheduler
+
+    @property
+    def is_periodic_checkpointing_configured(self) -> bool:
+        return self.config.interval_ms is not None
+
+    @property
+    def is_periodic_checkpointing_started(self) -> bool:
+        return self._periodic_scheduling
+
+    def start_checkpoint_scheduler(self) -> None:
+        """Periodic triggers from now on: a random initial delay, then a fixed rate."""
+        if self.shutdown_called:
+            raise RuntimeError("the checkpoint coordinator is shut down")
+        if self.config.interval_ms is None:
+            raise RuntimeError("periodic checkpointing is not configured")
+        self.stop_checkpoint_scheduler()
+        self._periodic_scheduling = True
+        assert self._base_interval_ms is not None
+        initial = self._rng.randint(self.config.min_pause_ms, self._base_interval_ms)
+        self._schedule_periodic(initial)
+
+    def stop_checkpoint_scheduler(self) -> None:
+        self._periodic_scheduling = False
+        if self._periodic_handle is not None:
+            self._periodic_handle.cancel()
+            self._periodic_handle = None
+
+    def _schedule_periodic(self, delay_ms: float) -> None:
+        assert self._base_interval_ms is not None
+        interval = self._base_interval_ms
+
+        def tick() -> None:
+            if not self._periodic_scheduling:
+                return
+            self._periodic_handle = self.timer.schedule(interval, tick)  # fixed rate
+            try:
+                self.trigger_checkpoint(is_periodic=True)
+            except Exception:
+                log.exception("periodic checkpoint trigger failed")
+
+        self._periodic_handle = self.timer.schedule(delay_ms, tick)
+
+    def _reschedule_periodic(self, delay_ms: float) -> None:
+        """Move the next periodic trigger (the min pause is not over yet)."""
+        if self._periodic_scheduling:
+            if self._periodic_handle is not None:
+                self._periodic_handle.cancel()
+            self._schedule_periodic(delay_ms)
+
+    def job_status_listener(self, job_id: str, status: object, timestamp: int,
+                            error: BaseException | None) -> None:
+        """Flink's ``CheckpointCoordinatorDeActivator``: on while RUNNING, off otherwise."""
+        if getattr(status, "name", status) == "RUNNING":
+            self.start_checkpoint_scheduler()
+        else:
+            self.stop_checkpoint_scheduler()
+
+    # ------------------------------------------------------------------ triggering
+
+    def trigger_checkpoint(self, is_periodic: bool = False,
+                           props: CheckpointProperties | None = None,
+                           target_location: str | None = None) -> Future[CompletedCheckpoint]:
+        """Request a checkpoint; the future completes with it or fails with a
+        :class:`CheckpointException` naming why."""
+        request = CheckpointTriggerRequest(props or self.checkpoint_props, is_periodic, Future(),
+                                           target_location)
+        if self.shutdown_called:
+            request.fail(CheckpointException(CheckpointFailureReason.CHECKPOINT_COORDINATOR_SHUTDOWN))
+            return request.future
+        if is_periodic and not self._periodic_scheduling:
+            request.fail(CheckpointException(CheckpointFailureReason.PERIODIC_SCHEDULER_SHUTDOWN))
+            return request.future
+        if is_periodic and any(r.is_periodic for r in self._queue):
+            # Ticks do not pile up while checkpoints are slow: one periodic request waits.
+            request.fail(CheckpointException(CheckpointFailureReason.TOO_MANY_CHECKPOINT_REQUESTS))
+            return request.future
+        if len(self._queue) >= self.config.max_queued_requests:
+            request.fail(CheckpointException(CheckpointFailureReason.TOO_MANY_CHECKPOINT_REQUESTS))
+            return request.future
+        self._queue.append(request)
+        self._execute_queued_requests()
+        return request.future
+
+    def _choose_request(self) -> CheckpointTriggerRequest | None:
+        if self._is_triggering or not self._queue:
+            return None
+        first = self._queue[0]
+        if len(self.pending_checkpoints) >= self.config.max_concurrent and not first.props.forced:
+            return None
+        if first.is_periodic and not first.props.forced and self._last_completion_ms is not None:
+            wait = self._last_completion_ms + self.config.min_pause_ms - self.clock.now_ms()
+            if wait > 0:
+                self._queue.popleft().fail(
+                    CheckpointException(CheckpointFailureReason.MINIMUM_TIME_BETWEEN_CHECKPOINTS))
+                self._reschedule_periodic(wait)
+                return None
+        return self._queue.popleft()
+
+    def _execute_queued_requests(self) -> None:
+        while (request := self._choose_request()) is not None:
+            self._start_triggering(request)
+
+    def _start_triggering(self, request: CheckpointTriggerRequest) -> None:
+        try:
+            plan = self._plan_calculator()
+        except CheckpointException as exc:
+            request.fail(exc)
+            return
+        timestamp = self.clock.now_ms()
+        try:
+            checkpoint_id = self.id_counter.get_and_increment()
+        except Exception as exc:  # noqa: BLE001 - any counter failure fails this trigger only
+            request.fail(CheckpointException(CheckpointFailureReason.TRIGGER_CHECKPOINT_FAILURE, exc))
+            return
+        pending = PendingCheckpoint(self.job_id, checkpoint_id, timestamp, plan,
+                                    tuple(self.master_hooks), request.props, self.storage,
+                                    self._discard_state)
+        self.pending_checkpoints[checkpoint_id] = pending
+        self._chain_request(request, pending)
+        self.stats.report_pending_checkpoint(checkpoint_id, timestamp, request.props,
+                                             self._vertices_of(plan))
+        canceller = self.timer.schedule(self.config.timeout_ms, lambda: self._expire(pending))
+        if not pending.set_canceller_handle(canceller):
+            canceller.cancel()
+        log.info("Triggering checkpoint %d (type=%s) @ %d for job %s.", checkpoint_id,
+                 request.props.checkpoint_type.value, timestamp, self.job_id)
+        self._is_triggering = True
+        self._snapshot_master_state(pending)
+
+    def _chain_request(self, request: CheckpointTriggerRequest, pending: PendingCheckpoint) -> None:
+        def done(future: Future[CompletedCheckpoint]) -> None:
+            if request.future.done():
+                return
+            exception = future.exception()
+            if exception is None:
+                request.future.set_result(future.result())
+            else:
+                request.future.set_exception(exception)
+        pending.completion_future.add_done_callback(done)
+
+    def _vertices_of(self, plan: CheckpointPlan) -> dict[int, tuple[str, int]]:
+        return {t.vertex_id: (self.vertex_names.get(t.vertex_id, str(t.vertex_id)), t.parallelism)
+                for t in plan.tasks_to_wait_for}
+
+    def _snapshot_master_state(self, pending: PendingCheckpoint) -> None:
+        """Ask every master hook for its state; trigger the tasks once all have answered."""
+        if not self.master_hooks:
+            self._trigger_tasks(pending)
+            return
+        remaining = set(self.master_hooks)
+
+        def on_hook_done(identifier: str, future: Future[bytes | None]) -> None:
+            # runs on the coordinator's thread (hopped there through the timer)
+            if pending.disposed:
+                return
+            error = future.exception()
+            if error is not None:
+                self._abort_pending(pending, CheckpointException(
+                    CheckpointFailureReason.TRIGGER_CHECKPOINT_FAILURE,
+                    f"master hook '{identifier}' failed: {error!r}"))
+                return
+            data = future.result()
+            pending.acknowledge_master_state(
+                identifier, None if data is None else MasterState(identifier, data))
+            remaining.discard(identifier)
+            if not remaining:
+                self._trigger_tasks(pending)
+
+        for identifier, hook in self.master_hooks.items():
+            try:
+                result = hook.trigger_checkpoint(pending.checkpoint_id, pending.checkpoint_timestamp)
+            except Exception as exc:  # noqa: BLE001 - reported as a trigger failure
+                failed: Future[bytes | None] = Future()
+                failed.set_exception(exc)
+                result = failed
+            if result is None:
+                result = Future()
+                result.set_result(None)
+            result.add_done_callback(
+                lambda f, name=identifier: self.timer.schedule(0, lambda: on_hook_done(name, f)))
+
+    def _trigger_tasks(self, pending: PendingCheckpoint) -> None:
+        if pending.disposed:
+            return
+        options = CheckpointOptions(pending.props.checkpoint_type, None, self.config.exactly_once)
+        for attempt_id in pending.plan.tasks_to_trigger:
+            if not self._gateway.trigger_checkpoint(attempt_id, pending.checkpoint_id,
+                                                    pending.checkpoint_timestamp, options):
+                log.info("Checkpoint %d: task %s is no longer running; not triggered.",
+                         pending.checkpoint_id, attempt_id)
+        pending.triggering = False
+        self._is_triggering = False
+        if pending.is_fully_acknowledged and not pending.disposed:
+            self._complete_pending_checkpoint(pending)
+        self._execute_queued_requests()
+
+    # ------------------------------------------------------------------ messages
+
+    def receive_acknowledge_message(self, message: AcknowledgeCheckpoint) -> bool:
+        """A task acknowledged; True if the message belonged to a pending checkpoint."""
+        if self.shutdown_called or message is None:
+            return False
+        if message.job_id != self.job_id:
+            log.error("Received acknowledge message for job %s, but this coordinator runs job %s.",
+                      message.job_id, self.job_id)
+            return False
+        checkpoint_id = message.checkpoint_id
+        pending = self.pending_checkpoints.get(checkpoint_id)
+        if pending is None:
+            if checkpoint_id in self._recently_expired:
+                log.warning("Received late acknowledgement from task %s for checkpoint %d, which "
+                            "already expired.", message.attempt_id, checkpoint_id)
+            else:
+                log.debug("Received acknowledgement for unknown checkpoint %d from task %s.",
+                          checkpoint_id, message.attempt_id)
+            self._discard_state(message.state)
+            return False
+        if pending.disposed:
+            raise RuntimeError(f"pending checkpoint {checkpoint_id} is discarded but not removed")
+        result = pending.acknowledge_task(message.attempt_id, message.state, message.metrics)
+        if result is TaskAcknowledgeResult.SUCCESS:
+            task = next((t for t in pending.plan.tasks_to_wait_for
+                         if t.attempt_id == message.attempt_id), None)
+            if task is not None:
+                self.stats.report_subtask(checkpoint_id, task.vertex_id, task.subtask_index,
+                                          self.clock.now_ms(), message.metrics)
+            log.debug("Received acknowledgement of checkpoint %d from task %s.", checkpoint_id,
+                      message.attempt_id)
+            if pending.is_fully_acknowledged and not pending.triggering:
+                self._complete_pending_checkpoint(pending)
+        elif result is TaskAcknowledgeResult.DUPLICATE:
+            log.debug("Duplicate acknowledgement of checkpoint %d from task %s.", checkpoint_id,
+                      message.attempt_id)
+        elif result is TaskAcknowledgeResult.UNKNOWN:
+            log.warning("Checkpoint %d acknowledged by task %s, which it does not wait for; its "
+                        "state is discarded.", checkpoint_id, message.attempt_id)
+            self._discard_state(message.state)
+        else:
+            self._discard_state(message.state)
+        return True
+
+    def receive_decline_message(self, message: DeclineCheckpoint) -> None:
+        if self.shutdown_called or message.job_id != self.job_id:
+            return
+        pending = self.pending_checkpoints.get(message.checkpoint_id)
+        if pending is None or pending.disposed:
+            log.debug("Decline of checkpoint %d from task %s for no pending checkpoint.",
+                      message.checkpoint_id, message.attempt_id)
+            return
+        log.info("Decline checkpoint %d by task %s of job %s: %s %s", message.checkpoint_id,
+                 message.attempt_id, self.job_id, message.reason.name, message.message)
+        self._abort_pending(pending, CheckpointException(
+            message.reason, f"declined by task {message.attempt_id}: {message.message}"))
+
+    # ------------------------------------------------------------------ completion
+
+    def _complete_pending_checkpoint(self, pending: PendingCheckpoint) -> None:
+        checkpoint_id = pending.checkpoint_id
+        try:
+            self.shared_state_registry.register_all(pending.operator_states.values(), checkpoint_id)
+            completed = pending.finalize_checkpoint(self.clock.now_ms())
+            completed.completion_timestamp = self.clock.now_ms()  # after _metadata is durable
+        except Exception as exc:  # noqa: BLE001 - the checkpoint fails, the job does not
+            log.warning("Could not finalize checkpoint %d: %r", checkpoint_id, exc)
+            self._abort_pending(pending, CheckpointException(
+                CheckpointFailureReason.FINALIZE_CHECKPOINT_FAILURE, exc))
+            return
+        self.pending_checkpoints.pop(checkpoint_id, None)
+        self.failure_manager.handle_checkpoint_success(checkpoint_id)
+        try:
+            for subsumed in self.completed_store.add_checkpoint(completed):
+                self.shared_state_registry.unregister_checkpoint(subsumed.checkpoint_id)
+        except Exception as exc:  # noqa: BLE001
+            completed.discard()
+            log.warning("Could not store completed checkpoint %d: %r", checkpoint_id, exc)
+            self._report_failure(checkpoint_id, CheckpointException(
+                CheckpointFailureReason.FINALIZE_CHECKPOINT_FAILURE, exc))
+            return
+        self.latest_completed_checkpoint_id = max(self.latest_completed_checkpoint_id,
+                                                  checkpoint_id)
+        # Record the completion before dropping subsumed checkpoints: dropping runs queued
+        # requests, and the min pause must count from this completion.
+        self._last_completion_ms = self.clock.now_ms()
+        self._drop_subsumed_checkpoints(checkpoint_id)
+        stats = self.stats.report_completed(checkpoint_id, completed.completion_timestamp,
+                                            completed.external_pointer)
+        size = stats.state_size if stats is not None else completed.state_size
+        log.info("Completed checkpoint %d for job %s (%d bytes in %d ms).", checkpoint_id,
+                 self.job_id, size, completed.duration_ms)
+        for attempt_id in pending.plan.tasks_to_commit_to:
+            self._gateway.notify_checkpoint_complete(attempt_id, checkpoint_id, completed.timestamp)
+        self._execute_queued_requests()
+
+    def _drop_subsumed_checkpoints(self, checkpoint_id: int) -> None:
+        for older_id in sorted(self.pending_checkpoints):
+            older = self.pending_checkpoints[older_id]
+            if older_id < checkpoint_id and older.can_be_subsumed():
+                self._abort_pending(older, CheckpointException(
+                    CheckpointFailureReason.CHECKPOINT_SUBSUMED), notify_failure_manager=False)
+
+    # ------------------------------------------------------------------ aborting
+
+    def _expire(self, pending: PendingCheckpoint) -> None:
+        if pending.disposed:
+            return
+        log.info("Checkpoint %d of job %s expired before completing.", pending.checkpoint_id,
+                 self.job_id)
+        self._recently_expired.append(pending.checkpoint_id)
+        self._abort_pending(pending, CheckpointException(CheckpointFailureReason.CHECKPOINT_EXPIRED))
+
+    def _abort_pending(self, pending: PendingCheckpoint, exception: CheckpointException,
+                       notify_failure_manager: bool = True) -> None:
+        if pending.disposed:
+            return
+        was_triggering = pending.triggering
+        pending.abort(exception.reason, exception.cause)
+        self.pending_checkpoints.pop(pending.checkpoint_id, None)
+        if notify_failure_manager:
+            self._report_failure(pending.checkpoint_id, exception)
+        else:
+            self.stats.report_failed(pending.checkpoint_id, self.clock.now_ms(), str(exception))
+        for attempt_id in pending.plan.tasks_to_commit_to:
+            self._gateway.notify_checkpoint_aborted(attempt_id, pending.checkpoint_id,
+                                                    pending.checkpoint_timestamp)
+        if was_triggering:
+            self._is_triggering = False
+        if not self.shutdown_called:
+            self._execute_queued_requests()
+
+    def _report_failure(self, checkpoint_id: int, exception: CheckpointException) -> None:
+        self.stats.report_failed(checkpoint_id, self.clock.now_ms(), str(exception))
+        self.failure_manager.handle_checkpoint_exception(exception, checkpoint_id)
+
+    def abort_pending_checkpoints(self, reason: CheckpointFailureReason) -> None:
+        """Abort every pending checkpoint (the job fails over, or stops)."""
+        for checkpoint_id in sorted(self.pending_checkpoints):
+            pending = self.pending_checkpoints.get(checkpoint_id)
+            if pending is not None:
+                self._abort_pending(pending, CheckpointException(reason),
+                                    notify_failure_manager=False)
+        for request in list(self._queue):
+            request.fail(CheckpointException(reason))
+        self._queue.clear()
+
+    def _discard_state(self, state: TaskStateSnapshot | None) -> None:
+        if state is not None and self.storage.is_persistent:
+            self.storage.discard_handles(state.file_handles())
+
+    # ------------------------------------------------------------------ restore & shutdown
+
+    def restore_latest_checkpointed_state(self) -> CompletedCheckpoint | None:
+        """The latest completed checkpoint (hooks restored, ids continued), or ``None``."""
+        latest = self.completed_store.get_latest_checkpoint()
+        if latest is None:
+            return None
+        self.restore_from(latest.checkpoint_id, latest.master_states, is_savepoint=False,
+                          external_pointer=latest.external_pointer)
+        return latest
+
+    def restore_from(self, checkpoint_id: int, master_states: list[MasterState], *,
+                     is_savepoint: bool, external_pointer: str | None) -> None:
+        """Continue after ``checkpoint_id``: ids, master hooks, statistics."""
+        self.id_counter.set_count(checkpoint_id + 1)
+        by_name = {m.name: m.data for m in master_states}
+        for identifier, hook in self.master_hooks.items():
+            hook.restore_checkpoint(checkpoint_id, by_name.get(identifier))
+        self.stats.report_restored(checkpoint_id, self.clock.now_ms(), is_savepoint,
+                                   external_pointer)
+        log.info("Restoring job %s from checkpoint %d (%s).", self.job_id, checkpoint_id,
+                 external_pointer or "in memory")
+
+    def shutdown(self, job_status: str) -> None:
+        """The job ended: stop, abort what is pending, discard per retention policy."""
+        if self.shutdown_called:
+            return
+        self.stop_checkpoint_scheduler()
+        self.abort_pending_checkpoints(CheckpointFailureReason.CHECKPOINT_COORDINATOR_SHUTDOWN)
+        self.shutdown_called = True
+        self.completed_store.shutdown(job_status)
+        self.storage.discard_job_dir_if_empty()
+
+    @property
+    def number_of_pending_checkpoints(self) -> int:
+        return len(self.pending_checkpoints)

@@ -1,0 +1,78 @@
+"""Finding and reading a retained checkpoint or savepoint for a restore."""
+
+from __future__ import annotations
+
+from chandy.checkpoint.metadata import CheckpointMetadata, deserialize
+from chandy.errors import InvalidCheckpointError, StorageError
+from chandy.state.handles import FileStateHandle
+from chandy.storage.checkpoint_storage import CHECKPOINT_DIR_PREFIX, METADATA_FILE_NAME
+from chandy.storage.filesystem import resolve
+
+
+def load_checkpoint_metadata(pointer: str) -> tuple[CheckpointMetadata, str]:
+    """The metadata of the checkpoint at ``pointer`` (a chk-N / savepoint directory or its
+    ``_metadata`` file) and its directory. Every way it can be unusable is a clear error."""
+    try:
+        fs, path = resolve(pointer)
+    except StorageError as exc:
+        raise InvalidCheckpointError(f"cannot restore from '{pointer}': {exc}") from None
+    if path.rstrip("/").endswith("/" + METADATA_FILE_NAME):
+        directory = path.rstrip("/").rsplit("/", 1)[0]
+        metadata_path = path
+    else:
+        directory = path.rstrip("/")
+        metadata_path = fs.join(directory, METADATA_FILE_NAME)
+    try:
+        if not fs.exists(directory):
+            raise InvalidCheckpointError(
+                f"cannot restore from '{pointer}': {directory} does not exist. Check the path "
+                "(execution.state-recovery.path / env.set_restore_path).")
+        if not fs.exists(metadata_path):
+            hint = ""
+            if fs.is_dir(directory):
+                complete = [n for n in fs.list_dir(directory) if n.startswith(CHECKPOINT_DIR_PREFIX)
+                            and fs.exists(fs.join(directory, n, METADATA_FILE_NAME))]
+                if complete:
+                    hint = (" It looks like a job's checkpoint directory: restore from one of its "
+                            f"complete checkpoints, e.g. {fs.join(directory, complete[-1])}.")
+            raise InvalidCheckpointError(
+                f"cannot restore from '{pointer}': {metadata_path} does not exist, so this is not "
+                "a complete checkpoint (it was still being written, or was aborted)." + hint)
+        data = fs.read(metadata_path)
+    except InvalidCheckpointError:
+        raise
+    except OSError as exc:
+        raise InvalidCheckpointError(f"cannot read {metadata_path}: {exc}") from None
+    metadata = deserialize(data, metadata_path, directory)
+    check_state_files(metadata, metadata_path)
+    return metadata, directory
+
+
+def check_state_files(metadata: CheckpointMetadata, source: str) -> None:
+    """Every state file the checkpoint references exists with its recorded size.
+
+    A cheap check (no file is read) that turns a deleted or truncated file into a
+    clear error before anything runs; contents are verified against their
+    SHA-256 when a task reads them.
+    """
+    for operator in metadata.operator_states:
+        for subtask in operator.subtask_states.values():
+            for handle in subtask.stream_handles():
+                if not isinstance(handle, FileStateHandle):
+                    continue
+                fs, path = resolve(handle.path)
+                try:
+                    size = fs.size(path)
+                except FileNotFoundError:
+                    raise InvalidCheckpointError(
+                        f"state file {handle.path} referenced by {source} is missing: the "
+                        "checkpoint was partly deleted or moved without its files. Restore from "
+                        "another checkpoint.") from None
+                except OSError as exc:
+                    raise InvalidCheckpointError(f"cannot check state file {handle.path}: {exc}"
+                                                 ) from None
+                if size != handle.size:
+                    raise InvalidCheckpointError(
+                        f"state file {handle.path} referenced by {source} is corrupt: it has "
+                        f"{size} bytes, the checkpoint recorded {handle.size}. Restore from "
+                        "another checkpoint.")

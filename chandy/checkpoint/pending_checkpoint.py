@@ -1,0 +1,196 @@
+"""PendingCheckpoint: a checkpoint that was triggered and is collecting acknowledgements."""
+
+from __future__ import annotations
+
+import enum
+import logging
+from collections.abc import Callable
+from concurrent.futures import Future
+from dataclasses import dataclass
+
+from chandy.checkpoint.completed_checkpoint import CompletedCheckpoint
+from chandy.checkpoint.metadata import CheckpointMetadata, MasterState, serialize
+from chandy.checkpoint.operator_state import OperatorState
+from chandy.checkpoint.properties import CheckpointProperties
+from chandy.messages.checkpoint import (
+    CheckpointException,
+    CheckpointFailureReason,
+    CheckpointMetrics,
+)
+from chandy.messages.ids import ExecutionAttemptID
+from chandy.state.snapshot import TaskStateSnapshot
+from chandy.storage.checkpoint_storage import CheckpointStorage
+from chandy.util.timer import Cancellable
+
+log = logging.getLogger(__name__)
+
+
+class TaskAcknowledgeResult(enum.Enum):
+    SUCCESS = "SUCCESS"
+    DUPLICATE = "DUPLICATE"  # this task acknowledged before
+    UNKNOWN = "UNKNOWN"  # not a task of this checkpoint
+    DISCARDED = "DISCARDED"  # the checkpoint was already discarded
+
+
+@dataclass(frozen=True)
+class TaskToAck:
+    """A subtask whose acknowledgement a checkpoint waits for, and what it reports on."""
+
+    attempt_id: ExecutionAttemptID
+    vertex_id: int
+    subtask_index: int
+    parallelism: int
+    max_parallelism: int
+    operator_ids: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class CheckpointPlan:
+    """Which subtasks to trigger (sources), wait for and notify (all), for one checkpoint."""
+
+    tasks_to_trigger: tuple[ExecutionAttemptID, ...]
+    tasks_to_wait_for: tuple[TaskToAck, ...]
+    tasks_to_commit_to: tuple[ExecutionAttemptID, ...]
+
+
+class IllegalCheckpointStateError(RuntimeError):
+    """A checkpoint was used in a way its state does not allow (a bug, not a user error)."""
+
+
+class PendingCheckpoint:
+    """Collects the acknowledgements of one checkpoint until it is complete or aborted."""
+
+    def __init__(self, job_id: str, checkpoint_id: int, checkpoint_timestamp: int,
+                 plan: CheckpointPlan, master_hook_ids: tuple[str, ...],
+                 props: CheckpointProperties, storage: CheckpointStorage,
+                 discard: Callable[[TaskStateSnapshot | None], None]) -> None:
+        self.job_id = job_id
+        self.checkpoint_id = checkpoint_id
+        self.checkpoint_timestamp = checkpoint_timestamp
+        self.props = props
+        self.plan = plan
+        self.storage = storage
+        self._discard_state = discard
+        self.not_yet_acknowledged_tasks: dict[ExecutionAttemptID, TaskToAck] = {
+            t.attempt_id: t for t in plan.tasks_to_wait_for}
+        self.acknowledged_tasks: set[ExecutionAttemptID] = set()
+        self.operator_states: dict[str, OperatorState] = {}
+        self.not_yet_acknowledged_master_states: set[str] = set(master_hook_ids)
+        self.master_states: list[MasterState] = []
+        self.task_metrics: dict[ExecutionAttemptID, CheckpointMetrics] = {}
+        self._received: list[TaskStateSnapshot] = []
+        self.completion_future: Future[CompletedCheckpoint] = Future()
+        self._canceller: Cancellable | None = None
+        self.disposed = False
+        self.failure_cause: CheckpointException | None = None
+        #: True while master hooks run and sources are being triggered.
+        self.triggering = True
+
+    # -- acknowledgements ---------------------------------------------------
+
+    @property
+    def number_of_non_acknowledged_tasks(self) -> int:
+        return len(self.not_yet_acknowledged_tasks)
+
+    @property
+    def number_of_acknowledged_tasks(self) -> int:
+        return len(self.acknowledged_tasks)
+
+    @property
+    def is_fully_acknowledged(self) -> bool:
+        return not self.not_yet_acknowledged_tasks and not self.not_yet_acknowledged_master_states
+
+    def acknowledge_task(self, attempt_id: ExecutionAttemptID, state: TaskStateSnapshot | None,
+                         metrics: CheckpointMetrics) -> TaskAcknowledgeResult:
+        if self.disposed:
+            return TaskAcknowledgeResult.DISCARDED
+        task = self.not_yet_acknowledged_tasks.pop(attempt_id, None)
+        if task is None:
+            if attempt_id in self.acknowledged_tasks:
+                return TaskAcknowledgeResult.DUPLICATE
+            return TaskAcknowledgeResult.UNKNOWN
+        self.acknowledged_tasks.add(attempt_id)
+        self.task_metrics[attempt_id] = metrics
+        for operator_id in task.operator_ids:
+            operator_state = self.operator_states.get(operator_id)
+            if operator_state is None:
+                operator_state = self.operator_states[operator_id] = OperatorState(
+                    operator_id, task.parallelism, task.max_parallelism)
+            subtask_state = None if state is None else state.subtask_states.get(operator_id)
+            if subtask_state is not None:  # a stateless subtask contributes nothing
+                operator_state.put_state(task.subtask_index, subtask_state)
+        if state is not None:
+            self._received.append(state)
+        return TaskAcknowledgeResult.SUCCESS
+
+    def acknowledge_master_state(self, identifier: str, state: MasterState | None) -> None:
+        """A master hook finished; ``None`` state counts as acknowledged but is not stored."""
+        if self.disposed or identifier not in self.not_yet_acknowledged_master_states:
+            return
+        self.not_yet_acknowledged_master_states.discard(identifier)
+        if state is not None:
+            self.master_states.append(state)
+
+    # -- lifecycle ----------------------------------------------------------
+
+    def can_be_subsumed(self) -> bool:
+        return not self.props.is_savepoint
+
+    def set_canceller_handle(self, handle: Cancellable) -> bool:
+        """Remember the timeout canceller; False (and the caller cancels it) if disposed."""
+        if self.disposed or self._canceller is not None:
+            return False
+        self._canceller = handle
+        return True
+
+    def finalize_checkpoint(self, completion_timestamp: int) -> CompletedCheckpoint:
+        """Write ``_metadata`` (last, atomically) and turn into a CompletedCheckpoint."""
+        if self.disposed:
+            raise IllegalCheckpointStateError(f"checkpoint {self.checkpoint_id} is discarded")
+        if not self.is_fully_acknowledged:
+            raise IllegalCheckpointStateError(
+                f"checkpoint {self.checkpoint_id} is not fully acknowledged")
+        base = self.storage.checkpoint_dir(self.checkpoint_id) if self.storage.is_persistent else None
+        metadata = CheckpointMetadata(self.checkpoint_id, self.job_id, self.checkpoint_timestamp,
+                                      self.props.checkpoint_type.value,
+                                      list(self.operator_states.values()), list(self.master_states))
+        pointer = self.storage.write_metadata(self.checkpoint_id, serialize(metadata, base))
+        completed = CompletedCheckpoint(
+            job_id=self.job_id, checkpoint_id=self.checkpoint_id,
+            timestamp=self.checkpoint_timestamp, completion_timestamp=completion_timestamp,
+            operator_states=dict(self.operator_states), master_states=list(self.master_states),
+            props=self.props, external_pointer=pointer, storage=self.storage)
+        self.completion_future.set_result(completed)
+        self._dispose(release_state=False)
+        return completed
+
+    def abort(self, reason: CheckpointFailureReason, cause: BaseException | str | None = None
+              ) -> CheckpointException:
+        """Discard the checkpoint and the state it received."""
+        if reason is CheckpointFailureReason.CHECKPOINT_SUBSUMED and not self.can_be_subsumed():
+            raise IllegalCheckpointStateError(
+                f"savepoint {self.checkpoint_id} cannot be subsumed by a checkpoint")
+        exception = CheckpointException(reason, cause)
+        if self.disposed:
+            return exception
+        self.failure_cause = exception
+        if not self.completion_future.done():
+            self.completion_future.set_exception(exception)
+        self._dispose(release_state=True)
+        return exception
+
+    def _dispose(self, release_state: bool) -> None:
+        self.disposed = True
+        self.triggering = False
+        if self._canceller is not None:
+            self._canceller.cancel()
+        if release_state:
+            for snapshot in self._received:
+                self._discard_state(snapshot)
+            self.storage.discard_checkpoint(self.checkpoint_id)
+        self._received = []
+        self.not_yet_acknowledged_tasks.clear()
+
+    def __repr__(self) -> str:
+        return (f"PendingCheckpoint({self.checkpoint_id}, acked={len(self.acknowledged_tasks)}, "
+                f"waiting={len(self.not_yet_acknowledged_tasks)})")

@@ -1,0 +1,51 @@
+"""What kind of snapshot a checkpoint is, and when its files may be deleted."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from chandy.config.options import ExternalizedCheckpointRetention
+from chandy.messages.checkpoint import CheckpointType
+
+
+@dataclass(frozen=True)
+class CheckpointProperties:
+    """Flink's ``CheckpointProperties``: type plus the discard policy per job end."""
+
+    checkpoint_type: CheckpointType
+    #: Triggered even when the pre-checks (max concurrent, min pause) would refuse.
+    forced: bool
+    discard_subsumed: bool
+    discard_finished: bool
+    discard_cancelled: bool
+    discard_failed: bool
+
+    @property
+    def is_savepoint(self) -> bool:
+        return self.checkpoint_type.is_savepoint
+
+    @property
+    def is_synchronous(self) -> bool:
+        return self.checkpoint_type.is_synchronous
+
+    @staticmethod
+    def for_checkpoint(retention: ExternalizedCheckpointRetention) -> CheckpointProperties:
+        """A periodic checkpoint; ``retention`` decides what survives the job."""
+        keep_cancelled = retention is ExternalizedCheckpointRetention.RETAIN_ON_CANCELLATION
+        keep_failed = retention is not ExternalizedCheckpointRetention.NO_EXTERNALIZED_CHECKPOINTS
+        return CheckpointProperties(CheckpointType.CHECKPOINT, forced=False, discard_subsumed=True,
+                                    discard_finished=True, discard_cancelled=not keep_cancelled,
+                                    discard_failed=not keep_failed)
+
+    @staticmethod
+    def for_savepoint(synchronous: bool = False) -> CheckpointProperties:
+        """A user-triggered savepoint: never subsumed, never deleted by the job."""
+        kind = CheckpointType.SYNC_SAVEPOINT if synchronous else CheckpointType.SAVEPOINT
+        return CheckpointProperties(kind, forced=True, discard_subsumed=False,
+                                    discard_finished=False, discard_cancelled=False,
+                                    discard_failed=False)
+
+    def discard_on_job_end(self, status_name: str) -> bool:
+        """Whether a retained checkpoint is deleted when the job ends with ``status_name``."""
+        return {"FINISHED": self.discard_finished, "CANCELED": self.discard_cancelled,
+                "FAILED": self.discard_failed}.get(status_name, False)

@@ -1,0 +1,203 @@
+"""Where checkpoints go, laid out as Flink lays them out.
+
+```
+<execution.checkpointing.dir>/<job-id>/
+    shared/      state referenced by several checkpoints (incremental snapshots, later)
+    taskowned/   state owned by the tasks, never deleted by the JobMaster
+    chk-1/       exclusive state files of checkpoint 1, then _metadata
+    chk-2/
+```
+
+``chk-N/_metadata`` is written last, atomically, by the JobMaster when every
+subtask has acknowledged: a directory without a valid ``_metadata`` is an
+incomplete checkpoint and is never restored from. State smaller than the
+inline threshold is not written to a file at all; it travels inside the
+handle and ends up in ``_metadata`` (Flink's ``data-inline-threshold``).
+
+With no directory configured the storage keeps everything in the JobMaster's
+memory (Flink's ``jobmanager`` checkpoint storage): failover works, nothing
+survives the job.
+
+The object is a few strings and numbers, so it pickles into every task (and
+every Spark slot): tasks write their state files through it, the JobMaster its
+metadata.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import uuid
+from collections.abc import Iterable
+
+from chandy.errors import InvalidCheckpointError, StorageError
+from chandy.state.handles import ByteStreamStateHandle, FileStateHandle, Range, StreamStateHandle
+from chandy.storage.filesystem import FileSystem, resolve
+
+log = logging.getLogger(__name__)
+
+METADATA_FILE_NAME = "_metadata"
+CHECKPOINT_DIR_PREFIX = "chk-"
+SHARED_DIR = "shared"
+TASK_OWNED_DIR = "taskowned"
+
+
+class CheckpointStorage:
+    """Checkpoint storage of one job: a directory tree on a filesystem, or memory."""
+
+    def __init__(self, base_uri: str | None, job_id: str, *, create_subdir: bool = True,
+                 inline_threshold: int = 20 * 1024) -> None:
+        self.base_uri = base_uri
+        self.job_id = job_id
+        self.create_subdir = create_subdir
+        self.inline_threshold = inline_threshold
+        self._fs: FileSystem | None = None
+        self._job_dir: str | None = None
+
+    def __getstate__(self) -> dict:
+        state = dict(self.__dict__)
+        state["_fs"] = None  # filesystems hold clients and connections: rebuilt on the other side
+        return state
+
+    @property
+    def is_persistent(self) -> bool:
+        """False for JobManager (in-memory) storage: nothing is written anywhere."""
+        return self.base_uri is not None
+
+    @property
+    def fs(self) -> FileSystem:
+        if self._fs is None:
+            assert self.base_uri is not None
+            self._fs, base = resolve(self.base_uri)
+            self._job_dir = self._fs.join(base, self.job_id) if self.create_subdir else base
+        return self._fs
+
+    @property
+    def job_dir(self) -> str:
+        self.fs  # noqa: B018 - resolves the directory
+        assert self._job_dir is not None
+        return self._job_dir
+
+    def initialize(self) -> None:
+        """Create the layout and prove it is writable; a clear error if it is not."""
+        if not self.is_persistent:
+            return
+        try:
+            fs = self.fs
+            for sub in (SHARED_DIR, TASK_OWNED_DIR):
+                fs.mkdirs(fs.join(self.job_dir, sub))
+            probe = fs.join(self.job_dir, f".probe-{uuid.uuid4().hex}")
+            fs.write_atomic(probe, b"ok")
+            fs.delete(probe)
+        except StorageError:
+            raise
+        except OSError as exc:
+            raise StorageError(
+                f"checkpoint storage '{self.base_uri}' is not writable ({type(exc).__name__}: "
+                f"{exc}). Set execution.checkpointing.dir to a directory this job can write, "
+                "reachable from every executor.") from None
+
+    def checkpoint_dir(self, checkpoint_id: int) -> str:
+        return self.fs.join(self.job_dir, f"{CHECKPOINT_DIR_PREFIX}{checkpoint_id}")
+
+    # ------------------------------------------------------------------ task side
+
+    def write_state(self, checkpoint_id: int, data: bytes) -> StreamStateHandle:
+        """Store one subtask's state bytes for a checkpoint; inline when small."""
+        if not self.is_persistent or len(data) <= self.inline_threshold:
+            return ByteStreamStateHandle(uuid.uuid4().hex, data)
+        fs = self.fs
+        directory = self.checkpoint_dir(checkpoint_id)
+        fs.mkdirs(directory)
+        path = fs.join(directory, uuid.uuid4().hex)
+        fs.write_atomic(path, data)
+        return FileStateHandle(path, len(data), hashlib.sha256(data).hexdigest())
+
+    def reader(self) -> StateReader:
+        return StateReader(self)
+
+    # ------------------------------------------------------------------ JobMaster side
+
+    def write_metadata(self, checkpoint_id: int, data: bytes) -> str | None:
+        """Write ``chk-N/_metadata`` last and atomically; returns the external pointer
+        (the checkpoint directory) or ``None`` for in-memory storage."""
+        if not self.is_persistent:
+            return None
+        fs = self.fs
+        directory = self.checkpoint_dir(checkpoint_id)
+        fs.mkdirs(directory)
+        fs.write_atomic(fs.join(directory, METADATA_FILE_NAME), data)
+        return directory
+
+    def discard_checkpoint(self, checkpoint_id: int) -> None:
+        """Delete ``chk-N`` with everything in it (a subsumed or aborted checkpoint)."""
+        if not self.is_persistent:
+            return
+        try:
+            self.fs.delete(self.checkpoint_dir(checkpoint_id), recursive=True)
+        except OSError as exc:
+            log.warning("could not delete checkpoint %d of job %s: %s", checkpoint_id,
+                        self.job_id, exc)
+
+    def discard_handles(self, handles: Iterable[FileStateHandle]) -> None:
+        """Delete state files that no checkpoint will reference (late or rejected acks)."""
+        for handle in handles:
+            try:
+                self.fs.delete(handle.path)
+            except OSError as exc:
+                log.warning("could not delete state file %s: %s", handle.path, exc)
+
+    def discard_job_dir_if_empty(self) -> None:
+        """Remove the job's directory when it holds no checkpoint anymore."""
+        if not self.is_persistent:
+            return
+        fs = self.fs
+        try:
+            names = fs.list_dir(self.job_dir) if fs.exists(self.job_dir) else []
+            if any(n.startswith(CHECKPOINT_DIR_PREFIX) for n in names):
+                return
+            for sub in (SHARED_DIR, TASK_OWNED_DIR):
+                path = fs.join(self.job_dir, sub)
+                if fs.exists(path) and not fs.list_dir(path):
+                    fs.delete(path, recursive=True)
+            if self.create_subdir and fs.exists(self.job_dir) and not fs.list_dir(self.job_dir):
+                fs.delete(self.job_dir, recursive=True)
+        except OSError as exc:
+            log.debug("could not tidy %s: %s", self.job_dir, exc)
+
+
+class StateReader:
+    """Reads byte ranges of state handles, each file once, verified against its SHA-256."""
+
+    def __init__(self, storage: CheckpointStorage | None = None) -> None:
+        self._storage = storage
+        self._cache: dict[str, bytes] = {}
+
+    def read(self, handle: StreamStateHandle, byte_range: Range) -> bytes:
+        start, end = byte_range
+        if isinstance(handle, ByteStreamStateHandle):
+            return handle.data[start:end]
+        if isinstance(handle, FileStateHandle):
+            data = self._cache.get(handle.path)
+            if data is None:
+                data = self._cache[handle.path] = read_verified(handle)
+            return data[start:end]
+        raise TypeError(f"cannot read state handle {handle!r}")
+
+
+def read_verified(handle: FileStateHandle) -> bytes:
+    """The bytes of a state file, refused unless size and SHA-256 match the checkpoint's record."""
+    fs, path = resolve(handle.path)
+    try:
+        data = fs.read(path)
+    except FileNotFoundError:
+        raise InvalidCheckpointError(
+            f"state file {handle.path} is missing: the checkpoint that references it was "
+            "deleted or moved. Restore from another checkpoint.") from None
+    except OSError as exc:
+        raise StorageError(f"cannot read state file {handle.path}: {exc}") from None
+    if len(data) != handle.size or hashlib.sha256(data).hexdigest() != handle.sha256:
+        raise InvalidCheckpointError(
+            f"state file {handle.path} is corrupt (size or checksum does not match the checkpoint "
+            "metadata). Restore from another checkpoint.")
+    return data

@@ -1,0 +1,170 @@
+"""Filesystems for checkpoint storage: the local disk, or anything fsspec reaches.
+
+Only what checkpoints need: write a file so that it appears whole or not at all
+(``write_atomic``: temporary name, flush and fsync, rename), read it back, list,
+delete. ``file://`` paths and plain paths use the local implementation; other
+schemes (``s3://``, ``hdfs://``, ``gs://``, ``memory://``) go through fsspec,
+where an object store's single PUT is atomic by itself.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import uuid
+from abc import ABC, abstractmethod
+from urllib.parse import urlparse
+
+from chandy.errors import StorageError
+
+
+class FileSystem(ABC):
+    """The operations checkpoint storage needs."""
+
+    @abstractmethod
+    def join(self, base: str, *parts: str) -> str: ...
+
+    @abstractmethod
+    def write_atomic(self, path: str, data: bytes) -> None:
+        """Create or replace ``path`` so that readers see either nothing or all of ``data``."""
+
+    @abstractmethod
+    def read(self, path: str) -> bytes: ...
+
+    @abstractmethod
+    def exists(self, path: str) -> bool: ...
+
+    @abstractmethod
+    def is_dir(self, path: str) -> bool: ...
+
+    @abstractmethod
+    def size(self, path: str) -> int:
+        """Size in bytes; :class:`FileNotFoundError` if it does not exist."""
+
+    @abstractmethod
+    def list_dir(self, path: str) -> list[str]:
+        """Names (not paths) of the entries of a directory."""
+
+    @abstractmethod
+    def mkdirs(self, path: str) -> None: ...
+
+    @abstractmethod
+    def delete(self, path: str, recursive: bool = False) -> None:
+        """Remove a file or (with ``recursive``) a directory; missing is not an error."""
+
+
+class LocalFileSystem(FileSystem):
+    def join(self, base: str, *parts: str) -> str:
+        return os.path.join(base, *parts)
+
+    def write_atomic(self, path: str, data: bytes) -> None:
+        directory = os.path.dirname(path)
+        tmp = os.path.join(directory, f".{os.path.basename(path)}.{uuid.uuid4().hex}.inprogress")
+        with open(tmp, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+        fd = os.open(directory, os.O_RDONLY)
+        try:
+            os.fsync(fd)  # make the rename itself durable
+        finally:
+            os.close(fd)
+
+    def read(self, path: str) -> bytes:
+        with open(path, "rb") as f:
+            return f.read()
+
+    def exists(self, path: str) -> bool:
+        return os.path.exists(path)
+
+    def is_dir(self, path: str) -> bool:
+        return os.path.isdir(path)
+
+    def size(self, path: str) -> int:
+        return os.path.getsize(path)
+
+    def list_dir(self, path: str) -> list[str]:
+        return sorted(os.listdir(path))
+
+    def mkdirs(self, path: str) -> None:
+        os.makedirs(path, exist_ok=True)
+
+    def delete(self, path: str, recursive: bool = False) -> None:
+        try:
+            if os.path.isdir(path) and not os.path.islink(path):
+                if recursive:
+                    shutil.rmtree(path)
+                else:
+                    os.rmdir(path)
+            else:
+                os.remove(path)
+        except FileNotFoundError:
+            pass
+
+
+class FsspecFileSystem(FileSystem):
+    """Any filesystem fsspec knows, by URI scheme."""
+
+    def __init__(self, protocol: str) -> None:
+        try:
+            import fsspec
+        except ImportError:  # pragma: no cover - fsspec is a dependency
+            raise StorageError(f"checkpoint storage '{protocol}://' needs fsspec: "
+                               "pip install fsspec") from None
+        try:
+            self._fs = fsspec.filesystem(protocol)
+        except (ImportError, ValueError) as exc:
+            raise StorageError(
+                f"no filesystem for '{protocol}://' checkpoint storage: {exc}. Install the fsspec "
+                f"implementation for '{protocol}' (e.g. s3fs for s3://) or use a local path") from None
+        self.protocol = protocol
+
+    def join(self, base: str, *parts: str) -> str:
+        return "/".join([base.rstrip("/"), *parts])
+
+    def write_atomic(self, path: str, data: bytes) -> None:
+        # One PUT of the whole object: object stores make it visible all at once.
+        self._fs.pipe_file(path, data)
+
+    def read(self, path: str) -> bytes:
+        return self._fs.cat_file(path)
+
+    def exists(self, path: str) -> bool:
+        return self._fs.exists(path)
+
+    def is_dir(self, path: str) -> bool:
+        return self._fs.isdir(path)
+
+    def size(self, path: str) -> int:
+        if not self._fs.exists(path):
+            raise FileNotFoundError(path)
+        return int(self._fs.size(path))
+
+    def list_dir(self, path: str) -> list[str]:
+        return sorted(p.rstrip("/").rsplit("/", 1)[-1] for p in self._fs.ls(path, detail=False))
+
+    def mkdirs(self, path: str) -> None:
+        self._fs.makedirs(path, exist_ok=True)
+
+    def delete(self, path: str, recursive: bool = False) -> None:
+        if self._fs.exists(path):
+            self._fs.rm(path, recursive=recursive)
+
+
+def resolve(uri: str) -> tuple[FileSystem, str]:
+    """The filesystem for ``uri`` and the path to hand to it.
+
+    A plain path or ``file://`` URI is local (made absolute); other schemes go to fsspec.
+    """
+    if not isinstance(uri, str) or not uri.strip():
+        raise StorageError("a checkpoint storage location must be a non-empty path or URI, "
+                           f"got {uri!r}")
+    parsed = urlparse(uri)
+    if parsed.scheme in ("", "file") or (len(parsed.scheme) == 1 and os.name == "nt"):
+        path = parsed.path if parsed.scheme == "file" else uri
+        if parsed.scheme == "file" and parsed.netloc not in ("", "localhost"):
+            raise StorageError(f"'{uri}' names host '{parsed.netloc}'; a file:// URI must be "
+                               "file:///absolute/path")
+        return LocalFileSystem(), os.path.abspath(os.path.expanduser(path))
+    return FsspecFileSystem(parsed.scheme), uri

@@ -1,0 +1,936 @@
+"""CheckpointCoordinator: Flink's coordinator scenarios S36-S46 and the failure manager.
+
+Everything is driven by hand: a :class:`ManualClock` and a :class:`ManualTimer` stand
+in for time, and a :class:`RecordingGateway` stands in for the tasks (it records every
+trigger / notify-complete / notify-aborted call per attempt, as Flink's tests do).
+State that must be "discarded" is written as real files through
+:meth:`CheckpointStorage.write_state`, so discarding is checked on disk.
+"""
+
+from __future__ import annotations
+
+import itertools
+import os
+import random
+import sys
+from collections.abc import Callable, Iterable, Sequence
+from concurrent.futures import Future
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+
+from chandy.checkpoint.completed_checkpoint import CompletedCheckpoint, CompletedCheckpointStore
+from chandy.checkpoint.coordinator import CheckpointCoordinator, CheckpointCoordinatorConfiguration
+from chandy.checkpoint.failure_manager import CheckpointFailureManager, CheckpointToleranceExceeded
+from chandy.checkpoint.hooks import MasterTriggerRestoreHook
+from chandy.checkpoint.id_counter import CheckpointIDCounter
+from chandy.checkpoint.metadata import MasterState
+from chandy.checkpoint.pending_checkpoint import CheckpointPlan, TaskToAck
+from chandy.checkpoint.stats import CheckpointStatsTracker
+from chandy.config.options import ExternalizedCheckpointRetention
+from chandy.graph.execution_graph import JobStatus
+from chandy.messages.checkpoint import (
+    AcknowledgeCheckpoint,
+    CheckpointException,
+    CheckpointFailureReason,
+    CheckpointMetrics,
+    CheckpointOptions,
+    DeclineCheckpoint,
+)
+from chandy.messages.ids import ExecutionAttemptID
+from chandy.state.handles import (
+    FileStateHandle,
+    OperatorStateDistributionMode,
+    OperatorStateHandle,
+    OperatorStateMeta,
+)
+from chandy.state.snapshot import OperatorSubtaskState, TaskStateSnapshot
+from chandy.storage.checkpoint_storage import METADATA_FILE_NAME, CheckpointStorage
+from chandy.util.clock import ManualClock
+from chandy.util.timer import ManualTimer
+
+JOB_ID = "0f1e2d3c4b5a69788796a5b4c3d2e1f0"
+TIMEOUT_MS = 200_000
+UNLIMITED = sys.maxsize
+R = CheckpointFailureReason
+
+
+# ---------------------------------------------------------------------- test doubles
+
+
+def attempt(vertex: int, subtask: int = 0) -> ExecutionAttemptID:
+    return ExecutionAttemptID(vertex, subtask, 0)
+
+
+def operator_id(vertex: int) -> str:
+    return f"op-{vertex}"
+
+
+def task_to_ack(attempt_id: ExecutionAttemptID, parallelism: int = 1) -> TaskToAck:
+    return TaskToAck(attempt_id, attempt_id.vertex_id, attempt_id.subtask_index, parallelism, 128,
+                     (operator_id(attempt_id.vertex_id),))
+
+
+def make_plan(trigger: Sequence[ExecutionAttemptID], wait_for: Sequence[ExecutionAttemptID],
+              commit: Sequence[ExecutionAttemptID] | None = None) -> CheckpointPlan:
+    """Trigger ``trigger``, wait for ``wait_for``, notify ``commit`` (default: ``wait_for``)."""
+    return CheckpointPlan(tuple(trigger), tuple(task_to_ack(a) for a in wait_for),
+                          tuple(wait_for if commit is None else commit))
+
+
+@dataclass
+class RecordingGateway:
+    """The tasks, as the coordinator sees them: every call is recorded per attempt."""
+
+    triggered: list[tuple[ExecutionAttemptID, int, int, CheckpointOptions]] = field(
+        default_factory=list)
+    completed: list[tuple[ExecutionAttemptID, int, int]] = field(default_factory=list)
+    aborted: list[tuple[ExecutionAttemptID, int, int]] = field(default_factory=list)
+
+    def trigger_checkpoint(self, attempt_id: ExecutionAttemptID, checkpoint_id: int, timestamp: int,
+                           options: CheckpointOptions) -> bool:
+        self.triggered.append((attempt_id, checkpoint_id, timestamp, options))
+        return True
+
+    def notify_checkpoint_complete(self, attempt_id: ExecutionAttemptID, checkpoint_id: int,
+                                   timestamp: int) -> None:
+        self.completed.append((attempt_id, checkpoint_id, timestamp))
+
+    def notify_checkpoint_aborted(self, attempt_id: ExecutionAttemptID, checkpoint_id: int,
+                                  timestamp: int) -> None:
+        self.aborted.append((attempt_id, checkpoint_id, timestamp))
+
+    def triggered_ids(self, attempt_id: ExecutionAttemptID) -> list[int]:
+        return [cid for a, cid, _, _ in self.triggered if a == attempt_id]
+
+    def trigger_timestamps(self, attempt_id: ExecutionAttemptID) -> list[int]:
+        return [ts for a, _, ts, _ in self.triggered if a == attempt_id]
+
+    def completed_ids(self, attempt_id: ExecutionAttemptID) -> list[int]:
+        return [cid for a, cid, _ in self.completed if a == attempt_id]
+
+    def aborted_ids(self, attempt_id: ExecutionAttemptID) -> list[int]:
+        return [cid for a, cid, _ in self.aborted if a == attempt_id]
+
+
+class ControlledHook(MasterTriggerRestoreHook):
+    """A master hook whose state futures the test completes (or never completes)."""
+
+    def __init__(self, identifier: str = "hook") -> None:
+        self.identifier = identifier
+        self.futures: dict[int, Future[bytes | None]] = {}
+
+    def get_identifier(self) -> str:
+        return self.identifier
+
+    def trigger_checkpoint(self, checkpoint_id: int, timestamp: int) -> Future[bytes | None]:
+        future: Future[bytes | None] = Future()
+        self.futures[checkpoint_id] = future
+        return future
+
+    def restore_checkpoint(self, checkpoint_id: int, data: bytes | None) -> None:
+        pass
+
+
+class RaisingHook(ControlledHook):
+    """A master hook that raises instead of returning a future."""
+
+    def trigger_checkpoint(self, checkpoint_id: int, timestamp: int) -> Future[bytes | None]:
+        raise RuntimeError(f"hook cannot snapshot checkpoint {checkpoint_id}")
+
+
+class FullIntervalDelay(random.Random):
+    """The periodic scheduler's initial delay is drawn from ``[min_pause, interval]``; this
+    one always picks the full interval, so ``advance(interval)`` fires exactly one tick."""
+
+    def randint(self, a: int, b: int) -> int:
+        return b
+
+
+class FlakyIDCounter(CheckpointIDCounter):
+    """An id counter whose n-th calls (1-based) fail, like an unreachable ZooKeeper."""
+
+    def __init__(self, failing_calls: Iterable[int]) -> None:
+        super().__init__()
+        self.failing_calls = set(failing_calls)
+        self.calls = 0
+
+    def get_and_increment(self) -> int:
+        self.calls += 1
+        if self.calls in self.failing_calls:
+            raise OSError("checkpoint id counter unavailable")
+        return super().get_and_increment()
+
+
+@dataclass
+class Harness:
+    coordinator: CheckpointCoordinator
+    gateway: RecordingGateway
+    clock: ManualClock
+    timer: ManualTimer
+    storage: CheckpointStorage
+    store: CompletedCheckpointStore
+    job_failures: list[BaseException]
+
+    def tick(self) -> None:
+        """Let exactly one periodic trigger fire (see :class:`FullIntervalDelay`)."""
+        interval = self.coordinator.config.interval_ms
+        assert interval is not None
+        self.timer.advance(interval)
+
+    def ticks(self, n: int) -> None:
+        for _ in range(n):
+            self.tick()
+
+
+def make_coordinator(plan: CheckpointPlan | Callable[[], CheckpointPlan], *,
+                     tmp_path: Path | None = None,
+                     interval_ms: int | None = None,
+                     timeout_ms: int = TIMEOUT_MS,
+                     min_pause_ms: int = 0,
+                     max_concurrent: int = 1,
+                     tolerable_failures: int = 10,
+                     retention: ExternalizedCheckpointRetention =
+                     ExternalizedCheckpointRetention.NO_EXTERNALIZED_CHECKPOINTS,
+                     retained: int = 1,
+                     master_hooks: Sequence[MasterTriggerRestoreHook] = (),
+                     id_counter: CheckpointIDCounter | None = None,
+                     rng: random.Random | None = None) -> Harness:
+    """A coordinator on manual time; filesystem storage under ``tmp_path`` if given."""
+    clock = ManualClock(start_ms=1_000_000)
+    timer = ManualTimer(clock)
+    gateway = RecordingGateway()
+    storage = CheckpointStorage(None if tmp_path is None else str(tmp_path), JOB_ID)
+    storage.initialize()
+    store = CompletedCheckpointStore(retained)
+    failures: list[BaseException] = []
+    config = CheckpointCoordinatorConfiguration(
+        interval_ms=interval_ms, timeout_ms=timeout_ms, min_pause_ms=min_pause_ms,
+        max_concurrent=max_concurrent, tolerable_failures=tolerable_failures, retention=retention)
+    calculator = plan if callable(plan) else (lambda: plan)
+    coordinator = CheckpointCoordinator(
+        JOB_ID, config, plan_calculator=calculator, gateway=gateway, storage=storage,
+        completed_store=store, id_counter=id_counter or CheckpointIDCounter(),
+        stats=CheckpointStatsTracker(), clock=clock, timer=timer, fail_job=failures.append,
+        vertex_names={}, master_hooks=master_hooks,
+        rng=rng or FullIntervalDelay())
+    return Harness(coordinator, gateway, clock, timer, storage, store, failures)
+
+
+def ack(h: Harness, attempt_id: ExecutionAttemptID, checkpoint_id: int,
+        state: TaskStateSnapshot | None = None) -> bool:
+    return h.coordinator.receive_acknowledge_message(
+        AcknowledgeCheckpoint(JOB_ID, attempt_id, checkpoint_id, CheckpointMetrics(), state))
+
+
+def decline(h: Harness, attempt_id: ExecutionAttemptID, checkpoint_id: int,
+            reason: CheckpointFailureReason = R.CHECKPOINT_DECLINED) -> None:
+    h.coordinator.receive_decline_message(
+        DeclineCheckpoint(JOB_ID, attempt_id, checkpoint_id, reason, "test decline"))
+
+
+def file_state(storage: CheckpointStorage, checkpoint_id: int,
+               attempt_id: ExecutionAttemptID) -> TaskStateSnapshot:
+    """A subtask's operator state in a real file of ``chk-<checkpoint_id>`` (above the inline
+    threshold, so it is a :class:`FileStateHandle`)."""
+    size = storage.inline_threshold + 1
+    data = (f"chk-{checkpoint_id} {attempt_id};".encode() * size)[:size]
+    handle = storage.write_state(checkpoint_id, data)
+    assert isinstance(handle, FileStateHandle)
+    meta = OperatorStateMeta(OperatorStateDistributionMode.SPLIT_DISTRIBUTE, ((0, size),))
+    subtask = OperatorSubtaskState((), (OperatorStateHandle({"offsets": meta}, handle),))
+    return TaskStateSnapshot({operator_id(attempt_id.vertex_id): subtask})
+
+
+def paths(state: TaskStateSnapshot) -> list[str]:
+    return [handle.path for handle in state.file_handles()]
+
+
+def all_exist(states: Iterable[TaskStateSnapshot]) -> bool:
+    return all(os.path.exists(p) for s in states for p in paths(s))
+
+
+def none_exist(states: Iterable[TaskStateSnapshot]) -> bool:
+    return not any(os.path.exists(p) for s in states for p in paths(s))
+
+
+def failure_reason(future: Future[CompletedCheckpoint]) -> CheckpointFailureReason:
+    assert future.done(), "the trigger future is still open"
+    exception = future.exception()
+    assert isinstance(exception, CheckpointException), exception
+    return exception.reason
+
+
+def succeeded(future: Future[CompletedCheckpoint]) -> CompletedCheckpoint:
+    assert future.done(), "the trigger future is still open"
+    assert future.exception() is None, future.exception()
+    return future.result()
+
+
+def pending_ids(h: Harness) -> list[int]:
+    return sorted(h.coordinator.pending_checkpoints)
+
+
+A1, A2, A3 = attempt(1), attempt(2), attempt(3)
+
+
+# ---------------------------------------------------------------------- S36
+
+
+def test_s36_trigger_ack_complete(tmp_path: Path) -> None:
+    h = make_coordinator(make_plan([A1, A2], [A1, A2]), tmp_path=tmp_path)
+    coordinator = h.coordinator
+
+    future = coordinator.trigger_checkpoint()
+    assert coordinator.number_of_pending_checkpoints == 1
+    assert h.store.number_of_retained_checkpoints == 0
+    pending = coordinator.pending_checkpoints[1]
+    assert pending.number_of_non_acknowledged_tasks == 2
+    assert pending.number_of_acknowledged_tasks == 0
+    assert not pending.disposed
+    # the timeout canceller is scheduled
+    assert [entry.due_ms for entry in h.timer.pending()] == [h.clock.now_ms() + TIMEOUT_MS]
+    # both tasks were asked to checkpoint 1
+    assert h.gateway.triggered_ids(A1) == [1]
+    assert h.gateway.triggered_ids(A2) == [1]
+
+    state1, state2 = file_state(h.storage, 1, A1), file_state(h.storage, 1, A2)
+    assert ack(h, A2, 1, state2)
+    assert pending.number_of_acknowledged_tasks == 1
+    assert pending.number_of_non_acknowledged_tasks == 1
+    assert not pending.disposed
+
+    # a duplicate ack changes nothing
+    assert ack(h, A2, 1, state2)
+    assert pending.number_of_acknowledged_tasks == 1
+    assert pending.number_of_non_acknowledged_tasks == 1
+    assert not pending.disposed
+    assert all_exist([state2])
+
+    assert ack(h, A1, 1, state1)
+    assert pending.disposed
+    assert coordinator.number_of_pending_checkpoints == 0
+    assert h.store.number_of_retained_checkpoints == 1
+    assert h.timer.pending() == []  # the canceller is gone
+    completed = succeeded(future)
+    assert completed.checkpoint_id == 1
+    assert h.store.get_latest_checkpoint() is completed
+    # every handle registered exactly once, the duplicate ack notwithstanding
+    assert coordinator.shared_state_registry.registrations == {
+        p: 1 for p in paths(state1) + paths(state2)}
+    # _metadata was written last into chk-1, next to the state files
+    chk1 = h.storage.checkpoint_dir(1)
+    assert completed.external_pointer == chk1
+    assert os.path.isfile(os.path.join(chk1, METADATA_FILE_NAME))
+    assert all_exist([state1, state2])
+    # both tasks are told
+    assert h.gateway.completed_ids(A1) == [1]
+    assert h.gateway.completed_ids(A2) == [1]
+    assert h.gateway.aborted == []
+
+    # a second round replaces the first in a store that retains one
+    future2 = coordinator.trigger_checkpoint()
+    assert h.gateway.triggered_ids(A1) == [1, 2]
+    state1b, state2b = file_state(h.storage, 2, A1), file_state(h.storage, 2, A2)
+    assert ack(h, A1, 2, state1b)
+    assert ack(h, A2, 2, state2b)
+    completed2 = succeeded(future2)
+    assert h.store.get_all_checkpoints() == [completed2]
+    assert completed.discarded
+    assert not os.path.exists(chk1)
+    assert none_exist([state1, state2])
+    assert all_exist([state1b, state2b])
+    assert os.path.isfile(os.path.join(h.storage.checkpoint_dir(2), METADATA_FILE_NAME))
+    registry = coordinator.shared_state_registry
+    assert set(registry.references) == set(paths(state1b) + paths(state2b))
+    assert all(registry.registrations[p] == 1 for p in paths(state1b) + paths(state2b))
+    assert h.gateway.completed_ids(A1) == [1, 2]
+    assert h.gateway.completed_ids(A2) == [1, 2]
+    assert h.timer.pending() == []
+
+
+# ---------------------------------------------------------------------- S37
+
+
+def test_s37_decline_discards_the_checkpoint_and_its_state(tmp_path: Path) -> None:
+    h = make_coordinator(make_plan([A1, A2], [A1, A2]), tmp_path=tmp_path)
+    future = h.coordinator.trigger_checkpoint()
+    state1 = file_state(h.storage, 1, A1)
+    assert ack(h, A1, 1, state1)
+
+    decline(h, A2, 1)
+
+    assert failure_reason(future) is R.CHECKPOINT_DECLINED
+    assert h.coordinator.number_of_pending_checkpoints == 0
+    assert h.store.number_of_retained_checkpoints == 0
+    assert none_exist([state1])
+    assert h.gateway.aborted_ids(A1) == [1]
+    assert h.gateway.completed == []
+    # no new checkpoint was triggered
+    assert h.gateway.triggered_ids(A1) == [1]
+    # a late ack for the declined checkpoint: its state is discarded at once
+    late = file_state(h.storage, 1, A1)
+    assert not ack(h, A1, 1, late)
+    assert none_exist([late])
+
+
+def test_s37_decline_of_one_of_two_pending_checkpoints() -> None:
+    h = make_coordinator(make_plan([A1, A2], [A1, A2]), max_concurrent=2)
+    future1 = h.coordinator.trigger_checkpoint()
+    future2 = h.coordinator.trigger_checkpoint()
+    assert pending_ids(h) == [1, 2]
+    pending1, pending2 = h.coordinator.pending_checkpoints[1], h.coordinator.pending_checkpoints[2]
+
+    decline(h, A1, 1)
+
+    assert pending1.disposed
+    assert failure_reason(future1) is R.CHECKPOINT_DECLINED
+    assert pending_ids(h) == [2]
+    assert not pending2.disposed
+    assert not future2.done()
+    # no new checkpoint is triggered
+    assert h.gateway.triggered_ids(A1) == [1, 2]
+    assert h.gateway.triggered_ids(A2) == [1, 2]
+    assert h.coordinator.failure_manager.continuous_failure_counter == 1
+
+    # further declines of the discarded checkpoint, from any task, are ignored
+    decline(h, A1, 1)
+    decline(h, A2, 1)
+    assert pending_ids(h) == [2]
+    assert not pending2.disposed
+    assert h.coordinator.failure_manager.continuous_failure_counter == 1
+    assert h.gateway.aborted_ids(A1) == [1]
+    assert h.gateway.triggered_ids(A1) == [1, 2]
+
+    h.coordinator.shutdown("CANCELED")
+    assert pending2.disposed
+    assert failure_reason(future2) is R.CHECKPOINT_COORDINATOR_SHUTDOWN
+
+
+# ---------------------------------------------------------------------- S38
+
+
+def test_s38_concurrent_checkpoints_with_separate_trigger_ack_commit_sets() -> None:
+    trigger1, trigger2 = attempt(10), attempt(11)
+    ack1, ack2, ack3 = attempt(20), attempt(21), attempt(22)
+    commit = attempt(30)
+    h = make_coordinator(make_plan([trigger1, trigger2], [ack1, ack2, ack3], [commit]),
+                         max_concurrent=UNLIMITED, retained=2)
+
+    future1 = h.coordinator.trigger_checkpoint()
+    assert ack(h, ack3, 1)
+    future2 = h.coordinator.trigger_checkpoint()
+    assert pending_ids(h) == [1, 2]
+    assert h.gateway.triggered_ids(trigger1) == [1, 2]
+    assert h.gateway.triggered_ids(trigger2) == [1, 2]
+    assert h.gateway.triggered_ids(ack1) == []
+
+    assert ack(h, ack1, 1)
+    assert ack(h, ack1, 2)
+    assert not future1.done()
+    assert ack(h, ack2, 1)  # the third ack of checkpoint 1
+    assert succeeded(future1).checkpoint_id == 1
+    assert pending_ids(h) == [2]
+    assert h.gateway.completed_ids(commit) == [1]
+
+    assert ack(h, ack3, 2)
+    assert not future2.done()
+    assert ack(h, ack2, 2)
+    assert succeeded(future2).checkpoint_id == 2
+    assert pending_ids(h) == []
+    assert h.gateway.completed_ids(commit) == [1, 2]
+    # only the commit set is notified
+    for other in (trigger1, trigger2, ack1, ack2, ack3):
+        assert h.gateway.completed_ids(other) == []
+    assert [c.checkpoint_id for c in h.store.get_all_checkpoints()] == [1, 2]
+    assert h.gateway.aborted == []
+
+
+# ---------------------------------------------------------------------- S39
+
+
+def test_s39_completed_checkpoint_subsumes_older_pending(tmp_path: Path) -> None:
+    trigger1, trigger2 = attempt(10), attempt(11)
+    acks = [attempt(20), attempt(21), attempt(22)]
+    commit = attempt(30)
+    h = make_coordinator(make_plan([trigger1, trigger2], acks, [commit]), tmp_path=tmp_path,
+                         max_concurrent=UNLIMITED, tolerable_failures=0,
+                         retention=ExternalizedCheckpointRetention.NO_EXTERNALIZED_CHECKPOINTS)
+    future1 = h.coordinator.trigger_checkpoint()
+    future2 = h.coordinator.trigger_checkpoint()
+
+    cp1_states = [file_state(h.storage, 1, a) for a in acks[:2]]
+    for a, state in zip(acks[:2], cp1_states, strict=True):
+        assert ack(h, a, 1, state)
+    cp2_states = [file_state(h.storage, 2, a) for a in acks]
+    for a, state in zip(acks, cp2_states, strict=True):
+        assert ack(h, a, 2, state)
+
+    assert succeeded(future2).checkpoint_id == 2
+    assert failure_reason(future1) is R.CHECKPOINT_SUBSUMED
+    assert pending_ids(h) == []
+    assert none_exist(cp1_states)
+    assert all_exist(cp2_states)
+    assert h.gateway.completed_ids(commit) == [2]
+    assert h.gateway.aborted_ids(commit) == [1]
+    assert h.job_failures == []  # a subsumed checkpoint is no failure
+
+    # a late ack for checkpoint 1 has its state discarded immediately
+    late = file_state(h.storage, 1, acks[2])
+    assert all_exist([late])
+    assert not ack(h, acks[2], 1, late)
+    assert none_exist([late])
+    assert all_exist(cp2_states)
+
+    h.coordinator.shutdown(JobStatus.FINISHED.value)
+    assert none_exist(cp2_states)
+    assert h.store.number_of_retained_checkpoints == 0
+
+
+# ---------------------------------------------------------------------- S40
+
+
+def test_s40_timeout_discards_the_pending_checkpoint(tmp_path: Path) -> None:
+    h = make_coordinator(make_plan([A1, A2], [A1, A2]), tmp_path=tmp_path)
+    future = h.coordinator.trigger_checkpoint()
+    pending = h.coordinator.pending_checkpoints[1]
+    state1 = file_state(h.storage, 1, A1)
+    assert ack(h, A1, 1, state1)
+    assert len(h.timer.pending()) == 1
+
+    assert h.timer.advance(TIMEOUT_MS) == 1  # the canceller fires
+
+    assert pending.disposed
+    assert h.coordinator.number_of_pending_checkpoints == 0
+    assert h.store.number_of_retained_checkpoints == 0
+    assert none_exist([state1])
+    assert h.gateway.completed == []
+    assert failure_reason(future) is R.CHECKPOINT_EXPIRED
+    stats = h.coordinator.stats.get_checkpoint(1)
+    assert stats is not None
+    assert stats.status == "FAILED"
+    assert stats.failure_message is not None
+    assert R.CHECKPOINT_EXPIRED.name in stats.failure_message
+    assert h.coordinator.stats.counts["failed"] == 1
+    assert h.coordinator.stats.counts["completed"] == 0
+
+    # the late ack of the other task: its state is discarded, nothing completes
+    late = file_state(h.storage, 1, A2)
+    assert not ack(h, A2, 1, late)
+    assert none_exist([late])
+    assert h.gateway.completed == []
+
+
+# ---------------------------------------------------------------------- S42
+
+
+@pytest.mark.parametrize("max_concurrent", [1, 2, 5])
+def test_s42_max_concurrent_checkpoints(max_concurrent: int) -> None:
+    h = make_coordinator(make_plan([A1], [A1]), interval_ms=10, min_pause_ms=0,
+                         timeout_ms=TIMEOUT_MS, max_concurrent=max_concurrent)
+    h.coordinator.start_checkpoint_scheduler()
+
+    h.ticks(max_concurrent)
+    assert h.gateway.triggered_ids(A1) == list(range(1, max_concurrent + 1))
+
+    h.ticks(5)  # nothing more while n are pending
+    assert h.gateway.triggered_ids(A1) == list(range(1, max_concurrent + 1))
+
+    assert ack(h, A1, 1)
+    h.tick()
+    assert h.gateway.triggered_ids(A1) == list(range(1, max_concurrent + 2))
+
+    h.ticks(5)
+    assert h.gateway.triggered_ids(A1) == list(range(1, max_concurrent + 2))
+    assert h.coordinator.number_of_pending_checkpoints == max_concurrent
+
+
+def test_s42_max_concurrent_with_subsumption() -> None:
+    h = make_coordinator(make_plan([A1], [A1]), interval_ms=10, min_pause_ms=0,
+                         timeout_ms=TIMEOUT_MS, max_concurrent=2)
+    h.coordinator.start_checkpoint_scheduler()
+    h.ticks(2)
+    assert pending_ids(h) == [1, 2]
+
+    assert ack(h, A1, 2)  # completes 2 and subsumes 1
+    assert [c.checkpoint_id for c in h.store.get_all_checkpoints()] == [2]
+    h.ticks(2)
+    assert pending_ids(h) == [3, 4]
+    assert h.gateway.triggered_ids(A1) == [1, 2, 3, 4]
+    h.ticks(3)
+    assert h.gateway.triggered_ids(A1) == [1, 2, 3, 4]
+
+
+# ---------------------------------------------------------------------- S43
+
+
+def test_s43_periodic_scheduling_waits_for_running_tasks() -> None:
+    task_state = {"status": "CREATED"}
+
+    def plan_calculator() -> CheckpointPlan:
+        if task_state["status"] != "RUNNING":
+            raise CheckpointException(R.NOT_ALL_REQUIRED_TASKS_RUNNING)
+        return make_plan([A1], [A1])
+
+    h = make_coordinator(plan_calculator, interval_ms=10, tolerable_failures=0)
+    h.coordinator.start_checkpoint_scheduler()
+    h.ticks(5)
+    assert h.gateway.triggered == []
+    assert h.coordinator.number_of_pending_checkpoints == 0
+    assert h.job_failures == []
+
+    # a manual trigger says why
+    assert failure_reason(h.coordinator.trigger_checkpoint()) is R.NOT_ALL_REQUIRED_TASKS_RUNNING
+
+    task_state["status"] = "RUNNING"
+    h.tick()
+    assert h.gateway.triggered_ids(A1) == [1]
+    assert h.coordinator.number_of_pending_checkpoints == 1
+
+
+# ---------------------------------------------------------------------- S44
+
+
+def _assert_ids_and_timestamps(h: Harness, expected_ids: list[int], not_before_ms: int) -> None:
+    ids = h.gateway.triggered_ids(A1)
+    timestamps = h.gateway.trigger_timestamps(A1)
+    assert ids == expected_ids
+    assert all(a < b for a, b in itertools.pairwise(ids))
+    assert all(a <= b for a, b in itertools.pairwise(timestamps))
+    assert all(ts >= not_before_ms for ts in timestamps)
+
+
+def test_s44_periodic_triggering_stop_and_restart() -> None:
+    h = make_coordinator(make_plan([A1], [A1]), interval_ms=10, max_concurrent=UNLIMITED)
+    start = h.clock.now_ms()
+    assert h.coordinator.is_periodic_checkpointing_configured
+    assert not h.coordinator.is_periodic_checkpointing_started
+
+    h.coordinator.job_status_listener(JOB_ID, JobStatus.RUNNING, start, None)
+    assert h.coordinator.is_periodic_checkpointing_started
+    h.ticks(5)
+    _assert_ids_and_timestamps(h, [1, 2, 3, 4, 5], start)
+
+    h.coordinator.job_status_listener(JOB_ID, JobStatus.CANCELLING, h.clock.now_ms(), None)
+    assert not h.coordinator.is_periodic_checkpointing_started
+    h.ticks(10)
+    _assert_ids_and_timestamps(h, [1, 2, 3, 4, 5], start)
+
+    h.coordinator.start_checkpoint_scheduler()
+    h.ticks(3)
+    _assert_ids_and_timestamps(h, [1, 2, 3, 4, 5, 6, 7, 8], start)
+
+    h.coordinator.stop_checkpoint_scheduler()
+    h.ticks(10)
+    _assert_ids_and_timestamps(h, [1, 2, 3, 4, 5, 6, 7, 8], start)
+
+    h.coordinator.job_status_listener(JOB_ID, JobStatus.RUNNING, h.clock.now_ms(), None)
+    h.ticks(2)
+    _assert_ids_and_timestamps(h, list(range(1, 11)), start)
+
+
+# ---------------------------------------------------------------------- S45
+
+
+def _first_trigger_time_after(h: Harness, count_before: int, limit_ms: int) -> int:
+    """Advance 1 ms at a time until trigger number ``count_before + 1`` happens; its time."""
+    for _ in range(limit_ms):
+        if len(h.gateway.triggered) > count_before:
+            break
+        h.timer.advance(1)
+    assert len(h.gateway.triggered) > count_before, f"no checkpoint triggered in {limit_ms} ms"
+    return h.gateway.triggered[count_before][2]
+
+
+def test_s45_min_pause_is_measured_from_completion() -> None:
+    """interval 12 ms < min pause 50 ms (Flink then schedules at the min pause)."""
+    h = make_coordinator(make_plan([A1], [A1]), interval_ms=12, min_pause_ms=50,
+                         max_concurrent=1, rng=random.Random(45))
+    h.coordinator.start_checkpoint_scheduler()
+    _first_trigger_time_after(h, 0, limit_ms=1_000)
+    assert h.gateway.triggered_ids(A1) == [1]
+    h.timer.advance(100)  # cp1 is slow; ticks meanwhile do not trigger
+    assert h.gateway.triggered_ids(A1) == [1]
+
+    completion = h.clock.now_ms()
+    assert ack(h, A1, 1)
+    assert h.store.get_latest_checkpoint() is not None
+
+    triggered_at = _first_trigger_time_after(h, 1, limit_ms=1_000)
+    assert h.gateway.triggered_ids(A1) == [1, 2]
+    assert triggered_at >= completion + 50
+
+
+def test_s45_min_pause_holds_when_completion_subsumes_an_older_pending() -> None:
+    """Same rule when the completing checkpoint aborts an older pending one on the way."""
+    h = make_coordinator(make_plan([A1], [A1]), interval_ms=60, min_pause_ms=50,
+                         max_concurrent=2, rng=random.Random(45))
+    h.coordinator.start_checkpoint_scheduler()
+    _first_trigger_time_after(h, 1, limit_ms=1_000)
+    h.timer.advance(60)  # a third tick waits in the queue
+    assert pending_ids(h) == [1, 2]
+
+    completion = h.clock.now_ms()
+    assert ack(h, A1, 2)  # completes 2, subsumes 1
+    assert [c.checkpoint_id for c in h.store.get_all_checkpoints()] == [2]
+
+    triggered_at = _first_trigger_time_after(h, 2, limit_ms=1_000)
+    assert h.gateway.triggered_ids(A1) == [1, 2, 3]
+    assert triggered_at >= completion + 50
+
+
+# ---------------------------------------------------------------------- S46
+
+
+def test_s46_periodic_trigger_after_scheduler_stop_fails_but_manual_works() -> None:
+    h = make_coordinator(make_plan([A1], [A1]), interval_ms=10, tolerable_failures=0)
+    h.coordinator.start_checkpoint_scheduler()
+    h.coordinator.stop_checkpoint_scheduler()
+
+    periodic = h.coordinator.trigger_checkpoint(is_periodic=True)
+    assert failure_reason(periodic) is R.PERIODIC_SCHEDULER_SHUTDOWN
+    assert h.gateway.triggered == []
+
+    manual = h.coordinator.trigger_checkpoint(is_periodic=False)
+    assert h.gateway.triggered_ids(A1) == [1]
+    assert ack(h, A1, 1)
+    assert succeeded(manual).checkpoint_id == 1
+    assert h.job_failures == []
+
+
+def test_s46_trigger_while_coordinator_shuts_down() -> None:
+    h = make_coordinator(make_plan([A1], [A1]), interval_ms=10)
+    h.coordinator.start_checkpoint_scheduler()
+    in_flight = h.coordinator.trigger_checkpoint()
+    assert h.coordinator.number_of_pending_checkpoints == 1
+
+    h.coordinator.shutdown(JobStatus.CANCELED.value)
+
+    assert failure_reason(in_flight) is R.CHECKPOINT_COORDINATOR_SHUTDOWN
+    assert failure_reason(h.coordinator.trigger_checkpoint()) is R.CHECKPOINT_COORDINATOR_SHUTDOWN
+    assert failure_reason(h.coordinator.trigger_checkpoint(is_periodic=True)) is (
+        R.CHECKPOINT_COORDINATOR_SHUTDOWN)
+    h.ticks(5)
+    assert h.gateway.triggered_ids(A1) == [1]
+    assert h.timer.pending() == []
+
+
+def test_s46_second_trigger_while_triggering_is_queued_and_runs_afterwards() -> None:
+    hook = ControlledHook()
+    h = make_coordinator(make_plan([A1], [A1]), interval_ms=10**9, max_concurrent=2,
+                         master_hooks=[hook])
+    h.coordinator.start_checkpoint_scheduler()
+
+    first = h.coordinator.trigger_checkpoint(is_periodic=True)
+    assert list(hook.futures) == [1]
+    assert h.coordinator.pending_checkpoints[1].triggering
+    second = h.coordinator.trigger_checkpoint(is_periodic=False)
+    # queued: not started while the first is triggering
+    assert list(hook.futures) == [1]
+    assert pending_ids(h) == [1]
+    assert h.gateway.triggered == []
+
+    hook.futures[1].set_result(b"master-1")
+    h.timer.run_due()
+    assert h.gateway.triggered_ids(A1) == [1]
+    assert list(hook.futures) == [1, 2]  # the queued request runs now
+    hook.futures[2].set_result(b"master-2")
+    h.timer.run_due()
+    assert h.gateway.triggered_ids(A1) == [1, 2]
+
+    assert ack(h, A1, 1)
+    assert ack(h, A1, 2)
+    assert succeeded(first).master_states == [MasterState("hook", b"master-1")]
+    assert succeeded(second).master_states == [MasterState("hook", b"master-2")]
+
+
+def test_s46_id_counter_failure_fails_the_trigger() -> None:
+    h = make_coordinator(make_plan([A1], [A1]), tolerable_failures=0,
+                         id_counter=FlakyIDCounter([1]))
+    failed = h.coordinator.trigger_checkpoint()
+    assert failure_reason(failed) is R.TRIGGER_CHECKPOINT_FAILURE
+    assert h.coordinator.number_of_pending_checkpoints == 0
+    assert h.gateway.triggered == []
+
+    ok = h.coordinator.trigger_checkpoint()
+    assert h.gateway.triggered_ids(A1) == [1]
+    assert ack(h, A1, 1)
+    assert succeeded(ok).checkpoint_id == 1
+    assert h.job_failures == []
+
+
+def test_s46_queued_requests_still_run_after_an_id_counter_failure() -> None:
+    hook = ControlledHook()
+    h = make_coordinator(make_plan([A1], [A1]), max_concurrent=UNLIMITED, tolerable_failures=0,
+                         master_hooks=[hook], id_counter=FlakyIDCounter([2]))
+    first = h.coordinator.trigger_checkpoint()
+    second = h.coordinator.trigger_checkpoint()  # queued; its id will fail
+    third = h.coordinator.trigger_checkpoint()  # queued
+    assert list(hook.futures) == [1]
+
+    hook.futures[1].set_result(None)
+    h.timer.run_due()
+    assert failure_reason(second) is R.TRIGGER_CHECKPOINT_FAILURE
+    assert list(hook.futures) == [1, 2]
+    hook.futures[2].set_result(None)
+    h.timer.run_due()
+    assert h.gateway.triggered_ids(A1) == [1, 2]
+
+    assert ack(h, A1, 1)
+    assert ack(h, A1, 2)
+    assert succeeded(first).checkpoint_id == 1
+    assert succeeded(third).checkpoint_id == 2
+    assert h.job_failures == []
+
+
+def test_s46_master_hook_that_never_completes_expires_before_tasks_are_asked() -> None:
+    hook = ControlledHook()
+    h = make_coordinator(make_plan([A1], [A1]), max_concurrent=2, master_hooks=[hook])
+    first = h.coordinator.trigger_checkpoint()
+    queued = h.coordinator.trigger_checkpoint()
+    assert list(hook.futures) == [1]
+
+    h.timer.advance(TIMEOUT_MS)
+
+    assert failure_reason(first) is R.CHECKPOINT_EXPIRED
+    assert h.gateway.triggered == []
+    stats = h.coordinator.stats.get_checkpoint(1)
+    assert stats is not None
+    assert stats.status == "FAILED"
+    # the coordinator is no longer "triggering": the queued request runs
+    assert list(hook.futures) == [1, 2]
+    assert pending_ids(h) == [2]
+
+    # the hook of the expired checkpoint answers late: still no task is asked for it
+    hook.futures[1].set_result(b"late")
+    h.timer.run_due()
+    assert h.gateway.triggered == []
+
+    hook.futures[2].set_result(b"ok")
+    h.timer.run_due()
+    assert h.gateway.triggered_ids(A1) == [2]
+    assert ack(h, A1, 2)
+    assert succeeded(queued).checkpoint_id == 2
+
+
+@pytest.mark.parametrize("raising", [False, True], ids=["failed-future", "raises"])
+def test_s46_master_hook_failure_fails_the_trigger(raising: bool) -> None:
+    hook = RaisingHook() if raising else ControlledHook()
+    h = make_coordinator(make_plan([A1], [A1]), master_hooks=[hook], tolerable_failures=0)
+    future = h.coordinator.trigger_checkpoint()
+    if not raising:
+        hook.futures[1].set_exception(RuntimeError("hook failed"))
+    h.timer.run_due()
+
+    assert failure_reason(future) is R.TRIGGER_CHECKPOINT_FAILURE
+    assert h.gateway.triggered == []
+    assert h.coordinator.number_of_pending_checkpoints == 0
+    assert h.job_failures == []  # trigger failures are not counted (as in Flink)
+
+
+# ---------------------------------------------------------------------- failure manager
+
+
+def _expire_one(h: Harness) -> None:
+    future = h.coordinator.trigger_checkpoint()
+    h.timer.advance(TIMEOUT_MS)
+    assert failure_reason(future) is R.CHECKPOINT_EXPIRED
+
+
+def _complete_one(h: Harness) -> None:
+    future = h.coordinator.trigger_checkpoint()
+    checkpoint_id = max(h.coordinator.pending_checkpoints)
+    assert ack(h, A1, checkpoint_id)
+    succeeded(future)
+
+
+def test_failure_manager_one_timeout_is_tolerated_the_second_fails_the_job() -> None:
+    h = make_coordinator(make_plan([A1], [A1]), tolerable_failures=1)
+    _expire_one(h)
+    assert h.job_failures == []
+    _expire_one(h)
+    assert len(h.job_failures) == 1
+    assert isinstance(h.job_failures[0], CheckpointToleranceExceeded)
+    assert h.job_failures[0].last.reason is R.CHECKPOINT_EXPIRED
+
+
+def test_failure_manager_success_resets_the_count() -> None:
+    h = make_coordinator(make_plan([A1], [A1]), tolerable_failures=1)
+    _expire_one(h)
+    _complete_one(h)
+    _expire_one(h)
+    assert h.job_failures == []
+    _expire_one(h)
+    assert len(h.job_failures) == 1
+
+
+def test_failure_manager_tolerable_zero_fails_on_first_timeout() -> None:
+    h = make_coordinator(make_plan([A1], [A1]), tolerable_failures=0)
+    _expire_one(h)
+    assert len(h.job_failures) == 1
+
+
+@pytest.mark.parametrize("reason", [R.CHECKPOINT_DECLINED, R.CHECKPOINT_ASYNC_EXCEPTION])
+def test_failure_manager_counts_declines_and_async_failures(reason: CheckpointFailureReason
+                                                            ) -> None:
+    h = make_coordinator(make_plan([A1], [A1]), tolerable_failures=1)
+    first = h.coordinator.trigger_checkpoint()
+    decline(h, A1, 1, reason)
+    assert failure_reason(first) is reason
+    assert h.job_failures == []
+    h.coordinator.trigger_checkpoint()
+    decline(h, A1, 2, reason)
+    assert len(h.job_failures) == 1
+
+
+def test_failure_manager_mixed_counted_failures_add_up() -> None:
+    h = make_coordinator(make_plan([A1], [A1]), tolerable_failures=2)
+    _expire_one(h)
+    h.coordinator.trigger_checkpoint()
+    decline(h, A1, 2, R.CHECKPOINT_DECLINED)
+    assert h.job_failures == []
+    h.coordinator.trigger_checkpoint()
+    decline(h, A1, 3, R.CHECKPOINT_ASYNC_EXCEPTION)
+    assert len(h.job_failures) == 1
+
+
+def test_failure_manager_ignores_cancellation_barrier_declines() -> None:
+    h = make_coordinator(make_plan([A1], [A1]), tolerable_failures=0)
+    for checkpoint_id in (1, 2, 3):
+        future = h.coordinator.trigger_checkpoint()
+        decline(h, A1, checkpoint_id, R.CHECKPOINT_DECLINED_ON_CANCELLATION_BARRIER)
+        assert failure_reason(future) is R.CHECKPOINT_DECLINED_ON_CANCELLATION_BARRIER
+    assert h.job_failures == []
+    assert h.coordinator.failure_manager.continuous_failure_counter == 0
+
+
+def test_failure_manager_ignores_subsumed_checkpoints() -> None:
+    h = make_coordinator(make_plan([A1], [A1]), tolerable_failures=0, max_concurrent=UNLIMITED)
+    futures = [h.coordinator.trigger_checkpoint() for _ in range(4)]
+    assert ack(h, A1, 4)  # subsumes 1, 2, 3
+    assert [failure_reason(f) for f in futures[:3]] == [R.CHECKPOINT_SUBSUMED] * 3
+    assert h.job_failures == []
+    assert h.coordinator.failure_manager.continuous_failure_counter == 0
+
+
+@pytest.mark.parametrize(("reason", "counted"), [
+    (R.CHECKPOINT_DECLINED, True),
+    (R.CHECKPOINT_EXPIRED, True),
+    (R.CHECKPOINT_ASYNC_EXCEPTION, True),
+    (R.CHECKPOINT_DECLINED_ON_CANCELLATION_BARRIER, False),
+    (R.CHECKPOINT_SUBSUMED, False),
+])
+def test_failure_manager_unit(reason: CheckpointFailureReason, counted: bool) -> None:
+    failures: list[BaseException] = []
+    manager = CheckpointFailureManager(1, failures.append)
+    manager.handle_checkpoint_exception(CheckpointException(reason), 1)
+    assert manager.continuous_failure_counter == (1 if counted else 0)
+    assert failures == []
+    manager.handle_checkpoint_exception(CheckpointException(reason), 2)
+    assert len(failures) == (1 if counted else 0)
+    # the same checkpoint is counted once
+    manager.handle_checkpoint_exception(CheckpointException(reason), 2)
+    assert len(failures) == (1 if counted else 0)
+    manager.handle_checkpoint_success(3)
+    assert manager.continuous_failure_counter == 0

@@ -1,0 +1,217 @@
+"""Which state each subtask restores: operator-state repartitioning (S52) and assign_states."""
+
+from __future__ import annotations
+
+import random
+from collections import Counter
+from dataclasses import dataclass
+
+import pytest
+
+from chandy.checkpoint.operator_state import OperatorState
+from chandy.checkpoint.state_assignment import (
+    VertexToRestore,
+    assign_states,
+    repartition_operator_state,
+)
+from chandy.errors import InvalidCheckpointError
+from chandy.state.handles import (
+    ByteStreamStateHandle,
+    KeyGroupsStateHandle,
+    OperatorStateDistributionMode,
+    OperatorStateHandle,
+    OperatorStateMeta,
+    Range,
+)
+from chandy.state.key_groups import KeyGroupRange, compute_operator_index_for_key_group
+from chandy.state.snapshot import OperatorSubtaskState
+
+SPLIT = OperatorStateDistributionMode.SPLIT_DISTRIBUTE
+UNION = OperatorStateDistributionMode.UNION
+BROADCAST = OperatorStateDistributionMode.BROADCAST
+
+#: An element of operator state: which old subtask's stream, which byte range in it.
+Element = tuple[str, Range]
+
+
+# ---------------------------------------------------------------------- S52
+
+
+@dataclass
+class OldState:
+    """Operator state of ``len(handles)`` old subtasks, and what each named list held."""
+
+    handles: list[list[OperatorStateHandle]]
+    split: list[Element]
+    union: list[Element]
+    broadcast: dict[str, list[Element]]  # per old subtask: its (identical-content) copy
+
+
+def element_ranges(rng: random.Random, count: int, offset: int) -> tuple[Range, ...]:
+    ranges = []
+    position = offset
+    for _ in range(count):
+        length = rng.randint(1, 16)
+        ranges.append((position, position + length))
+        position += length
+    return tuple(ranges)
+
+
+def random_old_state(rng: random.Random, old_parallelism: int) -> OldState:
+    with_union = rng.random() < 0.5  # without union state, equal parallelism keeps the lists
+    broadcast_count = rng.randint(1, 4)  # every subtask holds the whole broadcast state
+    handles: list[list[OperatorStateHandle]] = []
+    split: list[Element] = []
+    union: list[Element] = []
+    broadcast: dict[str, list[Element]] = {}
+    for index in range(old_parallelism):
+        name = f"old-{index}"
+        delegate = ByteStreamStateHandle(name, b"")
+        split_ranges = element_ranges(rng, rng.randint(0, 12), 0)
+        union_ranges = element_ranges(rng, rng.randint(0, 4), 10_000)
+        broadcast_ranges = element_ranges(rng, broadcast_count, 20_000)
+        states = {"split": OperatorStateMeta(SPLIT, split_ranges),
+                  "broadcast": OperatorStateMeta(BROADCAST, broadcast_ranges)}
+        if with_union:
+            states["union"] = OperatorStateMeta(UNION, union_ranges)
+        else:
+            union_ranges = ()
+        handles.append([OperatorStateHandle(states, delegate)])
+        split += [(name, r) for r in split_ranges]
+        union += [(name, r) for r in union_ranges]
+        broadcast[name] = [(name, r) for r in broadcast_ranges]
+    return OldState(handles, split, union, broadcast)
+
+
+def elements_of(handles: list[OperatorStateHandle], state_name: str) -> list[Element]:
+    found: list[Element] = []
+    for handle in handles:
+        meta = handle.states.get(state_name)
+        if meta is None:
+            continue
+        assert isinstance(handle.delegate, ByteStreamStateHandle)
+        found += [(handle.delegate.name, r) for r in meta.elements]
+    return found
+
+
+def check_repartitioning(old: OldState, new_parallelism: int) -> None:
+    old_parallelism = len(old.handles)
+    new = repartition_operator_state(old.handles, new_parallelism)
+    assert len(new) == new_parallelism
+
+    split_per_subtask = [elements_of(handles, "split") for handles in new]
+    assert Counter(e for part in split_per_subtask for e in part) == Counter(old.split)
+    if old_parallelism != new_parallelism:  # as in Flink: unchanged parallelism keeps the lists
+        loads = [len(part) for part in split_per_subtask]
+        assert max(loads) - min(loads) <= 1, loads
+
+    for handles in new:
+        assert Counter(elements_of(handles, "union")) == Counter(old.union)
+        broadcast = elements_of(handles, "broadcast")
+        owners = {name for name, _ in broadcast}
+        assert len(owners) == 1, owners  # one copy, from one old subtask
+        assert broadcast == old.broadcast[owners.pop()]
+        for handle in handles:
+            for name, meta in handle.states.items():
+                assert meta.mode is {"split": SPLIT, "union": UNION, "broadcast": BROADCAST}[name]
+
+
+def test_s52_partitionable_state_repartitioning_10000_random_runs() -> None:
+    rng = random.Random(52)
+    for _ in range(10_000):
+        old_parallelism = rng.randint(1, 9)
+        new_parallelism = rng.randint(1, 9)
+        check_repartitioning(random_old_state(rng, old_parallelism), new_parallelism)
+
+
+@pytest.mark.parametrize(("old_parallelism", "new_parallelism"),
+                         [(1, 9), (9, 1), (3, 7), (7, 3), (4, 4)])
+def test_s52_split_lists_are_spread_evenly(old_parallelism: int, new_parallelism: int) -> None:
+    handles = [[OperatorStateHandle(
+        {"split": OperatorStateMeta(SPLIT, element_ranges(random.Random(i), 10, 0))},
+        ByteStreamStateHandle(f"old-{i}", b""))] for i in range(old_parallelism)]
+    new = repartition_operator_state(handles, new_parallelism)
+    loads = [len(elements_of(h, "split")) for h in new]
+    assert sum(loads) == 10 * old_parallelism
+    assert max(loads) - min(loads) <= 1
+
+
+# ---------------------------------------------------------------------- assign_states
+
+
+MAX_PARALLELISM = 128
+
+
+def keyed_operator_state(operator_id: str, parallelism: int, max_parallelism: int = MAX_PARALLELISM
+                         ) -> OperatorState:
+    """Keyed state of ``parallelism`` old subtasks; key group k lives at bytes [10k, 10k + 10)."""
+    state = OperatorState(operator_id, parallelism, max_parallelism)
+    for index in range(parallelism):
+        key_groups = KeyGroupRange.of_operator(max_parallelism, parallelism, index)
+        handle = KeyGroupsStateHandle(key_groups, tuple((10 * k, 10 * k + 10) for k in key_groups),
+                                      ByteStreamStateHandle(f"old-{index}", b""))
+        state.put_state(index, OperatorSubtaskState((handle,), ()))
+    return state
+
+
+def vertex(parallelism: int, operator_ids: tuple[str, ...] = ("window",),
+           max_parallelism: int = MAX_PARALLELISM) -> VertexToRestore:
+    return VertexToRestore(7, "Window(keyed)", parallelism, max_parallelism, operator_ids,
+                           tuple(f"{op}-name" for op in operator_ids))
+
+
+@pytest.mark.parametrize(("old_parallelism", "new_parallelism"),
+                         [(2, 3), (3, 2), (1, 4), (4, 1), (5, 7), (7, 5), (3, 3), (1, 128)])
+def test_keyed_state_is_split_by_key_group_range(old_parallelism: int, new_parallelism: int
+                                                 ) -> None:
+    states = {"window": keyed_operator_state("window", old_parallelism)}
+    assigned = assign_states(states, [vertex(new_parallelism)], allow_non_restored_state=False,
+                             source="chk-1")
+
+    owner_of: dict[int, int] = {}
+    for index in range(new_parallelism):
+        expected = KeyGroupRange.of_operator(MAX_PARALLELISM, new_parallelism, index)
+        subtask = assigned[(7, index)].subtask_states["window"]
+        seen: list[int] = []
+        for handle in subtask.managed_keyed_state:
+            for key_group, byte_range in handle.key_groups():
+                assert byte_range == (10 * key_group, 10 * key_group + 10)
+                old_owner = compute_operator_index_for_key_group(MAX_PARALLELISM, old_parallelism,
+                                                                 key_group)
+                assert isinstance(handle.delegate, ByteStreamStateHandle)
+                assert handle.delegate.name == f"old-{old_owner}"
+                assert key_group not in owner_of, f"key group {key_group} assigned twice"
+                owner_of[key_group] = index
+                seen.append(key_group)
+        assert sorted(seen) == list(expected)
+    assert sorted(owner_of) == list(range(MAX_PARALLELISM))
+
+
+def test_unclaimed_operator_state_is_refused() -> None:
+    states = {"window": keyed_operator_state("window", 2),
+              "removed-op": keyed_operator_state("removed-op", 2)}
+    with pytest.raises(InvalidCheckpointError) as error:
+        assign_states(states, [vertex(2)], allow_non_restored_state=False, source="chk-4")
+    assert "removed-op" in str(error.value)
+    assert "chk-4" in str(error.value)
+
+
+def test_unclaimed_operator_state_is_skipped_when_allowed() -> None:
+    states = {"window": keyed_operator_state("window", 2),
+              "removed-op": keyed_operator_state("removed-op", 2)}
+    assigned = assign_states(states, [vertex(2)], allow_non_restored_state=True, source="chk-4")
+    assert set(assigned) == {(7, 0), (7, 1)}
+    for snapshot in assigned.values():
+        assert set(snapshot.subtask_states) == {"window"}
+
+
+def test_changed_max_parallelism_is_refused() -> None:
+    states = {"window": keyed_operator_state("window", 2, max_parallelism=128)}
+    with pytest.raises(InvalidCheckpointError) as error:
+        assign_states(states, [vertex(2, max_parallelism=256)], allow_non_restored_state=False,
+                      source="chk-5")
+    message = str(error.value)
+    assert "max parallelism" in message
+    assert "128" in message
+    assert "256" in message
+    assert "window-name" in message
