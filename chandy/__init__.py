@@ -19,24 +19,51 @@ _EXPORTS = {
     "JobExecutionError": "chandy.errors",
     "ConfigurationError": "chandy.errors",
     "InvalidProgramError": "chandy.errors",
+    "InvalidCheckpointError": "chandy.errors",
+    "StorageError": "chandy.errors",
+    "CheckpointingMode": "chandy.config.options",
+    "ExternalizedCheckpointRetention": "chandy.config.options",
+    "ExternalizedCheckpointCleanup": "chandy.config.options",
+    "CheckpointConfig": "chandy.api.checkpoint_config",
+    "JobClient": "chandy.runtime.job_client",
 }
 
 __all__ = [
+    "CheckpointConfig",
+    "CheckpointingMode",
     "Configuration",
     "ConfigurationError",
     "DataStream",
+    "ExternalizedCheckpointCleanup",
+    "ExternalizedCheckpointRetention",
+    "InvalidCheckpointError",
     "InvalidProgramError",
+    "JobClient",
     "JobExecutionError",
     "JobExecutionResult",
     "KeyedStream",
+    "StorageError",
     "StreamExecutionEnvironment",
 ]
 
 if TYPE_CHECKING:
+    from chandy.api.checkpoint_config import CheckpointConfig
     from chandy.api.datastream import DataStream, KeyedStream
     from chandy.api.environment import StreamExecutionEnvironment
     from chandy.config import Configuration
-    from chandy.errors import ConfigurationError, InvalidProgramError, JobExecutionError
+    from chandy.config.options import (
+        CheckpointingMode,
+        ExternalizedCheckpointCleanup,
+        ExternalizedCheckpointRetention,
+    )
+    from chandy.errors import (
+        ConfigurationError,
+        InvalidCheckpointError,
+        InvalidProgramError,
+        JobExecutionError,
+        StorageError,
+    )
+    from chandy.runtime.job_client import JobClient
     from chandy.runtime.job_result import JobExecutionResult
 
 

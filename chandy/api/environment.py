@@ -8,13 +8,18 @@ import logging
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+from chandy.api.checkpoint_config import CheckpointConfig
 from chandy.api.connector import Source
 from chandy.api.datastream import DataStream
 from chandy.config import Configuration
 from chandy.config.options import (
+    CheckpointingMode,
+    CheckpointingOptions,
     CoreOptions,
     ExecutionOptions,
+    ExternalizedCheckpointRetention,
     PipelineOptions,
+    StateRecoveryOptions,
     all_options,
 )
 from chandy.errors import ConfigurationError, InvalidProgramError
@@ -22,6 +27,7 @@ from chandy.graph.job_graph import JobGraph, create_job_graph
 from chandy.graph.stream_graph import StreamGraph
 from chandy.runtime.collect import CollectIterator, CollectResultQueue
 from chandy.runtime.executor import Executor
+from chandy.runtime.job_client import JobClient
 from chandy.runtime.job_master import JobMaster
 from chandy.runtime.job_result import JobExecutionResult
 from chandy.task.operators.source import SourceOperator
@@ -99,6 +105,33 @@ class StreamExecutionEnvironment:
     def get_buffer_timeout(self) -> int:
         return self._config.get(ExecutionOptions.BUFFER_TIMEOUT)
 
+    # ------------------------------------------------------------------ checkpointing
+
+    def enable_checkpointing(self, interval: int,
+                             mode: CheckpointingMode | None = None) -> StreamExecutionEnvironment:
+        """Take a consistent checkpoint every ``interval`` ms (EXACTLY_ONCE unless ``mode``)."""
+        config = self.get_checkpoint_config()
+        config.set_checkpoint_interval(interval)
+        if mode is not None:
+            config.set_checkpointing_mode(mode)
+        return self
+
+    def get_checkpoint_config(self) -> CheckpointConfig:
+        """The checkpoint settings (their setters write Flink's configuration keys)."""
+        return CheckpointConfig(self._config)
+
+    def get_checkpoint_interval(self) -> int:
+        return self.get_checkpoint_config().get_checkpoint_interval()
+
+    def get_checkpointing_mode(self) -> CheckpointingMode:
+        return self.get_checkpoint_config().get_checkpointing_mode()
+
+    def set_restore_path(self, path: str) -> StreamExecutionEnvironment:
+        """Start the next job from a retained checkpoint or savepoint (a ``chk-N``
+        directory or its ``_metadata``); ``execution.state-recovery.path`` in configuration."""
+        self._config.set(StateRecoveryOptions.PATH, path)
+        return self
+
     def disable_operator_chaining(self) -> StreamExecutionEnvironment:
         """Run every operator in a task of its own (for debugging)."""
         self._config.set(PipelineOptions.OPERATOR_CHAINING, False)
@@ -153,6 +186,7 @@ class StreamExecutionEnvironment:
             raise ConfigurationError(f"unknown configuration key '{key}'{hint}")
         for option in all_options():
             self._config.get(option)  # every value parses, or a clear error now
+        _check_combinations(self._config)
         return self._config.copy()
 
     def _build_job_graph(self, job_name: str | None, *, clear: bool = True) -> JobGraph:
@@ -181,7 +215,8 @@ class StreamExecutionEnvironment:
         """Run the pipeline defined so far; blocks until the job ends.
 
         Returns the job's result; raises :class:`~chandy.errors.JobExecutionError`
-        (its ``__cause__`` is the exception a user function raised) if it failed.
+        (its ``__cause__`` is the exception a user function raised) if it failed
+        for good. Ctrl-C cancels the job cleanly before it propagates.
         """
         job_graph = self._build_job_graph(job_name)
         executor = self._create_executor(Configuration(job_graph.config))
@@ -189,6 +224,13 @@ class StreamExecutionEnvironment:
             return JobMaster(job_graph, executor).run()
         finally:
             executor.close()
+
+    def execute_async(self, job_name: str | None = None) -> JobClient:
+        """Start the pipeline defined so far and return at once with a :class:`JobClient`
+        (status, checkpoint statistics, cancel, result)."""
+        job_graph = self._build_job_graph(job_name)
+        executor = self._create_executor(Configuration(job_graph.config))
+        return JobClient(JobMaster(job_graph, executor), on_end=executor.close)
 
     def _execute_and_collect(self, job_name: str | None) -> CollectIterator:
         job_graph = self._build_job_graph(job_name)
@@ -212,3 +254,21 @@ class StreamExecutionEnvironment:
                            for e in v.inputs],
             } for v in job_graph.vertices],
         }, indent=2)
+
+
+def _check_combinations(config: Configuration) -> None:
+    """Reject settings that parse one by one but make no sense together."""
+    checkpointing = config.get(CheckpointingOptions.INTERVAL) is not None
+    directory = config.get(CheckpointingOptions.DIRECTORY)
+    storage = config.get(CheckpointingOptions.STORAGE)
+    retention = config.get(CheckpointingOptions.EXTERNALIZED_RETENTION)
+    if storage == "filesystem" and not directory:
+        raise ConfigurationError(
+            "execution.checkpointing.storage is 'filesystem' but execution.checkpointing.dir is "
+            "not set: set the directory (a path or URI every executor can write)")
+    if checkpointing and retention is not ExternalizedCheckpointRetention.NO_EXTERNALIZED_CHECKPOINTS \
+            and (not directory or storage == "jobmanager"):
+        raise ConfigurationError(
+            f"execution.checkpointing.externalized-checkpoint-retention is {retention.name}, but "
+            "checkpoints are kept in memory and cannot outlive the job: set "
+            "execution.checkpointing.dir (env.get_checkpoint_config().set_checkpoint_storage(...))")

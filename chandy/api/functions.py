@@ -147,3 +147,70 @@ class SinkFunction(Function):
 
     def finish(self) -> None:
         """Called once when the input has ended (a bounded job), before ``close()``."""
+
+
+class OperatorStateStore(ABC):
+    """Operator (non-keyed) state of a function: lists redistributed on rescaling."""
+
+    @abstractmethod
+    def get_list_state(self, state_descriptor: ListStateDescriptor) -> ListState:
+        """Split-distribute: on restore, the elements of all subtasks are dealt out anew."""
+
+    @abstractmethod
+    def get_union_list_state(self, state_descriptor: ListStateDescriptor) -> ListState:
+        """Union: on restore, every subtask gets every element of every subtask."""
+
+
+class FunctionInitializationContext(ABC):
+    """What :meth:`CheckpointedFunction.initialize_state` gets."""
+
+    @abstractmethod
+    def is_restored(self) -> bool:
+        """True when the job starts from a checkpoint or savepoint (after a failure too)."""
+
+    @abstractmethod
+    def get_operator_state_store(self) -> OperatorStateStore: ...
+
+    @abstractmethod
+    def get_restored_checkpoint_id(self) -> int | None:
+        """The id of the checkpoint being restored, or ``None``."""
+
+
+class FunctionSnapshotContext(ABC):
+    """What :meth:`CheckpointedFunction.snapshot_state` gets."""
+
+    @abstractmethod
+    def get_checkpoint_id(self) -> int: ...
+
+    @abstractmethod
+    def get_checkpoint_timestamp(self) -> int: ...
+
+
+class CheckpointedFunction(ABC):
+    """A function with its own checkpointed state (Flink's ``CheckpointedFunction``).
+
+    ``initialize_state`` runs before ``open``, on a fresh start and on every
+    restore; ``snapshot_state`` runs at every checkpoint, on the task thread,
+    between two records: write what must survive into operator state there.
+    """
+
+    @abstractmethod
+    def snapshot_state(self, context: FunctionSnapshotContext) -> None: ...
+
+    @abstractmethod
+    def initialize_state(self, context: FunctionInitializationContext) -> None: ...
+
+
+class CheckpointListener(ABC):
+    """Told when checkpoints complete or are aborted (Flink's ``CheckpointListener``).
+
+    Notifications are best effort: one may be lost, and a later checkpoint's
+    completion implies the earlier ones. Two-phase-commit sinks commit everything
+    up to the completed id here.
+    """
+
+    @abstractmethod
+    def notify_checkpoint_complete(self, checkpoint_id: int) -> None: ...
+
+    def notify_checkpoint_aborted(self, checkpoint_id: int) -> None:
+        """Checkpoint ``checkpoint_id`` will not complete."""

@@ -29,10 +29,13 @@ class CollectResultQueue:
         self._ended = False
         self._error: BaseException | None = None
         self._closed = False
+        self._last_token = -1
 
-    def publish(self, collect_id: str, subtask_index: int, batch: list[Any],
+    def publish(self, collect_id: str, subtask_index: int, batch: list[Any], token: int | None,
                 should_abort: Callable[[], bool]) -> None:
         with self._cond:
+            if token is not None and token <= self._last_token:
+                return  # already delivered: a restore replayed it
             while len(self._batches) >= self._capacity:
                 if self._closed or should_abort():
                     raise TaskCancelledError()
@@ -40,6 +43,8 @@ class CollectResultQueue:
             if self._closed:
                 raise TaskCancelledError()
             self._batches.append(batch)
+            if token is not None:
+                self._last_token = token
             self._cond.notify_all()
 
     def end(self, error: BaseException | None) -> None:

@@ -1,16 +1,23 @@
-"""The executor contract: how a JobMaster places tasks somewhere and stops them."""
+"""The executor contract: how a JobMaster places tasks somewhere, reaches and stops them."""
 
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
 
 from chandy.graph.execution_graph import ExecutionGraph
+from chandy.messages.checkpoint import CheckpointOptions
+from chandy.messages.ids import ExecutionAttemptID
 from chandy.task.deployment import TaskDeploymentDescriptor
 from chandy.task.services import TaskServices, TaskStateListener
 
 
 class Deployment(ABC):
-    """The running tasks of one deployment (one attempt of the whole job)."""
+    """The running tasks of one deployment (one attempt of the whole job).
+
+    Besides stopping them, it is the JobMaster's way to the tasks: the
+    checkpoint coordinator's trigger and notifications go through it (in this
+    process as mails; to Spark slots as RPC).
+    """
 
     @abstractmethod
     def cancel(self) -> None:
@@ -19,6 +26,19 @@ class Deployment(ABC):
     @abstractmethod
     def wait_stopped(self, timeout_s: float) -> bool:
         """Wait until every task's thread or process has ended; False on timeout."""
+
+    @abstractmethod
+    def trigger_checkpoint(self, attempt_id: ExecutionAttemptID, checkpoint_id: int,
+                           timestamp: int, options: CheckpointOptions) -> bool:
+        """Ask one task to checkpoint; False if this deployment has no such task."""
+
+    @abstractmethod
+    def notify_checkpoint_complete(self, attempt_id: ExecutionAttemptID, checkpoint_id: int,
+                                   timestamp: int) -> None: ...
+
+    @abstractmethod
+    def notify_checkpoint_aborted(self, attempt_id: ExecutionAttemptID, checkpoint_id: int,
+                                  timestamp: int) -> None: ...
 
 
 class Executor(ABC):

@@ -1,25 +1,68 @@
-"""The JobMaster: runs one job from deployment to its end.
+"""The JobMaster: runs one job from deployment to its end, through failures.
 
 All of its decisions happen on one thread (the caller of :meth:`JobMaster.run`),
-fed by a queue: tasks report state changes from their own threads (or, on
-Spark, through RPC) and the JobMaster handles them in order. A task failure
-cancels every other task; a job whose tasks have all finished is FINISHED.
+fed by one queue: tasks report state changes and checkpoint acknowledgements
+from their own threads (or, on Spark, through RPC), clients ask for statistics
+or cancellation, and timers (the checkpoint scheduler, timeouts, restart
+delays) fire; the JobMaster handles each in turn. The checkpoint coordinator
+lives on this thread too, so it needs no locks.
+
+On a task failure (or too many failed checkpoints) the restart strategy
+decides: cancel every task, wait the restart delay, and deploy new attempts
+that restore the latest completed checkpoint: sources rewind to their
+positions, keyed state comes back per key group. Otherwise the job fails.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import queue
+import random
+from collections.abc import Callable
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
+from typing import Any
 
-from chandy.errors import JobCancelledError, JobExecutionError
+from chandy.checkpoint.completed_checkpoint import CompletedCheckpointStore
+from chandy.checkpoint.coordinator import CheckpointCoordinator, CheckpointCoordinatorConfiguration
+from chandy.checkpoint.id_counter import CheckpointIDCounter
+from chandy.checkpoint.loader import load_checkpoint_metadata
+from chandy.checkpoint.operator_state import OperatorState
+from chandy.checkpoint.pending_checkpoint import CheckpointPlan, TaskToAck
+from chandy.checkpoint.state_assignment import VertexToRestore, assign_states
+from chandy.checkpoint.stats import CheckpointStatsTracker
+from chandy.config import Configuration
+from chandy.config.options import (
+    CheckpointingMode,
+    CheckpointingOptions,
+    StateRecoveryOptions,
+    WebOptions,
+)
+from chandy.errors import (
+    ConfigurationError,
+    InvalidCheckpointError,
+    JobCancelledError,
+    JobExecutionError,
+)
 from chandy.graph.execution_graph import ExecutionGraph, JobStatus
 from chandy.graph.job_graph import JobGraph
+from chandy.messages.checkpoint import (
+    AcknowledgeCheckpoint,
+    CheckpointException,
+    CheckpointFailureReason,
+    CheckpointOptions,
+    DeclineCheckpoint,
+)
+from chandy.messages.ids import ExecutionAttemptID
 from chandy.runtime.executor import Deployment, Executor
 from chandy.runtime.job_result import JobExecutionResult
-from chandy.task.deployment import ExecutionAttemptID, ExecutionState
+from chandy.runtime.restart_strategy import restart_strategy_from
+from chandy.storage.checkpoint_storage import CheckpointStorage
+from chandy.task.deployment import ExecutionState, TaskRestore
 from chandy.task.services import ResultPublisher, TaskFailure, TaskServices
 from chandy.util.clock import Clock, SystemClock
+from chandy.util.timer import ScheduledAction, TimerQueue
 
 log = logging.getLogger(__name__)
 
@@ -39,6 +82,59 @@ class CancelJob:
     reason: str
 
 
+@dataclass(frozen=True)
+class GlobalFailure:
+    """The job fails over for a reason that is not one task's (too many failed checkpoints)."""
+
+    error: BaseException
+
+
+@dataclass(frozen=True)
+class RunOnMainThread:
+    """A request from another thread, answered on the JobMaster thread."""
+
+    action: Callable[[], Any]
+    result: Future[Any]
+
+
+@dataclass(frozen=True)
+class _Wake:
+    """Makes the loop look at its timers again."""
+
+
+@dataclass(frozen=True)
+class RestoreSource:
+    """What new attempts restore from."""
+
+    checkpoint_id: int
+    operator_states: dict[str, OperatorState]
+    description: str
+
+
+class _MainThreadTimer:
+    """Timers that fire on the JobMaster thread (its loop waits for the next one)."""
+
+    def __init__(self, clock: Clock, wake: Callable[[], None]) -> None:
+        self.clock = clock
+        self.queue = TimerQueue()
+        self._wake = wake
+
+    def schedule(self, delay_ms: float, action: Callable[[], None]) -> ScheduledAction:
+        entry = ScheduledAction(self.clock.now_ms() + max(0.0, delay_ms), action)
+        self.queue.push(entry)
+        self._wake()
+        return entry
+
+    def seconds_to_next(self) -> float | None:
+        due = self.queue.next_due_ms()
+        return None if due is None else max(0.0, (due - self.clock.now_ms()) / 1000)
+
+    def run_due(self) -> None:
+        while (entry := self.queue.pop_due(self.clock.now_ms())) is not None:
+            if not entry.cancelled:
+                entry.action()
+
+
 class JobMaster:
     """Owns the ExecutionGraph of one job and drives it to a terminal status."""
 
@@ -47,14 +143,62 @@ class JobMaster:
         self.job_graph = job_graph
         self.executor = executor
         self.clock = clock or SystemClock()
+        self.config = Configuration(job_graph.config)
         self.execution_graph = ExecutionGraph(job_graph, self.clock)
-        self.services = TaskServices(results=results)
-        self._inbox: queue.Queue[TaskStateUpdate | CancelJob] = queue.Queue()
+        self._inbox: queue.Queue[Any] = queue.Queue()
+        self.timer = _MainThreadTimer(self.clock, lambda: self._inbox.put(_Wake()))
+        self.restart_strategy = restart_strategy_from(self.config)
+        self.restarts = 0
         self._deployment: Deployment | None = None
+        self._initial_restore: RestoreSource | None = None
+        self._async_executor: ThreadPoolExecutor | None = None
+        self.checkpoint_storage: CheckpointStorage | None = None
+        self.coordinator: CheckpointCoordinator | None = None
+        if self.config.get(CheckpointingOptions.INTERVAL) is not None:
+            self._create_checkpoint_coordinator()
+        self.services = TaskServices(results=results, checkpoint_responder=self,
+                                     checkpoint_storage=self.checkpoint_storage,
+                                     async_executor=self._async_executor)
 
     @property
     def job_id(self) -> str:
         return self.job_graph.job_id
+
+    def _create_checkpoint_coordinator(self) -> None:
+        config = self.config
+        directory = config.get(CheckpointingOptions.DIRECTORY)
+        kind = config.get(CheckpointingOptions.STORAGE) or ("filesystem" if directory else "jobmanager")
+        if kind == "filesystem" and not directory:
+            raise ConfigurationError(
+                "execution.checkpointing.storage is 'filesystem' but execution.checkpointing.dir "
+                "is not set: set it to a directory (or URI) every executor can write")
+        self.checkpoint_storage = CheckpointStorage(
+            directory if kind == "filesystem" else None, self.job_id,
+            create_subdir=config.get(CheckpointingOptions.CREATE_SUBDIR),
+            inline_threshold=config.get(CheckpointingOptions.INLINE_THRESHOLD))
+        coordinator_config = CheckpointCoordinatorConfiguration(
+            interval_ms=config.get(CheckpointingOptions.INTERVAL),
+            timeout_ms=config.get(CheckpointingOptions.TIMEOUT),
+            min_pause_ms=config.get(CheckpointingOptions.MIN_PAUSE),
+            max_concurrent=config.get(CheckpointingOptions.MAX_CONCURRENT),
+            tolerable_failures=config.get(CheckpointingOptions.TOLERABLE_FAILURES),
+            retention=config.get(CheckpointingOptions.EXTERNALIZED_RETENTION),
+            exactly_once=config.get(CheckpointingOptions.MODE) is CheckpointingMode.EXACTLY_ONCE)
+        self.coordinator = CheckpointCoordinator(
+            self.job_id, coordinator_config,
+            plan_calculator=self._checkpoint_plan,
+            gateway=self,
+            storage=self.checkpoint_storage,
+            completed_store=CompletedCheckpointStore(config.get(CheckpointingOptions.NUM_RETAINED)),
+            id_counter=CheckpointIDCounter(),
+            stats=CheckpointStatsTracker(config.get(WebOptions.CHECKPOINTS_HISTORY)),
+            clock=self.clock, timer=self.timer,
+            fail_job=lambda error: self._inbox.put(GlobalFailure(error)),
+            vertex_names={v.id: v.name for v in self.job_graph.vertices},
+            rng=random.Random())
+        self.execution_graph.register_job_status_listener(self.coordinator.job_status_listener)
+        self._async_executor = ThreadPoolExecutor(max_workers=2,
+                                                  thread_name_prefix="chandy-checkpoint-async")
 
     # -- called from other threads ---------------------------------------------
 
@@ -63,78 +207,244 @@ class JobMaster:
         """TaskStateListener: a task changed state (any thread)."""
         self._inbox.put(TaskStateUpdate(attempt_id, state, failure))
 
+    def acknowledge_checkpoint(self, message: AcknowledgeCheckpoint) -> None:
+        """CheckpointResponder: a task finished its part of a checkpoint (any thread)."""
+        self._inbox.put(message)
+
+    def decline_checkpoint(self, message: DeclineCheckpoint) -> None:
+        self._inbox.put(message)
+
     def cancel(self, reason: str = "cancelled by the user") -> None:
         """Cancel the job (any thread); :meth:`run` then raises :class:`JobCancelledError`."""
         self._inbox.put(CancelJob(reason))
 
+    def call(self, action: Callable[[], Any]) -> Future[Any]:
+        """Run ``action`` on the JobMaster thread (any thread); the future has its result."""
+        result: Future[Any] = Future()
+        self._inbox.put(RunOnMainThread(action, result))
+        return result
+
+    # -- the gateway to the tasks (coordinator -> deployment) --------------------
+
+    def trigger_checkpoint(self, attempt_id: ExecutionAttemptID, checkpoint_id: int,
+                           timestamp: int, options: CheckpointOptions) -> bool:
+        deployment = self._deployment
+        return deployment is not None and deployment.trigger_checkpoint(
+            attempt_id, checkpoint_id, timestamp, options)
+
+    def notify_checkpoint_complete(self, attempt_id: ExecutionAttemptID, checkpoint_id: int,
+                                   timestamp: int) -> None:
+        if self._deployment is not None:
+            self._deployment.notify_checkpoint_complete(attempt_id, checkpoint_id, timestamp)
+
+    def notify_checkpoint_aborted(self, attempt_id: ExecutionAttemptID, checkpoint_id: int,
+                                  timestamp: int) -> None:
+        if self._deployment is not None:
+            self._deployment.notify_checkpoint_aborted(attempt_id, checkpoint_id, timestamp)
+
+    def _checkpoint_plan(self) -> CheckpointPlan:
+        eg = self.execution_graph
+        to_trigger, to_wait = [], []
+        for ev in eg.all_execution_vertices():
+            execution = ev.current_execution
+            if execution.state is not ExecutionState.RUNNING:
+                raise CheckpointException(
+                    CheckpointFailureReason.NOT_ALL_REQUIRED_TASKS_RUNNING,
+                    f"task {ev.name_with_subtask} is {execution.state.value}")
+            vertex = ev.job_vertex
+            if vertex.is_source:
+                to_trigger.append(execution.attempt_id)
+            to_wait.append(TaskToAck(execution.attempt_id, vertex.id, ev.subtask_index,
+                                     vertex.parallelism, vertex.max_parallelism,
+                                     tuple(vertex.operator_ids)))
+        return CheckpointPlan(tuple(to_trigger), tuple(to_wait), tuple(t.attempt_id for t in to_wait))
+
     # -- the JobMaster thread ----------------------------------------------------
 
     def run(self) -> JobExecutionResult:
-        """Deploy, wait for the end, return the result or raise why the job failed."""
+        """Deploy, drive the job to its end, return the result or raise why it failed.
+
+        A bad restore path or unusable checkpoint storage is reported here, before
+        any task runs, as :class:`~chandy.errors.InvalidCheckpointError` or
+        :class:`~chandy.errors.StorageError`.
+        """
         eg = self.execution_graph
         start_ms = self.clock.now_ms()
-        log.info("Submitting job %s (%s): %d tasks in %d vertices.", self.job_graph.job_name,
-                 self.job_id, sum(v.parallelism for v in self.job_graph.vertices),
-                 len(self.job_graph.vertices))
-        eg.transition_state(JobStatus.CREATED, JobStatus.RUNNING)
+        final_status = "FAILED"
         try:
-            self._deploy()
+            self._prepare_restore_and_storage()
+            log.info("Submitting job %s (%s): %d tasks in %d vertices.", self.job_graph.job_name,
+                     self.job_id, sum(v.parallelism for v in self.job_graph.vertices),
+                     len(self.job_graph.vertices))
+            self._deploy(self._initial_restore)
+            eg.transition_state(JobStatus.CREATED, JobStatus.RUNNING)
             outcome = self._await_end()
+            final_status = eg.state.value
         except BaseException:
             # KeyboardInterrupt or a bug here: never leave tasks running behind.
             self._cancel_tasks()
             eg.transition_state(eg.state, JobStatus.CANCELED)
+            final_status = "CANCELED"
             raise
+        finally:
+            self._shutdown(final_status)
         runtime = self.clock.now_ms() - start_ms
         if outcome is None:
-            return JobExecutionResult(self.job_id, self.job_graph.job_name, runtime)
+            return JobExecutionResult(self.job_id, self.job_graph.job_name, runtime, self.restarts)
         raise outcome
 
-    def _deploy(self) -> None:
+    def _shutdown(self, final_status: str) -> None:
+        if self.coordinator is not None:
+            self.coordinator.shutdown(final_status)
+        if self._async_executor is not None:
+            self._async_executor.shutdown(wait=True)
+
+    def _prepare_restore_and_storage(self) -> None:
+        if self.checkpoint_storage is not None:
+            self.checkpoint_storage.initialize()
+        path = self.config.get(StateRecoveryOptions.PATH)
+        if path is None:
+            return
+        metadata, directory = load_checkpoint_metadata(path)
+        restore = RestoreSource(metadata.checkpoint_id,
+                                {s.operator_id: s for s in metadata.operator_states},
+                                f"{directory}")
+        self._assignments(restore)  # refuse an incompatible checkpoint now, with a clear error
+        if self.coordinator is not None:
+            self.coordinator.restore_from(metadata.checkpoint_id, metadata.master_states,
+                                          is_savepoint=metadata.checkpoint_type != "CHECKPOINT",
+                                          external_pointer=directory)
+        log.info("Job %s starts from checkpoint %d at %s.", self.job_id, metadata.checkpoint_id,
+                 directory)
+        self._initial_restore = restore
+
+    def _assignments(self, restore: RestoreSource) -> dict[tuple[int, int], Any]:
+        vertices = [VertexToRestore(v.id, v.name, v.parallelism, v.max_parallelism,
+                                    tuple(v.operator_ids), tuple(op.name for op in v.operators))
+                    for v in self.job_graph.vertices]
+        return assign_states(
+            restore.operator_states, vertices,
+            allow_non_restored_state=self.config.get(StateRecoveryOptions.IGNORE_UNCLAIMED_STATE),
+            source=restore.description)
+
+    def _deploy(self, restore: RestoreSource | None) -> None:
         eg = self.execution_graph
-        descriptors = [eg.deployment_descriptor(ev) for ev in eg.all_execution_vertices()]
+        assignments = self._assignments(restore) if restore is not None else {}
+        descriptors = []
         for ev in eg.all_execution_vertices():
+            tdd = eg.deployment_descriptor(ev)
+            if restore is not None:
+                state = assignments[(ev.job_vertex.id, ev.subtask_index)]
+                tdd = dataclasses.replace(tdd, task_restore=TaskRestore(restore.checkpoint_id, state))
+            descriptors.append(tdd)
             ev.current_execution.state = ExecutionState.DEPLOYING
         self._deployment = self.executor.deploy(eg, descriptors, self, self.services)
 
     def _await_end(self) -> JobExecutionError | None:
-        """Handle inbox messages until the job is terminal; the error to raise, if any."""
-        eg = self.execution_graph
+        """Handle inbox messages and timers until the job is terminal; the error to raise."""
         while True:
-            message = self._inbox.get()
-            if isinstance(message, CancelJob):
-                log.info("Cancelling job %s (%s): %s.", self.job_graph.job_name, self.job_id,
-                         message.reason)
-                eg.transition_state(JobStatus.RUNNING, JobStatus.CANCELLING)
-                self._cancel_tasks()
-                eg.transition_state(JobStatus.CANCELLING, JobStatus.CANCELED)
-                return JobCancelledError(f"job '{self.job_graph.job_name}' was cancelled: "
-                                         f"{message.reason}", self.job_id)
-            if not eg.update_execution_state(message.attempt_id, message.state, message.failure):
+            try:
+                message = self._inbox.get(timeout=self.timer.seconds_to_next())
+            except queue.Empty:
+                message = None
+            self.timer.run_due()
+            if message is None or isinstance(message, _Wake):
                 continue
-            if message.state is ExecutionState.FAILED:
-                return self._fail(message)
+            outcome = self._handle(message)
+            if outcome is not _CONTINUE:
+                return outcome
+
+    def _handle(self, message: Any) -> Any:
+        eg = self.execution_graph
+        if isinstance(message, TaskStateUpdate):
+            if not eg.update_execution_state(message.attempt_id, message.state, message.failure):
+                return _CONTINUE
+            if message.state is ExecutionState.FAILED and eg.state is JobStatus.RUNNING:
+                return self._failover(_job_error(self.job_graph, message), message.failure)
             if message.state is ExecutionState.FINISHED and eg.all_in_state(ExecutionState.FINISHED):
                 eg.transition_state(JobStatus.RUNNING, JobStatus.FINISHED)
                 return None
+            return _CONTINUE
+        if isinstance(message, AcknowledgeCheckpoint):
+            if self.coordinator is not None:
+                self.coordinator.receive_acknowledge_message(message)
+            return _CONTINUE
+        if isinstance(message, DeclineCheckpoint):
+            if self.coordinator is not None:
+                self.coordinator.receive_decline_message(message)
+            return _CONTINUE
+        if isinstance(message, GlobalFailure):
+            if eg.state is JobStatus.RUNNING:
+                error = JobExecutionError(f"job '{self.job_graph.job_name}' failed: {message.error}",
+                                          self.job_id)
+                error.__cause__ = message.error
+                return self._failover(error, None)
+            return _CONTINUE
+        if isinstance(message, RunOnMainThread):
+            try:
+                message.result.set_result(message.action())
+            except Exception as exc:  # noqa: BLE001 - handed to the caller
+                message.result.set_exception(exc)
+            return _CONTINUE
+        if isinstance(message, CancelJob):
+            log.info("Cancelling job %s (%s): %s.", self.job_graph.job_name, self.job_id,
+                     message.reason)
+            eg.transition_state(eg.state, JobStatus.CANCELLING)
+            self._cancel_tasks()
+            eg.transition_state(JobStatus.CANCELLING, JobStatus.CANCELED)
+            return JobCancelledError(f"job '{self.job_graph.job_name}' was cancelled: "
+                                     f"{message.reason}", self.job_id)
+        raise TypeError(f"unexpected message {message!r}")
 
-    def _fail(self, update: TaskStateUpdate) -> JobExecutionError:
+    # -- failure and restart -----------------------------------------------------
+
+    def _failover(self, error: JobExecutionError, failure: TaskFailure | None) -> Any:
         eg = self.execution_graph
-        failure = update.failure
-        error = _job_error(self.job_graph, update, eg)
-        eg.transition_state(JobStatus.RUNNING, JobStatus.FAILING, error)
-        self._cancel_tasks()
-        eg.transition_state(JobStatus.FAILING, JobStatus.FAILED, error)
         if failure is not None and failure.exception is not None:
             error.__cause__ = failure.exception
-        return error
+        self.restart_strategy.notify_failure(error)
+        unrecoverable = failure is not None and failure.exception_type in UNRECOVERABLE
+        if unrecoverable or not self.restart_strategy.can_restart():
+            eg.transition_state(JobStatus.RUNNING, JobStatus.FAILING, error)
+            self._cancel_tasks()
+            eg.transition_state(JobStatus.FAILING, JobStatus.FAILED, error)
+            if self.restarts:
+                log.warning("Job %s failed after %d restarts (%s).", self.job_id, self.restarts,
+                            self.restart_strategy.describe())
+            return error
+        log.warning("Job %s (%s) failed over: %s", self.job_graph.job_name, self.job_id,
+                    str(error).splitlines()[0])
+        eg.transition_state(JobStatus.RUNNING, JobStatus.RESTARTING, error)
+        if self.coordinator is not None:
+            self.coordinator.abort_pending_checkpoints(CheckpointFailureReason.JOB_FAILOVER_REGION)
+        self._cancel_tasks()
+        self.restarts += 1
+        self.timer.schedule(self.restart_strategy.get_backoff_time_ms(), self._restart)
+        return _CONTINUE
+
+    def _restart(self) -> None:
+        eg = self.execution_graph
+        if eg.state is not JobStatus.RESTARTING:
+            return
+        eg.reset_all_for_new_execution()
+        restore = self._initial_restore
+        if self.coordinator is not None:
+            latest = self.coordinator.restore_latest_checkpointed_state()
+            if latest is not None:
+                restore = RestoreSource(latest.checkpoint_id, latest.operator_states,
+                                        latest.external_pointer or f"checkpoint {latest.checkpoint_id}")
+        log.info("Restarting job %s (attempt %d) from %s.", self.job_id, self.restarts,
+                 f"checkpoint {restore.checkpoint_id}" if restore else "the beginning")
+        self._deploy(restore)
+        eg.transition_state(JobStatus.RESTARTING, JobStatus.RUNNING)
 
     def _cancel_tasks(self) -> None:
         if self._deployment is None:
             return
         self._deployment.cancel()
         self._deployment.wait_stopped(CANCEL_TIMEOUT_S)
-        # Drain the reports of the cancelled tasks so that they are not read later.
+        # Handle what the cancelled tasks sent: their states, and their checkpoint
+        # messages (so the coordinator deletes state nobody will reference).
         while True:
             try:
                 message = self._inbox.get_nowait()
@@ -143,9 +453,27 @@ class JobMaster:
             if isinstance(message, TaskStateUpdate):
                 self.execution_graph.update_execution_state(message.attempt_id, message.state,
                                                             message.failure)
+            elif isinstance(message, (AcknowledgeCheckpoint, DeclineCheckpoint, RunOnMainThread,
+                                      CancelJob, GlobalFailure)):
+                self._pending_after_cancel(message)
+
+    def _pending_after_cancel(self, message: Any) -> None:
+        if isinstance(message, AcknowledgeCheckpoint) and self.coordinator is not None:
+            self.coordinator.receive_acknowledge_message(message)
+        elif isinstance(message, RunOnMainThread):
+            self._handle(message)
+        elif isinstance(message, CancelJob):
+            self._inbox.put(message)  # handle after the failover settled
 
 
-def _job_error(job_graph: JobGraph, update: TaskStateUpdate, eg: ExecutionGraph) -> JobExecutionError:
+_CONTINUE = object()
+
+#: Failures that a restart would only repeat: the job fails at once (by type name, since
+#: the exception may have crossed a process boundary).
+UNRECOVERABLE = frozenset({InvalidCheckpointError.__name__})
+
+
+def _job_error(job_graph: JobGraph, update: TaskStateUpdate) -> JobExecutionError:
     failure = update.failure
     vertex = job_graph.vertex(update.attempt_id.vertex_id)
     where = f"{vertex.name} ({update.attempt_id.subtask_index + 1}/{vertex.parallelism})"

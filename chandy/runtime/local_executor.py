@@ -16,6 +16,8 @@ import time
 from chandy.config import Configuration
 from chandy.config.options import NetworkOptions
 from chandy.graph.execution_graph import ChannelID, ExecutionGraph
+from chandy.messages.checkpoint import CheckpointOptions
+from chandy.messages.ids import ExecutionAttemptID
 from chandy.network.channel import LocalChannel
 from chandy.runtime.executor import Deployment, Executor
 from chandy.task.deployment import TaskDeploymentDescriptor, deserialize_chain, serialize_chain
@@ -31,6 +33,7 @@ class LocalDeployment(Deployment):
     def __init__(self, tasks: list[StreamTask], channels: dict[ChannelID, LocalChannel]) -> None:
         self.tasks = tasks
         self.channels = channels
+        self._by_attempt = {t.tdd.attempt_id: t for t in tasks}
         self.threads = [threading.Thread(target=t.invoke, name=f"chandy {t.tdd.name_with_subtask}",
                                          daemon=True) for t in tasks]
 
@@ -43,6 +46,26 @@ class LocalDeployment(Deployment):
             task.cancel()
         for channel in self.channels.values():
             channel.close()
+
+    def trigger_checkpoint(self, attempt_id: ExecutionAttemptID, checkpoint_id: int,
+                           timestamp: int, options: CheckpointOptions) -> bool:
+        task = self._by_attempt.get(attempt_id)
+        if task is None:
+            return False
+        task.trigger_checkpoint_async(checkpoint_id, timestamp, options)
+        return True
+
+    def notify_checkpoint_complete(self, attempt_id: ExecutionAttemptID, checkpoint_id: int,
+                                   timestamp: int) -> None:
+        task = self._by_attempt.get(attempt_id)
+        if task is not None:
+            task.notify_checkpoint_complete_async(checkpoint_id)
+
+    def notify_checkpoint_aborted(self, attempt_id: ExecutionAttemptID, checkpoint_id: int,
+                                  timestamp: int) -> None:
+        task = self._by_attempt.get(attempt_id)
+        if task is not None:
+            task.notify_checkpoint_aborted_async(checkpoint_id)
 
     def wait_stopped(self, timeout_s: float) -> bool:
         deadline = time.monotonic() + timeout_s

@@ -10,12 +10,20 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import Any
 
-from chandy.state.heap import HeapKeyedStateBackend
+from chandy.state.handles import OperatorStateMeta
+from chandy.state.heap import HeapKeyedStateBackend, HeapSnapshot
 from chandy.state.key_groups import KeyGroupRange
+from chandy.storage.checkpoint_storage import StateReader
 from chandy.task.deployment import TaskDeploymentDescriptor
-from chandy.task.operators.base import Emit, StreamOperator
+from chandy.task.operators.base import (
+    Emit,
+    StateInitializationContext,
+    StateSnapshotContext,
+    StreamOperator,
+)
 from chandy.task.record_writer import RecordWriter
 from chandy.task.runtime_context import StreamingRuntimeContext
 from chandy.task.services import TaskServices
@@ -34,6 +42,19 @@ def _fan_out(targets: Sequence[Emit]) -> Emit:
         for target in fixed:
             target(records)
     return emit
+
+
+@dataclass
+class OperatorSnapshot:
+    """The synchronous part of one operator's checkpoint, to be written asynchronously."""
+
+    operator_id: str
+    keyed: HeapSnapshot | None
+    operator: tuple[bytes, dict[str, OperatorStateMeta]] | None
+
+    def release(self) -> None:
+        if self.keyed is not None:
+            self.keyed.release()
 
 
 class OperatorChain:
@@ -68,16 +89,76 @@ class OperatorChain:
             operator.bind_task_services(services, should_abort)
         self.head = self.operators[self.specs[0].node_id]
         self._opened: list[StreamOperator] = []
+        if tdd.task_restore is not None:
+            self._restore(tdd)
+
+    def _restore(self, tdd: TaskDeploymentDescriptor) -> None:
+        """Load this subtask's share of the restored checkpoint into every operator."""
+        assert tdd.task_restore is not None
+        states = tdd.task_restore.state.subtask_states
+        read = StateReader().read
+        for spec in self.specs:
+            state = states.get(spec.operator_id)
+            if state is None:
+                continue
+            operator = self.operators[spec.node_id]
+            backend = operator.runtime_context.keyed_state_backend if operator.runtime_context else None
+            if state.managed_keyed_state:
+                if not isinstance(backend, HeapKeyedStateBackend):
+                    raise RuntimeError(f"operator '{spec.name}' has keyed state in the checkpoint "
+                                       "but is not on a keyed stream any more")
+                backend.restore(state.managed_keyed_state, read)
+            operator.operator_state_backend.restore(
+                [(h.states, h.delegate) for h in state.managed_operator_state], read)
 
     def in_order(self) -> list[StreamOperator]:
         """Operators head first (topological order)."""
         return [self.operators[spec.node_id] for spec in self.specs]
 
-    def open(self) -> None:
-        """Open tail first, so every operator's consumers are ready before it emits."""
+    def initialize_state_and_open(self) -> None:
+        """Tail first, so every operator's consumers are ready before it emits:
+        ``initialize_state`` (restore) then ``open`` for each operator."""
+        restored = self.tdd.task_restore.checkpoint_id if self.tdd.task_restore else None
         for operator in reversed(self.in_order()):
+            operator.initialize_state(
+                StateInitializationContext(operator.operator_state_backend, restored))
             operator.open()
             self._opened.append(operator)
+
+    # -- checkpoints ----------------------------------------------------------
+
+    def prepare_snapshot_pre_barrier(self, checkpoint_id: int) -> None:
+        for operator in self.in_order():
+            operator.prepare_snapshot_pre_barrier(checkpoint_id)
+
+    def snapshot_state(self, checkpoint_id: int, timestamp: int) -> list[OperatorSnapshot]:
+        """The synchronous part: each operator's own snapshot hook, then copy-on-write
+        copies of keyed state and serialized operator state."""
+        context = StateSnapshotContext(checkpoint_id, timestamp)
+        taken: list[OperatorSnapshot] = []
+        try:
+            for spec in self.specs:
+                operator = self.operators[spec.node_id]
+                operator.snapshot_state(context)
+                backend = operator.runtime_context.keyed_state_backend if operator.runtime_context \
+                    else None
+                keyed = backend.snapshot() if isinstance(backend, HeapKeyedStateBackend) and \
+                    backend.tables else None
+                taken.append(OperatorSnapshot(spec.operator_id, keyed,
+                                              operator.operator_state_backend.snapshot()))
+        except BaseException:
+            for snapshot in taken:
+                snapshot.release()
+            raise
+        return taken
+
+    def notify_checkpoint_complete(self, checkpoint_id: int) -> None:
+        for operator in self.in_order():
+            operator.notify_checkpoint_complete(checkpoint_id)
+
+    def notify_checkpoint_aborted(self, checkpoint_id: int) -> None:
+        for operator in self.in_order():
+            operator.notify_checkpoint_aborted(checkpoint_id)
 
     def end_input(self) -> None:
         """Input ended: tell the head, then let every operator flush, head first."""

@@ -8,10 +8,14 @@ executor with RPC to the driver. A task never knows which.
 from __future__ import annotations
 
 import traceback
+from concurrent.futures import Executor
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from chandy.task.deployment import ExecutionAttemptID, ExecutionState
+from chandy.messages.checkpoint import CheckpointResponder
+from chandy.messages.ids import ExecutionAttemptID
+from chandy.storage.checkpoint_storage import CheckpointStorage
+from chandy.task.deployment import ExecutionState
 
 
 @dataclass(frozen=True)
@@ -44,9 +48,13 @@ class TaskStateListener(Protocol):
 class ResultPublisher(Protocol):
     """Carries the batches of ``execute_and_collect()`` to the client."""
 
-    def publish(self, collect_id: str, subtask_index: int, batch: list[Any],
+    def publish(self, collect_id: str, subtask_index: int, batch: list[Any], token: int | None,
                 should_abort: Any) -> None:
-        """Hand over ``batch``; may block while the client is slow (backpressure)."""
+        """Hand over ``batch``; may block while the client is slow (backpressure).
+
+        ``token`` is the id of the checkpoint that committed the batch (``None``:
+        not checkpointed); a token at or below one already published is dropped.
+        """
         ...
 
 
@@ -55,3 +63,9 @@ class TaskServices:
     """Per-process services a task uses."""
 
     results: ResultPublisher | None = None
+    #: Where acknowledgements and declines of checkpoints go (the coordinator).
+    checkpoint_responder: CheckpointResponder | None = None
+    #: Where state files are written.
+    checkpoint_storage: CheckpointStorage | None = None
+    #: Runs the asynchronous part of checkpoints, off the task threads.
+    async_executor: Executor | None = None

@@ -12,6 +12,11 @@ batches (so an idle pipeline does not hold records back) and sleeps on its
 :class:`~chandy.network.wakeup.Wakeup`, which input channels, output credit
 and the mailbox all signal. When an output channel has no credit the task stops
 reading (backpressure travels upstream) but keeps taking mail.
+
+Checkpoints: a source task checkpoints when the coordinator's trigger arrives
+as a mail; a task with inputs when its barrier handler has seen the barrier on
+every input (aligned for EXACTLY_ONCE, tracked for AT_LEAST_ONCE). Either way
+:meth:`StreamTask.perform_checkpoint` runs on this thread between two batches.
 """
 
 from __future__ import annotations
@@ -23,12 +28,31 @@ from collections.abc import Sequence
 from typing import Any
 
 from chandy.config import Configuration
-from chandy.config.options import ExecutionOptions, NetworkOptions
+from chandy.config.options import (
+    CheckpointingMode,
+    CheckpointingOptions,
+    ExecutionOptions,
+    NetworkOptions,
+)
+from chandy.messages.checkpoint import CheckpointFailureReason, CheckpointOptions
+from chandy.network.barrier_handler import (
+    AlignmentMetrics,
+    CheckpointBarrierHandler,
+    CheckpointBarrierTracker,
+    SingleCheckpointBarrierHandler,
+)
 from chandy.network.cancellation import TaskCancelledError
 from chandy.network.channel import InputChannel, OutputChannel
-from chandy.network.events import END_OF_PARTITION, EndOfPartition, RuntimeEvent
+from chandy.network.events import (
+    END_OF_PARTITION,
+    CancelCheckpointMarker,
+    CheckpointBarrier,
+    EndOfPartition,
+    RuntimeEvent,
+)
 from chandy.network.input_gate import InputGate
 from chandy.network.wakeup import Wakeup
+from chandy.task.checkpointing import SubtaskCheckpointCoordinator
 from chandy.task.deployment import ExecutionState, TaskDeploymentDescriptor
 from chandy.task.mailbox import Mailbox
 from chandy.task.operator_chain import OperatorChain
@@ -64,6 +88,16 @@ class StreamTask:
         self.batch_size = config.get(NetworkOptions.BATCH_SIZE)
         self.buffer_timeout_ns = config.get(ExecutionOptions.BUFFER_TIMEOUT) * 1_000_000
         self.input_gate = InputGate(input_channels, self.wakeup) if input_channels else None
+        self.barrier_handler: CheckpointBarrierHandler | None = None
+        if self.input_gate is not None:
+            if config.get(CheckpointingOptions.MODE) is CheckpointingMode.EXACTLY_ONCE:
+                self.barrier_handler = SingleCheckpointBarrierHandler(
+                    len(input_channels), self.input_gate, self,
+                    end_of_partition_aborts=not config.get(
+                        CheckpointingOptions.CHECKPOINTS_AFTER_TASKS_FINISH))
+            else:
+                self.barrier_handler = CheckpointBarrierTracker(len(input_channels), self)
+        self.checkpoints: SubtaskCheckpointCoordinator | None = None
         self.writers: list[RecordWriter] = []
         for spec, channels in zip(tdd.outputs, output_channels, strict=True):
             partitioner = spec.partitioner.copy()
@@ -84,6 +118,71 @@ class StreamTask:
         self._cancelled = True
         self.wakeup.signal()
 
+    # ------------------------------------------------------------------ checkpoints
+
+    def trigger_checkpoint_async(self, checkpoint_id: int, timestamp: int,
+                                 options: CheckpointOptions) -> None:
+        """The coordinator asks this (source) task to checkpoint; runs as a mail."""
+        self.mailbox.put(
+            lambda: self.perform_checkpoint(checkpoint_id, timestamp, options, AlignmentMetrics()),
+            f"checkpoint {checkpoint_id}",
+            on_drop=lambda: self._decline_closed(checkpoint_id))
+
+    def notify_checkpoint_complete_async(self, checkpoint_id: int) -> None:
+        self.mailbox.put(lambda: self._notify_complete(checkpoint_id),
+                         f"checkpoint {checkpoint_id} complete")
+
+    def notify_checkpoint_aborted_async(self, checkpoint_id: int) -> None:
+        self.mailbox.put(lambda: self._notify_aborted(checkpoint_id),
+                         f"checkpoint {checkpoint_id} aborted")
+
+    def perform_checkpoint(self, checkpoint_id: int, timestamp: int, options: CheckpointOptions,
+                           alignment: AlignmentMetrics) -> None:
+        """Snapshot this subtask for ``checkpoint_id`` (task thread, between batches)."""
+        if self.checkpoints is None or self.state is not ExecutionState.RUNNING:
+            self._decline_closed(checkpoint_id)
+            self._broadcast_cancel(checkpoint_id)
+            return
+        self.checkpoints.checkpoint_state(checkpoint_id, timestamp, options, alignment)
+
+    def _decline_closed(self, checkpoint_id: int) -> None:
+        responder = self.services.checkpoint_responder
+        if responder is not None:
+            from chandy.messages.checkpoint import DeclineCheckpoint
+
+            responder.decline_checkpoint(DeclineCheckpoint(
+                self.tdd.job_id, self.tdd.attempt_id, checkpoint_id,
+                CheckpointFailureReason.CHECKPOINT_DECLINED_TASK_NOT_READY,
+                f"task {self.tdd.name_with_subtask} is not running"))
+
+    def _broadcast_cancel(self, checkpoint_id: int) -> None:
+        try:
+            for writer in self.writers:
+                writer.broadcast_event(CancelCheckpointMarker(checkpoint_id))
+        except Exception:  # noqa: BLE001 - the task is ending anyway
+            log.debug("could not forward cancel marker %d", checkpoint_id)
+
+    def _notify_complete(self, checkpoint_id: int) -> None:
+        if self.chain is not None:
+            self.chain.notify_checkpoint_complete(checkpoint_id)
+
+    def _notify_aborted(self, checkpoint_id: int) -> None:
+        if self.checkpoints is not None:
+            self.checkpoints.notify_checkpoint_aborted(checkpoint_id)
+        if self.chain is not None:
+            self.chain.notify_checkpoint_aborted(checkpoint_id)
+
+    # BarrierHandlerActions: called by the barrier handler on this thread.
+
+    def trigger_checkpoint_on_barrier(self, barrier: CheckpointBarrier,
+                                      metrics: AlignmentMetrics) -> None:
+        self.perform_checkpoint(barrier.checkpoint_id, barrier.timestamp, barrier.options, metrics)
+
+    def abort_checkpoint_on_barrier(self, checkpoint_id: int,
+                                    reason: CheckpointFailureReason) -> None:
+        if self.checkpoints is not None:
+            self.checkpoints.abort_checkpoint_on_barrier(checkpoint_id, reason)
+
     def _transition(self, state: ExecutionState, failure: TaskFailure | None = None) -> None:
         self.state = state
         self.listener.notify_task_state(self.tdd.attempt_id, state, failure)
@@ -97,7 +196,10 @@ class StreamTask:
         failure: TaskFailure | None = None
         try:
             self.chain = OperatorChain(tdd, self.writers, self.services, self.is_cancelled)
-            self.chain.open()
+            self.checkpoints = SubtaskCheckpointCoordinator(
+                tdd, self.chain, self.writers, self.services.checkpoint_responder,
+                self.services.checkpoint_storage, self.services.async_executor, self.is_cancelled)
+            self.chain.initialize_state_and_open()
             if self._cancelled:
                 raise TaskCancelledError()
             self._transition(ExecutionState.RUNNING)
@@ -110,6 +212,7 @@ class StreamTask:
         except BaseException as exc:  # noqa: BLE001 - any failure fails the task, never the thread
             failure = TaskFailure.of(exc, _operator_of(exc))
         finally:
+            self.mailbox.close()
             if self.chain is not None:
                 error = self.chain.close()
                 if error is not None and failure is None:
@@ -191,15 +294,26 @@ class StreamTask:
         channel, item = polled
         if isinstance(item, RuntimeEvent):
             return self._process_event(channel, item)
+        handler = self.barrier_handler
+        if handler is not None and handler.is_aligning:
+            handler.on_buffer(channel, gate.channels[channel].size_of(item))
         head.process_batch(item)
         return _MORE
 
     def _process_event(self, channel: int, event: RuntimeEvent) -> InputStatus:
         gate = self.input_gate
-        assert gate is not None
-        if isinstance(event, EndOfPartition):
+        handler = self.barrier_handler
+        assert gate is not None and handler is not None
+        if isinstance(event, CheckpointBarrier):
+            handler.process_barrier(event, channel)
+        elif isinstance(event, CancelCheckpointMarker):
+            handler.process_cancellation_barrier(event, channel)
+        elif isinstance(event, EndOfPartition):
+            handler.process_end_of_partition(channel)
             return _END if gate.is_finished() else _MORE
-        raise RuntimeError(f"unexpected event {event!r} on channel {channel}")
+        else:
+            raise RuntimeError(f"unexpected event {event!r} on channel {channel}")
+        return _MORE
 
 
 def _operator_of(exc: BaseException) -> str | None:

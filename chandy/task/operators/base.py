@@ -5,9 +5,12 @@ that arrives, and emits whole batches to its output, which is the next
 operator's ``process_batch`` inside a chain or a record writer at the end of
 it. Per-record work is a plain Python loop inside one call.
 
-Lifecycle, in Flink's order: ``setup`` -> ``open`` -> ``process_batch``* ->
-``end_input`` -> ``finish`` (flush what is buffered) -> ``close`` (release).
-``close`` also runs when the task is cancelled or fails.
+Lifecycle, in Flink's order: ``setup`` -> ``initialize_state`` (restore) ->
+``open`` -> ``process_batch``* -> ``end_input`` -> ``finish`` (flush what is
+buffered) -> ``close`` (release). ``close`` also runs when the task is
+cancelled or fails. Between two batches the task may call
+``prepare_snapshot_pre_barrier``, ``snapshot_state`` (the synchronous part of a
+checkpoint), ``notify_checkpoint_complete`` and ``notify_checkpoint_aborted``.
 """
 
 from __future__ import annotations
@@ -15,7 +18,16 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from chandy.api.functions import Function
+from chandy.api.functions import (
+    CheckpointedFunction,
+    CheckpointListener,
+    Function,
+    FunctionInitializationContext,
+    FunctionSnapshotContext,
+    OperatorStateStore,
+)
+from chandy.api.state import ListStateDescriptor
+from chandy.state.operator_state import OperatorListState, OperatorStateBackend
 from chandy.task.runtime_context import StreamingRuntimeContext
 
 #: Where an operator sends its output batches.
@@ -24,6 +36,44 @@ Emit = Callable[[list[Any]], None]
 
 def _discard(records: list[Any]) -> None:
     pass
+
+
+class StateInitializationContext(FunctionInitializationContext, OperatorStateStore):
+    """What an operator (and its user function) gets in ``initialize_state``."""
+
+    def __init__(self, operator_state_backend: OperatorStateBackend,
+                 restored_checkpoint_id: int | None) -> None:
+        self._backend = operator_state_backend
+        self._restored_checkpoint_id = restored_checkpoint_id
+
+    def is_restored(self) -> bool:
+        return self._restored_checkpoint_id is not None
+
+    def get_restored_checkpoint_id(self) -> int | None:
+        return self._restored_checkpoint_id
+
+    def get_operator_state_store(self) -> OperatorStateStore:
+        return self
+
+    def get_list_state(self, state_descriptor: ListStateDescriptor) -> OperatorListState:
+        return self._backend.get_list_state(state_descriptor)
+
+    def get_union_list_state(self, state_descriptor: ListStateDescriptor) -> OperatorListState:
+        return self._backend.get_union_list_state(state_descriptor)
+
+
+class StateSnapshotContext(FunctionSnapshotContext):
+    """What an operator (and its user function) gets in ``snapshot_state``."""
+
+    def __init__(self, checkpoint_id: int, timestamp: int) -> None:
+        self._checkpoint_id = checkpoint_id
+        self._timestamp = timestamp
+
+    def get_checkpoint_id(self) -> int:
+        return self._checkpoint_id
+
+    def get_checkpoint_timestamp(self) -> int:
+        return self._timestamp
 
 
 class StreamOperator:
@@ -37,6 +87,7 @@ class StreamOperator:
         self.operator_id = ""
         self.output: Emit = _discard
         self.runtime_context: StreamingRuntimeContext | None = None
+        self.operator_state_backend = OperatorStateBackend()
 
     def setup(self, runtime_context: StreamingRuntimeContext, output: Emit) -> None:
         """Bind to the task: context (and keyed state backend) and output."""
@@ -46,8 +97,23 @@ class StreamOperator:
     def bind_task_services(self, services: Any, should_abort: Callable[[], bool]) -> None:
         """Operators that talk to the hosting process (the collect sink) take its services here."""
 
+    def initialize_state(self, context: StateInitializationContext) -> None:
+        """Restore (or create) operator state; runs before ``open``."""
+
     def open(self) -> None:
         """Ready to process (user functions' ``open`` runs here)."""
+
+    def prepare_snapshot_pre_barrier(self, checkpoint_id: int) -> None:
+        """About to forward checkpoint ``checkpoint_id``'s barrier: emit what must precede it."""
+
+    def snapshot_state(self, context: StateSnapshotContext) -> None:
+        """Write into operator state what must survive (synchronous part of a checkpoint)."""
+
+    def notify_checkpoint_complete(self, checkpoint_id: int) -> None:
+        """Checkpoint ``checkpoint_id`` (and every earlier one) is complete."""
+
+    def notify_checkpoint_aborted(self, checkpoint_id: int) -> None:
+        """Checkpoint ``checkpoint_id`` will not complete."""
 
     def process_batch(self, records: list[Any]) -> None:
         """Process one input batch."""
@@ -70,10 +136,26 @@ class UdfOperator(StreamOperator):
         super().__init__()
         self.user_function = user_function
 
+    def initialize_state(self, context: StateInitializationContext) -> None:
+        if isinstance(self.user_function, CheckpointedFunction):
+            self.user_function.initialize_state(context)
+
     def open(self) -> None:
         if isinstance(self.user_function, Function):
             assert self.runtime_context is not None
             self.user_function.open(self.runtime_context)
+
+    def snapshot_state(self, context: StateSnapshotContext) -> None:
+        if isinstance(self.user_function, CheckpointedFunction):
+            self.user_function.snapshot_state(context)
+
+    def notify_checkpoint_complete(self, checkpoint_id: int) -> None:
+        if isinstance(self.user_function, CheckpointListener):
+            self.user_function.notify_checkpoint_complete(checkpoint_id)
+
+    def notify_checkpoint_aborted(self, checkpoint_id: int) -> None:
+        if isinstance(self.user_function, CheckpointListener):
+            self.user_function.notify_checkpoint_aborted(checkpoint_id)
 
     def close(self) -> None:
         if isinstance(self.user_function, Function):

@@ -6,7 +6,14 @@ from typing import Any
 
 from chandy.api.connector import Sink, SinkWriter, SinkWriterContext
 from chandy.api.functions import SinkFunction
-from chandy.task.operators.base import StreamOperator, UdfOperator, resolve_call
+from chandy.api.state import ListStateDescriptor
+from chandy.task.operators.base import (
+    StateInitializationContext,
+    StateSnapshotContext,
+    StreamOperator,
+    UdfOperator,
+    resolve_call,
+)
 
 
 class _SinkContext(SinkFunction.Context):
@@ -78,13 +85,26 @@ class CollectSinkOperator(StreamOperator):
     The executor's :class:`~chandy.task.services.ResultPublisher` carries them
     (a queue in this process, RPC from a Spark slot) and blocks while the
     client's buffer is full, so a slow reader backpressures the job.
+
+    With checkpointing on, results are exactly-once, as with Flink's collect
+    sink: records are held until the checkpoint after them completes and are
+    then published under that checkpoint's id. The held records are operator
+    state, so a failure between completion and publication loses nothing, and
+    the client drops a checkpoint id it has already seen, so a replay after a
+    restore is not delivered twice. Without checkpointing, batches go out at once.
     """
+
+    PENDING_STATE = ListStateDescriptor("collect-sink-pending")
 
     def __init__(self, collect_id: str) -> None:
         super().__init__()
         self.collect_id = collect_id
         self._publisher: Any = None
         self._should_abort: Any = None
+        self._exactly_once = False
+        self._buffer: list[Any] = []
+        self._pending: list[tuple[int, list[Any]]] = []
+        self._to_publish_on_open: list[tuple[int, list[Any]]] = []
 
     def bind_task_services(self, services: Any, should_abort: Any) -> None:
         if services.results is None:
@@ -92,7 +112,50 @@ class CollectSinkOperator(StreamOperator):
         self._publisher = services.results
         self._should_abort = should_abort
 
-    def process_batch(self, records: list[Any]) -> None:
+    def initialize_state(self, context: StateInitializationContext) -> None:
+        assert self.runtime_context is not None
+        self._exactly_once = bool(self.runtime_context.get_job_parameter(
+            "execution.checkpointing.interval"))
+        self._state = context.get_list_state(self.PENDING_STATE)
+        if context.is_restored():
+            # everything held in the restored checkpoint belongs to completed checkpoints
+            self._to_publish_on_open = sorted(self._state.get(), key=lambda p: p[0])
+
+    def open(self) -> None:
+        for checkpoint_id, records in self._to_publish_on_open:
+            self._publish(records, checkpoint_id)
+        self._to_publish_on_open = []
+        self._state.clear()
+
+    def _publish(self, records: list[Any], token: int | None) -> None:
         assert self.runtime_context is not None
         self._publisher.publish(self.collect_id, self.runtime_context.get_index_of_this_subtask(),
-                                records, self._should_abort)
+                                records, token, self._should_abort)
+
+    def process_batch(self, records: list[Any]) -> None:
+        if self._exactly_once:
+            self._buffer.extend(records)
+        else:
+            self._publish(records, None)
+
+    def snapshot_state(self, context: StateSnapshotContext) -> None:
+        if self._buffer:
+            self._pending.append((context.get_checkpoint_id(), self._buffer))
+            self._buffer = []
+        self._state.update(self._pending)
+
+    def notify_checkpoint_complete(self, checkpoint_id: int) -> None:
+        ready = [p for p in self._pending if p[0] <= checkpoint_id]
+        self._pending = [p for p in self._pending if p[0] > checkpoint_id]
+        for pending_id, records in ready:
+            self._publish(records, pending_id)
+
+    def finish(self) -> None:
+        # End of input: nothing follows, publish what is held (see docs: the final
+        # checkpoint of bounded jobs will make this part exactly-once too).
+        for pending_id, records in self._pending:
+            self._publish(records, pending_id)
+        self._pending = []
+        if self._buffer:
+            self._publish(self._buffer, None)
+            self._buffer = []

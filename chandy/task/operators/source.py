@@ -5,7 +5,12 @@ from __future__ import annotations
 import enum
 
 from chandy.api.connector import Source, SourceReader, SourceReaderContext
-from chandy.task.operators.base import StreamOperator
+from chandy.api.state import ListStateDescriptor
+from chandy.task.operators.base import (
+    StateInitializationContext,
+    StateSnapshotContext,
+    StreamOperator,
+)
 
 
 class InputStatus(enum.Enum):
@@ -15,13 +20,26 @@ class InputStatus(enum.Enum):
 
 
 class SourceOperator(StreamOperator):
-    """Head of a source task. ``emit_next`` is the task's default action."""
+    """Head of a source task. ``emit_next`` is the task's default action.
+
+    The reader's splits, with their read positions, are the operator's
+    split-distribute list state: a checkpoint stores them, a restore (at any
+    parallelism) deals them out again, and each reader resumes exactly where
+    the checkpoint left it.
+    """
+
+    SPLITS_STATE = ListStateDescriptor("SourceReaderState")
 
     def __init__(self, source: Source) -> None:
         super().__init__()
         self.source = source
         self.reader: SourceReader | None = None
         self._restored_splits: list | None = None
+
+    def initialize_state(self, context: StateInitializationContext) -> None:
+        self._splits_state = context.get_list_state(self.SPLITS_STATE)
+        if context.is_restored():
+            self._restored_splits = list(self._splits_state.get())
 
     def open(self) -> None:
         ctx = self.runtime_context
@@ -46,6 +64,14 @@ class SourceOperator(StreamOperator):
             return InputStatus.NOTHING_AVAILABLE
         self.output(batch)
         return InputStatus.MORE_AVAILABLE
+
+    def snapshot_state(self, context: StateSnapshotContext) -> None:
+        assert self.reader is not None
+        self._splits_state.update(self.reader.snapshot_state(context.get_checkpoint_id()))
+
+    def notify_checkpoint_complete(self, checkpoint_id: int) -> None:
+        if self.reader is not None:
+            self.reader.notify_checkpoint_complete(checkpoint_id)
 
     @property
     def idle_wait_s(self) -> float:

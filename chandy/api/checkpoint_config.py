@@ -1,0 +1,108 @@
+"""CheckpointConfig: PyFlink's checkpoint settings, stored as Flink's configuration keys.
+
+Every setter writes the same key ``env.configure({...})`` would, so code and
+configuration files are two spellings of one setting, and ``execute()``
+validates both the same way.
+"""
+
+from __future__ import annotations
+
+from chandy.config import Configuration
+from chandy.config.options import (
+    CheckpointingMode,
+    CheckpointingOptions,
+    ExternalizedCheckpointRetention,
+)
+
+__all__ = ["CheckpointConfig", "CheckpointingMode", "ExternalizedCheckpointRetention"]
+
+
+class CheckpointConfig:
+    """Checkpoint settings of one environment (``env.get_checkpoint_config()``)."""
+
+    def __init__(self, configuration: Configuration) -> None:
+        self._config = configuration
+
+    def _set(self, option: object, value: object) -> CheckpointConfig:
+        self._config.set(option, value)  # type: ignore[arg-type]
+        self._config.get(option)  # type: ignore[arg-type]  # refuse a bad value at once
+        return self
+
+    def is_checkpointing_enabled(self) -> bool:
+        return self._config.get(CheckpointingOptions.INTERVAL) is not None
+
+    def set_checkpoint_interval(self, checkpoint_interval: int) -> CheckpointConfig:
+        """Milliseconds between the starts of two periodic checkpoints (at least 10)."""
+        return self._set(CheckpointingOptions.INTERVAL, checkpoint_interval)
+
+    def get_checkpoint_interval(self) -> int:
+        """The interval in ms, or -1 when checkpointing is off."""
+        interval = self._config.get(CheckpointingOptions.INTERVAL)
+        return -1 if interval is None else interval
+
+    def set_checkpointing_mode(self, checkpointing_mode: CheckpointingMode) -> CheckpointConfig:
+        return self._set(CheckpointingOptions.MODE, checkpointing_mode)
+
+    def get_checkpointing_mode(self) -> CheckpointingMode:
+        return self._config.get(CheckpointingOptions.MODE)
+
+    def set_checkpoint_timeout(self, checkpoint_timeout: int) -> CheckpointConfig:
+        """Milliseconds after which a checkpoint that has not completed is aborted."""
+        return self._set(CheckpointingOptions.TIMEOUT, checkpoint_timeout)
+
+    def get_checkpoint_timeout(self) -> int:
+        return self._config.get(CheckpointingOptions.TIMEOUT)
+
+    def set_min_pause_between_checkpoints(self, min_pause_between_checkpoints: int
+                                          ) -> CheckpointConfig:
+        """Least milliseconds from one checkpoint's completion to the next one's start."""
+        return self._set(CheckpointingOptions.MIN_PAUSE, min_pause_between_checkpoints)
+
+    def get_min_pause_between_checkpoints(self) -> int:
+        return self._config.get(CheckpointingOptions.MIN_PAUSE)
+
+    def set_max_concurrent_checkpoints(self, max_concurrent_checkpoints: int) -> CheckpointConfig:
+        return self._set(CheckpointingOptions.MAX_CONCURRENT, max_concurrent_checkpoints)
+
+    def get_max_concurrent_checkpoints(self) -> int:
+        return self._config.get(CheckpointingOptions.MAX_CONCURRENT)
+
+    def set_tolerable_checkpoint_failure_number(self, number: int) -> CheckpointConfig:
+        """Consecutive failed checkpoints tolerated before the job fails over."""
+        return self._set(CheckpointingOptions.TOLERABLE_FAILURES, number)
+
+    def get_tolerable_checkpoint_failure_number(self) -> int:
+        return self._config.get(CheckpointingOptions.TOLERABLE_FAILURES)
+
+    def set_externalized_checkpoint_retention(self, retention: ExternalizedCheckpointRetention
+                                              ) -> CheckpointConfig:
+        return self._set(CheckpointingOptions.EXTERNALIZED_RETENTION, retention)
+
+    def enable_externalized_checkpoints(self, cleanup_mode: ExternalizedCheckpointRetention
+                                        ) -> CheckpointConfig:
+        """PyFlink 1.x name of :meth:`set_externalized_checkpoint_retention`."""
+        return self.set_externalized_checkpoint_retention(cleanup_mode)
+
+    def get_externalized_checkpoint_retention(self) -> ExternalizedCheckpointRetention:
+        return self._config.get(CheckpointingOptions.EXTERNALIZED_RETENTION)
+
+    def is_externalized_checkpoints_enabled(self) -> bool:
+        return (self.get_externalized_checkpoint_retention()
+                is not ExternalizedCheckpointRetention.NO_EXTERNALIZED_CHECKPOINTS)
+
+    def set_checkpoint_storage(self, storage: str) -> CheckpointConfig:
+        """Write checkpoints to a directory: a path or URI (``file:///...``, ``s3://...``)."""
+        self._set(CheckpointingOptions.DIRECTORY, storage)
+        return self._set(CheckpointingOptions.STORAGE, "filesystem")
+
+    def set_checkpoint_storage_dir(self, checkpoint_path: str) -> CheckpointConfig:
+        return self.set_checkpoint_storage(checkpoint_path)
+
+    def get_checkpoint_storage(self) -> str | None:
+        return self._config.get(CheckpointingOptions.DIRECTORY)
+
+    def set_num_retained_checkpoints(self, number: int) -> CheckpointConfig:
+        return self._set(CheckpointingOptions.NUM_RETAINED, number)
+
+    def get_num_retained_checkpoints(self) -> int:
+        return self._config.get(CheckpointingOptions.NUM_RETAINED)

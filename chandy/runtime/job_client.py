@@ -1,0 +1,84 @@
+"""JobClient: a handle on a job started with ``execute_async()`` (PyFlink's ``JobClient``)."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+from typing import Any
+
+from chandy.graph.execution_graph import JobStatus
+from chandy.runtime.job_master import JobMaster
+from chandy.runtime.job_result import JobExecutionResult
+
+
+class JobClient:
+    """Status, checkpoint statistics, cancellation and the result of a running job.
+
+    The job runs on a thread this client owns; :meth:`get_job_execution_result`
+    joins it. Queries are answered on the JobMaster's own thread, so they see a
+    consistent view.
+    """
+
+    def __init__(self, job_master: JobMaster, on_end: Callable[[], None] | None = None) -> None:
+        self._job_master = job_master
+        self._on_end = on_end
+        self._result: JobExecutionResult | None = None
+        self._error: BaseException | None = None
+        self._done = threading.Event()
+        self._thread = threading.Thread(target=self._run, name=f"chandy job {job_master.job_id}",
+                                        daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        try:
+            self._result = self._job_master.run()
+        except BaseException as exc:  # noqa: BLE001 - handed to whoever asks for the result
+            self._error = exc
+        finally:
+            if self._on_end is not None:
+                self._on_end()
+            self._done.set()
+
+    def get_job_id(self) -> str:
+        return self._job_master.job_id
+
+    def get_job_status(self) -> JobStatus:
+        return self._job_master.execution_graph.state
+
+    def cancel(self) -> None:
+        """Cancel the job; :meth:`get_job_execution_result` then raises ``JobCancelledError``."""
+        if not self._done.is_set():
+            self._job_master.cancel("cancelled through the JobClient")
+
+    def get_job_execution_result(self, timeout: float | None = None) -> JobExecutionResult:
+        """Wait for the job's end: its result, or the error it failed with."""
+        if not self._done.wait(timeout):
+            raise TimeoutError(f"job {self.get_job_id()} still runs after {timeout} s")
+        if self._error is not None:
+            raise self._error
+        assert self._result is not None
+        return self._result
+
+    def _ask(self, action: Callable[[], Any], timeout: float) -> Any:
+        if self._done.is_set():
+            return action()
+        return self._job_master.call(action).result(timeout)
+
+    def get_checkpoint_statistics(self, timeout: float = 10.0) -> dict[str, Any]:
+        """Flink's ``GET /jobs/:jobid/checkpoints`` body: counts, summary, latest, history."""
+        coordinator = self._job_master.coordinator
+        if coordinator is None:
+            raise RuntimeError("checkpointing is not enabled for this job")
+        return self._ask(coordinator.stats.to_json, timeout)
+
+    def trigger_checkpoint(self, timeout: float = 60.0) -> int:
+        """Take a checkpoint now (beside the periodic ones); returns its id once complete."""
+        coordinator = self._job_master.coordinator
+        if coordinator is None:
+            raise RuntimeError("checkpointing is not enabled for this job")
+        future = self._ask(lambda: coordinator.trigger_checkpoint(is_periodic=False), timeout)
+        return future.result(timeout).checkpoint_id
+
+    @property
+    def restarts(self) -> int:
+        return self._job_master.restarts
