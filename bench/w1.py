@@ -37,31 +37,50 @@ class W1Result:
     executor: str
     records: int
     parallelism: int
+    checkpoint_interval_ms: int | None
     records_per_s: float
     wall_s: float
     first_to_last_s: float
+    checkpoints_completed: int = 0
+    checkpoint_p50_ms: float = 0.0
+    checkpoint_p99_ms: float = 0.0
+    checkpoint_max_ms: float = 0.0
 
 
 def run_w1(n: int, parallelism: int = 2, executor: str = "local",
-           config: dict[str, Any] | None = None) -> W1Result:
+           config: dict[str, Any] | None = None,
+           checkpoint_interval_ms: int | None = None) -> W1Result:
+    """One W1 run; with ``checkpoint_interval_ms``, checkpoints go to a local directory."""
     with tempfile.TemporaryDirectory(prefix="chandy-w1-") as tmp:
         env = StreamExecutionEnvironment.get_execution_environment(executor=executor)
         env.set_parallelism(parallelism)
         if config:
             env.configure(config)
+        if checkpoint_interval_ms is not None:
+            env.enable_checkpointing(checkpoint_interval_ms)
+            env.get_checkpoint_config().set_checkpoint_storage(f"{tmp}/checkpoints")
         (env.from_sequence(0, n - 1)
             .key_by(lambda i: i % KEYS)
             .process(RunningSum()).name("running sum")
             .sink_to(TimingSink(tmp)))
         started = time.perf_counter()
-        env.execute("W1 keyed running count")
+        client = env.execute_async("W1 keyed running count")
+        client.get_job_execution_result()
         wall = time.perf_counter() - started
         timing = read_timings(tmp)
+        stats = client.get_checkpoint_statistics() if checkpoint_interval_ms else None
     if timing["count"] != n:
         raise RuntimeError(f"W1 lost records: {timing['count']} of {n} arrived")
     span = timing["last"] - timing["first"]
-    return W1Result("chandy", executor, n, parallelism, n / span if span > 0 else float("inf"),
-                    wall, span)
+    result = W1Result("chandy", executor, n, parallelism, checkpoint_interval_ms,
+                      n / span if span > 0 else float("inf"), wall, span)
+    if stats is not None:
+        durations = stats["summary"]["end_to_end_duration"]
+        result.checkpoints_completed = stats["counts"]["completed"]
+        result.checkpoint_p50_ms = durations["p50"]
+        result.checkpoint_p99_ms = durations["p99"]
+        result.checkpoint_max_ms = durations["max"]
+    return result
 
 
 def as_row(result: W1Result) -> dict[str, Any]:

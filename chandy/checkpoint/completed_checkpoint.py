@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from chandy.checkpoint.metadata import MasterState
@@ -66,12 +67,15 @@ class CompletedCheckpoint:
 class CompletedCheckpointStore:
     """Flink's ``StandaloneCompletedCheckpointStore``: the newest ``max_retained`` checkpoints."""
 
-    def __init__(self, max_retained: int) -> None:
+    def __init__(self, max_retained: int,
+                 io_executor: Callable[[Callable[[], None]], None] | None = None) -> None:
         if max_retained < 1:
             raise ValueError(f"a checkpoint store must retain at least one checkpoint, "
                              f"got {max_retained} (execution.checkpointing.num-retained)")
         self.max_retained = max_retained
         self._checkpoints: list[CompletedCheckpoint] = []
+        #: Runs the deletion of subsumed checkpoints (off the JobMaster thread in a job).
+        self._io: Callable[[Callable[[], None]], None] = io_executor or (lambda action: action())
 
     def add_checkpoint(self, checkpoint: CompletedCheckpoint) -> list[CompletedCheckpoint]:
         """Add the newest checkpoint; returns (and discards) the ones it subsumed."""
@@ -79,7 +83,7 @@ class CompletedCheckpointStore:
         subsumed = []
         while len(self._checkpoints) > self.max_retained:
             oldest = self._checkpoints.pop(0)
-            oldest.discard_on_subsume()
+            self._io(oldest.discard_on_subsume)
             subsumed.append(oldest)
         return subsumed
 

@@ -109,7 +109,8 @@ class CheckpointCoordinator:
                  fail_job: Callable[[BaseException], None],
                  vertex_names: dict[int, str] | None = None,
                  master_hooks: Sequence[MasterTriggerRestoreHook] = (),
-                 rng: random.Random | None = None) -> None:
+                 rng: random.Random | None = None,
+                 io_executor: Callable[[Callable[[], None]], None] | None = None) -> None:
         self.job_id = job_id
         self.config = config
         self._plan_calculator = plan_calculator
@@ -123,6 +124,8 @@ class CheckpointCoordinator:
         self.failure_manager = CheckpointFailureManager(config.tolerable_failures, fail_job)
         self.shared_state_registry = SharedStateRegistry()
         self.vertex_names = vertex_names or {}
+        #: Deletes state files of aborted checkpoints (a pool in a job; inline in tests).
+        self._io: Callable[[Callable[[], None]], None] = io_executor or (lambda action: action())
         self.master_hooks = {h.get_identifier(): h for h in master_hooks}
         if len(self.master_hooks) != len(master_hooks):
             raise ValueError("master hook identifiers must be unique")
@@ -258,7 +261,7 @@ class CheckpointCoordinator:
             return
         pending = PendingCheckpoint(self.job_id, checkpoint_id, timestamp, plan,
                                     tuple(self.master_hooks), request.props, self.storage,
-                                    self._discard_state)
+                                    self._discard_state, self._io)
         self.pending_checkpoints[checkpoint_id] = pending
         self._chain_request(request, pending)
         self.stats.report_pending_checkpoint(checkpoint_id, timestamp, request.props,
@@ -426,13 +429,13 @@ class CheckpointCoordinator:
         # requests, and the min pause must count from this completion.
         self._last_completion_ms = self.clock.now_ms()
         self._drop_subsumed_checkpoints(checkpoint_id)
+        for attempt_id in pending.plan.tasks_to_commit_to:  # first: sinks commit on this
+            self._gateway.notify_checkpoint_complete(attempt_id, checkpoint_id, completed.timestamp)
         stats = self.stats.report_completed(checkpoint_id, completed.completion_timestamp,
                                             completed.external_pointer)
         size = stats.state_size if stats is not None else completed.state_size
         log.info("Completed checkpoint %d for job %s (%d bytes in %d ms).", checkpoint_id,
                  self.job_id, size, completed.duration_ms)
-        for attempt_id in pending.plan.tasks_to_commit_to:
-            self._gateway.notify_checkpoint_complete(attempt_id, checkpoint_id, completed.timestamp)
         self._execute_queued_requests()
 
     def _drop_subsumed_checkpoints(self, checkpoint_id: int) -> None:
@@ -488,7 +491,9 @@ class CheckpointCoordinator:
 
     def _discard_state(self, state: TaskStateSnapshot | None) -> None:
         if state is not None and self.storage.is_persistent:
-            self.storage.discard_handles(state.file_handles())
+            handles = state.file_handles()
+            if handles:
+                self._io(lambda: self.storage.discard_handles(handles))
 
     # ------------------------------------------------------------------ restore & shutdown
 

@@ -63,7 +63,8 @@ class PendingCheckpoint:
     def __init__(self, job_id: str, checkpoint_id: int, checkpoint_timestamp: int,
                  plan: CheckpointPlan, master_hook_ids: tuple[str, ...],
                  props: CheckpointProperties, storage: CheckpointStorage,
-                 discard: Callable[[TaskStateSnapshot | None], None]) -> None:
+                 discard: Callable[[TaskStateSnapshot | None], None],
+                 io_executor: Callable[[Callable[[], None]], None] | None = None) -> None:
         self.job_id = job_id
         self.checkpoint_id = checkpoint_id
         self.checkpoint_timestamp = checkpoint_timestamp
@@ -71,6 +72,7 @@ class PendingCheckpoint:
         self.plan = plan
         self.storage = storage
         self._discard_state = discard
+        self._io: Callable[[Callable[[], None]], None] = io_executor or (lambda action: action())
         self.not_yet_acknowledged_tasks: dict[ExecutionAttemptID, TaskToAck] = {
             t.attempt_id: t for t in plan.tasks_to_wait_for}
         self.acknowledged_tasks: set[ExecutionAttemptID] = set()
@@ -185,9 +187,13 @@ class PendingCheckpoint:
         if self._canceller is not None:
             self._canceller.cancel()
         if release_state:
-            for snapshot in self._received:
-                self._discard_state(snapshot)
-            self.storage.discard_checkpoint(self.checkpoint_id)
+            received, checkpoint_id, storage = self._received, self.checkpoint_id, self.storage
+
+            def discard() -> None:
+                for snapshot in received:
+                    self._discard_state(snapshot)
+                storage.discard_checkpoint(checkpoint_id)
+            self._io(discard)
         self._received = []
         self.not_yet_acknowledged_tasks.clear()
 

@@ -189,16 +189,28 @@ class JobMaster:
             plan_calculator=self._checkpoint_plan,
             gateway=self,
             storage=self.checkpoint_storage,
-            completed_store=CompletedCheckpointStore(config.get(CheckpointingOptions.NUM_RETAINED)),
+            completed_store=CompletedCheckpointStore(config.get(CheckpointingOptions.NUM_RETAINED),
+                                                     self._run_io),
             id_counter=CheckpointIDCounter(),
             stats=CheckpointStatsTracker(config.get(WebOptions.CHECKPOINTS_HISTORY)),
             clock=self.clock, timer=self.timer,
             fail_job=lambda error: self._inbox.put(GlobalFailure(error)),
             vertex_names={v.id: v.name for v in self.job_graph.vertices},
-            rng=random.Random())
+            rng=random.Random(), io_executor=self._run_io)
         self.execution_graph.register_job_status_listener(self.coordinator.job_status_listener)
         self._async_executor = ThreadPoolExecutor(max_workers=2,
                                                   thread_name_prefix="chandy-checkpoint-async")
+
+    def _run_io(self, action: Callable[[], None]) -> None:
+        """Deleting files is slow and never urgent: off the JobMaster thread."""
+        pool = self._async_executor
+        if pool is None:
+            action()
+            return
+        try:
+            pool.submit(action)
+        except RuntimeError:  # shut down: the job is over, delete now
+            action()
 
     # -- called from other threads ---------------------------------------------
 

@@ -22,6 +22,7 @@ from __future__ import annotations
 import copy
 import pickle
 import threading
+import time
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -362,22 +363,14 @@ class HeapSnapshot:
         return not any(by_kg for _, by_kg in self._copies.values())
 
     def serialize(self) -> SerializedKeyedState:
-        """Pickle every key group (the asynchronous part). Safe off the task thread: it
-        only reads the copies, which the task never touches."""
-        parts: list[bytes] = []
-        ranges: list[Range] = []
-        offset = 0
-        for kg in self.key_group_range:
-            group = {name: (kind, by_kg[kg]) for name, (kind, by_kg) in self._copies.items()
-                     if kg in by_kg}
-            if group:
-                blob = pickle.dumps(group, protocol=pickle.HIGHEST_PROTOCOL)
-                parts.append(blob)
-                ranges.append((offset, offset + len(blob)))
-                offset += len(blob)
-            else:
-                ranges.append((offset, offset))
-        return SerializedKeyedState(self.key_group_range, b"".join(parts), tuple(ranges))
+        """Pickle every key group at once."""
+        serializer = self.serializer()
+        serializer.step(None)
+        return serializer.result()
+
+    def serializer(self) -> KeyGroupSerializer:
+        """Pickle key group by key group, in steps (see :class:`KeyGroupSerializer`)."""
+        return KeyGroupSerializer(self)
 
     def release(self) -> None:
         """Done with the copies: copy-on-write may stop once no snapshot is in flight."""
@@ -385,6 +378,49 @@ class HeapSnapshot:
         self._copies = {}
         if backend is not None:
             backend._release()
+
+
+class KeyGroupSerializer:
+    """Serializes a snapshot's key groups in steps of bounded duration.
+
+    Only the copies taken at the barrier are read, which the task never touches,
+    so a step may run on any thread, and the task may process records between
+    steps. In CPython the task thread is the cheapest place for it: it already
+    holds the interpreter lock, where a helper thread would wait for it behind
+    every busy task.
+    """
+
+    def __init__(self, snapshot: HeapSnapshot) -> None:
+        self._snapshot = snapshot
+        self._key_groups = iter(snapshot.key_group_range)
+        self._parts: list[bytes] = []
+        self._ranges: list[Range] = []
+        self._offset = 0
+        self.done = False
+
+    def step(self, deadline_ns: int | None) -> bool:
+        """Serialize key groups until ``deadline_ns`` (monotonic) passes; True when done."""
+        copies = self._snapshot._copies
+        for kg in self._key_groups:
+            group = {name: (kind, by_kg[kg]) for name, (kind, by_kg) in copies.items()
+                     if kg in by_kg}
+            if group:
+                blob = pickle.dumps(group, protocol=pickle.HIGHEST_PROTOCOL)
+                self._parts.append(blob)
+                self._ranges.append((self._offset, self._offset + len(blob)))
+                self._offset += len(blob)
+            else:
+                self._ranges.append((self._offset, self._offset))
+            if deadline_ns is not None and time.monotonic_ns() >= deadline_ns:
+                return False
+        self.done = True
+        return True
+
+    def result(self) -> SerializedKeyedState:
+        if not self.done:
+            raise RuntimeError("serialization is not finished")
+        return SerializedKeyedState(self._snapshot.key_group_range, b"".join(self._parts),
+                                    tuple(self._ranges))
 
 
 _KINDS: dict[type, tuple[str, type]] = {

@@ -53,11 +53,19 @@ class CheckpointStorage:
         self.inline_threshold = inline_threshold
         self._fs: FileSystem | None = None
         self._job_dir: str | None = None
+        self._made_dirs: set[str] = set()
 
     def __getstate__(self) -> dict:
         state = dict(self.__dict__)
         state["_fs"] = None  # filesystems hold clients and connections: rebuilt on the other side
+        state["_made_dirs"] = set()
         return state
+
+    def _mkdirs_once(self, directory: str) -> None:
+        # Every syscall costs a wait for the interpreter lock on a busy process: create once.
+        if directory not in self._made_dirs:
+            self.fs.mkdirs(directory)
+            self._made_dirs.add(directory)
 
     @property
     def is_persistent(self) -> bool:
@@ -108,9 +116,9 @@ class CheckpointStorage:
             return ByteStreamStateHandle(uuid.uuid4().hex, data)
         fs = self.fs
         directory = self.checkpoint_dir(checkpoint_id)
-        fs.mkdirs(directory)
+        self._mkdirs_once(directory)
         path = fs.join(directory, uuid.uuid4().hex)
-        fs.write_atomic(path, data)
+        fs.write_new(path, data)  # referenced only once _metadata (atomic, last) is written
         return FileStateHandle(path, len(data), hashlib.sha256(data).hexdigest())
 
     def reader(self) -> StateReader:
@@ -125,7 +133,7 @@ class CheckpointStorage:
             return None
         fs = self.fs
         directory = self.checkpoint_dir(checkpoint_id)
-        fs.mkdirs(directory)
+        self._mkdirs_once(directory)
         fs.write_atomic(fs.join(directory, METADATA_FILE_NAME), data)
         return directory
 
@@ -133,8 +141,10 @@ class CheckpointStorage:
         """Delete ``chk-N`` with everything in it (a subsumed or aborted checkpoint)."""
         if not self.is_persistent:
             return
+        directory = self.checkpoint_dir(checkpoint_id)
+        self._made_dirs.discard(directory)
         try:
-            self.fs.delete(self.checkpoint_dir(checkpoint_id), recursive=True)
+            self.fs.delete(directory, recursive=True)
         except OSError as exc:
             log.warning("could not delete checkpoint %d of job %s: %s", checkpoint_id,
                         self.job_id, exc)

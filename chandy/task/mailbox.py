@@ -64,6 +64,9 @@ class Mailbox:
     def has_mail(self) -> bool:
         return bool(self._mails)
 
+    def size(self) -> int:
+        return len(self._mails)
+
     def close(self) -> None:
         """No more mails run: drop what is queued and whatever comes later."""
         with self._lock:

@@ -198,7 +198,8 @@ class StreamTask:
             self.chain = OperatorChain(tdd, self.writers, self.services, self.is_cancelled)
             self.checkpoints = SubtaskCheckpointCoordinator(
                 tdd, self.chain, self.writers, self.services.checkpoint_responder,
-                self.services.checkpoint_storage, self.services.async_executor, self.is_cancelled)
+                self.services.checkpoint_storage, self.services.async_executor, self.is_cancelled,
+                schedule=self.mailbox.put)
             self.chain.initialize_state_and_open()
             if self._cancelled:
                 raise TaskCancelledError()
@@ -279,7 +280,9 @@ class StreamTask:
         return True
 
     def _process_mails(self) -> None:
-        while True:
+        """Run the mails queued now; mails they queue wait until after the next batch
+        (a long job split into mails, like serializing a snapshot, interleaves with records)."""
+        for _ in range(self.mailbox.size()):
             mail = self.mailbox.try_take()
             if mail is None:
                 return
