@@ -43,13 +43,8 @@ from chandy.network.barrier_handler import (
 )
 from chandy.network.cancellation import TaskCancelledError
 from chandy.network.channel import InputChannel, OutputChannel
-from chandy.network.events import (
-    END_OF_PARTITION,
-    CancelCheckpointMarker,
-    CheckpointBarrier,
-    EndOfPartition,
-    RuntimeEvent,
-)
+from chandy.network.checkpointed_input_gate import CheckpointedInputGate
+from chandy.network.events import END_OF_PARTITION, CancelCheckpointMarker, CheckpointBarrier
 from chandy.network.input_gate import InputGate
 from chandy.network.wakeup import Wakeup
 from chandy.task.checkpointing import SubtaskCheckpointCoordinator
@@ -87,16 +82,17 @@ class StreamTask:
         config = Configuration(tdd.config)
         self.batch_size = config.get(NetworkOptions.BATCH_SIZE)
         self.buffer_timeout_ns = config.get(ExecutionOptions.BUFFER_TIMEOUT) * 1_000_000
-        self.input_gate = InputGate(input_channels, self.wakeup) if input_channels else None
-        self.barrier_handler: CheckpointBarrierHandler | None = None
-        if self.input_gate is not None:
+        self.checkpointed_input: CheckpointedInputGate | None = None
+        if input_channels:
+            gate = InputGate(input_channels, self.wakeup)
+            handler: CheckpointBarrierHandler
             if config.get(CheckpointingOptions.MODE) is CheckpointingMode.EXACTLY_ONCE:
-                self.barrier_handler = SingleCheckpointBarrierHandler(
-                    len(input_channels), self.input_gate, self,
-                    end_of_partition_aborts=not config.get(
+                handler = SingleCheckpointBarrierHandler(
+                    len(input_channels), gate, self, end_of_partition_aborts=not config.get(
                         CheckpointingOptions.CHECKPOINTS_AFTER_TASKS_FINISH))
             else:
-                self.barrier_handler = CheckpointBarrierTracker(len(input_channels), self)
+                handler = CheckpointBarrierTracker(len(input_channels), self)
+            self.checkpointed_input = CheckpointedInputGate(gate, handler)
         self.checkpoints: SubtaskCheckpointCoordinator | None = None
         self.writers: list[RecordWriter] = []
         for spec, channels in zip(tdd.outputs, output_channels, strict=True):
@@ -236,7 +232,7 @@ class StreamTask:
         timeout_ns = self.buffer_timeout_ns
         wakeup = self.wakeup
         head = self.chain.head
-        if self.input_gate is None:
+        if self.checkpointed_input is None:
             assert isinstance(head, SourceOperator)
             source: SourceOperator | None = head
             idle_wait = head.idle_wait_s
@@ -289,33 +285,12 @@ class StreamTask:
             mail.action()
 
     def _process_input(self, head: StreamOperator) -> InputStatus:
-        gate = self.input_gate
-        assert gate is not None
-        polled = gate.poll_next()
+        checkpointed_input = self.checkpointed_input
+        assert checkpointed_input is not None
+        polled = checkpointed_input.poll_next()
         if polled is None:
-            return _END if gate.is_finished() else _NOTHING
-        channel, item = polled
-        if isinstance(item, RuntimeEvent):
-            return self._process_event(channel, item)
-        handler = self.barrier_handler
-        if handler is not None and handler.is_aligning:
-            handler.on_buffer(channel, gate.channels[channel].size_of(item))
-        head.process_batch(item)
-        return _MORE
-
-    def _process_event(self, channel: int, event: RuntimeEvent) -> InputStatus:
-        gate = self.input_gate
-        handler = self.barrier_handler
-        assert gate is not None and handler is not None
-        if isinstance(event, CheckpointBarrier):
-            handler.process_barrier(event, channel)
-        elif isinstance(event, CancelCheckpointMarker):
-            handler.process_cancellation_barrier(event, channel)
-        elif isinstance(event, EndOfPartition):
-            handler.process_end_of_partition(channel)
-            return _END if gate.is_finished() else _MORE
-        else:
-            raise RuntimeError(f"unexpected event {event!r} on channel {channel}")
+            return _END if checkpointed_input.is_finished() else _NOTHING
+        head.process_batch(polled[1])
         return _MORE
 
 
