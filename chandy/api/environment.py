@@ -34,7 +34,7 @@ from chandy.task.operators.source import SourceOperator
 
 log = logging.getLogger(__name__)
 
-_EXECUTORS = ("local",)
+_EXECUTORS = ("spark", "local")
 
 
 class StreamExecutionEnvironment:
@@ -54,7 +54,8 @@ class StreamExecutionEnvironment:
     @staticmethod
     def get_execution_environment(configuration: Configuration | Mapping[str, Any] | None = None,
                                   executor: str | None = None) -> StreamExecutionEnvironment:
-        """A new environment. ``executor="local"`` runs every subtask in this process."""
+        """A new environment. Jobs run on Spark (the active session, or a local one) unless
+        ``executor="local"``, which runs every subtask as a thread of this process."""
         env = StreamExecutionEnvironment(configuration)
         if executor is not None:
             env._config.set(ExecutionOptions.TARGET, executor)
@@ -178,7 +179,7 @@ class StreamExecutionEnvironment:
     # ------------------------------------------------------------------ execution
 
     def _validated_config(self) -> Configuration:
-        unknown = self._config.unknown_keys(all_options(), prefixes_owned_elsewhere=("$internal.",))
+        unknown = self._config.unknown_keys(all_options(), prefixes_owned_elsewhere=("spark.",))
         known = [k for o in all_options() for k in (o.key, *o.deprecated_keys)]
         for key in unknown:
             close = difflib.get_close_matches(key, known, n=1)
@@ -209,6 +210,10 @@ class StreamExecutionEnvironment:
             from chandy.runtime.local_executor import LocalExecutor
 
             return LocalExecutor()
+        if target == "spark":
+            from chandy.runtime.spark.executor import SparkExecutor
+
+            return SparkExecutor(config)
         raise ConfigurationError(f"unknown executor '{target}'; use one of {', '.join(_EXECUTORS)}")
 
     def execute(self, job_name: str | None = None) -> JobExecutionResult:
@@ -236,7 +241,8 @@ class StreamExecutionEnvironment:
         job_graph = self._build_job_graph(job_name)
         executor = self._create_executor(Configuration(job_graph.config))
         results = CollectResultQueue()
-        return CollectIterator(JobMaster(job_graph, executor, results=results), results)
+        return CollectIterator(JobMaster(job_graph, executor, results=results), results,
+                               on_end=executor.close)
 
     def get_execution_plan(self) -> str:
         """The chained plan of the pipeline defined so far, as JSON (nothing is run)."""

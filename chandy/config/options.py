@@ -133,6 +133,16 @@ class RestartStrategyOptions:
         "restart-strategy.fixed-delay.delay", 1000, "Wait between a failure and the restart.")
 
 
+class SparkOptions:
+    SLOT_WAIT = ConfigOption.duration(
+        "chandy.spark.slot-wait", 30_000,
+        "How long a job waits for Spark to offer enough task slots (executors registering, a "
+        "lost executor being replaced) before it fails with the number needed and available.")
+    HEARTBEAT_TIMEOUT = ConfigOption.duration(
+        "chandy.spark.heartbeat-timeout", 30_000,
+        "A slot that sends no heartbeat for this long is considered lost.", minimum_ms=1000)
+
+
 class WebOptions:
     CHECKPOINTS_HISTORY = ConfigOption.integer(
         "web.checkpoints.history", 10, "Checkpoints kept in the statistics history.", minimum=1)
@@ -140,9 +150,10 @@ class WebOptions:
 
 class ExecutionOptions:
     TARGET = ConfigOption.string(
-        "execution.target", "local",
-        "Where the job runs: 'local' (every subtask in this process).",
-        choices=("local",))
+        "execution.target", "spark",
+        "Where the job runs: 'spark' (the active SparkSession, or a local one; slot i of a "
+        "barrier stage runs subtask i of every operator) or 'local' (every subtask a thread "
+        "of this process).", choices=("spark", "local"))
     BUFFER_TIMEOUT = ConfigOption.duration(
         "execution.buffer-timeout", 100,
         "Longest time a record waits in a partly filled output batch while its task is busy. "
@@ -165,6 +176,7 @@ def all_options() -> list[ConfigOption]:
     """Every option declared in this module."""
     found: list[ConfigOption] = []
     for holder in (PipelineOptions, CoreOptions, ExecutionOptions, NetworkOptions,
-                   CheckpointingOptions, StateRecoveryOptions, RestartStrategyOptions, WebOptions):
+                   CheckpointingOptions, StateRecoveryOptions, RestartStrategyOptions, WebOptions,
+                   SparkOptions):
         found.extend(v for v in vars(holder).values() if isinstance(v, ConfigOption))
     return found

@@ -78,9 +78,11 @@ class CollectResultQueue:
 class CollectIterator(Iterator[Any]):
     """The records of a running job, in arrival order (PyFlink's ``CloseableIterator``)."""
 
-    def __init__(self, job_master: JobMaster, results: CollectResultQueue) -> None:
+    def __init__(self, job_master: JobMaster, results: CollectResultQueue,
+                 on_end: Callable[[], None] | None = None) -> None:
         self._job_master = job_master
         self._results = results
+        self._on_end = on_end
         self._current: deque[Any] = deque()
         self._done = False
         self._closed = False
@@ -93,9 +95,13 @@ class CollectIterator(Iterator[Any]):
         try:
             self.job_result = self._job_master.run()
         except BaseException as exc:  # noqa: BLE001 - handed to the reading thread
-            self._results.end(exc)
+            error: BaseException | None = exc
         else:
-            self._results.end(None)
+            error = None
+        finally:
+            if self._on_end is not None:
+                self._on_end()  # release the executor before the reader sees the end
+        self._results.end(error)
 
     def __iter__(self) -> CollectIterator:
         return self

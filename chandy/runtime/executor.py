@@ -44,6 +44,10 @@ class Deployment(ABC):
 class Executor(ABC):
     """Places the tasks of a job."""
 
+    def prepare(self, slots: int, checkpoint_dir: str | None) -> None:
+        """Check, before anything runs, that this executor can run a job needing ``slots``
+        slots with checkpoints in ``checkpoint_dir``; raise a clear error if not."""
+
     @abstractmethod
     def deploy(self, execution_graph: ExecutionGraph, descriptors: list[TaskDeploymentDescriptor],
                listener: TaskStateListener, services: TaskServices) -> Deployment:

@@ -312,6 +312,8 @@ class JobMaster:
             self._async_executor.shutdown(wait=True)
 
     def _prepare_restore_and_storage(self) -> None:
+        self.executor.prepare(self.job_graph.max_parallelism_of_any_vertex,
+                              self.checkpoint_storage.base_uri if self.checkpoint_storage else None)
         if self.checkpoint_storage is not None:
             self.checkpoint_storage.initialize()
         path = self.config.get(StateRecoveryOptions.PATH)

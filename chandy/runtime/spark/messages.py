@@ -1,0 +1,109 @@
+"""Control messages between the driver (JobMaster) and the slots."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from chandy.graph.execution_graph import ChannelID
+from chandy.messages.checkpoint import CheckpointOptions
+from chandy.messages.ids import ExecutionAttemptID
+from chandy.task.deployment import ExecutionState, TaskDeploymentDescriptor
+from chandy.task.services import TaskFailure
+
+# ---------------------------------------------------------------------- slot -> driver
+
+
+@dataclass(frozen=True)
+class RegisterSlot:
+    slot_index: int
+    data_address: str
+    host: str
+    pid: int
+    #: The JVM that runs this slot's Python worker (a Spark executor, or the driver in local mode).
+    jvm_pid: int | None
+
+
+@dataclass(frozen=True)
+class TaskStateChanged:
+    attempt_id: ExecutionAttemptID
+    state: ExecutionState
+    failure: TaskFailure | None
+
+
+@dataclass(frozen=True)
+class PublishResults:
+    """A batch for ``execute_and_collect``; the slot waits for :class:`ResultsAccepted`."""
+
+    sequence: int
+    collect_id: str
+    subtask_index: int
+    batch: list[Any]
+    token: int | None
+
+
+@dataclass(frozen=True)
+class ForwardedLogRecord:
+    slot_index: int
+    name: str
+    level: int
+    message: str
+    created: float
+    exc_text: str | None
+
+
+@dataclass(frozen=True)
+class Heartbeat:
+    slot_index: int
+
+
+# ---------------------------------------------------------------------- driver -> slot
+
+
+@dataclass(frozen=True)
+class TaskToDeploy:
+    tdd: TaskDeploymentDescriptor
+    inputs: tuple[ChannelID, ...]
+    outputs: tuple[tuple[ChannelID, ...], ...]
+
+
+@dataclass(frozen=True)
+class DeployTasks:
+    """Start these tasks. Channel frames carry ``generation``, so a later deployment's
+    channels never see an earlier one's data."""
+
+    generation: int
+    tasks: tuple[TaskToDeploy, ...]
+    channel_capacity: int
+
+
+@dataclass(frozen=True)
+class CancelTasks:
+    generation: int
+
+
+@dataclass(frozen=True)
+class TriggerCheckpoint:
+    attempt_id: ExecutionAttemptID
+    checkpoint_id: int
+    timestamp: int
+    options: CheckpointOptions
+
+
+@dataclass(frozen=True)
+class NotifyCheckpoint:
+    attempt_id: ExecutionAttemptID
+    checkpoint_id: int
+    completed: bool  # False: aborted
+
+
+@dataclass(frozen=True)
+class ResultsAccepted:
+    sequence: int
+    #: False when the client went away: the sink should stop.
+    accepted: bool = True
+
+
+@dataclass(frozen=True)
+class Shutdown:
+    reason: str

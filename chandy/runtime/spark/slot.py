@@ -1,0 +1,357 @@
+"""The slot: what runs inside one Spark barrier task for the whole life of a job.
+
+``run_slot`` is the body of the barrier stage's ``mapPartitions``. It binds a
+data port, learns every other slot's address once with ``allGather``, connects
+to the driver's control server (both with the job's secret), and then serves:
+it deploys the tasks the driver sends, forwards their state changes,
+checkpoint acknowledgements, collected results and log records, and cancels
+them when told. A task failure is handled by the driver deploying a new
+generation of tasks into the same slots; only a lost slot process makes the
+driver resubmit the stage.
+
+Every thread and socket it starts is joined or closed before it returns: with
+Python worker reuse on, the next Spark task in this process starts clean.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import pickle
+import socket
+import threading
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import Any
+
+from chandy.graph.execution_graph import ChannelID
+from chandy.messages.checkpoint import AcknowledgeCheckpoint, DeclineCheckpoint
+from chandy.messages.ids import ExecutionAttemptID
+from chandy.network.auth import AuthenticationError, authenticate_client_side
+from chandy.network.cancellation import TaskCancelledError
+from chandy.network.channel import InputChannel, LocalChannel, OutputChannel
+from chandy.network.framing import FramedSocket
+from chandy.network.tcp import ChannelKey, DataPlane
+from chandy.runtime.spark.messages import (
+    CancelTasks,
+    DeployTasks,
+    ForwardedLogRecord,
+    Heartbeat,
+    NotifyCheckpoint,
+    PublishResults,
+    RegisterSlot,
+    ResultsAccepted,
+    Shutdown,
+    TaskStateChanged,
+    TriggerCheckpoint,
+)
+from chandy.storage.checkpoint_storage import CheckpointStorage
+from chandy.task.deployment import ExecutionState
+from chandy.task.services import TaskFailure, TaskServices
+from chandy.task.stream_task import StreamTask
+
+log = logging.getLogger(__name__)
+
+HEARTBEAT_INTERVAL_S = 2.0
+
+
+@dataclass(frozen=True)
+class SlotBootstrap:
+    """What every slot needs to start; shipped in the Spark task closure."""
+
+    job_id: str
+    num_slots: int
+    driver_address: str
+    secret: bytes
+    checkpoint_storage: CheckpointStorage | None
+    #: Host to bind data ports to; ``None``: the address Spark gave this executor.
+    bind_host: str | None = None
+
+
+def run_slot(bootstrap: SlotBootstrap) -> list[int]:
+    """The barrier task's body: serve as slot ``partitionId`` until the driver says stop."""
+    from pyspark import BarrierTaskContext
+
+    context = BarrierTaskContext.get()
+    index = context.partitionId()
+    host = bootstrap.bind_host or _executor_host(context, index)
+    data = DataPlane(index, bootstrap.secret, host)
+    runtime: SlotRuntime | None = None
+    try:
+        gathered = context.allGather(json.dumps({"slot": index, "data": data.address}))
+        peers = {entry["slot"]: entry["data"] for entry in map(json.loads, gathered)}
+        data.connect_to_peers(peers, expected_incoming=bootstrap.num_slots - 1)
+        control = _connect_to_driver(bootstrap)
+        runtime = SlotRuntime(index, bootstrap, control, data)
+        control.send_message(RegisterSlot(index, data.address, host, os.getpid(), _jvm_pid()))
+        runtime.serve()
+    finally:
+        if runtime is not None:
+            runtime.close()
+        data.close()
+    return [index]
+
+
+def _executor_host(context: Any, index: int) -> str:
+    if os.environ.get("SPARK_LOCAL_IP"):
+        return os.environ["SPARK_LOCAL_IP"]
+    try:
+        address = context.getTaskInfos()[index].address
+        return address.rsplit(":", 1)[0] or "127.0.0.1"
+    except Exception:  # noqa: BLE001 - fall back to loopback (local mode)
+        return "127.0.0.1"
+
+
+def _jvm_pid() -> int | None:
+    """The nearest ancestor process that is a JVM (the Spark executor running us)."""
+    pid = os.getppid()
+    for _ in range(6):
+        try:
+            with open(f"/proc/{pid}/comm") as f:
+                if f.read().strip() == "java":
+                    return pid
+            with open(f"/proc/{pid}/stat") as f:
+                pid = int(f.read().rsplit(")", 1)[1].split()[1])
+        except (OSError, ValueError, IndexError):
+            return None
+    return None
+
+
+def _connect_to_driver(bootstrap: SlotBootstrap) -> FramedSocket:
+    host, port = bootstrap.driver_address.rsplit(":", 1)
+    sock = socket.create_connection((host, int(port)), timeout=30)
+    sock.settimeout(None)
+    try:
+        authenticate_client_side(sock, bootstrap.secret)
+    except AuthenticationError:
+        sock.close()
+        raise
+    return FramedSocket(sock)
+
+
+class _LogForwarder(logging.Handler):
+    """Sends this slot's log records to the driver, which logs them with the slot's index."""
+
+    def __init__(self, runtime: SlotRuntime) -> None:
+        super().__init__(logging.INFO)
+        self._runtime = runtime
+        self._local = threading.local()
+
+    def emit(self, record: logging.LogRecord) -> None:
+        if getattr(self._local, "busy", False):
+            return  # never forward what forwarding itself logs
+        self._local.busy = True
+        try:
+            exc_text = self.formatter.formatException(record.exc_info) if (
+                record.exc_info and self.formatter) else (
+                logging.Formatter().formatException(record.exc_info) if record.exc_info else None)
+            self._runtime.send(ForwardedLogRecord(self._runtime.index, record.name, record.levelno,
+                                                  record.getMessage(), record.created, exc_text))
+        except Exception:  # noqa: BLE001 - logging must never break the slot
+            pass
+        finally:
+            self._local.busy = False
+
+
+class SlotRuntime:
+    """Hosts the tasks of successive deployments in one slot process."""
+
+    def __init__(self, index: int, bootstrap: SlotBootstrap, control: FramedSocket,
+                 data: DataPlane) -> None:
+        self.index = index
+        self.bootstrap = bootstrap
+        self.control = control
+        self.data = data
+        self._tasks: dict[ExecutionAttemptID, tuple[StreamTask, threading.Thread, int]] = {}
+        self._local_channels: dict[tuple[int, ChannelID], LocalChannel] = {}
+        self._results: dict[int, tuple[threading.Event, list[bool]]] = {}
+        self._sequence = 0
+        self._lock = threading.Lock()
+        self._closed = threading.Event()
+        self._async = ThreadPoolExecutor(max_workers=2, thread_name_prefix=f"chandy-slot{index}-async")
+        self.services = TaskServices(results=self, checkpoint_responder=self,
+                                     checkpoint_storage=bootstrap.checkpoint_storage,
+                                     async_executor=self._async)
+        self._heartbeat = threading.Thread(target=self._send_heartbeats,
+                                           name=f"chandy slot {index} heartbeat", daemon=True)
+        self._heartbeat.start()
+        self._log_handler = _LogForwarder(self)
+        chandy_logger = logging.getLogger("chandy")
+        if chandy_logger.getEffectiveLevel() > logging.INFO:
+            chandy_logger.setLevel(logging.INFO)
+        logging.getLogger().addHandler(self._log_handler)
+        self.data.on_peer_lost = self._peer_lost
+
+    # -- the control loop -----------------------------------------------------
+
+    def send(self, message: Any) -> None:
+        self.control.send_message(message)
+
+    def serve(self) -> None:
+        """Handle the driver's messages until it says stop or goes away."""
+        while not self._closed.is_set():
+            try:
+                message = self.control.recv_message()
+            except (OSError, ConnectionError, EOFError, pickle.UnpicklingError):
+                log.warning("slot %d lost its connection to the driver; stopping", self.index)
+                return
+            if isinstance(message, Shutdown):
+                return
+            self._handle(message)
+
+    def _handle(self, message: Any) -> None:
+        if isinstance(message, DeployTasks):
+            self._deploy(message)
+        elif isinstance(message, CancelTasks):
+            self._cancel_generation(message.generation)
+        elif isinstance(message, TriggerCheckpoint):
+            entry = self._tasks.get(message.attempt_id)
+            if entry is not None:
+                entry[0].trigger_checkpoint_async(message.checkpoint_id, message.timestamp,
+                                                  message.options)
+        elif isinstance(message, NotifyCheckpoint):
+            entry = self._tasks.get(message.attempt_id)
+            if entry is not None:
+                if message.completed:
+                    entry[0].notify_checkpoint_complete_async(message.checkpoint_id)
+                else:
+                    entry[0].notify_checkpoint_aborted_async(message.checkpoint_id)
+        elif isinstance(message, ResultsAccepted):
+            with self._lock:
+                waiting = self._results.pop(message.sequence, None)
+            if waiting is not None:
+                waiting[1].append(message.accepted)
+                waiting[0].set()
+        else:
+            log.warning("slot %d ignored an unknown message %r", self.index, message)
+
+    # -- deployment -----------------------------------------------------------
+
+    def _channel(self, generation: int, cid: ChannelID, capacity: int) -> LocalChannel:
+        key = (generation, cid)
+        channel = self._local_channels.get(key)
+        if channel is None:
+            channel = self._local_channels[key] = LocalChannel(capacity, name=str(cid))
+        return channel
+
+    def _deploy(self, message: DeployTasks) -> None:
+        generation, capacity = message.generation, message.channel_capacity
+        for task in message.tasks:
+            inputs: list[InputChannel] = []
+            for cid in task.inputs:
+                if cid.producer_subtask == self.index:
+                    inputs.append(self._channel(generation, cid, capacity))
+                else:
+                    key = ChannelKey(generation, cid.edge_index, cid.producer_subtask,
+                                     cid.consumer_subtask)
+                    inputs.append(self.data.input_channel(key, cid.producer_subtask, capacity))
+            outputs: list[list[OutputChannel]] = []
+            for edge in task.outputs:
+                channels: list[OutputChannel] = []
+                for cid in edge:
+                    if cid.consumer_subtask == self.index:
+                        channels.append(self._channel(generation, cid, capacity))
+                    else:
+                        key = ChannelKey(generation, cid.edge_index, cid.producer_subtask,
+                                         cid.consumer_subtask)
+                        channels.append(self.data.output_channel(key, cid.consumer_subtask))
+                outputs.append(channels)
+            stream_task = StreamTask(task.tdd, inputs, outputs, self.services, self)
+            thread = threading.Thread(target=stream_task.invoke, daemon=True,
+                                      name=f"chandy {task.tdd.name_with_subtask}")
+            self._tasks[task.tdd.attempt_id] = (stream_task, thread, generation)
+            thread.start()
+
+    def _cancel_generation(self, generation: int) -> None:
+        for task, _, task_generation in list(self._tasks.values()):
+            if task_generation == generation:
+                task.cancel()
+        for (channel_generation, _), channel in list(self._local_channels.items()):
+            if channel_generation == generation:
+                channel.close()
+        self.data.release_generation(generation)
+        threading.Thread(target=self._forget, args=(generation,), daemon=True,
+                         name=f"chandy slot {self.index} reaper").start()
+
+    def _forget(self, generation: int) -> None:
+        """Drop the cancelled generation's tasks and channels once its threads ended."""
+        for attempt_id, (_, thread, task_generation) in list(self._tasks.items()):
+            if task_generation == generation:
+                thread.join(30)
+                self._tasks.pop(attempt_id, None)
+        for key in [k for k in self._local_channels if k[0] == generation]:
+            self._local_channels.pop(key, None)
+
+    # -- TaskStateListener, CheckpointResponder, ResultPublisher ---------------
+
+    def notify_task_state(self, attempt_id: ExecutionAttemptID, state: ExecutionState,
+                          failure: TaskFailure | None = None) -> None:
+        if failure is not None and failure.exception is not None:
+            failure = _portable(failure)
+        try:
+            self.send(TaskStateChanged(attempt_id, state, failure))
+        except OSError:
+            pass  # the driver is gone; the slot is stopping
+
+    def acknowledge_checkpoint(self, message: AcknowledgeCheckpoint) -> None:
+        self.send(message)
+
+    def decline_checkpoint(self, message: DeclineCheckpoint) -> None:
+        self.send(message)
+
+    def publish(self, collect_id: str, subtask_index: int, batch: list[Any], token: int | None,
+                should_abort: Any) -> None:
+        done = threading.Event()
+        outcome: list[bool] = []
+        with self._lock:
+            self._sequence += 1
+            sequence = self._sequence
+            self._results[sequence] = (done, outcome)
+        self.send(PublishResults(sequence, collect_id, subtask_index, batch, token))
+        while not done.wait(0.1):
+            if should_abort() or self._closed.is_set():
+                raise TaskCancelledError()
+        if not outcome[0]:
+            raise TaskCancelledError()
+
+    # -- liveness and shutdown -------------------------------------------------
+
+    def _send_heartbeats(self) -> None:
+        while not self._closed.wait(HEARTBEAT_INTERVAL_S):
+            try:
+                self.send(Heartbeat(self.index))
+            except OSError:
+                return
+
+    def _peer_lost(self, slot: int, reason: str) -> None:
+        # The driver hears about the lost process itself; our tasks will fail on the
+        # broken channels and be redeployed once the stage is replaced.
+        log.info("slot %d: connection to slot %d lost (%s)", self.index, slot, reason)
+
+    def close(self) -> None:
+        self._closed.set()
+        logging.getLogger().removeHandler(self._log_handler)
+        for task, _, _ in self._tasks.values():
+            task.cancel()
+        for task, thread, _ in self._tasks.values():
+            thread.join(10)
+            if thread.is_alive():
+                log.warning("%s did not stop", task.tdd.name_with_subtask)
+        for channel in self._local_channels.values():
+            channel.close()
+        self._async.shutdown(wait=True)
+        self._heartbeat.join(5)
+        self.control.close()
+
+
+def _portable(failure: TaskFailure) -> TaskFailure:
+    """The failure with its exception only if that survives a round trip through pickle."""
+    import cloudpickle
+
+    try:
+        pickle.loads(cloudpickle.dumps(failure.exception))
+        return failure
+    except Exception:  # noqa: BLE001 - keep the text, drop the object
+        return TaskFailure(None, failure.exception_type, failure.message,
+                           failure.traceback_text, failure.operator_name)
