@@ -1,17 +1,44 @@
-"""Shared fixtures. Everything runs for real: threads, channels, files."""
+"""Shared fixtures. Everything runs for real: threads, channels, files, Spark."""
 
 from __future__ import annotations
 
 import logging
+import os
+from collections.abc import Iterator
+from typing import Any
 
 import pytest
 
 from chandy import StreamExecutionEnvironment
 
+#: Spark slots the shared session offers (local[4]): the most any test's parallelism needs.
+SPARK_SLOTS = 4
+
 
 @pytest.fixture(autouse=True)
 def _chandy_logging(caplog: pytest.LogCaptureFixture) -> None:
     caplog.set_level(logging.INFO, logger="chandy")
+
+
+@pytest.fixture(scope="session")
+def spark_session() -> Iterator[Any]:
+    """One local Spark session for the whole test run (starting one costs 6-10 s)."""
+    from chandy.runtime.spark.session import get_or_create_session
+
+    logging.getLogger("py4j").setLevel(logging.WARNING)
+    session = get_or_create_session(SPARK_SLOTS, {"spark.master": f"local[{SPARK_SLOTS}]"})
+    session.sparkContext.setLogLevel("ERROR")
+    yield session
+    session.stop()
+    os.environ.pop("PYSPARK_PYTHON", None)
+
+
+@pytest.fixture(params=["local", "spark"])
+def executor(request: pytest.FixtureRequest) -> str:
+    """Run the test on each executor: every subtask a thread here, or Spark slots."""
+    if request.param == "spark":
+        request.getfixturevalue("spark_session")
+    return request.param
 
 
 @pytest.fixture

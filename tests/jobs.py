@@ -105,13 +105,16 @@ class SlowMap(MapFunction):
         self.probe = probe
         self.budget = budget
         self.delay_s = delay_s
+        self.exhausted = False
 
     def map(self, value: Any) -> Any:
-        if self.probe.get("slow") < self.budget:
-            self.probe.add("slow")
-            import time
+        if not self.exhausted:
+            if self.probe.add("slow") <= self.budget:
+                import time
 
-            time.sleep(self.delay_s)
+                time.sleep(self.delay_s)
+            else:
+                self.exhausted = True  # stop asking the (file-backed) probe per record
         return value
 
 

@@ -35,8 +35,8 @@ from tests.probes import Probe
 
 def checkpointing_env(parallelism: int = 2, interval_ms: int = 200,
                       mode: CheckpointingMode = CheckpointingMode.EXACTLY_ONCE,
-                      **config: Any) -> StreamExecutionEnvironment:
-    env = StreamExecutionEnvironment.get_execution_environment(executor="local")
+                      executor: str = "local", **config: Any) -> StreamExecutionEnvironment:
+    env = StreamExecutionEnvironment.get_execution_environment(executor=executor)
     env.set_parallelism(parallelism)
     env.enable_checkpointing(interval_ms, mode)
     env.configure({"restart-strategy.fixed-delay.delay": 50, **config})
@@ -65,20 +65,20 @@ def assert_exactly_once(out: list[Any], probe: Probe, n: int, keys: int, names: 
 
 
 @pytest.mark.slow
-def test_exactly_once_under_failure() -> None:
+def test_exactly_once_under_failure(executor: str) -> None:
     n, keys = 2_000_000, 1000
     probe = Probe()
-    env = checkpointing_env()
+    env = checkpointing_env(executor=executor)
     out = counting_pipeline(env, probe, n, keys).execute_and_collect("exactly once", limit=10**7)
     assert probe.get("failures") >= 1  # the failure really happened (and restore replayed past it)
     assert_exactly_once(out, probe, n, keys, ["filter", "map", "failing"])
 
 
 @pytest.mark.slow
-def test_at_least_once_never_loses_records() -> None:
+def test_at_least_once_never_loses_records(executor: str) -> None:
     n, keys = 400_000, 500
     probe = Probe()
-    env = checkpointing_env(mode=CheckpointingMode.AT_LEAST_ONCE)
+    env = checkpointing_env(executor=executor, mode=CheckpointingMode.AT_LEAST_ONCE)
     out = counting_pipeline(env, probe, n, keys).execute_and_collect(limit=10**7)
     completed = {o[0] for o in out if o[0] != "overflow"}
     assert completed == set(range(keys))  # every key reached its full count (or more)
@@ -86,9 +86,9 @@ def test_at_least_once_never_loses_records() -> None:
         assert sum(final_counts(probe, name).values()) >= n
 
 
-def test_timed_out_checkpoints_are_aborted_and_the_job_goes_on() -> None:
+def test_timed_out_checkpoints_are_aborted_and_the_job_goes_on(executor: str) -> None:
     probe = Probe()
-    env = checkpointing_env(interval_ms=50, **{
+    env = checkpointing_env(executor=executor, interval_ms=50, **{
         "execution.checkpointing.timeout": 150,
         "execution.checkpointing.tolerable-failed-checkpoints": 100})
     env.from_sequence(0, 2999).map(SlowMap(probe, budget=40, delay_s=0.02)).key_by(
@@ -102,10 +102,10 @@ def test_timed_out_checkpoints_are_aborted_and_the_job_goes_on() -> None:
     assert result.restarts == 0  # tolerated: the job went on
 
 
-def test_too_many_timed_out_checkpoints_fail_the_job_over_and_it_recovers() -> None:
+def test_too_many_timed_out_checkpoints_fail_the_job_over_and_it_recovers(executor: str) -> None:
     n, keys = 30_000, 30
     probe = Probe()
-    env = checkpointing_env(interval_ms=50, **{
+    env = checkpointing_env(executor=executor, interval_ms=50, **{
         "execution.checkpointing.timeout": 150,
         "execution.checkpointing.tolerable-failed-checkpoints": 0})
     out = (env.from_sequence(0, n - 1).map(SlowMap(probe, budget=60, delay_s=0.02))
@@ -126,9 +126,9 @@ class CheckpointRecorder(SinkFunction, CheckpointListener):
         self.probe.append(checkpoint_id)
 
 
-def test_checkpoint_listeners_hear_completed_checkpoints_and_stats_are_flinks_shape() -> None:
+def test_checkpoint_listeners_hear_completed_checkpoints_and_stats_are_flinks_shape(executor: str) -> None:
     probe = Probe()
-    env = checkpointing_env(parallelism=1, interval_ms=30)
+    env = checkpointing_env(executor=executor, parallelism=1, interval_ms=30)
     env.from_sequence(0, 50_000).map(Throttle(0.00005)).add_sink(CheckpointRecorder(probe))
     client = env.execute_async("listener")
     deadline = time.monotonic() + 60
@@ -172,12 +172,13 @@ def latest_checkpoint_dir(base: Path) -> Path:
 
 @pytest.mark.slow
 @pytest.mark.parametrize("new_parallelism", [2, 3])
-def test_restore_a_retained_checkpoint_after_cancel(tmp_path: Path, new_parallelism: int) -> None:
+def test_restore_a_retained_checkpoint_after_cancel(tmp_path: Path, new_parallelism: int,
+                                                   executor: str) -> None:
     n, keys = 40_000, 40
     probe = Probe()
     retain = {"execution.checkpointing.dir": str(tmp_path),
               "execution.checkpointing.externalized-checkpoint-retention": "RETAIN_ON_CANCELLATION"}
-    env = checkpointing_env(interval_ms=50, **retain)
+    env = checkpointing_env(executor=executor, interval_ms=50, **retain)
     results = (env.from_sequence(0, n - 1).uid("source").map(Throttle(0.0005)).uid("throttle")
                .map(CountingMap("map", probe)).uid("map")
                .key_by(lambda x: x % keys).process(KeyedCounter(n // keys)).uid("counter")
@@ -189,7 +190,7 @@ def test_restore_a_retained_checkpoint_after_cancel(tmp_path: Path, new_parallel
     retained = latest_checkpoint_dir(tmp_path)
     assert len({p.parent for p in tmp_path.glob("*/chk-*")}) == 1
 
-    env2 = checkpointing_env(parallelism=new_parallelism, interval_ms=100,
+    env2 = checkpointing_env(executor=executor, parallelism=new_parallelism, interval_ms=100,
                              **{"execution.checkpointing.dir": str(tmp_path / "second")})
     env2.set_restore_path(str(retained))
     second = (env2.from_sequence(0, n - 1).uid("source").map(Throttle(0.0)).uid("throttle")
@@ -201,8 +202,9 @@ def test_restore_a_retained_checkpoint_after_cancel(tmp_path: Path, new_parallel
     assert sum(final_counts(probe, "map").values()) == n
 
 
-def test_cancelled_job_without_retention_leaves_nothing(tmp_path: Path) -> None:
-    env = checkpointing_env(interval_ms=50, **{"execution.checkpointing.dir": str(tmp_path)})
+def test_cancelled_job_without_retention_leaves_nothing(tmp_path: Path, executor: str) -> None:
+    env = checkpointing_env(executor=executor, interval_ms=50,
+                            **{"execution.checkpointing.dir": str(tmp_path)})
     results = env.from_sequence(0, 10**6).map(Throttle(0.0001)).execute_and_collect()
     with results:
         next(results)
@@ -224,14 +226,14 @@ def retained_checkpoint_of_cancelled_job(directory: Path, counter_uid: str = "co
     return latest_checkpoint_dir(directory)
 
 
-def test_corrupt_metadata_is_refused_naming_the_file(tmp_path: Path) -> None:
+def test_corrupt_metadata_is_refused_naming_the_file(tmp_path: Path, executor: str) -> None:
     retained = retained_checkpoint_of_cancelled_job(tmp_path)
     metadata = retained / "_metadata"
     data = bytearray(metadata.read_bytes())
     data[len(data) // 2] ^= 0x01
     metadata.write_bytes(bytes(data))
 
-    env2 = checkpointing_env()
+    env2 = checkpointing_env(executor=executor)
     env2.set_restore_path(str(retained))
     env2.from_sequence(0, 10).print()
     with pytest.raises(InvalidCheckpointError) as info:
@@ -254,9 +256,9 @@ def test_restore_from_missing_or_incomplete_checkpoint_is_refused(tmp_path: Path
         env.execute()
 
 
-def test_restore_refuses_state_of_operators_that_are_gone(tmp_path: Path) -> None:
+def test_restore_refuses_state_of_operators_that_are_gone(tmp_path: Path, executor: str) -> None:
     retained = retained_checkpoint_of_cancelled_job(tmp_path, counter_uid="old-counter")
-    env2 = checkpointing_env()
+    env2 = checkpointing_env(executor=executor)
     env2.set_restore_path(str(retained))
     env2.from_sequence(0, 10).uid("src").key_by(lambda x: x % 3).process(
         KeyedCounter(10**9)).uid("new-counter").print()
@@ -322,8 +324,9 @@ def test_checkpoint_config_setters_write_flink_keys() -> None:
     assert defaults.get_num_retained_checkpoints() == 1
 
 
-def test_checkpoints_written_in_flinks_layout_and_subsumed_ones_deleted(tmp_path: Path) -> None:
-    env = checkpointing_env(parallelism=1, interval_ms=20, **{
+def test_checkpoints_written_in_flinks_layout_and_subsumed_ones_deleted(tmp_path: Path,
+                                                                        executor: str) -> None:
+    env = checkpointing_env(executor=executor, parallelism=1, interval_ms=20, **{
         "execution.checkpointing.dir": str(tmp_path),
         "execution.checkpointing.num-retained": 2,
         "execution.checkpointing.data-inline-threshold": 0,
@@ -346,12 +349,12 @@ def test_checkpoints_written_in_flinks_layout_and_subsumed_ones_deleted(tmp_path
     assert os.path.getsize(job_dir / f"chk-{complete[1]}" / "_metadata") > 0
 
 
-def test_a_retained_checkpoint_can_be_moved_and_still_restores(tmp_path: Path) -> None:
+def test_a_retained_checkpoint_can_be_moved_and_still_restores(tmp_path: Path, executor: str) -> None:
     n, keys = 20_000, 20
     retain = {"execution.checkpointing.dir": str(tmp_path / "original"),
               "execution.checkpointing.data-inline-threshold": 0,
               "execution.checkpointing.externalized-checkpoint-retention": "RETAIN_ON_CANCELLATION"}
-    env = checkpointing_env(interval_ms=50, **retain)
+    env = checkpointing_env(executor=executor, interval_ms=50, **retain)
     results = (env.from_sequence(0, n - 1).uid("source").map(Throttle(0.0005)).uid("throttle")
                .key_by(lambda x: x % keys).process(KeyedCounter(n // keys)).uid("counter")
                .execute_and_collect("first run"))
@@ -364,7 +367,7 @@ def test_a_retained_checkpoint_can_be_moved_and_still_restores(tmp_path: Path) -
     moved = tmp_path / "archive" / "my-checkpoint"
     moved.parent.mkdir()
     retained.rename(moved)
-    env2 = checkpointing_env(interval_ms=100)
+    env2 = checkpointing_env(executor=executor, interval_ms=100)
     env2.set_restore_path(str(moved / "_metadata"))
     second = (env2.from_sequence(0, n - 1).uid("source").map(Throttle(0.0)).uid("throttle")
               .key_by(lambda x: x % keys).process(KeyedCounter(n // keys)).uid("counter")
@@ -372,13 +375,13 @@ def test_a_retained_checkpoint_can_be_moved_and_still_restores(tmp_path: Path) -
     assert sorted(first + second) == [(k, n // keys) for k in range(keys)]
 
 
-def test_a_corrupt_state_file_is_refused_naming_it(tmp_path: Path) -> None:
+def test_a_corrupt_state_file_is_refused_naming_it(tmp_path: Path, executor: str) -> None:
     retained = retained_checkpoint_of_cancelled_job(
         tmp_path, **{"execution.checkpointing.data-inline-threshold": 0})
     victims = sorted(f for f in retained.iterdir() if f.name != "_metadata")
     # same size, other bytes: only the checksum can tell, when a task reads it
     victims[0].write_bytes(b"garbage" + victims[0].read_bytes()[7:])
-    env2 = checkpointing_env()
+    env2 = checkpointing_env(executor=executor)
     env2.set_restore_path(str(retained))
     env2.from_sequence(0, 10).uid("src").key_by(lambda x: x % 3).process(
         KeyedCounter(10**9)).uid("counter").print()

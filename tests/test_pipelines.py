@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import threading
 import time
+import traceback
 from collections import Counter
 from collections.abc import Sequence
 from typing import Any
@@ -39,8 +40,8 @@ from tests.probes import Probe
 TEXT = ["to be or not to be", "that is the question", "to be is to do", "do be do be do"]
 
 
-def env_with(parallelism: int) -> StreamExecutionEnvironment:
-    env = StreamExecutionEnvironment.get_execution_environment(executor="local")
+def env_with(parallelism: int, executor: str = "local") -> StreamExecutionEnvironment:
+    env = StreamExecutionEnvironment.get_execution_environment(executor=executor)
     env.set_parallelism(parallelism)
     return env
 
@@ -53,8 +54,8 @@ def final_counts(pairs: Sequence[tuple[str, int]]) -> dict[str, int]:
 
 
 @pytest.mark.parametrize("parallelism", [1, 2, 4])
-def test_word_count_is_the_same_at_every_parallelism(parallelism: int) -> None:
-    env = env_with(parallelism)
+def test_word_count_is_the_same_at_every_parallelism(parallelism: int, executor: str) -> None:
+    env = env_with(parallelism, executor)
     result = (env.from_collection(TEXT * 50)
               .flat_map(lambda line: line.split())
               .map(lambda w: (w, 1))
@@ -85,9 +86,9 @@ class CountAndSum(KeyedProcessFunction):
             yield ctx.get_current_key(), count, self.total.get()
 
 
-def test_keyed_state_sums_are_exact_over_a_million_records() -> None:
+def test_keyed_state_sums_are_exact_over_a_million_records(executor: str) -> None:
     n, keys = 1_000_000, 1000
-    env = env_with(2)
+    env = env_with(2, executor)
     out = (env.from_sequence(0, n - 1)
            .key_by(lambda i: i % keys)
            .process(CountAndSum(n // keys))
@@ -152,9 +153,9 @@ class SlowSink(Sink):
         return Writer()
 
 
-def test_a_slow_sink_backpressures_a_fast_source() -> None:
+def test_a_slow_sink_backpressures_a_fast_source(executor: str) -> None:
     batch, credits = 100, 4
-    env = env_with(1)
+    env = env_with(1, executor)
     env.configure({"chandy.network.batch-size": batch,
                    "taskmanager.network.memory.buffers-per-channel": credits})
     progress = Probe()
@@ -175,8 +176,8 @@ class Boom(MapFunction):
         return value
 
 
-def test_a_raising_user_function_fails_the_job_with_its_exception() -> None:
-    env = env_with(2)
+def test_a_raising_user_function_fails_the_job_with_its_exception(executor: str) -> None:
+    env = env_with(2, executor)
     env.from_sequence(0, 100_000).key_by(lambda x: x % 7).map(Boom()).name("boom").print()
     started = time.monotonic()
     with pytest.raises(JobExecutionError) as info:
@@ -186,8 +187,12 @@ def test_a_raising_user_function_fails_the_job_with_its_exception() -> None:
     assert "bad record 500" in str(info.value)
     assert "operator 'boom'" in str(info.value)
     assert "failing job" in str(info.value)
-    frames = [f.name for f in __import__("traceback").extract_tb(info.value.__cause__.__traceback__)]
-    assert "map" in frames  # the user's own frame is on the traceback
+    cause = info.value.__cause__
+    if cause.__traceback__ is not None:  # raised in this process
+        frames = [f.name for f in traceback.extract_tb(cause.__traceback__)]
+        assert "map" in frames  # the user's own frame is on the traceback
+    else:  # raised in a Spark slot: the remote traceback is in the message
+        assert 'raise ValueError("bad record 500")' in str(info.value)
     # every task thread ended: nothing is left running
     deadline = time.monotonic() + 5
     while any(t.name.startswith("chandy ") for t in threading.enumerate()):
@@ -195,8 +200,8 @@ def test_a_raising_user_function_fails_the_job_with_its_exception() -> None:
         time.sleep(0.01)
 
 
-def test_execute_twice_runs_two_jobs() -> None:
-    env = env_with(2)
+def test_execute_twice_runs_two_jobs(executor: str) -> None:
+    env = env_with(2, executor)
     first = env.from_collection([1, 2, 3]).map(lambda x: x * 2).execute_and_collect(limit=10)
     second = env.from_collection([4, 5]).map(lambda x: x + 1).execute_and_collect(limit=10)
     assert sorted(first) == [2, 4, 6]
@@ -242,8 +247,8 @@ class Forever(Source):
         return Reader()
 
 
-def test_closing_the_collect_iterator_cancels_an_unbounded_job() -> None:
-    env = env_with(2)
+def test_closing_the_collect_iterator_cancels_an_unbounded_job(executor: str) -> None:
+    env = env_with(2, executor)
     stream = env.from_source(Forever()).map(lambda x: x * 10)
     with stream.execute_and_collect() as results:
         taken = [next(results) for _ in range(50)]
@@ -255,8 +260,8 @@ def test_closing_the_collect_iterator_cancels_an_unbounded_job() -> None:
     assert list(results) == []  # closed: nothing more
 
 
-def test_collect_iterator_reports_the_job_failure() -> None:
-    env = env_with(1)
+def test_collect_iterator_reports_the_job_failure(executor: str) -> None:
+    env = env_with(1, executor)
     results = env.from_collection([1, 2, 0, 4]).map(lambda x: 10 // x).execute_and_collect()
     with pytest.raises(JobExecutionError) as info:
         list(results)
@@ -264,8 +269,8 @@ def test_collect_iterator_reports_the_job_failure() -> None:
     assert not isinstance(info.value, JobCancelledError)
 
 
-def test_partitionings_deliver_the_right_records(local_env: StreamExecutionEnvironment) -> None:
-    env = env_with(3)
+def test_partitionings_deliver_the_right_records(executor: str) -> None:
+    env = env_with(3, executor)
     src = env.from_sequence(1, 300)
     union = src.rebalance().map(lambda x: ("r", x)).union(
         src.shuffle().map(lambda x: ("s", x)),
@@ -287,8 +292,8 @@ class SubtaskTagger(ProcessFunction):
         return [(self.index, self.parallelism, value)]
 
 
-def test_per_operator_parallelism(local_env: StreamExecutionEnvironment) -> None:
-    out = (local_env.from_sequence(1, 1000)
+def test_per_operator_parallelism(executor: str) -> None:
+    out = (env_with(2, executor).from_sequence(1, 1000)
            .process(SubtaskTagger()).set_parallelism(4)
            .execute_and_collect(limit=10**4))
     assert {p for _, p, _ in out} == {4}
@@ -296,8 +301,8 @@ def test_per_operator_parallelism(local_env: StreamExecutionEnvironment) -> None
     assert sorted(v for _, _, v in out) == list(range(1, 1001))
 
 
-def test_rebalance_spreads_evenly() -> None:
-    env = env_with(4)
+def test_rebalance_spreads_evenly(executor: str) -> None:
+    env = env_with(4, executor)
     out = (env.from_collection(list(range(4000))).rebalance()
            .process(SubtaskTagger()).execute_and_collect(limit=10**4))
     assert Counter(i for i, _, _ in out) == {0: 1000, 1: 1000, 2: 1000, 3: 1000}
@@ -334,9 +339,9 @@ class Lifecycle(MapFunction):
         self.log.append("close")
 
 
-def test_function_classes_are_opened_and_closed_once_per_subtask() -> None:
+def test_function_classes_are_opened_and_closed_once_per_subtask(executor: str) -> None:
     log = Probe()
-    env = env_with(2)
+    env = env_with(2, executor)
     env.from_sequence(1, 100).map(Lifecycle(log)).print()
     env.execute()
     assert sorted(log.items) == ["close", "close", "open 0", "open 1"]
@@ -354,8 +359,8 @@ class Stateful(MapFunction):
         return self.index, self.seen
 
 
-def test_every_subtask_gets_its_own_copy_of_a_function() -> None:
-    env = env_with(2)
+def test_every_subtask_gets_its_own_copy_of_a_function(executor: str) -> None:
+    env = env_with(2, executor)
     out = env.from_collection(list(range(100))).rebalance().map(Stateful()) \
         .execute_and_collect(limit=1000)
     for index in (0, 1):
@@ -363,8 +368,8 @@ def test_every_subtask_gets_its_own_copy_of_a_function() -> None:
         assert counts == list(range(1, 51))  # 1..50 per subtask: nothing shared
 
 
-def test_a_function_that_cannot_be_copied_is_named() -> None:
-    env = env_with(1)
+def test_a_function_that_cannot_be_copied_is_named(executor: str) -> None:
+    env = env_with(1, executor)
     lock = threading.Lock()
     env.from_collection([1]).map(lambda x: (x, lock)).name("holds a lock").print()
     with pytest.raises(InvalidProgramError, match="operator 'holds a lock'.*open()"):
@@ -383,9 +388,9 @@ class Collecting(SinkFunction):
         self.into.append("finished")
 
 
-def test_add_sink_with_a_function_class_and_a_lambda() -> None:
+def test_add_sink_with_a_function_class_and_a_lambda(executor: str) -> None:
     into = Probe()
-    env = env_with(1)
+    env = env_with(1, executor)
     env.from_collection([1, 2, 3]).add_sink(Collecting(into))
     env.execute()
     assert into.items == [1, 2, 3, "finished"]
@@ -412,10 +417,10 @@ class Sessions(KeyedProcessFunction):
             self.visits.clear()
 
 
-def test_list_and_map_state_in_a_job() -> None:
+def test_list_and_map_state_in_a_job(executor: str) -> None:
     events = [("ann", "home"), ("bob", "home"), ("ann", "cart"), ("ann", "home"),
               ("bob", "logout"), ("ann", "logout"), ("bob", "home"), ("bob", "logout")]
-    env = env_with(2)
+    env = env_with(2, executor)
     out = env.from_collection(events).key_by(lambda e: e[0]).process(Sessions()) \
         .execute_and_collect(limit=100)
     assert sorted(out, key=repr) == sorted([
@@ -435,8 +440,8 @@ class RunningMax(MapFunction):
         return value[0], best
 
 
-def test_keyed_map_filter_flat_map_use_keyed_state() -> None:
-    env = env_with(2)
+def test_keyed_map_filter_flat_map_use_keyed_state(executor: str) -> None:
+    env = env_with(2, executor)
     data = [("a", 3), ("b", 1), ("a", 1), ("b", 5), ("a", 7)]
     out = env.from_collection(data).key_by(lambda t: t[0]).map(RunningMax()) \
         .execute_and_collect(limit=100)
@@ -449,8 +454,8 @@ def test_keyed_map_filter_flat_map_use_keyed_state() -> None:
     assert sorted(kept) == [("a", 3), ("a", 7), ("b", 5)]
 
 
-def test_sum_on_tuples_numbers_and_dicts() -> None:
-    env = env_with(2)
+def test_sum_on_tuples_numbers_and_dicts(executor: str) -> None:
+    env = env_with(2, executor)
     tuples = env.from_collection([("a", 1, "x"), ("a", 2, "y"), ("b", 5, "z")]) \
         .key_by(lambda t: t[0]).sum(1).execute_and_collect(limit=10)
     assert final_counts([(t[0], t[1]) for t in tuples]) == {"a": 3, "b": 5}
@@ -463,7 +468,7 @@ def test_sum_on_tuples_numbers_and_dicts() -> None:
     assert dicts[-1] == {"k": "a", "n": 5}
 
 
-def test_keyed_state_outside_a_keyed_stream_is_a_clear_error() -> None:
+def test_keyed_state_outside_a_keyed_stream_is_a_clear_error(executor: str) -> None:
     class Bad(MapFunction):
         def open(self, runtime_context: RuntimeContext) -> None:
             runtime_context.get_state(ValueStateDescriptor("x"))
@@ -471,14 +476,14 @@ def test_keyed_state_outside_a_keyed_stream_is_a_clear_error() -> None:
         def map(self, value: Any) -> Any:
             return value
 
-    env = env_with(1)
+    env = env_with(1, executor)
     env.from_collection([1]).map(Bad()).print()
     with pytest.raises(JobExecutionError, match="key_by"):
         env.execute()
 
 
-def test_an_unpartitionable_key_fails_the_job_with_the_type_named() -> None:
-    env = env_with(2)
+def test_an_unpartitionable_key_fails_the_job_with_the_type_named(executor: str) -> None:
+    env = env_with(2, executor)
     env.from_collection([object()]).key_by(lambda x: x).sum().print()
     with pytest.raises(JobExecutionError, match="key of type object"):
         env.execute()

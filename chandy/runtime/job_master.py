@@ -59,7 +59,7 @@ from chandy.runtime.executor import Deployment, Executor
 from chandy.runtime.job_result import JobExecutionResult
 from chandy.runtime.restart_strategy import restart_strategy_from
 from chandy.storage.checkpoint_storage import CheckpointStorage
-from chandy.task.deployment import ExecutionState, TaskRestore
+from chandy.task.deployment import ExecutionState, TaskRestore, serialize_chain
 from chandy.task.services import ResultPublisher, TaskFailure, TaskServices
 from chandy.util.clock import Clock, SystemClock
 from chandy.util.timer import ScheduledAction, TimerQueue
@@ -312,6 +312,8 @@ class JobMaster:
             self._async_executor.shutdown(wait=True)
 
     def _prepare_restore_and_storage(self) -> None:
+        for vertex in self.job_graph.vertices:  # every executor ships these: refuse early
+            serialize_chain(vertex.name, tuple(vertex.operators))
         self.executor.prepare(self.job_graph.max_parallelism_of_any_vertex,
                               self.checkpoint_storage.base_uri if self.checkpoint_storage else None)
         if self.checkpoint_storage is not None:
@@ -497,6 +499,7 @@ def _job_error(job_graph: JobGraph, update: TaskStateUpdate) -> JobExecutionErro
     operator = f" in operator '{failure.operator_name}'" if failure.operator_name else ""
     message = (f"job '{job_graph.job_name}' failed: {failure.exception_type}: {failure.message}"
                f"{operator} of task {where}")
-    if failure.exception is None:  # raised in another process: its traceback is all we have
+    if failure.exception is None or failure.exception.__traceback__ is None:
+        # raised in another process: the traceback text is all there is of where
         message += f"\n\nTask traceback:\n{failure.traceback_text}"
     return JobExecutionError(message, job_graph.job_id)
