@@ -308,15 +308,15 @@ def test_rebalance_spreads_evenly(executor: str) -> None:
     assert Counter(i for i, _, _ in out) == {0: 1000, 1: 1000, 2: 1000, 3: 1000}
 
 
-def test_print_prefixes_the_subtask(capsys: pytest.CaptureFixture[str]) -> None:
-    env = env_with(2)
+def test_print_prefixes_the_subtask(capsys: pytest.CaptureFixture[str], executor: str) -> None:
+    env = env_with(2, executor)
     env.from_collection(["a", "b", "c", "d"]).rebalance().print()
     env.execute()
     lines = capsys.readouterr().out.splitlines()
     assert sorted(lines) == sorted(["1> a", "2> b", "1> c", "2> d"]) or \
         sorted(line[3:] for line in lines) == ["a", "b", "c", "d"]
     assert {line[:3] for line in lines} == {"1> ", "2> "}
-    env = env_with(1)
+    env = env_with(1, executor)
     env.from_collection([("w", 1)]).print("counts")
     env.execute()
     assert capsys.readouterr().out == "counts> ('w', 1)\n"

@@ -235,14 +235,19 @@ class StreamExecutionEnvironment:
         (status, checkpoint statistics, cancel, result)."""
         job_graph = self._build_job_graph(job_name)
         executor = self._create_executor(Configuration(job_graph.config))
-        return JobClient(JobMaster(job_graph, executor), on_end=executor.close)
+        return JobClient(JobMaster(job_graph, executor), on_end=lambda _: executor.close())
 
     def _execute_and_collect(self, job_name: str | None) -> CollectIterator:
         job_graph = self._build_job_graph(job_name)
         executor = self._create_executor(Configuration(job_graph.config))
         results = CollectResultQueue()
-        return CollectIterator(JobMaster(job_graph, executor, results=results), results,
-                               on_end=executor.close)
+
+        def ended(error: BaseException | None) -> None:
+            executor.close()  # release the executor before the reader sees the end
+            results.end(error)
+
+        client = JobClient(JobMaster(job_graph, executor, results=results), on_end=ended)
+        return CollectIterator(client, results)
 
     def get_execution_plan(self) -> str:
         """The chained plan of the pipeline defined so far, as JSON (nothing is run)."""

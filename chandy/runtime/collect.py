@@ -3,8 +3,8 @@
 The collect sink subtasks publish batches into a bounded :class:`CollectResultQueue`;
 the caller's :class:`CollectIterator` takes them out. A full queue blocks the
 sink, so a slow reader slows the job instead of buffering without bound. The
-job runs on a background thread owned by the iterator; closing the iterator
-(or leaving its ``with`` block) cancels the job and joins that thread.
+job runs on the thread of a :class:`JobClient` the iterator owns; closing the
+iterator (or leaving its ``with`` block) cancels the job and waits for its end.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from typing import Any
 
 from chandy.errors import JobCancelledError
 from chandy.network.cancellation import TaskCancelledError
-from chandy.runtime.job_master import JobMaster
+from chandy.runtime.job_client import JobClient
 
 
 class CollectResultQueue:
@@ -76,32 +76,17 @@ class CollectResultQueue:
 
 
 class CollectIterator(Iterator[Any]):
-    """The records of a running job, in arrival order (PyFlink's ``CloseableIterator``)."""
+    """The records of a running job, in arrival order (PyFlink's ``CloseableIterator``).
 
-    def __init__(self, job_master: JobMaster, results: CollectResultQueue,
-                 on_end: Callable[[], None] | None = None) -> None:
-        self._job_master = job_master
+    ``job_client`` gives the job's status and checkpoint statistics while it runs.
+    """
+
+    def __init__(self, job_client: JobClient, results: CollectResultQueue) -> None:
+        self.job_client = job_client
         self._results = results
-        self._on_end = on_end
         self._current: deque[Any] = deque()
         self._done = False
         self._closed = False
-        self.job_result: Any = None
-        self._thread = threading.Thread(target=self._run_job, name="chandy job master",
-                                        daemon=True)
-        self._thread.start()
-
-    def _run_job(self) -> None:
-        try:
-            self.job_result = self._job_master.run()
-        except BaseException as exc:  # noqa: BLE001 - handed to the reading thread
-            error: BaseException | None = exc
-        else:
-            error = None
-        finally:
-            if self._on_end is not None:
-                self._on_end()  # release the executor before the reader sees the end
-        self._results.end(error)
 
     def __iter__(self) -> CollectIterator:
         return self
@@ -110,7 +95,7 @@ class CollectIterator(Iterator[Any]):
         if self._closed:
             raise StopIteration
         while not self._current:
-            if self._done or self._closed:
+            if self._done:
                 raise StopIteration
             try:
                 batch = self._results.take()
@@ -120,7 +105,6 @@ class CollectIterator(Iterator[Any]):
                 raise
             if batch is None:
                 self._done = True
-                self._thread.join()
                 raise StopIteration
             self._current.extend(batch)
         return self._current.popleft()
@@ -131,10 +115,13 @@ class CollectIterator(Iterator[Any]):
             return
         self._closed = True
         self._current.clear()
-        if self._thread.is_alive():
-            self._job_master.cancel("the collect iterator was closed")
+        if not self.job_client.is_done():
+            self.job_client.cancel()
             self._results.close()
-            self._thread.join()
+        try:
+            self.job_client.get_job_execution_result()
+        except Exception:  # noqa: BLE001 - cancelled, or failed: the reader asked to stop
+            pass
 
     def __enter__(self) -> CollectIterator:
         return self

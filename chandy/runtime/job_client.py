@@ -19,7 +19,10 @@ class JobClient:
     consistent view.
     """
 
-    def __init__(self, job_master: JobMaster, on_end: Callable[[], None] | None = None) -> None:
+    def __init__(self, job_master: JobMaster,
+                 on_end: Callable[[BaseException | None], None] | None = None) -> None:
+        """``on_end(error)`` runs on the job's thread once it ended (``error`` is ``None``
+        when it finished), before :meth:`get_job_execution_result` returns."""
         self._job_master = job_master
         self._on_end = on_end
         self._result: JobExecutionResult | None = None
@@ -36,7 +39,7 @@ class JobClient:
             self._error = exc
         finally:
             if self._on_end is not None:
-                self._on_end()
+                self._on_end(self._error)
             self._done.set()
 
     def get_job_id(self) -> str:
@@ -82,3 +85,12 @@ class JobClient:
     @property
     def restarts(self) -> int:
         return self._job_master.restarts
+
+    def get_task_slots(self) -> list[dict[str, Any]]:
+        """Where the job's tasks run: one entry per Spark slot (index, host, pid of the
+        Python worker, pid of its executor JVM, data address); empty on the local executor."""
+        slots = getattr(self._job_master.executor, "slots", None)
+        return slots() if slots is not None else []
+
+    def is_done(self) -> bool:
+        return self._done.is_set()

@@ -20,6 +20,7 @@ import itertools
 import logging
 import queue
 import socket
+import sys
 import threading
 import time
 from collections.abc import Callable
@@ -41,6 +42,7 @@ from chandy.runtime.spark.messages import (
     ForwardedLogRecord,
     Heartbeat,
     NotifyCheckpoint,
+    PrintedOutput,
     PublishResults,
     RegisterSlot,
     ResultsAccepted,
@@ -361,6 +363,10 @@ class SparkExecutor(Executor):
                     responder.decline_checkpoint(message)
         elif isinstance(message, PublishResults):
             slot.collect_queue.put(message)
+        elif isinstance(message, PrintedOutput):
+            stream = sys.stdout if message.stream == "stdout" else sys.stderr
+            stream.write(message.text)
+            stream.flush()
         elif isinstance(message, ForwardedLogRecord):
             logging.getLogger(message.name).log(
                 message.level, "[slot %d] %s%s", message.slot_index, message.message,

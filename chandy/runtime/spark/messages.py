@@ -53,6 +53,15 @@ class ForwardedLogRecord:
 
 
 @dataclass(frozen=True)
+class PrintedOutput:
+    """Text a slot wrote to stdout or stderr (``print()``, the print sink)."""
+
+    slot_index: int
+    stream: str  # "stdout" | "stderr"
+    text: str
+
+
+@dataclass(frozen=True)
 class Heartbeat:
     slot_index: int
 

@@ -91,8 +91,10 @@ def total_slots(session: Any) -> int:
 
 
 def wait_for_slots(session: Any, needed: int, timeout_s: float) -> int:
-    """Wait (for executors to register) until ``needed`` slots exist; the count found."""
-    deadline = time.monotonic() + timeout_s
+    """Wait (for executors to register) until ``needed`` slots exist; the count found.
+    A local master has all its slots from the start: no waiting there."""
+    deadline = time.monotonic() + (0 if re.fullmatch(r"local(\[.*\])?", session.sparkContext.master)
+                                   else timeout_s)
     available = total_slots(session)
     while available < needed and time.monotonic() < deadline:
         time.sleep(0.5)

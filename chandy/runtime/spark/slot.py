@@ -15,11 +15,13 @@ Python worker reuse on, the next Spark task in this process starts clean.
 
 from __future__ import annotations
 
+import io
 import json
 import logging
 import os
 import pickle
 import socket
+import sys
 import threading
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -39,6 +41,7 @@ from chandy.runtime.spark.messages import (
     ForwardedLogRecord,
     Heartbeat,
     NotifyCheckpoint,
+    PrintedOutput,
     PublishResults,
     RegisterSlot,
     ResultsAccepted,
@@ -154,6 +157,47 @@ class _LogForwarder(logging.Handler):
             self._local.busy = False
 
 
+class _ForwardingStream(io.TextIOBase):
+    """Replaces ``sys.stdout``/``sys.stderr`` in a slot: whole lines go to the driver's console.
+
+    A Spark Python worker's own output goes to executor logs nobody reads while
+    developing; ``print()`` in a function (and ``ds.print()``) should show where the
+    job was started, as on the local executor.
+    """
+
+    def __init__(self, runtime: SlotRuntime, name: str) -> None:
+        self._runtime = runtime
+        self._name = name
+        self._pending: list[str] = []
+        self._lock = threading.Lock()
+
+    def writable(self) -> bool:
+        return True
+
+    def write(self, text: str) -> int:
+        with self._lock:
+            self._pending.append(text)
+            if "\n" not in text:
+                return len(text)
+            joined = "".join(self._pending)
+            head, _, tail = joined.rpartition("\n")
+            self._pending = [tail] if tail else []
+        self._send(head + "\n")
+        return len(text)
+
+    def flush(self) -> None:
+        with self._lock:
+            joined, self._pending = "".join(self._pending), []
+        if joined:
+            self._send(joined)
+
+    def _send(self, text: str) -> None:
+        try:
+            self._runtime.send(PrintedOutput(self._runtime.index, self._name, text))
+        except OSError:
+            pass
+
+
 class SlotRuntime:
     """Hosts the tasks of successive deployments in one slot process."""
 
@@ -182,6 +226,9 @@ class SlotRuntime:
             chandy_logger.setLevel(logging.INFO)
         logging.getLogger().addHandler(self._log_handler)
         self.data.on_peer_lost = self._peer_lost
+        self._streams = (sys.stdout, sys.stderr)
+        sys.stdout = _ForwardingStream(self, "stdout")  # type: ignore[assignment]
+        sys.stderr = _ForwardingStream(self, "stderr")  # type: ignore[assignment]
 
     # -- the control loop -----------------------------------------------------
 
@@ -342,6 +389,9 @@ class SlotRuntime:
             channel.close()
         self._async.shutdown(wait=True)
         self._heartbeat.join(5)
+        for stream in (sys.stdout, sys.stderr):
+            stream.flush()
+        sys.stdout, sys.stderr = self._streams
         self.control.close()
 
 

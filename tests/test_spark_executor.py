@@ -1,0 +1,198 @@
+"""What only the Spark executor has: slot processes that die, secrets, slot counts, spark-submit."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from chandy import ConfigurationError, StreamExecutionEnvironment
+from chandy.api.functions import MapFunction, RuntimeContext
+from tests.jobs import CountingFilter, CountingMap, KeyedCounter, Throttle, final_counts
+from tests.probes import Probe
+
+ROOT = Path(__file__).resolve().parent.parent
+pytestmark = pytest.mark.usefixtures("spark_session")
+
+
+def spark_env(parallelism: int = 2, **config: Any) -> StreamExecutionEnvironment:
+    env = StreamExecutionEnvironment.get_execution_environment(executor="spark")
+    env.set_parallelism(parallelism)
+    env.configure(config)
+    return env
+
+
+def wait_for(predicate: Any, timeout_s: float = 60, what: str = "condition") -> None:
+    deadline = time.monotonic() + timeout_s
+    while not predicate():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.05)
+
+
+def pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+@pytest.mark.slow
+def test_exactly_once_when_a_slot_process_is_killed() -> None:
+    n, keys = 200_000, 100
+    probe = Probe()
+    env = spark_env(2, **{"restart-strategy.fixed-delay.delay": 0})
+    env.enable_checkpointing(100)
+    results = (env.from_sequence(0, n - 1).uid("source")
+               .filter(CountingFilter("filter", probe)).uid("filter")
+               .map(Throttle(0.00002)).uid("throttle")
+               .shuffle()
+               .map(CountingMap("map", probe)).uid("map")
+               .key_by(lambda x: x % keys).process(KeyedCounter(n // keys)).uid("counter")
+               .execute_and_collect("killed slot"))
+    out: list[Any] = []
+    reader = threading.Thread(target=lambda: out.extend(results), daemon=True)
+    reader.start()
+    client = results.job_client
+    wait_for(lambda: client.get_job_status().name == "RUNNING" and client.get_task_slots(),
+             what="slots")
+    wait_for(lambda: client.get_checkpoint_statistics()["counts"]["completed"] >= 2,
+             what="two completed checkpoints")
+    victim = client.get_task_slots()[1]["pid"]
+    os.kill(victim, signal.SIGKILL)
+    reader.join(180)
+    assert not reader.is_alive()
+    assert client.restarts >= 1
+    assert [o for o in out if o[0] == "overflow"] == []
+    assert sorted(out) == [(k, n // keys) for k in range(keys)]
+    for name in ("filter", "map"):
+        assert sum(final_counts(probe, name).values()) == n, name
+    assert not pid_alive(victim)
+
+
+class LogsSomething(MapFunction):
+    def open(self, runtime_context: RuntimeContext) -> None:
+        import logging
+
+        logging.getLogger("user.job").warning(
+            "hello from subtask %d", runtime_context.get_index_of_this_subtask())
+
+    def map(self, value: Any) -> Any:
+        return value
+
+
+def test_slot_logs_reach_the_driver_with_the_slot_index(caplog: pytest.LogCaptureFixture) -> None:
+    env = spark_env(2)
+    env.from_sequence(0, 100).map(LogsSomething()).print()
+    env.execute("logs")
+    messages = [r.getMessage() for r in caplog.records if r.name == "user.job"]
+    assert "[slot 0] hello from subtask 0" in messages
+    assert "[slot 1] hello from subtask 1" in messages
+
+
+def test_a_peer_without_the_secret_is_refused_and_the_job_goes_on(
+        caplog: pytest.LogCaptureFixture) -> None:
+    n, keys = 100_000, 10
+    env = spark_env(2)
+    results = (env.from_sequence(0, n - 1).map(Throttle(0.00005))
+               .key_by(lambda x: x % keys).process(KeyedCounter(n // keys))
+               .execute_and_collect("secrets"))
+    out: list[Any] = []
+    reader = threading.Thread(target=lambda: out.extend(results), daemon=True)
+    reader.start()
+    client = results.job_client
+    wait_for(lambda: len(client.get_task_slots()) == 2, what="slots")
+    executor = client._job_master.executor
+    targets = [executor.driver_address, client.get_task_slots()[0]["data_address"]]
+    for address in targets:
+        host, port = address.rsplit(":", 1)
+        with socket.create_connection((host, int(port)), timeout=10) as intruder:
+            intruder.recv(32)  # the server's challenge
+            intruder.sendall(os.urandom(64))  # a wrong answer (and a pickle bomb, if it were read)
+            intruder.settimeout(10)
+            assert intruder.recv(1) == b""  # disconnected
+    reader.join(120)
+    assert sorted(out) == [(k, n // keys) for k in range(keys)]  # unaffected
+    text = "\n".join(r.getMessage() for r in caplog.records)
+    assert "refused a control connection" in text
+    assert "refused a data connection" in text
+
+
+def test_a_job_needing_more_slots_than_spark_has_fails_fast() -> None:
+    env = spark_env(6)  # the shared session is local[4]
+    env.from_sequence(0, 10).print()
+    started = time.monotonic()
+    with pytest.raises(ConfigurationError) as info:
+        env.execute()
+    assert time.monotonic() - started < 30
+    assert "needs 6 slots" in str(info.value) and "has 4 task slots" in str(info.value)
+
+
+def _run_script(name: str, *args: str, timeout: float = 300, **extra_env: str
+                ) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "PYTHONPATH": str(ROOT), **extra_env}
+    env.pop("PYSPARK_PYTHON", None)
+    return subprocess.run([sys.executable, str(ROOT / "tests" / "scripts" / name), *args],
+                          capture_output=True, text=True, timeout=timeout, env=env, cwd=ROOT)
+
+
+@pytest.mark.slow
+def test_spark_submit_runs_the_word_count_example() -> None:
+    spark_submit = Path(sys.executable).with_name("spark-submit")
+    env = {**os.environ, "PYSPARK_PYTHON": sys.executable, "PYSPARK_DRIVER_PYTHON": sys.executable,
+           "SPARK_LOCAL_IP": "127.0.0.1"}
+    done = subprocess.run([str(spark_submit), "--master", "local[4]",
+                           "--conf", "spark.driver.host=127.0.0.1",
+                           "--conf", "spark.python.worker.reuse=false",
+                           str(ROOT / "examples" / "word_count.py")],
+                          capture_output=True, text=True, timeout=300, env=env, cwd=ROOT)
+    assert done.returncode == 0, done.stderr[-3000:]
+    lines = [line for line in done.stdout.splitlines() if "> (" in line]
+    counts = {}
+    for line in lines:
+        word, count = eval(line.split("> ", 1)[1])
+        counts[word] = max(count, counts.get(word, 0))
+    assert counts["to"] == 4 and counts["the"] == 3 and counts["be"] == 2
+
+
+@pytest.mark.slow
+def test_ctrl_c_cancels_the_job_cleanly_and_keeps_retained_checkpoints(tmp_path: Path) -> None:
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    env.pop("PYSPARK_PYTHON", None)
+    proc = subprocess.Popen([sys.executable, str(ROOT / "tests" / "scripts" / "endless_job.py"),
+                             str(tmp_path)], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True, env=env, cwd=ROOT)
+    try:
+        slots = json.loads(proc.stdout.readline())  # printed once a checkpoint completed
+        assert len(slots) == 2 and all(pid_alive(s["pid"]) for s in slots)
+        proc.send_signal(signal.SIGINT)
+        code = proc.wait(60)
+    finally:
+        proc.kill()
+    stderr = proc.stderr.read()
+    assert code != 0 and "KeyboardInterrupt" in stderr
+    wait_for(lambda: not any(pid_alive(s["pid"]) for s in slots), 30, "slot processes to end")
+    assert list(tmp_path.glob("*/chk-*/_metadata")), "RETAIN_ON_CANCELLATION kept no checkpoint"
+
+
+@pytest.mark.slow
+def test_multi_executor_cluster_survives_losing_an_executor() -> None:
+    done = _run_script("multi_executor_kill.py", timeout=600)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-5000:]
+    report = json.loads(done.stdout.strip().splitlines()[-1])
+    assert report["executors_used"] == 2
+    assert report["restarts"] >= 1
+    assert report["exact"] is True
