@@ -44,8 +44,13 @@ def main(argv: list[str]) -> int:
     w1.add_argument("--checkpoint-interval", type=int, default=None, metavar="MS",
                     help="also run with checkpoints every MS ms (interleaved with runs without) "
                          "and report the overhead and checkpoint durations")
+    failover = sub.add_parser("failover", help="recovery time after a raised exception / SIGKILL")
+    failover.add_argument("--runs", type=int, default=3)
+    failover.add_argument("--executors", default="local,spark")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.WARNING)
+    if args.workload == "failover":
+        return _failover(args)
 
     from bench.w1 import as_row, run_w1
 
@@ -83,6 +88,24 @@ def main(argv: list[str]) -> int:
               f"{summary['checkpoint_p50_ms_median']:.0f} ms, p99 "
               f"{summary['checkpoint_p99_ms_max']:.0f} ms "
               f"({summary['checkpoints_completed_total']} checkpoints)")
+    return 0
+
+
+def _failover(args: argparse.Namespace) -> int:
+    from bench.failover import measure_recovery
+
+    cases = [(e, f) for e in args.executors.split(",") for f in ("exception", "kill")
+             if not (e == "local" and f == "kill")]
+    rows = [measure_recovery(e, f) for _ in range(args.runs) for e, f in cases]
+    summary: dict[str, Any] = {"workload": "failover", "machine": _machine(), "runs": rows}
+    for executor, failure in cases:
+        values = [r["recovery_s"] for r in rows if (r["executor"], r["failure"]) == (executor, failure)]
+        summary[f"{executor}_{failure}_median_s"] = statistics.median(values)
+    print(json.dumps(summary, indent=2))
+    print()
+    print(_table(rows, ["executor", "failure", "recovery_s"]))
+    for executor, failure in cases:
+        print(f"{executor} after {failure}: median {summary[f'{executor}_{failure}_median_s']:.2f} s")
     return 0
 
 

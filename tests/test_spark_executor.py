@@ -99,8 +99,28 @@ def test_slot_logs_reach_the_driver_with_the_slot_index(caplog: pytest.LogCaptur
     env.from_sequence(0, 100).map(LogsSomething()).print()
     env.execute("logs")
     messages = [r.getMessage() for r in caplog.records if r.name == "user.job"]
-    assert "[slot 0] hello from subtask 0" in messages
-    assert "[slot 1] hello from subtask 1" in messages
+    assert "[slot 0, attempt 1] hello from subtask 0" in messages
+    assert "[slot 1, attempt 1] hello from subtask 1" in messages
+
+
+@pytest.mark.parametrize(("master", "directory", "refused"), [
+    ("local[4]", "/tmp/checkpoints", False),
+    ("local-cluster[2,2,1024]", "/tmp/checkpoints", False),  # one host
+    ("spark://master:7077", "/tmp/checkpoints", True),
+    ("yarn", "relative/dir", True),
+    ("spark://master:7077", "file:///mnt/nfs/checkpoints", False),  # declared shared
+    ("k8s://https://api:6443", "s3://bucket/checkpoints", False),
+    ("spark://master:7077", None, False),
+])
+def test_a_local_checkpoint_path_is_refused_on_a_multi_host_cluster(
+        master: str, directory: str | None, refused: bool) -> None:
+    from chandy.runtime.spark.executor import check_storage_reachable
+
+    if refused:
+        with pytest.raises(ConfigurationError, match="execution.checkpointing.dir.*hdfs://"):
+            check_storage_reachable(master, directory)
+    else:
+        check_storage_reachable(master, directory)
 
 
 def test_a_peer_without_the_secret_is_refused_and_the_job_goes_on(

@@ -25,6 +25,7 @@ import threading
 import time
 from collections.abc import Callable
 from typing import Any
+from urllib.parse import urlparse
 
 from chandy.config import Configuration
 from chandy.config.options import NetworkOptions, SparkOptions
@@ -52,7 +53,6 @@ from chandy.runtime.spark.messages import (
     TriggerCheckpoint,
 )
 from chandy.runtime.spark.slot import SlotBootstrap, run_slot
-from chandy.storage.filesystem import LocalFileSystem, resolve
 from chandy.task.deployment import ExecutionState, TaskDeploymentDescriptor
 from chandy.task.services import TaskFailure, TaskServices, TaskStateListener
 
@@ -262,15 +262,7 @@ class SparkExecutor(Executor):
                 f"the job needs {slots} slots (its highest parallelism) but the Spark cluster "
                 f"({self.session.sparkContext.master}) has {available} task slots. Lower the "
                 "parallelism, or give Spark more executors or cores.")
-        master = self.session.sparkContext.master
-        if checkpoint_dir is not None and not spark_session.is_single_host(master):
-            fs, _ = resolve(checkpoint_dir)
-            if isinstance(fs, LocalFileSystem):
-                raise ConfigurationError(
-                    f"execution.checkpointing.dir '{checkpoint_dir}' is a local path, but the job "
-                    f"runs on a multi-host cluster ({master}) where each executor would see its "
-                    "own disk. Use a shared filesystem URI every executor can reach (hdfs://, "
-                    "s3://, gs://, or a mounted shared directory as file:// if it really is one).")
+        check_storage_reachable(self.session.sparkContext.master, checkpoint_dir)
 
     # -- deployment -------------------------------------------------------------
 
@@ -369,8 +361,8 @@ class SparkExecutor(Executor):
             stream.flush()
         elif isinstance(message, ForwardedLogRecord):
             logging.getLogger(message.name).log(
-                message.level, "[slot %d] %s%s", message.slot_index, message.message,
-                f"\n{message.exc_text}" if message.exc_text else "")
+                message.level, "[slot %d, attempt %d] %s%s", message.slot_index, message.attempt,
+                message.message, f"\n{message.exc_text}" if message.exc_text else "")
         elif not isinstance(message, Heartbeat):
             log.warning("unexpected message from slot %d: %r", slot.info.slot_index, message)
 
@@ -444,6 +436,18 @@ class SparkExecutor(Executor):
             close_listener(self._server)
         for thread in self._threads:
             thread.join(5)
+
+
+def check_storage_reachable(master: str, checkpoint_dir: str | None) -> None:
+    """Refuse a local checkpoint path on a cluster whose executors live on other hosts."""
+    if checkpoint_dir is None or spark_session.is_single_host(master):
+        return
+    if not urlparse(checkpoint_dir).scheme:  # a bare path: this host's disk
+        raise ConfigurationError(
+            f"execution.checkpointing.dir '{checkpoint_dir}' is a local path, but the job runs "
+            f"on a multi-host cluster ({master}) where each executor sees its own disk. Use a "
+            "URI every executor can reach: hdfs://, s3://, gs://, or file:///... for a "
+            "directory that really is shared (NFS) on every host.")
 
 
 def _first_line(exc: BaseException) -> str:

@@ -45,6 +45,8 @@ class PublishResults:
 @dataclass(frozen=True)
 class ForwardedLogRecord:
     slot_index: int
+    #: The deployment (1 for the first run, one more after every restart).
+    attempt: int
     name: str
     level: int
     message: str

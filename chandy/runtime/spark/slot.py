@@ -149,8 +149,9 @@ class _LogForwarder(logging.Handler):
             exc_text = self.formatter.formatException(record.exc_info) if (
                 record.exc_info and self.formatter) else (
                 logging.Formatter().formatException(record.exc_info) if record.exc_info else None)
-            self._runtime.send(ForwardedLogRecord(self._runtime.index, record.name, record.levelno,
-                                                  record.getMessage(), record.created, exc_text))
+            self._runtime.send(ForwardedLogRecord(self._runtime.index, self._runtime.generation,
+                                                  record.name, record.levelno, record.getMessage(),
+                                                  record.created, exc_text))
         except Exception:  # noqa: BLE001 - logging must never break the slot
             pass
         finally:
@@ -211,6 +212,7 @@ class SlotRuntime:
         self._local_channels: dict[tuple[int, ChannelID], LocalChannel] = {}
         self._results: dict[int, tuple[threading.Event, list[bool]]] = {}
         self._sequence = 0
+        self.generation = 0  # of the latest deployment
         self._lock = threading.Lock()
         self._closed = threading.Event()
         self._async = ThreadPoolExecutor(max_workers=2, thread_name_prefix=f"chandy-slot{index}-async")
@@ -284,6 +286,7 @@ class SlotRuntime:
 
     def _deploy(self, message: DeployTasks) -> None:
         generation, capacity = message.generation, message.channel_capacity
+        self.generation = generation
         for task in message.tasks:
             inputs: list[InputChannel] = []
             for cid in task.inputs:
