@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
+from typing import Any
 
 from chandy.graph.execution_graph import ExecutionGraph
 from chandy.messages.checkpoint import CheckpointOptions
@@ -52,6 +53,10 @@ class Executor(ABC):
     def deploy(self, execution_graph: ExecutionGraph, descriptors: list[TaskDeploymentDescriptor],
                listener: TaskStateListener, services: TaskServices) -> Deployment:
         """Start one task per descriptor, wired by the channels the graph defines."""
+
+    def slots(self) -> list[dict[str, Any]]:
+        """The processes the job's tasks run in (none apart from this one by default)."""
+        return []
 
     def close(self) -> None:
         """Release what the executor holds (sessions, servers)."""

@@ -89,8 +89,7 @@ class JobClient:
     def get_task_slots(self) -> list[dict[str, Any]]:
         """Where the job's tasks run: one entry per Spark slot (index, host, pid of the
         Python worker, pid of its executor JVM, data address); empty on the local executor."""
-        slots = getattr(self._job_master.executor, "slots", None)
-        return slots() if slots is not None else []
+        return self._job_master.executor.slots()
 
     def is_done(self) -> bool:
         return self._done.is_set()

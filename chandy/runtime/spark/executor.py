@@ -184,10 +184,14 @@ class SparkDeployment(Deployment):
         self._terminal: set[ExecutionAttemptID] = set()
         self._stopped = threading.Condition()
 
-    def mark_terminal(self, attempt_id: ExecutionAttemptID) -> None:
+    def mark_terminal(self, attempt_id: ExecutionAttemptID) -> bool:
+        """Record that a task ended; False if it had ended before."""
         with self._stopped:
+            if attempt_id in self._terminal:
+                return False
             self._terminal.add(attempt_id)
             self._stopped.notify_all()
+            return True
 
     def cancel(self) -> None:
         for index in set(self.attempts.values()):
@@ -409,8 +413,7 @@ class SparkExecutor(Executor):
         error = SlotLostError(f"slot {index}{info} was lost: {reason}")
         failure = TaskFailure(error, type(error).__name__, str(error), str(error), None)
         for attempt_id, attempt_slot in deployment.attempts.items():
-            if attempt_slot == index and attempt_id not in deployment._terminal:
-                deployment.mark_terminal(attempt_id)
+            if attempt_slot == index and deployment.mark_terminal(attempt_id):
                 self._listener.notify_task_state(attempt_id, ExecutionState.FAILED, failure)
 
     # -- introspection and shutdown ------------------------------------------------
