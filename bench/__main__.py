@@ -40,7 +40,8 @@ def main(argv: list[str]) -> int:
     w1.add_argument("--records", type=int, default=2_000_000)
     w1.add_argument("--runs", type=int, default=3)
     w1.add_argument("--parallelism", type=int, default=2)
-    w1.add_argument("--executor", default="local")
+    w1.add_argument("--executor", default="local",
+                    help="local, spark, or both (local,spark) in one interleaved run")
     w1.add_argument("--checkpoint-interval", type=int, default=None, metavar="MS",
                     help="also run with checkpoints every MS ms (interleaved with runs without) "
                          "and report the overhead and checkpoint durations")
@@ -54,40 +55,54 @@ def main(argv: list[str]) -> int:
 
     from bench.w1 import as_row, run_w1
 
+    executors = args.executor.split(",")
     variants = [None] if args.checkpoint_interval is None else [None, args.checkpoint_interval]
     rows = []
-    for _ in range(args.runs):  # interleaved, so load changes hit both variants alike
-        for interval in variants:
-            rows.append(as_row(run_w1(args.records, args.parallelism, args.executor,
-                                      checkpoint_interval_ms=interval)))
+    for _ in range(args.runs):  # interleaved, so load changes hit every variant alike
+        for executor in executors:
+            for interval in variants:
+                rows.append(as_row(run_w1(args.records, args.parallelism, executor,
+                                          checkpoint_interval_ms=interval)))
     summary: dict[str, Any] = {"workload": "W1", "machine": _machine(), "runs": rows}
-    for interval in variants:
-        rates = [r["records_per_s"] for r in rows if r["checkpoint_interval_ms"] == interval]
-        key = "without_checkpoints" if interval is None else f"checkpoints_every_{interval}ms"
-        summary[key] = {"median_records_per_s": statistics.median(rates),
-                        "min_records_per_s": min(rates), "max_records_per_s": max(rates)}
-    if args.checkpoint_interval is not None:
-        with_cp = [r for r in rows if r["checkpoint_interval_ms"]]
-        base = summary["without_checkpoints"]["median_records_per_s"]
-        checked = summary[f"checkpoints_every_{args.checkpoint_interval}ms"]["median_records_per_s"]
-        summary["checkpoint_overhead"] = 1 - checked / base
-        summary["checkpoint_p50_ms_median"] = statistics.median(r["checkpoint_p50_ms"] for r in with_cp)
-        summary["checkpoint_p99_ms_max"] = max(r["checkpoint_p99_ms"] for r in with_cp)
-        summary["checkpoints_completed_total"] = sum(r["checkpoints_completed"] for r in with_cp)
+    print_lines = []
+    for executor in executors:
+        mine = [r for r in rows if r["executor"] == executor]
+        part: dict[str, Any] = {}
+        for interval in variants:
+            rates = [r["records_per_s"] for r in mine if r["checkpoint_interval_ms"] == interval]
+            key = "without_checkpoints" if interval is None else f"checkpoints_every_{interval}ms"
+            part[key] = {"median_records_per_s": statistics.median(rates),
+                         "min_records_per_s": min(rates), "max_records_per_s": max(rates)}
+        base = part["without_checkpoints"]
+        print_lines.append(f"{executor}: without checkpoints median "
+                           f"{base['median_records_per_s']:,.0f} records/s (min "
+                           f"{base['min_records_per_s']:,.0f}, max {base['max_records_per_s']:,.0f})")
+        if args.checkpoint_interval is not None:
+            with_cp = [r for r in mine if r["checkpoint_interval_ms"]]
+            checked = part[f"checkpoints_every_{args.checkpoint_interval}ms"]["median_records_per_s"]
+            part["checkpoint_overhead"] = 1 - checked / base["median_records_per_s"]
+            part["checkpoint_p50_ms_median"] = statistics.median(r["checkpoint_p50_ms"] for r in with_cp)
+            part["checkpoint_p99_ms_max"] = max(r["checkpoint_p99_ms"] for r in with_cp)
+            part["checkpoints_completed_total"] = sum(r["checkpoints_completed"] for r in with_cp)
+            print_lines.append(
+                f"{executor}: checkpoints every {args.checkpoint_interval} ms: overhead "
+                f"{part['checkpoint_overhead']:.1%}, checkpoint p50 "
+                f"{part['checkpoint_p50_ms_median']:.0f} ms, p99 {part['checkpoint_p99_ms_max']:.0f}"
+                f" ms ({part['checkpoints_completed_total']} checkpoints)")
+        summary[executor] = part
+    if len(executors) == 2:
+        a, b = executors
+        ratio = (summary[b]["without_checkpoints"]["median_records_per_s"]
+                 / summary[a]["without_checkpoints"]["median_records_per_s"])
+        summary[f"{b}_over_{a}"] = ratio
+        print_lines.append(f"{b} / {a} throughput: {ratio:.2f}x")
     print(json.dumps(summary, indent=2))
     print()
     print(_table(rows, ["system", "executor", "records", "parallelism", "checkpoint_interval_ms",
                         "records_per_s", "first_to_last_s", "checkpoints_completed",
                         "checkpoint_p50_ms", "checkpoint_p99_ms"]))
-    base = summary["without_checkpoints"]
-    print(f"\nwithout checkpoints: median {base['median_records_per_s']:,.0f} records/s "
-          f"(min {base['min_records_per_s']:,.0f}, max {base['max_records_per_s']:,.0f})")
-    if args.checkpoint_interval is not None:
-        print(f"checkpoints every {args.checkpoint_interval} ms: overhead "
-              f"{summary['checkpoint_overhead']:.1%}, checkpoint p50 "
-              f"{summary['checkpoint_p50_ms_median']:.0f} ms, p99 "
-              f"{summary['checkpoint_p99_ms_max']:.0f} ms "
-              f"({summary['checkpoints_completed_total']} checkpoints)")
+    print()
+    print("\n".join(print_lines))
     return 0
 
 
