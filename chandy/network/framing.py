@@ -7,17 +7,39 @@ thread per connection whose owner closes it.
 
 from __future__ import annotations
 
+import logging
 import pickle
 import socket
 import struct
 import threading
+from collections.abc import Callable, Iterator
 from typing import Any
 
-from chandy.network.auth import recv_exactly
+from chandy.network.auth import AuthenticationError, authenticate_server_side, recv_exactly
+
+log = logging.getLogger(__name__)
 
 _LENGTH = struct.Struct(">I")
 #: Frames larger than this are refused: a corrupt length must not allocate gigabytes.
 MAX_FRAME_BYTES = 1 << 30
+
+
+def accept_authenticated(server: socket.socket, secret: bytes, what: str,
+                         is_closed: Callable[[], bool]) -> Iterator[tuple[FramedSocket, Any]]:
+    """Accept connections until the listener is closed, yielding only peers that passed
+    the secret handshake; every other peer is disconnected and logged."""
+    while not is_closed():
+        try:
+            sock, peer = server.accept()
+        except OSError:
+            return
+        try:
+            authenticate_server_side(sock, secret)
+        except AuthenticationError as exc:
+            log.warning("refused a %s connection from %s:%s: %s", what, peer[0], peer[1], exc)
+            sock.close()
+            continue
+        yield FramedSocket(sock), peer
 
 
 def close_listener(server: socket.socket) -> None:

@@ -33,14 +33,10 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from chandy.network.auth import (
-    AuthenticationError,
-    authenticate_client_side,
-    authenticate_server_side,
-)
+from chandy.network.auth import authenticate_client_side
 from chandy.network.cancellation import TaskCancelledError
 from chandy.network.channel import ChannelClosedError, InputChannel, OutputChannel
-from chandy.network.framing import FramedSocket, close_listener
+from chandy.network.framing import FramedSocket, accept_authenticated, close_listener
 from chandy.network.wakeup import Wakeup
 
 log = logging.getLogger(__name__)
@@ -221,19 +217,8 @@ class DataPlane:
                                       f"{expected_incoming} peers connected within {timeout_s} s")
 
     def _accept_loop(self) -> None:
-        while not self._closed:
-            try:
-                sock, peer = self._server.accept()
-            except OSError:
-                return
-            try:
-                authenticate_server_side(sock, self._secret)
-            except AuthenticationError as exc:
-                log.warning("slot %d refused a data connection from %s:%s: %s", self.slot_index,
-                            peer[0], peer[1], exc)
-                sock.close()
-                continue
-            connection = FramedSocket(sock)
+        for connection, _ in accept_authenticated(self._server, self._secret, "data",
+                                                  lambda: self._closed):
             try:
                 (producer_slot,) = struct.unpack(">I", connection.recv_frame())
             except (OSError, struct.error):

@@ -11,6 +11,7 @@ the new subtasks and each subtask reads only its own.
 from __future__ import annotations
 
 import enum
+from abc import ABC, abstractmethod
 from collections.abc import Iterator
 from dataclasses import dataclass
 
@@ -21,12 +22,12 @@ Range = tuple[int, int]
 
 
 @dataclass(frozen=True)
-class StreamStateHandle:
+class StreamStateHandle(ABC):
     """Bytes somewhere."""
 
     @property
-    def state_size(self) -> int:
-        raise NotImplementedError
+    @abstractmethod
+    def state_size(self) -> int: ...
 
 
 @dataclass(frozen=True)

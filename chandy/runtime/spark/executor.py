@@ -33,8 +33,8 @@ from chandy.errors import ConfigurationError, JobExecutionError
 from chandy.graph.execution_graph import ExecutionGraph
 from chandy.messages.checkpoint import AcknowledgeCheckpoint, CheckpointOptions, DeclineCheckpoint
 from chandy.messages.ids import ExecutionAttemptID
-from chandy.network.auth import AuthenticationError, authenticate_server_side, new_secret
-from chandy.network.framing import FramedSocket, close_listener
+from chandy.network.auth import new_secret
+from chandy.network.framing import FramedSocket, accept_authenticated, close_listener
 from chandy.runtime.executor import Deployment, Executor
 from chandy.runtime.spark import session as spark_session
 from chandy.runtime.spark.messages import (
@@ -236,7 +236,6 @@ class SparkExecutor(Executor):
         self._lock = threading.Lock()
         self._server: socket.socket | None = None
         self._threads: list[threading.Thread] = []
-        self.refused_connections = 0
 
     # -- setup ------------------------------------------------------------------
 
@@ -309,19 +308,9 @@ class SparkExecutor(Executor):
 
     def _accept_loop(self) -> None:
         assert self._server is not None
-        while not self._closed:
-            try:
-                sock, peer = self._server.accept()
-            except OSError:
-                return
-            try:
-                authenticate_server_side(sock, self.secret)
-            except AuthenticationError as exc:
-                self.refused_connections += 1
-                log.warning("refused a control connection from %s:%s: %s", peer[0], peer[1], exc)
-                sock.close()
-                continue
-            self._start(self._serve_slot, f"chandy control {peer[0]}:{peer[1]}", FramedSocket(sock))
+        for connection, peer in accept_authenticated(self._server, self.secret, "control",
+                                                     lambda: self._closed):
+            self._start(self._serve_slot, f"chandy control {peer[0]}:{peer[1]}", connection)
 
     def _serve_slot(self, connection: FramedSocket) -> None:
         pool = self._pool

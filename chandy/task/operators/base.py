@@ -116,8 +116,9 @@ class StreamOperator:
         """Checkpoint ``checkpoint_id`` will not complete."""
 
     def process_batch(self, records: list[Any]) -> None:
-        """Process one input batch."""
-        raise NotImplementedError(f"{type(self).__name__} takes no input")
+        """Process one input batch. Every operator with an input overrides this; a
+        source operator has none, and a batch reaching it is a wiring bug."""
+        raise TypeError(f"{type(self).__name__} has no input, yet received a batch")
 
     def end_input(self) -> None:
         """Every input channel has ended."""
