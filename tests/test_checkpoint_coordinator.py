@@ -934,3 +934,20 @@ def test_failure_manager_unit(reason: CheckpointFailureReason, counted: bool) ->
     assert len(failures) == (1 if counted else 0)
     manager.handle_checkpoint_success(3)
     assert manager.continuous_failure_counter == 0
+
+
+def test_aborting_for_a_failover_does_not_trigger_a_queued_request() -> None:
+    """Regression: a queued periodic request used the slot freed by the failover's abort,
+    triggering the tasks being cancelled; that checkpoint expired after the restart and
+    failed the job over again, forever."""
+    source = attempt(1)
+    h = make_coordinator(make_plan([source], [source]), interval_ms=10, max_concurrent=1)
+    h.coordinator.start_checkpoint_scheduler()
+    h.tick()
+    assert len(h.coordinator.pending_checkpoints) == 1
+    h.tick()  # a periodic request waits in the queue (max concurrent 1)
+    triggered_before = len(h.gateway.triggered)
+    h.coordinator.stop_checkpoint_scheduler()  # the job left RUNNING
+    h.coordinator.abort_pending_checkpoints(R.JOB_FAILOVER_REGION)
+    assert h.coordinator.pending_checkpoints == {}
+    assert len(h.gateway.triggered) == triggered_before  # nothing new was triggered

@@ -479,15 +479,17 @@ class CheckpointCoordinator:
         self.failure_manager.handle_checkpoint_exception(exception, checkpoint_id)
 
     def abort_pending_checkpoints(self, reason: CheckpointFailureReason) -> None:
-        """Abort every pending checkpoint (the job fails over, or stops)."""
-        for checkpoint_id in sorted(self.pending_checkpoints):
-            pending = self.pending_checkpoints.get(checkpoint_id)
-            if pending is not None:
-                self._abort_pending(pending, CheckpointException(reason),
-                                    notify_failure_manager=False)
-        for request in list(self._queue):
+        """Abort every pending checkpoint (the job fails over, or stops).
+
+        Queued requests go first: aborting a pending checkpoint frees a slot, and a
+        queued request must not use it to trigger tasks that are about to be cancelled.
+        """
+        queued, self._queue = list(self._queue), deque()
+        for request in queued:
             request.fail(CheckpointException(reason))
-        self._queue.clear()
+        while self.pending_checkpoints:
+            pending = self.pending_checkpoints[min(self.pending_checkpoints)]
+            self._abort_pending(pending, CheckpointException(reason), notify_failure_manager=False)
 
     def _discard_state(self, state: TaskStateSnapshot | None) -> None:
         if state is not None and self.storage.is_persistent:

@@ -92,6 +92,7 @@ def _handle_to_json(handle: StreamStateHandle, base: str | None) -> dict[str, An
 
 def _subtask_to_json(state: OperatorSubtaskState, base: str | None) -> dict[str, Any]:
     return {
+        "finished": state.finished,
         "keyed": [{"key_group_range": [h.key_group_range.start, h.key_group_range.end],
                    "ranges": [list(r) for r in h.ranges],
                    "delegate": _handle_to_json(h.delegate, base)}
@@ -154,7 +155,7 @@ def _subtask_from_json(data: dict[str, Any], base: str | None) -> OperatorSubtas
                                  tuple((int(a), int(b)) for a, b in meta["elements"]))
          for name, meta in h["states"].items()},
         _handle_from_json(h["delegate"], base)) for h in data["operator"])
-    return OperatorSubtaskState(keyed, operator)
+    return OperatorSubtaskState(keyed, operator, bool(data.get("finished", False)))
 
 
 def deserialize(data: bytes, source: str, base_dir: str | None = None) -> CheckpointMetadata:

@@ -18,7 +18,7 @@ from chandy.messages.checkpoint import (
     CheckpointMetrics,
 )
 from chandy.messages.ids import ExecutionAttemptID
-from chandy.state.snapshot import TaskStateSnapshot
+from chandy.state.snapshot import OperatorSubtaskState, TaskStateSnapshot
 from chandy.storage.checkpoint_storage import CheckpointStorage
 from chandy.util.timer import Cancellable
 
@@ -46,11 +46,13 @@ class TaskToAck:
 
 @dataclass(frozen=True)
 class CheckpointPlan:
-    """Which subtasks to trigger (sources), wait for and notify (all), for one checkpoint."""
+    """Which subtasks to trigger (running sources), wait for and notify (all running), for one
+    checkpoint, and which had already finished (recorded as finished, not asked)."""
 
     tasks_to_trigger: tuple[ExecutionAttemptID, ...]
     tasks_to_wait_for: tuple[TaskToAck, ...]
     tasks_to_commit_to: tuple[ExecutionAttemptID, ...]
+    finished_tasks: tuple[TaskToAck, ...] = ()
 
 
 class IllegalCheckpointStateError(RuntimeError):
@@ -87,6 +89,10 @@ class PendingCheckpoint:
         self.failure_cause: CheckpointException | None = None
         #: True while master hooks run and sources are being triggered.
         self.triggering = True
+        for task in plan.finished_tasks:
+            for operator_id in task.operator_ids:
+                self._operator_state(task, operator_id).put_state(
+                    task.subtask_index, OperatorSubtaskState(finished=True))
 
     # -- acknowledgements ---------------------------------------------------
 
@@ -114,16 +120,20 @@ class PendingCheckpoint:
         self.acknowledged_tasks.add(attempt_id)
         self.task_metrics[attempt_id] = metrics
         for operator_id in task.operator_ids:
-            operator_state = self.operator_states.get(operator_id)
-            if operator_state is None:
-                operator_state = self.operator_states[operator_id] = OperatorState(
-                    operator_id, task.parallelism, task.max_parallelism)
+            operator_state = self._operator_state(task, operator_id)
             subtask_state = None if state is None else state.subtask_states.get(operator_id)
             if subtask_state is not None:  # a stateless subtask contributes nothing
                 operator_state.put_state(task.subtask_index, subtask_state)
         if state is not None:
             self._received.append(state)
         return TaskAcknowledgeResult.SUCCESS
+
+    def _operator_state(self, task: TaskToAck, operator_id: str) -> OperatorState:
+        operator_state = self.operator_states.get(operator_id)
+        if operator_state is None:
+            operator_state = self.operator_states[operator_id] = OperatorState(
+                operator_id, task.parallelism, task.max_parallelism)
+        return operator_state
 
     def acknowledge_master_state(self, identifier: str, state: MasterState | None) -> None:
         """A master hook finished; ``None`` state counts as acknowledged but is not stored."""

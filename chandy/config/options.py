@@ -100,10 +100,12 @@ class CheckpointingOptions:
         "State smaller than this is stored inside _metadata instead of its own file.",
         maximum=1 << 20, deprecated_keys=("state.storage.fs.memory-threshold",))
     CHECKPOINTS_AFTER_TASKS_FINISH = ConfigOption.boolean(
-        "execution.checkpointing.checkpoints-after-tasks-finish", False,
-        "Keep checkpointing after some tasks finished (an input that ends then counts as "
-        "aligned). Off until the final-checkpoint protocol lands: an input that ends during "
-        "alignment aborts that checkpoint.",
+        "execution.checkpointing.checkpoints-after-tasks-finish", True,
+        "Checkpoint on after some tasks finished, and take a final checkpoint when bounded "
+        "sources end, so two-phase-commit sinks commit their last records before the job "
+        "finishes (Flink's FLIP-147). An input that ends during alignment counts as aligned. "
+        "Off: an input that ends during alignment aborts that checkpoint, and sinks commit their "
+        "last records at end of input.",
         deprecated_keys=("execution.checkpointing.checkpoints-after-tasks-finish.enabled",))
 
 

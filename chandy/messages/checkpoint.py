@@ -135,12 +135,24 @@ class DeclineCheckpoint:
     message: str = ""
 
 
+@dataclass(frozen=True)
+class EndOfInputReached:
+    """A source subtask read all its input and waits for a final checkpoint to complete."""
+
+    job_id: str
+    attempt_id: ExecutionAttemptID
+
+
 class CheckpointResponder(Protocol):
     """Task -> coordinator: how a subtask answers a checkpoint."""
 
     def acknowledge_checkpoint(self, message: AcknowledgeCheckpoint) -> None: ...
 
     def decline_checkpoint(self, message: DeclineCheckpoint) -> None: ...
+
+    def report_end_of_input(self, message: EndOfInputReached) -> None:
+        """A bounded source ended: a final checkpoint lets two-phase-commit sinks commit."""
+        ...
 
 
 class TaskCheckpointGateway(Protocol):

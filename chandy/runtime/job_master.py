@@ -53,6 +53,7 @@ from chandy.messages.checkpoint import (
     CheckpointFailureReason,
     CheckpointOptions,
     DeclineCheckpoint,
+    EndOfInputReached,
 )
 from chandy.messages.ids import ExecutionAttemptID
 from chandy.runtime.executor import Deployment, Executor
@@ -149,6 +150,7 @@ class JobMaster:
         self.timer = _MainThreadTimer(self.clock, lambda: self._inbox.put(_Wake()))
         self.restart_strategy = restart_strategy_from(self.config)
         self.restarts = 0
+        self._ended_sources: set[ExecutionAttemptID] = set()
         self._deployment: Deployment | None = None
         self._initial_restore: RestoreSource | None = None
         self._async_executor: ThreadPoolExecutor | None = None
@@ -226,6 +228,9 @@ class JobMaster:
     def decline_checkpoint(self, message: DeclineCheckpoint) -> None:
         self._inbox.put(message)
 
+    def report_end_of_input(self, message: EndOfInputReached) -> None:
+        self._inbox.put(message)
+
     def cancel(self, reason: str = "cancelled by the user") -> None:
         """Cancel the job (any thread); :meth:`run` then raises :class:`JobCancelledError`."""
         self._inbox.put(CancelJob(reason))
@@ -255,21 +260,30 @@ class JobMaster:
             self._deployment.notify_checkpoint_aborted(attempt_id, checkpoint_id, timestamp)
 
     def _checkpoint_plan(self) -> CheckpointPlan:
+        """Running sources are triggered, running tasks acknowledge; finished tasks (they
+        read and committed all their input) are recorded as finished."""
         eg = self.execution_graph
-        to_trigger, to_wait = [], []
+        to_trigger, to_wait, finished = [], [], []
         for ev in eg.all_execution_vertices():
             execution = ev.current_execution
+            vertex = ev.job_vertex
+            task = TaskToAck(execution.attempt_id, vertex.id, ev.subtask_index, vertex.parallelism,
+                             vertex.max_parallelism, tuple(vertex.operator_ids))
+            if execution.state is ExecutionState.FINISHED:
+                finished.append(task)
+                continue
             if execution.state is not ExecutionState.RUNNING:
                 raise CheckpointException(
                     CheckpointFailureReason.NOT_ALL_REQUIRED_TASKS_RUNNING,
                     f"task {ev.name_with_subtask} is {execution.state.value}")
-            vertex = ev.job_vertex
             if vertex.is_source:
                 to_trigger.append(execution.attempt_id)
-            to_wait.append(TaskToAck(execution.attempt_id, vertex.id, ev.subtask_index,
-                                     vertex.parallelism, vertex.max_parallelism,
-                                     tuple(vertex.operator_ids)))
-        return CheckpointPlan(tuple(to_trigger), tuple(to_wait), tuple(t.attempt_id for t in to_wait))
+            to_wait.append(task)
+        if not to_trigger:
+            raise CheckpointException(CheckpointFailureReason.NOT_ALL_REQUIRED_TASKS_RUNNING,
+                                      "every source has finished")
+        return CheckpointPlan(tuple(to_trigger), tuple(to_wait), tuple(t.attempt_id for t in to_wait),
+                              tuple(finished))
 
     # -- the JobMaster thread ----------------------------------------------------
 
@@ -389,6 +403,9 @@ class JobMaster:
             if self.coordinator is not None:
                 self.coordinator.receive_decline_message(message)
             return _CONTINUE
+        if isinstance(message, EndOfInputReached):
+            self._source_ended(message.attempt_id)
+            return _CONTINUE
         if isinstance(message, GlobalFailure):
             if eg.state is JobStatus.RUNNING:
                 error = JobExecutionError(f"job '{self.job_graph.job_name}' failed: {message.error}",
@@ -411,6 +428,19 @@ class JobMaster:
             return JobCancelledError(f"job '{self.job_graph.job_name}' was cancelled: "
                                      f"{message.reason}", self.job_id)
         raise TypeError(f"unexpected message {message!r}")
+
+    def _source_ended(self, attempt_id: ExecutionAttemptID) -> None:
+        """When every source has read all its input, take the final checkpoint now rather
+        than at the next tick: the job finishes as soon as it completes."""
+        eg = self.execution_graph
+        if eg.execution(attempt_id) is None or self.coordinator is None:
+            return
+        self._ended_sources.add(attempt_id)
+        sources = [ev.current_execution for ev in eg.all_execution_vertices()
+                   if ev.job_vertex.is_source]
+        if all(e.attempt_id in self._ended_sources or e.state is ExecutionState.FINISHED
+               for e in sources):
+            self.coordinator.trigger_checkpoint(is_periodic=False)
 
     # -- failure and restart -----------------------------------------------------
 

@@ -19,6 +19,9 @@ class OperatorSubtaskState:
 
     managed_keyed_state: tuple[KeyGroupsStateHandle, ...] = ()
     managed_operator_state: tuple[OperatorStateHandle, ...] = ()
+    #: The subtask had finished (all its input read and committed) before this checkpoint:
+    #: a restore gives it no state and, being restored, it reads nothing again.
+    finished: bool = False
 
     @property
     def state_size(self) -> int:

@@ -94,6 +94,15 @@ class StreamTask:
                 handler = CheckpointBarrierTracker(len(input_channels), self)
             self.checkpointed_input = CheckpointedInputGate(gate, handler)
         self.checkpoints: SubtaskCheckpointCoordinator | None = None
+        #: A bounded source waits for one checkpoint after its end of input before it ends,
+        #: so that two-phase-commit sinks commit everything it read (Flink's final checkpoint).
+        self._needs_final_checkpoint = (
+            self.checkpointed_input is None
+            and config.get(CheckpointingOptions.INTERVAL) is not None
+            and config.get(CheckpointingOptions.CHECKPOINTS_AFTER_TASKS_FINISH))
+        self._awaiting_final_checkpoint = False
+        self._final_checkpoint_id: int | None = None
+        self._final_checkpoint_done = False
         self.writers: list[RecordWriter] = []
         for spec, channels in zip(tdd.outputs, output_channels, strict=True):
             partitioner = spec.partitioner.copy()
@@ -139,7 +148,28 @@ class StreamTask:
             self._decline_closed(checkpoint_id)
             self._broadcast_cancel(checkpoint_id)
             return
+        if self._awaiting_final_checkpoint and self._final_checkpoint_id is None:
+            self._final_checkpoint_id = checkpoint_id
         self.checkpoints.checkpoint_state(checkpoint_id, timestamp, options, alignment)
+
+    def _wait_for_final_checkpoint(self) -> None:
+        """All input read: keep serving mails until a checkpoint taken after this point has
+        completed; only then does the end of the stream go downstream."""
+        self._awaiting_final_checkpoint = True
+        responder = self.services.checkpoint_responder
+        if responder is not None:
+            from chandy.messages.checkpoint import EndOfInputReached
+
+            responder.report_end_of_input(EndOfInputReached(self.tdd.job_id, self.tdd.attempt_id))
+        while not self._final_checkpoint_done:
+            if self.mailbox.has_mail():
+                self._process_mails()
+            if self._cancelled:
+                raise TaskCancelledError()
+            if not self._final_checkpoint_done:
+                for writer in self.writers:
+                    writer.flush()
+                self.wakeup.wait(0.1)
 
     def _decline_closed(self, checkpoint_id: int) -> None:
         responder = self.services.checkpoint_responder
@@ -161,8 +191,13 @@ class StreamTask:
     def _notify_complete(self, checkpoint_id: int) -> None:
         if self.chain is not None:
             self.chain.notify_checkpoint_complete(checkpoint_id)
+        final = self._final_checkpoint_id
+        if final is not None and checkpoint_id >= final:
+            self._final_checkpoint_done = True
 
     def _notify_aborted(self, checkpoint_id: int) -> None:
+        if checkpoint_id == self._final_checkpoint_id:
+            self._final_checkpoint_id = None  # the next checkpoint will do
         if self.checkpoints is not None:
             self.checkpoints.notify_checkpoint_aborted(checkpoint_id)
         if self.chain is not None:
@@ -202,6 +237,8 @@ class StreamTask:
             self._transition(ExecutionState.RUNNING)
             self._run_mailbox_loop()
             self.chain.end_input()
+            if self._needs_final_checkpoint:
+                self._wait_for_final_checkpoint()
             for writer in self.writers:
                 writer.broadcast_event(END_OF_PARTITION)
         except TaskCancelledError:

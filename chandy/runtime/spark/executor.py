@@ -31,7 +31,12 @@ from chandy.config import Configuration
 from chandy.config.options import NetworkOptions, SparkOptions
 from chandy.errors import ConfigurationError, JobExecutionError
 from chandy.graph.execution_graph import ExecutionGraph
-from chandy.messages.checkpoint import AcknowledgeCheckpoint, CheckpointOptions, DeclineCheckpoint
+from chandy.messages.checkpoint import (
+    AcknowledgeCheckpoint,
+    CheckpointOptions,
+    DeclineCheckpoint,
+    EndOfInputReached,
+)
 from chandy.messages.ids import ExecutionAttemptID
 from chandy.network.auth import new_secret
 from chandy.network.framing import FramedSocket, accept_authenticated, close_listener
@@ -339,13 +344,15 @@ class SparkExecutor(Executor):
                 deployment.mark_terminal(message.attempt_id)
             if self._listener is not None:
                 self._listener.notify_task_state(message.attempt_id, message.state, message.failure)
-        elif isinstance(message, (AcknowledgeCheckpoint, DeclineCheckpoint)):
+        elif isinstance(message, (AcknowledgeCheckpoint, DeclineCheckpoint, EndOfInputReached)):
             responder = self._services.checkpoint_responder if self._services else None
             if responder is not None:
                 if isinstance(message, AcknowledgeCheckpoint):
                     responder.acknowledge_checkpoint(message)
-                else:
+                elif isinstance(message, DeclineCheckpoint):
                     responder.decline_checkpoint(message)
+                else:
+                    responder.report_end_of_input(message)
         elif isinstance(message, PublishResults):
             slot.collect_queue.put(message)
         elif isinstance(message, PrintedOutput):

@@ -28,7 +28,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from chandy.graph.execution_graph import ChannelID
-from chandy.messages.checkpoint import AcknowledgeCheckpoint, DeclineCheckpoint
+from chandy.messages.checkpoint import AcknowledgeCheckpoint, DeclineCheckpoint, EndOfInputReached
 from chandy.messages.ids import ExecutionAttemptID
 from chandy.network.auth import AuthenticationError, authenticate_client_side
 from chandy.network.cancellation import TaskCancelledError
@@ -348,6 +348,9 @@ class SlotRuntime:
         self.send(message)
 
     def decline_checkpoint(self, message: DeclineCheckpoint) -> None:
+        self.send(message)
+
+    def report_end_of_input(self, message: EndOfInputReached) -> None:
         self.send(message)
 
     def publish(self, collect_id: str, subtask_index: int, batch: list[Any], token: int | None,
