@@ -55,6 +55,16 @@ class SourceReader(ABC):
     def snapshot_state(self, checkpoint_id: int) -> list[Any]:
         """The splits this reader owns, with their current positions."""
 
+    def snapshot_shared_state(self, checkpoint_id: int) -> list[Any]:
+        """State every subtask gets whole on restore (union list state), e.g. the files a
+        directory monitor has already seen: after rescaling a file may belong to another
+        subtask, which must still know it was read."""
+        return []
+
+    def restore_shared_state(self, elements: list[Any]) -> None:
+        """The union of every subtask's :meth:`snapshot_shared_state` at the restored
+        checkpoint; called before :meth:`add_splits` on a restore."""
+
     def notify_checkpoint_complete(self, checkpoint_id: int) -> None:
         """The checkpoint holding the positions of :meth:`snapshot_state` is durable."""
 

@@ -29,6 +29,7 @@ class SourceOperator(StreamOperator):
     """
 
     SPLITS_STATE = ListStateDescriptor("SourceReaderState")
+    SHARED_STATE = ListStateDescriptor("SourceReaderSharedState")
 
     def __init__(self, source: Source) -> None:
         super().__init__()
@@ -38,8 +39,11 @@ class SourceOperator(StreamOperator):
 
     def initialize_state(self, context: StateInitializationContext) -> None:
         self._splits_state = context.get_list_state(self.SPLITS_STATE)
+        self._shared_state = context.get_union_list_state(self.SHARED_STATE)
+        self._restored_shared: list | None = None
         if context.is_restored():
             self._restored_splits = list(self._splits_state.get())
+            self._restored_shared = list(self._shared_state.get())
 
     def open(self) -> None:
         ctx = self.runtime_context
@@ -48,6 +52,8 @@ class SourceOperator(StreamOperator):
         parallelism = ctx.get_number_of_parallel_subtasks()
         self.reader = self.source.create_reader(
             SourceReaderContext(index, parallelism, ctx.get_attempt_number()))
+        if self._restored_shared is not None:
+            self.reader.restore_shared_state(self._restored_shared)
         if self._restored_splits is not None:
             splits = self._restored_splits
         else:
@@ -68,6 +74,7 @@ class SourceOperator(StreamOperator):
     def snapshot_state(self, context: StateSnapshotContext) -> None:
         assert self.reader is not None
         self._splits_state.update(self.reader.snapshot_state(context.get_checkpoint_id()))
+        self._shared_state.update(self.reader.snapshot_shared_state(context.get_checkpoint_id()))
 
     def notify_checkpoint_complete(self, checkpoint_id: int) -> None:
         if self.reader is not None:
