@@ -91,13 +91,24 @@ class Source(ABC):
 
 @dataclass(frozen=True)
 class SinkWriterContext:
-    """Where a sink writer runs."""
+    """Where a sink writer runs, and what a restore brought back."""
 
     subtask_index: int
     parallelism: int
     attempt_number: int
     job_id: str
     job_name: str
+    #: Stable id of the sink operator (from its ``uid()``): names things that must survive
+    #: a restart of the job, such as transaction ids.
+    operator_id: str = ""
+    #: The job starts from a checkpoint (after a failure, or from a retained one).
+    is_restored: bool = False
+    #: This subtask's share of the writer state :meth:`SinkWriter.snapshot_state` returned.
+    restored_state: tuple[Any, ...] = ()
+    #: Every committable of every subtask that the restored checkpoint still held; they were
+    #: committed before the writer was created. Cleaning up leftovers must spare what they name.
+    restored_committables: tuple[Any, ...] = ()
+    checkpointing: bool = False
 
 
 class SinkWriter(ABC):
@@ -112,7 +123,12 @@ class SinkWriter(ABC):
             self.write(element)
 
     def flush(self, end_of_input: bool) -> None:
-        """Make everything written so far visible (at end of input, ``end_of_input``)."""
+        """Make everything written so far durable: at every checkpoint (at-least-once
+        sinks) and at end of input."""
+
+    def snapshot_state(self, checkpoint_id: int) -> list[Any]:
+        """Writer state to keep in the checkpoint (split-distributed on restore)."""
+        return []
 
     def close(self) -> None: ...
 
@@ -125,3 +141,40 @@ class Sink(ABC):
 
     def validate(self) -> None:
         """Reject a bad configuration when the job is built, with a clear error."""
+
+
+class PrecommittingSinkWriter(SinkWriter):
+    """The first phase: writes that stay invisible until committed."""
+
+    @abstractmethod
+    def prepare_commit(self, checkpoint_id: int | None) -> list[Any]:
+        """Close what was written since the last call and describe it as committables
+        (picklable, small). Called in a checkpoint's synchronous part with its id, and at
+        end of input without checkpointing (``None``)."""
+
+
+class Committer(ABC):
+    """The second phase: makes prepared writes visible.
+
+    ``commit`` may be called again with committables it already committed (a restore
+    replays those of the restored checkpoint, since the first commit may or may not have
+    happened before the failure), so it must be idempotent.
+    """
+
+    @abstractmethod
+    def commit(self, committables: list[Any]) -> None: ...
+
+    def close(self) -> None: ...
+
+
+class TwoPhaseCommittingSink(Sink):
+    """An exactly-once sink (Flink's ``TwoPhaseCommitSinkFunction`` / Sink V2 with a
+    committer): a checkpoint pre-commits what its subtask wrote, the checkpoint's
+    completion commits it, and a restore commits what the restored checkpoint pre-committed.
+    A later completion commits everything up to it."""
+
+    @abstractmethod
+    def create_writer(self, context: SinkWriterContext) -> PrecommittingSinkWriter: ...
+
+    @abstractmethod
+    def create_committer(self) -> Committer: ...

@@ -2,9 +2,17 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
-from chandy.api.connector import Sink, SinkWriter, SinkWriterContext
+from chandy.api.connector import (
+    Committer,
+    PrecommittingSinkWriter,
+    Sink,
+    SinkWriter,
+    SinkWriterContext,
+    TwoPhaseCommittingSink,
+)
 from chandy.api.functions import SinkFunction
 from chandy.api.state import ListStateDescriptor
 from chandy.task.operators.base import (
@@ -47,13 +55,65 @@ class SinkFunctionOperator(UdfOperator):
             self.user_function.finish()
 
 
+@dataclass(frozen=True)
+class PendingCommit:
+    """Committables a subtask prepared at a checkpoint and has not committed yet."""
+
+    owner_subtask: int
+    checkpoint_id: int
+    committables: tuple[Any, ...]
+
+
 class SinkWriterOperator(StreamOperator):
-    """``ds.sink_to(Sink)``: hands whole batches to the sink's writer."""
+    """``ds.sink_to(Sink)``: hands whole batches to the sink's writer.
+
+    For a :class:`TwoPhaseCommittingSink` it also runs the protocol: at a checkpoint
+    the writer prepares its commit and the committables join the checkpoint (as union
+    state, so that after a restore at any parallelism every subtask knows all of them
+    and each commits its share); the checkpoint's completion commits them; a restore
+    commits what the restored checkpoint held before anything is written. Without
+    checkpointing, or for whatever a final checkpoint did not cover, the writer's output
+    is committed at end of input.
+
+    A plain :class:`SinkWriter` is flushed at every checkpoint (at-least-once).
+    """
+
+    PENDING_STATE = ListStateDescriptor("sink-pending-committables")
+    WRITER_STATE = ListStateDescriptor("sink-writer-state")
 
     def __init__(self, sink: Sink) -> None:
         super().__init__()
         self.sink = sink
         self.writer: SinkWriter | None = None
+        self.committer: Committer | None = None
+        self.two_phase = isinstance(sink, TwoPhaseCommittingSink)
+        self._pending: list[PendingCommit] = []
+        self._restored = False
+        self._restored_state: tuple[Any, ...] = ()
+        self._restored_committables: tuple[Any, ...] = ()
+
+    def initialize_state(self, context: StateInitializationContext) -> None:
+        ctx = self.runtime_context
+        assert ctx is not None
+        self._pending_state = context.get_union_list_state(self.PENDING_STATE)
+        self._writer_state = context.get_list_state(self.WRITER_STATE)
+        if self.two_phase:
+            assert isinstance(self.sink, TwoPhaseCommittingSink)
+            self.committer = self.sink.create_committer()
+        if not context.is_restored():
+            return
+        self._restored = True
+        self._restored_state = tuple(self._writer_state.get())
+        everything: list[PendingCommit] = list(self._pending_state.get())
+        self._pending_state.clear()
+        self._restored_committables = tuple(c for p in everything for c in p.committables)
+        if self.committer is not None:
+            index = ctx.get_index_of_this_subtask()
+            parallelism = ctx.get_number_of_parallel_subtasks()
+            mine = sorted((p for p in everything if p.owner_subtask % parallelism == index),
+                          key=lambda p: p.checkpoint_id)
+            # The restored checkpoint completed: what it pre-committed is committed now.
+            self._commit(mine)
 
     def open(self) -> None:
         ctx = self.runtime_context
@@ -64,19 +124,65 @@ class SinkWriterOperator(StreamOperator):
             attempt_number=ctx.get_attempt_number(),
             job_id=ctx.job_id,
             job_name=ctx.job_name,
-        ))
+            operator_id=self.operator_id,
+            is_restored=self._restored,
+            restored_state=self._restored_state,
+            restored_committables=self._restored_committables,
+            checkpointing=bool(ctx.get_job_parameter("execution.checkpointing.interval"))))
+        if self.two_phase and not isinstance(self.writer, PrecommittingSinkWriter):
+            raise TypeError(f"{type(self.sink).__name__} is two-phase-committing but its writer "
+                            f"{type(self.writer).__name__} does not prepare commits")
 
     def process_batch(self, records: list[Any]) -> None:
         assert self.writer is not None
         self.writer.write_batch(records)
 
+    def snapshot_state(self, context: StateSnapshotContext) -> None:
+        writer = self.writer
+        assert writer is not None and self.runtime_context is not None
+        checkpoint_id = context.get_checkpoint_id()
+        if isinstance(writer, PrecommittingSinkWriter):
+            committables = writer.prepare_commit(checkpoint_id)
+            if committables:
+                self._pending.append(PendingCommit(
+                    self.runtime_context.get_index_of_this_subtask(), checkpoint_id,
+                    tuple(committables)))
+        else:
+            writer.flush(end_of_input=False)
+        self._pending_state.update(self._pending)
+        self._writer_state.update(writer.snapshot_state(checkpoint_id))
+
+    def notify_checkpoint_complete(self, checkpoint_id: int) -> None:
+        ready = [p for p in self._pending if p.checkpoint_id <= checkpoint_id]
+        if ready:
+            self._pending = [p for p in self._pending if p.checkpoint_id > checkpoint_id]
+            self._commit(ready)
+
+    def _commit(self, pending: list[PendingCommit]) -> None:
+        committables = [c for p in pending for c in p.committables]
+        if committables and self.committer is not None:
+            self.committer.commit(committables)
+
     def finish(self) -> None:
-        if self.writer is not None:
-            self.writer.flush(end_of_input=True)
+        writer = self.writer
+        if writer is None:
+            return
+        if isinstance(writer, PrecommittingSinkWriter):
+            # End of input: what a final checkpoint did not already commit is committed now.
+            last = writer.prepare_commit(None)
+            self._commit(self._pending)
+            if last and self.committer is not None:
+                self.committer.commit(last)
+            self._pending = []
+        writer.flush(end_of_input=True)
 
     def close(self) -> None:
-        if self.writer is not None:
-            self.writer.close()
+        try:
+            if self.writer is not None:
+                self.writer.close()
+        finally:
+            if self.committer is not None:
+                self.committer.close()
 
 
 class CollectSinkOperator(StreamOperator):

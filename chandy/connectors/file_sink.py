@@ -1,0 +1,465 @@
+"""FileSink: exactly-once files, row formats (JSON lines, CSV, strings) and Parquet.
+
+Part files go through Flink's three stages, and only the last is visible:
+
+``.part-3-<uuid>.inprogress``  being written by subtask 3
+``.part-3-<uuid>.pending``     closed at a checkpoint, waiting for it to complete
+``part-3-<uuid>``              committed: renamed when the checkpoint completed
+
+Readers (Spark, pandas, Flink) skip names that start with a dot, so a reader of
+the directory sees committed parts only. A part is closed at every checkpoint
+(and earlier when it reaches the rolling size or age), so each checkpoint's
+output is a set of whole files. After a restore, pending parts of the restored
+checkpoint are committed, and the in-progress and pending leftovers of the
+failed attempt (whose records will be written again) are deleted.
+
+Paths are local directories (or ``file://``), shared by every executor on a cluster.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import logging
+import os
+import re
+import time
+import uuid
+from abc import ABC, abstractmethod
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from chandy.api.connector import (
+    Committer,
+    PrecommittingSinkWriter,
+    SinkWriterContext,
+    TwoPhaseCommittingSink,
+)
+from chandy.errors import InvalidProgramError
+
+log = logging.getLogger(__name__)
+
+_PART = re.compile(r"^\.(?P<prefix>.+)-(?P<subtask>\d+)-(?P<uid>[0-9a-f]{32})(?P<suffix>.*)"
+                   r"\.(?P<stage>inprogress|pending)$")
+
+
+def _local_path(path: str) -> str:
+    if path.startswith("file://"):
+        path = path[len("file://"):]
+    elif "://" in path:
+        raise InvalidProgramError(f"FileSink writes local (or shared, mounted) directories; "
+                                  f"'{path}' is not one. Use a path or a file:// URI.")
+    return os.path.abspath(os.path.expanduser(path))
+
+
+# ---------------------------------------------------------------------- formats
+
+
+class Encoder(ABC):
+    """Turns one record into the bytes of one row (line) of a part file."""
+
+    @abstractmethod
+    def encode(self, element: Any) -> bytes: ...
+
+    @staticmethod
+    def simple_string_encoder(charset: str = "utf-8") -> Encoder:
+        """``str(record)`` and a newline (PyFlink's default row encoder)."""
+        return _StringEncoder(charset)
+
+
+class _StringEncoder(Encoder):
+    def __init__(self, charset: str) -> None:
+        self.charset = charset
+
+    def encode(self, element: Any) -> bytes:
+        return f"{element}\n".encode(self.charset)
+
+
+class JsonLinesEncoder(Encoder):
+    """One JSON document per line (readable by ``spark.read.json``)."""
+
+    def encode(self, element: Any) -> bytes:
+        return (json.dumps(element, separators=(",", ":"), default=str) + "\n").encode()
+
+
+class CsvEncoder(Encoder):
+    """A CSV row per record: a sequence, or a dict written in ``fields`` order."""
+
+    def __init__(self, fields: Sequence[str] | None = None, delimiter: str = ",") -> None:
+        self.fields = list(fields) if fields is not None else None
+        self.delimiter = delimiter
+
+    def encode(self, element: Any) -> bytes:
+        row = ([element.get(f) for f in self.fields]
+               if self.fields is not None and isinstance(element, dict) else element)
+        if isinstance(row, dict):
+            raise TypeError("CsvEncoder got a dict record but no fields=[...] to order it by")
+        buffer = io.StringIO()
+        csv.writer(buffer, delimiter=self.delimiter, lineterminator="\n").writerow(row)
+        return buffer.getvalue().encode()
+
+
+class _PartWriter(ABC):
+    """One open part file."""
+
+    size = 0
+
+    @abstractmethod
+    def write(self, records: list[Any]) -> None: ...
+
+    @abstractmethod
+    def close(self) -> None:
+        """Flush and make the bytes durable."""
+
+
+class _RowPartWriter(_PartWriter):
+    def __init__(self, path: str, encoder: Encoder) -> None:
+        self._file = open(path, "xb")
+        self._encoder = encoder
+
+    def write(self, records: list[Any]) -> None:
+        data = b"".join(self._encoder.encode(r) for r in records)
+        self._file.write(data)
+        self.size += len(data)
+
+    def close(self) -> None:
+        self._file.flush()
+        os.fsync(self._file.fileno())
+        self._file.close()
+
+
+class BulkWriterFactory(ABC):
+    """Makes writers of whole-file (columnar) formats."""
+
+    suffix = ""
+
+    @abstractmethod
+    def create(self, path: str) -> _PartWriter: ...
+
+
+class ParquetBulkWriters(BulkWriterFactory):
+    """Parquet part files from dict records (``spark.read.parquet`` reads them)."""
+
+    suffix = ".parquet"
+
+    def __init__(self, schema: Any = None, compression: str = "snappy") -> None:
+        self.schema = schema
+        self.compression = compression
+
+    @staticmethod
+    def for_records(schema: Any = None, compression: str = "snappy") -> ParquetBulkWriters:
+        """Records are dicts; ``schema`` (a ``pyarrow.Schema``) or the first batch's types."""
+        return ParquetBulkWriters(schema, compression)
+
+    def create(self, path: str) -> _PartWriter:
+        return _ParquetPartWriter(path, self.schema, self.compression)
+
+
+class _ParquetPartWriter(_PartWriter):
+    def __init__(self, path: str, schema: Any, compression: str) -> None:
+        self._path = path
+        self._schema = schema
+        self._compression = compression
+        self._writer: Any = None
+
+    def write(self, records: list[Any]) -> None:
+        import pyarrow as pa
+        import pyarrow.parquet as pq
+
+        table = pa.Table.from_pylist(records, schema=self._schema)
+        if self._writer is None:
+            self._schema = table.schema
+            self._writer = pq.ParquetWriter(self._path, table.schema, compression=self._compression)
+        self._writer.write_table(table)
+        self.size += table.nbytes
+
+    def close(self) -> None:
+        if self._writer is None:  # opened but nothing written: still a valid (empty) file
+            import pyarrow as pa
+            import pyarrow.parquet as pq
+
+            pq.write_table(pa.table({}), self._path)
+            return
+        self._writer.close()
+        fd = os.open(self._path, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+
+
+# ---------------------------------------------------------------------- policies
+
+
+@dataclass(frozen=True)
+class RollingPolicy:
+    """When an in-progress part is closed before the next checkpoint closes it anyway."""
+
+    part_size: int | None = 128 * 1024 * 1024
+    rollover_interval_ms: int | None = 60_000
+    inactivity_interval_ms: int | None = 60_000
+
+    @staticmethod
+    def default_rolling_policy(part_size: int = 128 * 1024 * 1024, rollover_interval: int = 60_000,
+                               inactivity_interval: int = 60_000) -> RollingPolicy:
+        return RollingPolicy(part_size, rollover_interval, inactivity_interval)
+
+    @staticmethod
+    def on_checkpoint_rolling_policy() -> RollingPolicy:
+        """Parts close only at checkpoints (Flink's rule for bulk formats)."""
+        return RollingPolicy(None, None, None)
+
+    def should_roll(self, size: int, opened_ms: float, last_write_ms: float, now_ms: float) -> bool:
+        return ((self.part_size is not None and size >= self.part_size)
+                or (self.rollover_interval_ms is not None
+                    and now_ms - opened_ms >= self.rollover_interval_ms)
+                or (self.inactivity_interval_ms is not None
+                    and now_ms - last_write_ms >= self.inactivity_interval_ms))
+
+
+@dataclass(frozen=True)
+class OutputFileConfig:
+    """Names of committed parts: ``<part_prefix>-<subtask>-<id><part_suffix>``."""
+
+    part_prefix: str = "part"
+    part_suffix: str = ""
+
+
+@dataclass(frozen=True)
+class FileCommittable:
+    """A closed part: where it waits, and the name that makes it visible."""
+
+    pending_path: str
+    final_path: str
+
+
+# ---------------------------------------------------------------------- the sink
+
+
+class FileSink(TwoPhaseCommittingSink):
+    """Exactly-once part files in a directory (Flink's ``FileSink``)."""
+
+    def __init__(self, base_path: str, *, encoder: Encoder | None = None,
+                 bulk_writer_factory: BulkWriterFactory | None = None,
+                 rolling_policy: RollingPolicy | None = None,
+                 output_file_config: OutputFileConfig | None = None,
+                 bucket_assigner: Callable[[Any], str] | None = None) -> None:
+        if (encoder is None) == (bulk_writer_factory is None):
+            raise InvalidProgramError("a FileSink needs a row encoder or a bulk writer factory")
+        self.base_path = base_path
+        self.encoder = encoder
+        self.bulk_writer_factory = bulk_writer_factory
+        self.rolling_policy = rolling_policy or (
+            RollingPolicy.on_checkpoint_rolling_policy() if bulk_writer_factory
+            else RollingPolicy.default_rolling_policy())
+        suffix = bulk_writer_factory.suffix if bulk_writer_factory else ""
+        self.output_file_config = output_file_config or OutputFileConfig(part_suffix=suffix)
+        self.bucket_assigner = bucket_assigner
+
+    @staticmethod
+    def for_row_format(base_path: str, encoder: Encoder) -> FileSinkBuilder:
+        return FileSinkBuilder(base_path, encoder=encoder)
+
+    @staticmethod
+    def for_bulk_format(base_path: str, writer_factory: BulkWriterFactory) -> FileSinkBuilder:
+        return FileSinkBuilder(base_path, bulk_writer_factory=writer_factory)
+
+    @property
+    def directory(self) -> str:
+        return _local_path(self.base_path)
+
+    def validate(self) -> None:
+        directory = self.directory
+        try:
+            os.makedirs(directory, exist_ok=True)
+            probe = os.path.join(directory, f".chandy-probe-{uuid.uuid4().hex}")
+            with open(probe, "wb"):
+                pass
+            os.remove(probe)
+        except OSError as exc:
+            raise InvalidProgramError(
+                f"FileSink cannot write to '{self.base_path}': {exc.strerror or exc}. Give it a "
+                "directory this job can create files in (on a cluster: shared by every "
+                "executor).") from None
+
+    def create_writer(self, context: SinkWriterContext) -> FileSinkWriter:
+        return FileSinkWriter(self, context)
+
+    def create_committer(self) -> Committer:
+        return FileCommitter()
+
+
+class FileSinkBuilder:
+    """``FileSink.for_row_format(path, encoder).with_rolling_policy(...).build()``."""
+
+    def __init__(self, base_path: str, **kwargs: Any) -> None:
+        self._base_path = base_path
+        self._kwargs = kwargs
+
+    def with_rolling_policy(self, policy: RollingPolicy) -> FileSinkBuilder:
+        self._kwargs["rolling_policy"] = policy
+        return self
+
+    def with_output_file_config(self, config: OutputFileConfig) -> FileSinkBuilder:
+        self._kwargs["output_file_config"] = config
+        return self
+
+    def with_bucket_assigner(self, assigner: Callable[[Any], str]) -> FileSinkBuilder:
+        """``assigner(record)`` names the subdirectory (bucket) a record goes to."""
+        self._kwargs["bucket_assigner"] = assigner
+        return self
+
+    def build(self) -> FileSink:
+        return FileSink(self._base_path, **self._kwargs)
+
+
+class _OpenPart:
+    def __init__(self, writer: _PartWriter, in_progress: str, pending: str, final: str) -> None:
+        self.writer = writer
+        self.in_progress = in_progress
+        self.pending = pending
+        self.final = final
+        self.opened_ms = self.last_write_ms = time.time() * 1000
+
+
+class FileSinkWriter(PrecommittingSinkWriter):
+    """The parts of one subtask."""
+
+    def __init__(self, sink: FileSink, context: SinkWriterContext) -> None:
+        self.sink = sink
+        self.context = context
+        self.directory = sink.directory
+        self._open: dict[str, _OpenPart] = {}
+        self._closed_parts: list[FileCommittable] = []
+        if context.is_restored:
+            self._clean_up_after_failure()
+
+    def _clean_up_after_failure(self) -> None:
+        """Delete the in-progress and pending parts a failed attempt left behind (their
+        records are written again after the restore), except those a restored checkpoint
+        names: those were just committed or are another subtask's to commit."""
+        keep = {c.pending_path for c in self.context.restored_committables
+                if isinstance(c, FileCommittable)}
+        prefix = self.sink.output_file_config.part_prefix
+        for root, _, files in os.walk(self.directory):
+            for name in files:
+                match = _PART.match(name)
+                if match is None or match.group("prefix") != prefix:
+                    continue
+                if int(match.group("subtask")) % self.context.parallelism != self.context.subtask_index:
+                    continue
+                path = os.path.join(root, name)
+                if path not in keep:
+                    log.info("FileSink removes the leftover part %s of a failed attempt", path)
+                    try:
+                        os.remove(path)
+                    except FileNotFoundError:
+                        pass
+
+    def _part(self, bucket: str) -> _OpenPart:
+        part = self._open.get(bucket)
+        if part is None:
+            directory = os.path.join(self.directory, bucket) if bucket else self.directory
+            os.makedirs(directory, exist_ok=True)
+            config = self.sink.output_file_config
+            name = f"{config.part_prefix}-{self.context.subtask_index}-{uuid.uuid4().hex}" \
+                   f"{config.part_suffix}"
+            in_progress = os.path.join(directory, f".{name}.inprogress")
+            if self.sink.bulk_writer_factory is not None:
+                writer: _PartWriter = self.sink.bulk_writer_factory.create(in_progress)
+            else:
+                assert self.sink.encoder is not None
+                writer = _RowPartWriter(in_progress, self.sink.encoder)
+            part = self._open[bucket] = _OpenPart(writer, in_progress,
+                                                  os.path.join(directory, f".{name}.pending"),
+                                                  os.path.join(directory, name))
+        return part
+
+    def write(self, element: Any) -> None:
+        self.write_batch([element])
+
+    def write_batch(self, elements: list[Any]) -> None:
+        assigner = self.sink.bucket_assigner
+        if assigner is None:
+            groups = {"": elements}
+        else:
+            groups = {}
+            for element in elements:
+                groups.setdefault(str(assigner(element)), []).append(element)
+        now = time.time() * 1000
+        for bucket, records in groups.items():
+            part = self._part(bucket)
+            part.writer.write(records)
+            part.last_write_ms = now
+            if self.sink.rolling_policy.should_roll(part.writer.size, part.opened_ms,
+                                                    part.last_write_ms, now):
+                self._close(bucket)
+        self._roll_idle(now)
+
+    def _roll_idle(self, now: float) -> None:
+        policy = self.sink.rolling_policy
+        for bucket, part in list(self._open.items()):
+            if policy.should_roll(part.writer.size, part.opened_ms, part.last_write_ms, now):
+                self._close(bucket)
+
+    def _close(self, bucket: str) -> None:
+        part = self._open.pop(bucket)
+        part.writer.close()
+        os.replace(part.in_progress, part.pending)
+        self._closed_parts.append(FileCommittable(part.pending, part.final))
+
+    def prepare_commit(self, checkpoint_id: int | None) -> list[Any]:
+        for bucket in list(self._open):
+            self._close(bucket)
+        closed, self._closed_parts = self._closed_parts, []
+        return list(closed)
+
+    def close(self) -> None:
+        """Parts not pre-committed by a checkpoint (still open, or rolled since the last
+        one) are lost with a cancelled or failed task: delete them. Pre-committed parts stay:
+        a restore commits them."""
+        for part in self._open.values():
+            try:
+                part.writer.close()
+            except Exception:  # noqa: BLE001 - the part is being dropped anyway
+                pass
+            _remove(part.in_progress)
+        self._open.clear()
+        for committable in self._closed_parts:
+            _remove(committable.pending_path)
+        self._closed_parts = []
+
+
+def _remove(path: str) -> None:
+    try:
+        os.remove(path)
+    except FileNotFoundError:
+        pass
+
+
+class FileCommitter(Committer):
+    """Renames pending parts to their final names; a part already renamed is skipped."""
+
+    def commit(self, committables: list[Any]) -> None:
+        directories = set()
+        for committable in committables:
+            if not isinstance(committable, FileCommittable):
+                continue
+            if os.path.exists(committable.final_path):
+                continue  # committed before (a restore replays commits)
+            try:
+                os.replace(committable.pending_path, committable.final_path)
+            except FileNotFoundError:
+                log.warning("FileSink cannot commit %s: neither it nor its pending part %s exists "
+                            "(moved or deleted outside the job?)", committable.final_path,
+                            committable.pending_path)
+                continue
+            directories.add(os.path.dirname(committable.final_path))
+        for directory in directories:  # make the renames durable
+            fd = os.open(directory, os.O_RDONLY)
+            try:
+                os.fsync(fd)
+            finally:
+                os.close(fd)

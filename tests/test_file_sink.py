@@ -1,0 +1,199 @@
+"""FileSink: Flink's TwoPhaseCommitSinkFunctionTest scenarios on real files, rolling, formats,
+and whole jobs read back by Spark."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from chandy import InvalidProgramError, StreamExecutionEnvironment
+from chandy.connectors.file_sink import (
+    CsvEncoder,
+    Encoder,
+    FileSink,
+    JsonLinesEncoder,
+    OutputFileConfig,
+    ParquetBulkWriters,
+    RollingPolicy,
+)
+from chandy.task.operators.sink import SinkWriterOperator
+from tests.jobs import FailOnceMap, KeyedCounter, Throttle
+from tests.operator_harness import OperatorHarness
+from tests.probes import Probe
+
+
+def committed_lines(directory: Path) -> list[str]:
+    """Every line of every committed (visible) part, as a reader of the directory sees it."""
+    lines = []
+    for path in sorted(directory.rglob("*")):
+        if path.is_file() and not path.name.startswith((".", "_")):
+            lines += path.read_text().splitlines()
+    return lines
+
+
+def hidden(directory: Path) -> list[str]:
+    return sorted(p.name for p in directory.rglob(".*") if p.is_file())
+
+
+def string_sink(directory: Path) -> FileSink:
+    return FileSink.for_row_format(str(directory), Encoder.simple_string_encoder()).build()
+
+
+def harness(directory: Path, **kwargs: Any) -> OperatorHarness:
+    return OperatorHarness(SinkWriterOperator(string_sink(directory)), **kwargs)
+
+
+def test_commit_only_what_the_completed_checkpoint_covers(tmp_path: Path) -> None:
+    h = harness(tmp_path).open()
+    h.process("42")
+    h.snapshot(0)
+    h.process("43")
+    h.snapshot(1)
+    h.process("44")
+    h.snapshot(2)
+    assert committed_lines(tmp_path) == []  # nothing visible before a completion
+    h.notify_complete(1)
+    assert sorted(committed_lines(tmp_path)) == ["42", "43"]
+
+
+def test_a_later_completion_commits_everything_before_it_and_a_late_one_is_a_no_op(
+        tmp_path: Path) -> None:
+    h = harness(tmp_path).open()
+    for checkpoint_id, record in enumerate(["42", "43", "44"]):
+        h.process(record)
+        h.snapshot(checkpoint_id)
+    h.notify_complete(2)
+    assert sorted(committed_lines(tmp_path)) == ["42", "43", "44"]
+    before = sorted(os.listdir(tmp_path))
+    h.notify_complete(1)  # late, and already covered
+    assert sorted(os.listdir(tmp_path)) == before
+    assert sorted(committed_lines(tmp_path)) == ["42", "43", "44"]
+
+
+def test_fail_after_checkpoint_and_restore_commits_it_and_cleans_the_in_flight_part(
+        tmp_path: Path) -> None:
+    h = harness(tmp_path).open()
+    h.process("42")
+    h.snapshot(0)
+    h.process("43")
+    state = h.snapshot(1)  # checkpoint 1 completes, but the notification never arrives
+    h.process("44")  # in flight: written after checkpoint 1, lost with the failure
+    h.snapshot(2)  # checkpoint 2 never completes
+    h.process("45")
+    assert committed_lines(tmp_path) == []
+    # the task dies here: no close(), its files stay behind
+    restored = harness(tmp_path, attempt=1).open([state], restored_checkpoint_id=1)
+    assert sorted(committed_lines(tmp_path)) == ["42", "43"]
+    assert hidden(tmp_path) == []  # the aborted checkpoint's pending part and the in-progress one
+    restored.process("44")
+    restored.snapshot(2)
+    restored.notify_complete(2)
+    assert sorted(committed_lines(tmp_path)) == ["42", "43", "44"]
+
+
+def test_a_restore_commits_idempotently(tmp_path: Path) -> None:
+    h = harness(tmp_path).open()
+    h.process("42")
+    state = h.snapshot(0)
+    h.notify_complete(0)  # committed before the failure ...
+    harness(tmp_path, attempt=1).open([state], restored_checkpoint_id=0)  # ... and replayed
+    assert committed_lines(tmp_path) == ["42"]
+
+
+def test_restore_at_a_lower_parallelism_commits_every_subtask_pending_part(tmp_path: Path) -> None:
+    states = []
+    for subtask in range(3):
+        h = harness(tmp_path, subtask=subtask, parallelism=3).open()
+        h.process(f"from {subtask}")
+        states.append(h.snapshot(5))
+    # rescaled to one subtask: the union state brings every subtask's committables
+    harness(tmp_path, attempt=1).open(states, restored_checkpoint_id=5)
+    assert sorted(committed_lines(tmp_path)) == ["from 0", "from 1", "from 2"]
+    assert hidden(tmp_path) == []
+
+
+def test_without_checkpointing_everything_is_committed_at_end_of_input(tmp_path: Path) -> None:
+    h = OperatorHarness(SinkWriterOperator(string_sink(tmp_path)),
+                        config={"execution.checkpointing.interval": None}).open()
+    h.process("a", "b")
+    h.end_input()
+    h.close()
+    assert committed_lines(tmp_path) == ["a", "b"]
+    assert hidden(tmp_path) == []
+
+
+def test_parts_roll_by_size_and_a_cancelled_writer_leaves_nothing(tmp_path: Path) -> None:
+    sink = FileSink.for_row_format(str(tmp_path), Encoder.simple_string_encoder()) \
+        .with_rolling_policy(RollingPolicy.default_rolling_policy(part_size=10)) \
+        .with_output_file_config(OutputFileConfig("data", ".txt")).build()
+    h = OperatorHarness(SinkWriterOperator(sink)).open()
+    for i in range(5):
+        h.process(f"record-{i}")  # 9 bytes each: every second record rolls the part
+    h.snapshot(1)
+    h.notify_complete(1)
+    names = [p.name for p in tmp_path.iterdir() if not p.name.startswith(".")]
+    assert len(names) >= 3 and all(n.startswith("data-0-") and n.endswith(".txt") for n in names)
+    assert sorted(committed_lines(tmp_path)) == [f"record-{i}" for i in range(5)]
+    h.process("never committed")
+    h.close()  # cancelled: the open part is deleted
+    assert hidden(tmp_path) == []
+
+
+def test_row_formats_and_buckets(tmp_path: Path) -> None:
+    sink = FileSink.for_row_format(str(tmp_path / "json"), JsonLinesEncoder()) \
+        .with_bucket_assigner(lambda r: f"kind={r['kind']}").build()
+    h = OperatorHarness(SinkWriterOperator(sink)).open()
+    h.process({"kind": "a", "n": 1}, {"kind": "b", "n": 2}, {"kind": "a", "n": 3})
+    h.snapshot(1)
+    h.notify_complete(1)
+    assert [json.loads(x) for x in committed_lines(tmp_path / "json" / "kind=a")] == [
+        {"kind": "a", "n": 1}, {"kind": "a", "n": 3}]
+    csv_sink = FileSink.for_row_format(str(tmp_path / "csv"), CsvEncoder(["n", "kind"])).build()
+    h = OperatorHarness(SinkWriterOperator(csv_sink)).open()
+    h.process({"kind": "x,y", "n": 1})
+    h.snapshot(1)
+    h.notify_complete(1)
+    assert committed_lines(tmp_path / "csv") == ['1,"x,y"']
+
+
+def test_a_sink_that_cannot_write_its_directory_is_refused_when_the_job_is_built(
+        tmp_path: Path) -> None:
+    blocker = tmp_path / "a-file"
+    blocker.write_text("")
+    env = StreamExecutionEnvironment.get_execution_environment(executor="local")
+    with pytest.raises(InvalidProgramError, match="FileSink cannot write to"):
+        env.from_collection([1]).sink_to(string_sink(blocker / "out"))
+    with pytest.raises(InvalidProgramError, match="local"):
+        env.from_collection([1]).sink_to(
+            FileSink.for_row_format("s3://bucket/out", Encoder.simple_string_encoder()).build())
+
+
+@pytest.mark.slow
+def test_exactly_once_parquet_and_json_output_through_a_failure_read_back_by_spark(
+        tmp_path: Path, executor: str, spark_session: Any) -> None:
+    n, keys = 30_000, 30
+    probe = Probe()
+    env = StreamExecutionEnvironment.get_execution_environment(executor=executor)
+    env.set_parallelism(2)
+    env.enable_checkpointing(100)
+    env.configure({"restart-strategy.fixed-delay.delay": 0})
+    counted = (env.from_sequence(0, n - 1).uid("source").map(Throttle(0.00002)).uid("throttle")
+               .map(FailOnceMap("failing", probe, n // 2, seed=3)).uid("failing")
+               .key_by(lambda x: x % keys).process(KeyedCounter(n // keys)).uid("counter")
+               .map(lambda kv: {"key": kv[0], "count": kv[1]}).uid("to-dict"))
+    counted.sink_to(FileSink.for_bulk_format(str(tmp_path / "parquet"),
+                                             ParquetBulkWriters.for_records()).build()).uid("pq")
+    env.from_sequence(0, n - 1).uid("raw-source").map(
+        lambda x: {"value": x}).sink_to(FileSink.for_row_format(
+            str(tmp_path / "json"), JsonLinesEncoder()).build()).uid("json")
+    env.execute("file sinks")
+    assert probe.get("failures") >= 1
+    rows = spark_session.read.parquet(str(tmp_path / "parquet")).collect()
+    assert sorted((r["key"], r["count"]) for r in rows) == [(k, n // keys) for k in range(keys)]
+    values = [r["value"] for r in spark_session.read.json(str(tmp_path / "json")).collect()]
+    assert sorted(values) == list(range(n))  # every record once: the final checkpoint committed all
+    assert hidden(tmp_path) == []
