@@ -41,7 +41,17 @@ class JobCancelledError(JobExecutionError):
     """The job was cancelled before it finished (``close()`` on a collect iterator, Ctrl-C)."""
 
 
-class InvalidCheckpointError(ChandyError):
+class UnrecoverableError(ChandyError):
+    """A failure that a restart would only repeat: the job fails at once instead of
+    restarting under its restart strategy.
+
+    Raise it (or a subclass) from a function or connector when the cause is in the
+    job's definition or its environment's setup, such as a topic that does not
+    exist, rather than a transient condition such as an unreachable server.
+    """
+
+
+class InvalidCheckpointError(UnrecoverableError):
     """A checkpoint or savepoint cannot be used: missing, incomplete, corrupt or incompatible.
 
     The message names the path and what to do instead.

@@ -11,6 +11,8 @@ import pytest
 
 from chandy import StreamExecutionEnvironment
 
+pytest_plugins = ["tests.kafka_broker"]
+
 #: Spark slots the shared session offers (local[4]): the most any test's parallelism needs.
 SPARK_SLOTS = 4
 

@@ -41,7 +41,6 @@ from chandy.config.options import (
 )
 from chandy.errors import (
     ConfigurationError,
-    InvalidCheckpointError,
     JobCancelledError,
     JobExecutionError,
 )
@@ -449,7 +448,7 @@ class JobMaster:
         if failure is not None and failure.exception is not None:
             error.__cause__ = failure.exception
         self.restart_strategy.notify_failure(error)
-        unrecoverable = failure is not None and failure.exception_type in UNRECOVERABLE
+        unrecoverable = failure is not None and failure.unrecoverable
         if unrecoverable or not self.restart_strategy.can_restart():
             eg.transition_state(JobStatus.RUNNING, JobStatus.FAILING, error)
             self._cancel_tasks()
@@ -513,11 +512,6 @@ class JobMaster:
 
 
 _CONTINUE = object()
-
-#: Failures that a restart would only repeat: the job fails at once (by type name, since
-#: the exception may have crossed a process boundary).
-UNRECOVERABLE = frozenset({InvalidCheckpointError.__name__})
-
 
 def _job_error(job_graph: JobGraph, update: TaskStateUpdate) -> JobExecutionError:
     failure = update.failure

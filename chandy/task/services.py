@@ -12,6 +12,7 @@ from concurrent.futures import Executor
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+from chandy.errors import UnrecoverableError
 from chandy.messages.checkpoint import CheckpointResponder
 from chandy.messages.ids import ExecutionAttemptID
 from chandy.storage.checkpoint_storage import CheckpointStorage
@@ -24,6 +25,8 @@ class TaskFailure:
 
     ``exception`` is the original object when it could be kept (in-process or
     picklable); ``traceback_text`` always holds the formatted traceback.
+    ``unrecoverable`` is decided where the exception is raised, since the object
+    may not survive the trip to the JobMaster.
     """
 
     exception: BaseException | None
@@ -31,11 +34,13 @@ class TaskFailure:
     message: str
     traceback_text: str
     operator_name: str | None
+    unrecoverable: bool = False
 
     @staticmethod
     def of(exc: BaseException, operator_name: str | None) -> TaskFailure:
         return TaskFailure(exc, type(exc).__name__, str(exc),
-                           "".join(traceback.format_exception(exc)), operator_name)
+                           "".join(traceback.format_exception(exc)), operator_name,
+                           isinstance(exc, UnrecoverableError))
 
 
 class TaskStateListener(Protocol):

@@ -15,6 +15,7 @@ Python worker reuse on, the next Spark task in this process starts clean.
 
 from __future__ import annotations
 
+import dataclasses
 import io
 import json
 import logging
@@ -409,5 +410,4 @@ def _portable(failure: TaskFailure) -> TaskFailure:
         pickle.loads(cloudpickle.dumps(failure.exception))
         return failure
     except Exception:  # noqa: BLE001 - keep the text, drop the object
-        return TaskFailure(None, failure.exception_type, failure.message,
-                           failure.traceback_text, failure.operator_name)
+        return dataclasses.replace(failure, exception=None)

@@ -198,6 +198,13 @@ class CollectSinkOperator(StreamOperator):
     state, so a failure between completion and publication loses nothing, and
     the client drops a checkpoint id it has already seen, so a replay after a
     restore is not delivered twice. Without checkpointing, batches go out at once.
+
+    Held records carry the ``collect_id`` of the ``execute_and_collect()`` call
+    that produced them. A failover within the job re-publishes its own held
+    records; a *new* job restored from a retained checkpoint or savepoint drops
+    the previous job's, because that job's client already received them (they
+    belong to checkpoints that completed) and the new client could not tell them
+    from new results. The new job's results are what it computes after the restore.
     """
 
     PENDING_STATE = ListStateDescriptor("collect-sink-pending")
@@ -225,7 +232,9 @@ class CollectSinkOperator(StreamOperator):
         self._state = context.get_list_state(self.PENDING_STATE)
         if context.is_restored():
             # everything held in the restored checkpoint belongs to completed checkpoints
-            self._to_publish_on_open = sorted(self._state.get(), key=lambda p: p[0])
+            own = [(checkpoint_id, records) for collect_id, checkpoint_id, records
+                   in self._state.get() if collect_id == self.collect_id]
+            self._to_publish_on_open = sorted(own, key=lambda p: p[0])
 
     def open(self) -> None:
         for checkpoint_id, records in self._to_publish_on_open:
@@ -248,7 +257,8 @@ class CollectSinkOperator(StreamOperator):
         if self._buffer:
             self._pending.append((context.get_checkpoint_id(), self._buffer))
             self._buffer = []
-        self._state.update(self._pending)
+        self._state.update([(self.collect_id, checkpoint_id, records)
+                            for checkpoint_id, records in self._pending])
 
     def notify_checkpoint_complete(self, checkpoint_id: int) -> None:
         ready = [p for p in self._pending if p[0] <= checkpoint_id]
