@@ -1,7 +1,16 @@
 """Sources and sinks. Sources keep their read positions in checkpointed state."""
 
 from chandy.connectors.collection import CollectionSource
+from chandy.connectors.data_generator import DataGeneratorSource
 from chandy.connectors.delta_sink import DeltaSink
+from chandy.connectors.file_formats import (
+    BulkFormat,
+    CsvFormat,
+    JsonLinesFormat,
+    MalformedRecordError,
+    ParquetFormat,
+    StreamFormat,
+)
 from chandy.connectors.file_sink import (
     BulkWriterFactory,
     CsvEncoder,
@@ -12,6 +21,7 @@ from chandy.connectors.file_sink import (
     ParquetBulkWriters,
     RollingPolicy,
 )
+from chandy.connectors.file_source import FileSource
 from chandy.connectors.kafka_common import (
     ByteArraySchema,
     DeserializationSchema,
@@ -40,17 +50,22 @@ from chandy.connectors.number_sequence import NumberSequenceSource
 from chandy.connectors.sinks import DiscardingSink, PrintSink
 
 __all__ = [
+    "BulkFormat",
     "BulkWriterFactory",
     "ByteArraySchema",
     "CollectionSource",
     "CsvEncoder",
+    "CsvFormat",
+    "DataGeneratorSource",
     "DeliveryGuarantee",
     "DeltaSink",
     "DeserializationSchema",
     "DiscardingSink",
     "Encoder",
     "FileSink",
+    "FileSource",
     "JsonLinesEncoder",
+    "JsonLinesFormat",
     "JsonSchema",
     "KafkaConnectorError",
     "KafkaOffsetResetStrategy",
@@ -64,11 +79,14 @@ __all__ = [
     "KafkaSource",
     "KafkaSourceBuilder",
     "KafkaTopicPartition",
+    "MalformedRecordError",
     "NumberSequenceSource",
     "OutputFileConfig",
     "ParquetBulkWriters",
+    "ParquetFormat",
     "PrintSink",
     "RollingPolicy",
     "SerializationSchema",
     "SimpleStringSchema",
+    "StreamFormat",
 ]
