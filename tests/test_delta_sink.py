@@ -40,7 +40,7 @@ def test_rows_appear_when_their_checkpoint_completes(tmp_path: Path) -> None:
     assert rows(tmp_path) == [(1, 1)]
     h.notify_complete(2)
     assert rows(tmp_path) == [(1, 1), (2, 1)]
-    assert DeltaTable(str(tmp_path)).transaction_version("test-0") == 2
+    assert DeltaTable(str(tmp_path)).transaction_version("test-job-sink-under-test-0") == 2
 
 
 def test_a_replayed_commit_after_a_restore_adds_nothing_twice(tmp_path: Path) -> None:
@@ -69,6 +69,17 @@ def test_a_missing_table_without_schema_is_refused_at_build_time(tmp_path: Path)
     env = StreamExecutionEnvironment.get_execution_environment(executor="local")
     with pytest.raises(InvalidProgramError, match="no Delta table.*schema"):
         env.from_collection([{"key": 1}]).sink_to(DeltaSink(str(tmp_path / "nothing")))
+
+
+def test_a_second_run_of_the_same_job_appends_its_rows_too(tmp_path: Path) -> None:
+    # checkpoint ids start again in every job: its versions must not look committed
+    for run in range(2):
+        env = StreamExecutionEnvironment.get_execution_environment(executor="local")
+        env.enable_checkpointing(50)
+        (env.from_collection([{"key": run, "count": i} for i in range(3)])
+            .sink_to(DeltaSink(str(tmp_path / "table"), SCHEMA)).uid("delta"))
+        env.execute(f"run {run}")
+    assert rows(tmp_path / "table") == [(run, i) for run in range(2) for i in range(3)]
 
 
 @pytest.mark.slow

@@ -4,10 +4,16 @@ Each subtask writes Parquet data files into the table directory as records
 arrive; at a checkpoint it closes the file and pre-commits it (the file exists,
 but no Delta reader sees it: a Delta table is what its log says). When the
 checkpoint completes, the file is added to the log in one Delta transaction
-that also records ``(app id, version)``: app id ``chandy-<sink uid>-<subtask>``,
+that also records ``(app id, version)``: app id
+``<prefix>-<job id>-<sink uid>-<subtask>`` (prefix ``chandy`` unless given),
 version the checkpoint id. delta-rs does not skip a stale retry by itself, so
 the committer reads ``transaction_version(app_id)`` first and skips what the
-log already has: a commit replayed after a restore never duplicates rows.
+log already has: a commit replayed after a restore never duplicates rows. The
+job id is part of the app id because checkpoint ids start again in every new
+job: a second run of the same job into the same table must not find its
+versions "already committed". A committable carries its app id, so a new job
+restored from a retained checkpoint still commits the old job's pending files
+under the old job's id, exactly once.
 
 Files that were written but never committed (an aborted checkpoint, a failed
 attempt) are left to Delta's ``vacuum``.
@@ -49,7 +55,8 @@ class DeltaSink(TwoPhaseCommittingSink):
     """Appends records (dicts) to the Delta table at ``table_uri``.
 
     ``schema`` (a ``pyarrow.Schema``) creates the table when it does not exist yet;
-    an existing table's schema is used as it is.
+    an existing table's schema is used as it is. ``app_id`` is the prefix of the
+    Delta application ids the sink commits under (see the module docs).
     """
 
     def __init__(self, table_uri: str, schema: Any = None, app_id: str | None = None) -> None:
@@ -100,8 +107,8 @@ class DeltaSinkWriter(PrecommittingSinkWriter):
 
         self.sink = sink
         self.path = sink.path
-        base = sink.app_id or f"chandy-{context.operator_id or context.job_id}"
-        self.app_id = f"{base}-{context.subtask_index}"
+        self.app_id = (f"{sink.app_id or 'chandy'}-{context.job_id}-"
+                       f"{context.operator_id or 'sink'}-{context.subtask_index}")
         self.schema = DeltaTable(self.path).schema().to_arrow()
         self._writer: Any = None
         self._file: str | None = None
