@@ -143,6 +143,23 @@ def test_parts_roll_by_size_and_a_cancelled_writer_leaves_nothing(tmp_path: Path
     assert hidden(tmp_path) == []
 
 
+@pytest.mark.parametrize("policy", [
+    RollingPolicy(part_size=None, rollover_interval_ms=0, inactivity_interval_ms=None),
+    RollingPolicy(part_size=None, rollover_interval_ms=None, inactivity_interval_ms=0),
+])
+def test_parts_roll_by_time(tmp_path: Path, policy: RollingPolicy) -> None:
+    # an interval of 0 ms has passed at every write: each batch closes its part
+    sink = FileSink.for_row_format(str(tmp_path), Encoder.simple_string_encoder()) \
+        .with_rolling_policy(policy).build()
+    h = OperatorHarness(SinkWriterOperator(sink)).open()
+    for i in range(3):
+        h.process(f"batch-{i}")
+    h.snapshot(1)
+    h.notify_complete(1)
+    parts = [p for p in tmp_path.iterdir() if not p.name.startswith(".")]
+    assert sorted(p.read_text() for p in parts) == [f"batch-{i}\n" for i in range(3)]
+
+
 def test_row_formats_and_buckets(tmp_path: Path) -> None:
     sink = FileSink.for_row_format(str(tmp_path / "json"), JsonLinesEncoder()) \
         .with_bucket_assigner(lambda r: f"kind={r['kind']}").build()

@@ -316,12 +316,13 @@ class FileSinkBuilder:
 
 
 class _OpenPart:
-    def __init__(self, writer: _PartWriter, in_progress: str, pending: str, final: str) -> None:
+    def __init__(self, writer: _PartWriter, in_progress: str, pending: str, final: str,
+                 opened_ms: float) -> None:
         self.writer = writer
         self.in_progress = in_progress
         self.pending = pending
         self.final = final
-        self.opened_ms = self.last_write_ms = time.time() * 1000
+        self.opened_ms = self.last_write_ms = opened_ms
 
 
 class FileSinkWriter(PrecommittingSinkWriter):
@@ -358,7 +359,7 @@ class FileSinkWriter(PrecommittingSinkWriter):
                     except FileNotFoundError:
                         pass
 
-    def _part(self, bucket: str) -> _OpenPart:
+    def _part(self, bucket: str, now_ms: float) -> _OpenPart:
         part = self._open.get(bucket)
         if part is None:
             directory = os.path.join(self.directory, bucket) if bucket else self.directory
@@ -374,7 +375,7 @@ class FileSinkWriter(PrecommittingSinkWriter):
                 writer = _RowPartWriter(in_progress, self.sink.encoder)
             part = self._open[bucket] = _OpenPart(writer, in_progress,
                                                   os.path.join(directory, f".{name}.pending"),
-                                                  os.path.join(directory, name))
+                                                  os.path.join(directory, name), now_ms)
         return part
 
     def write(self, element: Any) -> None:
@@ -390,7 +391,7 @@ class FileSinkWriter(PrecommittingSinkWriter):
                 groups.setdefault(str(assigner(element)), []).append(element)
         now = time.time() * 1000
         for bucket, records in groups.items():
-            part = self._part(bucket)
+            part = self._part(bucket, now)
             part.writer.write(records)
             part.last_write_ms = now
             if self.sink.rolling_policy.should_roll(part.writer.size, part.opened_ms,
