@@ -189,6 +189,28 @@ def test_a_sink_that_cannot_write_its_directory_is_refused_when_the_job_is_built
             FileSink.for_row_format("s3://bucket/out", Encoder.simple_string_encoder()).build())
 
 
+def test_an_unbounded_job_without_checkpointing_is_warned_that_its_output_never_commits(
+        tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    from chandy.connectors import DataGeneratorSource
+
+    env = StreamExecutionEnvironment.get_execution_environment(executor="local")
+    env.from_source(DataGeneratorSource(str, None), source_name="events") \
+        .sink_to(string_sink(tmp_path / "out"))
+    with caplog.at_level("WARNING", logger="chandy.api.environment"):
+        env.get_execution_plan()
+    assert any("checkpointing is off" in r.message and "events" in r.message
+               and "FileSink" in r.message for r in caplog.records)
+
+    caplog.clear()  # bounded, or with checkpointing: nothing to warn about
+    bounded = StreamExecutionEnvironment.get_execution_environment(executor="local")
+    bounded.from_collection([1]).sink_to(string_sink(tmp_path / "bounded"))
+    env.enable_checkpointing(1000)
+    with caplog.at_level("WARNING", logger="chandy.api.environment"):
+        bounded.get_execution_plan()
+        env.get_execution_plan()
+    assert not [r for r in caplog.records if "checkpointing is off" in r.message]
+
+
 @pytest.mark.slow
 def test_exactly_once_parquet_and_json_output_through_a_failure_read_back_by_spark(
         tmp_path: Path, executor: str, spark_session: Any) -> None:

@@ -13,7 +13,7 @@ import uuid
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from chandy.api.connector import Sink
+from chandy.api.connector import Sink, TwoPhaseCommittingSink
 from chandy.api.functions import (
     FilterFunction,
     FlatMapFunction,
@@ -230,6 +230,8 @@ class DataStream(_NodeHandle):
         if not isinstance(sink, Sink):
             raise InvalidProgramError(f"sink_to() takes a Sink, got {type(sink).__name__}")
         sink.validate()
+        if isinstance(sink, TwoPhaseCommittingSink):
+            self._env._two_phase_sinks.append(type(sink).__name__)
         node = self._add_operator(f"Sink: {type(sink).__name__}",
                                   functools.partial(SinkWriterOperator, sink), is_sink=True)
         return DataStreamSink(self._env, node)

@@ -9,7 +9,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from chandy.api.checkpoint_config import CheckpointConfig
-from chandy.api.connector import Source
+from chandy.api.connector import Boundedness, Source
 from chandy.api.datastream import DataStream
 from chandy.config import Configuration
 from chandy.config.options import (
@@ -50,6 +50,10 @@ class StreamExecutionEnvironment:
         if configuration is not None:
             self.configure(configuration)
         self._stream_graph = StreamGraph()
+        # Names of the unbounded sources and two-phase-committing sinks defined since the
+        # last execute: without checkpointing such a job never commits its output.
+        self._unbounded_sources: list[str] = []
+        self._two_phase_sinks: list[str] = []
 
     @staticmethod
     def get_execution_environment(configuration: Configuration | Mapping[str, Any] | None = None,
@@ -152,6 +156,8 @@ class StreamExecutionEnvironment:
             raise InvalidProgramError("watermark strategies (event time) are not supported yet; "
                                       "pass watermark_strategy=None")
         source.validate()
+        if source.get_boundedness() is Boundedness.CONTINUOUS_UNBOUNDED:
+            self._unbounded_sources.append(source_name)
         import functools
 
         node = self._stream_graph.add_node(source_name, functools.partial(SourceOperator, source),
@@ -193,6 +199,13 @@ class StreamExecutionEnvironment:
     def _build_job_graph(self, job_name: str | None, *, clear: bool = True) -> JobGraph:
         config = self._validated_config()
         name = job_name or config.get(PipelineOptions.NAME) or "chandy job"
+        if (self._unbounded_sources and self._two_phase_sinks
+                and config.get(CheckpointingOptions.INTERVAL) is None):
+            log.warning(
+                "Job %s: sinks %s commit their output at checkpoints, but checkpointing is off "
+                "and sources %s never end, so nothing they write will become visible. Call "
+                "env.enable_checkpointing(interval_ms).", name, self._two_phase_sinks,
+                self._unbounded_sources)
         try:
             return create_job_graph(
                 self._stream_graph, job_name=name,
@@ -203,6 +216,7 @@ class StreamExecutionEnvironment:
         finally:
             if clear:
                 self._stream_graph = StreamGraph()
+                self._unbounded_sources, self._two_phase_sinks = [], []
 
     def _create_executor(self, config: Configuration) -> Executor:
         target = config.get(ExecutionOptions.TARGET)
