@@ -8,8 +8,14 @@ import logging
 import os
 import platform
 import statistics
+import subprocess
 import sys
+from dataclasses import replace
+from datetime import UTC, datetime
+from pathlib import Path
 from typing import Any
+
+from bench.suite import WORKLOADS
 
 
 def _table(rows: list[dict[str, Any]], columns: list[str]) -> str:
@@ -48,10 +54,29 @@ def main(argv: list[str]) -> int:
     failover = sub.add_parser("failover", help="recovery time after a raised exception / SIGKILL")
     failover.add_argument("--runs", type=int, default=3)
     failover.add_argument("--executors", default="local,spark")
+    suite = sub.add_parser("run", help="every workload on chandy and the reference systems, "
+                           "side by side (installs the references under bench/.cache)")
+    suite.add_argument("--quick", action="store_true",
+                       help="small sizes, one run, each system's main variant (< 5 minutes)")
+    suite.add_argument("--systems", default="chandy,spark_ss,bytewax,pyflink",
+                       help="systems, or system:variant, comma-separated")
+    suite.add_argument("--workloads", default=",".join(WORKLOADS))
+    suite.add_argument("--runs", type=int, default=None, help="default 3, or 1 with --quick")
+    suite.add_argument("--parallelism", type=int, default=2)
+    suite.add_argument("--records", type=int, default=None,
+                       help="records of W1 and W2 and keys of W4, for every system")
+    suite.add_argument("--duration-s", type=float, default=None, help="length of W3")
+    suite.add_argument("--timeout-s", type=float, default=900.0, help="per run")
+    suite.add_argument("--results-dir", type=Path, default=Path(__file__).parent / "results")
+    suite.add_argument("--markdown", type=Path, default=None,
+                       help="where the Markdown report goes (default bench/RESULTS.md for a "
+                            "full run; none for --quick)")
     args = parser.parse_args(argv)
-    logging.basicConfig(level=logging.WARNING)
+    logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(message)s")
     if args.workload == "failover":
         return _failover(args)
+    if args.workload == "run":
+        return _run_suite(args, argv)
 
     from bench.w1 import as_row, run_w1
 
@@ -122,6 +147,63 @@ def _failover(args: argparse.Namespace) -> int:
     for executor, failure in cases:
         print(f"{executor} after {failure}: median {summary[f'{executor}_{failure}_median_s']:.2f} s")
     return 0
+
+
+def _run_suite(args: argparse.Namespace, argv: list[str]) -> int:
+    from bench import report, suite
+    from bench.envs import installed_version
+
+    sizes = suite.QUICK if args.quick else suite.FULL
+    if args.records is not None:
+        sizes = replace(sizes, w1_records=args.records, w2_records=args.records,
+                        w4_keys=args.records, slow_system_divisor={})
+    if args.duration_s is not None:
+        sizes = replace(sizes, w3_duration_s=args.duration_s)
+    systems = suite.parse_systems(args.systems, args.quick)
+    workloads = [w.strip() for w in args.workloads.split(",") if w.strip()]
+    unknown = set(workloads) - set(WORKLOADS)
+    if unknown:
+        raise SystemExit(f"unknown workloads {sorted(unknown)}; use {', '.join(WORKLOADS)}")
+    runs = args.runs or (1 if args.quick else 3)
+    cases = suite.plan(systems, workloads, with_no_checkpoint_baseline=True)
+    load_before = os.getloadavg()[0]
+    rows = suite.run_suite(cases, runs, sizes, args.parallelism, args.timeout_s)
+    loads = [r["load_avg_1m_before"] for r in rows]
+    summary = report.summarize(rows)
+    now = datetime.now(UTC)
+    results = {
+        "date": now.strftime("%Y-%m-%d %H:%M UTC"),
+        "command": "python -m bench run " + " ".join(argv[1:]),
+        "runs": runs, "parallelism": args.parallelism, "sizes": sizes.__dict__,
+        "machine": {**_machine(), "java": _java_version(), "load_avg_1m_before": load_before,
+                    "load_avg_1m_after": os.getloadavg()[0], "load_avg_1m_min": min(loads),
+                    "load_avg_1m_max": max(loads)},
+        "versions": {system: installed_version(system)
+                     for system in dict.fromkeys(s for s, _ in systems)},
+        "summary": summary, "ratios": report.ratios(summary),
+        "targets": report.targets(summary), "rows": rows,
+    }
+    args.results_dir.mkdir(parents=True, exist_ok=True)
+    name = now.strftime("%Y-%m-%d-%H%M") + ("-quick" if args.quick else "")
+    json_path = args.results_dir / f"{name}.json"
+    json_path.write_text(json.dumps(results, indent=2) + "\n")
+    markdown = args.markdown or (None if args.quick else Path(__file__).parent / "RESULTS.md")
+    if markdown is not None:
+        markdown.write_text(report.markdown(results))
+    print(json.dumps({k: results[k] for k in ("summary", "ratios", "targets")}, indent=2))
+    print()
+    print(report.markdown(results))
+    logging.warning("Results: %s%s", json_path, f" and {markdown}" if markdown else "")
+    return 0
+
+
+def _java_version() -> str:
+    try:
+        done = subprocess.run(["java", "-version"], capture_output=True, text=True, timeout=30,
+                              check=False)
+    except OSError as exc:
+        return f"java not found ({exc})"
+    return (done.stderr or done.stdout).splitlines()[0].strip()
 
 
 if __name__ == "__main__":

@@ -1,0 +1,219 @@
+"""Summaries of a suite run: medians with min/max, chandy's ratio to every reference,
+the targets, and the Markdown of ``bench/RESULTS.md``.
+
+Every ratio is oriented so that above 1 means chandy is better: throughput is
+chandy / reference, a time or a size is reference / chandy. Against a system measured
+in several variants the targets use the reference's best variant, so a target is never
+met by picking a reference's weak spot.
+"""
+
+from __future__ import annotations
+
+import statistics
+from dataclasses import dataclass
+from typing import Any
+
+
+@dataclass(frozen=True)
+class Metric:
+    workload: str
+    name: str
+    label: str
+    unit: str
+    higher_is_better: bool
+
+
+METRICS = [
+    Metric("w1", "records_per_s", "W1 throughput", "records/s", True),
+    Metric("w1", "checkpoint_p50_ms", "W1 checkpoint p50", "ms", False),
+    Metric("w1", "checkpoint_max_ms", "W1 checkpoint max", "ms", False),
+    Metric("w2", "recovery_s", "W2 recovery", "s", False),
+    Metric("w3", "latency_p50_ms", "W3 latency p50", "ms", False),
+    Metric("w3", "latency_p99_ms", "W3 latency p99", "ms", False),
+    Metric("w4", "checkpoint_duration_ms", "W4 checkpoint duration", "ms", False),
+    Metric("w4", "checkpoint_size_bytes", "W4 checkpoint size", "bytes", False),
+]
+
+
+def summarize(rows: list[dict[str, Any]]) -> dict[str, Any]:
+    """Per system/variant: every metric's median, min and max over the successful runs
+    (with checkpoints; W1 without them only feeds the overhead), the W1 checkpoint
+    overhead, W2's exactness, and the errors of failed runs."""
+    summary: dict[str, Any] = {}
+    for system, variant in dict.fromkeys((r["system"], r["variant"]) for r in rows):
+        mine = [r for r in rows if (r["system"], r["variant"]) == (system, variant)]
+        part: dict[str, Any] = {"errors": sorted({f"{r['workload']}: {r['error']}"
+                                                  for r in mine if not r.get("ok")})}
+        for metric in METRICS:
+            values = [r[metric.name] for r in mine
+                      if r.get("ok") and r["workload"] == metric.workload
+                      and r["checkpoint_interval_ms"] and r.get(metric.name) is not None]
+            if values:
+                part[metric.name] = {"median": statistics.median(values), "min": min(values),
+                                     "max": max(values), "runs": len(values)}
+        base = [r["records_per_s"] for r in mine
+                if r.get("ok") and r["workload"] == "w1" and not r["checkpoint_interval_ms"]]
+        if base and "records_per_s" in part:
+            part["records_per_s_without_checkpoints"] = {
+                "median": statistics.median(base), "min": min(base), "max": max(base),
+                "runs": len(base)}
+            part["checkpoint_overhead"] = 1 - part["records_per_s"]["median"] / statistics.median(base)
+        exact = [r["exact"] for r in mine if r.get("ok") and r["workload"] == "w2"]
+        if exact:
+            part["w2_exact_runs"] = f"{sum(exact)} of {len(exact)}"
+        records = {r["workload"]: r.get("records", r.get("keys")) for r in mine if r.get("ok")}
+        part["records"] = records
+        summary[f"{system}/{variant}"] = part
+    return summary
+
+
+def ratios(summary: dict[str, Any]) -> dict[str, dict[str, dict[str, float]]]:
+    """For each chandy variant, each reference variant, each metric: chandy's advantage."""
+    result: dict[str, dict[str, dict[str, float]]] = {}
+    for mine, own in summary.items():
+        if not mine.startswith("chandy/"):
+            continue
+        result[mine] = {}
+        for reference, theirs in summary.items():
+            if reference.startswith("chandy/"):
+                continue
+            row = {}
+            for metric in METRICS:
+                a, b = own.get(metric.name), theirs.get(metric.name)
+                if a and b and a["median"] and b["median"]:
+                    row[metric.name] = (a["median"] / b["median"] if metric.higher_is_better
+                                        else b["median"] / a["median"])
+            result[mine][reference] = row
+    return result
+
+
+def _best(summary: dict[str, Any], system: str, metric: Metric) -> tuple[str, float] | None:
+    """The reference's best variant for ``metric`` (its most favourable figure)."""
+    found = [(key, part[metric.name]["median"]) for key, part in summary.items()
+             if key.startswith(f"{system}/") and metric.name in part]
+    if not found:
+        return None
+    return (max if metric.higher_is_better else min)(found, key=lambda kv: kv[1])
+
+
+def targets(summary: dict[str, Any], chandy: str = "chandy/spark") -> list[dict[str, Any]]:
+    """The issue's targets for chandy on the Spark executor, each with its measured figure."""
+    own = summary.get(chandy, {})
+    throughput = METRICS[0]
+    checks: list[dict[str, Any]] = []
+    for system, factor in (("spark_ss", 3.0), ("bytewax", 3.0), ("pyflink", 50.0)):
+        best = _best(summary, system, throughput)
+        if best and "records_per_s" in own:
+            ratio = own["records_per_s"]["median"] / best[1]
+            checks.append({"target": f"W1 >= {factor:g}x {system} (best variant: {best[0]})",
+                           "measured": f"{ratio:.2f}x", "met": ratio >= factor})
+
+    def limit(name: str, label: str, bound: float, unit: str) -> None:
+        if name in own:
+            value = own[name]["median"]
+            checks.append({"target": f"{label} <= {bound:g} {unit}",
+                           "measured": f"{value:.3g} {unit}", "met": value <= bound})
+
+    if "checkpoint_overhead" in own:
+        overhead = own["checkpoint_overhead"]
+        checks.append({"target": "W1 checkpoint overhead <= 5 %",
+                       "measured": f"{overhead:.1%}", "met": overhead <= 0.05})
+    limit("checkpoint_p50_ms", "W1 checkpoint p50", 50, "ms")
+    limit("latency_p99_ms", "W3 latency p99", 3, "ms")
+    limit("recovery_s", "W2 recovery (raised exception)", 1, "s")
+    return checks
+
+
+# ---------------------------------------------------------------------- text
+
+
+def fmt(value: Any, unit: str = "") -> str:
+    if value is None:
+        return "-"
+    if isinstance(value, bool):
+        return "yes" if value else "no"
+    if isinstance(value, float | int):
+        if unit == "bytes":
+            return f"{value / 1e6:,.1f} MB"
+        if abs(value) >= 100:
+            return f"{value:,.0f}"
+        return f"{value:.3g}"
+    return str(value)
+
+
+def table(rows: list[list[str]], header: list[str]) -> str:
+    """A Markdown table (also readable as plain text)."""
+    widths = [max(len(str(c)) for c in column) for column in zip(header, *rows, strict=True)]
+    lines = ["| " + " | ".join(h.ljust(w) for h, w in zip(header, widths, strict=True)) + " |",
+             "|" + "|".join("-" * (w + 2) for w in widths) + "|"]
+    lines += ["| " + " | ".join(str(c).ljust(w) for c, w in zip(row, widths, strict=True)) + " |"
+              for row in rows]
+    return "\n".join(lines)
+
+
+def figures_table(summary: dict[str, Any]) -> str:
+    rows = []
+    for key, part in summary.items():
+        for metric in METRICS:
+            m = part.get(metric.name)
+            if m:
+                rows.append([key, metric.label, f"{fmt(m['median'], metric.unit)} {metric.unit}"
+                             if metric.unit != "bytes" else fmt(m["median"], metric.unit),
+                             fmt(m["min"], metric.unit), fmt(m["max"], metric.unit),
+                             str(m["runs"]), fmt(part["records"].get(metric.workload))])
+        if "checkpoint_overhead" in part:
+            base = part["records_per_s_without_checkpoints"]
+            rows.append([key, "W1 throughput without checkpoints",
+                         f"{fmt(base['median'])} records/s", fmt(base["min"]), fmt(base["max"]),
+                         str(base["runs"]), fmt(part["records"].get("w1"))])
+            rows.append([key, "W1 checkpoint overhead", f"{part['checkpoint_overhead']:.1%}",
+                         "", "", "", ""])
+        if "w2_exact_runs" in part:
+            rows.append([key, "W2 every key's sum exact", part["w2_exact_runs"], "", "", "", ""])
+    return table(rows, ["system/variant", "figure", "median", "min", "max", "runs", "records"])
+
+
+def ratios_table(summary: dict[str, Any]) -> str:
+    rows = []
+    for mine, references in ratios(summary).items():
+        for reference, row in references.items():
+            for metric in METRICS:
+                if metric.name in row:
+                    rows.append([mine, reference, metric.label, f"{row[metric.name]:.2f}x"])
+    if not rows:
+        return "(no reference system measured)"
+    return table(rows, ["chandy", "reference", "figure", "chandy's advantage"])
+
+
+def errors_table(summary: dict[str, Any]) -> str:
+    rows = [[key, error] for key, part in summary.items() for error in part["errors"]]
+    return table(rows, ["system/variant", "could not run"]) if rows else "(none)"
+
+
+def targets_table(summary: dict[str, Any]) -> str:
+    checks = targets(summary)
+    rows = [[c["target"], c["measured"], "met" if c["met"] else "**not met**"] for c in checks]
+    return table(rows, ["target (chandy, Spark executor)", "measured", ""]) if rows else "(none)"
+
+
+def markdown(results: dict[str, Any]) -> str:
+    """``bench/RESULTS.md``: where and how it was measured, then every figure."""
+    machine = results["machine"]
+    summary = results["summary"]
+    versions = ", ".join(f"{k} {v}" for k, v in results["versions"].items())
+    return "\n\n".join([
+        f"# Benchmark results, {results['date']}",
+        f"`{results['command']}`: {results['runs']} run(s) of each case, interleaved; "
+        f"parallelism {results['parallelism']}, checkpoints (commits, snapshots) every "
+        "1 s to local disk. Medians with min and max. Ratios: above 1 means chandy is "
+        "better (throughput chandy / reference; times and sizes reference / chandy).",
+        f"Machine: {machine['cpus']} CPUs, {machine['platform']}, Python "
+        f"{machine['python']}, {machine['java']}. Load average (1 min) before the suite "
+        f"{machine['load_avg_1m_before']:.2f}, after {machine['load_avg_1m_after']:.2f}; "
+        f"per run it ranged {machine['load_avg_1m_min']:.2f}-{machine['load_avg_1m_max']:.2f}.",
+        f"Versions: {versions}.",
+        "## Targets", targets_table(summary),
+        "## Figures", figures_table(summary),
+        "## chandy's ratio to each reference", ratios_table(summary),
+        "## What could not run, and why", errors_table(summary),
+    ]) + "\n"

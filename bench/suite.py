@@ -1,0 +1,192 @@
+"""``python -m bench run``: every workload on every system, side by side, in one run.
+
+Each run of a workload is a fresh subprocess (a system's runner, in the system's own
+virtual environment; see :mod:`bench.systems` for the protocol), so no run inherits a
+warm JVM, a Spark session or a cache from the one before. The runs are interleaved:
+run 1 of every system, then run 2 of every system, and so on, so that a change of load
+on the machine hits every system alike instead of one of them.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import shutil
+import signal
+import subprocess
+import time
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from bench.envs import CACHE, ensure_env, python_of, runner_of
+
+log = logging.getLogger(__name__)
+
+ROOT = Path(__file__).resolve().parent.parent
+
+#: Every system and the variants it is measured in; the first is its main variant.
+VARIANTS: dict[str, list[str]] = {
+    "chandy": ["spark", "local"],
+    "spark_ss": ["groupby", "pandas_state", "twsip"],
+    "bytewax": ["processes", "workers"],
+    "pyflink": ["thread", "process"],
+}
+WORKLOADS = ("w1", "w2", "w3", "w4")
+
+
+@dataclass(frozen=True)
+class Sizes:
+    """How big each workload is. The figures are rates and percentiles, which do not
+    depend on the size once a run lasts some seconds; PyFlink, about 100 times slower
+    per record than the others, reads fewer records so that a run ends in minutes (each
+    result names its record count)."""
+
+    w1_records: int = 2_000_000
+    w2_records: int = 2_000_000
+    w3_rate: float = 1000.0
+    w3_duration_s: float = 30.0
+    w4_keys: int = 1_000_000
+    w4_value_bytes: int = 100
+    slow_system_divisor: dict[str, int] = field(default_factory=lambda: {"pyflink": 10})
+
+    def arguments(self, system: str, workload: str) -> list[str]:
+        divisor = self.slow_system_divisor.get(system, 1)
+        if workload == "w1":
+            return ["--records", str(self.w1_records // divisor)]
+        if workload == "w2":
+            return ["--records", str(self.w2_records // divisor)]
+        if workload == "w3":
+            return ["--rate", f"{self.w3_rate:g}", "--duration-s", f"{self.w3_duration_s:g}"]
+        return ["--records", str(self.w4_keys // divisor), "--value-bytes",
+                str(self.w4_value_bytes)]
+
+
+FULL = Sizes()
+QUICK = Sizes(w1_records=300_000, w2_records=300_000, w3_duration_s=6.0, w4_keys=100_000)
+
+
+@dataclass(frozen=True)
+class Case:
+    """One measurement: a system in one variant on one workload, checkpoints on or off."""
+
+    system: str
+    variant: str
+    workload: str
+    checkpoint_interval_ms: int = 1000
+
+    @property
+    def label(self) -> str:
+        checkpoints = "" if self.checkpoint_interval_ms else ", no checkpoints"
+        return f"{self.system}/{self.variant} {self.workload}{checkpoints}"
+
+
+def plan(systems: list[tuple[str, str]], workloads: list[str],
+         with_no_checkpoint_baseline: bool) -> list[Case]:
+    cases = []
+    for workload in workloads:
+        for system, variant in systems:
+            cases.append(Case(system, variant, workload))
+            if workload == "w1" and with_no_checkpoint_baseline:
+                cases.append(Case(system, variant, workload, checkpoint_interval_ms=0))
+    return cases
+
+
+def parse_systems(spec: str, quick: bool) -> list[tuple[str, str]]:
+    """``chandy,pyflink:process`` -> every variant of chandy (only its main one with
+    ``quick``) and PyFlink in process mode."""
+    chosen = []
+    for item in (s.strip() for s in spec.split(",") if s.strip()):
+        system, _, variant = item.partition(":")
+        if system not in VARIANTS:
+            raise ValueError(f"unknown system '{system}'; use {', '.join(VARIANTS)}")
+        if variant and variant not in VARIANTS[system]:
+            raise ValueError(f"unknown variant '{variant}' of {system}; use "
+                             f"{', '.join(VARIANTS[system])}")
+        variants = [variant] if variant else VARIANTS[system][:1 if quick else None]
+        chosen += [(system, v) for v in variants]
+    return chosen
+
+
+def run_case(case: Case, sizes: Sizes, parallelism: int, timeout_s: float,
+             extra: list[str] | None = None) -> dict[str, Any]:
+    """Run one case in a fresh subprocess; its JSON figures plus what was run."""
+    work_dir = CACHE / "work" / uuid.uuid4().hex[:12]
+    work_dir.mkdir(parents=True)
+    python = python_of(case.system)
+    if case.system == "chandy":
+        command = [str(python), "-m", "bench.systems.chandy_runner"]
+    else:
+        command = [str(python), str(runner_of(case.system))]
+    command += [case.workload, "--work-dir", str(work_dir), "--parallelism", str(parallelism),
+                "--checkpoint-interval-ms", str(case.checkpoint_interval_ms),
+                "--mode", case.variant, *sizes.arguments(case.system, case.workload),
+                *(extra or [])]
+    row: dict[str, Any] = {"system": case.system, "variant": case.variant,
+                           "workload": case.workload,
+                           "checkpoint_interval_ms": case.checkpoint_interval_ms,
+                           "load_avg_1m_before": os.getloadavg()[0]}
+    started = time.monotonic()
+    log.warning("Running %s", case.label)
+    process = subprocess.Popen(command, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                               text=True, start_new_session=True)
+    try:
+        stdout, stderr = process.communicate(timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        _kill_group(process)
+        stdout, stderr = process.communicate()
+        row.update(ok=False, error=f"timed out after {timeout_s:.0f} s")
+        return _finish(row, started, stderr, work_dir)
+    finally:
+        if process.poll() is None:  # Ctrl-C while waiting: take the runner's JVMs down too
+            _kill_group(process)
+    lines = [line for line in stdout.splitlines() if line.strip().startswith("{")]
+    if not lines:
+        row.update(ok=False, error=f"the runner printed no result (exit code "
+                                   f"{process.returncode}): {_tail(stderr)}")
+        return _finish(row, started, stderr, work_dir)
+    figures = json.loads(lines[-1])
+    figures.pop("system", None)
+    row["reported_variant"] = figures.pop("variant", case.variant)
+    row.update(figures)
+    return _finish(row, started, stderr, work_dir)
+
+
+def _finish(row: dict[str, Any], started: float, stderr: str, work_dir: Path) -> dict[str, Any]:
+    row["run_s"] = time.monotonic() - started
+    if not row.get("ok"):
+        log.warning("  failed: %s", row.get("error"))
+        log.debug("stderr of the failed run:\n%s", stderr)
+    shutil.rmtree(work_dir, ignore_errors=True)
+    return row
+
+
+def _kill_group(process: subprocess.Popen[str]) -> None:
+    try:
+        os.killpg(process.pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+    process.wait()
+
+
+def _tail(text: str, lines: int = 5) -> str:
+    return " | ".join(text.strip().splitlines()[-lines:])[-800:]
+
+
+def run_suite(cases: list[Case], runs: int, sizes: Sizes, parallelism: int, timeout_s: float,
+              on_row: Callable[[dict[str, Any]], None] | None = None) -> list[dict[str, Any]]:
+    """Every case ``runs`` times, interleaved; the environments are made first."""
+    for system in sorted({c.system for c in cases}):
+        ensure_env(system)
+    rows = []
+    for run in range(1, runs + 1):
+        for case in cases:
+            row = run_case(case, sizes, parallelism, timeout_s)
+            row["run"] = run
+            rows.append(row)
+            if on_row is not None:
+                on_row(row)
+    return rows

@@ -1,0 +1,333 @@
+"""chandy's runner: ``python -m bench.systems.chandy_runner <w1|w2|w3|w4> --work-dir DIR``.
+
+Follows the runner protocol of :mod:`bench.systems`. ``--mode`` is the executor:
+``spark`` (the default, a local Spark session with one slot per subtask) or ``local``
+(every subtask a thread of this process). The jobs are written as a PyFlink user writes
+them: a ``KeyedProcessFunction`` reading and updating a ``ValueState``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from bench.timing import TimingSink, read_timings
+from bench.w1 import RunningSum
+from chandy import StreamExecutionEnvironment
+from chandy.api.connector import Sink, SinkWriter, SinkWriterContext
+from chandy.api.functions import KeyedProcessFunction, RuntimeContext
+from chandy.api.state import ValueStateDescriptor
+from chandy.connectors import DataGeneratorSource
+from chandy.runtime.job_client import JobClient
+
+log = logging.getLogger("bench.chandy")
+
+
+# ------------------------------------------------------------------ shared pieces
+
+
+def environment(args: argparse.Namespace, work_dir: Path) -> StreamExecutionEnvironment:
+    env = StreamExecutionEnvironment.get_execution_environment(executor=args.mode)
+    env.set_parallelism(args.parallelism)
+    env.configure({"restart-strategy.type": "fixed-delay",
+                   "restart-strategy.fixed-delay.attempts": 3,
+                   "restart-strategy.fixed-delay.delay": 0})
+    if args.checkpoint_interval_ms > 0:
+        env.enable_checkpointing(args.checkpoint_interval_ms)
+        env.get_checkpoint_config().set_checkpoint_storage(str(work_dir / "checkpoints"))
+    return env
+
+
+def checkpoint_figures(client: JobClient, enabled: bool) -> dict[str, Any]:
+    if not enabled:
+        return {"checkpoints_completed": None, "checkpoint_p50_ms": None,
+                "checkpoint_max_ms": None}
+    stats = client.get_checkpoint_statistics()
+    durations = stats["summary"]["end_to_end_duration"]
+    return {"checkpoints_completed": stats["counts"]["completed"],
+            "checkpoint_p50_ms": durations["p50"], "checkpoint_max_ms": durations["max"]}
+
+
+def run(env: StreamExecutionEnvironment, name: str) -> tuple[JobClient, float]:
+    """Run the job to its end; the client (for its statistics) and the wall time."""
+    started = time.perf_counter()
+    client = env.execute_async(name)
+    client.get_job_execution_result()
+    return client, time.perf_counter() - started
+
+
+# ------------------------------------------------------------------ w1
+
+
+def w1(args: argparse.Namespace, work_dir: Path) -> dict[str, Any]:
+    env = environment(args, work_dir)
+    (env.from_sequence(0, args.records - 1)
+        .key_by(lambda i, keys=args.keys: i % keys)
+        .process(RunningSum()).name("running sum")
+        .sink_to(TimingSink(str(work_dir))))
+    client, wall = run(env, "W1 keyed running count")
+    timing = read_timings(str(work_dir))
+    if timing["count"] != args.records:
+        raise RuntimeError(f"{timing['count']} of {args.records} records reached the sink")
+    span = timing["last"] - timing["first"]
+    return {"records": args.records, "records_per_s": args.records / span,
+            "first_to_last_s": span, "wall_s": wall,
+            **checkpoint_figures(client, args.checkpoint_interval_ms > 0)}
+
+
+# ------------------------------------------------------------------ w2
+
+
+class FailingRunningSum(KeyedProcessFunction):
+    """The running sum, as ``(key, count, sum)``; subtask 0 of the first attempt raises
+    halfway through its share, once a checkpoint has completed."""
+
+    def __init__(self, work_dir: str, fail_after: int) -> None:
+        self.work_dir = work_dir
+        self.fail_after = fail_after
+
+    def open(self, runtime_context: RuntimeContext) -> None:
+        self.state = runtime_context.get_state(ValueStateDescriptor("count-and-sum"))
+        self.attempt = runtime_context.get_attempt_number()
+        self.subtask = runtime_context.get_index_of_this_subtask()
+        self.seen = 0
+
+    def process_element(self, value: int, ctx: KeyedProcessFunction.Context) -> Any:
+        if self.seen == 0 and self.attempt > 0:
+            first = Path(self.work_dir) / f"first-after-restore-{self.subtask}"
+            first.write_text(repr(time.time()))
+        self.seen += 1
+        if self.attempt == 0 and self.subtask == 0 and self.seen >= self.fail_after:
+            if any((Path(self.work_dir) / "checkpoints").glob("*/chk-*/_metadata")):
+                (Path(self.work_dir) / "raised").write_text(repr(time.time()))
+                raise RuntimeError("W2: the injected failure")
+            # Fail only after a checkpoint completed. Waiting here would hold the
+            # checkpoint's barrier up behind this record, so slow down instead.
+            time.sleep(0.001)
+        count, total = self.state.value() or (0, 0)
+        count, total = count + 1, total + value
+        self.state.update((count, total))
+        yield ctx.get_current_key(), count, total
+
+
+class _LastSumWriter(SinkWriter):
+    """Keeps each key's latest ``(count, sum)``; the table is checkpointed with the job,
+    so after a restore it is the table as of the checkpoint, and the replay brings it up
+    to date. Written to a file at end of input."""
+
+    def __init__(self, path: Path, restored: tuple[Any, ...]) -> None:
+        self.path = path
+        self.last: dict[int, tuple[int, int]] = {}
+        for table in restored:
+            self.last.update(table)
+
+    def write(self, element: Any) -> None:
+        self.write_batch([element])
+
+    def write_batch(self, elements: list[Any]) -> None:
+        last = self.last
+        for key, count, total in elements:
+            last[key] = (count, total)
+
+    def snapshot_state(self, checkpoint_id: int) -> list[Any]:
+        return [dict(self.last)]
+
+    def flush(self, end_of_input: bool) -> None:
+        if end_of_input:
+            self.path.write_text(json.dumps({str(k): v for k, v in self.last.items()}))
+
+    def close(self) -> None:
+        pass
+
+
+class LastSumSink(Sink):
+    def __init__(self, directory: str) -> None:
+        self.directory = directory
+
+    def create_writer(self, context: SinkWriterContext) -> SinkWriter:
+        return _LastSumWriter(Path(self.directory) / f"sums-{context.subtask_index}.json",
+                              context.restored_state)
+
+
+def w2(args: argparse.Namespace, work_dir: Path) -> dict[str, Any]:
+    if args.checkpoint_interval_ms <= 0:
+        raise ValueError("w2 needs checkpoints: give --checkpoint-interval-ms > 0")
+    env = environment(args, work_dir)
+    fail_after = args.records // (2 * args.parallelism)
+    (env.from_sequence(0, args.records - 1)
+        .key_by(lambda i, keys=args.keys: i % keys)
+        .process(FailingRunningSum(str(work_dir), fail_after)).name("running sum")
+        .sink_to(LastSumSink(str(work_dir))))
+    _, wall = run(env, "W2 exactly-once under failure")
+    if not (work_dir / "raised").exists():
+        raise RuntimeError("no failure was injected: the job ended before its first checkpoint; "
+                           "give more --records or a shorter --checkpoint-interval-ms")
+    raised = float((work_dir / "raised").read_text())
+    firsts = [float(p.read_text()) for p in work_dir.glob("first-after-restore-*")]
+    last: dict[str, list[int]] = {}
+    for part in work_dir.glob("sums-*.json"):
+        last.update(json.loads(part.read_text()))
+    wrong = 0
+    for key in range(args.keys):
+        values = range(key, args.records, args.keys)
+        if last.get(str(key)) != [len(values), sum(values)]:
+            wrong += 1
+    return {"records": args.records, "exact": wrong == 0, "wrong_keys": wrong,
+            "recovery_s": min(firsts) - raised, "wall_s": wall}
+
+
+# ------------------------------------------------------------------ w3
+
+
+def stamped(i: int) -> tuple[int, float]:
+    return i, time.time()
+
+
+class StampedRunningSum(KeyedProcessFunction):
+    def open(self, runtime_context: RuntimeContext) -> None:
+        self.sum = runtime_context.get_state(ValueStateDescriptor("sum"))
+
+    def process_element(self, value: tuple[int, float], ctx: KeyedProcessFunction.Context
+                        ) -> Any:
+        i, stamp = value
+        self.sum.update((self.sum.value() or 0) + i)
+        yield stamp
+
+
+class _LatencyWriter(SinkWriter):
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.latencies: list[tuple[float, float]] = []
+
+    def write(self, element: Any) -> None:
+        self.write_batch([element])
+
+    def write_batch(self, elements: list[Any]) -> None:
+        now = time.time()
+        self.latencies.extend((stamp, now - stamp) for stamp in elements)
+
+    def flush(self, end_of_input: bool) -> None:
+        if end_of_input:
+            self.path.write_text(json.dumps(self.latencies))
+
+    def close(self) -> None:
+        pass
+
+
+class LatencySink(Sink):
+    def __init__(self, directory: str) -> None:
+        self.directory = directory
+
+    def create_writer(self, context: SinkWriterContext) -> SinkWriter:
+        return _LatencyWriter(Path(self.directory) / f"latency-{context.subtask_index}.json")
+
+
+def w3(args: argparse.Namespace, work_dir: Path) -> dict[str, Any]:
+    env = environment(args, work_dir)
+    count = int(args.rate * args.duration_s)
+    (env.from_source(DataGeneratorSource(stamped, count, records_per_second=args.rate),
+                     source_name="stamped")
+        .key_by(lambda r, keys=args.keys: r[0] % keys)
+        .process(StampedRunningSum()).name("running sum")
+        .sink_to(LatencySink(str(work_dir))))
+    client, wall = run(env, "W3 latency")
+    pairs = [pair for p in work_dir.glob("latency-*.json") for pair in json.loads(p.read_text())]
+    start = min(stamp for stamp, _ in pairs)
+    latencies = sorted(latency * 1000 for stamp, latency in pairs if stamp >= start + 1.0)
+    return {"records": len(latencies), "latency_p50_ms": percentile(latencies, 50),
+            "latency_p99_ms": percentile(latencies, 99), "latency_max_ms": latencies[-1],
+            "wall_s": wall, **checkpoint_figures(client, args.checkpoint_interval_ms > 0)}
+
+
+def percentile(ordered: list[float], q: float) -> float:
+    if not ordered:
+        raise RuntimeError("no records measured")
+    return ordered[min(len(ordered) - 1, int(len(ordered) * q / 100))]
+
+
+# ------------------------------------------------------------------ w4
+
+
+class KeyValue:
+    """Record ``i``: key ``i`` and a value of ``value_bytes`` bytes (distinct per key)."""
+
+    def __init__(self, value_bytes: int) -> None:
+        self.filler = b"v" * max(0, value_bytes - 8)
+
+    def __call__(self, i: int) -> tuple[int, bytes]:
+        return i, i.to_bytes(8, "big") + self.filler
+
+
+class StoreValue(KeyedProcessFunction):
+    def open(self, runtime_context: RuntimeContext) -> None:
+        self.value = runtime_context.get_state(ValueStateDescriptor("value"))
+
+    def process_element(self, record: tuple[int, bytes], ctx: KeyedProcessFunction.Context
+                        ) -> Any:
+        self.value.update(record[1])
+        return ()
+
+
+def w4(args: argparse.Namespace, work_dir: Path) -> dict[str, Any]:
+    if args.checkpoint_interval_ms <= 0:
+        raise ValueError("w4 measures a checkpoint: give --checkpoint-interval-ms > 0")
+    env = environment(args, work_dir)
+    (env.from_source(DataGeneratorSource(KeyValue(args.value_bytes), args.records),
+                     source_name="key-values")
+        .key_by(lambda r: r[0])
+        .process(StoreValue()).name("store value")
+        .sink_to(TimingSink(str(work_dir))))
+    client, wall = run(env, "W4 state size")
+    # The last checkpoint is the final one, taken after every source ended: it covers
+    # every record.
+    latest = client.get_checkpoint_statistics()["latest"]["completed"]
+    return {"keys": args.records, "value_bytes": args.value_bytes,
+            "checkpoint_duration_ms": latest["end_to_end_duration"],
+            "checkpoint_size_bytes": latest["state_size"], "wall_s": wall}
+
+
+# ------------------------------------------------------------------ main
+
+
+WORKLOADS = {"w1": w1, "w2": w2, "w3": w3, "w4": w4}
+
+
+def parse(argv: list[str]) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="python -m bench.systems.chandy_runner")
+    parser.add_argument("workload", choices=sorted(WORKLOADS))
+    parser.add_argument("--work-dir", required=True, type=Path)
+    parser.add_argument("--records", type=int, default=1_000_000)
+    parser.add_argument("--parallelism", type=int, default=2)
+    parser.add_argument("--checkpoint-interval-ms", type=int, default=1000)
+    parser.add_argument("--keys", type=int, default=10_000)
+    parser.add_argument("--rate", type=float, default=1000.0)
+    parser.add_argument("--duration-s", type=float, default=20.0)
+    parser.add_argument("--value-bytes", type=int, default=100)
+    parser.add_argument("--mode", choices=["spark", "local"], default="spark",
+                        help="the executor (default spark)")
+    return parser.parse_args(argv)
+
+
+def main(argv: list[str]) -> int:
+    args = parse(argv)
+    logging.basicConfig(level=logging.WARNING, stream=sys.stderr)
+    args.work_dir.mkdir(parents=True, exist_ok=True)
+    result: dict[str, Any] = {"system": "chandy", "variant": f"{args.mode} executor",
+                              "workload": args.workload}
+    try:
+        result.update(WORKLOADS[args.workload](args, args.work_dir))
+        result["ok"] = True
+    except Exception as exc:  # reported in the JSON, as the protocol says
+        log.exception("chandy %s failed", args.workload)
+        result.update(ok=False, error=f"{type(exc).__name__}: {' '.join(str(exc).split())[:500]}")
+    sys.stdout.write(json.dumps(result) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
