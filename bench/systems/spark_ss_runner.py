@@ -369,19 +369,26 @@ def failure_gate(failure: Failure) -> Any:
     return pandas_udf(gate, "long")  # type: ignore[call-overload]
 
 
+def running_sums(chunks: Iterator[pd.DataFrame], total: int, failure: Failure | None
+                 ) -> tuple[list[pd.DataFrame], int]:
+    """Both Python stateful APIs: the running sum of every record, from the key's
+    ``total`` so far; the output frames and the new total."""
+    out = []
+    for chunk in chunks:
+        values = chunk["value"]
+        if failure is not None:
+            failure.seen(values)
+        sums = values.cumsum() + total
+        total = int(sums.iat[-1])
+        out.append(pd.DataFrame({"key": chunk["key"], "total": sums}))
+    return out, total
+
+
 def running_sum_function(failure: Failure | None) -> Callable[..., Iterator[Any]]:
     """``applyInPandasWithState``'s function: a running sum per record, state = the sum."""
     def running_sum(key: tuple[Any, ...], chunks: Iterator[pd.DataFrame], state: Any
                     ) -> Iterator[pd.DataFrame]:
-        total = state.get[0] if state.exists else 0
-        out = []
-        for chunk in chunks:
-            values = chunk["value"]
-            if failure is not None:
-                failure.seen(values)
-            sums = values.cumsum() + total
-            total = int(sums.iat[-1])
-            out.append(pd.DataFrame({"key": chunk["key"], "total": sums}))
+        out, total = running_sums(chunks, state.get[0] if state.exists else 0, failure)
         state.update((total,))
         yield from out
 
@@ -399,15 +406,8 @@ def running_sum_processor(failure: Failure | None) -> Any:
         def handleInputRows(self, key: Any, rows: Iterator[pd.DataFrame], timerValues: Any
                             ) -> Iterator[pd.DataFrame]:
             current = self.total.get()
-            total = int(current[0]) if current is not None else 0
-            out = []
-            for chunk in rows:
-                values = chunk["value"]
-                if failure is not None:
-                    failure.seen(values)
-                sums = values.cumsum() + total
-                total = int(sums.iat[-1])
-                out.append(pd.DataFrame({"key": chunk["key"], "total": sums}))
+            out, total = running_sums(rows, int(current[0]) if current is not None else 0,
+                                      failure)
             self.total.update((total,))
             yield from out
 
