@@ -13,16 +13,22 @@ import json
 import logging
 import sys
 import time
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 from bench.timing import TimingSink, read_timings
 from bench.w1 import RunningSum
 from chandy import StreamExecutionEnvironment
-from chandy.api.connector import Sink, SinkWriter, SinkWriterContext
-from chandy.api.functions import KeyedProcessFunction, RuntimeContext
+from chandy.api.connector import Sink, SinkWriter, SinkWriterContext, SourceReaderContext
+from chandy.api.functions import CheckpointListener, KeyedProcessFunction, RuntimeContext
 from chandy.api.state import ValueStateDescriptor
 from chandy.connectors import DataGeneratorSource
+from chandy.connectors.number_sequence import (
+    NumberSequenceReader,
+    NumberSequenceSource,
+    NumberSequenceSplit,
+)
 from chandy.runtime.job_client import JobClient
 
 log = logging.getLogger("bench.chandy")
@@ -83,9 +89,57 @@ def w1(args: argparse.Namespace, work_dir: Path) -> dict[str, Any]:
 # ------------------------------------------------------------------ w2
 
 
-class FailingRunningSum(KeyedProcessFunction):
+class HeldSequenceReader(NumberSequenceReader):
+    """Reads its split's first half, then holds the rest back until a checkpoint completes.
+
+    W2 must fail after a checkpoint completed, with records still to come. Slowing the
+    keyed function down would not get there: the checkpoint's barrier queues behind the
+    records already buffered in front of it, so a small N could end before any
+    checkpoint did. Holding the source back instead leaves the pipeline idle, the barrier
+    passes at once, and the failure always falls mid-run.
+    """
+
+    def __init__(self, hold: bool) -> None:
+        super().__init__()
+        self.holding = hold
+        self.idle_wait_s = 0.005
+        self._hold_from: int | None = None
+
+    def add_splits(self, splits: Sequence[NumberSequenceSplit]) -> None:
+        super().add_splits(splits)
+        if self.holding and self._splits:
+            first = self._splits[0]
+            self._hold_from = first.position + (first.end - first.position + 1) // 2
+
+    def poll_next(self, max_records: int) -> list[int] | None:
+        if self.holding and self._hold_from is not None and self._splits:
+            room = self._hold_from - self._splits[0].position
+            if room <= 0:
+                return []
+            max_records = min(max_records, room)
+        return super().poll_next(max_records)
+
+    def notify_checkpoint_complete(self, checkpoint_id: int) -> None:
+        self.holding = False
+
+
+class HeldSequenceSource(NumberSequenceSource):
+    """``0..records-1`` whose first attempt holds the second half of each split back until
+    a checkpoint completed (a restored attempt, after the failure, reads straight on)."""
+
+    def __init__(self, records: int, work_dir: str) -> None:
+        super().__init__(0, records - 1)
+        self.work_dir = work_dir
+
+    def create_reader(self, context: SourceReaderContext) -> NumberSequenceReader:
+        first_attempt = context.attempt_number == 0 and not (Path(self.work_dir) / "raised").exists()
+        return HeldSequenceReader(hold=first_attempt)
+
+
+class FailingRunningSum(KeyedProcessFunction, CheckpointListener):
     """The running sum, as ``(key, count, sum)``; subtask 0 of the first attempt raises
-    halfway through its share, once a checkpoint has completed."""
+    once, at its first record after a checkpoint completed and a quarter of its share
+    was processed (the source holds back the second half until then)."""
 
     def __init__(self, work_dir: str, fail_after: int) -> None:
         self.work_dir = work_dir
@@ -93,22 +147,24 @@ class FailingRunningSum(KeyedProcessFunction):
 
     def open(self, runtime_context: RuntimeContext) -> None:
         self.state = runtime_context.get_state(ValueStateDescriptor("count-and-sum"))
-        self.attempt = runtime_context.get_attempt_number()
+        self.armed = (runtime_context.get_attempt_number() == 0
+                      and runtime_context.get_index_of_this_subtask() == 0)
+        self.restored = runtime_context.get_attempt_number() > 0
         self.subtask = runtime_context.get_index_of_this_subtask()
+        self.checkpointed = False
         self.seen = 0
 
+    def notify_checkpoint_complete(self, checkpoint_id: int) -> None:
+        self.checkpointed = True
+
     def process_element(self, value: int, ctx: KeyedProcessFunction.Context) -> Any:
-        if self.seen == 0 and self.attempt > 0:
+        if self.seen == 0 and self.restored:
             first = Path(self.work_dir) / f"first-after-restore-{self.subtask}"
             first.write_text(repr(time.time()))
         self.seen += 1
-        if self.attempt == 0 and self.subtask == 0 and self.seen >= self.fail_after:
-            if any((Path(self.work_dir) / "checkpoints").glob("*/chk-*/_metadata")):
-                (Path(self.work_dir) / "raised").write_text(repr(time.time()))
-                raise RuntimeError("W2: the injected failure")
-            # Fail only after a checkpoint completed. Waiting here would hold the
-            # checkpoint's barrier up behind this record, so slow down instead.
-            time.sleep(0.001)
+        if self.armed and self.checkpointed and self.seen >= self.fail_after:
+            (Path(self.work_dir) / "raised").write_text(repr(time.time()))
+            raise RuntimeError("W2: the injected failure")
         count, total = self.state.value() or (0, 0)
         count, total = count + 1, total + value
         self.state.update((count, total))
@@ -158,15 +214,17 @@ def w2(args: argparse.Namespace, work_dir: Path) -> dict[str, Any]:
     if args.checkpoint_interval_ms <= 0:
         raise ValueError("w2 needs checkpoints: give --checkpoint-interval-ms > 0")
     env = environment(args, work_dir)
-    fail_after = args.records // (2 * args.parallelism)
-    (env.from_sequence(0, args.records - 1)
+    # A quarter of subtask 0's expected share: reached before the source holds back, so
+    # the failure comes at the first record after the first completed checkpoint.
+    fail_after = max(1, args.records // (4 * args.parallelism))
+    (env.from_source(HeldSequenceSource(args.records, str(work_dir)), source_name="Sequence Source")
         .key_by(lambda i, keys=args.keys: i % keys)
         .process(FailingRunningSum(str(work_dir), fail_after)).name("running sum")
         .sink_to(LastSumSink(str(work_dir))))
     _, wall = run(env, "W2 exactly-once under failure")
     if not (work_dir / "raised").exists():
-        raise RuntimeError("no failure was injected: the job ended before its first checkpoint; "
-                           "give more --records or a shorter --checkpoint-interval-ms")
+        raise RuntimeError("no failure was injected: subtask 0 of the keyed function saw fewer "
+                           "than a quarter of its share; give more --records")
     raised = float((work_dir / "raised").read_text())
     firsts = [float(p.read_text()) for p in work_dir.glob("first-after-restore-*")]
     last: dict[str, list[int]] = {}
