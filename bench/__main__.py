@@ -17,6 +17,8 @@ from typing import Any
 
 from bench.suite import WORKLOADS
 
+log = logging.getLogger("bench")
+
 
 def _table(rows: list[dict[str, Any]], columns: list[str]) -> str:
     widths = {c: max(len(c), *(len(_fmt(r[c])) for r in rows)) for c in columns}
@@ -68,6 +70,9 @@ def main(argv: list[str]) -> int:
     suite.add_argument("--duration-s", type=float, default=None, help="length of W3")
     suite.add_argument("--timeout-s", type=float, default=900.0, help="per run")
     suite.add_argument("--results-dir", type=Path, default=Path(__file__).parent / "results")
+    suite.add_argument("--resume", type=Path, default=None, metavar="PARTIAL",
+                       help="finish an interrupted run: the rows its .partial.jsonl file holds "
+                            "are kept, the rest run (give the same options as the first time)")
     suite.add_argument("--markdown", type=Path, default=None,
                        help="where the Markdown report goes (default bench/RESULTS.md for a "
                             "full run; none for --quick)")
@@ -167,10 +172,22 @@ def _run_suite(args: argparse.Namespace, argv: list[str]) -> int:
     runs = args.runs or (1 if args.quick else 3)
     cases = suite.plan(systems, workloads, with_no_checkpoint_baseline=True)
     load_before = os.getloadavg()[0]
-    rows = suite.run_suite(cases, runs, sizes, args.parallelism, args.timeout_s)
+    now = datetime.now(UTC)
+    name = now.strftime("%Y-%m-%d-%H%M") + ("-quick" if args.quick else "")
+    args.results_dir.mkdir(parents=True, exist_ok=True)
+    partial = args.resume or args.results_dir / f"{name}.partial.jsonl"
+    done = _read_partial(args.resume) if args.resume else []
+    if args.resume:
+        log.warning("Resuming %s: %d runs done", args.resume, len(done))
+    with partial.open("a") as sink:  # every run as it ends, so a stop loses one run at most
+        def keep(row: dict[str, Any]) -> None:
+            sink.write(json.dumps(row) + "\n")
+            sink.flush()
+
+        rows = suite.run_suite(cases, runs, sizes, args.parallelism, args.timeout_s,
+                               on_row=keep, done=done)
     loads = [r["load_avg_1m_before"] for r in rows]
     summary = report.summarize(rows)
-    now = datetime.now(UTC)
     results = {
         "date": now.strftime("%Y-%m-%d %H:%M UTC"),
         "command": "python -m bench run " + " ".join(argv[1:]),
@@ -183,10 +200,9 @@ def _run_suite(args: argparse.Namespace, argv: list[str]) -> int:
         "summary": summary, "ratios": report.ratios(summary),
         "targets": report.targets(summary), "rows": rows,
     }
-    args.results_dir.mkdir(parents=True, exist_ok=True)
-    name = now.strftime("%Y-%m-%d-%H%M") + ("-quick" if args.quick else "")
     json_path = args.results_dir / f"{name}.json"
     json_path.write_text(json.dumps(results, indent=2) + "\n")
+    partial.unlink()
     markdown = args.markdown or (None if args.quick else Path(__file__).parent / "RESULTS.md")
     if markdown is not None:
         markdown.write_text(report.markdown(results))
@@ -195,6 +211,16 @@ def _run_suite(args: argparse.Namespace, argv: list[str]) -> int:
     print(report.markdown(results))
     logging.warning("Results: %s%s", json_path, f" and {markdown}" if markdown else "")
     return 0
+
+
+def _read_partial(path: Path) -> list[dict[str, Any]]:
+    if not path.is_file():
+        raise SystemExit(f"--resume {path}: no such file; give the .partial.jsonl that the "
+                         "interrupted run left in the results directory")
+    try:
+        return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    except json.JSONDecodeError as exc:
+        raise SystemExit(f"--resume {path}: not a partial results file ({exc})") from None
 
 
 def _java_version() -> str:

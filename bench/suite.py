@@ -136,13 +136,17 @@ def run_case(case: Case, sizes: Sizes, parallelism: int, timeout_s: float,
     try:
         stdout, stderr = process.communicate(timeout=timeout_s)
     except subprocess.TimeoutExpired:
-        _kill_group(process)
+        _kill_session(process.pid)
         stdout, stderr = process.communicate()
         row.update(ok=False, error=f"timed out after {timeout_s:.0f} s")
         return _finish(row, started, stderr, work_dir)
     finally:
         if process.poll() is None:  # Ctrl-C while waiting: take the runner's JVMs down too
-            _kill_group(process)
+            _kill_session(process.pid)
+            process.wait()
+    # A runner's JVM (Spark's, Flink's) outlives it by seconds, still shutting down on
+    # both cores; the next case must not run beside it.
+    row["leftover_s"] = _reap_session(process.pid)
     lines = [line for line in stdout.splitlines() if line.strip().startswith("{")]
     if not lines:
         row.update(ok=False, error=f"the runner printed no result (exit code "
@@ -164,12 +168,43 @@ def _finish(row: dict[str, Any], started: float, stderr: str, work_dir: Path) ->
     return row
 
 
-def _kill_group(process: subprocess.Popen[str]) -> None:
-    try:
-        os.killpg(process.pid, signal.SIGKILL)
-    except ProcessLookupError:
-        pass
-    process.wait()
+def _session_members(session_id: int) -> list[int]:
+    """Processes of the session ``session_id`` (a runner's, made by ``start_new_session``):
+    its JVMs keep the runner's process group, PySpark's worker daemon makes its own, but
+    every one of them stays in the session."""
+    members = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = (entry / "stat").read_text()
+        except OSError:
+            continue  # gone meanwhile
+        # "pid (comm) state ppid pgrp session ...": comm may hold spaces and parentheses
+        fields = stat[stat.rindex(")") + 2:].split()
+        if int(fields[3]) == session_id and fields[0] != "Z":
+            members.append(int(entry.name))
+    return members
+
+
+def _kill_session(session_id: int) -> None:
+    for pid in _session_members(session_id):
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+
+
+def _reap_session(session_id: int, grace_s: float = 30.0) -> float:
+    """Wait until the runner's leftover processes are gone (SIGKILL after ``grace_s``);
+    how long they lived on."""
+    started = time.monotonic()
+    while _session_members(session_id):
+        if time.monotonic() - started > grace_s:
+            log.warning("  killing what the runner left running after %.0f s", grace_s)
+            _kill_session(session_id)
+        time.sleep(0.1)
+    return time.monotonic() - started
 
 
 def _tail(text: str, lines: int = 5) -> str:
@@ -177,13 +212,21 @@ def _tail(text: str, lines: int = 5) -> str:
 
 
 def run_suite(cases: list[Case], runs: int, sizes: Sizes, parallelism: int, timeout_s: float,
-              on_row: Callable[[dict[str, Any]], None] | None = None) -> list[dict[str, Any]]:
-    """Every case ``runs`` times, interleaved; the environments are made first."""
+              on_row: Callable[[dict[str, Any]], None] | None = None,
+              done: list[dict[str, Any]] | None = None) -> list[dict[str, Any]]:
+    """Every case ``runs`` times, interleaved; the environments are made first.
+
+    ``done`` are rows of an interrupted run of the same plan (``--resume``): their
+    cases are not run again, so an hour-long comparison survives a stop."""
     for system in sorted({c.system for c in cases}):
         ensure_env(system)
-    rows = []
+    rows = list(done or [])
+    finished = {(r["run"], r["system"], r["variant"], r["workload"], r["checkpoint_interval_ms"])
+                for r in rows}
     for run in range(1, runs + 1):
         for case in cases:
+            if (run, case.system, case.variant, case.workload, case.checkpoint_interval_ms) in finished:
+                continue
             row = run_case(case, sizes, parallelism, timeout_s)
             row["run"] = run
             rows.append(row)
