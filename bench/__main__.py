@@ -166,6 +166,8 @@ def _run_suite(args: argparse.Namespace, argv: list[str]) -> int:
         sizes = replace(sizes, w3_duration_s=args.duration_s)
     systems = suite.parse_systems(args.systems, args.quick)
     workloads = [w.strip() for w in args.workloads.split(",") if w.strip()]
+    for planned in set(workloads) & set(suite.PLANNED_WORKLOADS):
+        raise SystemExit(f"not run: {suite.PLANNED_WORKLOADS[planned]}")
     unknown = set(workloads) - set(WORKLOADS)
     if unknown:
         raise SystemExit(f"unknown workloads {sorted(unknown)}; use {', '.join(WORKLOADS)}")
