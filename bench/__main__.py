@@ -76,12 +76,18 @@ def main(argv: list[str]) -> int:
     suite.add_argument("--markdown", type=Path, default=None,
                        help="where the Markdown report goes (default bench/RESULTS.md for a "
                             "full run; none for --quick)")
+    rerender = sub.add_parser("report", help="recompute the summary, ratios, targets and "
+                              "Markdown of a suite run from its results JSON (no rerun)")
+    rerender.add_argument("results", type=Path, help="a bench/results/<date>.json")
+    rerender.add_argument("--markdown", type=Path, default=Path(__file__).parent / "RESULTS.md")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(message)s")
     if args.workload == "failover":
         return _failover(args)
     if args.workload == "run":
         return _run_suite(args, argv)
+    if args.workload == "report":
+        return _rerender(args.results, args.markdown)
 
     from bench.w1 import as_row, run_w1
 
@@ -212,6 +218,25 @@ def _run_suite(args: argparse.Namespace, argv: list[str]) -> int:
     print()
     print(report.markdown(results))
     logging.warning("Results: %s%s", json_path, f" and {markdown}" if markdown else "")
+    return 0
+
+
+def _rerender(path: Path, markdown: Path) -> int:
+    from bench import report
+
+    try:
+        results = json.loads(path.read_text())
+        rows = results["rows"]
+    except (OSError, json.JSONDecodeError, KeyError) as exc:
+        raise SystemExit(f"{path}: not a suite results file ({exc}); give a "
+                         "bench/results/<date>.json written by 'python -m bench run'") from None
+    results["summary"] = report.summarize(rows)
+    results["ratios"] = report.ratios(results["summary"])
+    results["targets"] = report.targets(results["summary"])
+    path.write_text(json.dumps(results, indent=2) + "\n")
+    markdown.write_text(report.markdown(results))
+    print(report.markdown(results))
+    logging.warning("Rewrote %s and %s", path, markdown)
     return 0
 
 

@@ -61,6 +61,13 @@ def summarize(rows: list[dict[str, Any]]) -> dict[str, Any]:
         exact = [r["exact"] for r in mine if r.get("ok") and r["workload"] == "w2"]
         if exact:
             part["w2_exact_runs"] = f"{sum(exact)} of {len(exact)}"
+        first = [r["records_per_s_incl_first_batch"] for r in mine
+                 if r.get("ok") and r["workload"] == "w1" and r["checkpoint_interval_ms"]
+                 and r.get("records_per_s_incl_first_batch")]
+        if first:
+            part["records_per_s_incl_first_batch"] = {
+                "median": statistics.median(first), "min": min(first), "max": max(first),
+                "runs": len(first)}
         records = {r["workload"]: r.get("records", r.get("keys")) for r in mine if r.get("ok")}
         part["records"] = records
         summary[f"{system}/{variant}"] = part
@@ -87,10 +94,20 @@ def ratios(summary: dict[str, Any]) -> dict[str, dict[str, dict[str, float]]]:
     return result
 
 
-def _best(summary: dict[str, Any], system: str, metric: Metric) -> tuple[str, float] | None:
-    """The reference's best variant for ``metric`` (its most favourable figure)."""
+#: Variants of a reference that keep per-key state in Python, record by record, as chandy's
+#: W1 does. Spark's ``groupBy().agg()`` is a JVM aggregation that emits one row per key
+#: and micro-batch instead of a running sum per record; it is also a target, as the
+#: reference's best variant, and this is the like-for-like comparison beside it.
+PYTHON_STATE_VARIANTS = {"spark_ss": ("pandas_state", "twsip")}
+
+
+def _best(summary: dict[str, Any], system: str, metric: Metric,
+          variants: tuple[str, ...] | None = None) -> tuple[str, float] | None:
+    """The reference's best variant for ``metric`` (its most favourable figure), among
+    ``variants`` if given."""
     found = [(key, part[metric.name]["median"]) for key, part in summary.items()
-             if key.startswith(f"{system}/") and metric.name in part]
+             if key.startswith(f"{system}/") and metric.name in part
+             and (variants is None or key.split("/", 1)[1] in variants)]
     if not found:
         return None
     return (max if metric.higher_is_better else min)(found, key=lambda kv: kv[1])
@@ -106,6 +123,12 @@ def targets(summary: dict[str, Any], chandy: str = "chandy/spark") -> list[dict[
         if best and "records_per_s" in own:
             ratio = own["records_per_s"]["median"] / best[1]
             checks.append({"target": f"W1 >= {factor:g}x {system} (best variant: {best[0]})",
+                           "measured": f"{ratio:.2f}x", "met": ratio >= factor})
+        like = _best(summary, system, throughput, PYTHON_STATE_VARIANTS.get(system))
+        if system in PYTHON_STATE_VARIANTS and like and "records_per_s" in own:
+            ratio = own["records_per_s"]["median"] / like[1]
+            checks.append({"target": f"W1 >= {factor:g}x {system} with Python state, like for "
+                                     f"like (best: {like[0]})",
                            "measured": f"{ratio:.2f}x", "met": ratio >= factor})
 
     def limit(name: str, label: str, bound: float, unit: str) -> None:
@@ -168,6 +191,11 @@ def figures_table(summary: dict[str, Any]) -> str:
                          str(base["runs"]), fmt(part["records"].get("w1"))])
             rows.append([key, "W1 checkpoint overhead", f"{part['checkpoint_overhead']:.1%}",
                          "", "", "", ""])
+        first = part.get("records_per_s_incl_first_batch")
+        if first:
+            rows.append([key, "W1 throughput incl. Spark's first micro-batch",
+                         f"{fmt(first['median'])} records/s", fmt(first["min"]),
+                         fmt(first["max"]), str(first["runs"]), fmt(part["records"].get("w1"))])
         if "w2_exact_runs" in part:
             rows.append([key, "W2 every key's sum exact", part["w2_exact_runs"], "", "", "", ""])
     return table(rows, ["system/variant", "figure", "median", "min", "max", "runs", "records"])
@@ -216,4 +244,26 @@ def markdown(results: dict[str, Any]) -> str:
         "## Figures", figures_table(summary),
         "## chandy's ratio to each reference", ratios_table(summary),
         "## What could not run, and why", errors_table(summary),
+        "## How to read these figures", NOTES,
     ]) + "\n"
+
+
+NOTES = """\
+- **W1 throughput** is records divided by the time from the first record to the last at
+  the sink, so start-up is excluded for every system. Spark Structured Streaming's
+  figure also leaves out its first micro-batch (class loading, code generation and the
+  Python workers' start make it several times slower than the next ones); the figure
+  with it is listed beside it.
+- **Spark's `groupby` variant is not the same work.** `groupBy().agg()` runs in the JVM
+  and emits one row per key and micro-batch; chandy, Bytewax, PyFlink and Spark's
+  `pandas_state` / `twsip` variants keep per-key state in Python and emit a running sum
+  for every record. The targets hold chandy to the reference's best variant anyway, and
+  list the like-for-like ratio beside it.
+- **PyFlink** reads a tenth of the records in W1, W2 and W4 (it is about 100 times
+  slower per record); rates and percentiles do not depend on the count once a run lasts
+  seconds. Every figure names its record count.
+- **W2 recovery** is from the raised exception to the first record processed after the
+  restore: chandy and PyFlink restart inside the running job; Spark restarts the query
+  from its checkpoint location, as a supervisor would (local mode retries no task);
+  Bytewax resumes a new execution from its recovery store.
+"""
