@@ -172,8 +172,9 @@ def _run_suite(args: argparse.Namespace, argv: list[str]) -> int:
         sizes = replace(sizes, w3_duration_s=args.duration_s)
     systems = suite.parse_systems(args.systems, args.quick)
     workloads = [w.strip() for w in args.workloads.split(",") if w.strip()]
-    for planned in set(workloads) & set(suite.PLANNED_WORKLOADS):
-        raise SystemExit(f"not run: {suite.PLANNED_WORKLOADS[planned]}")
+    planned = [w for w in workloads if w in suite.PLANNED_WORKLOADS]
+    if planned:
+        raise SystemExit(f"not run: {suite.PLANNED_WORKLOADS[planned[0]]}")
     unknown = set(workloads) - set(WORKLOADS)
     if unknown:
         raise SystemExit(f"unknown workloads {sorted(unknown)}; use {', '.join(WORKLOADS)}")
@@ -195,7 +196,6 @@ def _run_suite(args: argparse.Namespace, argv: list[str]) -> int:
         rows = suite.run_suite(cases, runs, sizes, args.parallelism, args.timeout_s,
                                on_row=keep, done=done)
     loads = [r["load_avg_1m_before"] for r in rows]
-    summary = report.summarize(rows)
     results = {
         "date": now.strftime("%Y-%m-%d %H:%M UTC"),
         "command": "python -m bench run " + " ".join(argv[1:]),
@@ -205,18 +205,18 @@ def _run_suite(args: argparse.Namespace, argv: list[str]) -> int:
                     "load_avg_1m_max": max(loads)},
         "versions": {system: installed_version(system)
                      for system in dict.fromkeys(s for s, _ in systems)},
-        "summary": summary, "ratios": report.ratios(summary),
-        "targets": report.targets(summary), "rows": rows,
+        **report.analysis(rows), "rows": rows,
     }
     json_path = args.results_dir / f"{name}.json"
     json_path.write_text(json.dumps(results, indent=2) + "\n")
     partial.unlink()
     markdown = args.markdown or (None if args.quick else Path(__file__).parent / "RESULTS.md")
+    text = report.markdown(results)
     if markdown is not None:
-        markdown.write_text(report.markdown(results))
+        markdown.write_text(text)
     print(json.dumps({k: results[k] for k in ("summary", "ratios", "targets")}, indent=2))
     print()
-    print(report.markdown(results))
+    print(text)
     logging.warning("Results: %s%s", json_path, f" and {markdown}" if markdown else "")
     return 0
 
@@ -230,12 +230,11 @@ def _rerender(path: Path, markdown: Path) -> int:
     except (OSError, json.JSONDecodeError, KeyError) as exc:
         raise SystemExit(f"{path}: not a suite results file ({exc}); give a "
                          "bench/results/<date>.json written by 'python -m bench run'") from None
-    results["summary"] = report.summarize(rows)
-    results["ratios"] = report.ratios(results["summary"])
-    results["targets"] = report.targets(results["summary"])
+    results.update(report.analysis(rows))
     path.write_text(json.dumps(results, indent=2) + "\n")
-    markdown.write_text(report.markdown(results))
-    print(report.markdown(results))
+    text = report.markdown(results)
+    markdown.write_text(text)
+    print(text)
     logging.warning("Rewrote %s and %s", path, markdown)
     return 0
 

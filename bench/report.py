@@ -38,6 +38,12 @@ METRICS = [
 ]
 
 
+def _spread(values: list[float]) -> dict[str, Any]:
+    """A figure over several runs: its median, min, max and how many runs it has."""
+    return {"median": statistics.median(values), "min": min(values), "max": max(values),
+            "runs": len(values)}
+
+
 def summarize(rows: list[dict[str, Any]]) -> dict[str, Any]:
     """Per system/variant: every metric's median, min and max over the successful runs
     (with checkpoints; W1 without them only feeds the overhead), the W1 checkpoint
@@ -52,14 +58,11 @@ def summarize(rows: list[dict[str, Any]]) -> dict[str, Any]:
                       if r.get("ok") and r["workload"] == metric.workload
                       and r["checkpoint_interval_ms"] and r.get(metric.name) is not None]
             if values:
-                part[metric.name] = {"median": statistics.median(values), "min": min(values),
-                                     "max": max(values), "runs": len(values)}
+                part[metric.name] = _spread(values)
         base = [r["records_per_s"] for r in mine
                 if r.get("ok") and r["workload"] == "w1" and not r["checkpoint_interval_ms"]]
         if base and "records_per_s" in part:
-            part["records_per_s_without_checkpoints"] = {
-                "median": statistics.median(base), "min": min(base), "max": max(base),
-                "runs": len(base)}
+            part["records_per_s_without_checkpoints"] = _spread(base)
             part["checkpoint_overhead"] = 1 - part["records_per_s"]["median"] / statistics.median(base)
         exact = [r["exact"] for r in mine if r.get("ok") and r["workload"] == "w2"]
         if exact:
@@ -68,13 +71,17 @@ def summarize(rows: list[dict[str, Any]]) -> dict[str, Any]:
                  if r.get("ok") and r["workload"] == "w1" and r["checkpoint_interval_ms"]
                  and r.get("records_per_s_incl_first_batch")]
         if first:
-            part["records_per_s_incl_first_batch"] = {
-                "median": statistics.median(first), "min": min(first), "max": max(first),
-                "runs": len(first)}
+            part["records_per_s_incl_first_batch"] = _spread(first)
         records = {r["workload"]: r.get("records", r.get("keys")) for r in mine if r.get("ok")}
         part["records"] = records
         summary[f"{system}/{variant}"] = part
     return summary
+
+
+def analysis(rows: list[dict[str, Any]]) -> dict[str, Any]:
+    """What a run's rows say: the summary, the ratios and the targets."""
+    summary = summarize(rows)
+    return {"summary": summary, "ratios": ratios(summary), "targets": targets(summary)}
 
 
 def ratios(summary: dict[str, Any]) -> dict[str, dict[str, dict[str, float]]]:
@@ -137,8 +144,9 @@ def targets(summary: dict[str, Any], chandy: str = "chandy/spark") -> list[dict[
             ratio = own["records_per_s"]["median"] / best[1]
             checks.append({"target": f"W1 >= {factor:g}x {system} (best variant: {best[0]})",
                            "measured": f"{ratio:.2f}x", "met": ratio >= factor})
-        like = _best(summary, system, throughput, PYTHON_STATE_VARIANTS.get(system))
-        if system in PYTHON_STATE_VARIANTS and like and "records_per_s" in own:
+        like = (_best(summary, system, throughput, PYTHON_STATE_VARIANTS[system])
+                if system in PYTHON_STATE_VARIANTS else None)
+        if like and "records_per_s" in own:
             ratio = own["records_per_s"]["median"] / like[1]
             checks.append({"target": f"W1 >= {factor:g}x {system} with Python state, like for "
                                      f"like (best: {like[0]})",
@@ -198,20 +206,22 @@ def figures_table(summary: dict[str, Any]) -> str:
                              fmt(m["min"], metric.unit), fmt(m["max"], metric.unit),
                              str(m["runs"]), fmt(part["records"].get(metric.workload))])
         if "checkpoint_overhead" in part:
-            base = part["records_per_s_without_checkpoints"]
-            rows.append([key, "W1 throughput without checkpoints",
-                         f"{fmt(base['median'])} records/s", fmt(base["min"]), fmt(base["max"]),
-                         str(base["runs"]), fmt(part["records"].get("w1"))])
+            rows.append(_throughput_row(key, part, "records_per_s_without_checkpoints",
+                                        "W1 throughput without checkpoints"))
             rows.append([key, "W1 checkpoint overhead", f"{part['checkpoint_overhead']:.1%}",
                          "", "", "", ""])
-        first = part.get("records_per_s_incl_first_batch")
-        if first:
-            rows.append([key, "W1 throughput incl. Spark's first micro-batch",
-                         f"{fmt(first['median'])} records/s", fmt(first["min"]),
-                         fmt(first["max"]), str(first["runs"]), fmt(part["records"].get("w1"))])
+        if "records_per_s_incl_first_batch" in part:
+            rows.append(_throughput_row(key, part, "records_per_s_incl_first_batch",
+                                        "W1 throughput incl. Spark's first micro-batch"))
         if "w2_exact_runs" in part:
             rows.append([key, "W2 every key's sum exact", part["w2_exact_runs"], "", "", "", ""])
     return table(rows, ["system/variant", "figure", "median", "min", "max", "runs", "records"])
+
+
+def _throughput_row(key: str, part: dict[str, Any], name: str, label: str) -> list[str]:
+    figure = part[name]
+    return [key, label, f"{fmt(figure['median'])} records/s", fmt(figure["min"]),
+            fmt(figure["max"]), str(figure["runs"]), fmt(part["records"].get("w1"))]
 
 
 def ratios_table(summary: dict[str, Any]) -> str:
