@@ -36,3 +36,52 @@ def test_quick_bench_run_measures_every_workload_on_chandy(tmp_path: Path) -> No
     assert summary["w2_exact_runs"] == "1 of 1"
     assert "checkpoint_overhead" in summary
     assert "W3 latency p99" in (tmp_path / "RESULTS.md").read_text()
+
+
+def _bench(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "bench", *args], cwd=ROOT, capture_output=True,
+                          text=True, timeout=300)
+
+
+def test_an_interrupted_run_resumes_without_rerunning_what_it_kept(tmp_path: Path) -> None:
+    options = ["run", "--quick", "--systems", "chandy:local", "--workloads", "w1",
+               "--records", "20000", "--results-dir", str(tmp_path)]
+    first = _bench(*options)
+    assert first.returncode == 0, first.stderr[-3000:]
+    [done] = tmp_path.glob("*-quick.json")
+    kept = json.loads(done.read_text())["rows"][0]  # W1 with checkpoints
+    done.unlink()
+    kept["run_s"] = -1.0  # a mark: a rerun would measure it anew
+    partial = tmp_path / "stopped.partial.jsonl"
+    partial.write_text(json.dumps(kept) + "\n")
+
+    resumed = _bench(*options, "--resume", str(partial))
+
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    assert not partial.exists()  # folded into the results
+    [result_file] = tmp_path.glob("*-quick.json")
+    rows = json.loads(result_file.read_text())["rows"]
+    assert sorted(r["checkpoint_interval_ms"] for r in rows) == [0, 1000]
+    assert [r["run_s"] for r in rows if r["checkpoint_interval_ms"]] == [-1.0]
+
+
+def test_report_rewrites_the_markdown_from_saved_rows_and_bad_input_is_named(tmp_path: Path) -> None:
+    done = _bench("run", "--quick", "--systems", "chandy:local", "--workloads", "w1",
+                  "--records", "20000", "--results-dir", str(tmp_path))
+    assert done.returncode == 0, done.stderr[-3000:]
+    [result_file] = tmp_path.glob("*-quick.json")
+    markdown = tmp_path / "again.md"
+
+    rendered = _bench("report", str(result_file), "--markdown", str(markdown))
+
+    assert rendered.returncode == 0, rendered.stderr[-3000:]
+    assert any(line.startswith("| chandy/local ") and "| W1 throughput " in line
+               for line in markdown.read_text().splitlines())
+    not_results = tmp_path / "not-results.json"
+    not_results.write_text("{}")
+    refused = _bench("report", str(not_results), "--markdown", str(markdown))
+    assert refused.returncode != 0 and "not a suite results file" in refused.stderr
+    missing = _bench("run", "--quick", "--resume", str(tmp_path / "nope.partial.jsonl"))
+    assert missing.returncode != 0 and "no such file" in missing.stderr
+    planned = _bench("run", "--quick", "--workloads", "w1v")
+    assert planned.returncode != 0 and "vectorised path" in planned.stderr
