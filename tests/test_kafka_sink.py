@@ -173,7 +173,13 @@ def test_a_restore_at_lower_parallelism_commits_every_old_subtasks_transactions(
         snapshots.append(h.snapshot(3))  # checkpoint 3 completes; nobody is notified
     merged = harness(sink(kafka_broker, topic, prefix=s.transactional_id_prefix),
                      parallelism=1, attempt=1).open(snapshots, restored_checkpoint_id=3)
-    assert [marker(kafka_broker, s, i) for i in range(2)] == [3, 3]
+    # Both old subtasks' transactions were redone: each record is in the log twice, once
+    # from the fenced original (Tansu does not hide aborted records) and once from the
+    # redo. Only the marker of the last redo (old subtask 1's) is asserted: subtask 0's
+    # redo commits while subtask 1's original transaction is still open, and Tansu may
+    # then drop its marker (see the note above these tests).
+    assert sorted(values(kafka_broker, topic)) == ["r0", "r0", "r1", "r1"]
+    assert marker(kafka_broker, s, 1) == 3
     # and the old subtask 1's open transactions were fenced by the new subtask 0
     with pytest.raises(Exception, match=FENCED):
         next(iter(copies[1]._live.values())).commit_transaction(2)
