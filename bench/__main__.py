@@ -167,7 +167,7 @@ def _run_suite(args: argparse.Namespace, argv: list[str]) -> int:
     sizes = suite.QUICK if args.quick else suite.FULL
     if args.records is not None:
         sizes = replace(sizes, w1_records=args.records, w2_records=args.records,
-                        w4_keys=args.records, slow_system_divisor={})
+                        w4_keys=args.records, w1_records_of={}, slow_system_divisor={})
     if args.duration_s is not None:
         sizes = replace(sizes, w3_duration_s=args.duration_s)
     systems = suite.parse_systems(args.systems, args.quick)

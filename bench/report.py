@@ -63,7 +63,7 @@ def summarize(rows: list[dict[str, Any]]) -> dict[str, Any]:
                 if r.get("ok") and r["workload"] == "w1" and not r["checkpoint_interval_ms"]]
         if base and "records_per_s" in part:
             part["records_per_s_without_checkpoints"] = _spread(base)
-            part["checkpoint_overhead"] = 1 - part["records_per_s"]["median"] / statistics.median(base)
+            part.update(_checkpoint_overhead(mine, part))
         exact = [r["exact"] for r in mine if r.get("ok") and r["workload"] == "w2"]
         if exact:
             part["w2_exact_runs"] = f"{sum(exact)} of {len(exact)}"
@@ -76,6 +76,44 @@ def summarize(rows: list[dict[str, Any]]) -> dict[str, Any]:
         part["records"] = records
         summary[f"{system}/{variant}"] = part
     return summary
+
+
+def _paired_w1(rows: list[dict[str, Any]], metric: str) -> list[tuple[float, float]]:
+    """(with checkpoints, without) of ``metric`` for every run that has both W1 cases.
+
+    The two cases of a run follow each other, so a pair saw the same machine; a drift of
+    the machine's speed over the whole comparison (see ``machine_loop_ms``) then moves
+    both figures of a pair alike instead of one median."""
+    pairs = []
+    for run in sorted({r.get("run", 0) for r in rows}):
+        w1 = [r for r in rows if r.get("ok") and r["workload"] == "w1" and r.get("run", 0) == run
+              and r.get(metric) is not None]
+        checked = [r[metric] for r in w1 if r["checkpoint_interval_ms"]]
+        unchecked = [r[metric] for r in w1 if not r["checkpoint_interval_ms"]]
+        if len(checked) == 1 and len(unchecked) == 1:
+            pairs.append((checked[0], unchecked[0]))
+    return pairs
+
+
+def _checkpoint_overhead(rows: list[dict[str, Any]], part: dict[str, Any]) -> dict[str, Any]:
+    """W1's checkpoint overhead: the median over runs of each run's throughput lost to
+    checkpoints (the ratio of the two medians where runs cannot be paired), and, where
+    the system reports it, the extra CPU time per record its task processes spent."""
+    found: dict[str, Any] = {}
+    pairs = _paired_w1(rows, "records_per_s")
+    if pairs:
+        losses = [1 - checked / unchecked for checked, unchecked in pairs]
+        found["checkpoint_overhead"] = statistics.median(losses)
+        found["checkpoint_overhead_runs"] = _spread(losses)
+    else:
+        found["checkpoint_overhead"] = (1 - part["records_per_s"]["median"]
+                                        / part["records_per_s_without_checkpoints"]["median"])
+    cpu = _paired_w1(rows, "task_cpu_us_per_record")
+    if cpu:
+        found["task_cpu_us_per_record"] = _spread([c for c, _ in cpu])
+        found["task_cpu_us_per_record_without_checkpoints"] = _spread([u for _, u in cpu])
+        found["checkpoint_cpu_overhead"] = statistics.median(c / u - 1 for c, u in cpu)
+    return found
 
 
 def analysis(rows: list[dict[str, Any]]) -> dict[str, Any]:
@@ -208,8 +246,21 @@ def figures_table(summary: dict[str, Any]) -> str:
         if "checkpoint_overhead" in part:
             rows.append(_throughput_row(key, part, "records_per_s_without_checkpoints",
                                         "W1 throughput without checkpoints"))
+            spread = part.get("checkpoint_overhead_runs")
             rows.append([key, "W1 checkpoint overhead", f"{part['checkpoint_overhead']:.1%}",
-                         "", "", "", ""])
+                         f"{spread['min']:.1%}" if spread else "",
+                         f"{spread['max']:.1%}" if spread else "",
+                         str(spread["runs"]) if spread else "", fmt(part["records"].get("w1"))])
+        if "checkpoint_cpu_overhead" in part:
+            for name, label in (("task_cpu_us_per_record", "W1 task CPU per record"),
+                                ("task_cpu_us_per_record_without_checkpoints",
+                                 "W1 task CPU per record without checkpoints")):
+                figure = part[name]
+                rows.append([key, label, f"{figure['median']:.3f} µs", f"{figure['min']:.3f}",
+                             f"{figure['max']:.3f}", str(figure["runs"]),
+                             fmt(part["records"].get("w1"))])
+            rows.append([key, "W1 checkpoint CPU overhead",
+                         f"{part['checkpoint_cpu_overhead']:.1%}", "", "", "", ""])
         if "records_per_s_incl_first_batch" in part:
             rows.append(_throughput_row(key, part, "records_per_s_incl_first_batch",
                                         "W1 throughput incl. Spark's first micro-batch"))
@@ -262,7 +313,8 @@ def markdown(results: dict[str, Any]) -> str:
         f"Machine: {machine['cpus']} CPUs, {machine['platform']}, Python "
         f"{machine['python']}, {machine['java']}. Load average (1 min) before the suite "
         f"{machine['load_avg_1m_before']:.2f}, after {machine['load_avg_1m_after']:.2f}; "
-        f"per run it ranged {machine['load_avg_1m_min']:.2f}-{machine['load_avg_1m_max']:.2f}.",
+        f"per run it ranged {machine['load_avg_1m_min']:.2f}-{machine['load_avg_1m_max']:.2f}."
+        + _machine_speed(results["rows"]),
         f"Versions: {versions}.",
         "## Targets", targets_table(summary),
         "## Figures", figures_table(summary),
@@ -270,6 +322,15 @@ def markdown(results: dict[str, Any]) -> str:
         "## What could not run, and why", errors_table(summary),
         "## How to read these figures", NOTES,
     ]) + "\n"
+
+
+def _machine_speed(rows: list[dict[str, Any]]) -> str:
+    loops = [r["machine_loop_ms"] for r in rows if r.get("machine_loop_ms")]
+    if not loops:
+        return ""
+    return (f" A fixed Python loop, timed before each run, took {min(loops):.0f}-"
+            f"{max(loops):.0f} ms (median {statistics.median(loops):.0f} ms): the machine's "
+            "speed over the comparison.")
 
 
 NOTES = """\
@@ -283,9 +344,17 @@ NOTES = """\
   `pandas_state` / `twsip` variants keep per-key state in Python and emit a running sum
   for every record. The targets hold chandy to the reference's best variant anyway, and
   list the like-for-like ratio beside it.
-- **PyFlink** reads a tenth of the records in W1, W2 and W4 (it is about 100 times
-  slower per record); rates and percentiles do not depend on the count once a run lasts
-  seconds. Every figure names its record count.
+- **Record counts differ where speeds do.** Rates and percentiles do not depend on the
+  count once a run lasts seconds and spans several checkpoints. chandy and Spark's
+  `groupby` read 10 times the records in W1 (2 M take them well under a second);
+  PyFlink, about 100 times slower per record, reads a hundredth in W1 and a tenth in
+  W2 and W4. Every figure names its record count.
+- **Checkpoint overhead** is the median over runs of the throughput each run lost to
+  checkpoints against the run without them that followed it, so a change of the
+  machine's speed during the comparison does not enter it; min and max are over runs.
+  For chandy, the CPU time its task processes spent per record (sources, keyed
+  function and sinks, from the sinks' first record to their last) is listed with and
+  without checkpoints: it does not move with the machine's other tenants.
 - **W4's ratios are per key**: PyFlink holds a tenth of the keys. Its duration per key
   flatters PyFlink somewhat (a checkpoint's fixed costs are spread over fewer keys).
   Spark's state store compresses its files (LZ4) and W4's 100-byte values are mostly

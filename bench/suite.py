@@ -49,9 +49,11 @@ PLANNED_WORKLOADS = {
 @dataclass(frozen=True)
 class Sizes:
     """How big each workload is. The figures are rates and percentiles, which do not
-    depend on the size once a run lasts some seconds; PyFlink, about 100 times slower
-    per record than the others, reads fewer records so that a run ends in minutes (each
-    result names its record count)."""
+    depend on the size once a run lasts some seconds and spans several checkpoints. So
+    W1 gives the fast systems more records (chandy and Spark's JVM aggregation read 2 M
+    in well under a second, too short for a checkpoint interval to matter) and PyFlink,
+    about 100 times slower per record than the others, fewer, so that every run lasts
+    seconds and ends in minutes. Each result names its record count."""
 
     w1_records: int = 2_000_000
     w2_records: int = 2_000_000
@@ -59,12 +61,18 @@ class Sizes:
     w3_duration_s: float = 30.0
     w4_keys: int = 1_000_000
     w4_value_bytes: int = 100
+    #: W1's record count where it is not ``w1_records``, by ``system:variant`` or ``system``.
+    w1_records_of: dict[str, int] = field(default_factory=lambda: {
+        "chandy": 20_000_000, "spark_ss:groupby": 20_000_000, "pyflink": 200_000})
+    #: W2's and W4's counts are divided by this for the slow systems.
     slow_system_divisor: dict[str, int] = field(default_factory=lambda: {"pyflink": 10})
 
-    def arguments(self, system: str, workload: str) -> list[str]:
+    def arguments(self, system: str, variant: str, workload: str) -> list[str]:
         divisor = self.slow_system_divisor.get(system, 1)
         if workload == "w1":
-            return ["--records", str(self.w1_records // divisor)]
+            records = self.w1_records_of.get(f"{system}:{variant}",
+                                             self.w1_records_of.get(system, self.w1_records))
+            return ["--records", str(records)]
         if workload == "w2":
             return ["--records", str(self.w2_records // divisor)]
         if workload == "w3":
@@ -74,7 +82,8 @@ class Sizes:
 
 
 FULL = Sizes()
-QUICK = Sizes(w1_records=300_000, w2_records=300_000, w3_duration_s=6.0, w4_keys=100_000)
+QUICK = Sizes(w1_records=300_000, w2_records=300_000, w3_duration_s=6.0, w4_keys=100_000,
+              w1_records_of={"pyflink": 30_000})
 
 
 @dataclass(frozen=True)
@@ -131,12 +140,13 @@ def run_case(case: Case, sizes: Sizes, parallelism: int, timeout_s: float,
         command = [str(python), str(runner_of(case.system))]
     command += [case.workload, "--work-dir", str(work_dir), "--parallelism", str(parallelism),
                 "--checkpoint-interval-ms", str(case.checkpoint_interval_ms),
-                "--mode", case.variant, *sizes.arguments(case.system, case.workload),
+                "--mode", case.variant, *sizes.arguments(case.system, case.variant, case.workload),
                 *(extra or [])]
     row: dict[str, Any] = {"system": case.system, "variant": case.variant,
                            "workload": case.workload,
                            "checkpoint_interval_ms": case.checkpoint_interval_ms,
-                           "load_avg_1m_before": os.getloadavg()[0]}
+                           "load_avg_1m_before": os.getloadavg()[0],
+                           "machine_loop_ms": machine_loop_ms()}
     started = time.monotonic()
     log.warning("Running %s", case.label)
     process = subprocess.Popen(command, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
@@ -166,6 +176,21 @@ def run_case(case: Case, sizes: Sizes, parallelism: int, timeout_s: float,
     row["reported_variant"] = figures.pop("variant", case.variant)
     row.update(figures)
     return _finish(row, started, stderr, work_dir)
+
+
+def machine_loop_ms(iterations: int = 2_000_000, repeats: int = 3) -> float:
+    """How long a fixed pure-Python loop takes now (the best of ``repeats``), in ms: the
+    machine's speed at the start of a run. On a shared (virtual) machine it can change
+    by a factor of two within an hour without the load average showing it; a run taken
+    while it was slow can then be told apart from a regression."""
+    best = float("inf")
+    for _ in range(repeats):
+        started = time.perf_counter()
+        total = 0
+        for i in range(iterations):
+            total += i & 7
+        best = min(best, time.perf_counter() - started)
+    return best * 1000
 
 
 def _finish(row: dict[str, Any], started: float, stderr: str, work_dir: Path) -> dict[str, Any]:

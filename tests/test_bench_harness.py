@@ -9,6 +9,10 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
+from bench import report
+
 ROOT = Path(__file__).resolve().parent.parent
 
 
@@ -32,9 +36,11 @@ def test_quick_bench_run_measures_every_workload_on_chandy(tmp_path: Path) -> No
     assert by_workload[("w2", 1000)]["exact"] and by_workload[("w2", 1000)]["recovery_s"] > 0
     assert by_workload[("w3", 1000)]["records"] > 1000
     assert by_workload[("w4", 1000)]["checkpoint_size_bytes"] > 40_000 * 100
+    assert all(r["machine_loop_ms"] > 0 for r in rows)
+    assert by_workload[("w1", 1000)]["task_cpu_us_per_record"] > 0
     summary = results["summary"]["chandy/local"]
     assert summary["w2_exact_runs"] == "1 of 1"
-    assert "checkpoint_overhead" in summary
+    assert "checkpoint_overhead" in summary and "checkpoint_cpu_overhead" in summary
     assert "W3 latency p99" in (tmp_path / "RESULTS.md").read_text()
 
 
@@ -85,3 +91,28 @@ def test_report_rewrites_the_markdown_from_saved_rows_and_bad_input_is_named(tmp
     assert missing.returncode != 0 and "no such file" in missing.stderr
     planned = _bench("run", "--quick", "--workloads", "w1v")
     assert planned.returncode != 0 and "vectorised path" in planned.stderr
+
+
+def _w1_row(run: int, interval_ms: int, records_per_s: float, cpu_us: float) -> dict[str, object]:
+    return {"system": "chandy", "variant": "spark", "workload": "w1", "run": run, "ok": True,
+            "checkpoint_interval_ms": interval_ms, "records": 1000,
+            "records_per_s": records_per_s, "task_cpu_us_per_record": cpu_us}
+
+
+def test_checkpoint_overhead_compares_each_run_with_its_neighbour_without_checkpoints() -> None:
+    # run 3 fell into a slow spell of the machine halfway: its checkpointed half ran at
+    # half speed. Comparing the two medians would call that a 29 % overhead.
+    rows = [_w1_row(1, 1000, 1.0e6, 0.63), _w1_row(1, 0, 1.05e6, 0.60),
+            _w1_row(2, 1000, 2.0e6, 0.62), _w1_row(2, 0, 2.1e6, 0.60),
+            _w1_row(3, 1000, 1.5e6, 0.61), _w1_row(3, 0, 3.0e6, 0.60)]
+
+    part = report.summarize(rows)["chandy/spark"]
+
+    assert part["checkpoint_overhead"] == pytest.approx(1 - 1 / 1.05)
+    assert part["checkpoint_overhead_runs"]["max"] == pytest.approx(0.5)
+    assert part["checkpoint_cpu_overhead"] == pytest.approx(0.62 / 0.60 - 1)
+    assert part["task_cpu_us_per_record_without_checkpoints"]["median"] == pytest.approx(0.60)
+    [check] = [t for t in report.targets(report.summarize(rows)) if "overhead" in t["target"]]
+    assert check["met"] and check["measured"] == "4.8%"
+    text = report.figures_table(report.summarize(rows))
+    assert "W1 checkpoint CPU overhead" in text and "3.3%" in text

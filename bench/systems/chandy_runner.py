@@ -83,6 +83,7 @@ def w1(args: argparse.Namespace, work_dir: Path) -> dict[str, Any]:
     span = timing["last"] - timing["first"]
     return {"records": args.records, "records_per_s": args.records / span,
             "first_to_last_s": span, "wall_s": wall,
+            "task_cpu_us_per_record": timing["cpu_s"] / args.records * 1e6,
             **checkpoint_figures(client, args.checkpoint_interval_ms > 0)}
 
 
