@@ -652,3 +652,37 @@ def test_s24_tracker_abort_multi_channel() -> None:
     # 1, -2, 3, -4, 5, -6
     assert actions.events == [triggered(1), aborted(2), triggered(3), aborted(4), triggered(5), aborted(6)]
     assert driver.gate.block_calls == []
+
+
+def test_tracker_completes_a_checkpoint_on_the_last_open_channel_after_another_closed() -> None:
+    # Channel 0 delivers barrier 3 and then ends (its upstream finished); channel 1 is
+    # then the only open one. Its barrier 3 must still complete checkpoint 3: counting it
+    # is not a fast path's first barrier of a new checkpoint. (A bounded job waited
+    # forever for this final checkpoint when the count was skipped.)
+    table = [
+        Step(D(0)), Step(D(1)),
+        Step(B(3, 0), latest=3),
+        Step(D(0)),
+        Step(E(0)),
+        Step(D(1)),
+        Step(B(3, 1), effects=[triggered(3)], latest=3),
+        Step(D(1)),
+        Step(B(4, 1), effects=[triggered(4)], latest=4),  # one open channel: nothing to count
+    ]
+    driver, _, actions = tracker(2)
+    driver.gate.add(*(row.item for row in table))
+    run_table(driver, actions, table)
+    assert actions.events == [triggered(3), triggered(4)]
+
+
+def test_tracker_aborts_a_checkpoint_cancelled_on_the_last_open_channel_after_another_closed() -> None:
+    table = [
+        Step(B(3, 0), latest=3),
+        Step(E(0)),
+        Step(X(3, 1), effects=[aborted(3)], latest=3),
+        Step(D(1)),
+        Step(B(4, 1), effects=[triggered(4)], latest=4),
+    ]
+    driver, _, actions = tracker(2)
+    driver.gate.add(*(row.item for row in table))
+    run_table(driver, actions, table)

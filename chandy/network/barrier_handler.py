@@ -286,6 +286,9 @@ class CheckpointBarrierTracker(CheckpointBarrierHandler):
 
     Keeps a count per checkpoint id in progress (ids are assumed to increase);
     when a newer checkpoint completes, older incomplete ones are dropped silently.
+    With one open channel a barrier needs no counting, unless a count is in progress: a
+    channel that delivered its barrier and then ended leaves a count that the last open
+    channel's barrier completes.
     """
 
     def __init__(self, num_channels: int, actions: BarrierHandlerActions,
@@ -297,7 +300,7 @@ class CheckpointBarrierTracker(CheckpointBarrierHandler):
         barrier_id = barrier.checkpoint_id
         now_ns = self.clock.monotonic_ns()
         delay = max(0, self.clock.now_ms() - barrier.timestamp) * 1_000_000
-        if self.num_open_channels == 1:  # fast path: nothing to count
+        if self.num_open_channels == 1 and not self._pending:  # fast path: nothing to count
             if barrier_id > self.latest_checkpoint_id:
                 self.latest_checkpoint_id = barrier_id
                 self.actions.trigger_checkpoint_on_barrier(barrier, AlignmentMetrics(0, delay, 0))
@@ -325,7 +328,7 @@ class CheckpointBarrierTracker(CheckpointBarrierHandler):
 
     def process_cancellation_barrier(self, marker: CancelCheckpointMarker, channel: int) -> None:
         cancelled = marker.checkpoint_id
-        if self.num_open_channels == 1:
+        if self.num_open_channels == 1 and not self._pending:
             if cancelled > self.latest_checkpoint_id:
                 self.latest_checkpoint_id = cancelled
                 self.actions.abort_checkpoint_on_barrier(
