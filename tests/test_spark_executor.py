@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from chandy import ConfigurationError, StreamExecutionEnvironment
+from chandy import ConfigurationError, JobExecutionError, StreamExecutionEnvironment
 from chandy.api.functions import MapFunction, RuntimeContext
 from tests.jobs import CountingFilter, CountingMap, KeyedCounter, Throttle, final_counts
 from tests.probes import Probe
@@ -149,6 +149,31 @@ def test_a_peer_without_the_secret_is_refused_and_the_job_goes_on(
     text = "\n".join(r.getMessage() for r in caplog.records)
     assert "refused a control connection" in text
     assert "refused a data connection" in text
+
+
+def test_a_function_whose_module_the_executors_cannot_import_fails_the_job_naming_the_fix(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # A module only the driver can import (as a job's helper module is on a laptop until
+    # it is shipped): cloudpickle sends its functions by reference, by module name.
+    (tmp_path / "only_on_the_driver.py").write_text("def double(x):\n    return 2 * x\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    import only_on_the_driver  # type: ignore[import-not-found]
+
+    env = spark_env()
+    env.configure({"restart-strategy.type": "fixed-delay",
+                   "restart-strategy.fixed-delay.attempts": 5,
+                   "restart-strategy.fixed-delay.delay": 0})
+    env.from_sequence(0, 99).map(only_on_the_driver.double).print()
+    client = env.execute_async("helper module not shipped")
+    with pytest.raises(JobExecutionError) as info:
+        client.get_job_execution_result(timeout=120)
+    message = str(info.value)
+    assert "No module named 'only_on_the_driver'" in message
+    assert "spark.submit.pyFiles" in message
+    assert client.restarts == 0  # a restart would only repeat it
+    # the slots were not lost: the next job runs in the same session
+    assert sorted(spark_env().from_sequence(0, 9).map(lambda x: 2 * x).execute_and_collect()) \
+        == list(range(0, 20, 2))
 
 
 def test_a_job_needing_more_slots_than_spark_has_fails_fast() -> None:

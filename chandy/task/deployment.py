@@ -128,8 +128,33 @@ def serialize_chain(vertex_name: str, operators: tuple[OperatorSpec, ...]) -> by
         raise InvalidProgramError(f"task '{vertex_name}' cannot be serialized: {exc}") from exc
 
 
-def deserialize_chain(payload: bytes) -> tuple[OperatorSpec, ...]:
-    """A fresh copy of a chain serialized by :func:`serialize_chain` (trusted bytes only)."""
+def deserialize_chain(payload: bytes, vertex_name: str = "") -> tuple[OperatorSpec, ...]:
+    """A fresh copy of a chain serialized by :func:`serialize_chain` (trusted bytes only).
+
+    Where the chain was serialized in another process (the driver) and the functions
+    refer to a module by name, this process must be able to import that module. When it
+    cannot, the error says so and how to ship the module: it is the first thing to go
+    wrong when a job moves from a laptop to a cluster, and a restart would only repeat
+    it, so the job fails at once.
+    """
     import cloudpickle
 
-    return cloudpickle.loads(payload)
+    from chandy.errors import UnrecoverableError
+
+    task = f" of task '{vertex_name}'" if vertex_name else ""
+    try:
+        return cloudpickle.loads(payload)
+    except ImportError as exc:
+        missing = getattr(exc, "name", None) or str(exc)
+        raise UnrecoverableError(
+            f"the functions{task} cannot be loaded where the task runs: {type(exc).__name__}: "
+            f"{exc}. The module '{missing}' that defines them is imported there by name, so "
+            "it must be importable on every Spark executor: ship it with "
+            "spark.submit.pyFiles (spark-submit --py-files, SparkContext.addPyFile) or "
+            "install it in the executors' Python; functions defined in the job's main "
+            "script travel by value and need neither") from exc
+    except Exception as exc:
+        raise UnrecoverableError(
+            f"the functions{task} cannot be loaded where the task runs: {type(exc).__name__}: "
+            f"{exc}. The executors' Python must match the driver's: the same Python version "
+            "and the same versions of the packages the functions use") from exc

@@ -16,6 +16,7 @@ The executor owns three things, each closed by :meth:`SparkExecutor.close`:
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import logging
 import queue
@@ -58,7 +59,7 @@ from chandy.runtime.spark.messages import (
     TriggerCheckpoint,
 )
 from chandy.runtime.spark.slot import SlotBootstrap, run_slot
-from chandy.task.deployment import ExecutionState, TaskDeploymentDescriptor
+from chandy.task.deployment import ExecutionState, TaskDeploymentDescriptor, serialize_chain
 from chandy.task.services import TaskFailure, TaskServices, TaskStateListener
 
 log = logging.getLogger(__name__)
@@ -296,10 +297,12 @@ class SparkExecutor(Executor):
         capacity = Configuration(graph.config).get(NetworkOptions.BUFFERS_PER_CHANNEL)
         by_slot: dict[int, list[TaskToDeploy]] = {}
         attempts: dict[ExecutionAttemptID, int] = {}
+        chains = {v.id: serialize_chain(v.name, tuple(v.operators)) for v in graph.vertices}
         for tdd in descriptors:
             vertex = graph.vertex(tdd.vertex_id)
             by_slot.setdefault(tdd.subtask_index, []).append(TaskToDeploy(
-                tdd, tuple(execution_graph.input_channel_ids(vertex, tdd.subtask_index)),
+                dataclasses.replace(tdd, operators=()), chains[tdd.vertex_id],
+                tuple(execution_graph.input_channel_ids(vertex, tdd.subtask_index)),
                 tuple(tuple(e) for e in execution_graph.output_channel_ids(vertex, tdd.subtask_index))))
             attempts[tdd.attempt_id] = tdd.subtask_index
         deployment = SparkDeployment(self, pool, self._generation, attempts)

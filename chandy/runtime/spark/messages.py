@@ -73,7 +73,14 @@ class Heartbeat:
 
 @dataclass(frozen=True)
 class TaskToDeploy:
+    """One task for a slot. ``tdd`` comes without its operators; they travel as
+    ``chain``, the bytes of :func:`~chandy.task.deployment.serialize_chain`, so that the
+    message itself holds only chandy's own types. A slot that cannot import a user's
+    module then still reads the message, and fails that task with an error naming the
+    module, instead of losing its connection to the driver."""
+
     tdd: TaskDeploymentDescriptor
+    chain: bytes
     inputs: tuple[ChannelID, ...]
     outputs: tuple[tuple[ChannelID, ...], ...]
 

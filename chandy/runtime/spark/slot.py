@@ -28,6 +28,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
+from chandy.errors import UnrecoverableError
 from chandy.graph.execution_graph import ChannelID
 from chandy.messages.checkpoint import AcknowledgeCheckpoint, DeclineCheckpoint, EndOfInputReached
 from chandy.messages.ids import ExecutionAttemptID
@@ -51,7 +52,7 @@ from chandy.runtime.spark.messages import (
     TriggerCheckpoint,
 )
 from chandy.storage.checkpoint_storage import CheckpointStorage
-from chandy.task.deployment import ExecutionState
+from chandy.task.deployment import ExecutionState, deserialize_chain
 from chandy.task.services import TaskFailure, TaskServices
 from chandy.task.stream_task import StreamTask
 
@@ -308,7 +309,15 @@ class SlotRuntime:
                                          cid.consumer_subtask)
                         channels.append(self.data.output_channel(key, cid.consumer_subtask))
                 outputs.append(channels)
-            stream_task = StreamTask(task.tdd, inputs, outputs, self.services, self)
+            try:
+                operators = deserialize_chain(task.chain, task.tdd.task_name)
+            except UnrecoverableError as exc:
+                log.error("slot %d cannot start %s: %s", self.index, task.tdd.name_with_subtask, exc)
+                self.notify_task_state(task.tdd.attempt_id, ExecutionState.FAILED,
+                                       TaskFailure.of(exc, None))
+                continue
+            tdd = dataclasses.replace(task.tdd, operators=operators)
+            stream_task = StreamTask(tdd, inputs, outputs, self.services, self)
             thread = threading.Thread(target=stream_task.invoke, daemon=True,
                                       name=f"chandy {task.tdd.name_with_subtask}")
             self._tasks[task.tdd.attempt_id] = (stream_task, thread, generation)
