@@ -104,21 +104,25 @@ class HeldSequenceReader(NumberSequenceReader):
         super().__init__()
         self.holding = hold
         self.idle_wait_s = 0.005
-        self._hold_from: int | None = None
+        self._hold_after: int | None = None  # records read before holding back
+        self._read = 0
 
     def add_splits(self, splits: Sequence[NumberSequenceSplit]) -> None:
         super().add_splits(splits)
-        if self.holding and self._splits:
-            first = self._splits[0]
-            self._hold_from = first.position + (first.end - first.position + 1) // 2
+        if self.holding and splits and self._hold_after is None:
+            first = splits[0]
+            self._hold_after = (first.end - first.position + 1) // 2
 
     def poll_next(self, max_records: int) -> list[int] | None:
-        if self.holding and self._hold_from is not None and self._splits:
-            room = self._hold_from - self._splits[0].position
+        if self.holding and self._hold_after is not None:
+            room = self._hold_after - self._read
             if room <= 0:
                 return []
             max_records = min(max_records, room)
-        return super().poll_next(max_records)
+        batch = super().poll_next(max_records)
+        if batch:
+            self._read += len(batch)
+        return batch
 
     def notify_checkpoint_complete(self, checkpoint_id: int) -> None:
         self.holding = False
