@@ -346,7 +346,7 @@ NOTES = """\
   list the like-for-like ratio beside it.
 - **Record counts differ where speeds do.** Rates and percentiles do not depend on the
   count once a run lasts seconds and spans several checkpoints. In W1 chandy reads 10
-  times the records and Spark's `groupby` 20 times, in batches of 8 M rows (2 M take
+  times the records and Spark's `groupby` 30 times, in batches of 12 M rows (2 M take
   either well under a second, and smaller batches finish before Spark's 1 s trigger,
   which then throttles it: the runner counts such batches);
   PyFlink, about 100 times slower per record, reads a hundredth in W1 and a tenth in

@@ -52,7 +52,7 @@ class Sizes:
     depend on the size once a run lasts some seconds and spans several checkpoints. So
     W1 gives the fast systems more records (chandy and Spark's JVM aggregation read 2 M
     in well under a second, too short for a checkpoint interval to matter; Spark reads
-    8 M rows a batch, see its runner, and five batches) and PyFlink,
+    12 M rows a batch, see its runner, and five batches) and PyFlink,
     about 100 times slower per record than the others, fewer, so that every run lasts
     seconds and ends in minutes. Each result names its record count."""
 
@@ -64,7 +64,7 @@ class Sizes:
     w4_value_bytes: int = 100
     #: W1's record count where it is not ``w1_records``, by ``system:variant`` or ``system``.
     w1_records_of: dict[str, int] = field(default_factory=lambda: {
-        "chandy": 20_000_000, "spark_ss:groupby": 40_000_000, "pyflink": 200_000})
+        "chandy": 20_000_000, "spark_ss:groupby": 60_000_000, "pyflink": 200_000})
     #: W2's and W4's counts are divided by this for the slow systems.
     slow_system_divisor: dict[str, int] = field(default_factory=lambda: {"pyflink": 10})
 
