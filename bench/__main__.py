@@ -78,7 +78,9 @@ def main(argv: list[str]) -> int:
                             "full run; none for --quick)")
     rerender = sub.add_parser("report", help="recompute the summary, ratios, targets and "
                               "Markdown of a suite run from its results JSON (no rerun)")
-    rerender.add_argument("results", type=Path, help="a bench/results/<date>.json")
+    rerender.add_argument("results", type=Path, nargs="+",
+                          help="a bench/results/<date>.json; with several, each workload's "
+                               "figures come from the last file that measured it")
     rerender.add_argument("--markdown", type=Path, default=Path(__file__).parent / "RESULTS.md")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(message)s")
@@ -221,21 +223,33 @@ def _run_suite(args: argparse.Namespace, argv: list[str]) -> int:
     return 0
 
 
-def _rerender(path: Path, markdown: Path) -> int:
-    from bench import report
-
+def _read_results(path: Path) -> dict[str, Any]:
     try:
         results = json.loads(path.read_text())
-        rows = results["rows"]
-    except (OSError, json.JSONDecodeError, KeyError) as exc:
+        results["rows"]
+    except (OSError, json.JSONDecodeError, KeyError, TypeError) as exc:
         raise SystemExit(f"{path}: not a suite results file ({exc}); give a "
                          "bench/results/<date>.json written by 'python -m bench run'") from None
-    results.update(report.analysis(rows))
-    path.write_text(json.dumps(results, indent=2) + "\n")
+    return results
+
+
+def _rerender(paths: list[Path], markdown: Path) -> int:
+    """One file: its analysis and Markdown anew (the file is rewritten). Several: one
+    report combining them, each workload from the last file that measured it (the
+    files are not changed)."""
+    from bench import report
+
+    runs = [(path, _read_results(path)) for path in paths]
+    if len(runs) == 1:
+        [(path, results)] = runs
+        results.update(report.analysis(results["rows"]))
+        path.write_text(json.dumps(results, indent=2) + "\n")
+    else:
+        results = report.combine([(str(path), results) for path, results in runs])
     text = report.markdown(results)
     markdown.write_text(text)
     print(text)
-    logging.warning("Rewrote %s and %s", path, markdown)
+    logging.warning("Wrote %s%s", markdown, f" and {paths[0]}" if len(paths) == 1 else "")
     return 0
 
 

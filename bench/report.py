@@ -206,6 +206,34 @@ def targets(summary: dict[str, Any], chandy: str = "chandy/spark") -> list[dict[
     return checks
 
 
+def combine(runs: list[tuple[str, dict[str, Any]]]) -> dict[str, Any]:
+    """One report from several suite runs: every workload's rows come from the last run
+    that measured it, whole, so each ratio and target still compares systems measured
+    in one run. Used when one workload was measured again (after a fix to its
+    harness, say) without rerunning the others."""
+    chosen: dict[str, tuple[str, dict[str, Any]]] = {}
+    for name, results in runs:
+        for workload in dict.fromkeys(r["workload"] for r in results["rows"]):
+            chosen[workload] = (name, results)
+    rows = [r for workload, (_, results) in chosen.items()
+            for r in results["rows"] if r["workload"] == workload]
+    latest = runs[-1][1]
+    sources = []
+    for name, results in runs:
+        workloads = [w for w, (n, _) in chosen.items() if n == name]
+        if workloads:
+            sources.append({"file": name, "date": results["date"], "command": results["command"],
+                            "workloads": workloads})
+    loads = [r["load_avg_1m_before"] for r in rows if "load_avg_1m_before" in r]
+    machine = {**latest["machine"], "load_avg_1m_before": runs[0][1]["machine"]["load_avg_1m_before"],
+               "load_avg_1m_min": min(loads), "load_avg_1m_max": max(loads)}
+    versions: dict[str, str] = {}
+    for _, results in runs:
+        versions.update(results["versions"])
+    return {**latest, "sources": sources, "machine": machine, "versions": versions,
+            **analysis(rows), "rows": rows}
+
+
 # ---------------------------------------------------------------------- text
 
 
@@ -304,9 +332,16 @@ def markdown(results: dict[str, Any]) -> str:
     machine = results["machine"]
     summary = results["summary"]
     versions = ", ".join(f"{k} {v}" for k, v in results["versions"].items())
+    if results.get("sources"):
+        made = ("Combined from several runs, each workload from one run: " + "; ".join(
+            f"{', '.join(s['workloads']).upper()} from `{s['command']}` ({s['date']}, "
+            f"`{s['file']}`)" for s in results["sources"]) + f". {results['runs']} run(s) of "
+            "each case, interleaved; ")
+    else:
+        made = f"`{results['command']}`: {results['runs']} run(s) of each case, interleaved; "
     return "\n\n".join([
         f"# Benchmark results, {results['date']}",
-        f"`{results['command']}`: {results['runs']} run(s) of each case, interleaved; "
+        made +
         f"parallelism {results['parallelism']}, checkpoints (commits, snapshots) every "
         "1 s to local disk. Medians with min and max. Ratios: above 1 means chandy is "
         "better (throughput chandy / reference; times and sizes reference / chandy).",

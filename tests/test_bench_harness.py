@@ -116,3 +116,31 @@ def test_checkpoint_overhead_compares_each_run_with_its_neighbour_without_checkp
     assert check["met"] and check["measured"] == "4.8%"
     text = report.figures_table(report.summarize(rows))
     assert "W1 checkpoint CPU overhead" in text and "3.3%" in text
+
+
+def _results(command: str, rows: list[dict[str, object]]) -> dict[str, object]:
+    return {"date": "2026-11-23 19:34 UTC", "command": command, "runs": 1, "parallelism": 2,
+            "versions": {"chandy": "0.1"}, "rows": rows,
+            "machine": {"cpus": 2, "platform": "Linux", "python": "3.11", "java": "17",
+                        "load_avg_1m_before": 0.5, "load_avg_1m_after": 0.7}}
+
+
+def test_a_report_of_several_runs_takes_each_workload_whole_from_the_last_run_measuring_it() -> None:
+    w2 = {"system": "chandy", "variant": "spark", "workload": "w2", "run": 1, "ok": True,
+          "checkpoint_interval_ms": 1000, "records": 1000, "recovery_s": 0.03, "exact": True,
+          "load_avg_1m_before": 0.4}
+    first = _results("python -m bench run", [
+        {**_w1_row(1, 1000, 1.0e6, 0.6), "load_avg_1m_before": 0.4}, w2])
+    again = _results("python -m bench run --workloads w1", [
+        {**_w1_row(1, 1000, 3.0e6, 0.5), "load_avg_1m_before": 0.9}])
+
+    combined = report.combine([("first.json", first), ("again.json", again)])
+
+    part = combined["summary"]["chandy/spark"]
+    assert part["records_per_s"]["median"] == 3.0e6  # W1 from the later run only
+    assert part["recovery_s"]["median"] == 0.03  # W2 kept from the first
+    assert [(s["file"], s["workloads"]) for s in combined["sources"]] == [
+        ("first.json", ["w2"]), ("again.json", ["w1"])]
+    text = report.markdown(combined)
+    assert "W2 from `python -m bench run`" in text
+    assert "W1 from `python -m bench run --workloads w1`" in text
