@@ -339,6 +339,10 @@ def markdown(results: dict[str, Any]) -> str:
             "each case, interleaved; ")
     else:
         made = f"`{results['command']}`: {results['runs']} run(s) of each case, interleaved; "
+    if "--quick" in results["command"]:
+        made = ("**A `--quick` sanity pass: runs this short measure start-up, not the "
+                "systems; the figures and targets below mean nothing. Compare full runs "
+                "only.** ") + made
     return "\n\n".join([
         f"# Benchmark results, {results['date']}",
         made +
