@@ -35,14 +35,15 @@ class _TimingWriter(SinkWriter):
         self.write_batch([element])
 
     def write_batch(self, elements: list[Any]) -> None:
-        now, cpu = time.time(), time.process_time()
+        now = time.time()
         if not self.count:
-            self.first, self.cpu_first = now, cpu
-        self.last, self.cpu_last = now, cpu
+            self.first, self.cpu_first = now, time.process_time()
+        self.last = now
         self.count += len(elements)
 
     def flush(self, end_of_input: bool) -> None:
-        if end_of_input:
+        if end_of_input:  # right after the last record: its CPU time, read once, not per batch
+            self.cpu_last = time.process_time()
             self.path.write_text(json.dumps({
                 "first": self.first, "last": self.last, "count": self.count, "pid": os.getpid(),
                 "cpu_first": self.cpu_first, "cpu_last": self.cpu_last}))
