@@ -439,9 +439,9 @@ def check_mode_available(args: argparse.Namespace) -> None:
                           "in the spark_ss environment") from exc
 
 
-def rows_per_batch(args: argparse.Namespace) -> int:
-    """``--rows-per-batch``, or the default: the batch size decides the commit frequency."""
-    return args.rows_per_batch or DEFAULT_ROWS_PER_BATCH
+def rows_per_batch(args: argparse.Namespace, default: int = DEFAULT_ROWS_PER_BATCH) -> int:
+    """``--rows-per-batch``, or ``default``: the batch size decides the commit frequency."""
+    return args.rows_per_batch or default
 
 
 # ------------------------------------------------------------------ w1
@@ -458,7 +458,7 @@ def w1(spark: Any, args: argparse.Namespace, work_dir: Path) -> dict[str, Any]:
     latter exists, and ``records_per_s`` is that.
     """
     started = time.perf_counter()
-    per_batch = min(args.rows_per_batch or W1_ROWS_PER_BATCH.get(args.mode, DEFAULT_ROWS_PER_BATCH),
+    per_batch = min(rows_per_batch(args, W1_ROWS_PER_BATCH.get(args.mode, DEFAULT_ROWS_PER_BATCH)),
                     args.records)
     result, mode = keyed_sum(counting_source(spark, args, per_batch), args)
     query = (result.writeStream.format("noop").outputMode(mode)
