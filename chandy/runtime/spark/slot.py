@@ -292,6 +292,13 @@ class SlotRuntime:
         self.generation = generation
         starting: list[threading.Thread] = []
         for task in message.tasks:
+            try:
+                operators = deserialize_chain(task.chain, task.tdd.task_name)
+            except UnrecoverableError as exc:
+                log.error("slot %d cannot start %s: %s", self.index, task.tdd.name_with_subtask, exc)
+                self.notify_task_state(task.tdd.attempt_id, ExecutionState.FAILED,
+                                       TaskFailure.of(exc, None))
+                continue
             inputs: list[InputChannel] = []
             for cid in task.inputs:
                 if cid.producer_subtask == self.index:
@@ -311,13 +318,6 @@ class SlotRuntime:
                                          cid.consumer_subtask)
                         channels.append(self.data.output_channel(key, cid.consumer_subtask))
                 outputs.append(channels)
-            try:
-                operators = deserialize_chain(task.chain, task.tdd.task_name)
-            except UnrecoverableError as exc:
-                log.error("slot %d cannot start %s: %s", self.index, task.tdd.name_with_subtask, exc)
-                self.notify_task_state(task.tdd.attempt_id, ExecutionState.FAILED,
-                                       TaskFailure.of(exc, None))
-                continue
             tdd = dataclasses.replace(task.tdd, operators=operators)
             stream_task = StreamTask(tdd, inputs, outputs, self.services, self)
             thread = threading.Thread(target=stream_task.invoke, daemon=True,
