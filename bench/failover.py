@@ -24,8 +24,8 @@ from typing import Any
 
 from bench.w1 import KEYS, RunningSum
 from chandy import StreamExecutionEnvironment
-from chandy.api.connector import Sink, SinkWriter, SinkWriterContext
-from chandy.api.functions import MapFunction, RuntimeContext
+from chandy.core.connector import Sink, SinkWriter, SinkWriterContext
+from chandy.core.functions import MapFunction, RuntimeContext
 
 
 class _RecoveryWriter(SinkWriter):

@@ -19,7 +19,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from chandy.api.connector import Sink, SinkWriter, SinkWriterContext
+from chandy.core.connector import Sink, SinkWriter, SinkWriterContext
 
 
 class _TimingWriter(SinkWriter):

@@ -14,8 +14,8 @@ from typing import Any
 
 from bench.timing import TimingSink, read_timings
 from chandy import StreamExecutionEnvironment
-from chandy.api.functions import KeyedProcessFunction, RuntimeContext
-from chandy.api.state import ValueStateDescriptor
+from chandy.core.functions import KeyedProcessFunction, RuntimeContext
+from chandy.core.state import ValueStateDescriptor
 
 KEYS = 10_000
 

@@ -50,8 +50,6 @@ from pathlib import Path
 from typing import Any
 
 from chandy import JobExecutionResult, StreamExecutionEnvironment
-from chandy.api.functions import KeyedProcessFunction, RuntimeContext
-from chandy.api.state import ValueStateDescriptor
 from chandy.connectors import (
     FileSink,
     JsonSchema,
@@ -59,6 +57,8 @@ from chandy.connectors import (
     KafkaSource,
     ParquetBulkWriters,
 )
+from chandy.core.functions import KeyedProcessFunction, RuntimeContext
+from chandy.core.state import ValueStateDescriptor
 
 log = logging.getLogger("kafka_to_parquet")
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import random
 from typing import Any
 
-from chandy.api.functions import (
+from chandy.core.functions import (
     CheckpointedFunction,
     FilterFunction,
     FunctionInitializationContext,
@@ -14,7 +14,7 @@ from chandy.api.functions import (
     MapFunction,
     RuntimeContext,
 )
-from chandy.api.state import ListStateDescriptor, ValueStateDescriptor
+from chandy.core.state import ListStateDescriptor, ValueStateDescriptor
 from tests.probes import Probe
 
 

@@ -29,7 +29,6 @@ from chandy.checkpoint.metadata import MasterState
 from chandy.checkpoint.pending_checkpoint import CheckpointPlan, TaskToAck
 from chandy.checkpoint.stats import CheckpointStatsTracker
 from chandy.config.options import ExternalizedCheckpointRetention
-from chandy.graph.execution_graph import JobStatus
 from chandy.messages.checkpoint import (
     AcknowledgeCheckpoint,
     CheckpointException,
@@ -39,6 +38,7 @@ from chandy.messages.checkpoint import (
     DeclineCheckpoint,
 )
 from chandy.messages.ids import ExecutionAttemptID
+from chandy.messages.status import JobStatus
 from chandy.state.handles import (
     FileStateHandle,
     OperatorStateDistributionMode,
@@ -403,7 +403,7 @@ def test_s37_decline_of_one_of_two_pending_checkpoints() -> None:
     assert h.gateway.aborted_ids(A1) == [1]
     assert h.gateway.triggered_ids(A1) == [1, 2]
 
-    h.coordinator.shutdown("CANCELED")
+    h.coordinator.shutdown(JobStatus.CANCELED)
     assert pending2.disposed
     assert failure_reason(future2) is R.CHECKPOINT_COORDINATOR_SHUTDOWN
 
@@ -483,7 +483,7 @@ def test_s39_completed_checkpoint_subsumes_older_pending(tmp_path: Path) -> None
     assert none_exist([late])
     assert all_exist(cp2_states)
 
-    h.coordinator.shutdown(JobStatus.FINISHED.value)
+    h.coordinator.shutdown(JobStatus.FINISHED)
     assert none_exist(cp2_states)
     assert h.store.number_of_retained_checkpoints == 0
 
@@ -705,7 +705,7 @@ def test_s46_trigger_while_coordinator_shuts_down() -> None:
     in_flight = h.coordinator.trigger_checkpoint()
     assert h.coordinator.number_of_pending_checkpoints == 1
 
-    h.coordinator.shutdown(JobStatus.CANCELED.value)
+    h.coordinator.shutdown(JobStatus.CANCELED)
 
     assert failure_reason(in_flight) is R.CHECKPOINT_COORDINATOR_SHUTDOWN
     assert failure_reason(h.coordinator.trigger_checkpoint()) is R.CHECKPOINT_COORDINATOR_SHUTDOWN

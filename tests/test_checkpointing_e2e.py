@@ -20,7 +20,7 @@ from chandy import (
     StorageError,
     StreamExecutionEnvironment,
 )
-from chandy.api.functions import CheckpointListener, SinkFunction
+from chandy.core.functions import CheckpointListener, SinkFunction
 from tests.jobs import (
     CountingFilter,
     CountingMap,

@@ -16,6 +16,7 @@ from chandy.config.options import ExternalizedCheckpointRetention
 from chandy.errors import InvalidCheckpointError
 from chandy.messages.checkpoint import CheckpointMetrics
 from chandy.messages.ids import ExecutionAttemptID
+from chandy.messages.status import JobStatus
 from chandy.state.handles import (
     ByteStreamStateHandle,
     FileStateHandle,
@@ -127,7 +128,7 @@ def test_shutdown_finished_discards_all(storage: CheckpointStorage) -> None:
     for checkpoint in checkpoints:
         store.add_checkpoint(checkpoint)
 
-    store.shutdown("FINISHED")
+    store.shutdown(JobStatus.FINISHED)
 
     assert all(c.discarded for c in checkpoints)
     assert not any(os.path.exists(storage.checkpoint_dir(c.checkpoint_id)) for c in checkpoints)
@@ -143,7 +144,7 @@ def test_shutdown_cancelled_retains_with_retain_on_cancellation(storage: Checkpo
     store = CompletedCheckpointStore(1)
     checkpoint = completed_checkpoint(storage, 1, props)
     store.add_checkpoint(checkpoint)
-    store.shutdown("CANCELED")
+    store.shutdown(JobStatus.CANCELED)
     assert not checkpoint.discarded
     assert on_disk(checkpoint)
     assert store.number_of_retained_checkpoints == 0

@@ -10,8 +10,8 @@ from typing import Any
 import pytest
 
 from chandy import StreamExecutionEnvironment
-from chandy.api.connector import Boundedness, SourceReaderContext
 from chandy.connectors import DataGeneratorSource
+from chandy.core.connector import Boundedness, SourceReaderContext
 from tests.jobs import KeyedCounter
 from tests.test_checkpointing_e2e import (
     checkpointing_env,

@@ -25,8 +25,6 @@ import pyarrow as pa
 import pytest
 
 from chandy import StreamExecutionEnvironment
-from chandy.api.functions import KeyedProcessFunction, RuntimeContext
-from chandy.api.state import ValueStateDescriptor
 from chandy.connectors import (
     DeltaSink,
     FileSink,
@@ -35,6 +33,8 @@ from chandy.connectors import (
     ParquetBulkWriters,
     SimpleStringSchema,
 )
+from chandy.core.functions import KeyedProcessFunction, RuntimeContext
+from chandy.core.state import ValueStateDescriptor
 from tests.jobs import FailOnceMap
 from tests.kafka_broker import KafkaBroker, unique_topic
 from tests.probes import Probe

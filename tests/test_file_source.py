@@ -18,8 +18,6 @@ import pyarrow.parquet as pq
 import pytest
 
 from chandy import JobExecutionError, StreamExecutionEnvironment
-from chandy.api.connector import SourceReaderContext
-from chandy.api.functions import MapFunction, RuntimeContext
 from chandy.connectors import (
     CsvFormat,
     FileSource,
@@ -28,6 +26,8 @@ from chandy.connectors import (
     ParquetFormat,
     StreamFormat,
 )
+from chandy.core.connector import SourceReaderContext
+from chandy.core.functions import MapFunction, RuntimeContext
 from chandy.state.key_groups import stable_hash
 from tests.jobs import FailOnceMap, KeyedCounter, Throttle
 from tests.probes import Probe

@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from chandy import InvalidProgramError, JobExecutionError, StreamExecutionEnvironment
-from chandy.api.connector import (
+from chandy.core.connector import (
     Boundedness,
     Sink,
     SinkWriter,
@@ -21,14 +21,14 @@ from chandy.api.connector import (
     SourceReader,
     SourceReaderContext,
 )
-from chandy.api.functions import (
+from chandy.core.functions import (
     KeyedProcessFunction,
     MapFunction,
     ProcessFunction,
     RuntimeContext,
     SinkFunction,
 )
-from chandy.api.state import (
+from chandy.core.state import (
     ListStateDescriptor,
     MapStateDescriptor,
     ReducingStateDescriptor,

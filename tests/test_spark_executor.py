@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 
 from chandy import ConfigurationError, JobExecutionError, StreamExecutionEnvironment
-from chandy.api.functions import MapFunction, RuntimeContext
+from chandy.core.functions import MapFunction, RuntimeContext
 from tests.jobs import CountingFilter, CountingMap, KeyedCounter, Throttle, final_counts
 from tests.probes import Probe
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from chandy.api.state import (
+from chandy.core.state import (
     ListStateDescriptor,
     MapStateDescriptor,
     ReducingStateDescriptor,

@@ -20,15 +20,15 @@ from typing import Any
 from bench.timing import TimingSink, read_timings
 from bench.w1 import RunningSum
 from chandy import StreamExecutionEnvironment
-from chandy.api.connector import Sink, SinkWriter, SinkWriterContext, SourceReaderContext
-from chandy.api.functions import CheckpointListener, KeyedProcessFunction, RuntimeContext
-from chandy.api.state import ValueStateDescriptor
 from chandy.connectors import DataGeneratorSource
 from chandy.connectors.number_sequence import (
     NumberSequenceReader,
     NumberSequenceSource,
     NumberSequenceSplit,
 )
+from chandy.core.connector import Sink, SinkWriter, SinkWriterContext, SourceReaderContext
+from chandy.core.functions import CheckpointListener, KeyedProcessFunction, RuntimeContext
+from chandy.core.state import ValueStateDescriptor
 from chandy.runtime.job_client import JobClient
 
 log = logging.getLogger("bench.chandy")

@@ -1,7 +1,6 @@
-"""What users import: the environment, streams, functions and state descriptors.
+"""The builders users write jobs with: the environment, streams and checkpoint config.
 
-``chandy.api.functions`` and ``chandy.api.state`` are contracts (interfaces a user
-implements or calls) and import nothing from the rest of chandy, so every layer
-may use them. The builders (``environment``, ``datastream``) sit on top of
-everything. This package therefore imports nothing eagerly.
+They sit on top of every other layer (they build graphs and start runtimes).
+The contracts a user implements (functions, state descriptors, sources and
+sinks) are in :mod:`chandy.core`. This package imports nothing eagerly.
 """

@@ -13,8 +13,8 @@ import uuid
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from chandy.api.connector import Sink, TwoPhaseCommittingSink
-from chandy.api.functions import (
+from chandy.core.connector import Sink, TwoPhaseCommittingSink
+from chandy.core.functions import (
     FilterFunction,
     FlatMapFunction,
     Function,
@@ -226,7 +226,7 @@ class DataStream(_NodeHandle):
         return DataStreamSink(self._env, node)
 
     def sink_to(self, sink: Sink) -> DataStreamSink:
-        """Write to a :class:`~chandy.api.connector.Sink` (file, Kafka, ...)."""
+        """Write to a :class:`~chandy.core.connector.Sink` (file, Kafka, ...)."""
         if not isinstance(sink, Sink):
             raise InvalidProgramError(f"sink_to() takes a Sink, got {type(sink).__name__}")
         sink.validate()

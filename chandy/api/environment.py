@@ -9,7 +9,6 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from chandy.api.checkpoint_config import CheckpointConfig
-from chandy.api.connector import Boundedness, Source
 from chandy.api.datastream import DataStream
 from chandy.config import Configuration
 from chandy.config.options import (
@@ -22,6 +21,7 @@ from chandy.config.options import (
     StateRecoveryOptions,
     all_options,
 )
+from chandy.core.connector import Boundedness, Source
 from chandy.errors import ConfigurationError, InvalidProgramError
 from chandy.graph.job_graph import JobGraph, create_job_graph
 from chandy.graph.stream_graph import StreamGraph
@@ -149,7 +149,7 @@ class StreamExecutionEnvironment:
 
     def from_source(self, source: Source, watermark_strategy: Any = None,
                     source_name: str = "Source") -> DataStream:
-        """A stream read from ``source`` (a :class:`~chandy.api.connector.Source`)."""
+        """A stream read from ``source`` (a :class:`~chandy.core.connector.Source`)."""
         if not isinstance(source, Source):
             raise InvalidProgramError(f"from_source() takes a Source, got {type(source).__name__}")
         if watermark_strategy is not None:

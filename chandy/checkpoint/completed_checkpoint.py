@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from chandy.checkpoint.metadata import MasterState
 from chandy.checkpoint.operator_state import OperatorState
 from chandy.checkpoint.properties import CheckpointProperties
+from chandy.messages.status import JobStatus
 from chandy.storage.checkpoint_storage import CheckpointStorage
 
 log = logging.getLogger(__name__)
@@ -52,12 +53,12 @@ class CompletedCheckpoint:
             return True
         return False
 
-    def discard_on_shutdown(self, job_status: str) -> bool:
+    def discard_on_shutdown(self, job_status: JobStatus) -> bool:
         if self.props.discard_on_job_end(job_status):
             self.discard()
             return True
         log.info("Checkpoint %d of job %s is retained at %s (job %s).", self.checkpoint_id,
-                 self.job_id, self.external_pointer, job_status)
+                 self.job_id, self.external_pointer, job_status.value)
         return False
 
     def __repr__(self) -> str:
@@ -98,7 +99,7 @@ class CompletedCheckpointStore:
     def number_of_retained_checkpoints(self) -> int:
         return len(self._checkpoints)
 
-    def shutdown(self, job_status: str) -> None:
+    def shutdown(self, job_status: JobStatus) -> None:
         """The job ended: discard what the retention policy does not keep."""
         for checkpoint in self._checkpoints:
             checkpoint.discard_on_shutdown(job_status)

@@ -59,6 +59,7 @@ from chandy.messages.checkpoint import (
     DeclineCheckpoint,
     TaskCheckpointGateway,
 )
+from chandy.messages.status import JobStatus
 from chandy.state.snapshot import TaskStateSnapshot
 from chandy.storage.checkpoint_storage import CheckpointStorage
 from chandy.util.clock import Clock
@@ -194,10 +195,10 @@ class CheckpointCoordinator:
                 self._periodic_handle.cancel()
             self._schedule_periodic(delay_ms)
 
-    def job_status_listener(self, job_id: str, status: object, timestamp: int,
+    def job_status_listener(self, job_id: str, status: JobStatus, timestamp: int,
                             error: BaseException | None) -> None:
         """Flink's ``CheckpointCoordinatorDeActivator``: on while RUNNING, off otherwise."""
-        if getattr(status, "name", status) == "RUNNING":
+        if status is JobStatus.RUNNING:
             self.start_checkpoint_scheduler()
         else:
             self.stop_checkpoint_scheduler()
@@ -520,7 +521,7 @@ class CheckpointCoordinator:
         log.info("Restoring job %s from checkpoint %d (%s).", self.job_id, checkpoint_id,
                  external_pointer or "in memory")
 
-    def shutdown(self, job_status: str) -> None:
+    def shutdown(self, job_status: JobStatus) -> None:
         """The job ended: stop, abort what is pending, discard per retention policy."""
         if self.shutdown_called:
             return

@@ -6,6 +6,7 @@ from dataclasses import dataclass
 
 from chandy.config.options import ExternalizedCheckpointRetention
 from chandy.messages.checkpoint import CheckpointType
+from chandy.messages.status import JobStatus
 
 
 @dataclass(frozen=True)
@@ -45,7 +46,7 @@ class CheckpointProperties:
                                     discard_finished=False, discard_cancelled=False,
                                     discard_failed=False)
 
-    def discard_on_job_end(self, status_name: str) -> bool:
-        """Whether a retained checkpoint is deleted when the job ends with ``status_name``."""
-        return {"FINISHED": self.discard_finished, "CANCELED": self.discard_cancelled,
-                "FAILED": self.discard_failed}.get(status_name, False)
+    def discard_on_job_end(self, status: JobStatus) -> bool:
+        """Whether a retained checkpoint is deleted when the job ends with ``status``."""
+        return {JobStatus.FINISHED: self.discard_finished, JobStatus.CANCELED: self.discard_cancelled,
+                JobStatus.FAILED: self.discard_failed}.get(status, False)

@@ -6,7 +6,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from chandy.api.connector import Boundedness, Source, SourceReader, SourceReaderContext
+from chandy.core.connector import Boundedness, Source, SourceReader, SourceReaderContext
 
 
 @dataclass

@@ -15,7 +15,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from chandy.api.connector import Boundedness, Source, SourceReader, SourceReaderContext
+from chandy.core.connector import Boundedness, Source, SourceReader, SourceReaderContext
 
 log = logging.getLogger(__name__)
 

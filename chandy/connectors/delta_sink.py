@@ -29,7 +29,7 @@ import uuid
 from dataclasses import dataclass
 from typing import Any
 
-from chandy.api.connector import (
+from chandy.core.connector import (
     Committer,
     PrecommittingSinkWriter,
     SinkWriterContext,

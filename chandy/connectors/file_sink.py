@@ -31,7 +31,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from chandy.api.connector import (
+from chandy.core.connector import (
     Committer,
     PrecommittingSinkWriter,
     SinkWriterContext,

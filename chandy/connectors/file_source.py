@@ -39,7 +39,6 @@ from collections.abc import Iterable, Sequence
 from datetime import timedelta
 from typing import Any
 
-from chandy.api.connector import Boundedness, Source, SourceReader, SourceReaderContext
 from chandy.connectors.file_formats import (
     BulkFormat,
     CsvFormat,
@@ -51,6 +50,7 @@ from chandy.connectors.file_formats import (
     StreamFormat,
     TextLineFormat,
 )
+from chandy.core.connector import Boundedness, Source, SourceReader, SourceReaderContext
 from chandy.state.key_groups import stable_hash
 
 log = logging.getLogger(__name__)

@@ -36,14 +36,6 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from chandy.api.connector import (
-    Committer,
-    PrecommittingSinkWriter,
-    Sink,
-    SinkWriter,
-    SinkWriterContext,
-    TwoPhaseCommittingSink,
-)
 from chandy.connectors.kafka_common import (
     KafkaConnectorError,
     SerializationSchema,
@@ -53,6 +45,14 @@ from chandy.connectors.kafka_common import (
     client_logger,
     describe_error,
     import_confluent_kafka,
+)
+from chandy.core.connector import (
+    Committer,
+    PrecommittingSinkWriter,
+    Sink,
+    SinkWriter,
+    SinkWriterContext,
+    TwoPhaseCommittingSink,
 )
 from chandy.errors import ConfigurationError
 

@@ -35,7 +35,6 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
-from chandy.api.connector import Boundedness, Source, SourceReader, SourceReaderContext
 from chandy.connectors.kafka_common import (
     DeserializationSchema,
     KafkaConnectorError,
@@ -49,6 +48,7 @@ from chandy.connectors.kafka_common import (
     describe_error,
     import_confluent_kafka,
 )
+from chandy.core.connector import Boundedness, Source, SourceReader, SourceReaderContext
 from chandy.errors import ConfigurationError
 
 log = logging.getLogger(__name__)

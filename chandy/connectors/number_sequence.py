@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from chandy.api.connector import Boundedness, Source, SourceReader, SourceReaderContext
+from chandy.core.connector import Boundedness, Source, SourceReader, SourceReaderContext
 
 
 @dataclass

@@ -5,7 +5,7 @@ from __future__ import annotations
 import sys
 from typing import Any, TextIO
 
-from chandy.api.connector import Sink, SinkWriter, SinkWriterContext
+from chandy.core.connector import Sink, SinkWriter, SinkWriterContext
 
 
 class PrintSinkWriter(SinkWriter):

@@ -10,15 +10,14 @@ is logged and does not stop the others.
 
 from __future__ import annotations
 
-import enum
 import logging
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
 from chandy.graph.job_graph import DistributionPattern, JobGraph, JobVertex
+from chandy.messages.status import ExecutionState, JobStatus
 from chandy.task.deployment import (
     ExecutionAttemptID,
-    ExecutionState,
     OutputSpec,
     TaskDeploymentDescriptor,
 )
@@ -26,21 +25,6 @@ from chandy.task.services import TaskFailure
 from chandy.util.clock import Clock, SystemClock
 
 log = logging.getLogger(__name__)
-
-
-class JobStatus(enum.Enum):
-    CREATED = "CREATED"
-    RUNNING = "RUNNING"
-    FAILING = "FAILING"
-    FAILED = "FAILED"
-    CANCELLING = "CANCELLING"
-    CANCELED = "CANCELED"
-    FINISHED = "FINISHED"
-    RESTARTING = "RESTARTING"
-
-    @property
-    def is_globally_terminal(self) -> bool:
-        return self in (JobStatus.FINISHED, JobStatus.FAILED, JobStatus.CANCELED)
 
 
 #: ``listener(job_id, new_status, timestamp_ms, error)``

@@ -6,7 +6,7 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
-from chandy.graph.execution_graph import JobStatus
+from chandy.messages.status import JobStatus
 from chandy.runtime.job_master import JobMaster
 from chandy.runtime.job_result import JobExecutionResult
 

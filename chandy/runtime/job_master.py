@@ -44,7 +44,7 @@ from chandy.errors import (
     JobCancelledError,
     JobExecutionError,
 )
-from chandy.graph.execution_graph import ExecutionGraph, JobStatus
+from chandy.graph.execution_graph import ExecutionGraph
 from chandy.graph.job_graph import JobGraph
 from chandy.messages.checkpoint import (
     AcknowledgeCheckpoint,
@@ -55,11 +55,12 @@ from chandy.messages.checkpoint import (
     EndOfInputReached,
 )
 from chandy.messages.ids import ExecutionAttemptID
+from chandy.messages.status import ExecutionState, JobStatus
 from chandy.runtime.executor import Deployment, Executor
 from chandy.runtime.job_result import JobExecutionResult
 from chandy.runtime.restart_strategy import restart_strategy_from
 from chandy.storage.checkpoint_storage import CheckpointStorage
-from chandy.task.deployment import ExecutionState, TaskRestore, serialize_chain
+from chandy.task.deployment import TaskRestore, serialize_chain
 from chandy.task.services import ResultPublisher, TaskFailure, TaskServices
 from chandy.util.clock import Clock, SystemClock
 from chandy.util.timer import ScheduledAction, TimerQueue
@@ -295,7 +296,7 @@ class JobMaster:
         """
         eg = self.execution_graph
         start_ms = self.clock.now_ms()
-        final_status = "FAILED"
+        final_status = JobStatus.FAILED
         try:
             self._prepare_restore_and_storage()
             log.info("Submitting job %s (%s): %d tasks in %d vertices.", self.job_graph.job_name,
@@ -304,12 +305,12 @@ class JobMaster:
             self._deploy(self._initial_restore)
             eg.transition_state(JobStatus.CREATED, JobStatus.RUNNING)
             outcome = self._await_end()
-            final_status = eg.state.value
+            final_status = eg.state
         except BaseException:
             # KeyboardInterrupt or a bug here: never leave tasks running behind.
             self._cancel_tasks()
             eg.transition_state(eg.state, JobStatus.CANCELED)
-            final_status = "CANCELED"
+            final_status = JobStatus.CANCELED
             raise
         finally:
             self._shutdown(final_status)
@@ -318,7 +319,7 @@ class JobMaster:
             return JobExecutionResult(self.job_id, self.job_graph.job_name, runtime, self.restarts)
         raise outcome
 
-    def _shutdown(self, final_status: str) -> None:
+    def _shutdown(self, final_status: JobStatus) -> None:
         if self.coordinator is not None:
             self.coordinator.shutdown(final_status)
         if self._async_executor is not None:

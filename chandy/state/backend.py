@@ -14,7 +14,7 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from typing import Any
 
-from chandy.api.state import State, StateDescriptor
+from chandy.core.state import State, StateDescriptor
 from chandy.state.key_groups import KeyGroupRange
 
 

@@ -27,7 +27,7 @@ from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from chandy.api.state import (
+from chandy.core.state import (
     ListState,
     ListStateDescriptor,
     MapState,

@@ -18,7 +18,7 @@ import pickle
 from collections.abc import Callable, Iterable
 from typing import Any
 
-from chandy.api.state import ListState, ListStateDescriptor
+from chandy.core.state import ListState, ListStateDescriptor
 from chandy.state.handles import (
     OperatorStateDistributionMode,
     OperatorStateMeta,

@@ -7,7 +7,6 @@ with the job's user functions).
 
 from __future__ import annotations
 
-import enum
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -16,24 +15,6 @@ from chandy.messages.ids import ExecutionAttemptID
 from chandy.state.snapshot import TaskStateSnapshot
 from chandy.task.operators.base import StreamOperator
 from chandy.task.partitioners import StreamPartitioner
-
-
-class ExecutionState(enum.Enum):
-    """The life of one execution attempt of a subtask (Flink's names)."""
-
-    CREATED = "CREATED"
-    SCHEDULED = "SCHEDULED"
-    DEPLOYING = "DEPLOYING"
-    INITIALIZING = "INITIALIZING"
-    RUNNING = "RUNNING"
-    FINISHED = "FINISHED"
-    CANCELING = "CANCELING"
-    CANCELED = "CANCELED"
-    FAILED = "FAILED"
-
-    @property
-    def is_terminal(self) -> bool:
-        return self in (ExecutionState.FINISHED, ExecutionState.CANCELED, ExecutionState.FAILED)
 
 
 @dataclass(frozen=True)

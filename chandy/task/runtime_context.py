@@ -5,8 +5,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from chandy.api.functions import RuntimeContext
-from chandy.api.state import (
+from chandy.core.functions import RuntimeContext
+from chandy.core.state import (
     ListState,
     ListStateDescriptor,
     MapState,

@@ -15,8 +15,8 @@ from typing import Any, Protocol
 from chandy.errors import UnrecoverableError
 from chandy.messages.checkpoint import CheckpointResponder
 from chandy.messages.ids import ExecutionAttemptID
+from chandy.messages.status import ExecutionState
 from chandy.storage.checkpoint_storage import CheckpointStorage
-from chandy.task.deployment import ExecutionState
 
 
 @dataclass(frozen=True)

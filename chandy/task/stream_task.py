@@ -35,6 +35,7 @@ from chandy.config.options import (
     NetworkOptions,
 )
 from chandy.messages.checkpoint import CheckpointFailureReason, CheckpointOptions
+from chandy.messages.status import ExecutionState
 from chandy.network.barrier_handler import (
     AlignmentMetrics,
     CheckpointBarrierHandler,
@@ -48,7 +49,7 @@ from chandy.network.events import END_OF_PARTITION, CancelCheckpointMarker, Chec
 from chandy.network.input_gate import InputGate
 from chandy.network.wakeup import Wakeup
 from chandy.task.checkpointing import SubtaskCheckpointCoordinator
-from chandy.task.deployment import ExecutionState, TaskDeploymentDescriptor
+from chandy.task.deployment import TaskDeploymentDescriptor
 from chandy.task.mailbox import Mailbox
 from chandy.task.operator_chain import OperatorChain
 from chandy.task.operators.base import StreamOperator

@@ -39,6 +39,7 @@ from chandy.messages.checkpoint import (
     EndOfInputReached,
 )
 from chandy.messages.ids import ExecutionAttemptID
+from chandy.messages.status import ExecutionState
 from chandy.network.auth import new_secret
 from chandy.network.framing import FramedSocket, accept_authenticated, close_listener
 from chandy.runtime.executor import Deployment, Executor
@@ -59,7 +60,7 @@ from chandy.runtime.spark.messages import (
     TriggerCheckpoint,
 )
 from chandy.runtime.spark.slot import SlotBootstrap, run_slot
-from chandy.task.deployment import ExecutionState, TaskDeploymentDescriptor, serialize_chain
+from chandy.task.deployment import TaskDeploymentDescriptor, serialize_chain
 from chandy.task.services import TaskFailure, TaskServices, TaskStateListener
 
 log = logging.getLogger(__name__)

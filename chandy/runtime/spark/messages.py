@@ -8,7 +8,8 @@ from typing import Any
 from chandy.graph.execution_graph import ChannelID
 from chandy.messages.checkpoint import CheckpointOptions
 from chandy.messages.ids import ExecutionAttemptID
-from chandy.task.deployment import ExecutionState, TaskDeploymentDescriptor
+from chandy.messages.status import ExecutionState
+from chandy.task.deployment import TaskDeploymentDescriptor
 from chandy.task.services import TaskFailure
 
 # ---------------------------------------------------------------------- slot -> driver

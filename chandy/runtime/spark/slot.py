@@ -33,6 +33,7 @@ from chandy.errors import UnrecoverableError
 from chandy.graph.execution_graph import ChannelID
 from chandy.messages.checkpoint import AcknowledgeCheckpoint, DeclineCheckpoint, EndOfInputReached
 from chandy.messages.ids import ExecutionAttemptID
+from chandy.messages.status import ExecutionState
 from chandy.network.auth import AuthenticationError, authenticate_client_side
 from chandy.network.cancellation import TaskCancelledError
 from chandy.network.channel import InputChannel, LocalChannel, OutputChannel
@@ -53,7 +54,7 @@ from chandy.runtime.spark.messages import (
     TriggerCheckpoint,
 )
 from chandy.storage.checkpoint_storage import CheckpointStorage
-from chandy.task.deployment import ExecutionState, deserialize_chain
+from chandy.task.deployment import deserialize_chain
 from chandy.task.services import TaskFailure, TaskServices
 from chandy.task.stream_task import StreamTask
 

@@ -18,7 +18,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from chandy.api.functions import (
+from chandy.core.functions import (
     CheckpointedFunction,
     CheckpointListener,
     Function,
@@ -26,7 +26,7 @@ from chandy.api.functions import (
     FunctionSnapshotContext,
     OperatorStateStore,
 )
-from chandy.api.state import ListStateDescriptor
+from chandy.core.state import ListStateDescriptor
 from chandy.state.operator_state import OperatorListState, OperatorStateBackend
 from chandy.task.runtime_context import StreamingRuntimeContext
 

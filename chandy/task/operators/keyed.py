@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from chandy.api.functions import KeyedProcessFunction
+from chandy.core.functions import KeyedProcessFunction
 from chandy.state.heap import HeapKeyedStateBackend
 from chandy.task.keyed_batch import KeyedBatch
 from chandy.task.operators.base import UdfOperator, resolve_call
@@ -133,7 +133,7 @@ class StreamGroupedReduce(KeyedOperator):
 
     def open(self) -> None:
         super().open()
-        from chandy.api.state import ValueStateDescriptor
+        from chandy.core.state import ValueStateDescriptor
 
         self.backend.get_partitioned_state(ValueStateDescriptor(self.STATE_NAME))
         self._table = self.backend.tables[self.STATE_NAME]

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from chandy.api.connector import (
+from chandy.core.connector import (
     Committer,
     PrecommittingSinkWriter,
     Sink,
@@ -13,8 +13,8 @@ from chandy.api.connector import (
     SinkWriterContext,
     TwoPhaseCommittingSink,
 )
-from chandy.api.functions import SinkFunction
-from chandy.api.state import ListStateDescriptor
+from chandy.core.functions import SinkFunction
+from chandy.core.state import ListStateDescriptor
 from chandy.task.operators.base import (
     StateInitializationContext,
     StateSnapshotContext,

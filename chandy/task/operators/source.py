@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import enum
 
-from chandy.api.connector import Source, SourceReader, SourceReaderContext
-from chandy.api.state import ListStateDescriptor
+from chandy.core.connector import Source, SourceReader, SourceReaderContext
+from chandy.core.state import ListStateDescriptor
 from chandy.task.operators.base import (
     StateInitializationContext,
     StateSnapshotContext,

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from chandy.api.functions import ProcessFunction
+from chandy.core.functions import ProcessFunction
 from chandy.task.operators.base import UdfOperator, resolve_call
 
 

@@ -14,7 +14,7 @@ from abc import ABC, abstractmethod
 from collections.abc import Iterable
 from typing import Any
 
-from chandy.api.state import (
+from chandy.core.state import (
     ListState,
     ListStateDescriptor,
     MapState,
