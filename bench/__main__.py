@@ -22,8 +22,7 @@ log = logging.getLogger("bench")
 
 def _table(rows: list[dict[str, Any]], columns: list[str]) -> str:
     widths = {c: max(len(c), *(len(_fmt(r[c])) for r in rows)) for c in columns}
-    lines = [" | ".join(c.ljust(widths[c]) for c in columns),
-             "-|-".join("-" * widths[c] for c in columns)]
+    lines = [" | ".join(c.ljust(widths[c]) for c in columns), "-|-".join("-" * widths[c] for c in columns)]
     lines += [" | ".join(_fmt(r[c]).ljust(widths[c]) for c in columns) for r in rows]
     return "\n".join(lines)
 
@@ -37,8 +36,12 @@ def _fmt(value: Any) -> str:
 
 
 def _machine() -> dict[str, Any]:
-    return {"python": platform.python_version(), "cpus": os.cpu_count(),
-            "load_avg_1m": os.getloadavg()[0], "platform": platform.platform()}
+    return {
+        "python": platform.python_version(),
+        "cpus": os.cpu_count(),
+        "load_avg_1m": os.getloadavg()[0],
+        "platform": platform.platform(),
+    }
 
 
 def main(argv: list[str]) -> int:
@@ -48,39 +51,68 @@ def main(argv: list[str]) -> int:
     w1.add_argument("--records", type=int, default=2_000_000)
     w1.add_argument("--runs", type=int, default=3)
     w1.add_argument("--parallelism", type=int, default=2)
-    w1.add_argument("--executor", default="local",
-                    help="local, spark, or both (local,spark) in one interleaved run")
-    w1.add_argument("--checkpoint-interval", type=int, default=None, metavar="MS",
-                    help="also run with checkpoints every MS ms (interleaved with runs without) "
-                         "and report the overhead and checkpoint durations")
+    w1.add_argument(
+        "--executor", default="local", help="local, spark, or both (local,spark) in one interleaved run"
+    )
+    w1.add_argument(
+        "--checkpoint-interval",
+        type=int,
+        default=None,
+        metavar="MS",
+        help="also run with checkpoints every MS ms (interleaved with runs without) "
+        "and report the overhead and checkpoint durations",
+    )
     failover = sub.add_parser("failover", help="recovery time after a raised exception / SIGKILL")
     failover.add_argument("--runs", type=int, default=3)
     failover.add_argument("--executors", default="local,spark")
-    suite = sub.add_parser("run", help="every workload on chandy and the reference systems, "
-                           "side by side (installs the references under bench/.cache)")
-    suite.add_argument("--quick", action="store_true",
-                       help="small sizes, one run, each system's main variant (< 5 minutes)")
-    suite.add_argument("--systems", default="chandy,spark_ss,bytewax,pyflink",
-                       help="systems, or system:variant, comma-separated")
+    suite = sub.add_parser(
+        "run",
+        help="every workload on chandy and the reference systems, "
+        "side by side (installs the references under bench/.cache)",
+    )
+    suite.add_argument(
+        "--quick", action="store_true", help="small sizes, one run, each system's main variant (< 5 minutes)"
+    )
+    suite.add_argument(
+        "--systems",
+        default="chandy,spark_ss,bytewax,pyflink",
+        help="systems, or system:variant, comma-separated",
+    )
     suite.add_argument("--workloads", default=",".join(WORKLOADS))
     suite.add_argument("--runs", type=int, default=None, help="default 3, or 1 with --quick")
     suite.add_argument("--parallelism", type=int, default=2)
-    suite.add_argument("--records", type=int, default=None,
-                       help="records of W1 and W2 and keys of W4, for every system")
+    suite.add_argument(
+        "--records", type=int, default=None, help="records of W1 and W2 and keys of W4, for every system"
+    )
     suite.add_argument("--duration-s", type=float, default=None, help="length of W3")
     suite.add_argument("--timeout-s", type=float, default=900.0, help="per run")
     suite.add_argument("--results-dir", type=Path, default=Path(__file__).parent / "results")
-    suite.add_argument("--resume", type=Path, default=None, metavar="PARTIAL",
-                       help="finish an interrupted run: the rows its .partial.jsonl file holds "
-                            "are kept, the rest run (give the same options as the first time)")
-    suite.add_argument("--markdown", type=Path, default=None,
-                       help="where the Markdown report goes (default bench/RESULTS.md for a "
-                            "full run; none for --quick)")
-    rerender = sub.add_parser("report", help="recompute the summary, ratios, targets and "
-                              "Markdown of a suite run from its results JSON (no rerun)")
-    rerender.add_argument("results", type=Path, nargs="+",
-                          help="a bench/results/<date>.json; with several, each workload's "
-                               "figures come from the last file that measured it")
+    suite.add_argument(
+        "--resume",
+        type=Path,
+        default=None,
+        metavar="PARTIAL",
+        help="finish an interrupted run: the rows its .partial.jsonl file holds "
+        "are kept, the rest run (give the same options as the first time)",
+    )
+    suite.add_argument(
+        "--markdown",
+        type=Path,
+        default=None,
+        help="where the Markdown report goes (default bench/RESULTS.md for a full run; none for --quick)",
+    )
+    rerender = sub.add_parser(
+        "report",
+        help="recompute the summary, ratios, targets and "
+        "Markdown of a suite run from its results JSON (no rerun)",
+    )
+    rerender.add_argument(
+        "results",
+        type=Path,
+        nargs="+",
+        help="a bench/results/<date>.json; with several, each workload's "
+        "figures come from the last file that measured it",
+    )
     rerender.add_argument("--markdown", type=Path, default=Path(__file__).parent / "RESULTS.md")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(message)s")
@@ -99,8 +131,9 @@ def main(argv: list[str]) -> int:
     for _ in range(args.runs):  # interleaved, so load changes hit every variant alike
         for executor in executors:
             for interval in variants:
-                rows.append(as_row(run_w1(args.records, args.parallelism, executor,
-                                          checkpoint_interval_ms=interval)))
+                rows.append(
+                    as_row(run_w1(args.records, args.parallelism, executor, checkpoint_interval_ms=interval))
+                )
     summary: dict[str, Any] = {"workload": "W1", "machine": _machine(), "runs": rows}
     print_lines = []
     for executor in executors:
@@ -109,12 +142,17 @@ def main(argv: list[str]) -> int:
         for interval in variants:
             rates = [r["records_per_s"] for r in mine if r["checkpoint_interval_ms"] == interval]
             key = "without_checkpoints" if interval is None else f"checkpoints_every_{interval}ms"
-            part[key] = {"median_records_per_s": statistics.median(rates),
-                         "min_records_per_s": min(rates), "max_records_per_s": max(rates)}
+            part[key] = {
+                "median_records_per_s": statistics.median(rates),
+                "min_records_per_s": min(rates),
+                "max_records_per_s": max(rates),
+            }
         base = part["without_checkpoints"]
-        print_lines.append(f"{executor}: without checkpoints median "
-                           f"{base['median_records_per_s']:,.0f} records/s (min "
-                           f"{base['min_records_per_s']:,.0f}, max {base['max_records_per_s']:,.0f})")
+        print_lines.append(
+            f"{executor}: without checkpoints median "
+            f"{base['median_records_per_s']:,.0f} records/s (min "
+            f"{base['min_records_per_s']:,.0f}, max {base['max_records_per_s']:,.0f})"
+        )
         if args.checkpoint_interval is not None:
             with_cp = [r for r in mine if r["checkpoint_interval_ms"]]
             checked = part[f"checkpoints_every_{args.checkpoint_interval}ms"]["median_records_per_s"]
@@ -126,19 +164,36 @@ def main(argv: list[str]) -> int:
                 f"{executor}: checkpoints every {args.checkpoint_interval} ms: overhead "
                 f"{part['checkpoint_overhead']:.1%}, checkpoint p50 "
                 f"{part['checkpoint_p50_ms_median']:.0f} ms, p99 {part['checkpoint_p99_ms_max']:.0f}"
-                f" ms ({part['checkpoints_completed_total']} checkpoints)")
+                f" ms ({part['checkpoints_completed_total']} checkpoints)"
+            )
         summary[executor] = part
     if len(executors) == 2:
         a, b = executors
-        ratio = (summary[b]["without_checkpoints"]["median_records_per_s"]
-                 / summary[a]["without_checkpoints"]["median_records_per_s"])
+        ratio = (
+            summary[b]["without_checkpoints"]["median_records_per_s"]
+            / summary[a]["without_checkpoints"]["median_records_per_s"]
+        )
         summary[f"{b}_over_{a}"] = ratio
         print_lines.append(f"{b} / {a} throughput: {ratio:.2f}x")
     print(json.dumps(summary, indent=2))
     print()
-    print(_table(rows, ["system", "executor", "records", "parallelism", "checkpoint_interval_ms",
-                        "records_per_s", "first_to_last_s", "checkpoints_completed",
-                        "checkpoint_p50_ms", "checkpoint_p99_ms"]))
+    print(
+        _table(
+            rows,
+            [
+                "system",
+                "executor",
+                "records",
+                "parallelism",
+                "checkpoint_interval_ms",
+                "records_per_s",
+                "first_to_last_s",
+                "checkpoints_completed",
+                "checkpoint_p50_ms",
+                "checkpoint_p99_ms",
+            ],
+        )
+    )
     print()
     print("\n".join(print_lines))
     return 0
@@ -147,8 +202,12 @@ def main(argv: list[str]) -> int:
 def _failover(args: argparse.Namespace) -> int:
     from bench.failover import measure_recovery
 
-    cases = [(e, f) for e in args.executors.split(",") for f in ("exception", "kill")
-             if not (e == "local" and f == "kill")]
+    cases = [
+        (e, f)
+        for e in args.executors.split(",")
+        for f in ("exception", "kill")
+        if not (e == "local" and f == "kill")
+    ]
     rows = [measure_recovery(e, f) for _ in range(args.runs) for e, f in cases]
     summary: dict[str, Any] = {"workload": "failover", "machine": _machine(), "runs": rows}
     for executor, failure in cases:
@@ -168,8 +227,14 @@ def _run_suite(args: argparse.Namespace, argv: list[str]) -> int:
 
     sizes = suite.QUICK if args.quick else suite.FULL
     if args.records is not None:
-        sizes = replace(sizes, w1_records=args.records, w2_records=args.records,
-                        w4_keys=args.records, w1_records_of={}, slow_system_divisor={})
+        sizes = replace(
+            sizes,
+            w1_records=args.records,
+            w2_records=args.records,
+            w4_keys=args.records,
+            w1_records_of={},
+            slow_system_divisor={},
+        )
     if args.duration_s is not None:
         sizes = replace(sizes, w3_duration_s=args.duration_s)
     systems = suite.parse_systems(args.systems, args.quick)
@@ -191,23 +256,30 @@ def _run_suite(args: argparse.Namespace, argv: list[str]) -> int:
     if args.resume:
         log.warning("Resuming %s: %d runs done", args.resume, len(done))
     with partial.open("a") as sink:  # every run as it ends, so a stop loses one run at most
+
         def keep(row: dict[str, Any]) -> None:
             sink.write(json.dumps(row) + "\n")
             sink.flush()
 
-        rows = suite.run_suite(cases, runs, sizes, args.parallelism, args.timeout_s,
-                               on_row=keep, done=done)
+        rows = suite.run_suite(cases, runs, sizes, args.parallelism, args.timeout_s, on_row=keep, done=done)
     loads = [r["load_avg_1m_before"] for r in rows]
     results = {
         "date": now.strftime("%Y-%m-%d %H:%M UTC"),
         "command": "python -m bench run " + " ".join(argv[1:]),
-        "runs": runs, "parallelism": args.parallelism, "sizes": sizes.__dict__,
-        "machine": {**_machine(), "java": _java_version(), "load_avg_1m_before": load_before,
-                    "load_avg_1m_after": os.getloadavg()[0], "load_avg_1m_min": min(loads),
-                    "load_avg_1m_max": max(loads)},
-        "versions": {system: installed_version(system)
-                     for system in dict.fromkeys(s for s, _ in systems)},
-        **report.analysis(rows), "rows": rows,
+        "runs": runs,
+        "parallelism": args.parallelism,
+        "sizes": sizes.__dict__,
+        "machine": {
+            **_machine(),
+            "java": _java_version(),
+            "load_avg_1m_before": load_before,
+            "load_avg_1m_after": os.getloadavg()[0],
+            "load_avg_1m_min": min(loads),
+            "load_avg_1m_max": max(loads),
+        },
+        "versions": {system: installed_version(system) for system in dict.fromkeys(s for s, _ in systems)},
+        **report.analysis(rows),
+        "rows": rows,
     }
     json_path = args.results_dir / f"{name}.json"
     json_path.write_text(json.dumps(results, indent=2) + "\n")
@@ -228,8 +300,10 @@ def _read_results(path: Path) -> dict[str, Any]:
         results = json.loads(path.read_text())
         results["rows"]
     except (OSError, json.JSONDecodeError, KeyError, TypeError) as exc:
-        raise SystemExit(f"{path}: not a suite results file ({exc}); give a "
-                         "bench/results/<date>.json written by 'python -m bench run'") from None
+        raise SystemExit(
+            f"{path}: not a suite results file ({exc}); give a "
+            "bench/results/<date>.json written by 'python -m bench run'"
+        ) from None
     return results
 
 
@@ -255,8 +329,10 @@ def _rerender(paths: list[Path], markdown: Path) -> int:
 
 def _read_partial(path: Path) -> list[dict[str, Any]]:
     if not path.is_file():
-        raise SystemExit(f"--resume {path}: no such file; give the .partial.jsonl that the "
-                         "interrupted run left in the results directory")
+        raise SystemExit(
+            f"--resume {path}: no such file; give the .partial.jsonl that the "
+            "interrupted run left in the results directory"
+        )
     try:
         return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
     except json.JSONDecodeError as exc:
@@ -265,8 +341,7 @@ def _read_partial(path: Path) -> list[dict[str, Any]]:
 
 def _java_version() -> str:
     try:
-        done = subprocess.run(["java", "-version"], capture_output=True, text=True, timeout=30,
-                              check=False)
+        done = subprocess.run(["java", "-version"], capture_output=True, text=True, timeout=30, check=False)
     except OSError as exc:
         return f"java not found ({exc})"
     return (done.stderr or done.stdout).splitlines()[0].strip()

@@ -29,8 +29,12 @@ def requirements(system: str) -> list[str]:
         return ["bytewax==0.21.1"]
     if system == "spark_ss":  # the project's own PySpark version, with pandas for the Python APIs
         # protobuf: transformWithStateInPandas talks to the JVM with it
-        return [f"pyspark=={importlib.metadata.version('pyspark')}", "pandas>=2.2,<3",
-                "pyarrow>=15", "protobuf>=6.33.5,<7"]
+        return [
+            f"pyspark=={importlib.metadata.version('pyspark')}",
+            "pandas>=2.2,<3",
+            "pyarrow>=15",
+            "protobuf>=6.33.5,<7",
+        ]
     raise ValueError(f"unknown reference system '{system}'; use pyflink, bytewax or spark_ss")
 
 
@@ -50,8 +54,7 @@ def ensure_env(system: str) -> Path:
     stamp = python.parent.parent / "chandy-bench-requirements.txt"
     if python.exists() and stamp.exists() and stamp.read_text().split() == wanted:
         return python
-    log.warning("Installing %s into %s (once; later runs reuse it)", " ".join(wanted),
-                python.parent.parent)
+    log.warning("Installing %s into %s (once; later runs reuse it)", " ".join(wanted), python.parent.parent)
     venv.create(python.parent.parent, with_pip=True, clear=True)
     subprocess.run([str(python), "-m", "pip", "install", "--quiet", "--upgrade", "pip"], check=True)
     subprocess.run([str(python), "-m", "pip", "install", "--quiet", *wanted], check=True)
@@ -61,13 +64,17 @@ def ensure_env(system: str) -> Path:
 
 def installed_version(system: str) -> str:
     """The installed version of the system's main package, as the results report it."""
-    package = {"chandy": "chandy", "pyflink": "apache-flink", "bytewax": "bytewax",
-               "spark_ss": "pyspark"}[system]
+    package = {"chandy": "chandy", "pyflink": "apache-flink", "bytewax": "bytewax", "spark_ss": "pyspark"}[
+        system
+    ]
     if system == "chandy":
         return importlib.metadata.version(package)
-    done = subprocess.run([str(python_of(system)), "-c",
-                           f"import importlib.metadata as m; print(m.version({package!r}))"],
-                          capture_output=True, text=True, check=True)
+    done = subprocess.run(
+        [str(python_of(system)), "-c", f"import importlib.metadata as m; print(m.version({package!r}))"],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
     return done.stdout.strip()
 
 

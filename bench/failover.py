@@ -47,8 +47,9 @@ class RecoverySink(Sink):
         self.directory = directory
 
     def create_writer(self, context: SinkWriterContext) -> SinkWriter:
-        return _RecoveryWriter(Path(self.directory) /
-                               f"attempt-{context.attempt_number}-subtask-{context.subtask_index}")
+        return _RecoveryWriter(
+            Path(self.directory) / f"attempt-{context.attempt_number}-subtask-{context.subtask_index}"
+        )
 
 
 class Pace(MapFunction):
@@ -60,8 +61,11 @@ class Pace(MapFunction):
         self.marker = marker
 
     def open(self, runtime_context: RuntimeContext) -> None:
-        self.armed = (self.fail_at is not None and runtime_context.get_attempt_number() == 0
-                      and runtime_context.get_index_of_this_subtask() == 0)
+        self.armed = (
+            self.fail_at is not None
+            and runtime_context.get_attempt_number() == 0
+            and runtime_context.get_index_of_this_subtask() == 0
+        )
 
     def map(self, value: Any) -> Any:
         time.sleep(self.delay_s)
@@ -93,9 +97,13 @@ def measure_recovery(executor: str, failure: str, warmup_s: float = 4.0) -> dict
         # small batches: the first record after the restore reaches the sink at once
         env.configure({"restart-strategy.fixed-delay.delay": 0, "chandy.network.batch-size": 16})
         fail_at = time.time() + warmup_s + 8 if failure == "exception" else None
-        (env.from_sequence(0, 10**9).map(Pace(0.0005, fail_at, marker))
-            .key_by(lambda i: i % KEYS).process(RunningSum())
-            .sink_to(RecoverySink(tmp)))
+        (
+            env.from_sequence(0, 10**9)
+            .map(Pace(0.0005, fail_at, marker))
+            .key_by(lambda i: i % KEYS)
+            .process(RunningSum())
+            .sink_to(RecoverySink(tmp))
+        )
         client = env.execute_async(f"recovery after {failure}")
         try:
             directory = Path(tmp)

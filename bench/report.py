@@ -40,8 +40,7 @@ METRICS = [
 
 def _spread(values: list[float]) -> dict[str, Any]:
     """A figure over several runs: its median, min, max and how many runs it has."""
-    return {"median": statistics.median(values), "min": min(values), "max": max(values),
-            "runs": len(values)}
+    return {"median": statistics.median(values), "min": min(values), "max": max(values), "runs": len(values)}
 
 
 def summarize(rows: list[dict[str, Any]]) -> dict[str, Any]:
@@ -51,25 +50,39 @@ def summarize(rows: list[dict[str, Any]]) -> dict[str, Any]:
     summary: dict[str, Any] = {}
     for system, variant in dict.fromkeys((r["system"], r["variant"]) for r in rows):
         mine = [r for r in rows if (r["system"], r["variant"]) == (system, variant)]
-        part: dict[str, Any] = {"errors": sorted({f"{r['workload']}: {r['error']}"
-                                                  for r in mine if not r.get("ok")})}
+        part: dict[str, Any] = {
+            "errors": sorted({f"{r['workload']}: {r['error']}" for r in mine if not r.get("ok")})
+        }
         for metric in METRICS:
-            values = [r[metric.name] for r in mine
-                      if r.get("ok") and r["workload"] == metric.workload
-                      and r["checkpoint_interval_ms"] and r.get(metric.name) is not None]
+            values = [
+                r[metric.name]
+                for r in mine
+                if r.get("ok")
+                and r["workload"] == metric.workload
+                and r["checkpoint_interval_ms"]
+                and r.get(metric.name) is not None
+            ]
             if values:
                 part[metric.name] = _spread(values)
-        base = [r["records_per_s"] for r in mine
-                if r.get("ok") and r["workload"] == "w1" and not r["checkpoint_interval_ms"]]
+        base = [
+            r["records_per_s"]
+            for r in mine
+            if r.get("ok") and r["workload"] == "w1" and not r["checkpoint_interval_ms"]
+        ]
         if base and "records_per_s" in part:
             part["records_per_s_without_checkpoints"] = _spread(base)
             part.update(_checkpoint_overhead(mine, part))
         exact = [r["exact"] for r in mine if r.get("ok") and r["workload"] == "w2"]
         if exact:
             part["w2_exact_runs"] = f"{sum(exact)} of {len(exact)}"
-        first = [r["records_per_s_incl_first_batch"] for r in mine
-                 if r.get("ok") and r["workload"] == "w1" and r["checkpoint_interval_ms"]
-                 and r.get("records_per_s_incl_first_batch")]
+        first = [
+            r["records_per_s_incl_first_batch"]
+            for r in mine
+            if r.get("ok")
+            and r["workload"] == "w1"
+            and r["checkpoint_interval_ms"]
+            and r.get("records_per_s_incl_first_batch")
+        ]
         if first:
             part["records_per_s_incl_first_batch"] = _spread(first)
         records = {r["workload"]: r.get("records", r.get("keys")) for r in mine if r.get("ok")}
@@ -86,8 +99,11 @@ def _paired_w1(rows: list[dict[str, Any]], metric: str) -> list[tuple[float, flo
     both figures of a pair alike instead of one median."""
     pairs = []
     for run in sorted({r.get("run", 0) for r in rows}):
-        w1 = [r for r in rows if r.get("ok") and r["workload"] == "w1" and r.get("run", 0) == run
-              and r.get(metric) is not None]
+        w1 = [
+            r
+            for r in rows
+            if r.get("ok") and r["workload"] == "w1" and r.get("run", 0) == run and r.get(metric) is not None
+        ]
         checked = [r[metric] for r in w1 if r["checkpoint_interval_ms"]]
         unchecked = [r[metric] for r in w1 if not r["checkpoint_interval_ms"]]
         if len(checked) == 1 and len(unchecked) == 1:
@@ -106,8 +122,9 @@ def _checkpoint_overhead(rows: list[dict[str, Any]], part: dict[str, Any]) -> di
         found["checkpoint_overhead"] = statistics.median(losses)
         found["checkpoint_overhead_runs"] = _spread(losses)
     else:
-        found["checkpoint_overhead"] = (1 - part["records_per_s"]["median"]
-                                        / part["records_per_s_without_checkpoints"]["median"])
+        found["checkpoint_overhead"] = (
+            1 - part["records_per_s"]["median"] / part["records_per_s_without_checkpoints"]["median"]
+        )
     cpu = _paired_w1(rows, "task_cpu_us_per_record")
     if cpu:
         found["task_cpu_us_per_record"] = _spread([c for c, _ in cpu])
@@ -159,13 +176,18 @@ def _comparable(part: dict[str, Any], metric: Metric) -> float | None:
     return figure["median"] / records if records else None
 
 
-def _best(summary: dict[str, Any], system: str, metric: Metric,
-          variants: tuple[str, ...] | None = None) -> tuple[str, float] | None:
+def _best(
+    summary: dict[str, Any], system: str, metric: Metric, variants: tuple[str, ...] | None = None
+) -> tuple[str, float] | None:
     """The reference's best variant for ``metric`` (its most favourable figure), among
     ``variants`` if given."""
-    found = [(key, part[metric.name]["median"]) for key, part in summary.items()
-             if key.startswith(f"{system}/") and metric.name in part
-             and (variants is None or key.split("/", 1)[1] in variants)]
+    found = [
+        (key, part[metric.name]["median"])
+        for key, part in summary.items()
+        if key.startswith(f"{system}/")
+        and metric.name in part
+        and (variants is None or key.split("/", 1)[1] in variants)
+    ]
     if not found:
         return None
     return (max if metric.higher_is_better else min)(found, key=lambda kv: kv[1])
@@ -180,26 +202,49 @@ def targets(summary: dict[str, Any], chandy: str = "chandy/spark") -> list[dict[
         best = _best(summary, system, throughput)
         if best and "records_per_s" in own:
             ratio = own["records_per_s"]["median"] / best[1]
-            checks.append({"target": f"W1 >= {factor:g}x {system} (best variant: {best[0]})",
-                           "measured": f"{ratio:.2f}x", "met": ratio >= factor})
-        like = (_best(summary, system, throughput, PYTHON_STATE_VARIANTS[system])
-                if system in PYTHON_STATE_VARIANTS else None)
+            checks.append(
+                {
+                    "target": f"W1 >= {factor:g}x {system} (best variant: {best[0]})",
+                    "measured": f"{ratio:.2f}x",
+                    "met": ratio >= factor,
+                }
+            )
+        like = (
+            _best(summary, system, throughput, PYTHON_STATE_VARIANTS[system])
+            if system in PYTHON_STATE_VARIANTS
+            else None
+        )
         if like and "records_per_s" in own:
             ratio = own["records_per_s"]["median"] / like[1]
-            checks.append({"target": f"W1 >= {factor:g}x {system} with Python state, like for "
-                                     f"like (best: {like[0]})",
-                           "measured": f"{ratio:.2f}x", "met": ratio >= factor})
+            checks.append(
+                {
+                    "target": f"W1 >= {factor:g}x {system} with Python state, like for "
+                    f"like (best: {like[0]})",
+                    "measured": f"{ratio:.2f}x",
+                    "met": ratio >= factor,
+                }
+            )
 
     def limit(name: str, label: str, bound: float, unit: str) -> None:
         if name in own:
             value = own[name]["median"]
-            checks.append({"target": f"{label} <= {bound:g} {unit}",
-                           "measured": f"{value:.3g} {unit}", "met": value <= bound})
+            checks.append(
+                {
+                    "target": f"{label} <= {bound:g} {unit}",
+                    "measured": f"{value:.3g} {unit}",
+                    "met": value <= bound,
+                }
+            )
 
     if "checkpoint_overhead" in own:
         overhead = own["checkpoint_overhead"]
-        checks.append({"target": "W1 checkpoint overhead <= 5 %",
-                       "measured": f"{overhead:.1%}", "met": overhead <= 0.05})
+        checks.append(
+            {
+                "target": "W1 checkpoint overhead <= 5 %",
+                "measured": f"{overhead:.1%}",
+                "met": overhead <= 0.05,
+            }
+        )
     limit("checkpoint_p50_ms", "W1 checkpoint p50", 50, "ms")
     limit("latency_p99_ms", "W3 latency p99", 3, "ms")
     limit("recovery_s", "W2 recovery (raised exception)", 1, "s")
@@ -215,23 +260,35 @@ def combine(runs: list[tuple[str, dict[str, Any]]]) -> dict[str, Any]:
     for name, results in runs:
         for workload in dict.fromkeys(r["workload"] for r in results["rows"]):
             chosen[workload] = (name, results)
-    rows = [r for workload, (_, results) in chosen.items()
-            for r in results["rows"] if r["workload"] == workload]
+    rows = [
+        r for workload, (_, results) in chosen.items() for r in results["rows"] if r["workload"] == workload
+    ]
     latest = runs[-1][1]
     sources = []
     for name, results in runs:
         workloads = [w for w, (n, _) in chosen.items() if n == name]
         if workloads:
-            sources.append({"file": name, "date": results["date"], "command": results["command"],
-                            "workloads": workloads})
+            sources.append(
+                {"file": name, "date": results["date"], "command": results["command"], "workloads": workloads}
+            )
     loads = [r["load_avg_1m_before"] for r in rows if "load_avg_1m_before" in r]
-    machine = {**latest["machine"], "load_avg_1m_before": runs[0][1]["machine"]["load_avg_1m_before"],
-               "load_avg_1m_min": min(loads), "load_avg_1m_max": max(loads)}
+    machine = {
+        **latest["machine"],
+        "load_avg_1m_before": runs[0][1]["machine"]["load_avg_1m_before"],
+        "load_avg_1m_min": min(loads),
+        "load_avg_1m_max": max(loads),
+    }
     versions: dict[str, str] = {}
     for _, results in runs:
         versions.update(results["versions"])
-    return {**latest, "sources": sources, "machine": machine, "versions": versions,
-            **analysis(rows), "rows": rows}
+    return {
+        **latest,
+        "sources": sources,
+        "machine": machine,
+        "versions": versions,
+        **analysis(rows),
+        "rows": rows,
+    }
 
 
 # ---------------------------------------------------------------------- text
@@ -254,10 +311,13 @@ def fmt(value: Any, unit: str = "") -> str:
 def table(rows: list[list[str]], header: list[str]) -> str:
     """A Markdown table (also readable as plain text)."""
     widths = [max(len(str(c)) for c in column) for column in zip(header, *rows, strict=True)]
-    lines = ["| " + " | ".join(h.ljust(w) for h, w in zip(header, widths, strict=True)) + " |",
-             "|" + "|".join("-" * (w + 2) for w in widths) + "|"]
-    lines += ["| " + " | ".join(str(c).ljust(w) for c, w in zip(row, widths, strict=True)) + " |"
-              for row in rows]
+    lines = [
+        "| " + " | ".join(h.ljust(w) for h, w in zip(header, widths, strict=True)) + " |",
+        "|" + "|".join("-" * (w + 2) for w in widths) + "|",
+    ]
+    lines += [
+        "| " + " | ".join(str(c).ljust(w) for c, w in zip(row, widths, strict=True)) + " |" for row in rows
+    ]
     return "\n".join(lines)
 
 
@@ -267,31 +327,66 @@ def figures_table(summary: dict[str, Any]) -> str:
         for metric in METRICS:
             m = part.get(metric.name)
             if m:
-                rows.append([key, metric.label, f"{fmt(m['median'], metric.unit)} {metric.unit}"
-                             if metric.unit != "bytes" else fmt(m["median"], metric.unit),
-                             fmt(m["min"], metric.unit), fmt(m["max"], metric.unit),
-                             str(m["runs"]), fmt(part["records"].get(metric.workload))])
+                rows.append(
+                    [
+                        key,
+                        metric.label,
+                        f"{fmt(m['median'], metric.unit)} {metric.unit}"
+                        if metric.unit != "bytes"
+                        else fmt(m["median"], metric.unit),
+                        fmt(m["min"], metric.unit),
+                        fmt(m["max"], metric.unit),
+                        str(m["runs"]),
+                        fmt(part["records"].get(metric.workload)),
+                    ]
+                )
         if "checkpoint_overhead" in part:
-            rows.append(_throughput_row(key, part, "records_per_s_without_checkpoints",
-                                        "W1 throughput without checkpoints"))
+            rows.append(
+                _throughput_row(
+                    key, part, "records_per_s_without_checkpoints", "W1 throughput without checkpoints"
+                )
+            )
             spread = part.get("checkpoint_overhead_runs")
-            rows.append([key, "W1 checkpoint overhead", f"{part['checkpoint_overhead']:.1%}",
-                         f"{spread['min']:.1%}" if spread else "",
-                         f"{spread['max']:.1%}" if spread else "",
-                         str(spread["runs"]) if spread else "", fmt(part["records"].get("w1"))])
+            rows.append(
+                [
+                    key,
+                    "W1 checkpoint overhead",
+                    f"{part['checkpoint_overhead']:.1%}",
+                    f"{spread['min']:.1%}" if spread else "",
+                    f"{spread['max']:.1%}" if spread else "",
+                    str(spread["runs"]) if spread else "",
+                    fmt(part["records"].get("w1")),
+                ]
+            )
         if "checkpoint_cpu_overhead" in part:
-            for name, label in (("task_cpu_us_per_record", "W1 task CPU per record"),
-                                ("task_cpu_us_per_record_without_checkpoints",
-                                 "W1 task CPU per record without checkpoints")):
+            for name, label in (
+                ("task_cpu_us_per_record", "W1 task CPU per record"),
+                ("task_cpu_us_per_record_without_checkpoints", "W1 task CPU per record without checkpoints"),
+            ):
                 figure = part[name]
-                rows.append([key, label, f"{figure['median']:.3f} µs", f"{figure['min']:.3f}",
-                             f"{figure['max']:.3f}", str(figure["runs"]),
-                             fmt(part["records"].get("w1"))])
-            rows.append([key, "W1 checkpoint CPU overhead",
-                         f"{part['checkpoint_cpu_overhead']:.1%}", "", "", "", ""])
+                rows.append(
+                    [
+                        key,
+                        label,
+                        f"{figure['median']:.3f} µs",
+                        f"{figure['min']:.3f}",
+                        f"{figure['max']:.3f}",
+                        str(figure["runs"]),
+                        fmt(part["records"].get("w1")),
+                    ]
+                )
+            rows.append(
+                [key, "W1 checkpoint CPU overhead", f"{part['checkpoint_cpu_overhead']:.1%}", "", "", "", ""]
+            )
         if "records_per_s_incl_first_batch" in part:
-            rows.append(_throughput_row(key, part, "records_per_s_incl_first_batch",
-                                        "W1 throughput incl. Spark's first micro-batch"))
+            rows.append(
+                _throughput_row(
+                    key,
+                    part,
+                    "records_per_s_incl_first_batch",
+                    "W1 throughput incl. Spark's first micro-batch",
+                )
+            )
         if "w2_exact_runs" in part:
             rows.append([key, "W2 every key's sum exact", part["w2_exact_runs"], "", "", "", ""])
     return table(rows, ["system/variant", "figure", "median", "min", "max", "runs", "records"])
@@ -299,8 +394,15 @@ def figures_table(summary: dict[str, Any]) -> str:
 
 def _throughput_row(key: str, part: dict[str, Any], name: str, label: str) -> list[str]:
     figure = part[name]
-    return [key, label, f"{fmt(figure['median'])} records/s", fmt(figure["min"]),
-            fmt(figure["max"]), str(figure["runs"]), fmt(part["records"].get("w1"))]
+    return [
+        key,
+        label,
+        f"{fmt(figure['median'])} records/s",
+        fmt(figure["min"]),
+        fmt(figure["max"]),
+        str(figure["runs"]),
+        fmt(part["records"].get("w1")),
+    ]
 
 
 def ratios_table(summary: dict[str, Any]) -> str:
@@ -333,43 +435,61 @@ def markdown(results: dict[str, Any]) -> str:
     summary = results["summary"]
     versions = ", ".join(f"{k} {v}" for k, v in results["versions"].items())
     if results.get("sources"):
-        made = ("Combined from several runs, each workload from one run: " + "; ".join(
-            f"{', '.join(s['workloads']).upper()} from `{s['command']}` ({s['date']}, "
-            f"`{s['file']}`)" for s in results["sources"]) + f". {results['runs']} run(s) of "
-            "each case, interleaved; ")
+        made = (
+            "Combined from several runs, each workload from one run: "
+            + "; ".join(
+                f"{', '.join(s['workloads']).upper()} from `{s['command']}` ({s['date']}, `{s['file']}`)"
+                for s in results["sources"]
+            )
+            + f". {results['runs']} run(s) of "
+            "each case, interleaved; "
+        )
     else:
         made = f"`{results['command']}`: {results['runs']} run(s) of each case, interleaved; "
     if "--quick" in results["command"]:
-        made = ("**A `--quick` sanity pass: runs this short measure start-up, not the "
-                "systems; the figures and targets below mean nothing. Compare full runs "
-                "only.** ") + made
-    return "\n\n".join([
-        f"# Benchmark results, {results['date']}",
-        made +
-        f"parallelism {results['parallelism']}, checkpoints (commits, snapshots) every "
-        "1 s to local disk. Medians with min and max. Ratios: above 1 means chandy is "
-        "better (throughput chandy / reference; times and sizes reference / chandy).",
-        f"Machine: {machine['cpus']} CPUs, {machine['platform']}, Python "
-        f"{machine['python']}, {machine['java']}. Load average (1 min) before the suite "
-        f"{machine['load_avg_1m_before']:.2f}, after {machine['load_avg_1m_after']:.2f}; "
-        f"per run it ranged {machine['load_avg_1m_min']:.2f}-{machine['load_avg_1m_max']:.2f}."
-        + _machine_speed(results["rows"]),
-        f"Versions: {versions}.",
-        "## Targets", targets_table(summary),
-        "## Figures", figures_table(summary),
-        "## chandy's ratio to each reference", ratios_table(summary),
-        "## What could not run, and why", errors_table(summary),
-        "## How to read these figures", NOTES,
-    ]) + "\n"
+        made = (
+            "**A `--quick` sanity pass: runs this short measure start-up, not the "
+            "systems; the figures and targets below mean nothing. Compare full runs "
+            "only.** "
+        ) + made
+    return (
+        "\n\n".join(
+            [
+                f"# Benchmark results, {results['date']}",
+                made + f"parallelism {results['parallelism']}, checkpoints (commits, snapshots) every "
+                "1 s to local disk. Medians with min and max. Ratios: above 1 means chandy is "
+                "better (throughput chandy / reference; times and sizes reference / chandy).",
+                f"Machine: {machine['cpus']} CPUs, {machine['platform']}, Python "
+                f"{machine['python']}, {machine['java']}. Load average (1 min) before the suite "
+                f"{machine['load_avg_1m_before']:.2f}, after {machine['load_avg_1m_after']:.2f}; "
+                f"per run it ranged {machine['load_avg_1m_min']:.2f}-{machine['load_avg_1m_max']:.2f}."
+                + _machine_speed(results["rows"]),
+                f"Versions: {versions}.",
+                "## Targets",
+                targets_table(summary),
+                "## Figures",
+                figures_table(summary),
+                "## chandy's ratio to each reference",
+                ratios_table(summary),
+                "## What could not run, and why",
+                errors_table(summary),
+                "## How to read these figures",
+                NOTES,
+            ]
+        )
+        + "\n"
+    )
 
 
 def _machine_speed(rows: list[dict[str, Any]]) -> str:
     loops = [r["machine_loop_ms"] for r in rows if r.get("machine_loop_ms")]
     if not loops:
         return ""
-    return (f" A fixed Python loop, timed before each run, took {min(loops):.0f}-"
-            f"{max(loops):.0f} ms (median {statistics.median(loops):.0f} ms): the machine's "
-            "speed over the comparison.")
+    return (
+        f" A fixed Python loop, timed before each run, took {min(loops):.0f}-"
+        f"{max(loops):.0f} ms (median {statistics.median(loops):.0f} ms): the machine's "
+        "speed over the comparison."
+    )
 
 
 NOTES = """\

@@ -41,8 +41,8 @@ WORKLOADS = ("w1", "w2", "w3", "w4")
 #: to ``WORKLOADS`` and every runner learns it.
 PLANNED_WORKLOADS = {
     "w1v": "W1v (W1 over Arrow/pandas batches, with Spark's pandas path as its reference) "
-           "waits for chandy's vectorised path, a later issue; until then W1's per-record "
-           "figures are the comparison",
+    "waits for chandy's vectorised path, a later issue; until then W1's per-record "
+    "figures are the comparison",
 }
 
 
@@ -63,28 +63,34 @@ class Sizes:
     w4_keys: int = 1_000_000
     w4_value_bytes: int = 100
     #: W1's record count where it is not ``w1_records``, by ``system:variant`` or ``system``.
-    w1_records_of: dict[str, int] = field(default_factory=lambda: {
-        "chandy": 20_000_000, "spark_ss:groupby": 60_000_000, "pyflink": 200_000})
+    w1_records_of: dict[str, int] = field(
+        default_factory=lambda: {"chandy": 20_000_000, "spark_ss:groupby": 60_000_000, "pyflink": 200_000}
+    )
     #: W2's and W4's counts are divided by this for the slow systems.
     slow_system_divisor: dict[str, int] = field(default_factory=lambda: {"pyflink": 10})
 
     def arguments(self, system: str, variant: str, workload: str) -> list[str]:
         divisor = self.slow_system_divisor.get(system, 1)
         if workload == "w1":
-            records = self.w1_records_of.get(f"{system}:{variant}",
-                                             self.w1_records_of.get(system, self.w1_records))
+            records = self.w1_records_of.get(
+                f"{system}:{variant}", self.w1_records_of.get(system, self.w1_records)
+            )
             return ["--records", str(records)]
         if workload == "w2":
             return ["--records", str(self.w2_records // divisor)]
         if workload == "w3":
             return ["--rate", f"{self.w3_rate:g}", "--duration-s", f"{self.w3_duration_s:g}"]
-        return ["--records", str(self.w4_keys // divisor), "--value-bytes",
-                str(self.w4_value_bytes)]
+        return ["--records", str(self.w4_keys // divisor), "--value-bytes", str(self.w4_value_bytes)]
 
 
 FULL = Sizes()
-QUICK = Sizes(w1_records=300_000, w2_records=300_000, w3_duration_s=6.0, w4_keys=100_000,
-              w1_records_of={"pyflink": 30_000})
+QUICK = Sizes(
+    w1_records=300_000,
+    w2_records=300_000,
+    w3_duration_s=6.0,
+    w4_keys=100_000,
+    w1_records_of={"pyflink": 30_000},
+)
 
 
 @dataclass(frozen=True)
@@ -102,8 +108,9 @@ class Case:
         return f"{self.system}/{self.variant} {self.workload}{checkpoints}"
 
 
-def plan(systems: list[tuple[str, str]], workloads: list[str],
-         with_no_checkpoint_baseline: bool) -> list[Case]:
+def plan(
+    systems: list[tuple[str, str]], workloads: list[str], with_no_checkpoint_baseline: bool
+) -> list[Case]:
     cases = []
     for workload in workloads:
         for system, variant in systems:
@@ -122,15 +129,15 @@ def parse_systems(spec: str, quick: bool) -> list[tuple[str, str]]:
         if system not in VARIANTS:
             raise ValueError(f"unknown system '{system}'; use {', '.join(VARIANTS)}")
         if variant and variant not in VARIANTS[system]:
-            raise ValueError(f"unknown variant '{variant}' of {system}; use "
-                             f"{', '.join(VARIANTS[system])}")
-        variants = [variant] if variant else VARIANTS[system][:1 if quick else None]
+            raise ValueError(f"unknown variant '{variant}' of {system}; use {', '.join(VARIANTS[system])}")
+        variants = [variant] if variant else VARIANTS[system][: 1 if quick else None]
         chosen += [(system, v) for v in variants]
     return chosen
 
 
-def run_case(case: Case, sizes: Sizes, parallelism: int, timeout_s: float,
-             extra: list[str] | None = None) -> dict[str, Any]:
+def run_case(
+    case: Case, sizes: Sizes, parallelism: int, timeout_s: float, extra: list[str] | None = None
+) -> dict[str, Any]:
     """Run one case in a fresh subprocess; its JSON figures plus what was run."""
     work_dir = CACHE / "work" / uuid.uuid4().hex[:12]
     work_dir.mkdir(parents=True)
@@ -139,19 +146,32 @@ def run_case(case: Case, sizes: Sizes, parallelism: int, timeout_s: float,
         command = [str(python), "-m", "bench.systems.chandy_runner"]
     else:
         command = [str(python), str(runner_of(case.system))]
-    command += [case.workload, "--work-dir", str(work_dir), "--parallelism", str(parallelism),
-                "--checkpoint-interval-ms", str(case.checkpoint_interval_ms),
-                "--mode", case.variant, *sizes.arguments(case.system, case.variant, case.workload),
-                *(extra or [])]
-    row: dict[str, Any] = {"system": case.system, "variant": case.variant,
-                           "workload": case.workload,
-                           "checkpoint_interval_ms": case.checkpoint_interval_ms,
-                           "load_avg_1m_before": os.getloadavg()[0],
-                           "machine_loop_ms": machine_loop_ms()}
+    command += [
+        case.workload,
+        "--work-dir",
+        str(work_dir),
+        "--parallelism",
+        str(parallelism),
+        "--checkpoint-interval-ms",
+        str(case.checkpoint_interval_ms),
+        "--mode",
+        case.variant,
+        *sizes.arguments(case.system, case.variant, case.workload),
+        *(extra or []),
+    ]
+    row: dict[str, Any] = {
+        "system": case.system,
+        "variant": case.variant,
+        "workload": case.workload,
+        "checkpoint_interval_ms": case.checkpoint_interval_ms,
+        "load_avg_1m_before": os.getloadavg()[0],
+        "machine_loop_ms": machine_loop_ms(),
+    }
     started = time.monotonic()
     log.warning("Running %s", case.label)
-    process = subprocess.Popen(command, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                               text=True, start_new_session=True)
+    process = subprocess.Popen(
+        command, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True
+    )
     try:
         stdout, stderr = process.communicate(timeout=timeout_s)
     except subprocess.TimeoutExpired:
@@ -169,8 +189,9 @@ def run_case(case: Case, sizes: Sizes, parallelism: int, timeout_s: float,
     row["leftover_s"] = _reap_session(process.pid)
     lines = [line for line in stdout.splitlines() if line.strip().startswith("{")]
     if not lines:
-        row.update(ok=False, error=f"the runner printed no result (exit code "
-                                   f"{process.returncode}): {_tail(stderr)}")
+        row.update(
+            ok=False, error=f"the runner printed no result (exit code {process.returncode}): {_tail(stderr)}"
+        )
         return _finish(row, started, stderr, work_dir)
     figures = json.loads(lines[-1])
     figures.pop("system", None)
@@ -217,7 +238,7 @@ def _session_members(session_id: int) -> list[int]:
         except OSError:
             continue  # gone meanwhile
         # "pid (comm) state ppid pgrp session ...": comm may hold spaces and parentheses
-        fields = stat[stat.rindex(")") + 2:].split()
+        fields = stat[stat.rindex(")") + 2 :].split()
         if int(fields[3]) == session_id and fields[0] != "Z":
             members.append(int(entry.name))
     return members
@@ -247,9 +268,15 @@ def _tail(text: str, lines: int = 5) -> str:
     return " | ".join(text.strip().splitlines()[-lines:])[-800:]
 
 
-def run_suite(cases: list[Case], runs: int, sizes: Sizes, parallelism: int, timeout_s: float,
-              on_row: Callable[[dict[str, Any]], None] | None = None,
-              done: list[dict[str, Any]] | None = None) -> list[dict[str, Any]]:
+def run_suite(
+    cases: list[Case],
+    runs: int,
+    sizes: Sizes,
+    parallelism: int,
+    timeout_s: float,
+    on_row: Callable[[dict[str, Any]], None] | None = None,
+    done: list[dict[str, Any]] | None = None,
+) -> list[dict[str, Any]]:
     """Every case ``runs`` times, interleaved; the environments are made first.
 
     ``done`` are rows of an interrupted run of the same plan (``--resume``): their
@@ -257,8 +284,9 @@ def run_suite(cases: list[Case], runs: int, sizes: Sizes, parallelism: int, time
     for system in sorted({c.system for c in cases}):
         ensure_env(system)
     rows = list(done or [])
-    finished = {(r["run"], r["system"], r["variant"], r["workload"], r["checkpoint_interval_ms"])
-                for r in rows}
+    finished = {
+        (r["run"], r["system"], r["variant"], r["workload"], r["checkpoint_interval_ms"]) for r in rows
+    }
     for run in range(1, runs + 1):
         for case in cases:
             if (run, case.system, case.variant, case.workload, case.checkpoint_interval_ms) in finished:

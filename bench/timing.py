@@ -44,9 +44,18 @@ class _TimingWriter(SinkWriter):
     def flush(self, end_of_input: bool) -> None:
         if end_of_input:  # right after the last record: its CPU time, read once, not per batch
             self.cpu_last = time.process_time()
-            self.path.write_text(json.dumps({
-                "first": self.first, "last": self.last, "count": self.count, "pid": os.getpid(),
-                "cpu_first": self.cpu_first, "cpu_last": self.cpu_last}))
+            self.path.write_text(
+                json.dumps(
+                    {
+                        "first": self.first,
+                        "last": self.last,
+                        "count": self.count,
+                        "pid": os.getpid(),
+                        "cpu_first": self.cpu_first,
+                        "cpu_last": self.cpu_last,
+                    }
+                )
+            )
 
 
 class TimingSink(Sink):
@@ -66,7 +75,12 @@ def read_timings(directory: str) -> dict[str, float]:
     by_process: dict[int, list[dict[str, float]]] = {}
     for part in active:
         by_process.setdefault(part["pid"], []).append(part)
-    cpu = sum(max(p["cpu_last"] for p in same) - min(p["cpu_first"] for p in same)
-              for same in by_process.values())
-    return {"first": min(p["first"] for p in active), "last": max(p["last"] for p in active),
-            "count": sum(p["count"] for p in parts), "cpu_s": cpu}
+    cpu = sum(
+        max(p["cpu_last"] for p in same) - min(p["cpu_first"] for p in same) for same in by_process.values()
+    )
+    return {
+        "first": min(p["first"] for p in active),
+        "last": max(p["last"] for p in active),
+        "count": sum(p["count"] for p in parts),
+        "cpu_s": cpu,
+    }

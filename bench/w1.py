@@ -47,9 +47,13 @@ class W1Result:
     checkpoint_max_ms: float = 0.0
 
 
-def run_w1(n: int, parallelism: int = 2, executor: str = "local",
-           config: dict[str, Any] | None = None,
-           checkpoint_interval_ms: int | None = None) -> W1Result:
+def run_w1(
+    n: int,
+    parallelism: int = 2,
+    executor: str = "local",
+    config: dict[str, Any] | None = None,
+    checkpoint_interval_ms: int | None = None,
+) -> W1Result:
     """One W1 run; with ``checkpoint_interval_ms``, checkpoints go to a local directory."""
     with tempfile.TemporaryDirectory(prefix="chandy-w1-") as tmp:
         env = StreamExecutionEnvironment.get_execution_environment(executor=executor)
@@ -59,10 +63,13 @@ def run_w1(n: int, parallelism: int = 2, executor: str = "local",
         if checkpoint_interval_ms is not None:
             env.enable_checkpointing(checkpoint_interval_ms)
             env.get_checkpoint_config().set_checkpoint_storage(f"{tmp}/checkpoints")
-        (env.from_sequence(0, n - 1)
+        (
+            env.from_sequence(0, n - 1)
             .key_by(lambda i: i % KEYS)
-            .process(RunningSum()).name("running sum")
-            .sink_to(TimingSink(tmp)))
+            .process(RunningSum())
+            .name("running sum")
+            .sink_to(TimingSink(tmp))
+        )
         started = time.perf_counter()
         client = env.execute_async("W1 keyed running count")
         client.get_job_execution_result()
@@ -72,8 +79,16 @@ def run_w1(n: int, parallelism: int = 2, executor: str = "local",
     if timing["count"] != n:
         raise RuntimeError(f"W1 lost records: {timing['count']} of {n} arrived")
     span = timing["last"] - timing["first"]
-    result = W1Result("chandy", executor, n, parallelism, checkpoint_interval_ms,
-                      n / span if span > 0 else float("inf"), wall, span)
+    result = W1Result(
+        "chandy",
+        executor,
+        n,
+        parallelism,
+        checkpoint_interval_ms,
+        n / span if span > 0 else float("inf"),
+        wall,
+        span,
+    )
     if stats is not None:
         durations = stats["summary"]["end_to_end_duration"]
         result.checkpoints_completed = stats["counts"]["completed"]

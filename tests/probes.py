@@ -58,7 +58,7 @@ class Probe:
         out, offset = [], 0
         while offset < len(data):
             (length,) = _LENGTH.unpack_from(data, offset)
-            out.append(pickle.loads(data[offset + 4:offset + 4 + length]))
+            out.append(pickle.loads(data[offset + 4 : offset + 4 + length]))
             offset += 4 + length
         return out
 

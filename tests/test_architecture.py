@@ -91,8 +91,10 @@ def test_imports_point_down(path: Path) -> None:
             pytest.fail(f"{path.name}:{line} imports the top-level package; import the module")
         target_rank, target_prefixes = component(target)
         allowed = target_rank < rank or target_prefixes == prefixes
-        assert allowed, (f"{source} (layer {rank}) imports {target} (layer {target_rank}) at "
-                         f"line {line}: arrows must point down (docs/architecture.md)")
+        assert allowed, (
+            f"{source} (layer {rank}) imports {target} (layer {target_rank}) at "
+            f"line {line}: arrows must point down (docs/architecture.md)"
+        )
 
 
 def test_every_module_imports_on_its_own() -> None:
@@ -106,4 +108,11 @@ def test_every_module_imports_on_its_own() -> None:
 def test_ruff_is_clean() -> None:
     ruff = shutil.which("ruff") or str(Path(sys.executable).with_name("ruff"))
     result = subprocess.run([ruff, "check", "--quiet", str(ROOT)], capture_output=True, text=True)
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_ruff_format_is_applied() -> None:
+    """The code is formatted by ``ruff format`` (run it before committing)."""
+    ruff = shutil.which("ruff") or str(Path(sys.executable).with_name("ruff"))
+    result = subprocess.run([ruff, "format", "--check", str(ROOT)], capture_output=True, text=True)
     assert result.returncode == 0, result.stdout + result.stderr

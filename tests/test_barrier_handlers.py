@@ -146,8 +146,13 @@ class RecordingActions:
 class Driver:
     """The task's input loop: read one item, advance the clock, hand the item to the handler."""
 
-    def __init__(self, handler: CheckpointBarrierHandler, gate: SequenceGate, clock: ManualClock,
-                 ms_per_step: float = 1) -> None:
+    def __init__(
+        self,
+        handler: CheckpointBarrierHandler,
+        gate: SequenceGate,
+        clock: ManualClock,
+        ms_per_step: float = 1,
+    ) -> None:
         self.handler = handler
         self.gate = gate
         self.clock = clock
@@ -179,18 +184,25 @@ class Driver:
             self.step()
 
 
-def aligned(num_channels: int, items: list[Item] | None = None, *, end_of_partition_aborts: bool = True,
-            ms_per_step: float = 1) -> tuple[Driver, SingleCheckpointBarrierHandler, RecordingActions]:
+def aligned(
+    num_channels: int,
+    items: list[Item] | None = None,
+    *,
+    end_of_partition_aborts: bool = True,
+    ms_per_step: float = 1,
+) -> tuple[Driver, SingleCheckpointBarrierHandler, RecordingActions]:
     clock = ManualClock(START_MS)
     gate = SequenceGate(items)
     actions = RecordingActions()
-    handler = SingleCheckpointBarrierHandler(num_channels, gate, actions, clock,
-                                             end_of_partition_aborts=end_of_partition_aborts)
+    handler = SingleCheckpointBarrierHandler(
+        num_channels, gate, actions, clock, end_of_partition_aborts=end_of_partition_aborts
+    )
     return Driver(handler, gate, clock, ms_per_step), handler, actions
 
 
-def tracker(num_channels: int, items: list[Item] | None = None
-            ) -> tuple[Driver, CheckpointBarrierTracker, RecordingActions]:
+def tracker(
+    num_channels: int, items: list[Item] | None = None
+) -> tuple[Driver, CheckpointBarrierTracker, RecordingActions]:
     clock = ManualClock(START_MS)
     gate = SequenceGate(items)
     actions = RecordingActions()
@@ -252,8 +264,25 @@ def test_s2_multi_channel_no_barriers() -> None:
 
 
 def test_s3_single_channel_with_barriers() -> None:
-    sequence = [D(0), D(0), D(0), B(1, 0), D(0), D(0), D(0), D(0), B(2, 0), B(3, 0), D(0), D(0),
-                B(4, 0), B(5, 0), B(6, 0), D(0), E(0)]
+    sequence = [
+        D(0),
+        D(0),
+        D(0),
+        B(1, 0),
+        D(0),
+        D(0),
+        D(0),
+        D(0),
+        B(2, 0),
+        B(3, 0),
+        D(0),
+        D(0),
+        B(4, 0),
+        B(5, 0),
+        B(6, 0),
+        D(0),
+        E(0),
+    ]
     driver, handler, actions = aligned(1, sequence)
     for item in sequence:
         before = len(actions.events)
@@ -272,22 +301,30 @@ def test_s3_single_channel_with_barriers() -> None:
 def test_s4_multi_channel_alignment() -> None:
     table = [
         # 1-3
-        Step(D(0)), Step(D(2)), Step(D(0)),
+        Step(D(0)),
+        Step(D(2)),
+        Step(D(0)),
         # 4-7: checkpoint 1, alignment starts at step 4
         Step(B(1, 1), blocked={1}, latest=1),
         Step(B(1, 2), blocked={1, 2}),
         Step(D(0), blocked={1, 2}),
         Step(B(1, 0), effects=[triggered(1)], alignment_ns=3 * MS),
         # 8-12
-        Step(D(0)), Step(D(0)), Step(D(1)), Step(D(1)), Step(D(2)),
+        Step(D(0)),
+        Step(D(0)),
+        Step(D(1)),
+        Step(D(1)),
+        Step(D(2)),
         # 13-15: checkpoint 2, barriers together
         Step(B(2, 0), blocked={0}, latest=2),
         Step(B(2, 1), blocked={0, 1}),
         Step(B(2, 2), effects=[triggered(2)], alignment_ns=2 * MS),
         # 16-22: checkpoint 3, data only from non-blocked channels in between
-        Step(D(2)), Step(D(2)),
+        Step(D(2)),
+        Step(D(2)),
         Step(B(3, 2), blocked={2}, latest=3),
-        Step(D(0), blocked={2}), Step(D(0), blocked={2}),
+        Step(D(0), blocked={2}),
+        Step(D(0), blocked={2}),
         Step(B(3, 0), blocked={0, 2}),
         Step(B(3, 1), effects=[triggered(3)], alignment_ns=4 * MS),
         # 23-25: "empty" checkpoint 4
@@ -295,7 +332,10 @@ def test_s4_multi_channel_alignment() -> None:
         Step(B(4, 2), blocked={1, 2}),
         Step(B(4, 0), effects=[triggered(4)], alignment_ns=2 * MS),
         # 26-29: trailing data
-        Step(D(0)), Step(E(0)), Step(E(1)), Step(E(2)),
+        Step(D(0)),
+        Step(E(0)),
+        Step(E(1)),
+        Step(E(2)),
     ]
     driver, handler, actions = aligned(3)
     driver.gate.add(*(row.item for row in table))
@@ -336,19 +376,31 @@ def test_s6_alignment_metrics() -> None:
     clock.advance_ms(sleep_ms)
     alignment_start_ns = clock.monotonic_ns()
 
-    first = [D(0, buffer_size), D(1, buffer_size), D(2, buffer_size),
-             B(1, 1, created_ms),  # first barrier, >= 10 ms after T
-             D(0, buffer_size), D(2, buffer_size),
-             B(1, 0, created_ms),
-             D(2, buffer_size)]
+    first = [
+        D(0, buffer_size),
+        D(1, buffer_size),
+        D(2, buffer_size),
+        B(1, 1, created_ms),  # first barrier, >= 10 ms after T
+        D(0, buffer_size),
+        D(2, buffer_size),
+        B(1, 0, created_ms),
+        D(2, buffer_size),
+    ]
     driver.gate.add(*first)
     driver.run()
     assert actions.events == []
     assert driver.gate.blocked == {0, 1}
 
     clock.advance_ms(sleep_ms)
-    second = [B(1, 2, created_ms),  # last barrier, >= 10 ms later
-              D(0, buffer_size), D(1, buffer_size), D(2, buffer_size), E(0), E(1), E(2)]
+    second = [
+        B(1, 2, created_ms),  # last barrier, >= 10 ms later
+        D(0, buffer_size),
+        D(1, buffer_size),
+        D(2, buffer_size),
+        E(0),
+        E(1),
+        E(2),
+    ]
     driver.gate.add(*second)
     driver.run()
 
@@ -370,20 +422,27 @@ def test_s6_alignment_metrics() -> None:
 def test_s8_channels_closed_before_alignment() -> None:
     table = [
         # close some channels immediately
-        Step(E(2)), Step(E(1)),
+        Step(E(2)),
+        Step(E(1)),
         # checkpoint 2 with barriers from channels 3 and 0 only
-        Step(D(0)), Step(D(0)), Step(D(3)),
+        Step(D(0)),
+        Step(D(0)),
+        Step(D(3)),
         Step(B(2, 3), blocked={3}),
         Step(B(2, 0), effects=[triggered(2)], latest=2),
         # checkpoint 3 likewise ("empty")
         Step(B(3, 0), blocked={0}),
         Step(B(3, 3), effects=[triggered(3)], latest=3),
         # some data, one more channel closes
-        Step(D(0)), Step(D(0)), Step(D(3)), Step(E(0)),
+        Step(D(0)),
+        Step(D(0)),
+        Step(D(3)),
+        Step(E(0)),
         # checkpoint 4 on the last remaining channel: its single barrier completes it
         Step(D(3)),
         Step(B(4, 3), effects=[triggered(4)], latest=4),
-        Step(D(3)), Step(E(3)),
+        Step(D(3)),
+        Step(E(3)),
     ]
     driver, _, actions = aligned(4)
     driver.gate.add(*(row.item for row in table))
@@ -399,14 +458,17 @@ def test_s9_end_of_partition_during_alignment() -> None:
         Step(B(1, 1), blocked={0, 1}),
         Step(B(1, 2), effects=[triggered(1)]),
         # some buffers
-        Step(D(0)), Step(D(0)), Step(D(2), latest=1),
+        Step(D(0)),
+        Step(D(0)),
+        Step(D(2), latest=1),
         # the checkpoint that will be incomplete
         Step(B(2, 2), blocked={2}, latest=2),
         Step(B(2, 0), blocked={0, 2}),
         Step(D(1), blocked={0, 2}),
         # end of partition on the channel still missing: checkpoint 2 aborted, everything unblocked
         Step(E(1), effects=[aborted(2, END_OF_STREAM)]),
-        Step(E(2)), Step(D(0)),
+        Step(E(2)),
+        Step(D(0)),
         Step(E(0)),
     ]
     driver, handler, actions = aligned(3)
@@ -424,13 +486,16 @@ def test_s9_end_of_partition_counts_as_aligned_when_it_does_not_abort() -> None:
         Step(B(1, 0), blocked={0}),
         Step(B(1, 1), blocked={0, 1}),
         Step(B(1, 2), effects=[triggered(1)]),
-        Step(D(0)), Step(D(0)), Step(D(2)),
+        Step(D(0)),
+        Step(D(0)),
+        Step(D(2)),
         Step(B(2, 2), blocked={2}, latest=2),
         Step(B(2, 0), blocked={0, 2}),
         Step(D(1), blocked={0, 2}),
         # channel 1 ends: every open channel delivered barrier 2, so it triggers (from step 7: 3 ms)
         Step(E(1), effects=[triggered(2)], alignment_ns=3 * MS),
-        Step(E(2)), Step(D(0)),
+        Step(E(2)),
+        Step(D(0)),
         Step(E(0)),
     ]
     driver, handler, actions = aligned(3, end_of_partition_aborts=False)
@@ -470,34 +535,42 @@ def test_s10_cancel_markers_on_a_single_channel() -> None:
 def test_s11_cancel_markers_on_multiple_channels() -> None:
     table = [
         # some buffers and a successful checkpoint 1
-        Step(D(0)), Step(D(2)), Step(D(0)),
+        Step(D(0)),
+        Step(D(2)),
+        Step(D(0)),
         Step(B(1, 1), blocked={1}),
         Step(B(1, 2), blocked={1, 2}),
         Step(D(0), blocked={1, 2}),
         Step(B(1, 0), effects=[triggered(1)]),
-        Step(D(0)), Step(D(2)),
+        Step(D(0)),
+        Step(D(2)),
         # checkpoint 2 aborted on its last barrier
         Step(B(2, 0), blocked={0}),
         Step(B(2, 2), blocked={0, 2}),
         Step(D(1), blocked={0, 2}),
         Step(X(2, 1), effects=[aborted(2)], alignment_ns=0),
-        Step(D(2)), Step(D(1)),
+        Step(D(2)),
+        Step(D(1)),
         # successful checkpoint 3
         Step(B(3, 1), blocked={1}),
         Step(B(3, 2), blocked={1, 2}),
         Step(B(3, 0), effects=[triggered(3)]),
-        Step(D(0)), Step(D(1)),
+        Step(D(0)),
+        Step(D(1)),
         # checkpoint 4 aborted on its first barrier; its later barriers are ignored and do not block
         Step(X(4, 1), effects=[aborted(4)], alignment_ns=0),
         Step(B(4, 2)),
         Step(D(2)),
         Step(B(4, 0)),
         # successful checkpoint 5
-        Step(D(0)), Step(D(1)), Step(D(2)),
+        Step(D(0)),
+        Step(D(1)),
+        Step(D(2)),
         Step(B(5, 2), blocked={2}),
         Step(B(5, 1), blocked={1, 2}),
         Step(B(5, 0), effects=[triggered(5)]),
-        Step(D(0)), Step(D(1)),
+        Step(D(0)),
+        Step(D(1)),
         # checkpoint 6: several cancellations, then a barrier; aborted exactly once
         Step(X(6, 1), effects=[aborted(6)]),
         Step(X(6, 2), alignment_ns=0),
@@ -516,8 +589,24 @@ def test_s11_cancel_markers_on_multiple_channels() -> None:
 
 
 def test_s19_tracker_single_channel() -> None:
-    sequence = [D(0), D(0), D(0), B(1, 0), D(0), D(0), D(0), D(0), B(2, 0), B(3, 0), D(0), D(0),
-                B(4, 0), B(5, 0), B(6, 0), D(0)]
+    sequence = [
+        D(0),
+        D(0),
+        D(0),
+        B(1, 0),
+        D(0),
+        D(0),
+        D(0),
+        D(0),
+        B(2, 0),
+        B(3, 0),
+        D(0),
+        D(0),
+        B(4, 0),
+        B(5, 0),
+        B(6, 0),
+        D(0),
+    ]
     driver, _, actions = tracker(1, sequence)
     for item in sequence:
         before = len(actions.events)
@@ -530,8 +619,21 @@ def test_s19_tracker_single_channel() -> None:
 
 
 def test_s20_tracker_skipped_ids() -> None:
-    sequence = [D(0), B(1, 0), D(0), D(0), B(3, 0), D(0), B(4, 0), B(6, 0), D(0), B(7, 0), D(0),
-                B(10, 0), D(0)]
+    sequence = [
+        D(0),
+        B(1, 0),
+        D(0),
+        D(0),
+        B(3, 0),
+        D(0),
+        B(4, 0),
+        B(6, 0),
+        D(0),
+        B(7, 0),
+        D(0),
+        B(10, 0),
+        D(0),
+    ]
     driver, handler, actions = tracker(1, sequence)
     driver.run()
     assert actions.events == [triggered(n) for n in (1, 3, 4, 6, 7, 10)]
@@ -541,20 +643,32 @@ def test_s20_tracker_skipped_ids() -> None:
 
 def test_s21_tracker_multi_channel() -> None:
     table = [
-        Step(D(0)), Step(D(2)), Step(D(0)),
-        Step(B(1, 1)), Step(B(1, 2)),
+        Step(D(0)),
+        Step(D(2)),
+        Step(D(0)),
+        Step(B(1, 1)),
+        Step(B(1, 2)),
         # data from channels that already delivered barrier 1 flows through before the snapshot
-        Step(D(2)), Step(D(1)),
+        Step(D(2)),
+        Step(D(1)),
         Step(B(1, 0), effects=[triggered(1)]),
-        Step(D(0)), Step(D(0)), Step(D(1)), Step(D(1)), Step(D(2)),
-        Step(B(2, 0)), Step(B(2, 1)),
+        Step(D(0)),
+        Step(D(0)),
+        Step(D(1)),
+        Step(D(1)),
+        Step(D(2)),
+        Step(B(2, 0)),
+        Step(B(2, 1)),
         Step(B(2, 2), effects=[triggered(2)]),
-        Step(D(2)), Step(D(2)),
+        Step(D(2)),
+        Step(D(2)),
         Step(B(3, 2)),
-        Step(D(2)), Step(D(2)),
+        Step(D(2)),
+        Step(D(2)),
         Step(B(3, 0)),
         Step(B(3, 1), effects=[triggered(3)]),
-        Step(B(4, 1)), Step(B(4, 2)),
+        Step(B(4, 1)),
+        Step(B(4, 2)),
         Step(B(4, 0), effects=[triggered(4)]),
         Step(D(0)),
     ]
@@ -567,20 +681,33 @@ def test_s21_tracker_multi_channel() -> None:
 
 def test_s22_tracker_jumping_to_a_later_checkpoint() -> None:
     table = [
-        Step(D(0)), Step(D(2)), Step(D(0)),
-        Step(B(1, 1)), Step(B(1, 2)),
-        Step(D(2)), Step(D(1)),
+        Step(D(0)),
+        Step(D(2)),
+        Step(D(0)),
+        Step(B(1, 1)),
+        Step(B(1, 2)),
+        Step(D(2)),
+        Step(D(1)),
         Step(B(1, 0), effects=[triggered(1)]),
-        Step(D(0)), Step(D(0)), Step(D(1)), Step(D(1)), Step(D(2)),
-        Step(B(2, 0)), Step(B(2, 1)),
+        Step(D(0)),
+        Step(D(0)),
+        Step(D(1)),
+        Step(D(1)),
+        Step(D(2)),
+        Step(B(2, 0)),
+        Step(B(2, 1)),
         Step(B(2, 2), effects=[triggered(2)]),
-        Step(D(2)), Step(D(2)),
+        Step(D(2)),
+        Step(D(2)),
         # checkpoint 3 only ever gets a barrier from channel 2
         Step(B(3, 2), latest=3),
-        Step(D(2)), Step(D(2)),
+        Step(D(2)),
+        Step(D(2)),
         # jump to checkpoint 4
         Step(B(4, 0), latest=4),
-        Step(D(0)), Step(D(1)), Step(D(2)),
+        Step(D(0)),
+        Step(D(1)),
+        Step(D(2)),
         Step(B(4, 1)),
         Step(D(1)),
         # 4 completes; 3 is dropped silently (no abort call)
@@ -616,31 +743,45 @@ def test_s24_tracker_abort_single_channel() -> None:
 def test_s24_tracker_abort_multi_channel() -> None:
     table = [
         # some buffers and a successful checkpoint
-        Step(D(0)), Step(D(2)), Step(D(0)),
-        Step(B(1, 1)), Step(B(1, 2)),
-        Step(D(2)), Step(D(1)),
+        Step(D(0)),
+        Step(D(2)),
+        Step(D(0)),
+        Step(B(1, 1)),
+        Step(B(1, 2)),
+        Step(D(2)),
+        Step(D(1)),
         Step(B(1, 0), effects=[triggered(1)]),
         # aborted on last barrier
-        Step(D(0)), Step(D(2)),
-        Step(B(2, 0)), Step(B(2, 2)),
-        Step(D(0)), Step(D(2)),
+        Step(D(0)),
+        Step(D(2)),
+        Step(B(2, 0)),
+        Step(B(2, 2)),
+        Step(D(0)),
+        Step(D(2)),
         Step(X(2, 1), effects=[aborted(2)]),
         # successful checkpoint
-        Step(D(2)), Step(D(1)),
-        Step(B(3, 1)), Step(B(3, 2)),
+        Step(D(2)),
+        Step(D(1)),
+        Step(B(3, 1)),
+        Step(B(3, 2)),
         Step(B(3, 0), effects=[triggered(3)]),
         # a cancel marker arriving first aborts at once; later barriers of 4 are ignored
-        Step(D(0)), Step(D(1)),
+        Step(D(0)),
+        Step(D(1)),
         Step(X(4, 1), effects=[aborted(4)]),
         Step(B(4, 2)),
         Step(D(0)),
         Step(B(4, 0)),
         # another successful checkpoint
-        Step(D(0)), Step(D(1)), Step(D(2)),
-        Step(B(5, 2)), Step(B(5, 1)),
+        Step(D(0)),
+        Step(D(1)),
+        Step(D(2)),
+        Step(B(5, 2)),
+        Step(B(5, 1)),
         Step(B(5, 0), effects=[triggered(5)]),
         # several cancellations and a barrier after them: aborted once
-        Step(D(0)), Step(D(1)),
+        Step(D(0)),
+        Step(D(1)),
         Step(X(6, 1), effects=[aborted(6)]),
         Step(X(6, 2)),
         Step(B(6, 0)),
@@ -660,7 +801,8 @@ def test_tracker_completes_a_checkpoint_on_the_last_open_channel_after_another_c
     # is not a fast path's first barrier of a new checkpoint. (A bounded job waited
     # forever for this final checkpoint when the count was skipped.)
     table = [
-        Step(D(0)), Step(D(1)),
+        Step(D(0)),
+        Step(D(1)),
         Step(B(3, 0), latest=3),
         Step(D(0)),
         Step(E(0)),

@@ -18,16 +18,39 @@ ROOT = Path(__file__).resolve().parent.parent
 
 def test_quick_bench_run_measures_every_workload_on_chandy(tmp_path: Path) -> None:
     done = subprocess.run(
-        [sys.executable, "-m", "bench", "run", "--quick", "--systems", "chandy:local",
-         "--records", "40000", "--duration-s", "2.5", "--results-dir", str(tmp_path),
-         "--markdown", str(tmp_path / "RESULTS.md")],
-        cwd=ROOT, capture_output=True, text=True, timeout=300)
+        [
+            sys.executable,
+            "-m",
+            "bench",
+            "run",
+            "--quick",
+            "--systems",
+            "chandy:local",
+            "--records",
+            "40000",
+            "--duration-s",
+            "2.5",
+            "--results-dir",
+            str(tmp_path),
+            "--markdown",
+            str(tmp_path / "RESULTS.md"),
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert done.returncode == 0, done.stderr[-3000:]
     [result_file] = tmp_path.glob("*-quick.json")
     results = json.loads(result_file.read_text())
     rows = results["rows"]
     assert {(r["workload"], r["checkpoint_interval_ms"]) for r in rows} == {
-        ("w1", 1000), ("w1", 0), ("w2", 1000), ("w3", 1000), ("w4", 1000)}
+        ("w1", 1000),
+        ("w1", 0),
+        ("w2", 1000),
+        ("w3", 1000),
+        ("w4", 1000),
+    }
     assert all(r["ok"] for r in rows), [r.get("error") for r in rows]
     by_workload = {(r["workload"], r["checkpoint_interval_ms"]): r for r in rows}
     assert by_workload[("w1", 1000)]["records"] == 40_000
@@ -47,13 +70,24 @@ def test_quick_bench_run_measures_every_workload_on_chandy(tmp_path: Path) -> No
 
 
 def _bench(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "bench", *args], cwd=ROOT, capture_output=True,
-                          text=True, timeout=300)
+    return subprocess.run(
+        [sys.executable, "-m", "bench", *args], cwd=ROOT, capture_output=True, text=True, timeout=300
+    )
 
 
 def test_an_interrupted_run_resumes_without_rerunning_what_it_kept(tmp_path: Path) -> None:
-    options = ["run", "--quick", "--systems", "chandy:local", "--workloads", "w1",
-               "--records", "20000", "--results-dir", str(tmp_path)]
+    options = [
+        "run",
+        "--quick",
+        "--systems",
+        "chandy:local",
+        "--workloads",
+        "w1",
+        "--records",
+        "20000",
+        "--results-dir",
+        str(tmp_path),
+    ]
     first = _bench(*options)
     assert first.returncode == 0, first.stderr[-3000:]
     [done] = tmp_path.glob("*-quick.json")
@@ -74,8 +108,18 @@ def test_an_interrupted_run_resumes_without_rerunning_what_it_kept(tmp_path: Pat
 
 
 def test_report_rewrites_the_markdown_from_saved_rows_and_bad_input_is_named(tmp_path: Path) -> None:
-    done = _bench("run", "--quick", "--systems", "chandy:local", "--workloads", "w1",
-                  "--records", "20000", "--results-dir", str(tmp_path))
+    done = _bench(
+        "run",
+        "--quick",
+        "--systems",
+        "chandy:local",
+        "--workloads",
+        "w1",
+        "--records",
+        "20000",
+        "--results-dir",
+        str(tmp_path),
+    )
     assert done.returncode == 0, done.stderr[-3000:]
     [result_file] = tmp_path.glob("*-quick.json")
     markdown = tmp_path / "again.md"
@@ -83,8 +127,10 @@ def test_report_rewrites_the_markdown_from_saved_rows_and_bad_input_is_named(tmp
     rendered = _bench("report", str(result_file), "--markdown", str(markdown))
 
     assert rendered.returncode == 0, rendered.stderr[-3000:]
-    assert any(line.startswith("| chandy/local ") and "| W1 throughput " in line
-               for line in markdown.read_text().splitlines())
+    assert any(
+        line.startswith("| chandy/local ") and "| W1 throughput " in line
+        for line in markdown.read_text().splitlines()
+    )
     not_results = tmp_path / "not-results.json"
     not_results.write_text("{}")
     refused = _bench("report", str(not_results), "--markdown", str(markdown))
@@ -96,17 +142,30 @@ def test_report_rewrites_the_markdown_from_saved_rows_and_bad_input_is_named(tmp
 
 
 def _w1_row(run: int, interval_ms: int, records_per_s: float, cpu_us: float) -> dict[str, object]:
-    return {"system": "chandy", "variant": "spark", "workload": "w1", "run": run, "ok": True,
-            "checkpoint_interval_ms": interval_ms, "records": 1000,
-            "records_per_s": records_per_s, "task_cpu_us_per_record": cpu_us}
+    return {
+        "system": "chandy",
+        "variant": "spark",
+        "workload": "w1",
+        "run": run,
+        "ok": True,
+        "checkpoint_interval_ms": interval_ms,
+        "records": 1000,
+        "records_per_s": records_per_s,
+        "task_cpu_us_per_record": cpu_us,
+    }
 
 
 def test_checkpoint_overhead_compares_each_run_with_its_neighbour_without_checkpoints() -> None:
     # run 3 fell into a slow spell of the machine halfway: its checkpointed half ran at
     # half speed. Comparing the two medians would call that a 29 % overhead.
-    rows = [_w1_row(1, 1000, 1.0e6, 0.63), _w1_row(1, 0, 1.05e6, 0.60),
-            _w1_row(2, 1000, 2.0e6, 0.62), _w1_row(2, 0, 2.1e6, 0.60),
-            _w1_row(3, 1000, 1.5e6, 0.61), _w1_row(3, 0, 3.0e6, 0.60)]
+    rows = [
+        _w1_row(1, 1000, 1.0e6, 0.63),
+        _w1_row(1, 0, 1.05e6, 0.60),
+        _w1_row(2, 1000, 2.0e6, 0.62),
+        _w1_row(2, 0, 2.1e6, 0.60),
+        _w1_row(3, 1000, 1.5e6, 0.61),
+        _w1_row(3, 0, 3.0e6, 0.60),
+    ]
 
     part = report.summarize(rows)["chandy/spark"]
 
@@ -121,20 +180,41 @@ def test_checkpoint_overhead_compares_each_run_with_its_neighbour_without_checkp
 
 
 def _results(command: str, rows: list[dict[str, object]]) -> dict[str, object]:
-    return {"date": "2026-11-23 19:34 UTC", "command": command, "runs": 1, "parallelism": 2,
-            "versions": {"chandy": "0.1"}, "rows": rows,
-            "machine": {"cpus": 2, "platform": "Linux", "python": "3.11", "java": "17",
-                        "load_avg_1m_before": 0.5, "load_avg_1m_after": 0.7}}
+    return {
+        "date": "2026-11-23 19:34 UTC",
+        "command": command,
+        "runs": 1,
+        "parallelism": 2,
+        "versions": {"chandy": "0.1"},
+        "rows": rows,
+        "machine": {
+            "cpus": 2,
+            "platform": "Linux",
+            "python": "3.11",
+            "java": "17",
+            "load_avg_1m_before": 0.5,
+            "load_avg_1m_after": 0.7,
+        },
+    }
 
 
 def test_a_report_of_several_runs_takes_each_workload_whole_from_the_last_run_measuring_it() -> None:
-    w2 = {"system": "chandy", "variant": "spark", "workload": "w2", "run": 1, "ok": True,
-          "checkpoint_interval_ms": 1000, "records": 1000, "recovery_s": 0.03, "exact": True,
-          "load_avg_1m_before": 0.4}
-    first = _results("python -m bench run", [
-        {**_w1_row(1, 1000, 1.0e6, 0.6), "load_avg_1m_before": 0.4}, w2])
-    again = _results("python -m bench run --workloads w1", [
-        {**_w1_row(1, 1000, 3.0e6, 0.5), "load_avg_1m_before": 0.9}])
+    w2 = {
+        "system": "chandy",
+        "variant": "spark",
+        "workload": "w2",
+        "run": 1,
+        "ok": True,
+        "checkpoint_interval_ms": 1000,
+        "records": 1000,
+        "recovery_s": 0.03,
+        "exact": True,
+        "load_avg_1m_before": 0.4,
+    }
+    first = _results("python -m bench run", [{**_w1_row(1, 1000, 1.0e6, 0.6), "load_avg_1m_before": 0.4}, w2])
+    again = _results(
+        "python -m bench run --workloads w1", [{**_w1_row(1, 1000, 3.0e6, 0.5), "load_avg_1m_before": 0.9}]
+    )
 
     combined = report.combine([("first.json", first), ("again.json", again)])
 
@@ -142,7 +222,9 @@ def test_a_report_of_several_runs_takes_each_workload_whole_from_the_last_run_me
     assert part["records_per_s"]["median"] == 3.0e6  # W1 from the later run only
     assert part["recovery_s"]["median"] == 0.03  # W2 kept from the first
     assert [(s["file"], s["workloads"]) for s in combined["sources"]] == [
-        ("first.json", ["w2"]), ("again.json", ["w1"])]
+        ("first.json", ["w2"]),
+        ("again.json", ["w1"]),
+    ]
     text = report.markdown(combined)
     assert "W2 from `python -m bench run`" in text
     assert "W1 from `python -m bench run --workloads w1`" in text

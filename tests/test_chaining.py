@@ -25,8 +25,7 @@ def test_forward_edges_of_equal_parallelism_chain(local_env: StreamExecutionEnvi
 def test_key_by_breaks_the_chain(local_env: StreamExecutionEnvironment) -> None:
     local_env.from_sequence(1, 10).map(lambda x: x).key_by(lambda x: x).sum().print()
     nodes = plan(local_env)
-    assert [n["operators"] for n in nodes] == [["Sequence Source", "Map"],
-                                               ["Keyed Sum", "Print to Std. Out"]]
+    assert [n["operators"] for n in nodes] == [["Sequence Source", "Map"], ["Keyed Sum", "Print to Std. Out"]]
     assert nodes[1]["inputs"] == [{"id": nodes[0]["id"], "ship_strategy": "HASH"}]
 
 
@@ -45,8 +44,7 @@ def test_explicit_partitionings_break_the_chain(local_env: StreamExecutionEnviro
     src.rebalance().map(lambda x: x).name("a").print()
     src.shuffle().map(lambda x: x).name("b").print()
     src.broadcast().map(lambda x: x).name("c").print()
-    strategies = {n["operators"][0]: n["inputs"][0]["ship_strategy"] for n in plan(local_env)
-                  if n["inputs"]}
+    strategies = {n["operators"][0]: n["inputs"][0]["ship_strategy"] for n in plan(local_env) if n["inputs"]}
     assert strategies == {"a": "REBALANCE", "b": "SHUFFLE", "c": "BROADCAST"}
 
 
@@ -64,8 +62,9 @@ def test_fan_out_chains_both_branches(local_env: StreamExecutionEnvironment) -> 
     src = local_env.from_sequence(1, 10)
     src.map(lambda x: x).name("left").print()
     src.map(lambda x: x).name("right").print()
-    assert chains(local_env) == [["Sequence Source", "left", "Print to Std. Out",
-                                  "right", "Print to Std. Out"]]
+    assert chains(local_env) == [
+        ["Sequence Source", "left", "Print to Std. Out", "right", "Print to Std. Out"]
+    ]
 
 
 def test_chaining_can_be_disabled_per_operator_and_globally(local_env: StreamExecutionEnvironment) -> None:

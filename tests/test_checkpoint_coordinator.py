@@ -68,37 +68,49 @@ def operator_id(vertex: int) -> str:
 
 
 def task_to_ack(attempt_id: ExecutionAttemptID, parallelism: int = 1) -> TaskToAck:
-    return TaskToAck(attempt_id, attempt_id.vertex_id, attempt_id.subtask_index, parallelism, 128,
-                     (operator_id(attempt_id.vertex_id),))
+    return TaskToAck(
+        attempt_id,
+        attempt_id.vertex_id,
+        attempt_id.subtask_index,
+        parallelism,
+        128,
+        (operator_id(attempt_id.vertex_id),),
+    )
 
 
-def make_plan(trigger: Sequence[ExecutionAttemptID], wait_for: Sequence[ExecutionAttemptID],
-              commit: Sequence[ExecutionAttemptID] | None = None) -> CheckpointPlan:
+def make_plan(
+    trigger: Sequence[ExecutionAttemptID],
+    wait_for: Sequence[ExecutionAttemptID],
+    commit: Sequence[ExecutionAttemptID] | None = None,
+) -> CheckpointPlan:
     """Trigger ``trigger``, wait for ``wait_for``, notify ``commit`` (default: ``wait_for``)."""
-    return CheckpointPlan(tuple(trigger), tuple(task_to_ack(a) for a in wait_for),
-                          tuple(wait_for if commit is None else commit))
+    return CheckpointPlan(
+        tuple(trigger), tuple(task_to_ack(a) for a in wait_for), tuple(wait_for if commit is None else commit)
+    )
 
 
 @dataclass
 class RecordingGateway:
     """The tasks, as the coordinator sees them: every call is recorded per attempt."""
 
-    triggered: list[tuple[ExecutionAttemptID, int, int, CheckpointOptions]] = field(
-        default_factory=list)
+    triggered: list[tuple[ExecutionAttemptID, int, int, CheckpointOptions]] = field(default_factory=list)
     completed: list[tuple[ExecutionAttemptID, int, int]] = field(default_factory=list)
     aborted: list[tuple[ExecutionAttemptID, int, int]] = field(default_factory=list)
 
-    def trigger_checkpoint(self, attempt_id: ExecutionAttemptID, checkpoint_id: int, timestamp: int,
-                           options: CheckpointOptions) -> bool:
+    def trigger_checkpoint(
+        self, attempt_id: ExecutionAttemptID, checkpoint_id: int, timestamp: int, options: CheckpointOptions
+    ) -> bool:
         self.triggered.append((attempt_id, checkpoint_id, timestamp, options))
         return True
 
-    def notify_checkpoint_complete(self, attempt_id: ExecutionAttemptID, checkpoint_id: int,
-                                   timestamp: int) -> None:
+    def notify_checkpoint_complete(
+        self, attempt_id: ExecutionAttemptID, checkpoint_id: int, timestamp: int
+    ) -> None:
         self.completed.append((attempt_id, checkpoint_id, timestamp))
 
-    def notify_checkpoint_aborted(self, attempt_id: ExecutionAttemptID, checkpoint_id: int,
-                                  timestamp: int) -> None:
+    def notify_checkpoint_aborted(
+        self, attempt_id: ExecutionAttemptID, checkpoint_id: int, timestamp: int
+    ) -> None:
         self.aborted.append((attempt_id, checkpoint_id, timestamp))
 
     def triggered_ids(self, attempt_id: ExecutionAttemptID) -> list[int]:
@@ -184,19 +196,21 @@ class Harness:
             self.tick()
 
 
-def make_coordinator(plan: CheckpointPlan | Callable[[], CheckpointPlan], *,
-                     tmp_path: Path | None = None,
-                     interval_ms: int | None = None,
-                     timeout_ms: int = TIMEOUT_MS,
-                     min_pause_ms: int = 0,
-                     max_concurrent: int = 1,
-                     tolerable_failures: int = 10,
-                     retention: ExternalizedCheckpointRetention =
-                     ExternalizedCheckpointRetention.NO_EXTERNALIZED_CHECKPOINTS,
-                     retained: int = 1,
-                     master_hooks: Sequence[MasterTriggerRestoreHook] = (),
-                     id_counter: CheckpointIDCounter | None = None,
-                     rng: random.Random | None = None) -> Harness:
+def make_coordinator(
+    plan: CheckpointPlan | Callable[[], CheckpointPlan],
+    *,
+    tmp_path: Path | None = None,
+    interval_ms: int | None = None,
+    timeout_ms: int = TIMEOUT_MS,
+    min_pause_ms: int = 0,
+    max_concurrent: int = 1,
+    tolerable_failures: int = 10,
+    retention: ExternalizedCheckpointRetention = ExternalizedCheckpointRetention.NO_EXTERNALIZED_CHECKPOINTS,
+    retained: int = 1,
+    master_hooks: Sequence[MasterTriggerRestoreHook] = (),
+    id_counter: CheckpointIDCounter | None = None,
+    rng: random.Random | None = None,
+) -> Harness:
     """A coordinator on manual time; filesystem storage under ``tmp_path`` if given."""
     clock = ManualClock(start_ms=1_000_000)
     timer = ManualTimer(clock)
@@ -206,32 +220,55 @@ def make_coordinator(plan: CheckpointPlan | Callable[[], CheckpointPlan], *,
     store = CompletedCheckpointStore(retained)
     failures: list[BaseException] = []
     config = CheckpointCoordinatorConfiguration(
-        interval_ms=interval_ms, timeout_ms=timeout_ms, min_pause_ms=min_pause_ms,
-        max_concurrent=max_concurrent, tolerable_failures=tolerable_failures, retention=retention)
+        interval_ms=interval_ms,
+        timeout_ms=timeout_ms,
+        min_pause_ms=min_pause_ms,
+        max_concurrent=max_concurrent,
+        tolerable_failures=tolerable_failures,
+        retention=retention,
+    )
     calculator = plan if callable(plan) else (lambda: plan)
     coordinator = CheckpointCoordinator(
-        JOB_ID, config, plan_calculator=calculator, gateway=gateway, storage=storage,
-        completed_store=store, id_counter=id_counter or CheckpointIDCounter(),
-        stats=CheckpointStatsTracker(), clock=clock, timer=timer, fail_job=failures.append,
-        vertex_names={}, master_hooks=master_hooks,
-        rng=rng or FullIntervalDelay())
+        JOB_ID,
+        config,
+        plan_calculator=calculator,
+        gateway=gateway,
+        storage=storage,
+        completed_store=store,
+        id_counter=id_counter or CheckpointIDCounter(),
+        stats=CheckpointStatsTracker(),
+        clock=clock,
+        timer=timer,
+        fail_job=failures.append,
+        vertex_names={},
+        master_hooks=master_hooks,
+        rng=rng or FullIntervalDelay(),
+    )
     return Harness(coordinator, gateway, clock, timer, storage, store, failures)
 
 
-def ack(h: Harness, attempt_id: ExecutionAttemptID, checkpoint_id: int,
-        state: TaskStateSnapshot | None = None) -> bool:
+def ack(
+    h: Harness, attempt_id: ExecutionAttemptID, checkpoint_id: int, state: TaskStateSnapshot | None = None
+) -> bool:
     return h.coordinator.receive_acknowledge_message(
-        AcknowledgeCheckpoint(JOB_ID, attempt_id, checkpoint_id, CheckpointMetrics(), state))
+        AcknowledgeCheckpoint(JOB_ID, attempt_id, checkpoint_id, CheckpointMetrics(), state)
+    )
 
 
-def decline(h: Harness, attempt_id: ExecutionAttemptID, checkpoint_id: int,
-            reason: CheckpointFailureReason = R.CHECKPOINT_DECLINED) -> None:
+def decline(
+    h: Harness,
+    attempt_id: ExecutionAttemptID,
+    checkpoint_id: int,
+    reason: CheckpointFailureReason = R.CHECKPOINT_DECLINED,
+) -> None:
     h.coordinator.receive_decline_message(
-        DeclineCheckpoint(JOB_ID, attempt_id, checkpoint_id, reason, "test decline"))
+        DeclineCheckpoint(JOB_ID, attempt_id, checkpoint_id, reason, "test decline")
+    )
 
 
-def file_state(storage: CheckpointStorage, checkpoint_id: int,
-               attempt_id: ExecutionAttemptID) -> TaskStateSnapshot:
+def file_state(
+    storage: CheckpointStorage, checkpoint_id: int, attempt_id: ExecutionAttemptID
+) -> TaskStateSnapshot:
     """A subtask's operator state in a real file of ``chk-<checkpoint_id>`` (above the inline
     threshold, so it is a :class:`FileStateHandle`)."""
     size = storage.inline_threshold + 1
@@ -317,8 +354,7 @@ def test_s36_trigger_ack_complete(tmp_path: Path) -> None:
     assert completed.checkpoint_id == 1
     assert h.store.get_latest_checkpoint() is completed
     # every handle registered exactly once, the duplicate ack notwithstanding
-    assert coordinator.shared_state_registry.registrations == {
-        p: 1 for p in paths(state1) + paths(state2)}
+    assert coordinator.shared_state_registry.registrations == {p: 1 for p in paths(state1) + paths(state2)}
     # _metadata was written last into chk-1, next to the state files
     chk1 = h.storage.checkpoint_dir(1)
     assert completed.external_pointer == chk1
@@ -415,8 +451,9 @@ def test_s38_concurrent_checkpoints_with_separate_trigger_ack_commit_sets() -> N
     trigger1, trigger2 = attempt(10), attempt(11)
     ack1, ack2, ack3 = attempt(20), attempt(21), attempt(22)
     commit = attempt(30)
-    h = make_coordinator(make_plan([trigger1, trigger2], [ack1, ack2, ack3], [commit]),
-                         max_concurrent=UNLIMITED, retained=2)
+    h = make_coordinator(
+        make_plan([trigger1, trigger2], [ack1, ack2, ack3], [commit]), max_concurrent=UNLIMITED, retained=2
+    )
 
     future1 = h.coordinator.trigger_checkpoint()
     assert ack(h, ack3, 1)
@@ -454,9 +491,13 @@ def test_s39_completed_checkpoint_subsumes_older_pending(tmp_path: Path) -> None
     trigger1, trigger2 = attempt(10), attempt(11)
     acks = [attempt(20), attempt(21), attempt(22)]
     commit = attempt(30)
-    h = make_coordinator(make_plan([trigger1, trigger2], acks, [commit]), tmp_path=tmp_path,
-                         max_concurrent=UNLIMITED, tolerable_failures=0,
-                         retention=ExternalizedCheckpointRetention.NO_EXTERNALIZED_CHECKPOINTS)
+    h = make_coordinator(
+        make_plan([trigger1, trigger2], acks, [commit]),
+        tmp_path=tmp_path,
+        max_concurrent=UNLIMITED,
+        tolerable_failures=0,
+        retention=ExternalizedCheckpointRetention.NO_EXTERNALIZED_CHECKPOINTS,
+    )
     future1 = h.coordinator.trigger_checkpoint()
     future2 = h.coordinator.trigger_checkpoint()
 
@@ -527,8 +568,13 @@ def test_s40_timeout_discards_the_pending_checkpoint(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize("max_concurrent", [1, 2, 5])
 def test_s42_max_concurrent_checkpoints(max_concurrent: int) -> None:
-    h = make_coordinator(make_plan([A1], [A1]), interval_ms=10, min_pause_ms=0,
-                         timeout_ms=TIMEOUT_MS, max_concurrent=max_concurrent)
+    h = make_coordinator(
+        make_plan([A1], [A1]),
+        interval_ms=10,
+        min_pause_ms=0,
+        timeout_ms=TIMEOUT_MS,
+        max_concurrent=max_concurrent,
+    )
     h.coordinator.start_checkpoint_scheduler()
 
     h.ticks(max_concurrent)
@@ -547,8 +593,9 @@ def test_s42_max_concurrent_checkpoints(max_concurrent: int) -> None:
 
 
 def test_s42_max_concurrent_with_subsumption() -> None:
-    h = make_coordinator(make_plan([A1], [A1]), interval_ms=10, min_pause_ms=0,
-                         timeout_ms=TIMEOUT_MS, max_concurrent=2)
+    h = make_coordinator(
+        make_plan([A1], [A1]), interval_ms=10, min_pause_ms=0, timeout_ms=TIMEOUT_MS, max_concurrent=2
+    )
     h.coordinator.start_checkpoint_scheduler()
     h.ticks(2)
     assert pending_ids(h) == [1, 2]
@@ -645,8 +692,9 @@ def _first_trigger_time_after(h: Harness, count_before: int, limit_ms: int) -> i
 
 def test_s45_min_pause_is_measured_from_completion() -> None:
     """interval 12 ms < min pause 50 ms (Flink then schedules at the min pause)."""
-    h = make_coordinator(make_plan([A1], [A1]), interval_ms=12, min_pause_ms=50,
-                         max_concurrent=1, rng=random.Random(45))
+    h = make_coordinator(
+        make_plan([A1], [A1]), interval_ms=12, min_pause_ms=50, max_concurrent=1, rng=random.Random(45)
+    )
     h.coordinator.start_checkpoint_scheduler()
     _first_trigger_time_after(h, 0, limit_ms=1_000)
     assert h.gateway.triggered_ids(A1) == [1]
@@ -664,8 +712,9 @@ def test_s45_min_pause_is_measured_from_completion() -> None:
 
 def test_s45_min_pause_holds_when_completion_subsumes_an_older_pending() -> None:
     """Same rule when the completing checkpoint aborts an older pending one on the way."""
-    h = make_coordinator(make_plan([A1], [A1]), interval_ms=60, min_pause_ms=50,
-                         max_concurrent=2, rng=random.Random(45))
+    h = make_coordinator(
+        make_plan([A1], [A1]), interval_ms=60, min_pause_ms=50, max_concurrent=2, rng=random.Random(45)
+    )
     h.coordinator.start_checkpoint_scheduler()
     _first_trigger_time_after(h, 1, limit_ms=1_000)
     h.timer.advance(60)  # a third tick waits in the queue
@@ -710,7 +759,8 @@ def test_s46_trigger_while_coordinator_shuts_down() -> None:
     assert failure_reason(in_flight) is R.CHECKPOINT_COORDINATOR_SHUTDOWN
     assert failure_reason(h.coordinator.trigger_checkpoint()) is R.CHECKPOINT_COORDINATOR_SHUTDOWN
     assert failure_reason(h.coordinator.trigger_checkpoint(is_periodic=True)) is (
-        R.CHECKPOINT_COORDINATOR_SHUTDOWN)
+        R.CHECKPOINT_COORDINATOR_SHUTDOWN
+    )
     h.ticks(5)
     assert h.gateway.triggered_ids(A1) == [1]
     assert h.timer.pending() == []
@@ -718,8 +768,7 @@ def test_s46_trigger_while_coordinator_shuts_down() -> None:
 
 def test_s46_second_trigger_while_triggering_is_queued_and_runs_afterwards() -> None:
     hook = ControlledHook()
-    h = make_coordinator(make_plan([A1], [A1]), interval_ms=10**9, max_concurrent=2,
-                         master_hooks=[hook])
+    h = make_coordinator(make_plan([A1], [A1]), interval_ms=10**9, max_concurrent=2, master_hooks=[hook])
     h.coordinator.start_checkpoint_scheduler()
 
     first = h.coordinator.trigger_checkpoint(is_periodic=True)
@@ -746,8 +795,7 @@ def test_s46_second_trigger_while_triggering_is_queued_and_runs_afterwards() -> 
 
 
 def test_s46_id_counter_failure_fails_the_trigger() -> None:
-    h = make_coordinator(make_plan([A1], [A1]), tolerable_failures=0,
-                         id_counter=FlakyIDCounter([1]))
+    h = make_coordinator(make_plan([A1], [A1]), tolerable_failures=0, id_counter=FlakyIDCounter([1]))
     failed = h.coordinator.trigger_checkpoint()
     assert failure_reason(failed) is R.TRIGGER_CHECKPOINT_FAILURE
     assert h.coordinator.number_of_pending_checkpoints == 0
@@ -762,8 +810,13 @@ def test_s46_id_counter_failure_fails_the_trigger() -> None:
 
 def test_s46_queued_requests_still_run_after_an_id_counter_failure() -> None:
     hook = ControlledHook()
-    h = make_coordinator(make_plan([A1], [A1]), max_concurrent=UNLIMITED, tolerable_failures=0,
-                         master_hooks=[hook], id_counter=FlakyIDCounter([2]))
+    h = make_coordinator(
+        make_plan([A1], [A1]),
+        max_concurrent=UNLIMITED,
+        tolerable_failures=0,
+        master_hooks=[hook],
+        id_counter=FlakyIDCounter([2]),
+    )
     first = h.coordinator.trigger_checkpoint()
     second = h.coordinator.trigger_checkpoint()  # queued; its id will fail
     third = h.coordinator.trigger_checkpoint()  # queued
@@ -872,8 +925,7 @@ def test_failure_manager_tolerable_zero_fails_on_first_timeout() -> None:
 
 
 @pytest.mark.parametrize("reason", [R.CHECKPOINT_DECLINED, R.CHECKPOINT_ASYNC_EXCEPTION])
-def test_failure_manager_counts_declines_and_async_failures(reason: CheckpointFailureReason
-                                                            ) -> None:
+def test_failure_manager_counts_declines_and_async_failures(reason: CheckpointFailureReason) -> None:
     h = make_coordinator(make_plan([A1], [A1]), tolerable_failures=1)
     first = h.coordinator.trigger_checkpoint()
     decline(h, A1, 1, reason)
@@ -914,13 +966,16 @@ def test_failure_manager_ignores_subsumed_checkpoints() -> None:
     assert h.coordinator.failure_manager.continuous_failure_counter == 0
 
 
-@pytest.mark.parametrize(("reason", "counted"), [
-    (R.CHECKPOINT_DECLINED, True),
-    (R.CHECKPOINT_EXPIRED, True),
-    (R.CHECKPOINT_ASYNC_EXCEPTION, True),
-    (R.CHECKPOINT_DECLINED_ON_CANCELLATION_BARRIER, False),
-    (R.CHECKPOINT_SUBSUMED, False),
-])
+@pytest.mark.parametrize(
+    ("reason", "counted"),
+    [
+        (R.CHECKPOINT_DECLINED, True),
+        (R.CHECKPOINT_EXPIRED, True),
+        (R.CHECKPOINT_ASYNC_EXCEPTION, True),
+        (R.CHECKPOINT_DECLINED_ON_CANCELLATION_BARRIER, False),
+        (R.CHECKPOINT_SUBSUMED, False),
+    ],
+)
 def test_failure_manager_unit(reason: CheckpointFailureReason, counted: bool) -> None:
     failures: list[BaseException] = []
     manager = CheckpointFailureManager(1, failures.append)

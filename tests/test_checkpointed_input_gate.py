@@ -21,12 +21,10 @@ class Actions:
     def __init__(self) -> None:
         self.events: list[Any] = []
 
-    def trigger_checkpoint_on_barrier(self, barrier: CheckpointBarrier,
-                                      metrics: AlignmentMetrics) -> None:
+    def trigger_checkpoint_on_barrier(self, barrier: CheckpointBarrier, metrics: AlignmentMetrics) -> None:
         self.events.append(("trigger", barrier.checkpoint_id, metrics))
 
-    def abort_checkpoint_on_barrier(self, checkpoint_id: int,
-                                    reason: CheckpointFailureReason) -> None:
+    def abort_checkpoint_on_barrier(self, checkpoint_id: int, reason: CheckpointFailureReason) -> None:
         self.events.append(("abort", checkpoint_id, reason))
 
 

@@ -33,9 +33,13 @@ from tests.jobs import (
 from tests.probes import Probe
 
 
-def checkpointing_env(parallelism: int = 2, interval_ms: int = 200,
-                      mode: CheckpointingMode = CheckpointingMode.EXACTLY_ONCE,
-                      executor: str = "local", **config: Any) -> StreamExecutionEnvironment:
+def checkpointing_env(
+    parallelism: int = 2,
+    interval_ms: int = 200,
+    mode: CheckpointingMode = CheckpointingMode.EXACTLY_ONCE,
+    executor: str = "local",
+    **config: Any,
+) -> StreamExecutionEnvironment:
     env = StreamExecutionEnvironment.get_execution_environment(executor=executor)
     env.set_parallelism(parallelism)
     env.enable_checkpointing(interval_ms, mode)
@@ -43,15 +47,21 @@ def checkpointing_env(parallelism: int = 2, interval_ms: int = 200,
     return env
 
 
-def counting_pipeline(env: StreamExecutionEnvironment, probe: Probe, n: int, keys: int,
-                      fail: bool = True) -> Any:
+def counting_pipeline(
+    env: StreamExecutionEnvironment, probe: Probe, n: int, keys: int, fail: bool = True
+) -> Any:
     """StreamCheckpointingITCase's shape: parallel source (offsets in state), filter,
     shuffle, map with an operator-state counter, a map that fails once, a keyed counter."""
     p = env.get_parallelism()
-    stream = (env.from_sequence(0, n - 1).uid("source")
-              .filter(CountingFilter("filter", probe)).uid("filter")
-              .shuffle()
-              .map(CountingMap("map", probe)).uid("map"))
+    stream = (
+        env.from_sequence(0, n - 1)
+        .uid("source")
+        .filter(CountingFilter("filter", probe))
+        .uid("filter")
+        .shuffle()
+        .map(CountingMap("map", probe))
+        .uid("map")
+    )
     if fail:
         stream = stream.map(FailOnceMap("failing", probe, n // p, seed=n)).uid("failing")
     return stream.key_by(lambda x: x % keys).process(KeyedCounter(n // keys)).uid("counter")
@@ -90,16 +100,25 @@ def test_timed_out_checkpoints_are_aborted_and_the_job_goes_on(executor: str) ->
     probe = Probe()
     # A slow phase (20 records x 0.1 s) holds barriers back far longer than the timeout;
     # outside it checkpoints take a fraction of it, even on a loaded machine.
-    env = checkpointing_env(executor=executor, interval_ms=50, **{
-        "execution.checkpointing.timeout": 600,
-        "execution.checkpointing.tolerable-failed-checkpoints": 100})
-    env.from_sequence(0, 2999).map(SlowMap(probe, budget=20, delay_s=0.1)).key_by(
-        lambda x: x % 10).process(KeyedCounter(300)).print()
+    env = checkpointing_env(
+        executor=executor,
+        interval_ms=50,
+        **{
+            "execution.checkpointing.timeout": 600,
+            "execution.checkpointing.tolerable-failed-checkpoints": 100,
+        },
+    )
+    env.from_sequence(0, 2999).map(SlowMap(probe, budget=20, delay_s=0.1)).key_by(lambda x: x % 10).process(
+        KeyedCounter(300)
+    ).print()
     client = env.execute_async("slow")
     result = client.get_job_execution_result(timeout=120)
     stats = client.get_checkpoint_statistics()
-    expired = [h for h in stats["history"]
-               if h["status"] == "FAILED" and h["failure_message"].startswith("CHECKPOINT_EXPIRED")]
+    expired = [
+        h
+        for h in stats["history"]
+        if h["status"] == "FAILED" and h["failure_message"].startswith("CHECKPOINT_EXPIRED")
+    ]
     assert expired, stats["history"]
     assert result.restarts == 0  # tolerated: the job went on
 
@@ -107,19 +126,30 @@ def test_timed_out_checkpoints_are_aborted_and_the_job_goes_on(executor: str) ->
 def test_too_many_timed_out_checkpoints_fail_the_job_over_and_it_recovers(executor: str) -> None:
     n, keys = 30_000, 30
     probe = Probe()
-    env = checkpointing_env(executor=executor, interval_ms=50, **{
-        "execution.checkpointing.timeout": 600,
-        "execution.checkpointing.tolerable-failed-checkpoints": 0})
-    results = (env.from_sequence(0, n - 1).map(SlowMap(probe, budget=20, delay_s=0.1))
-               .key_by(lambda x: x % keys).process(KeyedCounter(n // keys))
-               .execute_and_collect())
+    env = checkpointing_env(
+        executor=executor,
+        interval_ms=50,
+        **{"execution.checkpointing.timeout": 600, "execution.checkpointing.tolerable-failed-checkpoints": 0},
+    )
+    results = (
+        env.from_sequence(0, n - 1)
+        .map(SlowMap(probe, budget=20, delay_s=0.1))
+        .key_by(lambda x: x % keys)
+        .process(KeyedCounter(n // keys))
+        .execute_and_collect()
+    )
     with results:
         out = list(results)
     assert results.job_client.restarts >= 1  # the first timeout failed the job over ...
     assert sorted(out) == [(k, n // keys) for k in range(keys)]  # ... and nothing was lost
     stats = results.job_client.get_checkpoint_statistics()
-    assert any(h["status"] == "FAILED" and h["failure_message"].startswith("CHECKPOINT_EXPIRED")
-               for h in stats["history"]) or stats["counts"]["failed"] >= 1
+    assert (
+        any(
+            h["status"] == "FAILED" and h["failure_message"].startswith("CHECKPOINT_EXPIRED")
+            for h in stats["history"]
+        )
+        or stats["counts"]["failed"] >= 1
+    )
 
 
 class CheckpointRecorder(SinkFunction, CheckpointListener):
@@ -152,8 +182,16 @@ def test_checkpoint_listeners_hear_completed_checkpoints_and_stats_are_flinks_sh
     latest = stats["latest"]["completed"]
     assert latest["status"] == "COMPLETED" and latest["className"] == "completed"
     assert latest["num_acknowledged_subtasks"] == latest["num_subtasks"]
-    assert set(stats["summary"]["end_to_end_duration"]) == {"min", "max", "avg", "p50", "p90",
-                                                            "p95", "p99", "p999"}
+    assert set(stats["summary"]["end_to_end_duration"]) == {
+        "min",
+        "max",
+        "avg",
+        "p50",
+        "p90",
+        "p95",
+        "p99",
+        "p999",
+    }
 
 
 def drain(results: Any) -> tuple[list[Any], threading.Thread]:
@@ -179,17 +217,28 @@ def latest_checkpoint_dir(base: Path) -> Path:
 
 @pytest.mark.slow
 @pytest.mark.parametrize("new_parallelism", [2, 3])
-def test_restore_a_retained_checkpoint_after_cancel(tmp_path: Path, new_parallelism: int,
-                                                   executor: str) -> None:
+def test_restore_a_retained_checkpoint_after_cancel(
+    tmp_path: Path, new_parallelism: int, executor: str
+) -> None:
     n, keys = 40_000, 40
     probe = Probe()
-    retain = {"execution.checkpointing.dir": str(tmp_path),
-              "execution.checkpointing.externalized-checkpoint-retention": "RETAIN_ON_CANCELLATION"}
+    retain = {
+        "execution.checkpointing.dir": str(tmp_path),
+        "execution.checkpointing.externalized-checkpoint-retention": "RETAIN_ON_CANCELLATION",
+    }
     env = checkpointing_env(executor=executor, interval_ms=50, **retain)
-    results = (env.from_sequence(0, n - 1).uid("source").map(Throttle(0.0005)).uid("throttle")
-               .map(CountingMap("map", probe)).uid("map")
-               .key_by(lambda x: x % keys).process(KeyedCounter(n // keys)).uid("counter")
-               .execute_and_collect("first run"))
+    results = (
+        env.from_sequence(0, n - 1)
+        .uid("source")
+        .map(Throttle(0.0005))
+        .uid("throttle")
+        .map(CountingMap("map", probe))
+        .uid("map")
+        .key_by(lambda x: x % keys)
+        .process(KeyedCounter(n // keys))
+        .uid("counter")
+        .execute_and_collect("first run")
+    )
     first, reader = drain(results)
     wait_for_checkpoints(tmp_path, 1)
     results.close()  # cancels the job; RETAIN_ON_CANCELLATION keeps its checkpoint
@@ -197,37 +246,62 @@ def test_restore_a_retained_checkpoint_after_cancel(tmp_path: Path, new_parallel
     retained = latest_checkpoint_dir(tmp_path)
     assert len({p.parent for p in tmp_path.glob("*/chk-*")}) == 1
 
-    env2 = checkpointing_env(executor=executor, parallelism=new_parallelism, interval_ms=100,
-                             **{"execution.checkpointing.dir": str(tmp_path / "second")})
+    env2 = checkpointing_env(
+        executor=executor,
+        parallelism=new_parallelism,
+        interval_ms=100,
+        **{"execution.checkpointing.dir": str(tmp_path / "second")},
+    )
     env2.set_restore_path(str(retained))
-    second = (env2.from_sequence(0, n - 1).uid("source").map(Throttle(0.0)).uid("throttle")
-              .map(CountingMap("map", probe)).uid("map")
-              .key_by(lambda x: x % keys).process(KeyedCounter(n // keys)).uid("counter")
-              .execute_and_collect("second run", limit=10**6))
+    second = (
+        env2.from_sequence(0, n - 1)
+        .uid("source")
+        .map(Throttle(0.0))
+        .uid("throttle")
+        .map(CountingMap("map", probe))
+        .uid("map")
+        .key_by(lambda x: x % keys)
+        .process(KeyedCounter(n // keys))
+        .uid("counter")
+        .execute_and_collect("second run", limit=10**6)
+    )
     assert sorted(first + second) == [(k, n // keys) for k in range(keys)]
     # operator state came back too: the restored counters continue where the checkpoint was
     assert sum(final_counts(probe, "map").values()) == n
 
 
 def test_cancelled_job_without_retention_leaves_nothing(tmp_path: Path, executor: str) -> None:
-    env = checkpointing_env(executor=executor, interval_ms=50,
-                            **{"execution.checkpointing.dir": str(tmp_path)})
+    env = checkpointing_env(
+        executor=executor, interval_ms=50, **{"execution.checkpointing.dir": str(tmp_path)}
+    )
     results = env.from_sequence(0, 10**6).map(Throttle(0.0001)).execute_and_collect()
     with results:
         next(results)
     assert not list(tmp_path.glob("*/chk-*"))
 
 
-def retained_checkpoint_of_cancelled_job(directory: Path, counter_uid: str = "counter",
-                                         **config: Any) -> Path:
+def retained_checkpoint_of_cancelled_job(
+    directory: Path, counter_uid: str = "counter", **config: Any
+) -> Path:
     """Run an endless keyed job with RETAIN_ON_CANCELLATION, cancel it after its first
     checkpoint, and return the retained checkpoint's directory."""
-    env = checkpointing_env(interval_ms=30, **{
-        "execution.checkpointing.dir": str(directory),
-        "execution.checkpointing.externalized-checkpoint-retention": "RETAIN_ON_CANCELLATION",
-        **config})
-    results = env.from_sequence(0, 10**6).uid("src").map(Throttle(0.0001)).key_by(
-        lambda x: x % 3).process(KeyedCounter(10**9)).uid(counter_uid).execute_and_collect()
+    env = checkpointing_env(
+        interval_ms=30,
+        **{
+            "execution.checkpointing.dir": str(directory),
+            "execution.checkpointing.externalized-checkpoint-retention": "RETAIN_ON_CANCELLATION",
+            **config,
+        },
+    )
+    results = (
+        env.from_sequence(0, 10**6)
+        .uid("src")
+        .map(Throttle(0.0001))
+        .key_by(lambda x: x % 3)
+        .process(KeyedCounter(10**9))
+        .uid(counter_uid)
+        .execute_and_collect()
+    )
     wait_for_checkpoints(directory, 1)
     results.close()
     return latest_checkpoint_dir(directory)
@@ -267,20 +341,23 @@ def test_restore_refuses_state_of_operators_that_are_gone(tmp_path: Path, execut
     retained = retained_checkpoint_of_cancelled_job(tmp_path, counter_uid="old-counter")
     env2 = checkpointing_env(executor=executor)
     env2.set_restore_path(str(retained))
-    env2.from_sequence(0, 10).uid("src").key_by(lambda x: x % 3).process(
-        KeyedCounter(10**9)).uid("new-counter").print()
+    env2.from_sequence(0, 10).uid("src").key_by(lambda x: x % 3).process(KeyedCounter(10**9)).uid(
+        "new-counter"
+    ).print()
     with pytest.raises(InvalidCheckpointError, match="ignore-unclaimed-state"):
         env2.execute()
     env2.configure({"execution.state-recovery.ignore-unclaimed-state": True})
-    env2.from_sequence(0, 10).uid("src").key_by(lambda x: x % 3).process(
-        KeyedCounter(10**9)).uid("new-counter").print()
+    env2.from_sequence(0, 10).uid("src").key_by(lambda x: x % 3).process(KeyedCounter(10**9)).uid(
+        "new-counter"
+    ).print()
     env2.execute()  # skips the unclaimed state, as asked
 
 
 def test_invalid_checkpoint_settings_are_rejected_at_execute(tmp_path: Path) -> None:
     env = checkpointing_env()
     env.get_checkpoint_config().set_externalized_checkpoint_retention(
-        ExternalizedCheckpointRetention.RETAIN_ON_CANCELLATION)
+        ExternalizedCheckpointRetention.RETAIN_ON_CANCELLATION
+    )
     env.from_sequence(0, 10).print()
     with pytest.raises(ConfigurationError, match="execution.checkpointing.dir"):
         env.execute()
@@ -331,18 +408,31 @@ def test_checkpoint_config_setters_write_flink_keys() -> None:
     assert defaults.get_num_retained_checkpoints() == 1
 
 
-def test_checkpoints_written_in_flinks_layout_and_subsumed_ones_deleted(tmp_path: Path,
-                                                                        executor: str) -> None:
-    env = checkpointing_env(executor=executor, parallelism=1, interval_ms=20, **{
-        "execution.checkpointing.dir": str(tmp_path),
-        "execution.checkpointing.num-retained": 2,
-        "execution.checkpointing.data-inline-threshold": 0,
-        "execution.checkpointing.externalized-checkpoint-retention": "RETAIN_ON_CANCELLATION"})
-    results = env.from_sequence(0, 10**6).map(Throttle(0.0001)).key_by(lambda x: x % 100) \
-        .process(KeyedCounter(10**9)).execute_and_collect()
+def test_checkpoints_written_in_flinks_layout_and_subsumed_ones_deleted(
+    tmp_path: Path, executor: str
+) -> None:
+    env = checkpointing_env(
+        executor=executor,
+        parallelism=1,
+        interval_ms=20,
+        **{
+            "execution.checkpointing.dir": str(tmp_path),
+            "execution.checkpointing.num-retained": 2,
+            "execution.checkpointing.data-inline-threshold": 0,
+            "execution.checkpointing.externalized-checkpoint-retention": "RETAIN_ON_CANCELLATION",
+        },
+    )
+    results = (
+        env.from_sequence(0, 10**6)
+        .map(Throttle(0.0001))
+        .key_by(lambda x: x % 100)
+        .process(KeyedCounter(10**9))
+        .execute_and_collect()
+    )
     deadline = time.monotonic() + 60
-    while len(list(tmp_path.glob("*/chk-*/_metadata"))) < 2 or \
-            not any(int(p.parent.name[4:]) >= 4 for p in tmp_path.glob("*/chk-*/_metadata")):
+    while len(list(tmp_path.glob("*/chk-*/_metadata"))) < 2 or not any(
+        int(p.parent.name[4:]) >= 4 for p in tmp_path.glob("*/chk-*/_metadata")
+    ):
         assert time.monotonic() < deadline
         time.sleep(0.02)
     results.close()
@@ -358,13 +448,22 @@ def test_checkpoints_written_in_flinks_layout_and_subsumed_ones_deleted(tmp_path
 
 def test_a_retained_checkpoint_can_be_moved_and_still_restores(tmp_path: Path, executor: str) -> None:
     n, keys = 20_000, 20
-    retain = {"execution.checkpointing.dir": str(tmp_path / "original"),
-              "execution.checkpointing.data-inline-threshold": 0,
-              "execution.checkpointing.externalized-checkpoint-retention": "RETAIN_ON_CANCELLATION"}
+    retain = {
+        "execution.checkpointing.dir": str(tmp_path / "original"),
+        "execution.checkpointing.data-inline-threshold": 0,
+        "execution.checkpointing.externalized-checkpoint-retention": "RETAIN_ON_CANCELLATION",
+    }
     env = checkpointing_env(executor=executor, interval_ms=50, **retain)
-    results = (env.from_sequence(0, n - 1).uid("source").map(Throttle(0.0005)).uid("throttle")
-               .key_by(lambda x: x % keys).process(KeyedCounter(n // keys)).uid("counter")
-               .execute_and_collect("first run"))
+    results = (
+        env.from_sequence(0, n - 1)
+        .uid("source")
+        .map(Throttle(0.0005))
+        .uid("throttle")
+        .key_by(lambda x: x % keys)
+        .process(KeyedCounter(n // keys))
+        .uid("counter")
+        .execute_and_collect("first run")
+    )
     first, reader = drain(results)
     wait_for_checkpoints(tmp_path / "original", 1)
     results.close()
@@ -376,22 +475,31 @@ def test_a_retained_checkpoint_can_be_moved_and_still_restores(tmp_path: Path, e
     retained.rename(moved)
     env2 = checkpointing_env(executor=executor, interval_ms=100)
     env2.set_restore_path(str(moved / "_metadata"))
-    second = (env2.from_sequence(0, n - 1).uid("source").map(Throttle(0.0)).uid("throttle")
-              .key_by(lambda x: x % keys).process(KeyedCounter(n // keys)).uid("counter")
-              .execute_and_collect("second run", limit=10**6))
+    second = (
+        env2.from_sequence(0, n - 1)
+        .uid("source")
+        .map(Throttle(0.0))
+        .uid("throttle")
+        .key_by(lambda x: x % keys)
+        .process(KeyedCounter(n // keys))
+        .uid("counter")
+        .execute_and_collect("second run", limit=10**6)
+    )
     assert sorted(first + second) == [(k, n // keys) for k in range(keys)]
 
 
 def test_a_corrupt_state_file_is_refused_naming_it(tmp_path: Path, executor: str) -> None:
     retained = retained_checkpoint_of_cancelled_job(
-        tmp_path, **{"execution.checkpointing.data-inline-threshold": 0})
+        tmp_path, **{"execution.checkpointing.data-inline-threshold": 0}
+    )
     victims = sorted(f for f in retained.iterdir() if f.name != "_metadata")
     # same size, other bytes: only the checksum can tell, when a task reads it
     victims[0].write_bytes(b"garbage" + victims[0].read_bytes()[7:])
     env2 = checkpointing_env(executor=executor)
     env2.set_restore_path(str(retained))
-    env2.from_sequence(0, 10).uid("src").key_by(lambda x: x % 3).process(
-        KeyedCounter(10**9)).uid("counter").print()
+    env2.from_sequence(0, 10).uid("src").key_by(lambda x: x % 3).process(KeyedCounter(10**9)).uid(
+        "counter"
+    ).print()
     started = time.monotonic()
     with pytest.raises(JobExecutionError, match="corrupt") as info:
         env2.execute()
@@ -399,12 +507,14 @@ def test_a_corrupt_state_file_is_refused_naming_it(tmp_path: Path, executor: str
     assert time.monotonic() - started < 30  # no endless restarts: restoring again cannot help
     # truncated or deleted: refused before anything runs
     victims[0].write_bytes(b"short")
-    env2.from_sequence(0, 10).uid("src").key_by(lambda x: x % 3).process(
-        KeyedCounter(10**9)).uid("counter").print()
+    env2.from_sequence(0, 10).uid("src").key_by(lambda x: x % 3).process(KeyedCounter(10**9)).uid(
+        "counter"
+    ).print()
     with pytest.raises(InvalidCheckpointError, match="corrupt: it has 5 bytes"):
         env2.execute()
     victims[0].unlink()
-    env2.from_sequence(0, 10).uid("src").key_by(lambda x: x % 3).process(
-        KeyedCounter(10**9)).uid("counter").print()
+    env2.from_sequence(0, 10).uid("src").key_by(lambda x: x % 3).process(KeyedCounter(10**9)).uid(
+        "counter"
+    ).print()
     with pytest.raises(InvalidCheckpointError, match="is missing"):
         env2.execute()

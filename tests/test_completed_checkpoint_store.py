@@ -30,8 +30,7 @@ from chandy.state.snapshot import OperatorSubtaskState, TaskStateSnapshot
 from chandy.storage.checkpoint_storage import METADATA_FILE_NAME, CheckpointStorage
 
 JOB_ID = "c0mp1e7edc0mp1e7edc0mp1e7edc0mp1"
-CHECKPOINT = CheckpointProperties.for_checkpoint(
-    ExternalizedCheckpointRetention.NO_EXTERNALIZED_CHECKPOINTS)
+CHECKPOINT = CheckpointProperties.for_checkpoint(ExternalizedCheckpointRetention.NO_EXTERNALIZED_CHECKPOINTS)
 
 
 @pytest.fixture
@@ -45,20 +44,28 @@ def big(storage: CheckpointStorage, fill: int) -> bytes:
     return bytes([fill % 256]) * (storage.inline_threshold + 1)
 
 
-def completed_checkpoint(storage: CheckpointStorage, checkpoint_id: int,
-                         props: CheckpointProperties = CHECKPOINT) -> CompletedCheckpoint:
+def completed_checkpoint(
+    storage: CheckpointStorage, checkpoint_id: int, props: CheckpointProperties = CHECKPOINT
+) -> CompletedCheckpoint:
     """A completed checkpoint with a real ``chk-N`` directory: a state file and ``_metadata``."""
     handle = storage.write_state(checkpoint_id, big(storage, checkpoint_id))
     assert isinstance(handle, FileStateHandle)
-    metadata = CheckpointMetadata(checkpoint_id, JOB_ID, 1_000 * checkpoint_id,
-                                  props.checkpoint_type.value, [])
-    pointer = storage.write_metadata(checkpoint_id,
-                                     serialize(metadata, storage.checkpoint_dir(checkpoint_id)))
-    return CompletedCheckpoint(job_id=JOB_ID, checkpoint_id=checkpoint_id,
-                               timestamp=1_000 * checkpoint_id,
-                               completion_timestamp=1_000 * checkpoint_id + 10,
-                               operator_states={}, props=props, external_pointer=pointer,
-                               storage=storage)
+    metadata = CheckpointMetadata(
+        checkpoint_id, JOB_ID, 1_000 * checkpoint_id, props.checkpoint_type.value, []
+    )
+    pointer = storage.write_metadata(
+        checkpoint_id, serialize(metadata, storage.checkpoint_dir(checkpoint_id))
+    )
+    return CompletedCheckpoint(
+        job_id=JOB_ID,
+        checkpoint_id=checkpoint_id,
+        timestamp=1_000 * checkpoint_id,
+        completion_timestamp=1_000 * checkpoint_id + 10,
+        operator_states={},
+        props=props,
+        external_pointer=pointer,
+        storage=storage,
+    )
 
 
 def on_disk(checkpoint: CompletedCheckpoint) -> bool:
@@ -137,10 +144,8 @@ def test_shutdown_finished_discards_all(storage: CheckpointStorage) -> None:
     assert store.get_all_checkpoints() == []
 
 
-def test_shutdown_cancelled_retains_with_retain_on_cancellation(storage: CheckpointStorage
-                                                                ) -> None:
-    props = CheckpointProperties.for_checkpoint(
-        ExternalizedCheckpointRetention.RETAIN_ON_CANCELLATION)
+def test_shutdown_cancelled_retains_with_retain_on_cancellation(storage: CheckpointStorage) -> None:
+    props = CheckpointProperties.for_checkpoint(ExternalizedCheckpointRetention.RETAIN_ON_CANCELLATION)
     store = CompletedCheckpointStore(1)
     checkpoint = completed_checkpoint(storage, 1, props)
     store.add_checkpoint(checkpoint)
@@ -156,8 +161,7 @@ def test_shutdown_cancelled_retains_with_retain_on_cancellation(storage: Checkpo
 OPERATORS = ("source", "window")
 
 
-def finalized_checkpoint(storage: CheckpointStorage, checkpoint_id: int = 3
-                         ) -> CompletedCheckpoint:
+def finalized_checkpoint(storage: CheckpointStorage, checkpoint_id: int = 3) -> CompletedCheckpoint:
     """Two subtasks of a keyed window (file + inline state) and a stateless source, plus a
     master hook's state, finalized into ``chk-<checkpoint_id>``."""
     max_parallelism = 128
@@ -166,23 +170,29 @@ def finalized_checkpoint(storage: CheckpointStorage, checkpoint_id: int = 3
     tasks = [TaskToAck(source, 1, 0, 1, max_parallelism, ("source",))]
     tasks += [TaskToAck(a, 2, a.subtask_index, 2, max_parallelism, ("window",)) for a in window]
     plan = CheckpointPlan((source,), tuple(tasks), (source, *window))
-    pending = PendingCheckpoint(JOB_ID, checkpoint_id, 5_000, plan, ("enumerator",), CHECKPOINT,
-                                storage, lambda state: None)
+    pending = PendingCheckpoint(
+        JOB_ID, checkpoint_id, 5_000, plan, ("enumerator",), CHECKPOINT, storage, lambda state: None
+    )
 
     pending.acknowledge_task(source, None, CheckpointMetrics())
     for a in window:
         key_groups = KeyGroupRange.of_operator(max_parallelism, 2, a.subtask_index)
         keyed_file = storage.write_state(checkpoint_id, big(storage, a.subtask_index))
         assert isinstance(keyed_file, FileStateHandle)
-        keyed = KeyGroupsStateHandle(key_groups, tuple((k, k + 1) for k in range(len(key_groups))),
-                                     keyed_file)
+        keyed = KeyGroupsStateHandle(
+            key_groups, tuple((k, k + 1) for k in range(len(key_groups))), keyed_file
+        )
         inline = storage.write_state(checkpoint_id, b"small operator state")
         assert isinstance(inline, ByteStreamStateHandle)
         operator = OperatorStateHandle(
-            {"buffer": OperatorStateMeta(OperatorStateDistributionMode.SPLIT_DISTRIBUTE,
-                                         ((0, 5), (5, 20))),
-             "rules": OperatorStateMeta(OperatorStateDistributionMode.BROADCAST, ((0, 20),))},
-            inline)
+            {
+                "buffer": OperatorStateMeta(
+                    OperatorStateDistributionMode.SPLIT_DISTRIBUTE, ((0, 5), (5, 20))
+                ),
+                "rules": OperatorStateMeta(OperatorStateDistributionMode.BROADCAST, ((0, 20),)),
+            },
+            inline,
+        )
         state = TaskStateSnapshot({"window": OperatorSubtaskState((keyed,), (operator,))})
         pending.acknowledge_task(a, state, CheckpointMetrics())
     pending.acknowledge_master_state("enumerator", MasterState("enumerator", b"\x00splits\xff"))
@@ -211,8 +221,7 @@ def test_metadata_round_trip(storage: CheckpointStorage, via_file: bool) -> None
     assert metadata.master_states == [MasterState("enumerator", b"\x00splits\xff")]
 
 
-def test_metadata_stores_paths_relative_to_the_checkpoint(storage: CheckpointStorage,
-                                                          tmp_path: Path) -> None:
+def test_metadata_stores_paths_relative_to_the_checkpoint(storage: CheckpointStorage, tmp_path: Path) -> None:
     """A retained checkpoint can be moved and still loads (paths inside it are relative)."""
     completed = finalized_checkpoint(storage)
     assert completed.external_pointer is not None
@@ -271,8 +280,7 @@ def test_truncated_metadata_is_a_clear_error(storage: CheckpointStorage) -> None
     assert path in str(error.value)
 
 
-def test_checkpoint_directory_without_metadata_is_not_complete(storage: CheckpointStorage
-                                                               ) -> None:
+def test_checkpoint_directory_without_metadata_is_not_complete(storage: CheckpointStorage) -> None:
     storage.write_state(9, big(storage, 9))  # chk-9 holds state but no _metadata
     directory = storage.checkpoint_dir(9)
     assert os.path.isdir(directory)

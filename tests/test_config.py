@@ -11,8 +11,18 @@ from chandy.config import parse_duration_ms
 from chandy.config.options import CoreOptions, ExecutionOptions, PipelineOptions
 
 
-@pytest.mark.parametrize(("text", "ms"), [(500, 500), ("500", 500), ("500 ms", 500), ("1s", 1000),
-                                          ("10 min", 600_000), ("1.5 s", 1500), ("2 h", 7_200_000)])
+@pytest.mark.parametrize(
+    ("text", "ms"),
+    [
+        (500, 500),
+        ("500", 500),
+        ("500 ms", 500),
+        ("1s", 1000),
+        ("10 min", 600_000),
+        ("1.5 s", 1500),
+        ("2 h", 7_200_000),
+    ],
+)
 def test_durations_parse_like_flink(text: object, ms: int) -> None:
     assert parse_duration_ms(text) == ms
 

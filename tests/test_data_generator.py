@@ -102,16 +102,27 @@ def test_unbounded_splits_cover_every_index_once_across_rescaling() -> None:
 
 
 def test_restore_from_a_retained_checkpoint_continues_without_duplicates_or_gaps(
-        tmp_path: Path, executor: str) -> None:
+    tmp_path: Path, executor: str
+) -> None:
     n, keys = 6000, 30
 
     def pipeline(env: StreamExecutionEnvironment, rate: float | None) -> Any:
-        return (env.from_source(DataGeneratorSource(lambda i: i, n, records_per_second=rate)).uid("gen")
-                .key_by(lambda x: x % keys).process(KeyedCounter(n // keys)).uid("counter"))
+        return (
+            env.from_source(DataGeneratorSource(lambda i: i, n, records_per_second=rate))
+            .uid("gen")
+            .key_by(lambda x: x % keys)
+            .process(KeyedCounter(n // keys))
+            .uid("counter")
+        )
 
-    env = checkpointing_env(executor=executor, interval_ms=50, **{
-        "execution.checkpointing.dir": str(tmp_path / "first"),
-        "execution.checkpointing.externalized-checkpoint-retention": "RETAIN_ON_CANCELLATION"})
+    env = checkpointing_env(
+        executor=executor,
+        interval_ms=50,
+        **{
+            "execution.checkpointing.dir": str(tmp_path / "first"),
+            "execution.checkpointing.externalized-checkpoint-retention": "RETAIN_ON_CANCELLATION",
+        },
+    )
     results = pipeline(env, 3000).execute_and_collect("first run")
     first, reader = drain(results)
     wait_for_checkpoints(tmp_path / "first", 1)
@@ -120,8 +131,12 @@ def test_restore_from_a_retained_checkpoint_continues_without_duplicates_or_gaps
     reader.join(30)
     retained = latest_checkpoint_dir(tmp_path / "first")
 
-    env2 = checkpointing_env(executor=executor, parallelism=3, interval_ms=100,
-                             **{"execution.checkpointing.dir": str(tmp_path / "second")})
+    env2 = checkpointing_env(
+        executor=executor,
+        parallelism=3,
+        interval_ms=100,
+        **{"execution.checkpointing.dir": str(tmp_path / "second")},
+    )
     env2.set_restore_path(str(retained))
     second = pipeline(env2, None).execute_and_collect("second run", limit=10**6)
     out = first + second
@@ -129,17 +144,20 @@ def test_restore_from_a_retained_checkpoint_continues_without_duplicates_or_gaps
     assert sorted(set(out)) == [(k, n // keys) for k in range(keys)]  # ... and none skipped
 
 
-@pytest.mark.parametrize(("args", "error", "message"), [
-    (("not callable", 10), TypeError, "generator_function must be callable"),
-    ((str, 1.5), TypeError, "count must be an int"),
-    ((str, True), TypeError, "count must be an int"),
-    ((str, -1), ValueError, "count must be >= 0"),
-    ((str, 10, "fast"), TypeError, "records_per_second must be a number"),
-    ((str, 10, 0), ValueError, "records_per_second must be a finite number > 0"),
-    ((str, 10, -5.0), ValueError, "records_per_second must be a finite number > 0"),
-    ((str, 10, math.inf), ValueError, "records_per_second must be a finite number > 0"),
-    ((str, 10, math.nan), ValueError, "records_per_second must be a finite number > 0"),
-])
+@pytest.mark.parametrize(
+    ("args", "error", "message"),
+    [
+        (("not callable", 10), TypeError, "generator_function must be callable"),
+        ((str, 1.5), TypeError, "count must be an int"),
+        ((str, True), TypeError, "count must be an int"),
+        ((str, -1), ValueError, "count must be >= 0"),
+        ((str, 10, "fast"), TypeError, "records_per_second must be a number"),
+        ((str, 10, 0), ValueError, "records_per_second must be a finite number > 0"),
+        ((str, 10, -5.0), ValueError, "records_per_second must be a finite number > 0"),
+        ((str, 10, math.inf), ValueError, "records_per_second must be a finite number > 0"),
+        ((str, 10, math.nan), ValueError, "records_per_second must be a finite number > 0"),
+    ],
+)
 def test_bad_arguments_are_rejected_naming_the_argument(args: tuple, error: type, message: str) -> None:
     with pytest.raises(error, match=message):
         DataGeneratorSource(*args)

@@ -50,7 +50,8 @@ def test_a_replayed_commit_after_a_restore_adds_nothing_twice(tmp_path: Path) ->
     h.notify_complete(4)  # committed, then the task fails before the next checkpoint
     h.process({"key": 8, "count": 1})  # in flight: lost
     OperatorHarness(SinkWriterOperator(sink(tmp_path)), attempt=1).open(
-        [state], restored_checkpoint_id=4)  # the restore replays checkpoint 4's commit
+        [state], restored_checkpoint_id=4
+    )  # the restore replays checkpoint 4's commit
     assert rows(tmp_path) == [(7, 3)]
     assert len(DeltaTable(str(tmp_path)).history()) == 2  # create + one append
 
@@ -60,8 +61,7 @@ def test_a_restore_commits_a_checkpoint_whose_notification_was_lost(tmp_path: Pa
     h.process({"key": 5, "count": 1})
     state = h.snapshot(9)  # completes, but the task fails before hearing it
     assert rows(tmp_path) == []
-    OperatorHarness(SinkWriterOperator(sink(tmp_path)), attempt=1).open(
-        [state], restored_checkpoint_id=9)
+    OperatorHarness(SinkWriterOperator(sink(tmp_path)), attempt=1).open([state], restored_checkpoint_id=9)
     assert rows(tmp_path) == [(5, 1)]
 
 
@@ -76,26 +76,38 @@ def test_a_second_run_of_the_same_job_appends_its_rows_too(tmp_path: Path) -> No
     for run in range(2):
         env = StreamExecutionEnvironment.get_execution_environment(executor="local")
         env.enable_checkpointing(50)
-        (env.from_collection([{"key": run, "count": i} for i in range(3)])
-            .sink_to(DeltaSink(str(tmp_path / "table"), SCHEMA)).uid("delta"))
+        (
+            env.from_collection([{"key": run, "count": i} for i in range(3)])
+            .sink_to(DeltaSink(str(tmp_path / "table"), SCHEMA))
+            .uid("delta")
+        )
         env.execute(f"run {run}")
     assert rows(tmp_path / "table") == [(run, i) for run in range(2) for i in range(3)]
 
 
 @pytest.mark.slow
-def test_exactly_once_keyed_counts_into_delta_through_a_failure(tmp_path: Path,
-                                                                executor: str) -> None:
+def test_exactly_once_keyed_counts_into_delta_through_a_failure(tmp_path: Path, executor: str) -> None:
     n, keys = 20_000, 20
     probe = Probe()
     env = StreamExecutionEnvironment.get_execution_environment(executor=executor)
     env.set_parallelism(2)
     env.enable_checkpointing(100)
     env.configure({"restart-strategy.fixed-delay.delay": 0})
-    (env.from_sequence(0, n - 1).uid("source").map(Throttle(0.00002)).uid("throttle")
-        .map(FailOnceMap("failing", probe, n // 2, seed=5)).uid("failing")
-        .key_by(lambda x: x % keys).process(KeyedCounter(n // keys)).uid("counter")
-        .map(lambda kv: {"key": kv[0], "count": kv[1]}).uid("to-dict")
-        .sink_to(DeltaSink(str(tmp_path / "table"), SCHEMA)).uid("delta"))
+    (
+        env.from_sequence(0, n - 1)
+        .uid("source")
+        .map(Throttle(0.00002))
+        .uid("throttle")
+        .map(FailOnceMap("failing", probe, n // 2, seed=5))
+        .uid("failing")
+        .key_by(lambda x: x % keys)
+        .process(KeyedCounter(n // keys))
+        .uid("counter")
+        .map(lambda kv: {"key": kv[0], "count": kv[1]})
+        .uid("to-dict")
+        .sink_to(DeltaSink(str(tmp_path / "table"), SCHEMA))
+        .uid("delta")
+    )
     env.execute("delta")
     assert probe.get("failures") >= 1
     assert rows(tmp_path / "table") == [(k, n // keys) for k in range(keys)]

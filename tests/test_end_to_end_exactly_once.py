@@ -72,43 +72,55 @@ def assert_exactly_once(ids: list[int], keys: list[int], counts: list[int], wher
 
 @pytest.mark.slow
 def test_kafka_to_parquet_and_delta_exactly_once_with_a_task_killed(
-        kafka_broker: KafkaBroker, orders: str, tmp_path: Path, executor: str,
-        spark_session: Any) -> None:
+    kafka_broker: KafkaBroker, orders: str, tmp_path: Path, executor: str, spark_session: Any
+) -> None:
     probe = Probe()
     env = StreamExecutionEnvironment.get_execution_environment(executor=executor)
     env.set_parallelism(3)
     env.enable_checkpointing(200)
     env.configure({"restart-strategy.fixed-delay.delay": 0})
-    source = (KafkaSource.builder().set_bootstrap_servers(kafka_broker.bootstrap_servers)
-              .set_topics(orders).set_value_only_deserializer(SimpleStringSchema())
-              .set_starting_offsets(KafkaOffsetsInitializer.earliest())
-              .set_bounded(KafkaOffsetsInitializer.latest()).build())
+    source = (
+        KafkaSource.builder()
+        .set_bootstrap_servers(kafka_broker.bootstrap_servers)
+        .set_topics(orders)
+        .set_value_only_deserializer(SimpleStringSchema())
+        .set_starting_offsets(KafkaOffsetsInitializer.earliest())
+        .set_bounded(KafkaOffsetsInitializer.latest())
+        .build()
+    )
     records = env.from_source(source, source_name="orders").uid("kafka").map(int).uid("parse")
     if executor == "local":
         records = records.map(FailOnceMap("fail", probe, N // 3, seed=11)).uid("fail")
     counted = records.key_by(lambda i: i % KEYS).process(RunningCount()).uid("count")
-    counted.sink_to(FileSink.for_bulk_format(str(tmp_path / "parquet"),
-                                             ParquetBulkWriters.for_records(SCHEMA)).build()
-                    ).uid("parquet")
+    counted.sink_to(
+        FileSink.for_bulk_format(str(tmp_path / "parquet"), ParquetBulkWriters.for_records(SCHEMA)).build()
+    ).uid("parquet")
     counted.sink_to(DeltaSink(str(tmp_path / "delta"), SCHEMA)).uid("delta")
 
     client = env.execute_async("kafka to parquet and delta")
     if executor == "spark":
-        killer = threading.Thread(target=_kill_a_slot_after_two_checkpoints, args=(client,),
-                                  daemon=True)
+        killer = threading.Thread(target=_kill_a_slot_after_two_checkpoints, args=(client,), daemon=True)
         killer.start()
     client.get_job_execution_result(timeout=900)
     assert client.restarts >= 1
 
     parquet = spark_session.read.parquet(str(tmp_path / "parquet")).collect()
-    assert_exactly_once([r["id"] for r in parquet], [r["key"] for r in parquet],
-                        [r["count"] for r in parquet], "Parquet read by Spark")
+    assert_exactly_once(
+        [r["id"] for r in parquet],
+        [r["key"] for r in parquet],
+        [r["count"] for r in parquet],
+        "Parquet read by Spark",
+    )
 
     from deltalake import DeltaTable
 
     delta = DeltaTable(str(tmp_path / "delta")).to_pyarrow_table()
-    assert_exactly_once(delta["id"].to_pylist(), delta["key"].to_pylist(),
-                        delta["count"].to_pylist(), "Delta table read by deltalake")
+    assert_exactly_once(
+        delta["id"].to_pylist(),
+        delta["key"].to_pylist(),
+        delta["count"].to_pylist(),
+        "Delta table read by deltalake",
+    )
 
 
 def _kill_a_slot_after_two_checkpoints(client: Any) -> None:

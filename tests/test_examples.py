@@ -18,9 +18,20 @@ def test_kafka_to_parquet_example_commits_every_order_once(tmp_path: Path) -> No
     output = tmp_path / "out"
     records = 20_000
     done = subprocess.run(
-        [sys.executable, str(ROOT / "examples" / "kafka_to_parquet.py"), "--executor", "local",
-         "--records", str(records), "--output", str(output)],
-        capture_output=True, text=True, timeout=120)
+        [
+            sys.executable,
+            str(ROOT / "examples" / "kafka_to_parquet.py"),
+            "--executor",
+            "local",
+            "--records",
+            str(records),
+            "--output",
+            str(output),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert done.returncode == 0, done.stderr[-3000:]
     assert "Stopped the local Kafka broker" in done.stderr
 
@@ -35,11 +46,13 @@ def test_kafka_to_parquet_example_commits_every_order_once(tmp_path: Path) -> No
         assert orders[-1]["customer_total"] == sum(row["amount"] for row in orders)
 
 
-def test_kafka_to_parquet_example_refuses_an_output_directory_that_is_not_empty(
-        tmp_path: Path) -> None:
+def test_kafka_to_parquet_example_refuses_an_output_directory_that_is_not_empty(tmp_path: Path) -> None:
     (tmp_path / "old-part").write_text("x")
     done = subprocess.run(
         [sys.executable, str(ROOT / "examples" / "kafka_to_parquet.py"), "--output", str(tmp_path)],
-        capture_output=True, text=True, timeout=60)
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert done.returncode == 2
     assert "is not empty" in done.stderr

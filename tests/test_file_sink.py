@@ -60,8 +60,7 @@ def test_commit_only_what_the_completed_checkpoint_covers(tmp_path: Path) -> Non
     assert sorted(committed_lines(tmp_path)) == ["42", "43"]
 
 
-def test_a_later_completion_commits_everything_before_it_and_a_late_one_is_a_no_op(
-        tmp_path: Path) -> None:
+def test_a_later_completion_commits_everything_before_it_and_a_late_one_is_a_no_op(tmp_path: Path) -> None:
     h = harness(tmp_path).open()
     for checkpoint_id, record in enumerate(["42", "43", "44"]):
         h.process(record)
@@ -74,8 +73,7 @@ def test_a_later_completion_commits_everything_before_it_and_a_late_one_is_a_no_
     assert sorted(committed_lines(tmp_path)) == ["42", "43", "44"]
 
 
-def test_fail_after_checkpoint_and_restore_commits_it_and_cleans_the_in_flight_part(
-        tmp_path: Path) -> None:
+def test_fail_after_checkpoint_and_restore_commits_it_and_cleans_the_in_flight_part(tmp_path: Path) -> None:
     h = harness(tmp_path).open()
     h.process("42")
     h.snapshot(0)
@@ -117,8 +115,9 @@ def test_restore_at_a_lower_parallelism_commits_every_subtask_pending_part(tmp_p
 
 
 def test_without_checkpointing_everything_is_committed_at_end_of_input(tmp_path: Path) -> None:
-    h = OperatorHarness(SinkWriterOperator(string_sink(tmp_path)),
-                        config={"execution.checkpointing.interval": None}).open()
+    h = OperatorHarness(
+        SinkWriterOperator(string_sink(tmp_path)), config={"execution.checkpointing.interval": None}
+    ).open()
     h.process("a", "b")
     h.end_input()
     h.close()
@@ -127,9 +126,12 @@ def test_without_checkpointing_everything_is_committed_at_end_of_input(tmp_path:
 
 
 def test_parts_roll_by_size_and_a_cancelled_writer_leaves_nothing(tmp_path: Path) -> None:
-    sink = FileSink.for_row_format(str(tmp_path), Encoder.simple_string_encoder()) \
-        .with_rolling_policy(RollingPolicy.default_rolling_policy(part_size=10)) \
-        .with_output_file_config(OutputFileConfig("data", ".txt")).build()
+    sink = (
+        FileSink.for_row_format(str(tmp_path), Encoder.simple_string_encoder())
+        .with_rolling_policy(RollingPolicy.default_rolling_policy(part_size=10))
+        .with_output_file_config(OutputFileConfig("data", ".txt"))
+        .build()
+    )
     h = OperatorHarness(SinkWriterOperator(sink)).open()
     for i in range(5):
         h.process(f"record-{i}")  # 9 bytes each: every second record rolls the part
@@ -143,14 +145,20 @@ def test_parts_roll_by_size_and_a_cancelled_writer_leaves_nothing(tmp_path: Path
     assert hidden(tmp_path) == []
 
 
-@pytest.mark.parametrize("policy", [
-    RollingPolicy(part_size=None, rollover_interval_ms=0, inactivity_interval_ms=None),
-    RollingPolicy(part_size=None, rollover_interval_ms=None, inactivity_interval_ms=0),
-])
+@pytest.mark.parametrize(
+    "policy",
+    [
+        RollingPolicy(part_size=None, rollover_interval_ms=0, inactivity_interval_ms=None),
+        RollingPolicy(part_size=None, rollover_interval_ms=None, inactivity_interval_ms=0),
+    ],
+)
 def test_parts_roll_by_time(tmp_path: Path, policy: RollingPolicy) -> None:
     # an interval of 0 ms has passed at every write: each batch closes its part
-    sink = FileSink.for_row_format(str(tmp_path), Encoder.simple_string_encoder()) \
-        .with_rolling_policy(policy).build()
+    sink = (
+        FileSink.for_row_format(str(tmp_path), Encoder.simple_string_encoder())
+        .with_rolling_policy(policy)
+        .build()
+    )
     h = OperatorHarness(SinkWriterOperator(sink)).open()
     for i in range(3):
         h.process(f"batch-{i}")
@@ -161,14 +169,19 @@ def test_parts_roll_by_time(tmp_path: Path, policy: RollingPolicy) -> None:
 
 
 def test_row_formats_and_buckets(tmp_path: Path) -> None:
-    sink = FileSink.for_row_format(str(tmp_path / "json"), JsonLinesEncoder()) \
-        .with_bucket_assigner(lambda r: f"kind={r['kind']}").build()
+    sink = (
+        FileSink.for_row_format(str(tmp_path / "json"), JsonLinesEncoder())
+        .with_bucket_assigner(lambda r: f"kind={r['kind']}")
+        .build()
+    )
     h = OperatorHarness(SinkWriterOperator(sink)).open()
     h.process({"kind": "a", "n": 1}, {"kind": "b", "n": 2}, {"kind": "a", "n": 3})
     h.snapshot(1)
     h.notify_complete(1)
     assert [json.loads(x) for x in committed_lines(tmp_path / "json" / "kind=a")] == [
-        {"kind": "a", "n": 1}, {"kind": "a", "n": 3}]
+        {"kind": "a", "n": 1},
+        {"kind": "a", "n": 3},
+    ]
     csv_sink = FileSink.for_row_format(str(tmp_path / "csv"), CsvEncoder(["n", "kind"])).build()
     h = OperatorHarness(SinkWriterOperator(csv_sink)).open()
     h.process({"kind": "x,y", "n": 1})
@@ -177,8 +190,7 @@ def test_row_formats_and_buckets(tmp_path: Path) -> None:
     assert committed_lines(tmp_path / "csv") == ['1,"x,y"']
 
 
-def test_a_sink_that_cannot_write_its_directory_is_refused_when_the_job_is_built(
-        tmp_path: Path) -> None:
+def test_a_sink_that_cannot_write_its_directory_is_refused_when_the_job_is_built(tmp_path: Path) -> None:
     blocker = tmp_path / "a-file"
     blocker.write_text("")
     env = StreamExecutionEnvironment.get_execution_environment(executor="local")
@@ -186,20 +198,25 @@ def test_a_sink_that_cannot_write_its_directory_is_refused_when_the_job_is_built
         env.from_collection([1]).sink_to(string_sink(blocker / "out"))
     with pytest.raises(InvalidProgramError, match="local"):
         env.from_collection([1]).sink_to(
-            FileSink.for_row_format("s3://bucket/out", Encoder.simple_string_encoder()).build())
+            FileSink.for_row_format("s3://bucket/out", Encoder.simple_string_encoder()).build()
+        )
 
 
 def test_an_unbounded_job_without_checkpointing_is_warned_that_its_output_never_commits(
-        tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
     from chandy.connectors import DataGeneratorSource
 
     env = StreamExecutionEnvironment.get_execution_environment(executor="local")
-    env.from_source(DataGeneratorSource(str, None), source_name="events") \
-        .sink_to(string_sink(tmp_path / "out"))
+    env.from_source(DataGeneratorSource(str, None), source_name="events").sink_to(
+        string_sink(tmp_path / "out")
+    )
     with caplog.at_level("WARNING", logger="chandy.api.environment"):
         env.get_execution_plan()
-    assert any("checkpointing is off" in r.message and "events" in r.message
-               and "FileSink" in r.message for r in caplog.records)
+    assert any(
+        "checkpointing is off" in r.message and "events" in r.message and "FileSink" in r.message
+        for r in caplog.records
+    )
 
     caplog.clear()  # bounded, or with checkpointing: nothing to warn about
     bounded = StreamExecutionEnvironment.get_execution_environment(executor="local")
@@ -213,22 +230,33 @@ def test_an_unbounded_job_without_checkpointing_is_warned_that_its_output_never_
 
 @pytest.mark.slow
 def test_exactly_once_parquet_and_json_output_through_a_failure_read_back_by_spark(
-        tmp_path: Path, executor: str, spark_session: Any) -> None:
+    tmp_path: Path, executor: str, spark_session: Any
+) -> None:
     n, keys = 30_000, 30
     probe = Probe()
     env = StreamExecutionEnvironment.get_execution_environment(executor=executor)
     env.set_parallelism(2)
     env.enable_checkpointing(100)
     env.configure({"restart-strategy.fixed-delay.delay": 0})
-    counted = (env.from_sequence(0, n - 1).uid("source").map(Throttle(0.00002)).uid("throttle")
-               .map(FailOnceMap("failing", probe, n // 2, seed=3)).uid("failing")
-               .key_by(lambda x: x % keys).process(KeyedCounter(n // keys)).uid("counter")
-               .map(lambda kv: {"key": kv[0], "count": kv[1]}).uid("to-dict"))
-    counted.sink_to(FileSink.for_bulk_format(str(tmp_path / "parquet"),
-                                             ParquetBulkWriters.for_records()).build()).uid("pq")
-    env.from_sequence(0, n - 1).uid("raw-source").map(
-        lambda x: {"value": x}).sink_to(FileSink.for_row_format(
-            str(tmp_path / "json"), JsonLinesEncoder()).build()).uid("json")
+    counted = (
+        env.from_sequence(0, n - 1)
+        .uid("source")
+        .map(Throttle(0.00002))
+        .uid("throttle")
+        .map(FailOnceMap("failing", probe, n // 2, seed=3))
+        .uid("failing")
+        .key_by(lambda x: x % keys)
+        .process(KeyedCounter(n // keys))
+        .uid("counter")
+        .map(lambda kv: {"key": kv[0], "count": kv[1]})
+        .uid("to-dict")
+    )
+    counted.sink_to(
+        FileSink.for_bulk_format(str(tmp_path / "parquet"), ParquetBulkWriters.for_records()).build()
+    ).uid("pq")
+    env.from_sequence(0, n - 1).uid("raw-source").map(lambda x: {"value": x}).sink_to(
+        FileSink.for_row_format(str(tmp_path / "json"), JsonLinesEncoder()).build()
+    ).uid("json")
     env.execute("file sinks")
     assert probe.get("failures") >= 1
     rows = spark_session.read.parquet(str(tmp_path / "parquet")).collect()

@@ -64,9 +64,13 @@ def numbered_lines(name: str, n: int) -> str:
 
 
 def write_parquet(path: Path, rows: int, start: int = 0, row_group_size: int = 128) -> list[dict]:
-    table = pa.table({"id": list(range(start, start + rows)),
-                      "name": [f"n{i}" for i in range(start, start + rows)],
-                      "score": [i * 0.5 for i in range(start, start + rows)]})
+    table = pa.table(
+        {
+            "id": list(range(start, start + rows)),
+            "name": [f"n{i}" for i in range(start, start + rows)],
+            "score": [i * 0.5 for i in range(start, start + rows)],
+        }
+    )
     pq.write_table(table, path, row_group_size=row_group_size)
     return table.to_pylist()
 
@@ -125,17 +129,26 @@ def _text_case(d: Path) -> tuple[FileSource, list[Any]]:
     (d / "a.txt").write_bytes("first \u00e9t\u00e9 \u2603\r\n\nthird\nlast without newline".encode())
     (d / "b.txt").write_text(numbered_lines("b", 500))
     source = FileSource.for_record_stream_format(StreamFormat.text_line_format(), d).build()
-    return source, ["first \u00e9t\u00e9 \u2603", "", "third", "last without newline",
-                    *[f"b:{i}" for i in range(500)]]
+    return source, [
+        "first \u00e9t\u00e9 \u2603",
+        "",
+        "third",
+        "last without newline",
+        *[f"b:{i}" for i in range(500)],
+    ]
 
 
 def _csv_header_case(d: Path) -> tuple[FileSource, list[Any]]:
-    (d / "people.csv").write_text('id;name;note\n1;ann;"says ""hi""; twice"\n\n2;bob;"two\nlines"\n'
-                                  + "".join(f"{i};p{i};\n" for i in range(3, 400)))
+    (d / "people.csv").write_text(
+        'id;name;note\n1;ann;"says ""hi""; twice"\n\n2;bob;"two\nlines"\n'
+        + "".join(f"{i};p{i};\n" for i in range(3, 400))
+    )
     source = FileSource.for_record_stream_format(CsvFormat(delimiter=";"), d / "people.csv").build()
-    return source, [{"id": "1", "name": "ann", "note": 'says "hi"; twice'},
-                    {"id": "2", "name": "bob", "note": "two\nlines"},
-                    *[{"id": str(i), "name": f"p{i}", "note": ""} for i in range(3, 400)]]
+    return source, [
+        {"id": "1", "name": "ann", "note": 'says "hi"; twice'},
+        {"id": "2", "name": "bob", "note": "two\nlines"},
+        *[{"id": str(i), "name": f"p{i}", "note": ""} for i in range(3, 400)],
+    ]
 
 
 def _csv_no_header_case(d: Path) -> tuple[FileSource, list[Any]]:
@@ -154,8 +167,11 @@ def _csv_column_names_case(d: Path) -> tuple[FileSource, list[Any]]:
 def _json_case(d: Path) -> tuple[FileSource, list[Any]]:
     docs = [{"id": i, "tags": ["a", "b"][: i % 3], "nested": {"x": i / 2}} for i in range(300)]
     docs += [[1, 2], "plain", 7, None, True]
-    (d / "events.jsonl").write_text("\n".join(json.dumps(doc) for doc in docs[:150]) + "\n\n  \n"
-                                    + "\n".join(json.dumps(doc) for doc in docs[150:]))
+    (d / "events.jsonl").write_text(
+        "\n".join(json.dumps(doc) for doc in docs[:150])
+        + "\n\n  \n"
+        + "\n".join(json.dumps(doc) for doc in docs[150:])
+    )
     source = FileSource.for_record_stream_format(JsonLinesFormat(), d).build()
     return source, docs
 
@@ -168,9 +184,14 @@ def _parquet_case(d: Path) -> tuple[FileSource, list[Any]]:
     return source, [{"id": r["id"], "name": r["name"]} for r in rows]
 
 
-FORMAT_CASES = {"text": _text_case, "csv-header": _csv_header_case, "csv-no-header": _csv_no_header_case,
-                "csv-column-names": _csv_column_names_case, "json-lines": _json_case,
-                "parquet": _parquet_case}
+FORMAT_CASES = {
+    "text": _text_case,
+    "csv-header": _csv_header_case,
+    "csv-no-header": _csv_no_header_case,
+    "csv-column-names": _csv_column_names_case,
+    "json-lines": _json_case,
+    "parquet": _parquet_case,
+}
 
 
 def _key(record: Any) -> str:
@@ -256,10 +277,16 @@ def test_exactly_once_through_a_failure_mid_file(tmp_path: Path, executor: str) 
     env = checkpointing_env(executor=executor, parallelism=2, interval_ms=100)
     source = FileSource.for_record_stream_format(CsvFormat(), tmp_path).build()
     # subtask 0 reads data-0 and data-2 (8000 rows): it fails at 40-70 % of 6000, inside data-0
-    results = (env.from_source(source).uid("files").map(Throttle(0.0002)).uid("throttle")
-               .map(FailOnceMap("failing", probe, expected_per_subtask=6000, seed=7)).uid("failing")
-               .map(lambda row: (int(row["file"]), int(row["row"])))
-               .execute_and_collect())
+    results = (
+        env.from_source(source)
+        .uid("files")
+        .map(Throttle(0.0002))
+        .uid("throttle")
+        .map(FailOnceMap("failing", probe, expected_per_subtask=6000, seed=7))
+        .uid("failing")
+        .map(lambda row: (int(row["file"]), int(row["row"])))
+        .execute_and_collect()
+    )
     with results:
         out = list(results)
     assert probe.get("failures") >= 1
@@ -271,7 +298,8 @@ def test_exactly_once_through_a_failure_mid_file(tmp_path: Path, executor: str) 
 
 
 def test_a_bounded_directory_is_split_across_subtasks_skipping_hidden_files(
-        tmp_path: Path, executor: str) -> None:
+    tmp_path: Path, executor: str
+) -> None:
     inbox = tmp_path / "inbox"
     inbox.mkdir()
     for f in range(7):
@@ -284,8 +312,12 @@ def test_a_bounded_directory_is_split_across_subtasks_skipping_hidden_files(
     named = tmp_path / "_named_explicitly.txt"  # a path given by name is read, hidden or not
     named.write_text("explicit\n")
     source = FileSource.for_record_stream_format(StreamFormat.text_line_format(), inbox, named).build()
-    out = (env_for(executor, parallelism=3).from_source(source).map(TagSubtask())
-           .execute_and_collect(limit=10**6))
+    out = (
+        env_for(executor, parallelism=3)
+        .from_source(source)
+        .map(TagSubtask())
+        .execute_and_collect(limit=10**6)
+    )
     expected = [f"f{f}:{i}" for f in range(7) for i in range(50)] + ["explicit"]
     assert sorted(line for _, line in out) == sorted(expected)
     # one split per file, dealt out in path order: file k of the sorted list to subtask k % 3
@@ -297,23 +329,27 @@ def test_a_bounded_directory_is_split_across_subtasks_skipping_hidden_files(
     assert len({subtask for subtask, _ in out}) == 3
 
 
-def test_an_empty_directory_is_an_empty_bounded_stream(tmp_path: Path, executor: str,
-                                                       caplog: pytest.LogCaptureFixture) -> None:
+def test_an_empty_directory_is_an_empty_bounded_stream(
+    tmp_path: Path, executor: str, caplog: pytest.LogCaptureFixture
+) -> None:
     (tmp_path / "_SUCCESS").write_text("")
     source = FileSource.for_record_stream_format(StreamFormat.text_line_format(), tmp_path).build()
     assert env_for(executor).from_source(source).execute_and_collect(limit=10) == []
     assert "no files to read" in caplog.text
 
 
-@pytest.mark.parametrize(("name", "content", "fmt", "line", "what"), [
-    ("bad.jsonl", '{"a": 1}\n\n{"a": 2,}\n{"a": 3}\n', JsonLinesFormat(), 3, "malformed JSON"),
-    ("bad.csv", "a,b\n1,2\n3,4\n5,6,7\n", CsvFormat(), 4, "3 fields but there are 2 columns"),
-    ("quote.csv", 'a,b\n1,"x"y\n', CsvFormat(), 2, "malformed CSV row"),
-    ("latin.txt", b"ok\ncaf\xe9\n", StreamFormat.text_line_format(), 2, "not valid utf-8"),
-])
+@pytest.mark.parametrize(
+    ("name", "content", "fmt", "line", "what"),
+    [
+        ("bad.jsonl", '{"a": 1}\n\n{"a": 2,}\n{"a": 3}\n', JsonLinesFormat(), 3, "malformed JSON"),
+        ("bad.csv", "a,b\n1,2\n3,4\n5,6,7\n", CsvFormat(), 4, "3 fields but there are 2 columns"),
+        ("quote.csv", 'a,b\n1,"x"y\n', CsvFormat(), 2, "malformed CSV row"),
+        ("latin.txt", b"ok\ncaf\xe9\n", StreamFormat.text_line_format(), 2, "not valid utf-8"),
+    ],
+)
 def test_malformed_input_fails_the_job_naming_file_and_line(
-        tmp_path: Path, executor: str, name: str, content: str | bytes, fmt: Any, line: int,
-        what: str) -> None:
+    tmp_path: Path, executor: str, name: str, content: str | bytes, fmt: Any, line: int, what: str
+) -> None:
     path = tmp_path / name
     if isinstance(content, bytes):
         path.write_bytes(content)
@@ -352,8 +388,9 @@ def test_bad_configuration_is_rejected_when_the_job_is_built(tmp_path: Path) -> 
     with pytest.raises(FileNotFoundError, match=r"nope does not exist"):
         env.from_source(FileSource.for_record_stream_format(text, tmp_path / "nope").build())
     with pytest.raises(FileNotFoundError, match=r"gone does not exist"):
-        env.from_source(FileSource.for_record_stream_format(text, tmp_path / "gone")
-                        .monitor_continuously(0.5).build())
+        env.from_source(
+            FileSource.for_record_stream_format(text, tmp_path / "gone").monitor_continuously(0.5).build()
+        )
     with pytest.raises(ValueError, match="at least one path"):
         FileSource.for_record_stream_format(text)
     with pytest.raises(TypeError, match="takes a StreamFormat"):
@@ -385,7 +422,8 @@ def test_bad_configuration_is_rejected_when_the_job_is_built(tmp_path: Path) -> 
 
 
 def test_continuous_file_source_reads_files_appearing_while_running_once_also_across_a_failover(
-        tmp_path: Path, executor: str) -> None:
+    tmp_path: Path, executor: str
+) -> None:
     inbox = tmp_path / "inbox"
     inbox.mkdir()
     lines, files = 300, 10
@@ -394,11 +432,18 @@ def test_continuous_file_source_reads_files_appearing_while_running_once_also_ac
         write_atomically(inbox, name + ".txt", numbered_lines(name, lines))
     probe = Probe()
     env = checkpointing_env(executor=executor, parallelism=2, interval_ms=100)
-    source = (FileSource.for_record_stream_format(StreamFormat.text_line_format(), inbox)
-              .monitor_continuously(0.1).build())
-    results = (env.from_source(source).uid("files")
-               .map(FailOnRecord(probe, f"{names[3]}:{lines // 2}")).uid("fail")  # mid-file, 4th file
-               .execute_and_collect("continuous"))
+    source = (
+        FileSource.for_record_stream_format(StreamFormat.text_line_format(), inbox)
+        .monitor_continuously(0.1)
+        .build()
+    )
+    results = (
+        env.from_source(source)
+        .uid("files")
+        .map(FailOnRecord(probe, f"{names[3]}:{lines // 2}"))
+        .uid("fail")  # mid-file, 4th file
+        .execute_and_collect("continuous")
+    )
     out, reader = drain(results)
     try:
         for k, name in enumerate(names[2:], start=2):
@@ -431,14 +476,30 @@ def test_continuous_file_source_restores_at_another_parallelism(tmp_path: Path, 
         write_atomically(inbox, name + ".txt", numbered_lines(name, lines))
 
     def pipeline(env: StreamExecutionEnvironment, delay_s: float) -> Any:
-        source = (FileSource.for_record_stream_format(StreamFormat.text_line_format(), inbox)
-                  .monitor_continuously(0.05).build())
-        return (env.from_source(source).uid("files").map(Throttle(delay_s)).uid("throttle")
-                .key_by(lambda line: line.split(":")[0]).process(KeyedCounter(lines)).uid("counter"))
+        source = (
+            FileSource.for_record_stream_format(StreamFormat.text_line_format(), inbox)
+            .monitor_continuously(0.05)
+            .build()
+        )
+        return (
+            env.from_source(source)
+            .uid("files")
+            .map(Throttle(delay_s))
+            .uid("throttle")
+            .key_by(lambda line: line.split(":")[0])
+            .process(KeyedCounter(lines))
+            .uid("counter")
+        )
 
-    env = checkpointing_env(executor=executor, parallelism=2, interval_ms=50, **{
-        "execution.checkpointing.dir": str(tmp_path / "first"),
-        "execution.checkpointing.externalized-checkpoint-retention": "RETAIN_ON_CANCELLATION"})
+    env = checkpointing_env(
+        executor=executor,
+        parallelism=2,
+        interval_ms=50,
+        **{
+            "execution.checkpointing.dir": str(tmp_path / "first"),
+            "execution.checkpointing.externalized-checkpoint-retention": "RETAIN_ON_CANCELLATION",
+        },
+    )
     results = pipeline(env, 0.001).execute_and_collect("first run")  # ~1000 lines/s per subtask
     first, reader = drain(results)
     wait_for_checkpoints(tmp_path / "first", 1)
@@ -451,8 +512,12 @@ def test_continuous_file_source_restores_at_another_parallelism(tmp_path: Path, 
     for name in names[6:8]:  # appear while no job runs
         write_atomically(inbox, name + ".txt", numbered_lines(name, lines))
 
-    env2 = checkpointing_env(executor=executor, parallelism=3, interval_ms=50,
-                             **{"execution.checkpointing.dir": str(tmp_path / "second")})
+    env2 = checkpointing_env(
+        executor=executor,
+        parallelism=3,
+        interval_ms=50,
+        **{"execution.checkpointing.dir": str(tmp_path / "second")},
+    )
     env2.set_restore_path(str(retained))
     results2 = pipeline(env2, 0.0).execute_and_collect("second run")
     second, reader2 = drain(results2)

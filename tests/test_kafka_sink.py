@@ -40,13 +40,23 @@ from tests.probes import Probe
 FENCED = "(?i)fenced|Timed out"
 
 
-def sink(broker: KafkaBroker, topic: str, guarantee: DeliveryGuarantee = DeliveryGuarantee.EXACTLY_ONCE,
-         prefix: str | None = None) -> KafkaSink:
-    builder = (KafkaSink.builder().set_bootstrap_servers(broker.bootstrap_servers)
-               .set_record_serializer(KafkaRecordSerializationSchema.builder().set_topic(topic)
-                                      .set_value_serialization_schema(SimpleStringSchema())
-                                      .build())
-               .set_delivery_guarantee(guarantee))
+def sink(
+    broker: KafkaBroker,
+    topic: str,
+    guarantee: DeliveryGuarantee = DeliveryGuarantee.EXACTLY_ONCE,
+    prefix: str | None = None,
+) -> KafkaSink:
+    builder = (
+        KafkaSink.builder()
+        .set_bootstrap_servers(broker.bootstrap_servers)
+        .set_record_serializer(
+            KafkaRecordSerializationSchema.builder()
+            .set_topic(topic)
+            .set_value_serialization_schema(SimpleStringSchema())
+            .build()
+        )
+        .set_delivery_guarantee(guarantee)
+    )
     if guarantee is DeliveryGuarantee.EXACTLY_ONCE:
         builder.set_transactional_id_prefix(prefix or unique_topic("txn"))
     built = builder.build()
@@ -65,9 +75,10 @@ def values(broker: KafkaBroker, topic: str) -> list[str]:
 
 def marker(broker: KafkaBroker, kafka_sink: KafkaSink, subtask: int = 0, job: str = "job") -> int:
     """The checkpoint id of the last transaction committed by ``subtask`` of ``job``."""
-    return max(broker.committed_offsets(kafka_sink.marker_group(job, subtask, slot),
-                                        kafka_sink.topic).get(0, -1)
-               for slot in range(TRANSACTION_POOL_SIZE))
+    return max(
+        broker.committed_offsets(kafka_sink.marker_group(job, subtask, slot), kafka_sink.topic).get(0, -1)
+        for slot in range(TRANSACTION_POOL_SIZE)
+    )
 
 
 @pytest.fixture
@@ -81,8 +92,9 @@ def topic(kafka_broker: KafkaBroker) -> str:
 # was open at its commit; the scenarios below assert markers only where that holds.
 
 
-def test_a_transaction_commits_only_when_its_checkpoint_completes(kafka_broker: KafkaBroker,
-                                                                  topic: str) -> None:
+def test_a_transaction_commits_only_when_its_checkpoint_completes(
+    kafka_broker: KafkaBroker, topic: str
+) -> None:
     s = sink(kafka_broker, topic)
     h = harness(s).open()
     h.process("42")
@@ -104,14 +116,16 @@ def test_a_transaction_commits_only_when_its_checkpoint_completes(kafka_broker: 
 
 
 def test_a_restore_commits_the_transaction_whose_commit_the_failure_prevented(
-        kafka_broker: KafkaBroker, topic: str) -> None:
+    kafka_broker: KafkaBroker, topic: str
+) -> None:
     s = sink(kafka_broker, topic)
     failed = harness(s).open()
     failed.process("42", "43")
     checkpoint = failed.snapshot(1)  # checkpoint 1 completes, its notification never arrives
     # the attempt dies here (no close: a killed process); the restore redoes checkpoint 1
-    restored = harness(sink(kafka_broker, topic, prefix=s.transactional_id_prefix),
-                       attempt=1).open([checkpoint], restored_checkpoint_id=1)
+    restored = harness(sink(kafka_broker, topic, prefix=s.transactional_id_prefix), attempt=1).open(
+        [checkpoint], restored_checkpoint_id=1
+    )
     assert marker(kafka_broker, s) == 1
     restored.process("44")
     restored.snapshot(2)
@@ -120,24 +134,27 @@ def test_a_restore_commits_the_transaction_whose_commit_the_failure_prevented(
     restored.close()
 
 
-def test_a_restore_does_not_redo_a_transaction_that_was_committed(kafka_broker: KafkaBroker,
-                                                                   topic: str) -> None:
+def test_a_restore_does_not_redo_a_transaction_that_was_committed(
+    kafka_broker: KafkaBroker, topic: str
+) -> None:
     s = sink(kafka_broker, topic)
     first = harness(s).open()
     first.process("42", "43")
     checkpoint = first.snapshot(1)
     first.notify_complete(1)
     # failure after the commit: the restored checkpoint still lists the transaction
-    restored = harness(sink(kafka_broker, topic, prefix=s.transactional_id_prefix),
-                       attempt=1).open([checkpoint], restored_checkpoint_id=1)
+    restored = harness(sink(kafka_broker, topic, prefix=s.transactional_id_prefix), attempt=1).open(
+        [checkpoint], restored_checkpoint_id=1
+    )
     restored.end_input()
     restored.close()
     assert sorted(values(kafka_broker, topic)) == ["42", "43"]  # written once, never aborted
     assert marker(kafka_broker, s) == 1
 
 
-def test_a_restore_fences_the_transactions_a_failed_attempt_left_open(kafka_broker: KafkaBroker,
-                                                                      topic: str) -> None:
+def test_a_restore_fences_the_transactions_a_failed_attempt_left_open(
+    kafka_broker: KafkaBroker, topic: str
+) -> None:
     s = sink(kafka_broker, topic)
     failed = harness(s).open()
     failed.process("42")
@@ -151,8 +168,9 @@ def test_a_restore_fences_the_transactions_a_failed_attempt_left_open(kafka_brok
     zombie_open = writer._producer
     zombie_precommitted = next(iter(s._live.values()))
 
-    restored = harness(sink(kafka_broker, topic, prefix=s.transactional_id_prefix),
-                       attempt=1).open([checkpoint], restored_checkpoint_id=1)
+    restored = harness(sink(kafka_broker, topic, prefix=s.transactional_id_prefix), attempt=1).open(
+        [checkpoint], restored_checkpoint_id=1
+    )
     # the failed attempt, had it lived on, could commit neither of its transactions (a real
     # Kafka answers PRODUCER_FENCED; Tansu leaves a fenced commit unanswered)
     for zombie in (zombie_precommitted, zombie_open):
@@ -163,7 +181,8 @@ def test_a_restore_fences_the_transactions_a_failed_attempt_left_open(kafka_brok
 
 
 def test_a_restore_at_lower_parallelism_commits_every_old_subtasks_transactions(
-        kafka_broker: KafkaBroker, topic: str) -> None:
+    kafka_broker: KafkaBroker, topic: str
+) -> None:
     s = sink(kafka_broker, topic)
     copies = [s, sink(kafka_broker, topic, prefix=s.transactional_id_prefix)]  # one per subtask
     old = [harness(copies[i], subtask=i, parallelism=2).open() for i in range(2)]
@@ -171,8 +190,9 @@ def test_a_restore_at_lower_parallelism_commits_every_old_subtasks_transactions(
     for i, h in enumerate(old):
         h.process(f"r{i}")
         snapshots.append(h.snapshot(3))  # checkpoint 3 completes; nobody is notified
-    merged = harness(sink(kafka_broker, topic, prefix=s.transactional_id_prefix),
-                     parallelism=1, attempt=1).open(snapshots, restored_checkpoint_id=3)
+    merged = harness(
+        sink(kafka_broker, topic, prefix=s.transactional_id_prefix), parallelism=1, attempt=1
+    ).open(snapshots, restored_checkpoint_id=3)
     # Both old subtasks' transactions were redone: each record is in the log twice, once
     # from the fenced original (Tansu does not hide aborted records) and once from the
     # redo. Only the marker of the last redo (old subtask 1's) is asserted: subtask 0's
@@ -186,8 +206,7 @@ def test_a_restore_at_lower_parallelism_commits_every_old_subtasks_transactions(
     merged.close()
 
 
-def test_end_of_input_without_checkpointing_commits_everything(kafka_broker: KafkaBroker,
-                                                               topic: str) -> None:
+def test_end_of_input_without_checkpointing_commits_everything(kafka_broker: KafkaBroker, topic: str) -> None:
     s = sink(kafka_broker, topic)
     h = harness(s, config={"execution.checkpointing.interval": None}).open()
     h.process("a", "b")
@@ -208,20 +227,27 @@ def test_at_least_once_flushes_at_every_checkpoint(kafka_broker: KafkaBroker, to
 # ---------------------------------------------------------------------------- whole jobs
 
 
-def test_exactly_once_job_writes_every_record_once(kafka_broker: KafkaBroker, topic: str,
-                                                   executor: str) -> None:
+def test_exactly_once_job_writes_every_record_once(
+    kafka_broker: KafkaBroker, topic: str, executor: str
+) -> None:
     n = 5_000
     env = StreamExecutionEnvironment.get_execution_environment(executor=executor)
     env.set_parallelism(2)
     env.enable_checkpointing(100)
-    (env.from_sequence(0, n - 1).map(Throttle(0.0001)).map(str)
-        .sink_to(sink(kafka_broker, topic)).uid("kafka"))
+    (
+        env.from_sequence(0, n - 1)
+        .map(Throttle(0.0001))
+        .map(str)
+        .sink_to(sink(kafka_broker, topic))
+        .uid("kafka")
+    )
     env.execute("to kafka")
     assert sorted(values(kafka_broker, topic), key=int) == [str(i) for i in range(n)]
 
 
 def test_exactly_once_job_through_a_failure_commits_each_checkpoint_once(
-        kafka_broker: KafkaBroker, topic: str, executor: str) -> None:
+    kafka_broker: KafkaBroker, topic: str, executor: str
+) -> None:
     n = 10_000
     probe = Probe()
     s = sink(kafka_broker, topic)
@@ -229,9 +255,18 @@ def test_exactly_once_job_through_a_failure_commits_each_checkpoint_once(
     env.set_parallelism(2)
     env.enable_checkpointing(100)
     env.configure({"restart-strategy.fixed-delay.delay": 0})
-    (env.from_sequence(0, n - 1).uid("source").map(Throttle(0.0001)).uid("throttle")
-        .map(FailOnceMap("failing", probe, n // 2, seed=3)).uid("failing").map(str).uid("str")
-        .sink_to(s).uid("kafka"))
+    (
+        env.from_sequence(0, n - 1)
+        .uid("source")
+        .map(Throttle(0.0001))
+        .uid("throttle")
+        .map(FailOnceMap("failing", probe, n // 2, seed=3))
+        .uid("failing")
+        .map(str)
+        .uid("str")
+        .sink_to(s)
+        .uid("kafka")
+    )
     client = env.execute_async("to kafka through a failure")
     client.get_job_execution_result(timeout=300)
     assert probe.get("failures") >= 1 and client.restarts == 1
@@ -241,22 +276,27 @@ def test_exactly_once_job_through_a_failure_commits_each_checkpoint_once(
     assert set(written) == {str(i) for i in range(n)}
 
 
-def test_at_least_once_and_none_deliver_every_record(kafka_broker: KafkaBroker,
-                                                     executor: str) -> None:
+def test_at_least_once_and_none_deliver_every_record(kafka_broker: KafkaBroker, executor: str) -> None:
     for guarantee in (DeliveryGuarantee.NONE, DeliveryGuarantee.AT_LEAST_ONCE):
         topic = kafka_broker.create_topic(unique_topic(), partitions=2)
         env = StreamExecutionEnvironment.get_execution_environment(executor=executor)
         env.set_parallelism(2)
         env.enable_checkpointing(100)
-        (env.from_collection([{"id": i} for i in range(300)])
-            .sink_to(KafkaSink.builder().set_bootstrap_servers(kafka_broker.bootstrap_servers)
-                     .set_record_serializer(KafkaRecordSerializationSchema.builder()
-                                            .set_topic(topic)
-                                            .set_value_serialization_schema(JsonSchema())
-                                            .set_key_serialization_schema(SimpleStringSchema(),
-                                                                          lambda r: r["id"])
-                                            .build())
-                     .set_delivery_guarantee(guarantee).build()))
+        (
+            env.from_collection([{"id": i} for i in range(300)]).sink_to(
+                KafkaSink.builder()
+                .set_bootstrap_servers(kafka_broker.bootstrap_servers)
+                .set_record_serializer(
+                    KafkaRecordSerializationSchema.builder()
+                    .set_topic(topic)
+                    .set_value_serialization_schema(JsonSchema())
+                    .set_key_serialization_schema(SimpleStringSchema(), lambda r: r["id"])
+                    .build()
+                )
+                .set_delivery_guarantee(guarantee)
+                .build()
+            )
+        )
         env.execute(f"kafka {guarantee.name}")
         records = kafka_broker.consume_all(topic)
         assert sorted(int(r.key) for r in records) == list(range(300)), guarantee
@@ -276,10 +316,18 @@ def test_a_missing_topic_is_refused_when_the_job_is_built(kafka_broker: KafkaBro
 
 def test_an_unreachable_broker_is_refused_when_the_job_is_built() -> None:
     servers = f"127.0.0.1:{free_port()}"
-    built = (KafkaSink.builder().set_bootstrap_servers(servers)
-             .set_record_serializer(KafkaRecordSerializationSchema.builder().set_topic("t")
-                                    .set_value_serialization_schema(SimpleStringSchema()).build())
-             .set_property("request.timeout.ms", 2000).build())
+    built = (
+        KafkaSink.builder()
+        .set_bootstrap_servers(servers)
+        .set_record_serializer(
+            KafkaRecordSerializationSchema.builder()
+            .set_topic("t")
+            .set_value_serialization_schema(SimpleStringSchema())
+            .build()
+        )
+        .set_property("request.timeout.ms", 2000)
+        .build()
+    )
     env = StreamExecutionEnvironment.get_execution_environment()
     started = time.monotonic()
     with pytest.raises(KafkaConnectorError, match=f"cannot reach the Kafka servers {servers}"):
@@ -287,19 +335,31 @@ def test_an_unreachable_broker_is_refused_when_the_job_is_built() -> None:
     assert time.monotonic() - started < 5
 
 
-@pytest.mark.parametrize(("configure", "expected"), [
-    (lambda b: b.set_delivery_guarantee("EXACTLY_ONCE"), "takes a DeliveryGuarantee"),
-    (lambda b: b.set_delivery_guarantee(DeliveryGuarantee.EXACTLY_ONCE),
-     "needs set_transactional_id_prefix"),
-    (lambda b: b.set_property("no.such.property", 1), "no.such.property"),
-    (lambda b: b.set_bootstrap_servers(""), "needs set_bootstrap_servers"),
-])
-def test_bad_settings_are_refused_when_the_job_is_built(kafka_broker: KafkaBroker, topic: str,
-                                                        configure: Any, expected: str) -> None:
-    builder = (KafkaSink.builder().set_bootstrap_servers(kafka_broker.bootstrap_servers)
-               .set_record_serializer(KafkaRecordSerializationSchema.builder().set_topic(topic)
-                                      .set_value_serialization_schema(SimpleStringSchema())
-                                      .build()))
+@pytest.mark.parametrize(
+    ("configure", "expected"),
+    [
+        (lambda b: b.set_delivery_guarantee("EXACTLY_ONCE"), "takes a DeliveryGuarantee"),
+        (
+            lambda b: b.set_delivery_guarantee(DeliveryGuarantee.EXACTLY_ONCE),
+            "needs set_transactional_id_prefix",
+        ),
+        (lambda b: b.set_property("no.such.property", 1), "no.such.property"),
+        (lambda b: b.set_bootstrap_servers(""), "needs set_bootstrap_servers"),
+    ],
+)
+def test_bad_settings_are_refused_when_the_job_is_built(
+    kafka_broker: KafkaBroker, topic: str, configure: Any, expected: str
+) -> None:
+    builder = (
+        KafkaSink.builder()
+        .set_bootstrap_servers(kafka_broker.bootstrap_servers)
+        .set_record_serializer(
+            KafkaRecordSerializationSchema.builder()
+            .set_topic(topic)
+            .set_value_serialization_schema(SimpleStringSchema())
+            .build()
+        )
+    )
     env = StreamExecutionEnvironment.get_execution_environment()
     with pytest.raises(ConfigurationError, match=expected):
         env.from_collection(["a"]).sink_to(configure(builder).build())
@@ -315,11 +375,19 @@ def test_a_serializer_without_topic_or_schema_is_named() -> None:
 
 
 def test_a_record_that_cannot_be_serialized_fails_the_job_naming_the_sink(
-        kafka_broker: KafkaBroker, topic: str) -> None:
-    built = (KafkaSink.builder().set_bootstrap_servers(kafka_broker.bootstrap_servers)
-             .set_record_serializer(KafkaRecordSerializationSchema.builder().set_topic(topic)
-                                    .set_value_serialization_schema(JsonSchema()).build())
-             .build())
+    kafka_broker: KafkaBroker, topic: str
+) -> None:
+    built = (
+        KafkaSink.builder()
+        .set_bootstrap_servers(kafka_broker.bootstrap_servers)
+        .set_record_serializer(
+            KafkaRecordSerializationSchema.builder()
+            .set_topic(topic)
+            .set_value_serialization_schema(JsonSchema())
+            .build()
+        )
+        .build()
+    )
     env = StreamExecutionEnvironment.get_execution_environment(executor="local")
     env.from_collection([object()]).sink_to(built)
     with pytest.raises(JobExecutionError, match="not JSON serializable in operator .Sink: KafkaSink."):

@@ -69,11 +69,17 @@ def test_stable_hash_is_the_same_in_another_process() -> None:
     """Python's hash() is salted per process; the key group must not be."""
     keys = ["word", "über", 42, -7, 2**70, 3.5, None, True, b"raw", ("a", 1, (2.0, None))]
     here = [assign_to_key_group(k, 128) for k in keys]
-    code = ("from chandy.state.key_groups import assign_to_key_group as a;"
-            f"print([a(k, 128) for k in {keys!r}])")
+    code = (
+        f"from chandy.state.key_groups import assign_to_key_group as a;print([a(k, 128) for k in {keys!r}])"
+    )
     for seed in ("1", "2"):
-        out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                             check=True, env={"PYTHONHASHSEED": seed, "PATH": ""}).stdout
+        out = subprocess.run(
+            [sys.executable, "-c", code],
+            capture_output=True,
+            text=True,
+            check=True,
+            env={"PYTHONHASHSEED": seed, "PATH": ""},
+        ).stdout
         assert out.strip() == repr(here)
 
 
@@ -91,8 +97,15 @@ def test_supported_key_types_hash() -> None:
         x: int
         y: int
 
-    for key in [Color.RED, Point(1, 2), frozenset({1, 2}), datetime.date(2024, 1, 1),
-                datetime.datetime(2024, 1, 1, 12), uuid.UUID(int=5), decimal.Decimal("1.5")]:
+    for key in [
+        Color.RED,
+        Point(1, 2),
+        frozenset({1, 2}),
+        datetime.date(2024, 1, 1),
+        datetime.datetime(2024, 1, 1, 12),
+        uuid.UUID(int=5),
+        decimal.Decimal("1.5"),
+    ]:
         assert 0 <= assign_to_key_group(key, 128) < 128
     assert stable_hash(frozenset({1, 2})) == stable_hash(frozenset({2, 1}))
 

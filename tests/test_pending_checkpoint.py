@@ -44,8 +44,7 @@ A1 = ExecutionAttemptID(1, 0, 0)
 A2 = ExecutionAttemptID(2, 0, 0)
 STRANGER = ExecutionAttemptID(9, 0, 0)
 
-CHECKPOINT = CheckpointProperties.for_checkpoint(
-    ExternalizedCheckpointRetention.NO_EXTERNALIZED_CHECKPOINTS)
+CHECKPOINT = CheckpointProperties.for_checkpoint(ExternalizedCheckpointRetention.NO_EXTERNALIZED_CHECKPOINTS)
 SAVEPOINT = CheckpointProperties.for_savepoint()
 SYNC_SAVEPOINT = CheckpointProperties.for_savepoint(synchronous=True)
 
@@ -55,8 +54,7 @@ def operator_id(attempt_id: ExecutionAttemptID) -> str:
 
 
 def plan_of(attempts: Sequence[ExecutionAttemptID]) -> CheckpointPlan:
-    tasks = tuple(TaskToAck(a, a.vertex_id, a.subtask_index, 1, 128, (operator_id(a),))
-                  for a in attempts)
+    tasks = tuple(TaskToAck(a, a.vertex_id, a.subtask_index, 1, 128, (operator_id(a),)) for a in attempts)
     return CheckpointPlan(tuple(attempts), tasks, tuple(attempts))
 
 
@@ -67,9 +65,13 @@ class Fixture:
     discarded: list[TaskStateSnapshot | None] = field(default_factory=list)
 
 
-def make_pending(storage: CheckpointStorage, *, props: CheckpointProperties = CHECKPOINT,
-                 attempts: Sequence[ExecutionAttemptID] = (A1, A2),
-                 master_hooks: tuple[str, ...] = ()) -> Fixture:
+def make_pending(
+    storage: CheckpointStorage,
+    *,
+    props: CheckpointProperties = CHECKPOINT,
+    attempts: Sequence[ExecutionAttemptID] = (A1, A2),
+    master_hooks: tuple[str, ...] = (),
+) -> Fixture:
     """A pending checkpoint whose discard callback deletes the files (as the coordinator's)."""
     discarded: list[TaskStateSnapshot | None] = []
 
@@ -78,8 +80,9 @@ def make_pending(storage: CheckpointStorage, *, props: CheckpointProperties = CH
         if state is not None and storage.is_persistent:
             storage.discard_handles(state.file_handles())
 
-    pending = PendingCheckpoint(JOB_ID, CHECKPOINT_ID, 1_000, plan_of(attempts), master_hooks,
-                                props, storage, discard)
+    pending = PendingCheckpoint(
+        JOB_ID, CHECKPOINT_ID, 1_000, plan_of(attempts), master_hooks, props, storage, discard
+    )
     return Fixture(pending, storage, discarded)
 
 
@@ -100,16 +103,18 @@ def file_state(storage: CheckpointStorage, attempt_id: ExecutionAttemptID) -> Ta
     handle = storage.write_state(CHECKPOINT_ID, bytes([attempt_id.vertex_id]) * size)
     assert isinstance(handle, FileStateHandle)
     meta = OperatorStateMeta(OperatorStateDistributionMode.UNION, ((0, size),))
-    return TaskStateSnapshot({operator_id(attempt_id): OperatorSubtaskState(
-        (), (OperatorStateHandle({"state": meta}, handle),))})
+    return TaskStateSnapshot(
+        {operator_id(attempt_id): OperatorSubtaskState((), (OperatorStateHandle({"state": meta}, handle),))}
+    )
 
 
 def exists(state: TaskStateSnapshot) -> bool:
     return all(os.path.exists(h.path) for h in state.file_handles())
 
 
-def ack(pending: PendingCheckpoint, attempt_id: ExecutionAttemptID,
-        state: TaskStateSnapshot | None = None) -> TaskAcknowledgeResult:
+def ack(
+    pending: PendingCheckpoint, attempt_id: ExecutionAttemptID, state: TaskStateSnapshot | None = None
+) -> TaskAcknowledgeResult:
     return pending.acknowledge_task(attempt_id, state, CheckpointMetrics())
 
 
@@ -117,8 +122,9 @@ def ack(pending: PendingCheckpoint, attempt_id: ExecutionAttemptID,
 
 
 @pytest.mark.parametrize("props", [SAVEPOINT, SYNC_SAVEPOINT], ids=["savepoint", "sync-savepoint"])
-def test_savepoints_cannot_be_subsumed(memory_storage: CheckpointStorage,
-                                       props: CheckpointProperties) -> None:
+def test_savepoints_cannot_be_subsumed(
+    memory_storage: CheckpointStorage, props: CheckpointProperties
+) -> None:
     pending = make_pending(memory_storage, props=props).pending
     assert not pending.can_be_subsumed()
     with pytest.raises(IllegalCheckpointStateError):
@@ -140,10 +146,10 @@ def test_checkpoints_can_be_subsumed(memory_storage: CheckpointStorage) -> None:
 # ---------------------------------------------------------------------- completion future
 
 
-@pytest.mark.parametrize("reason", [R.CHECKPOINT_DECLINED, R.CHECKPOINT_EXPIRED,
-                                    R.CHECKPOINT_SUBSUMED])
-def test_completion_future_is_done_after_abort(memory_storage: CheckpointStorage,
-                                               reason: CheckpointFailureReason) -> None:
+@pytest.mark.parametrize("reason", [R.CHECKPOINT_DECLINED, R.CHECKPOINT_EXPIRED, R.CHECKPOINT_SUBSUMED])
+def test_completion_future_is_done_after_abort(
+    memory_storage: CheckpointStorage, reason: CheckpointFailureReason
+) -> None:
     pending = make_pending(memory_storage).pending
     assert not pending.completion_future.done()
     pending.abort(reason)
@@ -162,15 +168,13 @@ def test_finalize_requires_all_acknowledgements(fs_storage: CheckpointStorage) -
     with pytest.raises(IllegalCheckpointStateError):
         pending.finalize_checkpoint(2_000)
     assert not pending.completion_future.done()
-    assert not os.path.exists(os.path.join(fs_storage.checkpoint_dir(CHECKPOINT_ID),
-                                           METADATA_FILE_NAME))
+    assert not os.path.exists(os.path.join(fs_storage.checkpoint_dir(CHECKPOINT_ID), METADATA_FILE_NAME))
 
     assert ack(pending, A2) is TaskAcknowledgeResult.SUCCESS
     completed = pending.finalize_checkpoint(2_000)
     assert pending.completion_future.result() is completed
     assert completed.checkpoint_id == CHECKPOINT_ID
-    assert os.path.isfile(os.path.join(fs_storage.checkpoint_dir(CHECKPOINT_ID),
-                                       METADATA_FILE_NAME))
+    assert os.path.isfile(os.path.join(fs_storage.checkpoint_dir(CHECKPOINT_ID), METADATA_FILE_NAME))
     assert pending.disposed
 
 
@@ -186,10 +190,10 @@ def test_finalize_of_a_discarded_checkpoint_is_illegal(memory_storage: Checkpoin
 # ---------------------------------------------------------------------- state discarding
 
 
-@pytest.mark.parametrize("reason", [R.CHECKPOINT_DECLINED, R.CHECKPOINT_EXPIRED,
-                                    R.CHECKPOINT_SUBSUMED])
-def test_abort_discards_received_state(fs_storage: CheckpointStorage,
-                                       reason: CheckpointFailureReason) -> None:
+@pytest.mark.parametrize("reason", [R.CHECKPOINT_DECLINED, R.CHECKPOINT_EXPIRED, R.CHECKPOINT_SUBSUMED])
+def test_abort_discards_received_state(
+    fs_storage: CheckpointStorage, reason: CheckpointFailureReason
+) -> None:
     fixture = make_pending(fs_storage)
     state = file_state(fs_storage, A1)
     assert ack(fixture.pending, A1, state) is TaskAcknowledgeResult.SUCCESS
@@ -230,8 +234,7 @@ def test_ack_without_state_is_a_stateless_task(memory_storage: CheckpointStorage
 # ---------------------------------------------------------------------- canceller
 
 
-def test_canceller_cannot_be_set_on_a_disposed_checkpoint(memory_storage: CheckpointStorage
-                                                          ) -> None:
+def test_canceller_cannot_be_set_on_a_disposed_checkpoint(memory_storage: CheckpointStorage) -> None:
     timer = ManualTimer(ManualClock())
     pending = make_pending(memory_storage).pending
     pending.abort(R.CHECKPOINT_EXPIRED)
@@ -262,8 +265,7 @@ def test_finalize_cancels_the_canceller(memory_storage: CheckpointStorage) -> No
 # ---------------------------------------------------------------------- full acknowledgement
 
 
-def test_fully_acknowledged_needs_tasks_and_master_hooks(memory_storage: CheckpointStorage
-                                                        ) -> None:
+def test_fully_acknowledged_needs_tasks_and_master_hooks(memory_storage: CheckpointStorage) -> None:
     pending = make_pending(memory_storage, attempts=(A1,), master_hooks=("a", "b")).pending
     assert not pending.is_fully_acknowledged
     ack(pending, A1)

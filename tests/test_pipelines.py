@@ -56,12 +56,14 @@ def final_counts(pairs: Sequence[tuple[str, int]]) -> dict[str, int]:
 @pytest.mark.parametrize("parallelism", [1, 2, 4])
 def test_word_count_is_the_same_at_every_parallelism(parallelism: int, executor: str) -> None:
     env = env_with(parallelism, executor)
-    result = (env.from_collection(TEXT * 50)
-              .flat_map(lambda line: line.split())
-              .map(lambda w: (w, 1))
-              .key_by(lambda t: t[0])
-              .reduce(lambda a, b: (a[0], a[1] + b[1]))
-              .execute_and_collect("word count", limit=10**6))
+    result = (
+        env.from_collection(TEXT * 50)
+        .flat_map(lambda line: line.split())
+        .map(lambda w: (w, 1))
+        .key_by(lambda t: t[0])
+        .reduce(lambda a, b: (a[0], a[1] + b[1]))
+        .execute_and_collect("word count", limit=10**6)
+    )
     expected = Counter(w for line in TEXT * 50 for w in line.split())
     assert final_counts(result) == dict(expected)
     assert len(result) == sum(expected.values())  # one update per input word
@@ -75,8 +77,7 @@ class CountAndSum(KeyedProcessFunction):
 
     def open(self, runtime_context: RuntimeContext) -> None:
         self.count = runtime_context.get_state(ValueStateDescriptor("count"))
-        self.total = runtime_context.get_reducing_state(
-            ReducingStateDescriptor("sum", lambda a, b: a + b))
+        self.total = runtime_context.get_reducing_state(ReducingStateDescriptor("sum", lambda a, b: a + b))
 
     def process_element(self, value: int, ctx: KeyedProcessFunction.Context) -> Any:
         count = (self.count.value() or 0) + 1
@@ -89,10 +90,12 @@ class CountAndSum(KeyedProcessFunction):
 def test_keyed_state_sums_are_exact_over_a_million_records(executor: str) -> None:
     n, keys = 1_000_000, 1000
     env = env_with(2, executor)
-    out = (env.from_sequence(0, n - 1)
-           .key_by(lambda i: i % keys)
-           .process(CountAndSum(n // keys))
-           .execute_and_collect(limit=keys + 1))
+    out = (
+        env.from_sequence(0, n - 1)
+        .key_by(lambda i: i % keys)
+        .process(CountAndSum(n // keys))
+        .execute_and_collect(limit=keys + 1)
+    )
     assert len(out) == keys
     for key, count, total in out:
         assert count == n // keys
@@ -156,12 +159,17 @@ class SlowSink(Sink):
 def test_a_slow_sink_backpressures_a_fast_source(executor: str) -> None:
     batch, credits = 100, 4
     env = env_with(1, executor)
-    env.configure({"chandy.network.batch-size": batch,
-                   "taskmanager.network.memory.buffers-per-channel": credits})
+    env.configure(
+        {"chandy.network.batch-size": batch, "taskmanager.network.memory.buffers-per-channel": credits}
+    )
     progress = Probe()
-    (env.from_source(CountingSource(30_000, progress))
-        .map(lambda x: x).disable_chaining()  # two network hops between source and sink
-        .sink_to(SlowSink(progress, 0.001)).disable_chaining())
+    (
+        env.from_source(CountingSource(30_000, progress))
+        .map(lambda x: x)
+        .disable_chaining()  # two network hops between source and sink
+        .sink_to(SlowSink(progress, 0.001))
+        .disable_chaining()
+    )
     env.execute("backpressure")
     assert progress.get("consumed") == 30_000
     # At most: each hop's channel credits + a partly filled batch + the batch in hand.
@@ -272,10 +280,15 @@ def test_collect_iterator_reports_the_job_failure(executor: str) -> None:
 def test_partitionings_deliver_the_right_records(executor: str) -> None:
     env = env_with(3, executor)
     src = env.from_sequence(1, 300)
-    union = src.rebalance().map(lambda x: ("r", x)).union(
-        src.shuffle().map(lambda x: ("s", x)),
-        src.broadcast().map(lambda x: ("b", x)),
-        src.forward().map(lambda x: ("f", x)))
+    union = (
+        src.rebalance()
+        .map(lambda x: ("r", x))
+        .union(
+            src.shuffle().map(lambda x: ("s", x)),
+            src.broadcast().map(lambda x: ("b", x)),
+            src.forward().map(lambda x: ("f", x)),
+        )
+    )
     out = union.execute_and_collect(limit=10**5)
     by_tag = Counter(tag for tag, _ in out)
     assert by_tag == {"r": 300, "s": 300, "b": 900, "f": 300}
@@ -293,9 +306,13 @@ class SubtaskTagger(ProcessFunction):
 
 
 def test_per_operator_parallelism(executor: str) -> None:
-    out = (env_with(2, executor).from_sequence(1, 1000)
-           .process(SubtaskTagger()).set_parallelism(4)
-           .execute_and_collect(limit=10**4))
+    out = (
+        env_with(2, executor)
+        .from_sequence(1, 1000)
+        .process(SubtaskTagger())
+        .set_parallelism(4)
+        .execute_and_collect(limit=10**4)
+    )
     assert {p for _, p, _ in out} == {4}
     assert {i for i, _, _ in out} == {0, 1, 2, 3}
     assert sorted(v for _, _, v in out) == list(range(1, 1001))
@@ -303,8 +320,12 @@ def test_per_operator_parallelism(executor: str) -> None:
 
 def test_rebalance_spreads_evenly(executor: str) -> None:
     env = env_with(4, executor)
-    out = (env.from_collection(list(range(4000))).rebalance()
-           .process(SubtaskTagger()).execute_and_collect(limit=10**4))
+    out = (
+        env.from_collection(list(range(4000)))
+        .rebalance()
+        .process(SubtaskTagger())
+        .execute_and_collect(limit=10**4)
+    )
     assert Counter(i for i, _, _ in out) == {0: 1000, 1: 1000, 2: 1000, 3: 1000}
 
 
@@ -313,8 +334,9 @@ def test_print_prefixes_the_subtask(capsys: pytest.CaptureFixture[str], executor
     env.from_collection(["a", "b", "c", "d"]).rebalance().print()
     env.execute()
     lines = capsys.readouterr().out.splitlines()
-    assert sorted(lines) == sorted(["1> a", "2> b", "1> c", "2> d"]) or \
-        sorted(line[3:] for line in lines) == ["a", "b", "c", "d"]
+    assert sorted(lines) == sorted(["1> a", "2> b", "1> c", "2> d"]) or sorted(
+        line[3:] for line in lines
+    ) == ["a", "b", "c", "d"]
     assert {line[:3] for line in lines} == {"1> ", "2> "}
     env = env_with(1, executor)
     env.from_collection([("w", 1)]).print("counts")
@@ -361,8 +383,7 @@ class Stateful(MapFunction):
 
 def test_every_subtask_gets_its_own_copy_of_a_function(executor: str) -> None:
     env = env_with(2, executor)
-    out = env.from_collection(list(range(100))).rebalance().map(Stateful()) \
-        .execute_and_collect(limit=1000)
+    out = env.from_collection(list(range(100))).rebalance().map(Stateful()).execute_and_collect(limit=1000)
     for index in (0, 1):
         counts = sorted(seen for i, seen in out if i == index)
         assert counts == list(range(1, 51))  # 1..50 per subtask: nothing shared
@@ -418,16 +439,28 @@ class Sessions(KeyedProcessFunction):
 
 
 def test_list_and_map_state_in_a_job(executor: str) -> None:
-    events = [("ann", "home"), ("bob", "home"), ("ann", "cart"), ("ann", "home"),
-              ("bob", "logout"), ("ann", "logout"), ("bob", "home"), ("bob", "logout")]
+    events = [
+        ("ann", "home"),
+        ("bob", "home"),
+        ("ann", "cart"),
+        ("ann", "home"),
+        ("bob", "logout"),
+        ("ann", "logout"),
+        ("bob", "home"),
+        ("bob", "logout"),
+    ]
     env = env_with(2, executor)
-    out = env.from_collection(events).key_by(lambda e: e[0]).process(Sessions()) \
-        .execute_and_collect(limit=100)
-    assert sorted(out, key=repr) == sorted([
-        ("ann", ["home", "cart", "home", "logout"], {"home": 2, "cart": 1, "logout": 1}),
-        ("bob", ["home", "logout"], {"home": 1, "logout": 1}),
-        ("bob", ["home", "logout"], {"home": 1, "logout": 1}),
-    ], key=repr)
+    out = (
+        env.from_collection(events).key_by(lambda e: e[0]).process(Sessions()).execute_and_collect(limit=100)
+    )
+    assert sorted(out, key=repr) == sorted(
+        [
+            ("ann", ["home", "cart", "home", "logout"], {"home": 2, "cart": 1, "logout": 1}),
+            ("bob", ["home", "logout"], {"home": 1, "logout": 1}),
+            ("bob", ["home", "logout"], {"home": 1, "logout": 1}),
+        ],
+        key=repr,
+    )
 
 
 class RunningMax(MapFunction):
@@ -443,28 +476,38 @@ class RunningMax(MapFunction):
 def test_keyed_map_filter_flat_map_use_keyed_state(executor: str) -> None:
     env = env_with(2, executor)
     data = [("a", 3), ("b", 1), ("a", 1), ("b", 5), ("a", 7)]
-    out = env.from_collection(data).key_by(lambda t: t[0]).map(RunningMax()) \
-        .execute_and_collect(limit=100)
+    out = env.from_collection(data).key_by(lambda t: t[0]).map(RunningMax()).execute_and_collect(limit=100)
     assert sorted(out) == sorted([("a", 3), ("b", 1), ("a", 3), ("b", 5), ("a", 7)])
     keyed = env.from_collection(data).key_by(lambda t: t[0])
     flat = keyed.flat_map(lambda t: [t[0]] * t[1]).execute_and_collect(limit=100)
     assert Counter(flat) == {"a": 11, "b": 6}
-    kept = env.from_collection(data).key_by(lambda t: t[0]).filter(lambda t: t[1] > 2) \
+    kept = (
+        env.from_collection(data)
+        .key_by(lambda t: t[0])
+        .filter(lambda t: t[1] > 2)
         .execute_and_collect(limit=100)
+    )
     assert sorted(kept) == [("a", 3), ("a", 7), ("b", 5)]
 
 
 def test_sum_on_tuples_numbers_and_dicts(executor: str) -> None:
     env = env_with(2, executor)
-    tuples = env.from_collection([("a", 1, "x"), ("a", 2, "y"), ("b", 5, "z")]) \
-        .key_by(lambda t: t[0]).sum(1).execute_and_collect(limit=10)
+    tuples = (
+        env.from_collection([("a", 1, "x"), ("a", 2, "y"), ("b", 5, "z")])
+        .key_by(lambda t: t[0])
+        .sum(1)
+        .execute_and_collect(limit=10)
+    )
     assert final_counts([(t[0], t[1]) for t in tuples]) == {"a": 3, "b": 5}
     assert ("a", 3, "x") in tuples  # other fields come from the first record, as in Flink
-    numbers = env.from_collection([1, 2, 3, 4]).key_by(lambda x: x % 2).sum() \
-        .execute_and_collect(limit=10)
+    numbers = env.from_collection([1, 2, 3, 4]).key_by(lambda x: x % 2).sum().execute_and_collect(limit=10)
     assert max(numbers) == 6 and 4 in numbers
-    dicts = env.from_collection([{"k": "a", "n": 1}, {"k": "a", "n": 4}]) \
-        .key_by(lambda d: d["k"]).sum("n").execute_and_collect(limit=10)
+    dicts = (
+        env.from_collection([{"k": "a", "n": 1}, {"k": "a", "n": 4}])
+        .key_by(lambda d: d["k"])
+        .sum("n")
+        .execute_and_collect(limit=10)
+    )
     assert dicts[-1] == {"k": "a", "n": 5}
 
 

@@ -56,21 +56,30 @@ def test_exactly_once_when_a_slot_process_is_killed() -> None:
     probe = Probe()
     env = spark_env(2, **{"restart-strategy.fixed-delay.delay": 0})
     env.enable_checkpointing(100)
-    results = (env.from_sequence(0, n - 1).uid("source")
-               .filter(CountingFilter("filter", probe)).uid("filter")
-               .map(Throttle(0.00002)).uid("throttle")
-               .shuffle()
-               .map(CountingMap("map", probe)).uid("map")
-               .key_by(lambda x: x % keys).process(KeyedCounter(n // keys)).uid("counter")
-               .execute_and_collect("killed slot"))
+    results = (
+        env.from_sequence(0, n - 1)
+        .uid("source")
+        .filter(CountingFilter("filter", probe))
+        .uid("filter")
+        .map(Throttle(0.00002))
+        .uid("throttle")
+        .shuffle()
+        .map(CountingMap("map", probe))
+        .uid("map")
+        .key_by(lambda x: x % keys)
+        .process(KeyedCounter(n // keys))
+        .uid("counter")
+        .execute_and_collect("killed slot")
+    )
     out: list[Any] = []
     reader = threading.Thread(target=lambda: out.extend(results), daemon=True)
     reader.start()
     client = results.job_client
-    wait_for(lambda: client.get_job_status().name == "RUNNING" and client.get_task_slots(),
-             what="slots")
-    wait_for(lambda: client.get_checkpoint_statistics()["counts"]["completed"] >= 2,
-             what="two completed checkpoints")
+    wait_for(lambda: client.get_job_status().name == "RUNNING" and client.get_task_slots(), what="slots")
+    wait_for(
+        lambda: client.get_checkpoint_statistics()["counts"]["completed"] >= 2,
+        what="two completed checkpoints",
+    )
     victim = client.get_task_slots()[1]["pid"]
     os.kill(victim, signal.SIGKILL)
     reader.join(180)
@@ -88,7 +97,8 @@ class LogsSomething(MapFunction):
         import logging
 
         logging.getLogger("user.job").warning(
-            "hello from subtask %d", runtime_context.get_index_of_this_subtask())
+            "hello from subtask %d", runtime_context.get_index_of_this_subtask()
+        )
 
     def map(self, value: Any) -> Any:
         return value
@@ -103,17 +113,21 @@ def test_slot_logs_reach_the_driver_with_the_slot_index(caplog: pytest.LogCaptur
     assert "[slot 1, attempt 1] hello from subtask 1" in messages
 
 
-@pytest.mark.parametrize(("master", "directory", "refused"), [
-    ("local[4]", "/tmp/checkpoints", False),
-    ("local-cluster[2,2,1024]", "/tmp/checkpoints", False),  # one host
-    ("spark://master:7077", "/tmp/checkpoints", True),
-    ("yarn", "relative/dir", True),
-    ("spark://master:7077", "file:///mnt/nfs/checkpoints", False),  # declared shared
-    ("k8s://https://api:6443", "s3://bucket/checkpoints", False),
-    ("spark://master:7077", None, False),
-])
+@pytest.mark.parametrize(
+    ("master", "directory", "refused"),
+    [
+        ("local[4]", "/tmp/checkpoints", False),
+        ("local-cluster[2,2,1024]", "/tmp/checkpoints", False),  # one host
+        ("spark://master:7077", "/tmp/checkpoints", True),
+        ("yarn", "relative/dir", True),
+        ("spark://master:7077", "file:///mnt/nfs/checkpoints", False),  # declared shared
+        ("k8s://https://api:6443", "s3://bucket/checkpoints", False),
+        ("spark://master:7077", None, False),
+    ],
+)
 def test_a_local_checkpoint_path_is_refused_on_a_multi_host_cluster(
-        master: str, directory: str | None, refused: bool) -> None:
+    master: str, directory: str | None, refused: bool
+) -> None:
     from chandy.runtime.spark.executor import check_storage_reachable
 
     if refused:
@@ -123,13 +137,16 @@ def test_a_local_checkpoint_path_is_refused_on_a_multi_host_cluster(
         check_storage_reachable(master, directory)
 
 
-def test_a_peer_without_the_secret_is_refused_and_the_job_goes_on(
-        caplog: pytest.LogCaptureFixture) -> None:
+def test_a_peer_without_the_secret_is_refused_and_the_job_goes_on(caplog: pytest.LogCaptureFixture) -> None:
     n, keys = 100_000, 10
     env = spark_env(2)
-    results = (env.from_sequence(0, n - 1).map(Throttle(0.00005))
-               .key_by(lambda x: x % keys).process(KeyedCounter(n // keys))
-               .execute_and_collect("secrets"))
+    results = (
+        env.from_sequence(0, n - 1)
+        .map(Throttle(0.00005))
+        .key_by(lambda x: x % keys)
+        .process(KeyedCounter(n // keys))
+        .execute_and_collect("secrets")
+    )
     out: list[Any] = []
     reader = threading.Thread(target=lambda: out.extend(results), daemon=True)
     reader.start()
@@ -152,7 +169,8 @@ def test_a_peer_without_the_secret_is_refused_and_the_job_goes_on(
 
 
 def test_a_function_whose_module_the_executors_cannot_import_fails_the_job_naming_the_fix(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     # A module only the driver can import (as a job's helper module is on a laptop until
     # it is shipped): cloudpickle sends its functions by reference, by module name.
     (tmp_path / "only_on_the_driver.py").write_text("def double(x):\n    return 2 * x\n")
@@ -160,9 +178,13 @@ def test_a_function_whose_module_the_executors_cannot_import_fails_the_job_namin
     import only_on_the_driver  # type: ignore[import-not-found]
 
     env = spark_env()
-    env.configure({"restart-strategy.type": "fixed-delay",
-                   "restart-strategy.fixed-delay.attempts": 5,
-                   "restart-strategy.fixed-delay.delay": 0})
+    env.configure(
+        {
+            "restart-strategy.type": "fixed-delay",
+            "restart-strategy.fixed-delay.attempts": 5,
+            "restart-strategy.fixed-delay.delay": 0,
+        }
+    )
     env.from_sequence(0, 99).map(only_on_the_driver.double).print()
     client = env.execute_async("helper module not shipped")
     with pytest.raises(JobExecutionError) as info:
@@ -172,8 +194,9 @@ def test_a_function_whose_module_the_executors_cannot_import_fails_the_job_namin
     assert "spark.submit.pyFiles" in message
     assert client.restarts == 0  # a restart would only repeat it
     # the slots were not lost: the next job runs in the same session
-    assert sorted(spark_env().from_sequence(0, 9).map(lambda x: 2 * x).execute_and_collect()) \
-        == list(range(0, 20, 2))
+    assert sorted(spark_env().from_sequence(0, 9).map(lambda x: 2 * x).execute_and_collect()) == list(
+        range(0, 20, 2)
+    )
 
 
 def test_a_job_needing_more_slots_than_spark_has_fails_fast() -> None:
@@ -186,24 +209,47 @@ def test_a_job_needing_more_slots_than_spark_has_fails_fast() -> None:
     assert "needs 6 slots" in str(info.value) and "has 4 task slots" in str(info.value)
 
 
-def _run_script(name: str, *args: str, timeout: float = 300, **extra_env: str
-                ) -> subprocess.CompletedProcess[str]:
+def _run_script(
+    name: str, *args: str, timeout: float = 300, **extra_env: str
+) -> subprocess.CompletedProcess[str]:
     env = {**os.environ, "PYTHONPATH": str(ROOT), **extra_env}
     env.pop("PYSPARK_PYTHON", None)
-    return subprocess.run([sys.executable, str(ROOT / "tests" / "scripts" / name), *args],
-                          capture_output=True, text=True, timeout=timeout, env=env, cwd=ROOT)
+    return subprocess.run(
+        [sys.executable, str(ROOT / "tests" / "scripts" / name), *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env=env,
+        cwd=ROOT,
+    )
 
 
 @pytest.mark.slow
 def test_spark_submit_runs_the_word_count_example() -> None:
     spark_submit = Path(sys.executable).with_name("spark-submit")
-    env = {**os.environ, "PYSPARK_PYTHON": sys.executable, "PYSPARK_DRIVER_PYTHON": sys.executable,
-           "SPARK_LOCAL_IP": "127.0.0.1"}
-    done = subprocess.run([str(spark_submit), "--master", "local[4]",
-                           "--conf", "spark.driver.host=127.0.0.1",
-                           "--conf", "spark.python.worker.reuse=false",
-                           str(ROOT / "examples" / "word_count.py")],
-                          capture_output=True, text=True, timeout=300, env=env, cwd=ROOT)
+    env = {
+        **os.environ,
+        "PYSPARK_PYTHON": sys.executable,
+        "PYSPARK_DRIVER_PYTHON": sys.executable,
+        "SPARK_LOCAL_IP": "127.0.0.1",
+    }
+    done = subprocess.run(
+        [
+            str(spark_submit),
+            "--master",
+            "local[4]",
+            "--conf",
+            "spark.driver.host=127.0.0.1",
+            "--conf",
+            "spark.python.worker.reuse=false",
+            str(ROOT / "examples" / "word_count.py"),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env=env,
+        cwd=ROOT,
+    )
     assert done.returncode == 0, done.stderr[-3000:]
     lines = [line for line in done.stdout.splitlines() if "> (" in line]
     counts = {}
@@ -217,9 +263,14 @@ def test_spark_submit_runs_the_word_count_example() -> None:
 def test_ctrl_c_cancels_the_job_cleanly_and_keeps_retained_checkpoints(tmp_path: Path) -> None:
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     env.pop("PYSPARK_PYTHON", None)
-    proc = subprocess.Popen([sys.executable, str(ROOT / "tests" / "scripts" / "endless_job.py"),
-                             str(tmp_path)], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            text=True, env=env, cwd=ROOT)
+    proc = subprocess.Popen(
+        [sys.executable, str(ROOT / "tests" / "scripts" / "endless_job.py"), str(tmp_path)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+        cwd=ROOT,
+    )
     try:
         slots = json.loads(proc.stdout.readline())  # printed once a checkpoint completed
         assert len(slots) == 2 and all(pid_alive(s["pid"]) for s in slots)
@@ -254,8 +305,7 @@ def test_a_slot_leaves_its_long_lived_objects_out_of_garbage_collections() -> No
     # start, so a full collection, which stops every task of the slot while it runs,
     # walks only what the tasks made (5-18 ms down to 0.06 ms on the reference machine).
     env = spark_env()
-    seen = list(env.from_sequence(0, 1).map(_objects_a_full_collection_walks)
-                .execute_and_collect())
+    seen = list(env.from_sequence(0, 1).map(_objects_a_full_collection_walks).execute_and_collect())
     assert len(seen) == 2
     for frozen, walked in seen:
         assert frozen > 10_000

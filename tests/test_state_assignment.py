@@ -70,8 +70,10 @@ def random_old_state(rng: random.Random, old_parallelism: int) -> OldState:
         split_ranges = element_ranges(rng, rng.randint(0, 12), 0)
         union_ranges = element_ranges(rng, rng.randint(0, 4), 10_000)
         broadcast_ranges = element_ranges(rng, broadcast_count, 20_000)
-        states = {"split": OperatorStateMeta(SPLIT, split_ranges),
-                  "broadcast": OperatorStateMeta(BROADCAST, broadcast_ranges)}
+        states = {
+            "split": OperatorStateMeta(SPLIT, split_ranges),
+            "broadcast": OperatorStateMeta(BROADCAST, broadcast_ranges),
+        }
         if with_union:
             states["union"] = OperatorStateMeta(UNION, union_ranges)
         else:
@@ -124,12 +126,17 @@ def test_s52_partitionable_state_repartitioning_10000_random_runs() -> None:
         check_repartitioning(random_old_state(rng, old_parallelism), new_parallelism)
 
 
-@pytest.mark.parametrize(("old_parallelism", "new_parallelism"),
-                         [(1, 9), (9, 1), (3, 7), (7, 3), (4, 4)])
+@pytest.mark.parametrize(("old_parallelism", "new_parallelism"), [(1, 9), (9, 1), (3, 7), (7, 3), (4, 4)])
 def test_s52_split_lists_are_spread_evenly(old_parallelism: int, new_parallelism: int) -> None:
-    handles = [[OperatorStateHandle(
-        {"split": OperatorStateMeta(SPLIT, element_ranges(random.Random(i), 10, 0))},
-        ByteStreamStateHandle(f"old-{i}", b""))] for i in range(old_parallelism)]
+    handles = [
+        [
+            OperatorStateHandle(
+                {"split": OperatorStateMeta(SPLIT, element_ranges(random.Random(i), 10, 0))},
+                ByteStreamStateHandle(f"old-{i}", b""),
+            )
+        ]
+        for i in range(old_parallelism)
+    ]
     new = repartition_operator_state(handles, new_parallelism)
     loads = [len(elements_of(h, "split")) for h in new]
     assert sum(loads) == 10 * old_parallelism
@@ -142,31 +149,43 @@ def test_s52_split_lists_are_spread_evenly(old_parallelism: int, new_parallelism
 MAX_PARALLELISM = 128
 
 
-def keyed_operator_state(operator_id: str, parallelism: int, max_parallelism: int = MAX_PARALLELISM
-                         ) -> OperatorState:
+def keyed_operator_state(
+    operator_id: str, parallelism: int, max_parallelism: int = MAX_PARALLELISM
+) -> OperatorState:
     """Keyed state of ``parallelism`` old subtasks; key group k lives at bytes [10k, 10k + 10)."""
     state = OperatorState(operator_id, parallelism, max_parallelism)
     for index in range(parallelism):
         key_groups = KeyGroupRange.of_operator(max_parallelism, parallelism, index)
-        handle = KeyGroupsStateHandle(key_groups, tuple((10 * k, 10 * k + 10) for k in key_groups),
-                                      ByteStreamStateHandle(f"old-{index}", b""))
+        handle = KeyGroupsStateHandle(
+            key_groups,
+            tuple((10 * k, 10 * k + 10) for k in key_groups),
+            ByteStreamStateHandle(f"old-{index}", b""),
+        )
         state.put_state(index, OperatorSubtaskState((handle,), ()))
     return state
 
 
-def vertex(parallelism: int, operator_ids: tuple[str, ...] = ("window",),
-           max_parallelism: int = MAX_PARALLELISM) -> VertexToRestore:
-    return VertexToRestore(7, "Window(keyed)", parallelism, max_parallelism, operator_ids,
-                           tuple(f"{op}-name" for op in operator_ids))
+def vertex(
+    parallelism: int, operator_ids: tuple[str, ...] = ("window",), max_parallelism: int = MAX_PARALLELISM
+) -> VertexToRestore:
+    return VertexToRestore(
+        7,
+        "Window(keyed)",
+        parallelism,
+        max_parallelism,
+        operator_ids,
+        tuple(f"{op}-name" for op in operator_ids),
+    )
 
 
-@pytest.mark.parametrize(("old_parallelism", "new_parallelism"),
-                         [(2, 3), (3, 2), (1, 4), (4, 1), (5, 7), (7, 5), (3, 3), (1, 128)])
-def test_keyed_state_is_split_by_key_group_range(old_parallelism: int, new_parallelism: int
-                                                 ) -> None:
+@pytest.mark.parametrize(
+    ("old_parallelism", "new_parallelism"), [(2, 3), (3, 2), (1, 4), (4, 1), (5, 7), (7, 5), (3, 3), (1, 128)]
+)
+def test_keyed_state_is_split_by_key_group_range(old_parallelism: int, new_parallelism: int) -> None:
     states = {"window": keyed_operator_state("window", old_parallelism)}
-    assigned = assign_states(states, [vertex(new_parallelism)], allow_non_restored_state=False,
-                             source="chk-1")
+    assigned = assign_states(
+        states, [vertex(new_parallelism)], allow_non_restored_state=False, source="chk-1"
+    )
 
     owner_of: dict[int, int] = {}
     for index in range(new_parallelism):
@@ -176,8 +195,7 @@ def test_keyed_state_is_split_by_key_group_range(old_parallelism: int, new_paral
         for handle in subtask.managed_keyed_state:
             for key_group, byte_range in handle.key_groups():
                 assert byte_range == (10 * key_group, 10 * key_group + 10)
-                old_owner = compute_operator_index_for_key_group(MAX_PARALLELISM, old_parallelism,
-                                                                 key_group)
+                old_owner = compute_operator_index_for_key_group(MAX_PARALLELISM, old_parallelism, key_group)
                 assert isinstance(handle.delegate, ByteStreamStateHandle)
                 assert handle.delegate.name == f"old-{old_owner}"
                 assert key_group not in owner_of, f"key group {key_group} assigned twice"
@@ -188,8 +206,10 @@ def test_keyed_state_is_split_by_key_group_range(old_parallelism: int, new_paral
 
 
 def test_unclaimed_operator_state_is_refused() -> None:
-    states = {"window": keyed_operator_state("window", 2),
-              "removed-op": keyed_operator_state("removed-op", 2)}
+    states = {
+        "window": keyed_operator_state("window", 2),
+        "removed-op": keyed_operator_state("removed-op", 2),
+    }
     with pytest.raises(InvalidCheckpointError) as error:
         assign_states(states, [vertex(2)], allow_non_restored_state=False, source="chk-4")
     assert "removed-op" in str(error.value)
@@ -197,8 +217,10 @@ def test_unclaimed_operator_state_is_refused() -> None:
 
 
 def test_unclaimed_operator_state_is_skipped_when_allowed() -> None:
-    states = {"window": keyed_operator_state("window", 2),
-              "removed-op": keyed_operator_state("removed-op", 2)}
+    states = {
+        "window": keyed_operator_state("window", 2),
+        "removed-op": keyed_operator_state("removed-op", 2),
+    }
     assigned = assign_states(states, [vertex(2)], allow_non_restored_state=True, source="chk-4")
     assert set(assigned) == {(7, 0), (7, 1)}
     for snapshot in assigned.values():
@@ -208,8 +230,9 @@ def test_unclaimed_operator_state_is_skipped_when_allowed() -> None:
 def test_changed_max_parallelism_is_refused() -> None:
     states = {"window": keyed_operator_state("window", 2, max_parallelism=128)}
     with pytest.raises(InvalidCheckpointError) as error:
-        assign_states(states, [vertex(2, max_parallelism=256)], allow_non_restored_state=False,
-                      source="chk-5")
+        assign_states(
+            states, [vertex(2, max_parallelism=256)], allow_non_restored_state=False, source="chk-5"
+        )
     message = str(error.value)
     assert "max parallelism" in message
     assert "128" in message

@@ -101,19 +101,23 @@ def test_key_outside_the_range_is_refused() -> None:
         backend.set_current_key("k", 100)
 
 
-def restore_into(snapshot_bytes_by_backend: list, key_group_range: KeyGroupRange | None = None
-                 ) -> HeapKeyedStateBackend:
+def restore_into(
+    snapshot_bytes_by_backend: list, key_group_range: KeyGroupRange | None = None
+) -> HeapKeyedStateBackend:
     from chandy.state.handles import ByteStreamStateHandle, KeyGroupsStateHandle
 
     fresh = HeapKeyedStateBackend(key_group_range or KeyGroupRange(0, 127), 128)
-    handles = [KeyGroupsStateHandle(s.key_group_range, s.ranges, ByteStreamStateHandle("x", s.payload))
-               for s in snapshot_bytes_by_backend]
-    fresh.restore(handles, lambda h, r: h.data[r[0]:r[1]])
+    handles = [
+        KeyGroupsStateHandle(s.key_group_range, s.ranges, ByteStreamStateHandle("x", s.payload))
+        for s in snapshot_bytes_by_backend
+    ]
+    fresh.restore(handles, lambda h, r: h.data[r[0] : r[1]])
     return fresh
 
 
 def test_a_snapshot_sees_state_as_of_the_barrier_whatever_happens_after(
-        backend: HeapKeyedStateBackend) -> None:
+    backend: HeapKeyedStateBackend,
+) -> None:
     """Copy-on-write: mutations after the synchronous part never reach the snapshot."""
     value = backend.get_partitioned_state(ValueStateDescriptor("v"))
     items = backend.get_partitioned_state(ListStateDescriptor("l"))
@@ -140,8 +144,7 @@ def test_a_snapshot_sees_state_as_of_the_barrier_whatever_happens_after(
     assert restored.get_partitioned_state(ValueStateDescriptor("v")).value() == ["mutable", "list"]
     assert list(restored.get_partitioned_state(ListStateDescriptor("l")).get()) == [1]
     assert dict(restored.get_partitioned_state(MapStateDescriptor("m")).items()) == {"a": [1]}
-    assert restored.get_partitioned_state(
-        ReducingStateDescriptor("r", lambda a, b: a + b)).get() == [1]
+    assert restored.get_partitioned_state(ReducingStateDescriptor("r", lambda a, b: a + b)).get() == [1]
     at(restored, "new-key")
     assert restored.get_partitioned_state(ValueStateDescriptor("v")).value() is None
     # and the live state kept every change
@@ -174,8 +177,7 @@ def test_immutable_values_are_never_copied(backend: HeapKeyedStateBackend) -> No
     snapshot.release()
 
 
-def test_keyed_state_restores_into_a_smaller_range_per_key_group(
-        backend: HeapKeyedStateBackend) -> None:
+def test_keyed_state_restores_into_a_smaller_range_per_key_group(backend: HeapKeyedStateBackend) -> None:
     value = backend.get_partitioned_state(ValueStateDescriptor("v"))
     for i in range(1000):
         at(backend, i)
@@ -207,9 +209,11 @@ def test_operator_state_snapshot_and_restore() -> None:
     assert metas["offsets"].mode is OperatorStateDistributionMode.SPLIT_DISTRIBUTE
     assert metas["everyone"].mode is OperatorStateDistributionMode.UNION
     target = OperatorStateBackend()
-    target.restore([(metas, ByteStreamStateHandle("x", payload))], lambda h, r: h.data[r[0]:r[1]])
+    target.restore([(metas, ByteStreamStateHandle("x", payload))], lambda h, r: h.data[r[0] : r[1]])
     assert list(target.get_list_state(ListStateDescriptor("offsets")).get()) == [
-        {"partition": 0, "offset": 5}, {"partition": 1, "offset": 9}]
+        {"partition": 0, "offset": 5},
+        {"partition": 1, "offset": 9},
+    ]
     assert list(target.get_union_list_state(ListStateDescriptor("everyone")).get()) == ["shared"]
     with pytest.raises(ValueError, match="SPLIT_DISTRIBUTE"):
         target.get_union_list_state(ListStateDescriptor("offsets"))

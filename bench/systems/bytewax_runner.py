@@ -157,8 +157,9 @@ class _StridedPartition(StatefulSourcePartition[Any, int]):
     ``batch`` per ``next_batch``; its snapshot is the next index to read, so a resumed
     partition re-reads exactly what the last durable snapshot did not cover."""
 
-    def __init__(self, spec: FlowSpec, part: int, end: int, resume: int | None,
-                 make: Callable[[range], list[Any]]) -> None:
+    def __init__(
+        self, spec: FlowSpec, part: int, end: int, resume: int | None, make: Callable[[range], list[Any]]
+    ) -> None:
         self.step = spec.parallelism
         self.pos = part if resume is None else resume
         self.end = end
@@ -196,8 +197,7 @@ class _PartitionedSource(FixedPartitionedSource[Any, int]):
 class IntSource(_PartitionedSource):
     """The ints ``0..N-1``."""
 
-    def build_part(self, step_id: str, for_part: str, resume_state: int | None
-                   ) -> _StridedPartition:
+    def build_part(self, step_id: str, for_part: str, resume_state: int | None) -> _StridedPartition:
         return _StridedPartition(self.spec, int(for_part), self.spec.records, resume_state, list)
 
 
@@ -205,8 +205,7 @@ class KeyValueSource(_PartitionedSource):
     """W4's records ``(i, value)``: ``value_bytes`` bytes, distinct per key (mirrors chandy's
     ``KeyValue``)."""
 
-    def build_part(self, step_id: str, for_part: str, resume_state: int | None
-                   ) -> _StridedPartition:
+    def build_part(self, step_id: str, for_part: str, resume_state: int | None) -> _StridedPartition:
         filler = b"v" * max(0, self.spec.value_bytes - 8)
 
         def make(indexes: range) -> list[tuple[int, bytes]]:
@@ -252,8 +251,7 @@ class _PacedPartition(StatefulSourcePartition[tuple[int, float], int]):
 class PacedSource(_PartitionedSource):
     """W3's stamped records at ``rate`` per second for ``duration_s``."""
 
-    def build_part(self, step_id: str, for_part: str, resume_state: int | None
-                   ) -> _PacedPartition:
+    def build_part(self, step_id: str, for_part: str, resume_state: int | None) -> _PacedPartition:
         return _PacedPartition(self.spec, int(for_part), resume_state)
 
 
@@ -277,8 +275,7 @@ class _ArrivalPartition(StatelessSinkPartition[Any]):
         self.count += len(items)
 
     def close(self) -> None:
-        self.path.write_text(json.dumps({"first": self.first, "last": self.last,
-                                         "count": self.count}))
+        self.path.write_text(json.dumps({"first": self.first, "last": self.last, "count": self.count}))
 
 
 class _LastSumPartition(_ArrivalPartition):
@@ -380,8 +377,7 @@ class FailingSum:
         self.seen_first = False
         self.store: RecoveryStore | None = None
 
-    def __call__(self, state: tuple[int, int] | None, value: int
-                 ) -> tuple[tuple[int, int], tuple[int, int]]:
+    def __call__(self, state: tuple[int, int] | None, value: int) -> tuple[tuple[int, int], tuple[int, int]]:
         if not self.seen_first:
             self.seen_first = True
             if self.spec.attempt > 0:
@@ -482,11 +478,16 @@ def dataflow_main(spec_path: str, process_id: int, parent: int) -> None:
     epoch = timedelta(milliseconds=spec.epoch_ms) if spec.epoch_ms > 0 else None
     if spec.mode == "processes":
         _await_lower_processes(spec, process_id)
-        cli_main(flow, workers_per_process=1, process_id=process_id, addresses=spec.addresses,
-                 epoch_interval=epoch, recovery_config=recovery)
+        cli_main(
+            flow,
+            workers_per_process=1,
+            process_id=process_id,
+            addresses=spec.addresses,
+            epoch_interval=epoch,
+            recovery_config=recovery,
+        )
     else:
-        cli_main(flow, workers_per_process=spec.parallelism, epoch_interval=epoch,
-                 recovery_config=recovery)
+        cli_main(flow, workers_per_process=spec.parallelism, epoch_interval=epoch, recovery_config=recovery)
 
 
 # ================================================================== the recovery store
@@ -533,19 +534,23 @@ class RecoveryStore:
         its workers, a worker without a row counting as at the resume epoch. ``None`` if no
         execution has started yet or the store is busy."""
         if not self.dbs:
-            self.dbs = [sqlite3.connect(part, timeout=1.0, check_same_thread=False)
-                        for part in _parts(self.db_dir)]
+            self.dbs = [
+                sqlite3.connect(part, timeout=1.0, check_same_thread=False) for part in _parts(self.db_dir)
+            ]
         try:
-            exs = [row for db in self.dbs
-                   for row in db.execute("SELECT ex_num, worker_count, resume_epoch FROM exs")]
+            exs = [
+                row
+                for db in self.dbs
+                for row in db.execute("SELECT ex_num, worker_count, resume_epoch FROM exs")
+            ]
             if not exs:
                 return None
             execution, workers, resume = max(exs)
             fronts: dict[int, int] = {}
             for db in self.dbs:
                 for worker, frontier in db.execute(
-                        "SELECT worker_index, worker_frontier FROM fronts WHERE ex_num = ?",
-                        (execution,)):
+                    "SELECT worker_index, worker_frontier FROM fronts WHERE ex_num = ?", (execution,)
+                ):
                     fronts[worker] = max(frontier, fronts.get(worker, frontier))
         except sqlite3.Error:
             return None
@@ -637,13 +642,23 @@ class Children:
             log_path = Path(spec.work_dir) / f"dataflow-{spec.attempt}-{process_id}.log"
             with log_path.open("wb") as out:
                 proc = subprocess.Popen(
-                    [sys.executable, str(Path(__file__).resolve()), "_dataflow", str(spec_path),
-                     str(process_id), str(os.getpid())],
-                    stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT)
+                    [
+                        sys.executable,
+                        str(Path(__file__).resolve()),
+                        "_dataflow",
+                        str(spec_path),
+                        str(process_id),
+                        str(os.getpid()),
+                    ],
+                    stdin=subprocess.DEVNULL,
+                    stdout=out,
+                    stderr=subprocess.STDOUT,
+                )
             self.procs.append(proc)
             started.append(proc)
-            log.info("attempt %d: process %d is pid %d (log %s)", spec.attempt, process_id,
-                     proc.pid, log_path)
+            log.info(
+                "attempt %d: process %d is pid %d (log %s)", spec.attempt, process_id, proc.pid, log_path
+            )
         return started
 
     def close(self) -> None:
@@ -706,9 +721,12 @@ def _last_line(path: Path) -> str:
 def init_recovery(spec: FlowSpec) -> None:
     """Make the recovery partitions the way the Bytewax docs say: ``python -m bytewax.recovery``."""
     spec.recovery_dir.mkdir(parents=True, exist_ok=True)
-    subprocess.run([sys.executable, "-m", "bytewax.recovery", str(spec.recovery_dir),
-                    str(spec.parallelism)], check=True, stdin=subprocess.DEVNULL,
-                   stdout=subprocess.DEVNULL)
+    subprocess.run(
+        [sys.executable, "-m", "bytewax.recovery", str(spec.recovery_dir), str(spec.parallelism)],
+        check=True,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL,
+    )
 
 
 def read_json_files(work_dir: Path, pattern: str) -> list[Any]:
@@ -721,8 +739,7 @@ def arrival_span(work_dir: Path, attempt: int) -> tuple[float, float, int]:
     active = [p for p in parts if p["count"]]
     if not active:
         raise RuntimeError("no records reached the sink")
-    return (min(p["first"] for p in active), max(p["last"] for p in active),
-            sum(p["count"] for p in parts))
+    return (min(p["first"] for p in active), max(p["last"] for p in active), sum(p["count"] for p in parts))
 
 
 def epoch_durations(spec: FlowSpec, watcher: ProgressWatcher) -> list[float]:
@@ -745,12 +762,13 @@ def epoch_durations(spec: FlowSpec, watcher: ProgressWatcher) -> list[float]:
 
 def checkpoint_figures(spec: FlowSpec, watcher: ProgressWatcher | None) -> dict[str, Any]:
     if watcher is None or watcher.last is None:
-        return {"checkpoints_completed": None, "checkpoint_p50_ms": None,
-                "checkpoint_max_ms": None}
+        return {"checkpoints_completed": None, "checkpoint_p50_ms": None, "checkpoint_max_ms": None}
     durations = sorted(epoch_durations(spec, watcher))
-    return {"checkpoints_completed": watcher.last.durable_epochs,
-            "checkpoint_p50_ms": percentile(durations, 50) if durations else None,
-            "checkpoint_max_ms": durations[-1] if durations else None}
+    return {
+        "checkpoints_completed": watcher.last.durable_epochs,
+        "checkpoint_p50_ms": percentile(durations, 50) if durations else None,
+        "checkpoint_max_ms": durations[-1] if durations else None,
+    }
 
 
 def percentile(ordered: list[float], q: float) -> float:
@@ -771,11 +789,20 @@ def watching(spec: FlowSpec, poll_ms: float) -> Iterator[ProgressWatcher | None]
 
 
 def make_spec(args: argparse.Namespace) -> FlowSpec:
-    spec = FlowSpec(workload=args.workload, work_dir=str(args.work_dir.resolve()),
-                    records=args.records, keys=args.keys, parallelism=args.parallelism,
-                    mode=args.mode, epoch_ms=args.checkpoint_interval_ms, rate=args.rate,
-                    duration_s=args.duration_s, value_bytes=args.value_bytes,
-                    batch_size=args.batch_size, fail_at=args.records // 2)
+    spec = FlowSpec(
+        workload=args.workload,
+        work_dir=str(args.work_dir.resolve()),
+        records=args.records,
+        keys=args.keys,
+        parallelism=args.parallelism,
+        mode=args.mode,
+        epoch_ms=args.checkpoint_interval_ms,
+        rate=args.rate,
+        duration_s=args.duration_s,
+        value_bytes=args.value_bytes,
+        batch_size=args.batch_size,
+        fail_at=args.records // 2,
+    )
     if spec.epoch_ms > 0:
         init_recovery(spec)
     return spec
@@ -791,9 +818,13 @@ def w1(args: argparse.Namespace, children: Children) -> dict[str, Any]:
     if count != args.records:
         raise RuntimeError(f"{count} of {args.records} records reached the sink")
     span = last - first
-    return {"records": args.records, "records_per_s": args.records / span,
-            "first_to_last_s": span, "wall_s": attempt.wall_s,
-            **checkpoint_figures(spec, watcher)}
+    return {
+        "records": args.records,
+        "records_per_s": args.records / span,
+        "first_to_last_s": span,
+        "wall_s": attempt.wall_s,
+        **checkpoint_figures(spec, watcher),
+    }
 
 
 def w2(args: argparse.Namespace, children: Children) -> dict[str, Any]:
@@ -803,11 +834,12 @@ def w2(args: argparse.Namespace, children: Children) -> dict[str, Any]:
     work_dir = Path(spec.work_dir)
     first = run_attempt(children, spec, args.timeout_s)
     if first.ok or not (work_dir / RAISED).exists():
-        raise RuntimeError("the first attempt did not fail as injected "
-                           f"({first.detail or 'it ended before a snapshot was durable'}); "
-                           "give more --records or a shorter --checkpoint-interval-ms")
-    log.info("attempt 0 failed as injected (%s); resuming from %s", first.detail,
-             spec.recovery_dir)
+        raise RuntimeError(
+            "the first attempt did not fail as injected "
+            f"({first.detail or 'it ended before a snapshot was durable'}); "
+            "give more --records or a shorter --checkpoint-interval-ms"
+        )
+    log.info("attempt 0 failed as injected (%s); resuming from %s", first.detail, spec.recovery_dir)
     resumed_from = read_progress(spec.recovery_dir)
     spec.attempt = 1
     second = run_attempt(children, spec, args.timeout_s)
@@ -823,11 +855,16 @@ def w2(args: argparse.Namespace, children: Children) -> dict[str, Any]:
         values = range(key, args.records, args.keys)
         if last.get(str(key)) != [len(values), sum(values)]:
             wrong += 1
-    return {"records": args.records, "exact": wrong == 0, "wrong_keys": wrong,
-            "recovery_s": min(firsts) - raised["time"], "wall_s": first.wall_s + second.wall_s,
-            "raised_at_record": raised["record"],
-            "resumed_from_epoch": resumed_from.frontier if resumed_from else None,
-            "restart_s": None if not firsts else min(firsts) - first.ended}
+    return {
+        "records": args.records,
+        "exact": wrong == 0,
+        "wrong_keys": wrong,
+        "recovery_s": min(firsts) - raised["time"],
+        "wall_s": first.wall_s + second.wall_s,
+        "raised_at_record": raised["record"],
+        "resumed_from_epoch": resumed_from.frontier if resumed_from else None,
+        "restart_s": None if not firsts else min(firsts) - first.ended,
+    }
 
 
 def w3(args: argparse.Namespace, children: Children) -> dict[str, Any]:
@@ -836,15 +873,19 @@ def w3(args: argparse.Namespace, children: Children) -> dict[str, Any]:
         attempt = run_attempt(children, spec, args.timeout_s + args.duration_s)
     if not attempt.ok:
         raise RuntimeError(f"the dataflow failed: {attempt.detail}")
-    pairs = [pair for part in read_json_files(Path(spec.work_dir), "latency-0-*.json")
-             for pair in part]
+    pairs = [pair for part in read_json_files(Path(spec.work_dir), "latency-0-*.json") for pair in part]
     if not pairs:
         raise RuntimeError("no records reached the sink")
     start = min(stamp for stamp, _ in pairs)
     latencies = sorted(latency * 1000 for stamp, latency in pairs if stamp >= start + 1.0)
-    return {"records": len(latencies), "latency_p50_ms": percentile(latencies, 50),
-            "latency_p99_ms": percentile(latencies, 99), "latency_max_ms": latencies[-1],
-            "wall_s": attempt.wall_s, **checkpoint_figures(spec, watcher)}
+    return {
+        "records": len(latencies),
+        "latency_p50_ms": percentile(latencies, 50),
+        "latency_p99_ms": percentile(latencies, 99),
+        "latency_max_ms": latencies[-1],
+        "wall_s": attempt.wall_s,
+        **checkpoint_figures(spec, watcher),
+    }
 
 
 def w4(args: argparse.Namespace, children: Children) -> dict[str, Any]:
@@ -878,34 +919,48 @@ def w4(args: argparse.Namespace, children: Children) -> dict[str, Any]:
     eof = max(entry["eof"] for entry in read_json_files(work_dir, "source-0-*.json"))
     stored = max(read_json_files(work_dir, "last-stored-0-*.json"))
     step = f"{FLOW_ID}.store.%"
-    rows = [row for part in _parts(spec.recovery_dir) for row in _query(
-        part, "SELECT snap_epoch, COUNT(*), SUM(LENGTH(state_key) + LENGTH(ser_change)) "
-              f"FROM snaps WHERE step_id LIKE '{step}' AND ser_change IS NOT NULL "
-              "GROUP BY snap_epoch")]
+    rows = [
+        row
+        for part in _parts(spec.recovery_dir)
+        for row in _query(
+            part,
+            "SELECT snap_epoch, COUNT(*), SUM(LENGTH(state_key) + LENGTH(ser_change)) "
+            f"FROM snaps WHERE step_id LIKE '{step}' AND ser_change IS NOT NULL "
+            "GROUP BY snap_epoch",
+        )
+    ]
     keys = sum(count for _, count, _ in rows)
     if keys != args.records:
         raise RuntimeError(f"{keys} of {args.records} keys are in the recovery store")
     durations = sorted(epoch_durations(spec, watcher))
-    return {"keys": keys, "value_bytes": args.value_bytes,
-            "checkpoint_duration_ms": None if durable is None else (durable - stored) * 1000,
-            "checkpoint_size_bytes": sum(size for _, _, size in rows),
-            "eof_to_durable_ms": None if durable is None else (durable - eof) * 1000,
-            "last_epoch_keys": sum(count for epoch, count, _ in rows if epoch == final_epoch),
-            "last_epoch_bytes": sum(size for epoch, _, size in rows if epoch == final_epoch),
-            "recovery_store_growth_bytes": store_size(spec.recovery_dir) - empty,
-            "checkpoints_completed": watcher.last.durable_epochs,
-            "checkpoint_p50_ms": percentile(durations, 50) if durations else None,
-            "checkpoint_max_ms": durations[-1] if durations else None,
-            "wall_s": attempt.wall_s}
+    return {
+        "keys": keys,
+        "value_bytes": args.value_bytes,
+        "checkpoint_duration_ms": None if durable is None else (durable - stored) * 1000,
+        "checkpoint_size_bytes": sum(size for _, _, size in rows),
+        "eof_to_durable_ms": None if durable is None else (durable - eof) * 1000,
+        "last_epoch_keys": sum(count for epoch, count, _ in rows if epoch == final_epoch),
+        "last_epoch_bytes": sum(size for epoch, _, size in rows if epoch == final_epoch),
+        "recovery_store_growth_bytes": store_size(spec.recovery_dir) - empty,
+        "checkpoints_completed": watcher.last.durable_epochs,
+        "checkpoint_p50_ms": percentile(durations, 50) if durations else None,
+        "checkpoint_max_ms": durations[-1] if durations else None,
+        "wall_s": attempt.wall_s,
+    }
 
 
 WORKLOADS: dict[str, Callable[[argparse.Namespace, Children], dict[str, Any]]] = {
-    "w1": w1, "w2": w2, "w3": w3, "w4": w4}
+    "w1": w1,
+    "w2": w2,
+    "w3": w3,
+    "w4": w4,
+}
 
 
 def parse(argv: Iterable[str]) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(prog="python bytewax_runner.py",
-                                     description="Bytewax's runner for the bench workloads.")
+    parser = argparse.ArgumentParser(
+        prog="python bytewax_runner.py", description="Bytewax's runner for the bench workloads."
+    )
     parser.add_argument("workload", choices=sorted(WORKLOADS))
     parser.add_argument("--work-dir", required=True, type=Path)
     parser.add_argument("--records", type=int, default=1_000_000)
@@ -915,14 +970,27 @@ def parse(argv: Iterable[str]) -> argparse.Namespace:
     parser.add_argument("--rate", type=float, default=1000.0)
     parser.add_argument("--duration-s", type=float, default=20.0)
     parser.add_argument("--value-bytes", type=int, default=100)
-    parser.add_argument("--mode", choices=["processes", "workers"], default="processes",
-                        help="P processes of one worker (default) or one process of P workers")
-    parser.add_argument("--batch-size", type=int, default=1000,
-                        help="records per next_batch of a source partition (default 1000)")
-    parser.add_argument("--poll-ms", type=float, default=10.0,
-                        help="how often to poll the recovery store for durable epochs (default 10)")
-    parser.add_argument("--timeout-s", type=float, default=1800.0,
-                        help="give up on an attempt after this long (default 1800)")
+    parser.add_argument(
+        "--mode",
+        choices=["processes", "workers"],
+        default="processes",
+        help="P processes of one worker (default) or one process of P workers",
+    )
+    parser.add_argument(
+        "--batch-size",
+        type=int,
+        default=1000,
+        help="records per next_batch of a source partition (default 1000)",
+    )
+    parser.add_argument(
+        "--poll-ms",
+        type=float,
+        default=10.0,
+        help="how often to poll the recovery store for durable epochs (default 10)",
+    )
+    parser.add_argument(
+        "--timeout-s", type=float, default=1800.0, help="give up on an attempt after this long (default 1800)"
+    )
     return parser.parse_args(list(argv))
 
 
@@ -944,13 +1012,13 @@ def main(argv: list[str]) -> int:
         dataflow_main(argv[1], int(argv[2]), int(argv[3]))
         return 0
     args = parse(argv)
-    logging.basicConfig(level=logging.INFO, stream=sys.stderr,
-                        format="%(asctime)s %(name)s %(levelname)s %(message)s")
+    logging.basicConfig(
+        level=logging.INFO, stream=sys.stderr, format="%(asctime)s %(name)s %(levelname)s %(message)s"
+    )
     signal.signal(signal.SIGTERM, _terminate)
     args.work_dir.mkdir(parents=True, exist_ok=True)
     if any(args.work_dir.iterdir()):  # a stale marker or recovery store would skew the run
-        log.warning("the work dir %s is not empty; the protocol expects an empty one",
-                    args.work_dir)
+        log.warning("the work dir %s is not empty; the protocol expects an empty one", args.work_dir)
     units = {"processes": ("process", "processes"), "workers": ("worker", "workers")}[args.mode]
     variant = f"{args.parallelism} {units[args.parallelism != 1]}"
     result: dict[str, Any] = {"system": "bytewax", "variant": variant, "workload": args.workload}

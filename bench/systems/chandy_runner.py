@@ -40,9 +40,13 @@ log = logging.getLogger("bench.chandy")
 def environment(args: argparse.Namespace, work_dir: Path) -> StreamExecutionEnvironment:
     env = StreamExecutionEnvironment.get_execution_environment(executor=args.mode)
     env.set_parallelism(args.parallelism)
-    env.configure({"restart-strategy.type": "fixed-delay",
-                   "restart-strategy.fixed-delay.attempts": 3,
-                   "restart-strategy.fixed-delay.delay": 0})
+    env.configure(
+        {
+            "restart-strategy.type": "fixed-delay",
+            "restart-strategy.fixed-delay.attempts": 3,
+            "restart-strategy.fixed-delay.delay": 0,
+        }
+    )
     if args.checkpoint_interval_ms > 0:
         env.enable_checkpointing(args.checkpoint_interval_ms)
         env.get_checkpoint_config().set_checkpoint_storage(str(work_dir / "checkpoints"))
@@ -51,12 +55,14 @@ def environment(args: argparse.Namespace, work_dir: Path) -> StreamExecutionEnvi
 
 def checkpoint_figures(client: JobClient, enabled: bool) -> dict[str, Any]:
     if not enabled:
-        return {"checkpoints_completed": None, "checkpoint_p50_ms": None,
-                "checkpoint_max_ms": None}
+        return {"checkpoints_completed": None, "checkpoint_p50_ms": None, "checkpoint_max_ms": None}
     stats = client.get_checkpoint_statistics()
     durations = stats["summary"]["end_to_end_duration"]
-    return {"checkpoints_completed": stats["counts"]["completed"],
-            "checkpoint_p50_ms": durations["p50"], "checkpoint_max_ms": durations["max"]}
+    return {
+        "checkpoints_completed": stats["counts"]["completed"],
+        "checkpoint_p50_ms": durations["p50"],
+        "checkpoint_max_ms": durations["max"],
+    }
 
 
 def run(env: StreamExecutionEnvironment, name: str) -> tuple[JobClient, float]:
@@ -72,19 +78,26 @@ def run(env: StreamExecutionEnvironment, name: str) -> tuple[JobClient, float]:
 
 def w1(args: argparse.Namespace, work_dir: Path) -> dict[str, Any]:
     env = environment(args, work_dir)
-    (env.from_sequence(0, args.records - 1)
+    (
+        env.from_sequence(0, args.records - 1)
         .key_by(lambda i, keys=args.keys: i % keys)
-        .process(RunningSum()).name("running sum")
-        .sink_to(TimingSink(str(work_dir))))
+        .process(RunningSum())
+        .name("running sum")
+        .sink_to(TimingSink(str(work_dir)))
+    )
     client, wall = run(env, "W1 keyed running count")
     timing = read_timings(str(work_dir))
     if timing["count"] != args.records:
         raise RuntimeError(f"{timing['count']} of {args.records} records reached the sink")
     span = timing["last"] - timing["first"]
-    return {"records": args.records, "records_per_s": args.records / span,
-            "first_to_last_s": span, "wall_s": wall,
-            "task_cpu_us_per_record": timing["cpu_s"] / args.records * 1e6,
-            **checkpoint_figures(client, args.checkpoint_interval_ms > 0)}
+    return {
+        "records": args.records,
+        "records_per_s": args.records / span,
+        "first_to_last_s": span,
+        "wall_s": wall,
+        "task_cpu_us_per_record": timing["cpu_s"] / args.records * 1e6,
+        **checkpoint_figures(client, args.checkpoint_interval_ms > 0),
+    }
 
 
 # ------------------------------------------------------------------ w2
@@ -152,8 +165,9 @@ class FailingRunningSum(KeyedProcessFunction, CheckpointListener):
 
     def open(self, runtime_context: RuntimeContext) -> None:
         self.state = runtime_context.get_state(ValueStateDescriptor("count-and-sum"))
-        self.armed = (runtime_context.get_attempt_number() == 0
-                      and runtime_context.get_index_of_this_subtask() == 0)
+        self.armed = (
+            runtime_context.get_attempt_number() == 0 and runtime_context.get_index_of_this_subtask() == 0
+        )
         self.restored = runtime_context.get_attempt_number() > 0
         self.subtask = runtime_context.get_index_of_this_subtask()
         self.checkpointed = False
@@ -211,8 +225,9 @@ class LastSumSink(Sink):
         self.directory = directory
 
     def create_writer(self, context: SinkWriterContext) -> SinkWriter:
-        return _LastSumWriter(Path(self.directory) / f"sums-{context.subtask_index}.json",
-                              context.restored_state)
+        return _LastSumWriter(
+            Path(self.directory) / f"sums-{context.subtask_index}.json", context.restored_state
+        )
 
 
 def w2(args: argparse.Namespace, work_dir: Path) -> dict[str, Any]:
@@ -222,14 +237,19 @@ def w2(args: argparse.Namespace, work_dir: Path) -> dict[str, Any]:
     # A quarter of subtask 0's expected share: reached before the source holds back, so
     # the failure comes at the first record after the first completed checkpoint.
     fail_after = max(1, args.records // (4 * args.parallelism))
-    (env.from_source(HeldSequenceSource(args.records, str(work_dir)), source_name="Sequence Source")
+    (
+        env.from_source(HeldSequenceSource(args.records, str(work_dir)), source_name="Sequence Source")
         .key_by(lambda i, keys=args.keys: i % keys)
-        .process(FailingRunningSum(str(work_dir), fail_after)).name("running sum")
-        .sink_to(LastSumSink(str(work_dir))))
+        .process(FailingRunningSum(str(work_dir), fail_after))
+        .name("running sum")
+        .sink_to(LastSumSink(str(work_dir)))
+    )
     _, wall = run(env, "W2 exactly-once under failure")
     if not (work_dir / "raised").exists():
-        raise RuntimeError("no failure was injected: subtask 0 of the keyed function saw fewer "
-                           "than a quarter of its share; give more --records")
+        raise RuntimeError(
+            "no failure was injected: subtask 0 of the keyed function saw fewer "
+            "than a quarter of its share; give more --records"
+        )
     raised = float((work_dir / "raised").read_text())
     firsts = [float(p.read_text()) for p in work_dir.glob("first-after-restore-*")]
     last: dict[str, list[int]] = {}
@@ -240,8 +260,13 @@ def w2(args: argparse.Namespace, work_dir: Path) -> dict[str, Any]:
         values = range(key, args.records, args.keys)
         if last.get(str(key)) != [len(values), sum(values)]:
             wrong += 1
-    return {"records": args.records, "exact": wrong == 0, "wrong_keys": wrong,
-            "recovery_s": min(firsts) - raised, "wall_s": wall}
+    return {
+        "records": args.records,
+        "exact": wrong == 0,
+        "wrong_keys": wrong,
+        "recovery_s": min(firsts) - raised,
+        "wall_s": wall,
+    }
 
 
 # ------------------------------------------------------------------ w3
@@ -255,8 +280,7 @@ class StampedRunningSum(KeyedProcessFunction):
     def open(self, runtime_context: RuntimeContext) -> None:
         self.sum = runtime_context.get_state(ValueStateDescriptor("sum"))
 
-    def process_element(self, value: tuple[int, float], ctx: KeyedProcessFunction.Context
-                        ) -> Any:
+    def process_element(self, value: tuple[int, float], ctx: KeyedProcessFunction.Context) -> Any:
         i, stamp = value
         self.sum.update((self.sum.value() or 0) + i)
         yield stamp
@@ -293,18 +317,27 @@ class LatencySink(Sink):
 def w3(args: argparse.Namespace, work_dir: Path) -> dict[str, Any]:
     env = environment(args, work_dir)
     count = int(args.rate * args.duration_s)
-    (env.from_source(DataGeneratorSource(stamped, count, records_per_second=args.rate),
-                     source_name="stamped")
+    (
+        env.from_source(
+            DataGeneratorSource(stamped, count, records_per_second=args.rate), source_name="stamped"
+        )
         .key_by(lambda r, keys=args.keys: r[0] % keys)
-        .process(StampedRunningSum()).name("running sum")
-        .sink_to(LatencySink(str(work_dir))))
+        .process(StampedRunningSum())
+        .name("running sum")
+        .sink_to(LatencySink(str(work_dir)))
+    )
     client, wall = run(env, "W3 latency")
     pairs = [pair for p in work_dir.glob("latency-*.json") for pair in json.loads(p.read_text())]
     start = min(stamp for stamp, _ in pairs)
     latencies = sorted(latency * 1000 for stamp, latency in pairs if stamp >= start + 1.0)
-    return {"records": len(latencies), "latency_p50_ms": percentile(latencies, 50),
-            "latency_p99_ms": percentile(latencies, 99), "latency_max_ms": latencies[-1],
-            "wall_s": wall, **checkpoint_figures(client, args.checkpoint_interval_ms > 0)}
+    return {
+        "records": len(latencies),
+        "latency_p50_ms": percentile(latencies, 50),
+        "latency_p99_ms": percentile(latencies, 99),
+        "latency_max_ms": latencies[-1],
+        "wall_s": wall,
+        **checkpoint_figures(client, args.checkpoint_interval_ms > 0),
+    }
 
 
 def percentile(ordered: list[float], q: float) -> float:
@@ -330,8 +363,7 @@ class StoreValue(KeyedProcessFunction):
     def open(self, runtime_context: RuntimeContext) -> None:
         self.value = runtime_context.get_state(ValueStateDescriptor("value"))
 
-    def process_element(self, record: tuple[int, bytes], ctx: KeyedProcessFunction.Context
-                        ) -> Any:
+    def process_element(self, record: tuple[int, bytes], ctx: KeyedProcessFunction.Context) -> Any:
         self.value.update(record[1])
         return ()
 
@@ -340,18 +372,26 @@ def w4(args: argparse.Namespace, work_dir: Path) -> dict[str, Any]:
     if args.checkpoint_interval_ms <= 0:
         raise ValueError("w4 measures a checkpoint: give --checkpoint-interval-ms > 0")
     env = environment(args, work_dir)
-    (env.from_source(DataGeneratorSource(KeyValue(args.value_bytes), args.records),
-                     source_name="key-values")
+    (
+        env.from_source(
+            DataGeneratorSource(KeyValue(args.value_bytes), args.records), source_name="key-values"
+        )
         .key_by(lambda r: r[0])
-        .process(StoreValue()).name("store value")
-        .sink_to(TimingSink(str(work_dir))))
+        .process(StoreValue())
+        .name("store value")
+        .sink_to(TimingSink(str(work_dir)))
+    )
     client, wall = run(env, "W4 state size")
     # The last checkpoint is the final one, taken after every source ended: it covers
     # every record.
     latest = client.get_checkpoint_statistics()["latest"]["completed"]
-    return {"keys": args.records, "value_bytes": args.value_bytes,
-            "checkpoint_duration_ms": latest["end_to_end_duration"],
-            "checkpoint_size_bytes": latest["state_size"], "wall_s": wall}
+    return {
+        "keys": args.records,
+        "value_bytes": args.value_bytes,
+        "checkpoint_duration_ms": latest["end_to_end_duration"],
+        "checkpoint_size_bytes": latest["state_size"],
+        "wall_s": wall,
+    }
 
 
 # ------------------------------------------------------------------ main
@@ -371,8 +411,9 @@ def parse(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--rate", type=float, default=1000.0)
     parser.add_argument("--duration-s", type=float, default=20.0)
     parser.add_argument("--value-bytes", type=int, default=100)
-    parser.add_argument("--mode", choices=["spark", "local"], default="spark",
-                        help="the executor (default spark)")
+    parser.add_argument(
+        "--mode", choices=["spark", "local"], default="spark", help="the executor (default spark)"
+    )
     return parser.parse_args(argv)
 
 
@@ -380,8 +421,11 @@ def main(argv: list[str]) -> int:
     args = parse(argv)
     logging.basicConfig(level=logging.WARNING, stream=sys.stderr)
     args.work_dir.mkdir(parents=True, exist_ok=True)
-    result: dict[str, Any] = {"system": "chandy", "variant": f"{args.mode} executor",
-                              "workload": args.workload}
+    result: dict[str, Any] = {
+        "system": "chandy",
+        "variant": f"{args.mode} executor",
+        "workload": args.workload,
+    }
     try:
         result.update(WORKLOADS[args.workload](args, args.work_dir))
         result["ok"] = True

@@ -109,6 +109,7 @@ POLL_INTERVAL_S = 0.25
 # Helpers shared by the driver and the Python functions (which run in Flink's workers)
 # --------------------------------------------------------------------------------------
 
+
 def write_json(path: str, data: Any) -> None:
     """Write ``data`` as JSON atomically, so the runner never reads half a file."""
     tmp = f"{path}.tmp"
@@ -135,6 +136,7 @@ def completed_checkpoint_on_disk(checkpoint_dir: str) -> bool:
 # --------------------------------------------------------------------------------------
 # The job's Python functions
 # --------------------------------------------------------------------------------------
+
 
 class ToKeyValue(MapFunction):
     """``i -> (i % keys, i)``: the record a keyed running sum works on."""
@@ -259,8 +261,10 @@ class WithPayload(MapFunction):
         return value, f"{value}|".ljust(self.value_bytes, "x")[: self.value_bytes]
 
     def close(self) -> None:
-        write_json(os.path.join(self.work_dir, f"source-{self.instance}.json"),
-                   {"opened": self.opened, "count": self.count, "last": self.last})
+        write_json(
+            os.path.join(self.work_dir, f"source-{self.instance}.json"),
+            {"opened": self.opened, "count": self.count, "last": self.last},
+        )
 
 
 class FirstField(KeySelector):
@@ -291,7 +295,8 @@ class RunningSum(KeyedProcessFunction):
         self.state = runtime_context.get_state(ValueStateDescriptor("sum", Types.LONG()))
         self.instance, self.opened = open_instance()
         self.restored = self.fail_at is not None and os.path.exists(
-            os.path.join(self.work_dir, FAILURE_MARKER))
+            os.path.join(self.work_dir, FAILURE_MARKER)
+        )
 
     def process_element(self, value: tuple, ctx: KeyedProcessFunction.Context):  # type: ignore[override]
         if self.fail_at is not None:
@@ -303,14 +308,20 @@ class RunningSum(KeyedProcessFunction):
     def _failure_bookkeeping(self, value: int) -> None:
         if self.restored:
             self.restored = False  # only the first record after the restore counts
-            write_json(os.path.join(self.work_dir, f"resume-{self.instance}.json"),
-                       {"opened": self.opened, "t": time.time()})
+            write_json(
+                os.path.join(self.work_dir, f"resume-{self.instance}.json"),
+                {"opened": self.opened, "t": time.time()},
+            )
         elif value == self.fail_at:
             marker = os.path.join(self.work_dir, FAILURE_MARKER)
             if not os.path.exists(marker):
-                write_json(marker, {"t": time.time(),
-                                    "checkpoint_completed": completed_checkpoint_on_disk(
-                                        self.checkpoint_dir)})
+                write_json(
+                    marker,
+                    {
+                        "t": time.time(),
+                        "checkpoint_completed": completed_checkpoint_on_disk(self.checkpoint_dir),
+                    },
+                )
                 raise RuntimeError(f"injected failure at record {value}")
 
 
@@ -326,8 +337,7 @@ class StoreValue(KeyedProcessFunction):
         self.opened = 0.0
 
     def open(self, runtime_context: RuntimeContext) -> None:
-        self.state = runtime_context.get_state(
-            ValueStateDescriptor("value", Types.STRING()))
+        self.state = runtime_context.get_state(ValueStateDescriptor("value", Types.STRING()))
         self.instance, self.opened = open_instance()
 
     def process_element(self, value: tuple, ctx: KeyedProcessFunction.Context) -> tuple:  # type: ignore[override]
@@ -337,8 +347,10 @@ class StoreValue(KeyedProcessFunction):
         return ()
 
     def close(self) -> None:
-        write_json(os.path.join(self.work_dir, f"keyed-{self.instance}.json"),
-                   {"opened": self.opened, "count": self.count, "last": self.last})
+        write_json(
+            os.path.join(self.work_dir, f"keyed-{self.instance}.json"),
+            {"opened": self.opened, "count": self.count, "last": self.last},
+        )
 
 
 class TimingSink(ProcessFunction):
@@ -364,8 +376,10 @@ class TimingSink(ProcessFunction):
         return ()
 
     def close(self) -> None:
-        write_json(os.path.join(self.work_dir, f"timing-{self.instance}.json"),
-                   {"opened": self.opened, "first": self.first, "last": self.last, "count": self.count})
+        write_json(
+            os.path.join(self.work_dir, f"timing-{self.instance}.json"),
+            {"opened": self.opened, "first": self.first, "last": self.last, "count": self.count},
+        )
 
 
 class LastSumSink(ProcessFunction):
@@ -385,8 +399,10 @@ class LastSumSink(ProcessFunction):
         return ()
 
     def close(self) -> None:
-        write_json(os.path.join(self.work_dir, f"sums-{self.instance}.json"),
-                   {"opened": self.opened, "sums": self.sums})
+        write_json(
+            os.path.join(self.work_dir, f"sums-{self.instance}.json"),
+            {"opened": self.opened, "sums": self.sums},
+        )
 
 
 class LatencySink(ProcessFunction):
@@ -409,8 +425,10 @@ class LatencySink(ProcessFunction):
         return ()
 
     def close(self) -> None:
-        write_json(os.path.join(self.work_dir, f"latency-{self.instance}.json"),
-                   {"opened": self.opened, "stamps": self.stamps, "latencies": self.latencies})
+        write_json(
+            os.path.join(self.work_dir, f"latency-{self.instance}.json"),
+            {"opened": self.opened, "stamps": self.stamps, "latencies": self.latencies},
+        )
 
 
 # --------------------------------------------------------------------------------------
@@ -464,8 +482,10 @@ class RestPoller:
 
 
 TRIGGERED = re.compile(r"Triggering checkpoint (\d+) .*@ (\d+) for job ([0-9a-f]+)")
-COMPLETED = re.compile(r"Completed checkpoint (\d+) for job ([0-9a-f]+) \((\d+) bytes, "
-                       r"checkpointDuration=(\d+) ms")
+COMPLETED = re.compile(
+    r"Completed checkpoint (\d+) for job ([0-9a-f]+) \((\d+) bytes, "
+    r"checkpointDuration=(\d+) ms"
+)
 
 
 def checkpoints_of(poller: RestPoller | None, log_dir: Path, job_id: str) -> list[dict]:
@@ -483,8 +503,12 @@ def checkpoints_of(poller: RestPoller | None, log_dir: Path, job_id: str) -> lis
                 triggered[int(m.group(1))] = int(m.group(2))
             elif (m := COMPLETED.search(line)) and m.group(2) == job_id:
                 found[int(m.group(1))] = {
-                    "id": int(m.group(1)), "from": "log", "state_size": int(m.group(3)),
-                    "checkpointed_size": None, "end_to_end_duration": int(m.group(4))}
+                    "id": int(m.group(1)),
+                    "from": "log",
+                    "state_size": int(m.group(3)),
+                    "checkpointed_size": None,
+                    "end_to_end_duration": int(m.group(4)),
+                }
     for checkpoint_id, entry in found.items():
         entry["trigger_timestamp"] = triggered.get(checkpoint_id)
     if poller is not None:
@@ -498,10 +522,12 @@ def checkpoint_figures(checkpoints: list[dict], enabled: bool) -> dict:
     if not enabled:
         return {"checkpoints_completed": 0, "checkpoint_p50_ms": None, "checkpoint_max_ms": None}
     durations = sorted(float(c["end_to_end_duration"]) for c in checkpoints)
-    return {"checkpoints_completed": len(durations),
-            "checkpoint_p50_ms": percentile(durations, 50) if durations else None,
-            "checkpoint_max_ms": durations[-1] if durations else None,
-            "checkpoints_from_log": sum(1 for c in checkpoints if c["from"] == "log")}
+    return {
+        "checkpoints_completed": len(durations),
+        "checkpoint_p50_ms": percentile(durations, 50) if durations else None,
+        "checkpoint_max_ms": durations[-1] if durations else None,
+        "checkpoints_from_log": sum(1 for c in checkpoints if c["from"] == "log"),
+    }
 
 
 def percentile(sorted_values: list[float], q: float) -> float:
@@ -542,10 +568,13 @@ def describe(exc: BaseException) -> str:
     causes = [i for i, line in enumerate(lines) if line.startswith("Caused by: ")]
     message = lines[0] if lines else ""
     if causes:
-        message = lines[causes[-1]][len("Caused by: "):]
-        python_error = [line for line in lines[causes[-1]:]
-                        if re.match(r"^[A-Za-z_][\w.]*(Error|Exception): ", line)
-                        and not line.startswith(("java.", "org.", "Caused by"))]
+        message = lines[causes[-1]][len("Caused by: ") :]
+        python_error = [
+            line
+            for line in lines[causes[-1] :]
+            if re.match(r"^[A-Za-z_][\w.]*(Error|Exception): ", line)
+            and not line.startswith(("java.", "org.", "Caused by"))
+        ]
         if python_error:
             message = f"{message.split(':')[0]}: {python_error[-1]}"
     message = " ".join(message.split())
@@ -679,9 +708,11 @@ def make_env(args: argparse.Namespace, work: Path, rest_port: int) -> StreamExec
 
 def python_options(args: argparse.Namespace) -> dict[str, int | None]:
     """PyFlink's tuning options the command line sets (``None``: Flink's default)."""
-    return {"python.fn-execution.bundle.size": args.bundle_size,
-            "python.fn-execution.bundle.time": args.bundle_time_ms,
-            "python.state.cache-size": args.state_cache_size}
+    return {
+        "python.fn-execution.bundle.size": args.bundle_size,
+        "python.fn-execution.bundle.time": args.bundle_time_ms,
+        "python.state.cache-size": args.state_cache_size,
+    }
 
 
 def flink_default(key: str) -> Any:
@@ -704,14 +735,22 @@ def rate_limited_source(count: int, rate: float) -> Source:
     """Flink's ``DataGeneratorSource`` emitting ``0..count-1`` at ``rate`` records/s in all."""
     jvm = get_gateway().jvm
     long_type = Types.LONG().get_java_type_info()
-    elements = jvm.java.util.stream.LongStream.range(0, count).boxed().collect(
-        jvm.java.util.stream.Collectors.toList())
+    elements = (
+        jvm.java.util.stream.LongStream.range(0, count)
+        .boxed()
+        .collect(jvm.java.util.stream.Collectors.toList())
+    )
     function = jvm.org.apache.flink.connector.datagen.functions.IndexLookupGeneratorFunction(
-        long_type, elements)
+        long_type, elements
+    )
     strategy = jvm.org.apache.flink.api.connector.source.util.ratelimit.RateLimiterStrategy.perSecond(
-        float(rate))
-    return Source(jvm.org.apache.flink.connector.datagen.source.DataGeneratorSource(
-        function, count, strategy, long_type))
+        float(rate)
+    )
+    return Source(
+        jvm.org.apache.flink.connector.datagen.source.DataGeneratorSource(
+            function, count, strategy, long_type
+        )
+    )
 
 
 def build(env: StreamExecutionEnvironment, args: argparse.Namespace, work: Path) -> None:
@@ -724,24 +763,37 @@ def build(env: StreamExecutionEnvironment, args: argparse.Namespace, work: Path)
 
     if args.workload == "w1":
         stream = env.from_source(NumberSequenceSource(0, args.records - 1), no_watermarks, "numbers")
-        (stream.map(ToKeyValue(args.keys), output_type=pair).name("to-key-value")
-         .key_by(FirstField(), key_type=Types.LONG())
-         .process(RunningSum(out), output_type=pair).name("running-sum")
-         .process(TimingSink(out)).name("timing-sink")
-         .sink_to(discarding_sink()).name("discard"))
+        (
+            stream.map(ToKeyValue(args.keys), output_type=pair)
+            .name("to-key-value")
+            .key_by(FirstField(), key_type=Types.LONG())
+            .process(RunningSum(out), output_type=pair)
+            .name("running-sum")
+            .process(TimingSink(out))
+            .name("timing-sink")
+            .sink_to(discarding_sink())
+            .name("discard")
+        )
     elif args.workload == "w2":
         # One reader, so that the values arrive in order and record N // 2 is halfway.
         stream = env.from_source(NumberSequenceSource(0, args.records - 1), no_watermarks, "numbers")
         interval_s = max(args.checkpoint_interval_ms, 1) / 1000
         rate = max(1000.0, (args.records // 2) / (3 * interval_s))
-        (stream.set_parallelism(1)
-         .map(ThrottledToKeyValue(args.keys, rate, checkpoint_dir, out), output_type=pair)
-         .set_parallelism(1).name("to-key-value")
-         .key_by(FirstField(), key_type=Types.LONG())
-         .process(RunningSum(out, fail_at=args.records // 2, checkpoint_dir=checkpoint_dir),
-                  output_type=pair).name("running-sum")
-         .process(LastSumSink(out)).name("last-sum-sink")
-         .sink_to(discarding_sink()).name("discard"))
+        (
+            stream.set_parallelism(1)
+            .map(ThrottledToKeyValue(args.keys, rate, checkpoint_dir, out), output_type=pair)
+            .set_parallelism(1)
+            .name("to-key-value")
+            .key_by(FirstField(), key_type=Types.LONG())
+            .process(
+                RunningSum(out, fail_at=args.records // 2, checkpoint_dir=checkpoint_dir), output_type=pair
+            )
+            .name("running-sum")
+            .process(LastSumSink(out))
+            .name("last-sum-sink")
+            .sink_to(discarding_sink())
+            .name("discard")
+        )
     elif args.workload == "w3":
         count = int(args.rate * args.duration_s)
         if args.w3_source == "sql":
@@ -755,32 +807,49 @@ def build(env: StreamExecutionEnvironment, args: argparse.Namespace, work: Path)
             # operators the environment's parallelism at translation.)
             t_env = StreamTableEnvironment.create(env)
             env.set_parallelism(1)
-            t_env.create_temporary_view("numbers", env.from_source(
-                rate_limited_source(count, args.rate), no_watermarks, "rate-source"))
+            t_env.create_temporary_view(
+                "numbers",
+                env.from_source(rate_limited_source(count, args.rate), no_watermarks, "rate-source"),
+            )
             rows = t_env.sql_query("SELECT f0 AS i, CURRENT_ROW_TIMESTAMP() AS emitted FROM numbers")
-            stamped = (t_env.to_data_stream(rows)
-                       .map(FromStampedRow(args.keys), output_type=triple).name("to-key-value"))
+            stamped = (
+                t_env.to_data_stream(rows)
+                .map(FromStampedRow(args.keys), output_type=triple)
+                .name("to-key-value")
+            )
             env.set_parallelism(args.parallelism)
         elif args.w3_source == "datagen":
-            stream = env.from_source(rate_limited_source(count, args.rate), no_watermarks,
-                                     "rate-source")
+            stream = env.from_source(rate_limited_source(count, args.rate), no_watermarks, "rate-source")
             stamped = stream.map(Stamp(args.keys), output_type=triple).name("stamp")
         else:
             stream = env.from_source(NumberSequenceSource(0, count - 1), no_watermarks, "numbers")
-            stamped = (stream.set_parallelism(1)
-                       .map(PacedStamp(args.keys, args.rate), output_type=triple)
-                       .set_parallelism(1).name("paced-stamp"))
-        (stamped.key_by(FirstField(), key_type=Types.LONG())
-         .process(RunningSum(out), output_type=triple).name("running-sum")
-         .process(LatencySink(out)).name("latency-sink")
-         .sink_to(discarding_sink()).name("discard"))
+            stamped = (
+                stream.set_parallelism(1)
+                .map(PacedStamp(args.keys, args.rate), output_type=triple)
+                .set_parallelism(1)
+                .name("paced-stamp")
+            )
+        (
+            stamped.key_by(FirstField(), key_type=Types.LONG())
+            .process(RunningSum(out), output_type=triple)
+            .name("running-sum")
+            .process(LatencySink(out))
+            .name("latency-sink")
+            .sink_to(discarding_sink())
+            .name("discard")
+        )
     elif args.workload == "w4":
         payload = Types.TUPLE([Types.LONG(), Types.STRING()])
         stream = env.from_source(NumberSequenceSource(0, args.records - 1), no_watermarks, "numbers")
-        (stream.map(WithPayload(out, args.value_bytes), output_type=payload).name("with-payload")
-         .key_by(FirstField(), key_type=Types.LONG())
-         .process(StoreValue(out)).name("store-value")
-         .sink_to(discarding_sink()).name("discard"))
+        (
+            stream.map(WithPayload(out, args.value_bytes), output_type=payload)
+            .name("with-payload")
+            .key_by(FirstField(), key_type=Types.LONG())
+            .process(StoreValue(out))
+            .name("store-value")
+            .sink_to(discarding_sink())
+            .name("discard")
+        )
     else:
         raise ValueError(f"unknown workload '{args.workload}'")
 
@@ -791,8 +860,7 @@ def read_files(out: Path, prefix: str) -> list[dict]:
     return sorted(found, key=lambda d: d.get("opened", 0.0))
 
 
-def figures_of(args: argparse.Namespace, work: Path, checkpoints: list[dict],
-               process_started: float) -> dict:
+def figures_of(args: argparse.Namespace, work: Path, checkpoints: list[dict], process_started: float) -> dict:
     """The workload's figures, from the files the functions wrote and the checkpoints.
 
     ``process_started`` is the runner's start (``time.time()``), for ``startup_s``.
@@ -805,11 +873,13 @@ def figures_of(args: argparse.Namespace, work: Path, checkpoints: list[dict],
         if seen != args.records:
             raise RuntimeError(f"the sink saw {seen} records, expected {args.records}")
         span = max(t["last"] for t in timings) - min(t["first"] for t in timings)
-        return {"records": args.records,
-                "records_per_s": round(args.records / span, 1) if span > 0 else None,
-                "first_to_last_s": round(span, 3),
-                "startup_s": round(min(t["first"] for t in timings) - process_started, 3),
-                **checkpoint_figures(checkpoints, enabled)}
+        return {
+            "records": args.records,
+            "records_per_s": round(args.records / span, 1) if span > 0 else None,
+            "first_to_last_s": round(span, 3),
+            "startup_s": round(min(t["first"] for t in timings) - process_started, 3),
+            **checkpoint_figures(checkpoints, enabled),
+        }
 
     if args.workload == "w2":
         final: dict[int, int] = {}
@@ -824,10 +894,14 @@ def figures_of(args: argparse.Namespace, work: Path, checkpoints: list[dict],
             raise RuntimeError("the injected failure never happened")
         raised = json.loads(marker.read_text())
         resumes = read_files(out, "resume")
-        return {"exact": wrong == 0, "wrong_keys": wrong, "records": args.records,
-                "recovery_s": round(min(r["t"] for r in resumes) - raised["t"], 3) if resumes else None,
-                "checkpoint_before_failure": raised["checkpoint_completed"],
-                **checkpoint_figures(checkpoints, enabled)}
+        return {
+            "exact": wrong == 0,
+            "wrong_keys": wrong,
+            "records": args.records,
+            "recovery_s": round(min(r["t"] for r in resumes) - raised["t"], 3) if resumes else None,
+            "checkpoint_before_failure": raised["checkpoint_completed"],
+            **checkpoint_figures(checkpoints, enabled),
+        }
 
     if args.workload == "w3":
         stamps: list[float] = []
@@ -836,37 +910,49 @@ def figures_of(args: argparse.Namespace, work: Path, checkpoints: list[dict],
             stamps.extend(part["stamps"])
             latencies.extend(part["latencies"])
         if len(stamps) != int(args.rate * args.duration_s):
-            raise RuntimeError(f"the sink saw {len(stamps)} records, "
-                               f"expected {int(args.rate * args.duration_s)}")
+            raise RuntimeError(
+                f"the sink saw {len(stamps)} records, expected {int(args.rate * args.duration_s)}"
+            )
         warm_up_end = min(stamps) + 1.0
         kept = sorted(lat for s, lat in zip(stamps, latencies, strict=True) if s >= warm_up_end)
         if not kept:
             raise RuntimeError("no records after the first second")
-        return {"records": len(kept), "records_total": len(stamps),
-                "latency_p50_ms": round(percentile(kept, 50) * 1000, 2),
-                "latency_p99_ms": round(percentile(kept, 99) * 1000, 2),
-                "latency_max_ms": round(kept[-1] * 1000, 2),
-                "rate": args.rate, "duration_s": args.duration_s,
-                "emit_span_s": round(max(stamps) - min(stamps), 3),
-                "w3_source": args.w3_source, **checkpoint_figures(checkpoints, enabled)}
+        return {
+            "records": len(kept),
+            "records_total": len(stamps),
+            "latency_p50_ms": round(percentile(kept, 50) * 1000, 2),
+            "latency_p99_ms": round(percentile(kept, 99) * 1000, 2),
+            "latency_max_ms": round(kept[-1] * 1000, 2),
+            "rate": args.rate,
+            "duration_s": args.duration_s,
+            "emit_span_s": round(max(stamps) - min(stamps), 3),
+            "w3_source": args.w3_source,
+            **checkpoint_figures(checkpoints, enabled),
+        }
 
     if args.workload == "w4":
         seen = sum(p["count"] for p in read_files(out, "keyed"))
         if seen != args.records:
             raise RuntimeError(f"the keyed function saw {seen} records, expected {args.records}")
         all_read_ms = max(p["last"] for p in read_files(out, "source")) * 1000
-        covering = [c for c in checkpoints
-                    if c["trigger_timestamp"] is not None and c["trigger_timestamp"] >= all_read_ms]
+        covering = [
+            c
+            for c in checkpoints
+            if c["trigger_timestamp"] is not None and c["trigger_timestamp"] >= all_read_ms
+        ]
         if not covering:
             raise RuntimeError("no completed checkpoint was triggered after the last record")
         first = covering[0]
-        return {"keys": args.records, "value_bytes": args.value_bytes,
-                "checkpoint_id": first["id"],
-                "checkpoint_duration_ms": first["end_to_end_duration"],
-                "checkpoint_size_bytes": first["state_size"],
-                "checkpointed_size_bytes": first.get("checkpointed_size"),
-                "checkpoint_figures_from": first["from"],
-                "checkpoints_completed": len(checkpoints)}
+        return {
+            "keys": args.records,
+            "value_bytes": args.value_bytes,
+            "checkpoint_id": first["id"],
+            "checkpoint_duration_ms": first["end_to_end_duration"],
+            "checkpoint_size_bytes": first["state_size"],
+            "checkpointed_size_bytes": first.get("checkpointed_size"),
+            "checkpoint_figures_from": first["from"],
+            "checkpoints_completed": len(checkpoints),
+        }
 
     raise ValueError(f"unknown workload '{args.workload}'")
 
@@ -900,8 +986,13 @@ def run(args: argparse.Namespace) -> dict:
         buffer_timeout = env.get_buffer_timeout()
         client = env.execute_async(f"bench-{args.workload}-{args.mode}")
         job_id = str(client.get_job_id())
-        log.info("Submitted job %s (%s, %s mode); REST on 127.0.0.1:%d", job_id, args.workload,
-                 args.mode, rest_port)
+        log.info(
+            "Submitted job %s (%s, %s mode); REST on 127.0.0.1:%d",
+            job_id,
+            args.workload,
+            args.mode,
+            rest_port,
+        )
         poller = RestPoller(f"http://127.0.0.1:{rest_port}", job_id)
         poller.start()
         result = client.get_job_execution_result()
@@ -919,14 +1010,20 @@ def run(args: argparse.Namespace) -> dict:
         wall_s = time.monotonic() - started
         poller.stop()
         figures = figures_of(args, work, checkpoints_of(poller, log_dir, job_id), process_started)
-        settings = {key: (flink_default(key) if value is None else value)
-                    for key, value in python_options(args).items()}
-        return {**figures, "wall_s": round(wall_s, 3), "parallelism": args.parallelism,
-                "checkpoint_interval_ms": args.checkpoint_interval_ms,
-                "buffer_timeout_ms": buffer_timeout,
-                "bundle_size": settings["python.fn-execution.bundle.size"],
-                "bundle_time_ms": settings["python.fn-execution.bundle.time"],
-                "state_cache_size": settings["python.state.cache-size"]}
+        settings = {
+            key: (flink_default(key) if value is None else value)
+            for key, value in python_options(args).items()
+        }
+        return {
+            **figures,
+            "wall_s": round(wall_s, 3),
+            "parallelism": args.parallelism,
+            "checkpoint_interval_ms": args.checkpoint_interval_ms,
+            "buffer_timeout_ms": buffer_timeout,
+            "bundle_size": settings["python.fn-execution.bundle.size"],
+            "bundle_time_ms": settings["python.fn-execution.bundle.time"],
+            "state_cache_size": settings["python.state.cache-size"],
+        }
     except Exception as exc:
         # Describe it now: a Java exception's text comes from the JVM, about to be stopped.
         log.exception("Run failed")
@@ -948,35 +1045,61 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("workload", choices=["w1", "w2", "w3", "w4"])
     parser.add_argument("--work-dir", required=True)
-    parser.add_argument("--records", type=int, default=1_000_000,
-                        help="records (w1, w2) or distinct keys (w4)")
+    parser.add_argument(
+        "--records", type=int, default=1_000_000, help="records (w1, w2) or distinct keys (w4)"
+    )
     parser.add_argument("--parallelism", type=int, default=2)
     parser.add_argument("--checkpoint-interval-ms", type=int, default=1000)
     parser.add_argument("--keys", type=int, default=10_000)
     parser.add_argument("--rate", type=float, default=1000)
     parser.add_argument("--duration-s", type=float, default=20)
     parser.add_argument("--value-bytes", type=int, default=100)
-    parser.add_argument("--mode", choices=["thread", "process", "loopback"], default="thread",
-                        help="PyFlink's python.execution-mode: thread (in the JVM), process (a "
-                             "Python worker process per slot, as on a cluster) or loopback (process "
-                             "mode as a local PyFlink script runs it: the workers are threads of "
-                             "this process)")
-    parser.add_argument("--buffer-timeout-ms", type=int, default=None,
-                        help="Flink's network buffer timeout (default: Flink's, 100 ms)")
-    parser.add_argument("--bundle-size", type=int, default=None,
-                        help="python.fn-execution.bundle.size, process mode (Flink's default: 100000)")
-    parser.add_argument("--bundle-time-ms", type=int, default=None,
-                        help="python.fn-execution.bundle.time, process mode (Flink's default: 1000)")
-    parser.add_argument("--state-cache-size", type=int, default=None,
-                        help="python.state.cache-size: keys whose state the process-mode worker "
-                             "caches (Flink's default: 1000)")
-    parser.add_argument("--w3-source", choices=["sql", "datagen", "throttle"], default="sql",
-                        help="w3's rate source: Flink's rate-limited DataGeneratorSource with the "
-                             "emission time taken in the JVM (SQL's CURRENT_ROW_TIMESTAMP) or in a "
-                             "Python map behind it (datagen), or a Python map that sleeps to keep "
-                             "the rate and stamps (throttle)")
-    parser.add_argument("--timeout-s", type=float, default=3600,
-                        help="cancel the job and fail after this long")
+    parser.add_argument(
+        "--mode",
+        choices=["thread", "process", "loopback"],
+        default="thread",
+        help="PyFlink's python.execution-mode: thread (in the JVM), process (a "
+        "Python worker process per slot, as on a cluster) or loopback (process "
+        "mode as a local PyFlink script runs it: the workers are threads of "
+        "this process)",
+    )
+    parser.add_argument(
+        "--buffer-timeout-ms",
+        type=int,
+        default=None,
+        help="Flink's network buffer timeout (default: Flink's, 100 ms)",
+    )
+    parser.add_argument(
+        "--bundle-size",
+        type=int,
+        default=None,
+        help="python.fn-execution.bundle.size, process mode (Flink's default: 100000)",
+    )
+    parser.add_argument(
+        "--bundle-time-ms",
+        type=int,
+        default=None,
+        help="python.fn-execution.bundle.time, process mode (Flink's default: 1000)",
+    )
+    parser.add_argument(
+        "--state-cache-size",
+        type=int,
+        default=None,
+        help="python.state.cache-size: keys whose state the process-mode worker "
+        "caches (Flink's default: 1000)",
+    )
+    parser.add_argument(
+        "--w3-source",
+        choices=["sql", "datagen", "throttle"],
+        default="sql",
+        help="w3's rate source: Flink's rate-limited DataGeneratorSource with the "
+        "emission time taken in the JVM (SQL's CURRENT_ROW_TIMESTAMP) or in a "
+        "Python map behind it (datagen), or a Python map that sleeps to keep "
+        "the rate and stamps (throttle)",
+    )
+    parser.add_argument(
+        "--timeout-s", type=float, default=3600, help="cancel the job and fail after this long"
+    )
     return parser.parse_args(argv)
 
 
@@ -987,8 +1110,9 @@ def _terminate(signum: int, frame: Any) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
-    logging.basicConfig(stream=sys.stderr, level=logging.INFO,
-                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    logging.basicConfig(
+        stream=sys.stderr, level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+    )
     # Beam replaces the root logger's handlers when a loopback worker starts in this process
     # (and sends their records to the JVM): the runner keeps a handler of its own.
     handler = logging.StreamHandler(sys.stderr)

@@ -115,8 +115,9 @@ def make_session(args: argparse.Namespace, work_dir: Path) -> Any:
     )
     spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel("WARN")
-    log.info("Spark %s, local[%d], state store %s", spark.version, args.parallelism,
-             provider.rsplit(".", 1)[-1])
+    log.info(
+        "Spark %s, local[%d], state store %s", spark.version, args.parallelism, provider.rsplit(".", 1)[-1]
+    )
     return spark
 
 
@@ -132,17 +133,20 @@ def trigger_of(args: argparse.Namespace) -> dict[str, str]:
     return {"processingTime": f"{max(0, args.checkpoint_interval_ms)} milliseconds"}
 
 
-def counting_source(spark: Any, args: argparse.Namespace, rows_per_batch: int,
-                    records: int | None = None) -> Any:
+def counting_source(
+    spark: Any, args: argparse.Namespace, rows_per_batch: int, records: int | None = None
+) -> Any:
     """``value`` = 0, 1, 2, ... (``records`` of them), ``rows_per_batch`` per micro-batch."""
     from pyspark.sql import functions as F
 
-    return (spark.readStream.format("rate-micro-batch")
-            .option("rowsPerBatch", rows_per_batch)
-            .option("numPartitions", args.parallelism)
-            .load()
-            .where(F.col("value") < (args.records if records is None else records))
-            .select("value"))
+    return (
+        spark.readStream.format("rate-micro-batch")
+        .option("rowsPerBatch", rows_per_batch)
+        .option("numPartitions", args.parallelism)
+        .load()
+        .where(F.col("value") < (args.records if records is None else records))
+        .select("value")
+    )
 
 
 def warm_up(spark: Any, args: argparse.Namespace, work_dir: Path) -> None:
@@ -162,12 +166,17 @@ def warm_up(spark: Any, args: argparse.Namespace, work_dir: Path) -> None:
     per_batch = max(1, min(rows_per_batch(args), 100_000 if args.mode == "groupby" else 10_000))
     result, mode = keyed_sum(counting_source(spark, args, per_batch, batches * per_batch), args)
     scratch = work_dir / "warm-up"
-    query = (result.writeStream.format("noop").outputMode(mode)
-             .option("checkpointLocation", str(scratch / "checkpoint")).start())
+    query = (
+        result.writeStream.format("noop")
+        .outputMode(mode)
+        .option("checkpointLocation", str(scratch / "checkpoint"))
+        .start()
+    )
     run_until(query, batches * per_batch, args.timeout_s, scratch)
     shutil.rmtree(scratch, ignore_errors=True)
-    log.info("Warmed up with %d batches of %d rows in %.1f s", batches, per_batch,
-             time.perf_counter() - started)
+    log.info(
+        "Warmed up with %d batches of %d rows in %.1f s", batches, per_batch, time.perf_counter() - started
+    )
 
 
 def source_offset(progress: dict[str, Any], which: str) -> Any:
@@ -192,8 +201,13 @@ def start_offset(progress: dict[str, Any]) -> int:
     return as_count(source_offset(progress, "startOffset"))
 
 
-def run_until(query: Any, read_past: int, timeout_s: float, work_dir: Path,
-              to_records: Callable[[int], int] = lambda offset: offset) -> list[dict[str, Any]]:
+def run_until(
+    query: Any,
+    read_past: int,
+    timeout_s: float,
+    work_dir: Path,
+    to_records: Callable[[int], int] = lambda offset: offset,
+) -> list[dict[str, Any]]:
     """Wait until a committed batch has read ``read_past`` records, then stop the query.
 
     A progress event is posted after the batch committed, so when one shows the end offset
@@ -208,8 +222,11 @@ def run_until(query: Any, read_past: int, timeout_s: float, work_dir: Path,
         while True:
             ended = query.awaitTermination(0.02)  # True: ended by itself (availableNow)
             last = query.lastProgress
-            if last is not None and last["numInputRows"] > 0 \
-                    and to_records(end_offset(json.loads(last.json))) >= read_past:
+            if (
+                last is not None
+                and last["numInputRows"] > 0
+                and to_records(end_offset(json.loads(last.json))) >= read_past
+            ):
                 done = last["batchId"]
                 if not ended:
                     stop_between_batches(query, last)
@@ -282,12 +299,18 @@ def batch_figures(batches: list[dict[str, Any]]) -> dict[str, Any]:
     """Per-batch commit and batch durations, as the protocol's checkpoint figures."""
     commits = sorted(checkpoint_ms(p) for p in batches)
     triggers = sorted(float(p["durationMs"]["triggerExecution"]) for p in batches)
-    state_commits = sorted(float(sum(op.get("commitTimeMs", 0) for op in p["stateOperators"]))
-                           for p in batches)
-    return {"checkpoints_completed": len(batches), "checkpoint_p50_ms": percentile(commits, 50),
-            "checkpoint_max_ms": commits[-1], "state_commit_p50_ms": percentile(state_commits, 50),
-            "batch_p50_ms": percentile(triggers, 50), "batch_max_ms": triggers[-1],
-            "checkpoints_can_be_disabled": False}
+    state_commits = sorted(
+        float(sum(op.get("commitTimeMs", 0) for op in p["stateOperators"])) for p in batches
+    )
+    return {
+        "checkpoints_completed": len(batches),
+        "checkpoint_p50_ms": percentile(commits, 50),
+        "checkpoint_max_ms": commits[-1],
+        "state_commit_p50_ms": percentile(state_commits, 50),
+        "batch_p50_ms": percentile(triggers, 50),
+        "batch_max_ms": triggers[-1],
+        "checkpoints_can_be_disabled": False,
+    }
 
 
 # ------------------------------------------------------------------ the keyed running sum
@@ -350,11 +373,18 @@ def keyed_sum(df: Any, args: argparse.Namespace, failure: Failure | None = None)
         return keyed.groupBy("key").agg(F.sum("value").alias("total")), "update"
     if args.mode == "pandas_state":
         return keyed.groupBy("key").applyInPandasWithState(
-            running_sum_function(failure), outputStructType="key long, total long",
-            stateStructType="total long", outputMode="Update", timeoutConf="NoTimeout"), "update"
+            running_sum_function(failure),
+            outputStructType="key long, total long",
+            stateStructType="total long",
+            outputMode="Update",
+            timeoutConf="NoTimeout",
+        ), "update"
     return keyed.groupBy("key").transformWithStateInPandas(
-        statefulProcessor=running_sum_processor(failure), outputStructType="key long, total long",
-        outputMode="Update", timeMode="None"), "update"
+        statefulProcessor=running_sum_processor(failure),
+        outputStructType="key long, total long",
+        outputMode="Update",
+        timeMode="None",
+    ), "update"
 
 
 def failure_gate(failure: Failure) -> Any:
@@ -372,8 +402,9 @@ def failure_gate(failure: Failure) -> Any:
     return pandas_udf(gate, "long")  # type: ignore[call-overload]
 
 
-def running_sums(chunks: Iterator[pd.DataFrame], total: int, failure: Failure | None
-                 ) -> tuple[list[pd.DataFrame], int]:
+def running_sums(
+    chunks: Iterator[pd.DataFrame], total: int, failure: Failure | None
+) -> tuple[list[pd.DataFrame], int]:
     """Both Python stateful APIs: the running sum of every record, from the key's
     ``total`` so far; the output frames and the new total."""
     out = []
@@ -389,8 +420,10 @@ def running_sums(chunks: Iterator[pd.DataFrame], total: int, failure: Failure | 
 
 def running_sum_function(failure: Failure | None) -> Callable[..., Iterator[Any]]:
     """``applyInPandasWithState``'s function: a running sum per record, state = the sum."""
-    def running_sum(key: tuple[Any, ...], chunks: Iterator[pd.DataFrame], state: Any
-                    ) -> Iterator[pd.DataFrame]:
+
+    def running_sum(
+        key: tuple[Any, ...], chunks: Iterator[pd.DataFrame], state: Any
+    ) -> Iterator[pd.DataFrame]:
         out, total = running_sums(chunks, state.get[0] if state.exists else 0, failure)
         state.update((total,))
         yield from out
@@ -406,11 +439,11 @@ def running_sum_processor(failure: Failure | None) -> Any:
         def init(self, handle: StatefulProcessorHandle) -> None:
             self.total = handle.getValueState("total", "total long")
 
-        def handleInputRows(self, key: Any, rows: Iterator[pd.DataFrame], timerValues: Any
-                            ) -> Iterator[pd.DataFrame]:
+        def handleInputRows(
+            self, key: Any, rows: Iterator[pd.DataFrame], timerValues: Any
+        ) -> Iterator[pd.DataFrame]:
             current = self.total.get()
-            out, total = running_sums(rows, int(current[0]) if current is not None else 0,
-                                      failure)
+            out, total = running_sums(rows, int(current[0]) if current is not None else 0, failure)
             self.total.update((total,))
             yield from out
 
@@ -429,14 +462,17 @@ def check_mode_available(args: argparse.Namespace) -> None:
     if not hasattr(GroupedData, "transformWithStateInPandas"):
         import pyspark
 
-        raise NotImplementedError(f"PySpark {pyspark.__version__} has no "
-                                  "transformWithStateInPandas (Spark 4.0+)")
+        raise NotImplementedError(
+            f"PySpark {pyspark.__version__} has no transformWithStateInPandas (Spark 4.0+)"
+        )
     try:
         import google.protobuf  # noqa: F401
     except ImportError as exc:
-        raise ImportError("transformWithStateInPandas needs the 'protobuf' package (its "
-                          "state API talks protobuf to the JVM); install protobuf>=6.33.5,<7 "
-                          "in the spark_ss environment") from exc
+        raise ImportError(
+            "transformWithStateInPandas needs the 'protobuf' package (its "
+            "state API talks protobuf to the JVM); install protobuf>=6.33.5,<7 "
+            "in the spark_ss environment"
+        ) from exc
 
 
 def rows_per_batch(args: argparse.Namespace, default: int = DEFAULT_ROWS_PER_BATCH) -> int:
@@ -458,12 +494,17 @@ def w1(spark: Any, args: argparse.Namespace, work_dir: Path) -> dict[str, Any]:
     latter exists, and ``records_per_s`` is that.
     """
     started = time.perf_counter()
-    per_batch = min(rows_per_batch(args, W1_ROWS_PER_BATCH.get(args.mode, DEFAULT_ROWS_PER_BATCH)),
-                    args.records)
+    per_batch = min(
+        rows_per_batch(args, W1_ROWS_PER_BATCH.get(args.mode, DEFAULT_ROWS_PER_BATCH)), args.records
+    )
     result, mode = keyed_sum(counting_source(spark, args, per_batch), args)
-    query = (result.writeStream.format("noop").outputMode(mode)
-             .option("checkpointLocation", str(work_dir / "checkpoint"))
-             .trigger(**trigger_of(args)).start())
+    query = (
+        result.writeStream.format("noop")
+        .outputMode(mode)
+        .option("checkpointLocation", str(work_dir / "checkpoint"))
+        .trigger(**trigger_of(args))
+        .start()
+    )
     batches = run_until(query, args.records, args.timeout_s, work_dir)
     wall = time.perf_counter() - started
     first_start, first_end = epoch_s(batches[0]["timestamp"]), batch_end_s(batches[0])
@@ -474,14 +515,19 @@ def w1(spark: Any, args: argparse.Namespace, work_dir: Path) -> dict[str, Any]:
         steady = (args.records - end_offset(batches[0])) / span
     else:
         span, steady = last_end - first_start, incl_first
-    return {"records": args.records, "records_per_s": steady, "first_to_last_s": span,
-            "records_per_s_incl_first_batch": incl_first,
-            "first_batch_ms": batches[0]["durationMs"]["triggerExecution"],
-            "rows_per_batch": per_batch, "query_s": wall,
-            "batches_shorter_than_the_trigger": sum(
-                1 for b in batches[1:]
-                if float(b["durationMs"]["triggerExecution"]) < args.checkpoint_interval_ms),
-            **batch_figures(batches)}
+    return {
+        "records": args.records,
+        "records_per_s": steady,
+        "first_to_last_s": span,
+        "records_per_s_incl_first_batch": incl_first,
+        "first_batch_ms": batches[0]["durationMs"]["triggerExecution"],
+        "rows_per_batch": per_batch,
+        "query_s": wall,
+        "batches_shorter_than_the_trigger": sum(
+            1 for b in batches[1:] if float(b["durationMs"]["triggerExecution"]) < args.checkpoint_interval_ms
+        ),
+        **batch_figures(batches),
+    }
 
 
 # ------------------------------------------------------------------ w2
@@ -531,9 +577,13 @@ def w2(spark: Any, args: argparse.Namespace, work_dir: Path) -> dict[str, Any]:
     for attempt in range(2):
         failure = Failure(work_dir, args.records // 2, attempt)
         result, mode = keyed_sum(counting_source(spark, args, per_batch), args, failure)
-        query = (result.writeStream.foreachBatch(last_sums_sink(sums_dir)).outputMode(mode)
-                 .option("checkpointLocation", str(work_dir / "checkpoint"))
-                 .trigger(**trigger_of(args)).start())
+        query = (
+            result.writeStream.foreachBatch(last_sums_sink(sums_dir))
+            .outputMode(mode)
+            .option("checkpointLocation", str(work_dir / "checkpoint"))
+            .trigger(**trigger_of(args))
+            .start()
+        )
         try:
             run_until(query, args.records, args.timeout_s, work_dir)
             break
@@ -541,23 +591,34 @@ def w2(spark: Any, args: argparse.Namespace, work_dir: Path) -> dict[str, Any]:
             if attempt > 0 or not (work_dir / "raised").exists():
                 raise
             errors.append(f"{type(exc).__name__}")
-            log.info("The query failed as injected (%s); restarting it from the checkpoint",
-                     type(exc).__name__)
+            log.info(
+                "The query failed as injected (%s); restarting it from the checkpoint", type(exc).__name__
+            )
     wall = time.perf_counter() - started
     if not errors:
         raise RuntimeError("the injected failure did not fail the query")
     last: dict[int, int] = {}
     for part in sorted(sums_dir.glob("batch-*.json")):
         last.update({int(k): v for k, v in json.loads(part.read_text()).items()})
-    wrong = sum(1 for key in range(min(args.keys, args.records))
-                if last.get(key) != expected_sum(key, args.records, args.keys))
+    wrong = sum(
+        1
+        for key in range(min(args.keys, args.records))
+        if last.get(key) != expected_sum(key, args.records, args.keys)
+    )
     wrong += sum(1 for key in last if not 0 <= key < min(args.keys, args.records))
     raised = float((work_dir / "raised").read_text())
     first = float((work_dir / "first-after-restore").read_text())
-    return {"records": args.records, "exact": wrong == 0, "wrong_keys": wrong,
-            "recovery_s": first - raised, "rows_per_batch": per_batch, "query_s": wall,
-            "failure_in": "pandas UDF before the aggregation" if args.mode == "groupby"
-            else "the keyed state function"}
+    return {
+        "records": args.records,
+        "exact": wrong == 0,
+        "wrong_keys": wrong,
+        "recovery_s": first - raised,
+        "rows_per_batch": per_batch,
+        "query_s": wall,
+        "failure_in": "pandas UDF before the aggregation"
+        if args.mode == "groupby"
+        else "the keyed state function",
+    }
 
 
 # ------------------------------------------------------------------ w3
@@ -633,14 +694,23 @@ def w3(spark: Any, args: argparse.Namespace, work_dir: Path) -> dict[str, Any]:
     if args.w3_source == "rate":
         if args.rate != int(args.rate):
             raise ValueError("the rate source needs a whole number of rows per second")
-        source = (spark.readStream.format("rate").option("rowsPerSecond", int(args.rate))
-                  .option("numPartitions", args.parallelism).load().select("value"))
+        source = (
+            spark.readStream.format("rate")
+            .option("rowsPerSecond", int(args.rate))
+            .option("numPartitions", args.parallelism)
+            .load()
+            .select("value")
+        )
     else:
         feeder = LineFeeder(args.rate, total)
         feeder.start()
-        source = (spark.readStream.format("socket").option("host", "127.0.0.1")
-                  .option("port", feeder.port).load()
-                  .select(F.col("value").cast("long").alias("value")))
+        source = (
+            spark.readStream.format("socket")
+            .option("host", "127.0.0.1")
+            .option("port", feeder.port)
+            .load()
+            .select(F.col("value").cast("long").alias("value"))
+        )
     result, mode = keyed_sum(source.where(F.col("value") < total), args)
     sink_times: dict[int, float] = {}
 
@@ -648,22 +718,32 @@ def w3(spark: Any, args: argparse.Namespace, work_dir: Path) -> dict[str, Any]:
         df.write.format("noop").mode("overwrite").save()
         sink_times[batch_id] = time.time()
 
-    query = (result.writeStream.foreachBatch(sink).outputMode(mode)
-             .option("checkpointLocation", str(work_dir / "checkpoint"))
-             .trigger(**trigger_of(args)).start())
+    query = (
+        result.writeStream.foreachBatch(sink)
+        .outputMode(mode)
+        .option("checkpointLocation", str(work_dir / "checkpoint"))
+        .trigger(**trigger_of(args))
+        .start()
+    )
     try:
         if feeder is None:
             # The rate source counts whole seconds since its start, which it logs first.
             start = rate_source_start(work_dir / "checkpoint", query)
             per_s = int(args.rate)
-            batches = run_until(query, total, args.duration_s + args.timeout_s, work_dir,
-                                to_records=lambda seconds: seconds * per_s)
+            batches = run_until(
+                query,
+                total,
+                args.duration_s + args.timeout_s,
+                work_dir,
+                to_records=lambda seconds: seconds * per_s,
+            )
             ranges = [(start_offset(p) * per_s, end_offset(p) * per_s) for p in batches]
             stamps = [start + i / args.rate for i in range(total)]
         else:
             # Socket offsets are the last line's number (-1 before any).
-            batches = run_until(query, total, args.duration_s + args.timeout_s, work_dir,
-                                to_records=lambda offset: offset + 1)
+            batches = run_until(
+                query, total, args.duration_s + args.timeout_s, work_dir, to_records=lambda offset: offset + 1
+            )
             ranges = [(start_offset_or(p, -1) + 1, end_offset(p) + 1) for p in batches]
             stamps = feeder.stamps
     finally:
@@ -683,12 +763,18 @@ def w3(spark: Any, args: argparse.Namespace, work_dir: Path) -> dict[str, Any]:
                     second_half.append(latencies[-1])
     latencies.sort()
     second_half.sort()
-    return {"records": len(latencies), "latency_p50_ms": percentile(latencies, 50),
-            "latency_p99_ms": percentile(latencies, 99), "latency_max_ms": latencies[-1],
-            "latency_p50_ms_second_half": percentile(second_half, 50),
-            "latency_p99_ms_second_half": percentile(second_half, 99),
-            "first_batch_ms": batches[0]["durationMs"]["triggerExecution"],
-            "source": args.w3_source, "query_s": query_s, **batch_figures(batches)}
+    return {
+        "records": len(latencies),
+        "latency_p50_ms": percentile(latencies, 50),
+        "latency_p99_ms": percentile(latencies, 99),
+        "latency_max_ms": latencies[-1],
+        "latency_p50_ms_second_half": percentile(second_half, 50),
+        "latency_p99_ms_second_half": percentile(second_half, 99),
+        "first_batch_ms": batches[0]["durationMs"]["triggerExecution"],
+        "source": args.w3_source,
+        "query_s": query_s,
+        **batch_figures(batches),
+    }
 
 
 def start_offset_or(progress: dict[str, Any], initial: int) -> int:
@@ -734,41 +820,58 @@ def w4(spark: Any, args: argparse.Namespace, work_dir: Path) -> dict[str, Any]:
     source = counting_source(spark, args, args.records)
     keyed = source.select(
         F.col("value").alias("key"),
-        F.concat(F.unhex(F.lpad(F.hex("value"), 16, "0")), F.lit(filler)).alias("payload"))
+        F.concat(F.unhex(F.lpad(F.hex("value"), 16, "0")), F.lit(filler)).alias("payload"),
+    )
     if args.mode == "groupby":
         result = keyed.groupBy("key").agg(F.max("payload").alias("payload"))
     elif args.mode == "pandas_state":
         result = keyed.groupBy("key").applyInPandasWithState(
-            store_value_function(), outputStructType="key long", stateStructType="payload binary",
-            outputMode="Update", timeoutConf="NoTimeout")
+            store_value_function(),
+            outputStructType="key long",
+            stateStructType="payload binary",
+            outputMode="Update",
+            timeoutConf="NoTimeout",
+        )
     else:
         result = keyed.groupBy("key").transformWithStateInPandas(
-            statefulProcessor=store_value_processor(), outputStructType="key long",
-            outputMode="Update", timeMode="None")
+            statefulProcessor=store_value_processor(),
+            outputStructType="key long",
+            outputMode="Update",
+            timeMode="None",
+        )
     checkpoint = work_dir / "checkpoint"
     # availableNow: rate-micro-batch then reads one batch of rowsPerBatch rows and the query
     # ends, so the checkpoint holds that batch's state version and nothing after it.
-    query = (result.writeStream.format("noop").outputMode("update")
-             .option("checkpointLocation", str(checkpoint)).trigger(availableNow=True).start())
+    query = (
+        result.writeStream.format("noop")
+        .outputMode("update")
+        .option("checkpointLocation", str(checkpoint))
+        .trigger(availableNow=True)
+        .start()
+    )
     batches = run_until(query, args.records, args.timeout_s, work_dir)
     wall = time.perf_counter() - started
     batch = batches[0]
     operators = batch["stateOperators"]
-    return {"keys": args.records, "value_bytes": args.value_bytes,
-            "checkpoint_duration_ms": checkpoint_ms(batch),
-            "checkpoint_size_bytes": directory_bytes(checkpoint / "state"),
-            "state_commit_ms": sum(op.get("commitTimeMs", 0) for op in operators),
-            "state_update_ms": sum(op.get("allUpdatesTimeMs", 0) for op in operators),
-            "state_memory_bytes": sum(op.get("memoryUsedBytes", 0) for op in operators),
-            "state_rows": sum(op.get("numRowsTotal", 0) for op in operators),
-            "batch_ms": batch["durationMs"]["triggerExecution"], "state_store": state_store(args),
-            "query_s": wall}
+    return {
+        "keys": args.records,
+        "value_bytes": args.value_bytes,
+        "checkpoint_duration_ms": checkpoint_ms(batch),
+        "checkpoint_size_bytes": directory_bytes(checkpoint / "state"),
+        "state_commit_ms": sum(op.get("commitTimeMs", 0) for op in operators),
+        "state_update_ms": sum(op.get("allUpdatesTimeMs", 0) for op in operators),
+        "state_memory_bytes": sum(op.get("memoryUsedBytes", 0) for op in operators),
+        "state_rows": sum(op.get("numRowsTotal", 0) for op in operators),
+        "batch_ms": batch["durationMs"]["triggerExecution"],
+        "state_store": state_store(args),
+        "query_s": wall,
+    }
 
 
 def store_value_function() -> Callable[..., Iterator[Any]]:
     """``applyInPandasWithState``'s function for w4: keep the key's value; emit nothing."""
-    def store(key: tuple[Any, ...], chunks: Iterator[pd.DataFrame], state: Any
-              ) -> Iterator[pd.DataFrame]:
+
+    def store(key: tuple[Any, ...], chunks: Iterator[pd.DataFrame], state: Any) -> Iterator[pd.DataFrame]:
         for chunk in chunks:
             state.update((bytes(chunk["payload"].iat[-1]),))
         return iter(())
@@ -784,8 +887,9 @@ def store_value_processor() -> Any:
         def init(self, handle: StatefulProcessorHandle) -> None:
             self.value = handle.getValueState("payload", "payload binary")
 
-        def handleInputRows(self, key: Any, rows: Iterator[pd.DataFrame], timerValues: Any
-                            ) -> Iterator[pd.DataFrame]:
+        def handleInputRows(
+            self, key: Any, rows: Iterator[pd.DataFrame], timerValues: Any
+        ) -> Iterator[pd.DataFrame]:
             for chunk in rows:
                 self.value.update((bytes(chunk["payload"].iat[-1]),))
             return iter(())
@@ -808,40 +912,67 @@ WORKLOADS = {"w1": w1, "w2": w2, "w3": w3, "w4": w4}
 
 
 def parse(argv: list[str]) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(prog="python spark_ss_runner.py",
-                                     description=__doc__.split("\n", 1)[0])
+    parser = argparse.ArgumentParser(prog="python spark_ss_runner.py", description=__doc__.split("\n", 1)[0])
     parser.add_argument("workload", choices=sorted(WORKLOADS))
     parser.add_argument("--work-dir", required=True, type=Path)
     parser.add_argument("--records", type=int, default=1_000_000)
     parser.add_argument("--parallelism", type=int, default=2)
-    parser.add_argument("--checkpoint-interval-ms", type=int, default=1000,
-                        help="the processing-time trigger; 0 = batches back to back (Spark "
-                             "commits every batch, it cannot turn checkpoints off)")
+    parser.add_argument(
+        "--checkpoint-interval-ms",
+        type=int,
+        default=1000,
+        help="the processing-time trigger; 0 = batches back to back (Spark "
+        "commits every batch, it cannot turn checkpoints off)",
+    )
     parser.add_argument("--keys", type=int, default=10_000)
     parser.add_argument("--rate", type=float, default=1000.0)
     parser.add_argument("--duration-s", type=float, default=20.0)
     parser.add_argument("--value-bytes", type=int, default=100)
-    parser.add_argument("--mode", choices=MODES, default="groupby",
-                        help="the Spark API holding the keyed state (default groupby)")
-    parser.add_argument("--rows-per-batch", type=int, default=0,
-                        help="rate-micro-batch rowsPerBatch for w1/w2 (default "
-                             f"{DEFAULT_ROWS_PER_BATCH:,}; w2 caps it at records // 4; w4 reads "
-                             "every record in one batch)")
-    parser.add_argument("--state-store", choices=["default", "rocksdb"], default="default",
-                        help="default: Spark's HDFS-backed in-memory store (twsip: RocksDB, "
-                             "which it requires)")
-    parser.add_argument("--w3-source", choices=["socket", "rate"], default="socket",
-                        help="w3's source: Spark's socket source fed by this runner at the "
-                             "rate (default), or Spark's rate source (second-granular: adds "
-                             "about 0.5 s)")
-    parser.add_argument("--warm-up-batches", type=int, default=0,
-                        help="run the keyed sum for this many batches (100,000 rows; 10,000 "
-                             "in the Python modes) before the measured query, so that it starts "
-                             "warm (default 0: measure from cold, as the protocol does)")
-    parser.add_argument("--driver-memory", default="2g",
-                        help="the local JVM's heap (state of the default store is on it)")
-    parser.add_argument("--timeout-s", type=float, default=1800.0,
-                        help="give up on a query that has not finished after this long")
+    parser.add_argument(
+        "--mode",
+        choices=MODES,
+        default="groupby",
+        help="the Spark API holding the keyed state (default groupby)",
+    )
+    parser.add_argument(
+        "--rows-per-batch",
+        type=int,
+        default=0,
+        help="rate-micro-batch rowsPerBatch for w1/w2 (default "
+        f"{DEFAULT_ROWS_PER_BATCH:,}; w2 caps it at records // 4; w4 reads "
+        "every record in one batch)",
+    )
+    parser.add_argument(
+        "--state-store",
+        choices=["default", "rocksdb"],
+        default="default",
+        help="default: Spark's HDFS-backed in-memory store (twsip: RocksDB, which it requires)",
+    )
+    parser.add_argument(
+        "--w3-source",
+        choices=["socket", "rate"],
+        default="socket",
+        help="w3's source: Spark's socket source fed by this runner at the "
+        "rate (default), or Spark's rate source (second-granular: adds "
+        "about 0.5 s)",
+    )
+    parser.add_argument(
+        "--warm-up-batches",
+        type=int,
+        default=0,
+        help="run the keyed sum for this many batches (100,000 rows; 10,000 "
+        "in the Python modes) before the measured query, so that it starts "
+        "warm (default 0: measure from cold, as the protocol does)",
+    )
+    parser.add_argument(
+        "--driver-memory", default="2g", help="the local JVM's heap (state of the default store is on it)"
+    )
+    parser.add_argument(
+        "--timeout-s",
+        type=float,
+        default=1800.0,
+        help="give up on a query that has not finished after this long",
+    )
     return parser.parse_args(argv)
 
 
@@ -853,13 +984,13 @@ def raise_keyboard_interrupt(signum: int, frame: Any) -> None:
 def main(argv: list[str]) -> int:
     started = time.perf_counter()
     args = parse(argv)
-    logging.basicConfig(level=logging.WARNING, stream=sys.stderr,
-                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    logging.basicConfig(
+        level=logging.WARNING, stream=sys.stderr, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+    )
     log.setLevel(logging.INFO)
     signal.signal(signal.SIGTERM, raise_keyboard_interrupt)
     args.work_dir.mkdir(parents=True, exist_ok=True)
-    result: dict[str, Any] = {"system": "spark_ss", "variant": args.mode,
-                              "workload": args.workload}
+    result: dict[str, Any] = {"system": "spark_ss", "variant": args.mode, "workload": args.workload}
     code = 0
     spark = None
     try:

@@ -53,8 +53,7 @@ class CheckpointConfig:
     def get_checkpoint_timeout(self) -> int:
         return self._config.get(CheckpointingOptions.TIMEOUT)
 
-    def set_min_pause_between_checkpoints(self, min_pause_between_checkpoints: int
-                                          ) -> CheckpointConfig:
+    def set_min_pause_between_checkpoints(self, min_pause_between_checkpoints: int) -> CheckpointConfig:
         """Least milliseconds from one checkpoint's completion to the next one's start."""
         return self._set(CheckpointingOptions.MIN_PAUSE, min_pause_between_checkpoints)
 
@@ -74,12 +73,14 @@ class CheckpointConfig:
     def get_tolerable_checkpoint_failure_number(self) -> int:
         return self._config.get(CheckpointingOptions.TOLERABLE_FAILURES)
 
-    def set_externalized_checkpoint_retention(self, retention: ExternalizedCheckpointRetention
-                                              ) -> CheckpointConfig:
+    def set_externalized_checkpoint_retention(
+        self, retention: ExternalizedCheckpointRetention
+    ) -> CheckpointConfig:
         return self._set(CheckpointingOptions.EXTERNALIZED_RETENTION, retention)
 
-    def enable_externalized_checkpoints(self, cleanup_mode: ExternalizedCheckpointRetention
-                                        ) -> CheckpointConfig:
+    def enable_externalized_checkpoints(
+        self, cleanup_mode: ExternalizedCheckpointRetention
+    ) -> CheckpointConfig:
         """PyFlink 1.x name of :meth:`set_externalized_checkpoint_retention`."""
         return self.set_externalized_checkpoint_retention(cleanup_mode)
 
@@ -87,8 +88,10 @@ class CheckpointConfig:
         return self._config.get(CheckpointingOptions.EXTERNALIZED_RETENTION)
 
     def is_externalized_checkpoints_enabled(self) -> bool:
-        return (self.get_externalized_checkpoint_retention()
-                is not ExternalizedCheckpointRetention.NO_EXTERNALIZED_CHECKPOINTS)
+        return (
+            self.get_externalized_checkpoint_retention()
+            is not ExternalizedCheckpointRetention.NO_EXTERNALIZED_CHECKPOINTS
+        )
 
     def set_checkpoint_storage(self, storage: str) -> CheckpointConfig:
         """Write checkpoints to a directory: a path or URI (``file:///...``, ``s3://...``)."""

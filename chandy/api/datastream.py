@@ -59,7 +59,8 @@ def _check_function(func: Any, base: type[Function], method: str, operation: str
         return func
     raise InvalidProgramError(
         f"{operation}() takes a {base.__name__} or a callable, got {type(func).__name__}"
-        + (f" (a function class must implement '{method}')" if isinstance(func, Function) else ""))
+        + (f" (a function class must implement '{method}')" if isinstance(func, Function) else "")
+    )
 
 
 class _NodeHandle:
@@ -73,7 +74,8 @@ class _NodeHandle:
         if self._node is None:
             raise InvalidProgramError(
                 f"{what} applies to an operator, but this stream is a partitioning or a union of "
-                "streams; call it on the stream an operator (map, process, ...) returned")
+                "streams; call it on the stream an operator (map, process, ...) returned"
+            )
         return self._node
 
     def name(self, name: str) -> Any:
@@ -101,7 +103,8 @@ class _NodeHandle:
     def set_max_parallelism(self, max_parallelism: int) -> Any:
         if not isinstance(max_parallelism, int) or not 1 <= max_parallelism <= 32768:
             raise InvalidProgramError(
-                f"max parallelism must be an integer in [1, 32768], got {max_parallelism!r}")
+                f"max parallelism must be an integer in [1, 32768], got {max_parallelism!r}"
+            )
         self._operator("set_max_parallelism()").max_parallelism = max_parallelism
         return self
 
@@ -119,8 +122,9 @@ class _NodeHandle:
 class DataStream(_NodeHandle):
     """A stream of records (PyFlink's ``DataStream``)."""
 
-    def __init__(self, env: StreamExecutionEnvironment, node: StreamNode | None,
-                 inputs: list[_Input]) -> None:
+    def __init__(
+        self, env: StreamExecutionEnvironment, node: StreamNode | None, inputs: list[_Input]
+    ) -> None:
         super().__init__(env, node)
         self._inputs = inputs
 
@@ -133,8 +137,9 @@ class DataStream(_NodeHandle):
 
     # ------------------------------------------------------------ operators
 
-    def _add_operator(self, name: str, factory: Callable[[], StreamOperator], *,
-                      keyed: bool = False, is_sink: bool = False) -> StreamNode:
+    def _add_operator(
+        self, name: str, factory: Callable[[], StreamOperator], *, keyed: bool = False, is_sink: bool = False
+    ) -> StreamNode:
         graph = self._env._stream_graph
         node = graph.add_node(name, factory, keyed=keyed, is_sink=is_sink)
         for source, partitioner in self._inputs:
@@ -146,39 +151,38 @@ class DataStream(_NodeHandle):
         func = _check_function(func, MapFunction, "map", "map")
         return DataStream._of(self._env, self._add_operator("Map", functools.partial(StreamMap, func)))
 
-    def flat_map(self, func: FlatMapFunction | Callable[[Any], Any],
-                 output_type: Any = None) -> DataStream:
+    def flat_map(self, func: FlatMapFunction | Callable[[Any], Any], output_type: Any = None) -> DataStream:
         """Any number of outputs per input record (yield them, or return an iterable)."""
         func = _check_function(func, FlatMapFunction, "flat_map", "flat_map")
-        return DataStream._of(self._env,
-                              self._add_operator("FlatMap", functools.partial(StreamFlatMap, func)))
+        return DataStream._of(
+            self._env, self._add_operator("FlatMap", functools.partial(StreamFlatMap, func))
+        )
 
     def filter(self, func: FilterFunction | Callable[[Any], bool]) -> DataStream:
         """Keep the records for which ``func`` is true."""
         func = _check_function(func, FilterFunction, "filter", "filter")
-        return DataStream._of(self._env,
-                              self._add_operator("Filter", functools.partial(StreamFilter, func)))
+        return DataStream._of(self._env, self._add_operator("Filter", functools.partial(StreamFilter, func)))
 
-    def process(self, func: ProcessFunction | Callable[[Any, Any], Any],
-                output_type: Any = None) -> DataStream:
+    def process(
+        self, func: ProcessFunction | Callable[[Any, Any], Any], output_type: Any = None
+    ) -> DataStream:
         """Apply a ProcessFunction (``process_element(value, ctx)`` yields outputs)."""
         func = _check_function(func, ProcessFunction, "process_element", "process")
-        return DataStream._of(self._env,
-                              self._add_operator("Process", functools.partial(ProcessOperator, func)))
+        return DataStream._of(
+            self._env, self._add_operator("Process", functools.partial(ProcessOperator, func))
+        )
 
     # ------------------------------------------------------------ partitioning
 
     def _repartition(self, partitioner: StreamPartitioner) -> DataStream:
         return DataStream(self._env, None, [(node, partitioner) for node, _ in self._inputs])
 
-    def key_by(self, key_selector: KeySelector | Callable[[Any], Any],
-               key_type: Any = None) -> KeyedStream:
+    def key_by(self, key_selector: KeySelector | Callable[[Any], Any], key_type: Any = None) -> KeyedStream:
         """Partition by key: every record with the same key goes to the same subtask,
         where keyed state is scoped to that key."""
         key_selector = _check_function(key_selector, KeySelector, "get_key", "key_by")
         select = key_selector.get_key if isinstance(key_selector, KeySelector) else key_selector
-        return KeyedStream(self._env, [(node, KeyGroupStreamPartitioner(select))
-                                       for node, _ in self._inputs])
+        return KeyedStream(self._env, [(node, KeyGroupStreamPartitioner(select)) for node, _ in self._inputs])
 
     def rebalance(self) -> DataStream:
         """Round-robin over the next operator's subtasks."""
@@ -213,16 +217,17 @@ class DataStream(_NodeHandle):
         """Write every record to stdout (``"2> record"`` with several subtasks)."""
         from chandy.connectors.sinks import PrintSink
 
-        node = self._add_operator("Print to Std. Out",
-                                  functools.partial(SinkWriterOperator, PrintSink(sink_identifier)),
-                                  is_sink=True)
+        node = self._add_operator(
+            "Print to Std. Out",
+            functools.partial(SinkWriterOperator, PrintSink(sink_identifier)),
+            is_sink=True,
+        )
         return DataStreamSink(self._env, node)
 
     def add_sink(self, sink_func: SinkFunction | Callable[[Any], None]) -> DataStreamSink:
         """A sink that calls ``sink_func.invoke(value, context)`` (or ``sink_func(value)``)."""
         sink_func = _check_function(sink_func, SinkFunction, "invoke", "add_sink")
-        node = self._add_operator("Sink", functools.partial(SinkFunctionOperator, sink_func),
-                                  is_sink=True)
+        node = self._add_operator("Sink", functools.partial(SinkFunctionOperator, sink_func), is_sink=True)
         return DataStreamSink(self._env, node)
 
     def sink_to(self, sink: Sink) -> DataStreamSink:
@@ -232,17 +237,20 @@ class DataStream(_NodeHandle):
         sink.validate()
         if isinstance(sink, TwoPhaseCommittingSink):
             self._env._two_phase_sinks.append(type(sink).__name__)
-        node = self._add_operator(f"Sink: {type(sink).__name__}",
-                                  functools.partial(SinkWriterOperator, sink), is_sink=True)
+        node = self._add_operator(
+            f"Sink: {type(sink).__name__}", functools.partial(SinkWriterOperator, sink), is_sink=True
+        )
         return DataStreamSink(self._env, node)
 
-    def execute_and_collect(self, job_execution_name: str | None = None,
-                            limit: int | None = None) -> CollectIterator | list[Any]:
+    def execute_and_collect(
+        self, job_execution_name: str | None = None, limit: int | None = None
+    ) -> CollectIterator | list[Any]:
         """Run the job and return its records: an iterator (close it, or use ``with``,
         to stop an unbounded job), or with ``limit`` a list of the first ``limit``."""
         collect_id = uuid.uuid4().hex
-        node = self._add_operator("Collect Sink",
-                                  functools.partial(CollectSinkOperator, collect_id), is_sink=True)
+        node = self._add_operator(
+            "Collect Sink", functools.partial(CollectSinkOperator, collect_id), is_sink=True
+        )
         node.parallelism = 1
         iterator = self._env._execute_and_collect(job_execution_name)
         if limit is None:
@@ -271,8 +279,7 @@ class KeyedStream(DataStream):
         func = _check_function(func, MapFunction, "map", "map")
         return self._keyed("Map", functools.partial(KeyedMap, func))
 
-    def flat_map(self, func: FlatMapFunction | Callable[[Any], Any],
-                 output_type: Any = None) -> DataStream:
+    def flat_map(self, func: FlatMapFunction | Callable[[Any], Any], output_type: Any = None) -> DataStream:
         func = _check_function(func, FlatMapFunction, "flat_map", "flat_map")
         return self._keyed("FlatMap", functools.partial(KeyedFlatMap, func))
 
@@ -280,12 +287,14 @@ class KeyedStream(DataStream):
         func = _check_function(func, FilterFunction, "filter", "filter")
         return self._keyed("Filter", functools.partial(KeyedFilter, func))
 
-    def process(self, func: KeyedProcessFunction | Callable[[Any, Any], Any],  # type: ignore[override]
-                output_type: Any = None) -> DataStream:
+    def process(
+        self,
+        func: KeyedProcessFunction | Callable[[Any, Any], Any],  # type: ignore[override]
+        output_type: Any = None,
+    ) -> DataStream:
         """Apply a KeyedProcessFunction, with keyed state through its runtime context."""
         if isinstance(func, ProcessFunction):
-            raise InvalidProgramError("a KeyedStream takes a KeyedProcessFunction, not a "
-                                      "ProcessFunction")
+            raise InvalidProgramError("a KeyedStream takes a KeyedProcessFunction, not a ProcessFunction")
         func = _check_function(func, KeyedProcessFunction, "process_element", "process")
         return self._keyed("KeyedProcess", functools.partial(KeyedProcessOperator, func))
 
@@ -297,8 +306,7 @@ class KeyedStream(DataStream):
     def sum(self, position_to_sum: int | str = 0) -> DataStream:
         """A running sum per key of one field (tuple index, dict key or attribute);
         for plain numbers, of the records themselves."""
-        return self._keyed("Keyed Sum",
-                           functools.partial(StreamGroupedReduce, SumFunction(position_to_sum)))
+        return self._keyed("Keyed Sum", functools.partial(StreamGroupedReduce, SumFunction(position_to_sum)))
 
 
 class DataStreamSink(_NodeHandle):

@@ -56,8 +56,9 @@ class StreamExecutionEnvironment:
         self._two_phase_sinks: list[str] = []
 
     @staticmethod
-    def get_execution_environment(configuration: Configuration | Mapping[str, Any] | None = None,
-                                  executor: str | None = None) -> StreamExecutionEnvironment:
+    def get_execution_environment(
+        configuration: Configuration | Mapping[str, Any] | None = None, executor: str | None = None
+    ) -> StreamExecutionEnvironment:
         """A new environment. Jobs run on Spark (the active session, or a local one) unless
         ``executor="local"``, which runs every subtask as a thread of this process."""
         env = StreamExecutionEnvironment(configuration)
@@ -72,7 +73,8 @@ class StreamExecutionEnvironment:
         """Set options by Flink's keys, e.g. ``{"parallelism.default": 4}``."""
         if not isinstance(configuration, (Configuration, Mapping)):
             raise ConfigurationError(
-                f"configure() takes a dict or a Configuration, got {type(configuration).__name__}")
+                f"configure() takes a dict or a Configuration, got {type(configuration).__name__}"
+            )
         self._config.update(configuration)
         return self
 
@@ -94,7 +96,8 @@ class StreamExecutionEnvironment:
         if not isinstance(max_parallelism, int) or not 1 <= max_parallelism <= 32768:
             raise ConfigurationError(
                 f"invalid value for 'pipeline.max-parallelism': {max_parallelism!r}. "
-                "Allowed: an integer >= 1 and <= 32768.")
+                "Allowed: an integer >= 1 and <= 32768."
+            )
         self._config.set(PipelineOptions.MAX_PARALLELISM, max_parallelism)
         return self
 
@@ -112,8 +115,9 @@ class StreamExecutionEnvironment:
 
     # ------------------------------------------------------------------ checkpointing
 
-    def enable_checkpointing(self, interval: int,
-                             mode: CheckpointingMode | None = None) -> StreamExecutionEnvironment:
+    def enable_checkpointing(
+        self, interval: int, mode: CheckpointingMode | None = None
+    ) -> StreamExecutionEnvironment:
         """Take a consistent checkpoint every ``interval`` ms (EXACTLY_ONCE unless ``mode``)."""
         config = self.get_checkpoint_config()
         config.set_checkpoint_interval(interval)
@@ -147,21 +151,24 @@ class StreamExecutionEnvironment:
 
     # ------------------------------------------------------------------ sources
 
-    def from_source(self, source: Source, watermark_strategy: Any = None,
-                    source_name: str = "Source") -> DataStream:
+    def from_source(
+        self, source: Source, watermark_strategy: Any = None, source_name: str = "Source"
+    ) -> DataStream:
         """A stream read from ``source`` (a :class:`~chandy.core.connector.Source`)."""
         if not isinstance(source, Source):
             raise InvalidProgramError(f"from_source() takes a Source, got {type(source).__name__}")
         if watermark_strategy is not None:
-            raise InvalidProgramError("watermark strategies (event time) are not supported yet; "
-                                      "pass watermark_strategy=None")
+            raise InvalidProgramError(
+                "watermark strategies (event time) are not supported yet; pass watermark_strategy=None"
+            )
         source.validate()
         if source.get_boundedness() is Boundedness.CONTINUOUS_UNBOUNDED:
             self._unbounded_sources.append(source_name)
         import functools
 
-        node = self._stream_graph.add_node(source_name, functools.partial(SourceOperator, source),
-                                           is_source=True)
+        node = self._stream_graph.add_node(
+            source_name, functools.partial(SourceOperator, source), is_source=True
+        )
         return DataStream._of(self, node)
 
     def from_collection(self, collection: Iterable[Any], type_info: Any = None) -> DataStream:
@@ -169,8 +176,10 @@ class StreamExecutionEnvironment:
         from chandy.connectors.collection import CollectionSource
 
         if isinstance(collection, (str, bytes)) or not isinstance(collection, Iterable):
-            raise InvalidProgramError("from_collection() takes a list (or other iterable) of "
-                                      f"records, got {type(collection).__name__}")
+            raise InvalidProgramError(
+                "from_collection() takes a list (or other iterable) of "
+                f"records, got {type(collection).__name__}"
+            )
         stream = self.from_source(CollectionSource(list(collection)), source_name="Collection Source")
         assert stream._node is not None
         stream._node.parallelism = 1
@@ -199,20 +208,28 @@ class StreamExecutionEnvironment:
     def _build_job_graph(self, job_name: str | None, *, clear: bool = True) -> JobGraph:
         config = self._validated_config()
         name = job_name or config.get(PipelineOptions.NAME) or "chandy job"
-        if (self._unbounded_sources and self._two_phase_sinks
-                and config.get(CheckpointingOptions.INTERVAL) is None):
+        if (
+            self._unbounded_sources
+            and self._two_phase_sinks
+            and config.get(CheckpointingOptions.INTERVAL) is None
+        ):
             log.warning(
                 "Job %s: sinks %s commit their output at checkpoints, but checkpointing is off "
                 "and sources %s never end, so nothing they write will become visible. Call "
-                "env.enable_checkpointing(interval_ms).", name, self._two_phase_sinks,
-                self._unbounded_sources)
+                "env.enable_checkpointing(interval_ms).",
+                name,
+                self._two_phase_sinks,
+                self._unbounded_sources,
+            )
         try:
             return create_job_graph(
-                self._stream_graph, job_name=name,
+                self._stream_graph,
+                job_name=name,
                 default_parallelism=config.get(CoreOptions.DEFAULT_PARALLELISM),
                 default_max_parallelism=config.get(PipelineOptions.MAX_PARALLELISM),
                 chaining_enabled=config.get(PipelineOptions.OPERATOR_CHAINING),
-                config=config.to_dict())
+                config=config.to_dict(),
+            )
         finally:
             if clear:
                 self._stream_graph = StreamGraph()
@@ -266,19 +283,26 @@ class StreamExecutionEnvironment:
     def get_execution_plan(self) -> str:
         """The chained plan of the pipeline defined so far, as JSON (nothing is run)."""
         job_graph = self._build_job_graph(None, clear=False)
-        return json.dumps({
-            "jid": job_graph.job_id,
-            "name": job_graph.job_name,
-            "nodes": [{
-                "id": v.id,
-                "description": v.name,
-                "operators": [op.name for op in v.operators],
-                "parallelism": v.parallelism,
-                "max_parallelism": v.max_parallelism,
-                "inputs": [{"id": e.source_vertex_id, "ship_strategy": e.partitioner.name}
-                           for e in v.inputs],
-            } for v in job_graph.vertices],
-        }, indent=2)
+        return json.dumps(
+            {
+                "jid": job_graph.job_id,
+                "name": job_graph.job_name,
+                "nodes": [
+                    {
+                        "id": v.id,
+                        "description": v.name,
+                        "operators": [op.name for op in v.operators],
+                        "parallelism": v.parallelism,
+                        "max_parallelism": v.max_parallelism,
+                        "inputs": [
+                            {"id": e.source_vertex_id, "ship_strategy": e.partitioner.name} for e in v.inputs
+                        ],
+                    }
+                    for v in job_graph.vertices
+                ],
+            },
+            indent=2,
+        )
 
 
 def _check_combinations(config: Configuration) -> None:
@@ -290,10 +314,15 @@ def _check_combinations(config: Configuration) -> None:
     if storage == "filesystem" and not directory:
         raise ConfigurationError(
             "execution.checkpointing.storage is 'filesystem' but execution.checkpointing.dir is "
-            "not set: set the directory (a path or URI every executor can write)")
-    if checkpointing and retention is not ExternalizedCheckpointRetention.NO_EXTERNALIZED_CHECKPOINTS \
-            and (not directory or storage == "jobmanager"):
+            "not set: set the directory (a path or URI every executor can write)"
+        )
+    if (
+        checkpointing
+        and retention is not ExternalizedCheckpointRetention.NO_EXTERNALIZED_CHECKPOINTS
+        and (not directory or storage == "jobmanager")
+    ):
         raise ConfigurationError(
             f"execution.checkpointing.externalized-checkpoint-retention is {retention.name}, but "
             "checkpoints are kept in memory and cannot outlive the job: set "
-            "execution.checkpointing.dir (env.get_checkpoint_config().set_checkpoint_storage(...))")
+            "execution.checkpointing.dir (env.get_checkpoint_config().set_checkpoint_storage(...))"
+        )

@@ -57,8 +57,13 @@ class CompletedCheckpoint:
         if self.props.discard_on_job_end(job_status):
             self.discard()
             return True
-        log.info("Checkpoint %d of job %s is retained at %s (job %s).", self.checkpoint_id,
-                 self.job_id, self.external_pointer, job_status.value)
+        log.info(
+            "Checkpoint %d of job %s is retained at %s (job %s).",
+            self.checkpoint_id,
+            self.job_id,
+            self.external_pointer,
+            job_status.value,
+        )
         return False
 
     def __repr__(self) -> str:
@@ -68,11 +73,14 @@ class CompletedCheckpoint:
 class CompletedCheckpointStore:
     """Flink's ``StandaloneCompletedCheckpointStore``: the newest ``max_retained`` checkpoints."""
 
-    def __init__(self, max_retained: int,
-                 io_executor: Callable[[Callable[[], None]], None] | None = None) -> None:
+    def __init__(
+        self, max_retained: int, io_executor: Callable[[Callable[[], None]], None] | None = None
+    ) -> None:
         if max_retained < 1:
-            raise ValueError(f"a checkpoint store must retain at least one checkpoint, "
-                             f"got {max_retained} (execution.checkpointing.num-retained)")
+            raise ValueError(
+                f"a checkpoint store must retain at least one checkpoint, "
+                f"got {max_retained} (execution.checkpointing.num-retained)"
+            )
         self.max_retained = max_retained
         self._checkpoints: list[CompletedCheckpoint] = []
         #: Runs the deletion of subsumed checkpoints (off the JobMaster thread in a job).

@@ -98,20 +98,25 @@ class CheckpointTriggerRequest:
 class CheckpointCoordinator:
     """Coordinates the checkpoints of one job."""
 
-    def __init__(self, job_id: str, config: CheckpointCoordinatorConfiguration, *,
-                 plan_calculator: Callable[[], CheckpointPlan],
-                 gateway: TaskCheckpointGateway,
-                 storage: CheckpointStorage,
-                 completed_store: CompletedCheckpointStore,
-                 id_counter: CheckpointIDCounter,
-                 stats: CheckpointStatsTracker,
-                 clock: Clock,
-                 timer: Timer,
-                 fail_job: Callable[[BaseException], None],
-                 vertex_names: dict[int, str] | None = None,
-                 master_hooks: Sequence[MasterTriggerRestoreHook] = (),
-                 rng: random.Random | None = None,
-                 io_executor: Callable[[Callable[[], None]], None] | None = None) -> None:
+    def __init__(
+        self,
+        job_id: str,
+        config: CheckpointCoordinatorConfiguration,
+        *,
+        plan_calculator: Callable[[], CheckpointPlan],
+        gateway: TaskCheckpointGateway,
+        storage: CheckpointStorage,
+        completed_store: CompletedCheckpointStore,
+        id_counter: CheckpointIDCounter,
+        stats: CheckpointStatsTracker,
+        clock: Clock,
+        timer: Timer,
+        fail_job: Callable[[BaseException], None],
+        vertex_names: dict[int, str] | None = None,
+        master_hooks: Sequence[MasterTriggerRestoreHook] = (),
+        rng: random.Random | None = None,
+        io_executor: Callable[[Callable[[], None]], None] | None = None,
+    ) -> None:
         self.job_id = job_id
         self.config = config
         self._plan_calculator = plan_calculator
@@ -132,8 +137,9 @@ class CheckpointCoordinator:
             raise ValueError("master hook identifiers must be unique")
         self._rng = rng or random.Random()
         # Triggering more often than the min pause allows would only produce refusals.
-        self._base_interval_ms = (None if config.interval_ms is None
-                                  else max(config.interval_ms, config.min_pause_ms))
+        self._base_interval_ms = (
+            None if config.interval_ms is None else max(config.interval_ms, config.min_pause_ms)
+        )
         self.checkpoint_props = CheckpointProperties.for_checkpoint(config.retention)
         self.pending_checkpoints: dict[int, PendingCheckpoint] = {}
         self._queue: deque[CheckpointTriggerRequest] = deque()
@@ -195,8 +201,9 @@ class CheckpointCoordinator:
                 self._periodic_handle.cancel()
             self._schedule_periodic(delay_ms)
 
-    def job_status_listener(self, job_id: str, status: JobStatus, timestamp: int,
-                            error: BaseException | None) -> None:
+    def job_status_listener(
+        self, job_id: str, status: JobStatus, timestamp: int, error: BaseException | None
+    ) -> None:
         """Flink's ``CheckpointCoordinatorDeActivator``: on while RUNNING, off otherwise."""
         if status is JobStatus.RUNNING:
             self.start_checkpoint_scheduler()
@@ -205,13 +212,17 @@ class CheckpointCoordinator:
 
     # ------------------------------------------------------------------ triggering
 
-    def trigger_checkpoint(self, is_periodic: bool = False,
-                           props: CheckpointProperties | None = None,
-                           target_location: str | None = None) -> Future[CompletedCheckpoint]:
+    def trigger_checkpoint(
+        self,
+        is_periodic: bool = False,
+        props: CheckpointProperties | None = None,
+        target_location: str | None = None,
+    ) -> Future[CompletedCheckpoint]:
         """Request a checkpoint; the future completes with it or fails with a
         :class:`CheckpointException` naming why."""
-        request = CheckpointTriggerRequest(props or self.checkpoint_props, is_periodic, Future(),
-                                           target_location)
+        request = CheckpointTriggerRequest(
+            props or self.checkpoint_props, is_periodic, Future(), target_location
+        )
         if self.shutdown_called:
             request.fail(CheckpointException(CheckpointFailureReason.CHECKPOINT_COORDINATOR_SHUTDOWN))
             return request.future
@@ -239,7 +250,8 @@ class CheckpointCoordinator:
             wait = self._last_completion_ms + self.config.min_pause_ms - self.clock.now_ms()
             if wait > 0:
                 self._queue.popleft().fail(
-                    CheckpointException(CheckpointFailureReason.MINIMUM_TIME_BETWEEN_CHECKPOINTS))
+                    CheckpointException(CheckpointFailureReason.MINIMUM_TIME_BETWEEN_CHECKPOINTS)
+                )
                 self._reschedule_periodic(wait)
                 return None
         return self._queue.popleft()
@@ -260,18 +272,30 @@ class CheckpointCoordinator:
         except Exception as exc:  # noqa: BLE001 - any counter failure fails this trigger only
             request.fail(CheckpointException(CheckpointFailureReason.TRIGGER_CHECKPOINT_FAILURE, exc))
             return
-        pending = PendingCheckpoint(self.job_id, checkpoint_id, timestamp, plan,
-                                    tuple(self.master_hooks), request.props, self.storage,
-                                    self._discard_state, self._io)
+        pending = PendingCheckpoint(
+            self.job_id,
+            checkpoint_id,
+            timestamp,
+            plan,
+            tuple(self.master_hooks),
+            request.props,
+            self.storage,
+            self._discard_state,
+            self._io,
+        )
         self.pending_checkpoints[checkpoint_id] = pending
         self._chain_request(request, pending)
-        self.stats.report_pending_checkpoint(checkpoint_id, timestamp, request.props,
-                                             self._vertices_of(plan))
+        self.stats.report_pending_checkpoint(checkpoint_id, timestamp, request.props, self._vertices_of(plan))
         canceller = self.timer.schedule(self.config.timeout_ms, lambda: self._expire(pending))
         if not pending.set_canceller_handle(canceller):
             canceller.cancel()
-        log.info("Triggering checkpoint %d (type=%s) @ %d for job %s.", checkpoint_id,
-                 request.props.checkpoint_type.value, timestamp, self.job_id)
+        log.info(
+            "Triggering checkpoint %d (type=%s) @ %d for job %s.",
+            checkpoint_id,
+            request.props.checkpoint_type.value,
+            timestamp,
+            self.job_id,
+        )
         self._is_triggering = True
         self._snapshot_master_state(pending)
 
@@ -284,11 +308,14 @@ class CheckpointCoordinator:
                 request.future.set_result(future.result())
             else:
                 request.future.set_exception(exception)
+
         pending.completion_future.add_done_callback(done)
 
     def _vertices_of(self, plan: CheckpointPlan) -> dict[int, tuple[str, int]]:
-        return {t.vertex_id: (self.vertex_names.get(t.vertex_id, str(t.vertex_id)), t.parallelism)
-                for t in plan.tasks_to_wait_for}
+        return {
+            t.vertex_id: (self.vertex_names.get(t.vertex_id, str(t.vertex_id)), t.parallelism)
+            for t in plan.tasks_to_wait_for
+        }
 
     def _snapshot_master_state(self, pending: PendingCheckpoint) -> None:
         """Ask every master hook for its state; trigger the tasks once all have answered."""
@@ -303,13 +330,18 @@ class CheckpointCoordinator:
                 return
             error = future.exception()
             if error is not None:
-                self._abort_pending(pending, CheckpointException(
-                    CheckpointFailureReason.TRIGGER_CHECKPOINT_FAILURE,
-                    f"master hook '{identifier}' failed: {error!r}"))
+                self._abort_pending(
+                    pending,
+                    CheckpointException(
+                        CheckpointFailureReason.TRIGGER_CHECKPOINT_FAILURE,
+                        f"master hook '{identifier}' failed: {error!r}",
+                    ),
+                )
                 return
             data = future.result()
             pending.acknowledge_master_state(
-                identifier, None if data is None else MasterState(identifier, data))
+                identifier, None if data is None else MasterState(identifier, data)
+            )
             remaining.discard(identifier)
             if not remaining:
                 self._trigger_tasks(pending)
@@ -325,17 +357,22 @@ class CheckpointCoordinator:
                 result = Future()
                 result.set_result(None)
             result.add_done_callback(
-                lambda f, name=identifier: self.timer.schedule(0, lambda: on_hook_done(name, f)))
+                lambda f, name=identifier: self.timer.schedule(0, lambda: on_hook_done(name, f))
+            )
 
     def _trigger_tasks(self, pending: PendingCheckpoint) -> None:
         if pending.disposed:
             return
         options = CheckpointOptions(pending.props.checkpoint_type, None, self.config.exactly_once)
         for attempt_id in pending.plan.tasks_to_trigger:
-            if not self._gateway.trigger_checkpoint(attempt_id, pending.checkpoint_id,
-                                                    pending.checkpoint_timestamp, options):
-                log.info("Checkpoint %d: task %s is no longer running; not triggered.",
-                         pending.checkpoint_id, attempt_id)
+            if not self._gateway.trigger_checkpoint(
+                attempt_id, pending.checkpoint_id, pending.checkpoint_timestamp, options
+            ):
+                log.info(
+                    "Checkpoint %d: task %s is no longer running; not triggered.",
+                    pending.checkpoint_id,
+                    attempt_id,
+                )
         pending.triggering = False
         self._is_triggering = False
         if pending.is_fully_acknowledged and not pending.disposed:
@@ -349,39 +386,55 @@ class CheckpointCoordinator:
         if self.shutdown_called or message is None:
             return False
         if message.job_id != self.job_id:
-            log.error("Received acknowledge message for job %s, but this coordinator runs job %s.",
-                      message.job_id, self.job_id)
+            log.error(
+                "Received acknowledge message for job %s, but this coordinator runs job %s.",
+                message.job_id,
+                self.job_id,
+            )
             return False
         checkpoint_id = message.checkpoint_id
         pending = self.pending_checkpoints.get(checkpoint_id)
         if pending is None:
             if checkpoint_id in self._recently_expired:
-                log.warning("Received late acknowledgement from task %s for checkpoint %d, which "
-                            "already expired.", message.attempt_id, checkpoint_id)
+                log.warning(
+                    "Received late acknowledgement from task %s for checkpoint %d, which already expired.",
+                    message.attempt_id,
+                    checkpoint_id,
+                )
             else:
-                log.debug("Received acknowledgement for unknown checkpoint %d from task %s.",
-                          checkpoint_id, message.attempt_id)
+                log.debug(
+                    "Received acknowledgement for unknown checkpoint %d from task %s.",
+                    checkpoint_id,
+                    message.attempt_id,
+                )
             self._discard_state(message.state)
             return False
         if pending.disposed:
             raise RuntimeError(f"pending checkpoint {checkpoint_id} is discarded but not removed")
         result = pending.acknowledge_task(message.attempt_id, message.state, message.metrics)
         if result is TaskAcknowledgeResult.SUCCESS:
-            task = next((t for t in pending.plan.tasks_to_wait_for
-                         if t.attempt_id == message.attempt_id), None)
+            task = next(
+                (t for t in pending.plan.tasks_to_wait_for if t.attempt_id == message.attempt_id), None
+            )
             if task is not None:
-                self.stats.report_subtask(checkpoint_id, task.vertex_id, task.subtask_index,
-                                          self.clock.now_ms(), message.metrics)
-            log.debug("Received acknowledgement of checkpoint %d from task %s.", checkpoint_id,
-                      message.attempt_id)
+                self.stats.report_subtask(
+                    checkpoint_id, task.vertex_id, task.subtask_index, self.clock.now_ms(), message.metrics
+                )
+            log.debug(
+                "Received acknowledgement of checkpoint %d from task %s.", checkpoint_id, message.attempt_id
+            )
             if pending.is_fully_acknowledged and not pending.triggering:
                 self._complete_pending_checkpoint(pending)
         elif result is TaskAcknowledgeResult.DUPLICATE:
-            log.debug("Duplicate acknowledgement of checkpoint %d from task %s.", checkpoint_id,
-                      message.attempt_id)
+            log.debug(
+                "Duplicate acknowledgement of checkpoint %d from task %s.", checkpoint_id, message.attempt_id
+            )
         elif result is TaskAcknowledgeResult.UNKNOWN:
-            log.warning("Checkpoint %d acknowledged by task %s, which it does not wait for; its "
-                        "state is discarded.", checkpoint_id, message.attempt_id)
+            log.warning(
+                "Checkpoint %d acknowledged by task %s, which it does not wait for; its state is discarded.",
+                checkpoint_id,
+                message.attempt_id,
+            )
             self._discard_state(message.state)
         else:
             self._discard_state(message.state)
@@ -392,13 +445,24 @@ class CheckpointCoordinator:
             return
         pending = self.pending_checkpoints.get(message.checkpoint_id)
         if pending is None or pending.disposed:
-            log.debug("Decline of checkpoint %d from task %s for no pending checkpoint.",
-                      message.checkpoint_id, message.attempt_id)
+            log.debug(
+                "Decline of checkpoint %d from task %s for no pending checkpoint.",
+                message.checkpoint_id,
+                message.attempt_id,
+            )
             return
-        log.info("Decline checkpoint %d by task %s of job %s: %s %s", message.checkpoint_id,
-                 message.attempt_id, self.job_id, message.reason.name, message.message)
-        self._abort_pending(pending, CheckpointException(
-            message.reason, f"declined by task {message.attempt_id}: {message.message}"))
+        log.info(
+            "Decline checkpoint %d by task %s of job %s: %s %s",
+            message.checkpoint_id,
+            message.attempt_id,
+            self.job_id,
+            message.reason.name,
+            message.message,
+        )
+        self._abort_pending(
+            pending,
+            CheckpointException(message.reason, f"declined by task {message.attempt_id}: {message.message}"),
+        )
 
     # ------------------------------------------------------------------ completion
 
@@ -410,8 +474,9 @@ class CheckpointCoordinator:
             completed.completion_timestamp = self.clock.now_ms()  # after _metadata is durable
         except Exception as exc:  # noqa: BLE001 - the checkpoint fails, the job does not
             log.warning("Could not finalize checkpoint %d: %r", checkpoint_id, exc)
-            self._abort_pending(pending, CheckpointException(
-                CheckpointFailureReason.FINALIZE_CHECKPOINT_FAILURE, exc))
+            self._abort_pending(
+                pending, CheckpointException(CheckpointFailureReason.FINALIZE_CHECKPOINT_FAILURE, exc)
+            )
             return
         self.pending_checkpoints.pop(checkpoint_id, None)
         self.failure_manager.handle_checkpoint_success(checkpoint_id)
@@ -421,43 +486,52 @@ class CheckpointCoordinator:
         except Exception as exc:  # noqa: BLE001
             completed.discard()
             log.warning("Could not store completed checkpoint %d: %r", checkpoint_id, exc)
-            self._report_failure(checkpoint_id, CheckpointException(
-                CheckpointFailureReason.FINALIZE_CHECKPOINT_FAILURE, exc))
+            self._report_failure(
+                checkpoint_id, CheckpointException(CheckpointFailureReason.FINALIZE_CHECKPOINT_FAILURE, exc)
+            )
             return
-        self.latest_completed_checkpoint_id = max(self.latest_completed_checkpoint_id,
-                                                  checkpoint_id)
+        self.latest_completed_checkpoint_id = max(self.latest_completed_checkpoint_id, checkpoint_id)
         # Record the completion before dropping subsumed checkpoints: dropping runs queued
         # requests, and the min pause must count from this completion.
         self._last_completion_ms = self.clock.now_ms()
         self._drop_subsumed_checkpoints(checkpoint_id)
         for attempt_id in pending.plan.tasks_to_commit_to:  # first: sinks commit on this
             self._gateway.notify_checkpoint_complete(attempt_id, checkpoint_id, completed.timestamp)
-        stats = self.stats.report_completed(checkpoint_id, completed.completion_timestamp,
-                                            completed.external_pointer)
+        stats = self.stats.report_completed(
+            checkpoint_id, completed.completion_timestamp, completed.external_pointer
+        )
         size = stats.state_size if stats is not None else completed.state_size
-        log.info("Completed checkpoint %d for job %s (%d bytes in %d ms).", checkpoint_id,
-                 self.job_id, size, completed.duration_ms)
+        log.info(
+            "Completed checkpoint %d for job %s (%d bytes in %d ms).",
+            checkpoint_id,
+            self.job_id,
+            size,
+            completed.duration_ms,
+        )
         self._execute_queued_requests()
 
     def _drop_subsumed_checkpoints(self, checkpoint_id: int) -> None:
         for older_id in sorted(self.pending_checkpoints):
             older = self.pending_checkpoints[older_id]
             if older_id < checkpoint_id and older.can_be_subsumed():
-                self._abort_pending(older, CheckpointException(
-                    CheckpointFailureReason.CHECKPOINT_SUBSUMED), notify_failure_manager=False)
+                self._abort_pending(
+                    older,
+                    CheckpointException(CheckpointFailureReason.CHECKPOINT_SUBSUMED),
+                    notify_failure_manager=False,
+                )
 
     # ------------------------------------------------------------------ aborting
 
     def _expire(self, pending: PendingCheckpoint) -> None:
         if pending.disposed:
             return
-        log.info("Checkpoint %d of job %s expired before completing.", pending.checkpoint_id,
-                 self.job_id)
+        log.info("Checkpoint %d of job %s expired before completing.", pending.checkpoint_id, self.job_id)
         self._recently_expired.append(pending.checkpoint_id)
         self._abort_pending(pending, CheckpointException(CheckpointFailureReason.CHECKPOINT_EXPIRED))
 
-    def _abort_pending(self, pending: PendingCheckpoint, exception: CheckpointException,
-                       notify_failure_manager: bool = True) -> None:
+    def _abort_pending(
+        self, pending: PendingCheckpoint, exception: CheckpointException, notify_failure_manager: bool = True
+    ) -> None:
         if pending.disposed:
             return
         was_triggering = pending.triggering
@@ -468,8 +542,9 @@ class CheckpointCoordinator:
         else:
             self.stats.report_failed(pending.checkpoint_id, self.clock.now_ms(), str(exception))
         for attempt_id in pending.plan.tasks_to_commit_to:
-            self._gateway.notify_checkpoint_aborted(attempt_id, pending.checkpoint_id,
-                                                    pending.checkpoint_timestamp)
+            self._gateway.notify_checkpoint_aborted(
+                attempt_id, pending.checkpoint_id, pending.checkpoint_timestamp
+            )
         if was_triggering:
             self._is_triggering = False
         if not self.shutdown_called:
@@ -505,21 +580,34 @@ class CheckpointCoordinator:
         latest = self.completed_store.get_latest_checkpoint()
         if latest is None:
             return None
-        self.restore_from(latest.checkpoint_id, latest.master_states, is_savepoint=False,
-                          external_pointer=latest.external_pointer)
+        self.restore_from(
+            latest.checkpoint_id,
+            latest.master_states,
+            is_savepoint=False,
+            external_pointer=latest.external_pointer,
+        )
         return latest
 
-    def restore_from(self, checkpoint_id: int, master_states: list[MasterState], *,
-                     is_savepoint: bool, external_pointer: str | None) -> None:
+    def restore_from(
+        self,
+        checkpoint_id: int,
+        master_states: list[MasterState],
+        *,
+        is_savepoint: bool,
+        external_pointer: str | None,
+    ) -> None:
         """Continue after ``checkpoint_id``: ids, master hooks, statistics."""
         self.id_counter.set_count(checkpoint_id + 1)
         by_name = {m.name: m.data for m in master_states}
         for identifier, hook in self.master_hooks.items():
             hook.restore_checkpoint(checkpoint_id, by_name.get(identifier))
-        self.stats.report_restored(checkpoint_id, self.clock.now_ms(), is_savepoint,
-                                   external_pointer)
-        log.info("Restoring job %s from checkpoint %d (%s).", self.job_id, checkpoint_id,
-                 external_pointer or "in memory")
+        self.stats.report_restored(checkpoint_id, self.clock.now_ms(), is_savepoint, external_pointer)
+        log.info(
+            "Restoring job %s from checkpoint %d (%s).",
+            self.job_id,
+            checkpoint_id,
+            external_pointer or "in memory",
+        )
 
     def shutdown(self, job_status: JobStatus) -> None:
         """The job ended: stop, abort what is pending, discard per retention policy."""

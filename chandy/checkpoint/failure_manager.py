@@ -10,13 +10,15 @@ from chandy.messages.checkpoint import CheckpointException, CheckpointFailureRea
 log = logging.getLogger(__name__)
 
 #: Failures that say something is wrong with checkpointing itself (Flink counts these).
-COUNTED_REASONS = frozenset({
-    CheckpointFailureReason.IO_EXCEPTION,
-    CheckpointFailureReason.CHECKPOINT_ASYNC_EXCEPTION,
-    CheckpointFailureReason.CHECKPOINT_DECLINED,
-    CheckpointFailureReason.CHECKPOINT_EXPIRED,
-    CheckpointFailureReason.FINALIZE_CHECKPOINT_FAILURE,  # e.g. _metadata could not be written
-})
+COUNTED_REASONS = frozenset(
+    {
+        CheckpointFailureReason.IO_EXCEPTION,
+        CheckpointFailureReason.CHECKPOINT_ASYNC_EXCEPTION,
+        CheckpointFailureReason.CHECKPOINT_DECLINED,
+        CheckpointFailureReason.CHECKPOINT_EXPIRED,
+        CheckpointFailureReason.FINALIZE_CHECKPOINT_FAILURE,  # e.g. _metadata could not be written
+    }
+)
 
 
 class CheckpointFailureManager:
@@ -32,8 +34,7 @@ class CheckpointFailureManager:
         self._counted: set[int] = set()
         self._last_succeeded = -1
 
-    def handle_checkpoint_exception(self, exception: CheckpointException,
-                                    checkpoint_id: int | None) -> None:
+    def handle_checkpoint_exception(self, exception: CheckpointException, checkpoint_id: int | None) -> None:
         if exception.reason not in COUNTED_REASONS:
             return
         if checkpoint_id is not None:
@@ -42,9 +43,14 @@ class CheckpointFailureManager:
             self._counted.add(checkpoint_id)
         self.continuous_failure_counter += 1
         if self.continuous_failure_counter > self.tolerable:
-            log.warning("Checkpoint %s failed (%s); %d consecutive failures exceed the tolerable "
-                        "%d: failing the job over.", checkpoint_id, exception.reason.name,
-                        self.continuous_failure_counter, self.tolerable)
+            log.warning(
+                "Checkpoint %s failed (%s); %d consecutive failures exceed the tolerable "
+                "%d: failing the job over.",
+                checkpoint_id,
+                exception.reason.name,
+                self.continuous_failure_counter,
+                self.tolerable,
+            )
             self._fail_job(CheckpointToleranceExceeded(exception, self.tolerable))
 
     def handle_checkpoint_success(self, checkpoint_id: int) -> None:
@@ -60,5 +66,6 @@ class CheckpointToleranceExceeded(Exception):
         super().__init__(
             f"Exceeded checkpoint tolerable failure threshold ({tolerable}). The latest checkpoint "
             f"failed due to {last.reason.name}: {last}. Raise "
-            "execution.checkpointing.tolerable-failed-checkpoints or fix the cause.")
+            "execution.checkpointing.tolerable-failed-checkpoints or fix the cause."
+        )
         self.last = last

@@ -26,18 +26,26 @@ def load_checkpoint_metadata(pointer: str) -> tuple[CheckpointMetadata, str]:
         if not fs.exists(directory):
             raise InvalidCheckpointError(
                 f"cannot restore from '{pointer}': {directory} does not exist. Check the path "
-                "(execution.state-recovery.path / env.set_restore_path).")
+                "(execution.state-recovery.path / env.set_restore_path)."
+            )
         if not fs.exists(metadata_path):
             hint = ""
             if fs.is_dir(directory):
-                complete = [n for n in fs.list_dir(directory) if n.startswith(CHECKPOINT_DIR_PREFIX)
-                            and fs.exists(fs.join(directory, n, METADATA_FILE_NAME))]
+                complete = [
+                    n
+                    for n in fs.list_dir(directory)
+                    if n.startswith(CHECKPOINT_DIR_PREFIX)
+                    and fs.exists(fs.join(directory, n, METADATA_FILE_NAME))
+                ]
                 if complete:
-                    hint = (" It looks like a job's checkpoint directory: restore from one of its "
-                            f"complete checkpoints, e.g. {fs.join(directory, complete[-1])}.")
+                    hint = (
+                        " It looks like a job's checkpoint directory: restore from one of its "
+                        f"complete checkpoints, e.g. {fs.join(directory, complete[-1])}."
+                    )
             raise InvalidCheckpointError(
                 f"cannot restore from '{pointer}': {metadata_path} does not exist, so this is not "
-                "a complete checkpoint (it was still being written, or was aborted)." + hint)
+                "a complete checkpoint (it was still being written, or was aborted)." + hint
+            )
         data = fs.read(metadata_path)
     except InvalidCheckpointError:
         raise
@@ -67,12 +75,13 @@ def check_state_files(metadata: CheckpointMetadata, source: str) -> None:
                     raise InvalidCheckpointError(
                         f"state file {handle.path} referenced by {source} is missing: the "
                         "checkpoint was partly deleted or moved without its files. Restore from "
-                        "another checkpoint.") from None
+                        "another checkpoint."
+                    ) from None
                 except OSError as exc:
-                    raise InvalidCheckpointError(f"cannot check state file {handle.path}: {exc}"
-                                                 ) from None
+                    raise InvalidCheckpointError(f"cannot check state file {handle.path}: {exc}") from None
                 if size != handle.size:
                     raise InvalidCheckpointError(
                         f"state file {handle.path} referenced by {source} is corrupt: it has "
                         f"{size} bytes, the checkpoint recorded {handle.size}. Restore from "
-                        "another checkpoint.")
+                        "another checkpoint."
+                    )

@@ -76,32 +76,44 @@ def _relative(path: str, base: str | None) -> str:
     if base is not None:
         prefix = base.rstrip("/") + "/"
         if path.startswith(prefix):
-            return path[len(prefix):]
+            return path[len(prefix) :]
     return path
 
 
 def _handle_to_json(handle: StreamStateHandle, base: str | None) -> dict[str, Any]:
     if isinstance(handle, FileStateHandle):
-        return {"type": "file", "path": _relative(handle.path, base), "size": handle.size,
-                "sha256": handle.sha256}
+        return {
+            "type": "file",
+            "path": _relative(handle.path, base),
+            "size": handle.size,
+            "sha256": handle.sha256,
+        }
     if isinstance(handle, ByteStreamStateHandle):
-        return {"type": "bytes", "name": handle.name,
-                "data": base64.b64encode(handle.data).decode("ascii")}
+        return {"type": "bytes", "name": handle.name, "data": base64.b64encode(handle.data).decode("ascii")}
     raise TypeError(f"cannot write state handle {handle!r} into metadata")
 
 
 def _subtask_to_json(state: OperatorSubtaskState, base: str | None) -> dict[str, Any]:
     return {
         "finished": state.finished,
-        "keyed": [{"key_group_range": [h.key_group_range.start, h.key_group_range.end],
-                   "ranges": [list(r) for r in h.ranges],
-                   "delegate": _handle_to_json(h.delegate, base)}
-                  for h in state.managed_keyed_state],
-        "operator": [{"states": {name: {"mode": meta.mode.value,
-                                        "elements": [list(r) for r in meta.elements]}
-                                 for name, meta in h.states.items()},
-                      "delegate": _handle_to_json(h.delegate, base)}
-                     for h in state.managed_operator_state],
+        "keyed": [
+            {
+                "key_group_range": [h.key_group_range.start, h.key_group_range.end],
+                "ranges": [list(r) for r in h.ranges],
+                "delegate": _handle_to_json(h.delegate, base),
+            }
+            for h in state.managed_keyed_state
+        ],
+        "operator": [
+            {
+                "states": {
+                    name: {"mode": meta.mode.value, "elements": [list(r) for r in meta.elements]}
+                    for name, meta in h.states.items()
+                },
+                "delegate": _handle_to_json(h.delegate, base),
+            }
+            for h in state.managed_operator_state
+        ],
     }
 
 
@@ -112,15 +124,20 @@ def serialize(metadata: CheckpointMetadata, base_dir: str | None = None) -> byte
         "job_id": metadata.job_id,
         "timestamp": metadata.timestamp,
         "checkpoint_type": metadata.checkpoint_type,
-        "operators": [{
-            "operator_id": op.operator_id,
-            "parallelism": op.parallelism,
-            "max_parallelism": op.max_parallelism,
-            "subtasks": {str(i): _subtask_to_json(s, base_dir)
-                         for i, s in sorted(op.subtask_states.items())},
-        } for op in metadata.operator_states],
-        "master_states": [{"name": m.name, "data": base64.b64encode(m.data).decode("ascii")}
-                          for m in metadata.master_states],
+        "operators": [
+            {
+                "operator_id": op.operator_id,
+                "parallelism": op.parallelism,
+                "max_parallelism": op.max_parallelism,
+                "subtasks": {
+                    str(i): _subtask_to_json(s, base_dir) for i, s in sorted(op.subtask_states.items())
+                },
+            }
+            for op in metadata.operator_states
+        ],
+        "master_states": [
+            {"name": m.name, "data": base64.b64encode(m.data).decode("ascii")} for m in metadata.master_states
+        ],
     }
     payload = json.dumps(body, separators=(",", ":"), sort_keys=True).encode("utf-8")
     head = _HEADER.pack(MAGIC, VERSION, len(payload)) + payload
@@ -146,51 +163,73 @@ def _handle_from_json(data: dict[str, Any], base: str | None) -> StreamStateHand
 
 
 def _subtask_from_json(data: dict[str, Any], base: str | None) -> OperatorSubtaskState:
-    keyed = tuple(KeyGroupsStateHandle(KeyGroupRange(*h["key_group_range"]),
-                                       tuple((int(a), int(b)) for a, b in h["ranges"]),
-                                       _handle_from_json(h["delegate"], base))
-                  for h in data["keyed"])
-    operator = tuple(OperatorStateHandle(
-        {name: OperatorStateMeta(OperatorStateDistributionMode(meta["mode"]),
-                                 tuple((int(a), int(b)) for a, b in meta["elements"]))
-         for name, meta in h["states"].items()},
-        _handle_from_json(h["delegate"], base)) for h in data["operator"])
+    keyed = tuple(
+        KeyGroupsStateHandle(
+            KeyGroupRange(*h["key_group_range"]),
+            tuple((int(a), int(b)) for a, b in h["ranges"]),
+            _handle_from_json(h["delegate"], base),
+        )
+        for h in data["keyed"]
+    )
+    operator = tuple(
+        OperatorStateHandle(
+            {
+                name: OperatorStateMeta(
+                    OperatorStateDistributionMode(meta["mode"]),
+                    tuple((int(a), int(b)) for a, b in meta["elements"]),
+                )
+                for name, meta in h["states"].items()
+            },
+            _handle_from_json(h["delegate"], base),
+        )
+        for h in data["operator"]
+    )
     return OperatorSubtaskState(keyed, operator, bool(data.get("finished", False)))
 
 
 def deserialize(data: bytes, source: str, base_dir: str | None = None) -> CheckpointMetadata:
     """Parse ``_metadata`` bytes read from ``source`` (named in every error)."""
     if len(data) < _HEADER.size + _CHECKSUM_LEN:
-        raise InvalidCheckpointError(f"{source} is truncated ({len(data)} bytes): the checkpoint "
-                                     "was not written completely. Restore from another checkpoint.")
+        raise InvalidCheckpointError(
+            f"{source} is truncated ({len(data)} bytes): the checkpoint "
+            "was not written completely. Restore from another checkpoint."
+        )
     magic, version, length = _HEADER.unpack_from(data)
     if magic != MAGIC:
-        raise InvalidCheckpointError(f"{source} is not a chandy checkpoint metadata file (wrong "
-                                     "magic bytes). Point the restore path at a chk-N directory "
-                                     "or savepoint written by chandy.")
+        raise InvalidCheckpointError(
+            f"{source} is not a chandy checkpoint metadata file (wrong "
+            "magic bytes). Point the restore path at a chk-N directory "
+            "or savepoint written by chandy."
+        )
     if version != VERSION:
         raise InvalidCheckpointError(
             f"{source} has metadata format version {version}; this chandy reads version "
-            f"{VERSION}. Restore it with the chandy version that wrote it.")
+            f"{VERSION}. Restore it with the chandy version that wrote it."
+        )
     end = _HEADER.size + length
     if len(data) != end + _CHECKSUM_LEN or hashlib.sha256(data[:end]).digest() != data[end:]:
         raise InvalidCheckpointError(
             f"{source} is corrupt (checksum mismatch): the file was damaged or modified after it "
-            "was written. Restore from another checkpoint.")
+            "was written. Restore from another checkpoint."
+        )
     try:
-        body = json.loads(data[_HEADER.size:end].decode("utf-8"))
+        body = json.loads(data[_HEADER.size : end].decode("utf-8"))
         operators = []
         for op in body["operators"]:
-            state = OperatorState(op["operator_id"], int(op["parallelism"]),
-                                  int(op["max_parallelism"]))
+            state = OperatorState(op["operator_id"], int(op["parallelism"]), int(op["max_parallelism"]))
             for index, subtask in op["subtasks"].items():
                 state.put_state(int(index), _subtask_from_json(subtask, base_dir))
             operators.append(state)
-        masters = [MasterState(m["name"], base64.b64decode(m["data"]))
-                   for m in body["master_states"]]
-        return CheckpointMetadata(int(body["checkpoint_id"]), body["job_id"],
-                                  int(body["timestamp"]), body["checkpoint_type"], operators,
-                                  masters)
+        masters = [MasterState(m["name"], base64.b64decode(m["data"])) for m in body["master_states"]]
+        return CheckpointMetadata(
+            int(body["checkpoint_id"]),
+            body["job_id"],
+            int(body["timestamp"]),
+            body["checkpoint_type"],
+            operators,
+            masters,
+        )
     except (KeyError, ValueError, TypeError, IndexError) as exc:
-        raise InvalidCheckpointError(f"{source} has a valid checksum but an unreadable body "
-                                     f"({type(exc).__name__}: {exc})") from None
+        raise InvalidCheckpointError(
+            f"{source} has a valid checksum but an unreadable body ({type(exc).__name__}: {exc})"
+        ) from None

@@ -62,11 +62,18 @@ class IllegalCheckpointStateError(RuntimeError):
 class PendingCheckpoint:
     """Collects the acknowledgements of one checkpoint until it is complete or aborted."""
 
-    def __init__(self, job_id: str, checkpoint_id: int, checkpoint_timestamp: int,
-                 plan: CheckpointPlan, master_hook_ids: tuple[str, ...],
-                 props: CheckpointProperties, storage: CheckpointStorage,
-                 discard: Callable[[TaskStateSnapshot | None], None],
-                 io_executor: Callable[[Callable[[], None]], None] | None = None) -> None:
+    def __init__(
+        self,
+        job_id: str,
+        checkpoint_id: int,
+        checkpoint_timestamp: int,
+        plan: CheckpointPlan,
+        master_hook_ids: tuple[str, ...],
+        props: CheckpointProperties,
+        storage: CheckpointStorage,
+        discard: Callable[[TaskStateSnapshot | None], None],
+        io_executor: Callable[[Callable[[], None]], None] | None = None,
+    ) -> None:
         self.job_id = job_id
         self.checkpoint_id = checkpoint_id
         self.checkpoint_timestamp = checkpoint_timestamp
@@ -76,7 +83,8 @@ class PendingCheckpoint:
         self._discard_state = discard
         self._io: Callable[[Callable[[], None]], None] = io_executor or (lambda action: action())
         self.not_yet_acknowledged_tasks: dict[ExecutionAttemptID, TaskToAck] = {
-            t.attempt_id: t for t in plan.tasks_to_wait_for}
+            t.attempt_id: t for t in plan.tasks_to_wait_for
+        }
         self.acknowledged_tasks: set[ExecutionAttemptID] = set()
         self.operator_states: dict[str, OperatorState] = {}
         self.not_yet_acknowledged_master_states: set[str] = set(master_hook_ids)
@@ -92,7 +100,8 @@ class PendingCheckpoint:
         for task in plan.finished_tasks:
             for operator_id in task.operator_ids:
                 self._operator_state(task, operator_id).put_state(
-                    task.subtask_index, OperatorSubtaskState(finished=True))
+                    task.subtask_index, OperatorSubtaskState(finished=True)
+                )
 
     # -- acknowledgements ---------------------------------------------------
 
@@ -108,8 +117,9 @@ class PendingCheckpoint:
     def is_fully_acknowledged(self) -> bool:
         return not self.not_yet_acknowledged_tasks and not self.not_yet_acknowledged_master_states
 
-    def acknowledge_task(self, attempt_id: ExecutionAttemptID, state: TaskStateSnapshot | None,
-                         metrics: CheckpointMetrics) -> TaskAcknowledgeResult:
+    def acknowledge_task(
+        self, attempt_id: ExecutionAttemptID, state: TaskStateSnapshot | None, metrics: CheckpointMetrics
+    ) -> TaskAcknowledgeResult:
         if self.disposed:
             return TaskAcknowledgeResult.DISCARDED
         task = self.not_yet_acknowledged_tasks.pop(attempt_id, None)
@@ -132,7 +142,8 @@ class PendingCheckpoint:
         operator_state = self.operator_states.get(operator_id)
         if operator_state is None:
             operator_state = self.operator_states[operator_id] = OperatorState(
-                operator_id, task.parallelism, task.max_parallelism)
+                operator_id, task.parallelism, task.max_parallelism
+            )
         return operator_state
 
     def acknowledge_master_state(self, identifier: str, state: MasterState | None) -> None:
@@ -160,28 +171,40 @@ class PendingCheckpoint:
         if self.disposed:
             raise IllegalCheckpointStateError(f"checkpoint {self.checkpoint_id} is discarded")
         if not self.is_fully_acknowledged:
-            raise IllegalCheckpointStateError(
-                f"checkpoint {self.checkpoint_id} is not fully acknowledged")
+            raise IllegalCheckpointStateError(f"checkpoint {self.checkpoint_id} is not fully acknowledged")
         base = self.storage.checkpoint_dir(self.checkpoint_id) if self.storage.is_persistent else None
-        metadata = CheckpointMetadata(self.checkpoint_id, self.job_id, self.checkpoint_timestamp,
-                                      self.props.checkpoint_type.value,
-                                      list(self.operator_states.values()), list(self.master_states))
+        metadata = CheckpointMetadata(
+            self.checkpoint_id,
+            self.job_id,
+            self.checkpoint_timestamp,
+            self.props.checkpoint_type.value,
+            list(self.operator_states.values()),
+            list(self.master_states),
+        )
         pointer = self.storage.write_metadata(self.checkpoint_id, serialize(metadata, base))
         completed = CompletedCheckpoint(
-            job_id=self.job_id, checkpoint_id=self.checkpoint_id,
-            timestamp=self.checkpoint_timestamp, completion_timestamp=completion_timestamp,
-            operator_states=dict(self.operator_states), master_states=list(self.master_states),
-            props=self.props, external_pointer=pointer, storage=self.storage)
+            job_id=self.job_id,
+            checkpoint_id=self.checkpoint_id,
+            timestamp=self.checkpoint_timestamp,
+            completion_timestamp=completion_timestamp,
+            operator_states=dict(self.operator_states),
+            master_states=list(self.master_states),
+            props=self.props,
+            external_pointer=pointer,
+            storage=self.storage,
+        )
         self.completion_future.set_result(completed)
         self._dispose(release_state=False)
         return completed
 
-    def abort(self, reason: CheckpointFailureReason, cause: BaseException | str | None = None
-              ) -> CheckpointException:
+    def abort(
+        self, reason: CheckpointFailureReason, cause: BaseException | str | None = None
+    ) -> CheckpointException:
         """Discard the checkpoint and the state it received."""
         if reason is CheckpointFailureReason.CHECKPOINT_SUBSUMED and not self.can_be_subsumed():
             raise IllegalCheckpointStateError(
-                f"savepoint {self.checkpoint_id} cannot be subsumed by a checkpoint")
+                f"savepoint {self.checkpoint_id} cannot be subsumed by a checkpoint"
+            )
         exception = CheckpointException(reason, cause)
         if self.disposed:
             return exception
@@ -203,10 +226,13 @@ class PendingCheckpoint:
                 for snapshot in received:
                     self._discard_state(snapshot)
                 storage.discard_checkpoint(checkpoint_id)
+
             self._io(discard)
         self._received = []
         self.not_yet_acknowledged_tasks.clear()
 
     def __repr__(self) -> str:
-        return (f"PendingCheckpoint({self.checkpoint_id}, acked={len(self.acknowledged_tasks)}, "
-                f"waiting={len(self.not_yet_acknowledged_tasks)})")
+        return (
+            f"PendingCheckpoint({self.checkpoint_id}, acked={len(self.acknowledged_tasks)}, "
+            f"waiting={len(self.not_yet_acknowledged_tasks)})"
+        )

@@ -34,19 +34,32 @@ class CheckpointProperties:
         """A periodic checkpoint; ``retention`` decides what survives the job."""
         keep_cancelled = retention is ExternalizedCheckpointRetention.RETAIN_ON_CANCELLATION
         keep_failed = retention is not ExternalizedCheckpointRetention.NO_EXTERNALIZED_CHECKPOINTS
-        return CheckpointProperties(CheckpointType.CHECKPOINT, forced=False, discard_subsumed=True,
-                                    discard_finished=True, discard_cancelled=not keep_cancelled,
-                                    discard_failed=not keep_failed)
+        return CheckpointProperties(
+            CheckpointType.CHECKPOINT,
+            forced=False,
+            discard_subsumed=True,
+            discard_finished=True,
+            discard_cancelled=not keep_cancelled,
+            discard_failed=not keep_failed,
+        )
 
     @staticmethod
     def for_savepoint(synchronous: bool = False) -> CheckpointProperties:
         """A user-triggered savepoint: never subsumed, never deleted by the job."""
         kind = CheckpointType.SYNC_SAVEPOINT if synchronous else CheckpointType.SAVEPOINT
-        return CheckpointProperties(kind, forced=True, discard_subsumed=False,
-                                    discard_finished=False, discard_cancelled=False,
-                                    discard_failed=False)
+        return CheckpointProperties(
+            kind,
+            forced=True,
+            discard_subsumed=False,
+            discard_finished=False,
+            discard_cancelled=False,
+            discard_failed=False,
+        )
 
     def discard_on_job_end(self, status: JobStatus) -> bool:
         """Whether a retained checkpoint is deleted when the job ends with ``status``."""
-        return {JobStatus.FINISHED: self.discard_finished, JobStatus.CANCELED: self.discard_cancelled,
-                JobStatus.FAILED: self.discard_failed}.get(status, False)
+        return {
+            JobStatus.FINISHED: self.discard_finished,
+            JobStatus.CANCELED: self.discard_cancelled,
+            JobStatus.FAILED: self.discard_failed,
+        }.get(status, False)

@@ -37,8 +37,9 @@ class VertexToRestore:
     operator_names: tuple[str, ...]
 
 
-def repartition_operator_state(old: list[list[OperatorStateHandle]], new_parallelism: int
-                               ) -> list[list[OperatorStateHandle]]:
+def repartition_operator_state(
+    old: list[list[OperatorStateHandle]], new_parallelism: int
+) -> list[list[OperatorStateHandle]]:
     """Operator state handles per new subtask, given the handles per old subtask."""
     old_parallelism = len(old)
     modes: dict[str, OperatorStateDistributionMode] = {}
@@ -53,7 +54,8 @@ def repartition_operator_state(old: list[list[OperatorStateHandle]], new_paralle
     # (delegate, range) per element, in old subtask order, per state name
     elements: dict[str, list[tuple[StreamStateHandle, Range]]] = defaultdict(list)
     per_old: dict[str, list[list[tuple[StreamStateHandle, Range]]]] = defaultdict(
-        lambda: [[] for _ in range(old_parallelism)])
+        lambda: [[] for _ in range(old_parallelism)]
+    )
     for index, handles in enumerate(old):
         for handle in handles:
             for name, meta in handle.states.items():
@@ -62,7 +64,8 @@ def repartition_operator_state(old: list[list[OperatorStateHandle]], new_paralle
                     per_old[name][index].append((handle.delegate, byte_range))
 
     assigned: list[dict[str, list[tuple[StreamStateHandle, Range]]]] = [
-        defaultdict(list) for _ in range(new_parallelism)]
+        defaultdict(list) for _ in range(new_parallelism)
+    ]
     for name, mode in modes.items():
         items = elements[name]
         if mode is OperatorStateDistributionMode.SPLIT_DISTRIBUTE:
@@ -70,7 +73,7 @@ def repartition_operator_state(old: list[list[OperatorStateHandle]], new_paralle
             start = 0
             for i in range(new_parallelism):
                 size = base + (1 if i < extra else 0)
-                assigned[i][name].extend(items[start:start + size])
+                assigned[i][name].extend(items[start : start + size])
                 start += size
         elif mode is OperatorStateDistributionMode.UNION:
             for i in range(new_parallelism):
@@ -88,31 +91,40 @@ def repartition_operator_state(old: list[list[OperatorStateHandle]], new_paralle
                 entry[1][name].append(byte_range)
         handles = []
         for delegate, ranges_by_name in by_delegate.values():
-            states = {name: OperatorStateMeta(modes[name], tuple(ranges))
-                      for name, ranges in ranges_by_name.items()}
+            states = {
+                name: OperatorStateMeta(modes[name], tuple(ranges)) for name, ranges in ranges_by_name.items()
+            }
             handles.append(OperatorStateHandle(states, delegate))
         result.append(handles)
     return result
 
 
-def assign_states(operator_states: dict[str, OperatorState], vertices: list[VertexToRestore], *,
-                  allow_non_restored_state: bool, source: str) -> dict[tuple[int, int], TaskStateSnapshot]:
+def assign_states(
+    operator_states: dict[str, OperatorState],
+    vertices: list[VertexToRestore],
+    *,
+    allow_non_restored_state: bool,
+    source: str,
+) -> dict[tuple[int, int], TaskStateSnapshot]:
     """Per ``(vertex_id, subtask_index)``, the state that subtask restores."""
     known = {op_id for v in vertices for op_id in v.operator_ids}
-    unclaimed = [s for op_id, s in operator_states.items()
-                 if op_id not in known and s.subtask_states and s.state_size > 0]
+    unclaimed = [
+        s
+        for op_id, s in operator_states.items()
+        if op_id not in known and s.subtask_states and s.state_size > 0
+    ]
     if unclaimed and not allow_non_restored_state:
         raise InvalidCheckpointError(
             f"{source} holds state for {len(unclaimed)} operator(s) that the job no longer has "
             f"(operator ids {', '.join(s.operator_id for s in unclaimed)}). If you removed or "
             "re-identified those operators on purpose, set "
             "execution.state-recovery.ignore-unclaimed-state: true to skip their state; otherwise "
-            "keep their uid() as it was.")
+            "keep their uid() as it was."
+        )
     result: dict[tuple[int, int], TaskStateSnapshot] = {}
     for vertex in vertices:
         per_subtask: list[dict[str, OperatorSubtaskState]] = [{} for _ in range(vertex.parallelism)]
-        for operator_id, operator_name in zip(vertex.operator_ids, vertex.operator_names,
-                                              strict=True):
+        for operator_id, operator_name in zip(vertex.operator_ids, vertex.operator_names, strict=True):
             state = operator_states.get(operator_id)
             if state is None or not state.subtask_states:
                 continue
@@ -122,9 +134,12 @@ def assign_states(operator_states: dict[str, OperatorState], vertices: list[Vert
                     f"{source}: operator '{operator_name}' was checkpointed with max parallelism "
                     f"{state.max_parallelism} and now has {vertex.max_parallelism}. Keyed state "
                     "is split into max-parallelism key groups, so it cannot change: set "
-                    f"set_max_parallelism({state.max_parallelism}) on it (or on the environment).")
-            old_operator = [list(state.subtask_states[i].managed_operator_state)
-                            if i in state.subtask_states else [] for i in range(state.parallelism)]
+                    f"set_max_parallelism({state.max_parallelism}) on it (or on the environment)."
+                )
+            old_operator = [
+                list(state.subtask_states[i].managed_operator_state) if i in state.subtask_states else []
+                for i in range(state.parallelism)
+            ]
             new_operator = repartition_operator_state(old_operator, vertex.parallelism)
             for i in range(vertex.parallelism):
                 key_range = KeyGroupRange.of_operator(vertex.max_parallelism, vertex.parallelism, i)
@@ -134,8 +149,7 @@ def assign_states(operator_states: dict[str, OperatorState], vertices: list[Vert
                     if part is not None:
                         keyed.append(part)
                 if keyed or new_operator[i]:
-                    per_subtask[i][operator_id] = OperatorSubtaskState(tuple(keyed),
-                                                                       tuple(new_operator[i]))
+                    per_subtask[i][operator_id] = OperatorSubtaskState(tuple(keyed), tuple(new_operator[i]))
         for i in range(vertex.parallelism):
             result[(vertex.vertex_id, i)] = TaskStateSnapshot(per_subtask[i])
     return result

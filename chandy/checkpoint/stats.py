@@ -54,8 +54,9 @@ class CheckpointStats:
         return sum(len(s) for s in self.subtasks.values())
 
     def _sum(self, attribute: str) -> int:
-        return sum(getattr(s.metrics, attribute) for by_index in self.subtasks.values()
-                   for s in by_index.values())
+        return sum(
+            getattr(s.metrics, attribute) for by_index in self.subtasks.values() for s in by_index.values()
+        )
 
     @property
     def state_size(self) -> int:
@@ -71,15 +72,19 @@ class CheckpointStats:
 
     @property
     def end_to_end_duration(self) -> int:
-        end = self.completion_timestamp if self.completion_timestamp >= 0 else (
-            self.failure_timestamp if self.failure_timestamp >= 0 else self.latest_ack_timestamp)
+        end = (
+            self.completion_timestamp
+            if self.completion_timestamp >= 0
+            else (self.failure_timestamp if self.failure_timestamp >= 0 else self.latest_ack_timestamp)
+        )
         return max(0, end - self.trigger_timestamp) if end >= 0 else 0
 
     def to_json(self, *, with_tasks: bool = True) -> dict[str, Any]:
         kind = self.props.checkpoint_type.value
         data: dict[str, Any] = {
-            "className": {"IN_PROGRESS": "in_progress", "COMPLETED": "completed",
-                          "FAILED": "failed"}[self.status],
+            "className": {"IN_PROGRESS": "in_progress", "COMPLETED": "completed", "FAILED": "failed"}[
+                self.status
+            ],
             "id": self.checkpoint_id,
             "status": self.status,
             "is_savepoint": self.props.is_savepoint,
@@ -117,24 +122,39 @@ class CheckpointStats:
                 subtasks.append({"index": index, "status": "pending_or_failed"})
                 continue
             m = stats.metrics
-            subtasks.append({
-                "index": index, "status": "completed", "ack_timestamp": stats.ack_timestamp,
-                "end_to_end_duration": max(0, stats.ack_timestamp - self.trigger_timestamp),
-                "checkpointed_size": m.checkpointed_size, "state_size": m.state_size,
-                "checkpoint": {"sync": m.sync_duration_ms, "async": m.async_duration_ms},
-                "alignment": {"buffered": 0, "processed": m.bytes_processed_during_alignment,
-                              "persisted": 0, "duration": m.alignment_duration_ns // 1_000_000},
-                "start_delay": m.checkpoint_start_delay_ns // 1_000_000,
-                "unaligned_checkpoint": m.unaligned, "aborted": False,
-            })
+            subtasks.append(
+                {
+                    "index": index,
+                    "status": "completed",
+                    "ack_timestamp": stats.ack_timestamp,
+                    "end_to_end_duration": max(0, stats.ack_timestamp - self.trigger_timestamp),
+                    "checkpointed_size": m.checkpointed_size,
+                    "state_size": m.state_size,
+                    "checkpoint": {"sync": m.sync_duration_ms, "async": m.async_duration_ms},
+                    "alignment": {
+                        "buffered": 0,
+                        "processed": m.bytes_processed_during_alignment,
+                        "persisted": 0,
+                        "duration": m.alignment_duration_ns // 1_000_000,
+                    },
+                    "start_delay": m.checkpoint_start_delay_ns // 1_000_000,
+                    "unaligned_checkpoint": m.unaligned,
+                    "aborted": False,
+                }
+            )
         latest = max((s.ack_timestamp for s in acked.values()), default=-1)
-        return {"id": self.checkpoint_id, "name": name, "status": self.status,
-                "latest_ack_timestamp": latest,
-                "checkpointed_size": sum(s.metrics.checkpointed_size for s in acked.values()),
-                "state_size": sum(s.metrics.state_size for s in acked.values()),
-                "end_to_end_duration": max(0, latest - self.trigger_timestamp) if latest >= 0 else 0,
-                "num_subtasks": parallelism, "num_acknowledged_subtasks": len(acked),
-                "subtasks": subtasks}
+        return {
+            "id": self.checkpoint_id,
+            "name": name,
+            "status": self.status,
+            "latest_ack_timestamp": latest,
+            "checkpointed_size": sum(s.metrics.checkpointed_size for s in acked.values()),
+            "state_size": sum(s.metrics.state_size for s in acked.values()),
+            "end_to_end_duration": max(0, latest - self.trigger_timestamp) if latest >= 0 else 0,
+            "num_subtasks": parallelism,
+            "num_acknowledged_subtasks": len(acked),
+            "subtasks": subtasks,
+        }
 
 
 def summary(values: list[float]) -> dict[str, float]:
@@ -146,9 +166,16 @@ def summary(values: list[float]) -> dict[str, float]:
     def percentile(q: float) -> float:
         return ordered[min(len(ordered) - 1, max(0, math.ceil(q * len(ordered)) - 1))]
 
-    return {"min": ordered[0], "max": ordered[-1], "avg": sum(ordered) / len(ordered),
-            "p50": percentile(0.5), "p90": percentile(0.9), "p95": percentile(0.95),
-            "p99": percentile(0.99), "p999": percentile(0.999)}
+    return {
+        "min": ordered[0],
+        "max": ordered[-1],
+        "avg": sum(ordered) / len(ordered),
+        "p50": percentile(0.5),
+        "p90": percentile(0.9),
+        "p95": percentile(0.95),
+        "p99": percentile(0.99),
+        "p999": percentile(0.999),
+    }
 
 
 class CheckpointStatsTracker:
@@ -164,12 +191,17 @@ class CheckpointStatsTracker:
         self.latest_failed: CheckpointStats | None = None
         self.latest_restored: dict[str, Any] | None = None
         self._window: dict[str, deque[float]] = {
-            k: deque(maxlen=_SUMMARY_WINDOW) for k in
-            ("end_to_end_duration", "state_size", "checkpointed_size", "processed_data")}
+            k: deque(maxlen=_SUMMARY_WINDOW)
+            for k in ("end_to_end_duration", "state_size", "checkpointed_size", "processed_data")
+        }
 
-    def report_pending_checkpoint(self, checkpoint_id: int, trigger_timestamp: int,
-                                  props: CheckpointProperties,
-                                  vertices: dict[int, tuple[str, int]]) -> CheckpointStats:
+    def report_pending_checkpoint(
+        self,
+        checkpoint_id: int,
+        trigger_timestamp: int,
+        props: CheckpointProperties,
+        vertices: dict[int, tuple[str, int]],
+    ) -> CheckpointStats:
         stats = CheckpointStats(checkpoint_id, trigger_timestamp, props, vertices)
         self._in_progress[checkpoint_id] = stats
         self._history.appendleft(stats)
@@ -177,17 +209,25 @@ class CheckpointStatsTracker:
         self.counts["in_progress"] += 1
         return stats
 
-    def report_subtask(self, checkpoint_id: int, vertex_id: int, subtask_index: int,
-                       ack_timestamp: int, metrics: CheckpointMetrics) -> None:
+    def report_subtask(
+        self,
+        checkpoint_id: int,
+        vertex_id: int,
+        subtask_index: int,
+        ack_timestamp: int,
+        metrics: CheckpointMetrics,
+    ) -> None:
         stats = self._in_progress.get(checkpoint_id)
         if stats is None:
             return
         stats.subtasks.setdefault(vertex_id, {})[subtask_index] = SubtaskStateStats(
-            subtask_index, ack_timestamp, metrics)
+            subtask_index, ack_timestamp, metrics
+        )
         stats.latest_ack_timestamp = max(stats.latest_ack_timestamp, ack_timestamp)
 
-    def report_completed(self, checkpoint_id: int, completion_timestamp: int,
-                         external_path: str | None) -> CheckpointStats | None:
+    def report_completed(
+        self, checkpoint_id: int, completion_timestamp: int, external_path: str | None
+    ) -> CheckpointStats | None:
         stats = self._in_progress.pop(checkpoint_id, None)
         if stats is None:
             return None
@@ -216,11 +256,16 @@ class CheckpointStatsTracker:
         self.counts["failed"] += 1
         self.latest_failed = stats
 
-    def report_restored(self, checkpoint_id: int, restore_timestamp: int, is_savepoint: bool,
-                        external_path: str | None) -> None:
+    def report_restored(
+        self, checkpoint_id: int, restore_timestamp: int, is_savepoint: bool, external_path: str | None
+    ) -> None:
         self.counts["restored"] += 1
-        self.latest_restored = {"id": checkpoint_id, "restore_timestamp": restore_timestamp,
-                                "is_savepoint": is_savepoint, "external_path": external_path}
+        self.latest_restored = {
+            "id": checkpoint_id,
+            "restore_timestamp": restore_timestamp,
+            "is_savepoint": is_savepoint,
+            "external_path": external_path,
+        }
 
     def end_to_end_durations(self) -> list[float]:
         """Durations (ms) of the completed checkpoints in the summary window."""
@@ -246,11 +291,12 @@ class CheckpointStatsTracker:
             },
             "latest": {
                 "completed": self.latest_completed.to_json(with_tasks=False)
-                if self.latest_completed else None,
+                if self.latest_completed
+                else None,
                 "savepoint": self.latest_savepoint.to_json(with_tasks=False)
-                if self.latest_savepoint else None,
-                "failed": self.latest_failed.to_json(with_tasks=False)
-                if self.latest_failed else None,
+                if self.latest_savepoint
+                else None,
+                "failed": self.latest_failed.to_json(with_tasks=False) if self.latest_failed else None,
                 "restored": self.latest_restored,
             },
             "history": [s.to_json(with_tasks=False) for s in self._history],

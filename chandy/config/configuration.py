@@ -14,13 +14,37 @@ from chandy.errors import ConfigurationError
 T = TypeVar("T")
 
 _DURATION_UNITS_MS = {
-    "ns": 1e-6, "nano": 1e-6, "nanos": 1e-6, "nanosecond": 1e-6, "nanoseconds": 1e-6,
-    "us": 1e-3, "micro": 1e-3, "micros": 1e-3, "microsecond": 1e-3, "microseconds": 1e-3,
-    "ms": 1, "milli": 1, "millis": 1, "millisecond": 1, "milliseconds": 1,
-    "s": 1000, "sec": 1000, "secs": 1000, "second": 1000, "seconds": 1000,
-    "m": 60_000, "min": 60_000, "mins": 60_000, "minute": 60_000, "minutes": 60_000,
-    "h": 3_600_000, "hour": 3_600_000, "hours": 3_600_000,
-    "d": 86_400_000, "day": 86_400_000, "days": 86_400_000,
+    "ns": 1e-6,
+    "nano": 1e-6,
+    "nanos": 1e-6,
+    "nanosecond": 1e-6,
+    "nanoseconds": 1e-6,
+    "us": 1e-3,
+    "micro": 1e-3,
+    "micros": 1e-3,
+    "microsecond": 1e-3,
+    "microseconds": 1e-3,
+    "ms": 1,
+    "milli": 1,
+    "millis": 1,
+    "millisecond": 1,
+    "milliseconds": 1,
+    "s": 1000,
+    "sec": 1000,
+    "secs": 1000,
+    "second": 1000,
+    "seconds": 1000,
+    "m": 60_000,
+    "min": 60_000,
+    "mins": 60_000,
+    "minute": 60_000,
+    "minutes": 60_000,
+    "h": 3_600_000,
+    "hour": 3_600_000,
+    "hours": 3_600_000,
+    "d": 86_400_000,
+    "day": 86_400_000,
+    "days": 86_400_000,
 }
 _DURATION_RE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([a-zA-Z]*)\s*$")
 
@@ -46,9 +70,20 @@ def parse_duration_ms(value: Any) -> int:
     raise ValueError(f"{value!r} is not a duration (use e.g. 500, '500 ms', '10 s', '10 min')")
 
 
-_MEMORY_UNITS = {"": 1, "b": 1, "bytes": 1, "k": 1024, "kb": 1024, "kibibytes": 1024,
-                 "m": 1 << 20, "mb": 1 << 20, "mebibytes": 1 << 20, "g": 1 << 30, "gb": 1 << 30,
-                 "gibibytes": 1 << 30}
+_MEMORY_UNITS = {
+    "": 1,
+    "b": 1,
+    "bytes": 1,
+    "k": 1024,
+    "kb": 1024,
+    "kibibytes": 1024,
+    "m": 1 << 20,
+    "mb": 1 << 20,
+    "mebibytes": 1 << 20,
+    "g": 1 << 30,
+    "gb": 1 << 30,
+    "gibibytes": 1 << 30,
+}
 
 
 def parse_memory_size(value: Any) -> int:
@@ -108,8 +143,15 @@ class ConfigOption(Generic[T]):
     check: Callable[[T], None] | None = field(default=None, compare=False)
 
     @staticmethod
-    def integer(key: str, default: int | None, description: str, *, minimum: int | None = None,
-                maximum: int | None = None, deprecated_keys: tuple[str, ...] = ()) -> ConfigOption:
+    def integer(
+        key: str,
+        default: int | None,
+        description: str,
+        *,
+        minimum: int | None = None,
+        maximum: int | None = None,
+        deprecated_keys: tuple[str, ...] = (),
+    ) -> ConfigOption:
         def check(v: int | None) -> None:
             if v is None:
                 return
@@ -117,41 +159,71 @@ class ConfigOption(Generic[T]):
                 raise ValueError(f"{v} is below the minimum {minimum}")
             if maximum is not None and v > maximum:
                 raise ValueError(f"{v} is above the maximum {maximum}")
+
         bounds = (f" >= {minimum}" if minimum is not None else "") + (
-            f" and <= {maximum}" if maximum is not None else "")
-        return ConfigOption(key, default, description, _parse_int, f"an integer{bounds}",
-                            deprecated_keys, check)
+            f" and <= {maximum}" if maximum is not None else ""
+        )
+        return ConfigOption(
+            key, default, description, _parse_int, f"an integer{bounds}", deprecated_keys, check
+        )
 
     @staticmethod
-    def duration(key: str, default: int | None, description: str, *, minimum_ms: int = 0,
-                 deprecated_keys: tuple[str, ...] = ()) -> ConfigOption:
+    def duration(
+        key: str,
+        default: int | None,
+        description: str,
+        *,
+        minimum_ms: int = 0,
+        deprecated_keys: tuple[str, ...] = (),
+    ) -> ConfigOption:
         def check(v: int | None) -> None:
             if v is not None and v < minimum_ms:
                 raise ValueError(f"{v} ms is below the minimum {minimum_ms} ms")
-        return ConfigOption(key, default, description, parse_duration_ms,
-                            "a duration such as 500, '500 ms', '10 s' or '10 min'"
-                            + (f", at least {minimum_ms} ms" if minimum_ms else ""),
-                            deprecated_keys, check)
+
+        return ConfigOption(
+            key,
+            default,
+            description,
+            parse_duration_ms,
+            "a duration such as 500, '500 ms', '10 s' or '10 min'"
+            + (f", at least {minimum_ms} ms" if minimum_ms else ""),
+            deprecated_keys,
+            check,
+        )
 
     @staticmethod
-    def memory_size(key: str, default: int, description: str, *, maximum: int,
-                    deprecated_keys: tuple[str, ...] = ()) -> ConfigOption:
+    def memory_size(
+        key: str, default: int, description: str, *, maximum: int, deprecated_keys: tuple[str, ...] = ()
+    ) -> ConfigOption:
         def check(v: int) -> None:
             if v > maximum:
                 raise ValueError(f"{v} bytes is above the maximum {maximum} bytes")
-        return ConfigOption(key, default, description, parse_memory_size,
-                            f"a memory size such as 20 kb, at most {maximum} bytes",
-                            deprecated_keys, check)
+
+        return ConfigOption(
+            key,
+            default,
+            description,
+            parse_memory_size,
+            f"a memory size such as 20 kb, at most {maximum} bytes",
+            deprecated_keys,
+            check,
+        )
 
     @staticmethod
-    def boolean(key: str, default: bool, description: str,
-                deprecated_keys: tuple[str, ...] = ()) -> ConfigOption:
+    def boolean(
+        key: str, default: bool, description: str, deprecated_keys: tuple[str, ...] = ()
+    ) -> ConfigOption:
         return ConfigOption(key, default, description, _parse_bool, "true or false", deprecated_keys)
 
     @staticmethod
-    def string(key: str, default: str | None, description: str, *,
-               choices: Iterable[str] | None = None,
-               deprecated_keys: tuple[str, ...] = ()) -> ConfigOption:
+    def string(
+        key: str,
+        default: str | None,
+        description: str,
+        *,
+        choices: Iterable[str] | None = None,
+        deprecated_keys: tuple[str, ...] = (),
+    ) -> ConfigOption:
         if choices is None:
             return ConfigOption(key, default, description, _parse_str, "a string", deprecated_keys)
         names = tuple(choices)
@@ -162,12 +234,17 @@ class ConfigOption(Generic[T]):
             if text not in lowered:
                 raise ValueError(f"{value!r} is not one of {', '.join(names)}")
             return lowered[text]
-        return ConfigOption(key, default, description, parse, "one of " + ", ".join(names),
-                            deprecated_keys)
+
+        return ConfigOption(key, default, description, parse, "one of " + ", ".join(names), deprecated_keys)
 
     @staticmethod
-    def enumeration(key: str, enum_type: type[enum.Enum], default: enum.Enum, description: str,
-                    deprecated_keys: tuple[str, ...] = ()) -> ConfigOption:
+    def enumeration(
+        key: str,
+        enum_type: type[enum.Enum],
+        default: enum.Enum,
+        description: str,
+        deprecated_keys: tuple[str, ...] = (),
+    ) -> ConfigOption:
         names = [m.name for m in enum_type]
 
         def parse(value: Any) -> enum.Enum:
@@ -178,8 +255,8 @@ class ConfigOption(Generic[T]):
                 if text in enum_type.__members__:
                     return enum_type[text]
             raise ValueError(f"{value!r} is not one of {', '.join(names)}")
-        return ConfigOption(key, default, description, parse, "one of " + ", ".join(names),
-                            deprecated_keys)
+
+        return ConfigOption(key, default, description, parse, "one of " + ", ".join(names), deprecated_keys)
 
 
 class Configuration:
@@ -251,8 +328,9 @@ class Configuration:
             ) from None
         return value
 
-    def unknown_keys(self, known: Iterable[ConfigOption], prefixes_owned_elsewhere: Iterable[str] = ()
-                     ) -> list[str]:
+    def unknown_keys(
+        self, known: Iterable[ConfigOption], prefixes_owned_elsewhere: Iterable[str] = ()
+    ) -> list[str]:
         """Keys that no known option (nor a prefix owned by a plugin) claims."""
         names = set()
         for option in known:
@@ -277,8 +355,9 @@ class Configuration:
         try:
             text = p.read_text(encoding="utf-8")
         except OSError as exc:
-            raise ConfigurationError(f"cannot read configuration file '{p}': {exc.strerror}. "
-                                     "Check the path.") from None
+            raise ConfigurationError(
+                f"cannot read configuration file '{p}': {exc.strerror}. Check the path."
+            ) from None
         try:
             data = yaml.safe_load(text) or {}
         except yaml.YAMLError as exc:

@@ -16,19 +16,29 @@ UPPER_BOUND_MAX_PARALLELISM = 32768
 class PipelineOptions:
     NAME = ConfigOption.string("pipeline.name", None, "The job name when execute() is given none.")
     MAX_PARALLELISM = ConfigOption.integer(
-        "pipeline.max-parallelism", -1,
+        "pipeline.max-parallelism",
+        -1,
         "Number of key groups; the upper bound for rescaling keyed state. -1 derives it from "
-        "the parallelism as Flink does.", minimum=-1, maximum=UPPER_BOUND_MAX_PARALLELISM)
+        "the parallelism as Flink does.",
+        minimum=-1,
+        maximum=UPPER_BOUND_MAX_PARALLELISM,
+    )
     OPERATOR_CHAINING = ConfigOption.boolean(
-        "pipeline.operator-chaining.enabled", True,
+        "pipeline.operator-chaining.enabled",
+        True,
         "Chain operators joined by forward edges of equal parallelism into one task.",
-        deprecated_keys=("pipeline.operator-chaining",))
+        deprecated_keys=("pipeline.operator-chaining",),
+    )
 
 
 class CoreOptions:
     DEFAULT_PARALLELISM = ConfigOption.integer(
-        "parallelism.default", 1, "Parallelism of operators that set none.", minimum=1,
-        maximum=UPPER_BOUND_MAX_PARALLELISM)
+        "parallelism.default",
+        1,
+        "Parallelism of operators that set none.",
+        minimum=1,
+        maximum=UPPER_BOUND_MAX_PARALLELISM,
+    )
 
 
 class CheckpointingMode(enum.Enum):
@@ -55,130 +65,199 @@ ExternalizedCheckpointCleanup = ExternalizedCheckpointRetention
 
 class CheckpointingOptions:
     INTERVAL = ConfigOption.duration(
-        "execution.checkpointing.interval", None,
-        "Time between the starts of two periodic checkpoints; unset means no periodic "
-        "checkpoints.", minimum_ms=10)
+        "execution.checkpointing.interval",
+        None,
+        "Time between the starts of two periodic checkpoints; unset means no periodic checkpoints.",
+        minimum_ms=10,
+    )
     MODE = ConfigOption.enumeration(
-        "execution.checkpointing.mode", CheckpointingMode, CheckpointingMode.EXACTLY_ONCE,
-        "EXACTLY_ONCE aligns barriers; AT_LEAST_ONCE never blocks an input.")
+        "execution.checkpointing.mode",
+        CheckpointingMode,
+        CheckpointingMode.EXACTLY_ONCE,
+        "EXACTLY_ONCE aligns barriers; AT_LEAST_ONCE never blocks an input.",
+    )
     TIMEOUT = ConfigOption.duration(
-        "execution.checkpointing.timeout", 600_000,
+        "execution.checkpointing.timeout",
+        600_000,
         "A checkpoint not completed within this time is aborted (CHECKPOINT_EXPIRED).",
-        minimum_ms=10)
+        minimum_ms=10,
+    )
     MIN_PAUSE = ConfigOption.duration(
-        "execution.checkpointing.min-pause", 0,
-        "Least time from the completion of one checkpoint to the start of the next.")
+        "execution.checkpointing.min-pause",
+        0,
+        "Least time from the completion of one checkpoint to the start of the next.",
+    )
     MAX_CONCURRENT = ConfigOption.integer(
-        "execution.checkpointing.max-concurrent-checkpoints", 1,
-        "Checkpoints that may be in progress at once.", minimum=1)
+        "execution.checkpointing.max-concurrent-checkpoints",
+        1,
+        "Checkpoints that may be in progress at once.",
+        minimum=1,
+    )
     TOLERABLE_FAILURES = ConfigOption.integer(
-        "execution.checkpointing.tolerable-failed-checkpoints", 0,
+        "execution.checkpointing.tolerable-failed-checkpoints",
+        0,
         "Consecutive checkpoint failures (declined, expired, failed to write) tolerated before "
-        "the job fails over.", minimum=0)
+        "the job fails over.",
+        minimum=0,
+    )
     EXTERNALIZED_RETENTION = ConfigOption.enumeration(
         "execution.checkpointing.externalized-checkpoint-retention",
-        ExternalizedCheckpointRetention, ExternalizedCheckpointRetention.NO_EXTERNALIZED_CHECKPOINTS,
+        ExternalizedCheckpointRetention,
+        ExternalizedCheckpointRetention.NO_EXTERNALIZED_CHECKPOINTS,
         "Whether completed checkpoints survive the job's cancellation or failure.",
-        deprecated_keys=("execution.checkpointing.externalized-checkpoint-retention.enabled",))
+        deprecated_keys=("execution.checkpointing.externalized-checkpoint-retention.enabled",),
+    )
     STORAGE = ConfigOption.string(
-        "execution.checkpointing.storage", None,
+        "execution.checkpointing.storage",
+        None,
         "'jobmanager' keeps checkpoints in the JobMaster's memory; 'filesystem' writes them to "
         "execution.checkpointing.dir. Default: filesystem when a directory is set.",
-        choices=("jobmanager", "filesystem"), deprecated_keys=("state.checkpoint-storage",))
+        choices=("jobmanager", "filesystem"),
+        deprecated_keys=("state.checkpoint-storage",),
+    )
     DIRECTORY = ConfigOption.string(
-        "execution.checkpointing.dir", None,
+        "execution.checkpointing.dir",
+        None,
         "Where checkpoints are written: a path or URI (file://, s3://, hdfs://, memory://).",
-        deprecated_keys=("state.checkpoints.dir", "state.backend.fs.checkpointdir"))
+        deprecated_keys=("state.checkpoints.dir", "state.backend.fs.checkpointdir"),
+    )
     NUM_RETAINED = ConfigOption.integer(
-        "execution.checkpointing.num-retained", 1, "Completed checkpoints kept.", minimum=1,
-        deprecated_keys=("state.checkpoints.num-retained",))
+        "execution.checkpointing.num-retained",
+        1,
+        "Completed checkpoints kept.",
+        minimum=1,
+        deprecated_keys=("state.checkpoints.num-retained",),
+    )
     CREATE_SUBDIR = ConfigOption.boolean(
-        "execution.checkpointing.create-subdir", True,
-        "Write checkpoints under <dir>/<job-id>/.", deprecated_keys=("state.checkpoints.create-subdir",))
+        "execution.checkpointing.create-subdir",
+        True,
+        "Write checkpoints under <dir>/<job-id>/.",
+        deprecated_keys=("state.checkpoints.create-subdir",),
+    )
     INLINE_THRESHOLD = ConfigOption.memory_size(
-        "execution.checkpointing.data-inline-threshold", 20 * 1024,
+        "execution.checkpointing.data-inline-threshold",
+        20 * 1024,
         "State smaller than this is stored inside _metadata instead of its own file.",
-        maximum=1 << 20, deprecated_keys=("state.storage.fs.memory-threshold",))
+        maximum=1 << 20,
+        deprecated_keys=("state.storage.fs.memory-threshold",),
+    )
     CHECKPOINTS_AFTER_TASKS_FINISH = ConfigOption.boolean(
-        "execution.checkpointing.checkpoints-after-tasks-finish", True,
+        "execution.checkpointing.checkpoints-after-tasks-finish",
+        True,
         "Checkpoint on after some tasks finished, and take a final checkpoint when bounded "
         "sources end, so two-phase-commit sinks commit their last records before the job "
         "finishes (Flink's FLIP-147). An input that ends during alignment counts as aligned. "
         "Off: an input that ends during alignment aborts that checkpoint, and sinks commit their "
         "last records at end of input.",
-        deprecated_keys=("execution.checkpointing.checkpoints-after-tasks-finish.enabled",))
+        deprecated_keys=("execution.checkpointing.checkpoints-after-tasks-finish.enabled",),
+    )
 
 
 class StateRecoveryOptions:
     PATH = ConfigOption.string(
-        "execution.state-recovery.path", None,
-        "Start the job from this retained checkpoint or savepoint (a chk-N directory or its "
-        "_metadata file).", deprecated_keys=("execution.savepoint.path",))
+        "execution.state-recovery.path",
+        None,
+        "Start the job from this retained checkpoint or savepoint (a chk-N directory or its _metadata file).",
+        deprecated_keys=("execution.savepoint.path",),
+    )
     IGNORE_UNCLAIMED_STATE = ConfigOption.boolean(
-        "execution.state-recovery.ignore-unclaimed-state", False,
+        "execution.state-recovery.ignore-unclaimed-state",
+        False,
         "Skip state of operators that no longer exist instead of refusing to start.",
-        deprecated_keys=("execution.savepoint.ignore-unclaimed-state",))
+        deprecated_keys=("execution.savepoint.ignore-unclaimed-state",),
+    )
 
 
 class RestartStrategyOptions:
     TYPE = ConfigOption.string(
-        "restart-strategy.type", None,
+        "restart-strategy.type",
+        None,
         "How a failed job restarts: 'fixed-delay', or 'none'. Default: fixed-delay when "
         "checkpointing is on, none otherwise.",
         choices=("fixed-delay", "fixeddelay", "none", "off", "disable", "no_restart"),
-        deprecated_keys=("restart-strategy",))
+        deprecated_keys=("restart-strategy",),
+    )
     ATTEMPTS = ConfigOption.integer(
-        "restart-strategy.fixed-delay.attempts", None,
+        "restart-strategy.fixed-delay.attempts",
+        None,
         "Restarts before the job fails for good (default: unlimited when checkpointing "
-        "chose the strategy, 1 when fixed-delay is set explicitly).", minimum=0)
+        "chose the strategy, 1 when fixed-delay is set explicitly).",
+        minimum=0,
+    )
     DELAY = ConfigOption.duration(
-        "restart-strategy.fixed-delay.delay", 1000, "Wait between a failure and the restart.")
+        "restart-strategy.fixed-delay.delay", 1000, "Wait between a failure and the restart."
+    )
 
 
 class SparkOptions:
     SLOT_WAIT = ConfigOption.duration(
-        "chandy.spark.slot-wait", 30_000,
+        "chandy.spark.slot-wait",
+        30_000,
         "How long a job waits for Spark to offer enough task slots (executors registering, a "
-        "lost executor being replaced) before it fails with the number needed and available.")
+        "lost executor being replaced) before it fails with the number needed and available.",
+    )
     HEARTBEAT_TIMEOUT = ConfigOption.duration(
-        "chandy.spark.heartbeat-timeout", 30_000,
-        "A slot that sends no heartbeat for this long is considered lost.", minimum_ms=1000)
+        "chandy.spark.heartbeat-timeout",
+        30_000,
+        "A slot that sends no heartbeat for this long is considered lost.",
+        minimum_ms=1000,
+    )
 
 
 class WebOptions:
     CHECKPOINTS_HISTORY = ConfigOption.integer(
-        "web.checkpoints.history", 10, "Checkpoints kept in the statistics history.", minimum=1)
+        "web.checkpoints.history", 10, "Checkpoints kept in the statistics history.", minimum=1
+    )
 
 
 class ExecutionOptions:
     TARGET = ConfigOption.string(
-        "execution.target", "spark",
+        "execution.target",
+        "spark",
         "Where the job runs: 'spark' (the active SparkSession, or a local one; slot i of a "
         "barrier stage runs subtask i of every operator) or 'local' (every subtask a thread "
-        "of this process).", choices=("spark", "local"))
+        "of this process).",
+        choices=("spark", "local"),
+    )
     BUFFER_TIMEOUT = ConfigOption.duration(
-        "execution.buffer-timeout", 100,
+        "execution.buffer-timeout",
+        100,
         "Longest time a record waits in a partly filled output batch while its task is busy. "
         "An idle task flushes at once, so this bounds latency only under load.",
-        deprecated_keys=("execution.buffer-timeout.interval",))
+        deprecated_keys=("execution.buffer-timeout.interval",),
+    )
 
 
 class NetworkOptions:
     BATCH_SIZE = ConfigOption.integer(
-        "chandy.network.batch-size", 1024,
+        "chandy.network.batch-size",
+        1024,
         "Records per batch, the unit that crosses a channel (Flink's network buffer).",
-        minimum=1, maximum=1 << 20)
+        minimum=1,
+        maximum=1 << 20,
+    )
     BUFFERS_PER_CHANNEL = ConfigOption.integer(
-        "taskmanager.network.memory.buffers-per-channel", 4,
-        "Credits per input channel: batches a receiver accepts before its senders block "
-        "(backpressure).", minimum=1, maximum=1 << 16)
+        "taskmanager.network.memory.buffers-per-channel",
+        4,
+        "Credits per input channel: batches a receiver accepts before its senders block (backpressure).",
+        minimum=1,
+        maximum=1 << 16,
+    )
 
 
 def all_options() -> list[ConfigOption]:
     """Every option declared in this module."""
     found: list[ConfigOption] = []
-    for holder in (PipelineOptions, CoreOptions, ExecutionOptions, NetworkOptions,
-                   CheckpointingOptions, StateRecoveryOptions, RestartStrategyOptions, WebOptions,
-                   SparkOptions):
+    for holder in (
+        PipelineOptions,
+        CoreOptions,
+        ExecutionOptions,
+        NetworkOptions,
+        CheckpointingOptions,
+        StateRecoveryOptions,
+        RestartStrategyOptions,
+        WebOptions,
+        SparkOptions,
+    ):
         found.extend(v for v in vars(holder).values() if isinstance(v, ConfigOption))
     return found

@@ -33,7 +33,7 @@ class CollectionReader(SourceReader):
                 self._splits.pop(0)
                 continue
             stop = min(split.end, split.position + max_records)
-            batch = list(self._elements[split.position:stop])
+            batch = list(self._elements[split.position : stop])
             split.position = stop
             return batch
         return None

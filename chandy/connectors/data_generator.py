@@ -80,8 +80,12 @@ class _RateLimiter:
 class DataGeneratorReader(SourceReader):
     """Generates the records of the splits it owns, one split after the other."""
 
-    def __init__(self, generator_function: Callable[[int], Any], records_per_second: float | None,
-                 boundedness: Boundedness) -> None:
+    def __init__(
+        self,
+        generator_function: Callable[[int], Any],
+        records_per_second: float | None,
+        boundedness: Boundedness,
+    ) -> None:
         self._generate = generator_function
         self._bounded = boundedness is Boundedness.BOUNDED
         self._splits: list[DataGeneratorSplit] = []
@@ -136,24 +140,36 @@ class DataGeneratorSource(Source):
     be deterministic for that to mean the same records.
     """
 
-    def __init__(self, generator_function: Callable[[int], Any], count: int | None,
-                 records_per_second: float | None = None) -> None:
+    def __init__(
+        self,
+        generator_function: Callable[[int], Any],
+        count: int | None,
+        records_per_second: float | None = None,
+    ) -> None:
         if not callable(generator_function):
-            raise TypeError("DataGeneratorSource: generator_function must be callable (index -> record), "
-                            f"got {type(generator_function).__name__}")
+            raise TypeError(
+                "DataGeneratorSource: generator_function must be callable (index -> record), "
+                f"got {type(generator_function).__name__}"
+            )
         if count is not None:
             if isinstance(count, bool) or not isinstance(count, int):
-                raise TypeError("DataGeneratorSource: count must be an int (or None for an unbounded "
-                                f"source), got {type(count).__name__}")
+                raise TypeError(
+                    "DataGeneratorSource: count must be an int (or None for an unbounded "
+                    f"source), got {type(count).__name__}"
+                )
             if count < 0:
                 raise ValueError(f"DataGeneratorSource: count must be >= 0, got {count}")
         if records_per_second is not None:
             if isinstance(records_per_second, bool) or not isinstance(records_per_second, (int, float)):
-                raise TypeError("DataGeneratorSource: records_per_second must be a number (or None for "
-                                f"no limit), got {type(records_per_second).__name__}")
+                raise TypeError(
+                    "DataGeneratorSource: records_per_second must be a number (or None for "
+                    f"no limit), got {type(records_per_second).__name__}"
+                )
             if not math.isfinite(records_per_second) or records_per_second <= 0:
-                raise ValueError("DataGeneratorSource: records_per_second must be a finite number > 0, "
-                                 f"got {records_per_second}")
+                raise ValueError(
+                    "DataGeneratorSource: records_per_second must be a finite number > 0, "
+                    f"got {records_per_second}"
+                )
         self.generator_function = generator_function
         self.count = count
         self.records_per_second = records_per_second
@@ -165,13 +181,19 @@ class DataGeneratorSource(Source):
         if self.count is None:
             return [DataGeneratorSplit(i, i, None, parallelism) for i in range(parallelism)]
         n = self.count
-        return [DataGeneratorSplit(i, i * n // parallelism, (i + 1) * n // parallelism)
-                for i in range(parallelism)]
+        return [
+            DataGeneratorSplit(i, i * n // parallelism, (i + 1) * n // parallelism)
+            for i in range(parallelism)
+        ]
 
     def create_reader(self, context: SourceReaderContext) -> DataGeneratorReader:
         share = None
         if self.records_per_second is not None:
             share = self.records_per_second / context.parallelism
-            log.debug("DataGeneratorSource subtask %d/%d: %.3g records/s", context.subtask_index,
-                      context.parallelism, share)
+            log.debug(
+                "DataGeneratorSource subtask %d/%d: %.3g records/s",
+                context.subtask_index,
+                context.parallelism,
+                share,
+            )
         return DataGeneratorReader(self.generator_function, share, self.get_boundedness())

@@ -68,10 +68,11 @@ class DeltaSink(TwoPhaseCommittingSink):
     def path(self) -> str:
         uri = self.table_uri
         if uri.startswith("file://"):
-            uri = uri[len("file://"):]
+            uri = uri[len("file://") :]
         if "://" in uri:
-            raise InvalidProgramError(f"DeltaSink writes tables on a local or mounted path; "
-                                      f"'{self.table_uri}' is not one")
+            raise InvalidProgramError(
+                f"DeltaSink writes tables on a local or mounted path; '{self.table_uri}' is not one"
+            )
         return os.path.abspath(uri)
 
     def validate(self) -> None:
@@ -84,13 +85,15 @@ class DeltaSink(TwoPhaseCommittingSink):
         if self.schema is None:
             raise InvalidProgramError(
                 f"DeltaSink: there is no Delta table at '{self.table_uri}' and no schema to "
-                "create one; pass schema=pyarrow.schema([...]) or create the table first")
+                "create one; pass schema=pyarrow.schema([...]) or create the table first"
+            )
         try:
             os.makedirs(path, exist_ok=True)
             DeltaTable.create(path, schema=self.schema, mode="ignore")
         except Exception as exc:  # noqa: BLE001 - any reason it cannot be created, named
-            raise InvalidProgramError(f"DeltaSink cannot create a Delta table at "
-                                      f"'{self.table_uri}': {exc}") from None
+            raise InvalidProgramError(
+                f"DeltaSink cannot create a Delta table at '{self.table_uri}': {exc}"
+            ) from None
 
     def create_writer(self, context: SinkWriterContext) -> DeltaSinkWriter:
         return DeltaSinkWriter(self, context)
@@ -107,8 +110,10 @@ class DeltaSinkWriter(PrecommittingSinkWriter):
 
         self.sink = sink
         self.path = sink.path
-        self.app_id = (f"{sink.app_id or 'chandy'}-{context.job_id}-"
-                       f"{context.operator_id or 'sink'}-{context.subtask_index}")
+        self.app_id = (
+            f"{sink.app_id or 'chandy'}-{context.job_id}-"
+            f"{context.operator_id or 'sink'}-{context.subtask_index}"
+        )
         self.schema = DeltaTable(self.path).schema().to_arrow()
         self._writer: Any = None
         self._file: str | None = None
@@ -142,8 +147,7 @@ class DeltaSinkWriter(PrecommittingSinkWriter):
             os.close(fd)
         version = checkpoint_id if checkpoint_id is not None else self._last_version + 1
         self._last_version = version
-        committable = DeltaCommittable(self.app_id, version, self._file, os.path.getsize(full),
-                                       self._records)
+        committable = DeltaCommittable(self.app_id, version, self._file, os.path.getsize(full), self._records)
         self._writer, self._file, self._records = None, None, 0
         return [committable]
 
@@ -179,9 +183,15 @@ class DeltaCommitter(Committer):
                 log.debug("Delta table %s already has %s version %d", self.path, app_id, version)
                 continue
             now = int(time.time() * 1000)
-            actions = [AddAction(f.path, f.size, {}, now, True,
-                                 json.dumps({"numRecords": f.num_records})) for f in files]
+            actions = [
+                AddAction(f.path, f.size, {}, now, True, json.dumps({"numRecords": f.num_records}))
+                for f in files
+            ]
             table.create_write_transaction(
-                actions, mode="append", schema=table.schema(),
+                actions,
+                mode="append",
+                schema=table.schema(),
                 commit_properties=CommitProperties(
-                    app_transactions=[Transaction(app_id, version)], max_commit_retries=20))
+                    app_transactions=[Transaction(app_id, version)], max_commit_retries=20
+                ),
+            )

@@ -109,8 +109,10 @@ def _check_line_encoding(encoding: str, who: str) -> str:
     except LookupError:
         raise ValueError(f"{who}: unknown encoding {encoding!r}") from None
     if "\n".encode(name) != b"\n" or "a".encode(name) != b"a":
-        raise ValueError(f"{who}: encoding {encoding!r} is not ASCII-compatible; line formats read "
-                         "utf-8, latin-1, cp1252 and other encodings that write a newline as one byte")
+        raise ValueError(
+            f"{who}: encoding {encoding!r} is not ASCII-compatible; line formats read "
+            "utf-8, latin-1, cp1252 and other encodings that write a newline as one byte"
+        )
     return name
 
 
@@ -132,8 +134,9 @@ class _LineReader(FileRecordReader):
         try:
             return raw.decode(self.encoding)
         except UnicodeDecodeError as e:
-            raise self._error(line, f"not valid {self.encoding} ({e.reason} at byte {e.start} "
-                                    "of the line)") from None
+            raise self._error(
+                line, f"not valid {self.encoding} ({e.reason} at byte {e.start} of the line)"
+            ) from None
 
     def close(self) -> None:
         self._file.close()
@@ -150,8 +153,9 @@ def _strip_newline(text: str) -> str:
 class _ParsedLineReader(_LineReader):
     """One record per line, made by ``parse`` (``None`` skips the line)."""
 
-    def __init__(self, split: FileSourceSplit, encoding: str,
-                 parse: Callable[[str, int], Any], skip_blank: bool) -> None:
+    def __init__(
+        self, split: FileSourceSplit, encoding: str, parse: Callable[[str, int], Any], skip_blank: bool
+    ) -> None:
         super().__init__(split, encoding)
         self._parse = parse
         self._skip_blank = skip_blank
@@ -211,7 +215,8 @@ class JsonLinesFormat(StreamFormat):
                 return loads(text)
             except json.JSONDecodeError as e:
                 raise MalformedRecordError(
-                    f"{path}, line {line}: malformed JSON ({e.msg} at column {e.colno})") from None
+                    f"{path}, line {line}: malformed JSON ({e.msg} at column {e.colno})"
+                ) from None
 
         return _ParsedLineReader(split, self.encoding, parse, skip_blank=True)
 
@@ -238,9 +243,17 @@ class CsvFormat(StreamFormat):
     ``csv`` dialect's ``delimiter``, ``quotechar``, ``escapechar`` and ``doublequote``.
     """
 
-    def __init__(self, *, has_header: bool = True, column_names: Sequence[str] | None = None,
-                 delimiter: str = ",", quote_char: str | None = '"', escape_char: str | None = None,
-                 double_quote: bool = True, encoding: str = "utf-8") -> None:
+    def __init__(
+        self,
+        *,
+        has_header: bool = True,
+        column_names: Sequence[str] | None = None,
+        delimiter: str = ",",
+        quote_char: str | None = '"',
+        escape_char: str | None = None,
+        double_quote: bool = True,
+        encoding: str = "utf-8",
+    ) -> None:
         if not isinstance(has_header, bool):
             raise TypeError(f"CsvFormat: has_header must be a bool, got {type(has_header).__name__}")
         if column_names is not None:
@@ -249,13 +262,17 @@ class CsvFormat(StreamFormat):
             column_names = tuple(column_names)
             if not column_names:
                 raise ValueError("CsvFormat: column_names must not be empty")
-        for name, value in (("delimiter", delimiter), ("quote_char", quote_char),
-                            ("escape_char", escape_char)):
+        for name, value in (
+            ("delimiter", delimiter),
+            ("quote_char", quote_char),
+            ("escape_char", escape_char),
+        ):
             if value is not None and (not isinstance(value, str) or len(value) != 1):
                 raise ValueError(f"CsvFormat: {name} must be a single character, got {value!r}")
         if delimiter is None or delimiter in "\r\n":
-            raise ValueError(f"CsvFormat: delimiter must be a single character other than a line "
-                             f"break, got {delimiter!r}")
+            raise ValueError(
+                f"CsvFormat: delimiter must be a single character other than a line break, got {delimiter!r}"
+            )
         self.has_header = has_header
         self.column_names: tuple[str, ...] | None = column_names
         self.delimiter = delimiter
@@ -266,8 +283,12 @@ class CsvFormat(StreamFormat):
         self._dialect_args()  # the csv module accepts the combination, or an error now
 
     def _dialect_args(self) -> dict[str, Any]:
-        args: dict[str, Any] = {"delimiter": self.delimiter, "escapechar": self.escape_char,
-                                "doublequote": self.double_quote, "strict": True}
+        args: dict[str, Any] = {
+            "delimiter": self.delimiter,
+            "escapechar": self.escape_char,
+            "doublequote": self.double_quote,
+            "strict": True,
+        }
         if self.quote_char is None:
             args["quoting"] = csv.QUOTE_NONE
         else:
@@ -282,8 +303,10 @@ class CsvFormat(StreamFormat):
         return _CsvReader(split, self)
 
     def __repr__(self) -> str:
-        return (f"CsvFormat(has_header={self.has_header}, column_names={self.column_names}, "
-                f"delimiter={self.delimiter!r}, encoding={self.encoding!r})")
+        return (
+            f"CsvFormat(has_header={self.has_header}, column_names={self.column_names}, "
+            f"delimiter={self.delimiter!r}, encoding={self.encoding!r})"
+        )
 
 
 class _CsvReader(_LineReader):
@@ -342,8 +365,10 @@ class _CsvReader(_LineReader):
                 out.append(row)
             else:
                 if len(row) != len(names):
-                    raise self._error(line, f"CSV row has {len(row)} fields but there are "
-                                            f"{len(names)} columns {list(names)}")
+                    raise self._error(
+                        line,
+                        f"CSV row has {len(row)} fields but there are {len(names)} columns {list(names)}",
+                    )
                 out.append(dict(zip(names, row, strict=True)))
         if not out:
             return None
@@ -415,8 +440,9 @@ class _ParquetReader(FileRecordReader):
     def _open_row_group(self) -> None:
         """Iterate over the split's current row group, skipping the rows already emitted."""
         split = self.split
-        self._batches = self._file.iter_batches(batch_size=self._fmt.batch_size,
-                                                row_groups=[split.offset], columns=self._fmt.columns)
+        self._batches = self._file.iter_batches(
+            batch_size=self._fmt.batch_size, row_groups=[split.offset], columns=self._fmt.columns
+        )
         self._batch, self._batch_pos = None, 0
         skip = split.records_after_offset
         while skip:

@@ -41,16 +41,20 @@ from chandy.errors import InvalidProgramError
 
 log = logging.getLogger(__name__)
 
-_PART = re.compile(r"^\.(?P<prefix>.+)-(?P<subtask>\d+)-(?P<uid>[0-9a-f]{32})(?P<suffix>.*)"
-                   r"\.(?P<stage>inprogress|pending)$")
+_PART = re.compile(
+    r"^\.(?P<prefix>.+)-(?P<subtask>\d+)-(?P<uid>[0-9a-f]{32})(?P<suffix>.*)"
+    r"\.(?P<stage>inprogress|pending)$"
+)
 
 
 def _local_path(path: str) -> str:
     if path.startswith("file://"):
-        path = path[len("file://"):]
+        path = path[len("file://") :]
     elif "://" in path:
-        raise InvalidProgramError(f"FileSink writes local (or shared, mounted) directories; "
-                                  f"'{path}' is not one. Use a path or a file:// URI.")
+        raise InvalidProgramError(
+            f"FileSink writes local (or shared, mounted) directories; "
+            f"'{path}' is not one. Use a path or a file:// URI."
+        )
     return os.path.abspath(os.path.expanduser(path))
 
 
@@ -92,8 +96,11 @@ class CsvEncoder(Encoder):
         self.delimiter = delimiter
 
     def encode(self, element: Any) -> bytes:
-        row = ([element.get(f) for f in self.fields]
-               if self.fields is not None and isinstance(element, dict) else element)
+        row = (
+            [element.get(f) for f in self.fields]
+            if self.fields is not None and isinstance(element, dict)
+            else element
+        )
         if isinstance(row, dict):
             raise TypeError("CsvEncoder got a dict record but no fields=[...] to order it by")
         buffer = io.StringIO()
@@ -202,8 +209,9 @@ class RollingPolicy:
     inactivity_interval_ms: int | None = 60_000
 
     @staticmethod
-    def default_rolling_policy(part_size: int = 128 * 1024 * 1024, rollover_interval: int = 60_000,
-                               inactivity_interval: int = 60_000) -> RollingPolicy:
+    def default_rolling_policy(
+        part_size: int = 128 * 1024 * 1024, rollover_interval: int = 60_000, inactivity_interval: int = 60_000
+    ) -> RollingPolicy:
         return RollingPolicy(part_size, rollover_interval, inactivity_interval)
 
     @staticmethod
@@ -212,11 +220,14 @@ class RollingPolicy:
         return RollingPolicy(None, None, None)
 
     def should_roll(self, size: int, opened_ms: float, last_write_ms: float, now_ms: float) -> bool:
-        return ((self.part_size is not None and size >= self.part_size)
-                or (self.rollover_interval_ms is not None
-                    and now_ms - opened_ms >= self.rollover_interval_ms)
-                or (self.inactivity_interval_ms is not None
-                    and now_ms - last_write_ms >= self.inactivity_interval_ms))
+        return (
+            (self.part_size is not None and size >= self.part_size)
+            or (self.rollover_interval_ms is not None and now_ms - opened_ms >= self.rollover_interval_ms)
+            or (
+                self.inactivity_interval_ms is not None
+                and now_ms - last_write_ms >= self.inactivity_interval_ms
+            )
+        )
 
 
 @dataclass(frozen=True)
@@ -241,19 +252,26 @@ class FileCommittable:
 class FileSink(TwoPhaseCommittingSink):
     """Exactly-once part files in a directory (Flink's ``FileSink``)."""
 
-    def __init__(self, base_path: str, *, encoder: Encoder | None = None,
-                 bulk_writer_factory: BulkWriterFactory | None = None,
-                 rolling_policy: RollingPolicy | None = None,
-                 output_file_config: OutputFileConfig | None = None,
-                 bucket_assigner: Callable[[Any], str] | None = None) -> None:
+    def __init__(
+        self,
+        base_path: str,
+        *,
+        encoder: Encoder | None = None,
+        bulk_writer_factory: BulkWriterFactory | None = None,
+        rolling_policy: RollingPolicy | None = None,
+        output_file_config: OutputFileConfig | None = None,
+        bucket_assigner: Callable[[Any], str] | None = None,
+    ) -> None:
         if (encoder is None) == (bulk_writer_factory is None):
             raise InvalidProgramError("a FileSink needs a row encoder or a bulk writer factory")
         self.base_path = base_path
         self.encoder = encoder
         self.bulk_writer_factory = bulk_writer_factory
         self.rolling_policy = rolling_policy or (
-            RollingPolicy.on_checkpoint_rolling_policy() if bulk_writer_factory
-            else RollingPolicy.default_rolling_policy())
+            RollingPolicy.on_checkpoint_rolling_policy()
+            if bulk_writer_factory
+            else RollingPolicy.default_rolling_policy()
+        )
         suffix = bulk_writer_factory.suffix if bulk_writer_factory else ""
         self.output_file_config = output_file_config or OutputFileConfig(part_suffix=suffix)
         self.bucket_assigner = bucket_assigner
@@ -282,7 +300,8 @@ class FileSink(TwoPhaseCommittingSink):
             raise InvalidProgramError(
                 f"FileSink cannot write to '{self.base_path}': {exc.strerror or exc}. Give it a "
                 "directory this job can create files in (on a cluster: shared by every "
-                "executor).") from None
+                "executor)."
+            ) from None
 
     def create_writer(self, context: SinkWriterContext) -> FileSinkWriter:
         return FileSinkWriter(self, context)
@@ -316,8 +335,9 @@ class FileSinkBuilder:
 
 
 class _OpenPart:
-    def __init__(self, writer: _PartWriter, in_progress: str, pending: str, final: str,
-                 opened_ms: float) -> None:
+    def __init__(
+        self, writer: _PartWriter, in_progress: str, pending: str, final: str, opened_ms: float
+    ) -> None:
         self.writer = writer
         self.in_progress = in_progress
         self.pending = pending
@@ -341,8 +361,7 @@ class FileSinkWriter(PrecommittingSinkWriter):
         """Delete the in-progress and pending parts a failed attempt left behind (their
         records are written again after the restore), except those a restored checkpoint
         names: those were just committed or are another subtask's to commit."""
-        keep = {c.pending_path for c in self.context.restored_committables
-                if isinstance(c, FileCommittable)}
+        keep = {c.pending_path for c in self.context.restored_committables if isinstance(c, FileCommittable)}
         prefix = self.sink.output_file_config.part_prefix
         for root, _, files in os.walk(self.directory):
             for name in files:
@@ -365,17 +384,20 @@ class FileSinkWriter(PrecommittingSinkWriter):
             directory = os.path.join(self.directory, bucket) if bucket else self.directory
             os.makedirs(directory, exist_ok=True)
             config = self.sink.output_file_config
-            name = f"{config.part_prefix}-{self.context.subtask_index}-{uuid.uuid4().hex}" \
-                   f"{config.part_suffix}"
+            name = f"{config.part_prefix}-{self.context.subtask_index}-{uuid.uuid4().hex}{config.part_suffix}"
             in_progress = os.path.join(directory, f".{name}.inprogress")
             if self.sink.bulk_writer_factory is not None:
                 writer: _PartWriter = self.sink.bulk_writer_factory.create(in_progress)
             else:
                 assert self.sink.encoder is not None
                 writer = _RowPartWriter(in_progress, self.sink.encoder)
-            part = self._open[bucket] = _OpenPart(writer, in_progress,
-                                                  os.path.join(directory, f".{name}.pending"),
-                                                  os.path.join(directory, name), now_ms)
+            part = self._open[bucket] = _OpenPart(
+                writer,
+                in_progress,
+                os.path.join(directory, f".{name}.pending"),
+                os.path.join(directory, name),
+                now_ms,
+            )
         return part
 
     def write(self, element: Any) -> None:
@@ -394,8 +416,9 @@ class FileSinkWriter(PrecommittingSinkWriter):
             part = self._part(bucket, now)
             part.writer.write(records)
             part.last_write_ms = now
-            if self.sink.rolling_policy.should_roll(part.writer.size, part.opened_ms,
-                                                    part.last_write_ms, now):
+            if self.sink.rolling_policy.should_roll(
+                part.writer.size, part.opened_ms, part.last_write_ms, now
+            ):
                 self._close(bucket)
         self._roll_idle(now)
 
@@ -453,9 +476,12 @@ class FileCommitter(Committer):
             try:
                 os.replace(committable.pending_path, committable.final_path)
             except FileNotFoundError:
-                log.warning("FileSink cannot commit %s: neither it nor its pending part %s exists "
-                            "(moved or deleted outside the job?)", committable.final_path,
-                            committable.pending_path)
+                log.warning(
+                    "FileSink cannot commit %s: neither it nor its pending part %s exists "
+                    "(moved or deleted outside the job?)",
+                    committable.final_path,
+                    committable.pending_path,
+                )
                 continue
             directories.add(os.path.dirname(committable.final_path))
         for directory in directories:  # make the renames durable

@@ -85,7 +85,7 @@ def _normalize_path(path: Any) -> str:
     if not isinstance(path, str) or not path:
         raise TypeError(f"FileSource: a path must be a non-empty str or os.PathLike, got {path!r}")
     if path.startswith("file://"):
-        path = path[len("file://"):]
+        path = path[len("file://") :]
     elif "://" in path:
         raise ValueError(f"FileSource: {path!r}: only local paths and file:// URIs are supported")
     return os.path.abspath(path)
@@ -119,8 +119,10 @@ def _interval_seconds(interval: Any) -> float:
     elif isinstance(interval, (int, float)) and not isinstance(interval, bool):
         seconds = float(interval)
     else:
-        raise TypeError("monitor_continuously: the discovery interval is a number of seconds or a "
-                        f"datetime.timedelta, got {type(interval).__name__}")
+        raise TypeError(
+            "monitor_continuously: the discovery interval is a number of seconds or a "
+            f"datetime.timedelta, got {type(interval).__name__}"
+        )
     if not math.isfinite(seconds) or seconds <= 0:
         raise ValueError(f"monitor_continuously: the discovery interval must be > 0 seconds, got {seconds}")
     return seconds
@@ -136,8 +138,9 @@ class FileSourceBuilder:
         self._paths = [_normalize_path(p) for p in paths]
         self._discovery_interval_s: float | None = None
 
-    def monitor_continuously(self, discovery_interval: float | timedelta = DEFAULT_DISCOVERY_INTERVAL_S
-                             ) -> FileSourceBuilder:
+    def monitor_continuously(
+        self, discovery_interval: float | timedelta = DEFAULT_DISCOVERY_INTERVAL_S
+    ) -> FileSourceBuilder:
         """Keep watching the paths for new files (an unbounded source). The interval
         (seconds, or a ``timedelta``) is the least time between two listings of a subtask."""
         self._discovery_interval_s = _interval_seconds(discovery_interval)
@@ -159,11 +162,13 @@ class FileSource(Source):
     :meth:`for_bulk_file_format` (Parquet).
     """
 
-    def __init__(self, fmt: StreamFormat | BulkFormat, paths: Sequence[str],
-                 discovery_interval_s: float | None = None) -> None:
+    def __init__(
+        self, fmt: StreamFormat | BulkFormat, paths: Sequence[str], discovery_interval_s: float | None = None
+    ) -> None:
         if not isinstance(fmt, (StreamFormat, BulkFormat)):
-            raise TypeError(f"FileSource: the format must be a StreamFormat or BulkFormat, got "
-                            f"{type(fmt).__name__}")
+            raise TypeError(
+                f"FileSource: the format must be a StreamFormat or BulkFormat, got {type(fmt).__name__}"
+            )
         self.format = fmt
         self.paths = [_normalize_path(p) for p in paths]
         self.discovery_interval_s = discovery_interval_s
@@ -175,16 +180,20 @@ class FileSource(Source):
         """Records read one after the other from each file (``StreamFormat.text_line_format()``,
         ``CsvFormat()``, ``JsonLinesFormat()``)."""
         if not isinstance(stream_format, StreamFormat):
-            raise TypeError("for_record_stream_format() takes a StreamFormat (text_line_format(), "
-                            f"CsvFormat(), JsonLinesFormat()), got {type(stream_format).__name__}")
+            raise TypeError(
+                "for_record_stream_format() takes a StreamFormat (text_line_format(), "
+                f"CsvFormat(), JsonLinesFormat()), got {type(stream_format).__name__}"
+            )
         return FileSourceBuilder(stream_format, paths)
 
     @staticmethod
     def for_bulk_file_format(bulk_format: BulkFormat, *paths: Any) -> FileSourceBuilder:
         """Records read block by block by a library (``ParquetFormat()``)."""
         if not isinstance(bulk_format, BulkFormat):
-            raise TypeError("for_bulk_file_format() takes a BulkFormat (ParquetFormat()), got "
-                            f"{type(bulk_format).__name__}")
+            raise TypeError(
+                "for_bulk_file_format() takes a BulkFormat (ParquetFormat()), got "
+                f"{type(bulk_format).__name__}"
+            )
         return FileSourceBuilder(bulk_format, paths)
 
     @property
@@ -210,8 +219,10 @@ class FileSource(Source):
         if not self.continuous:
             self._files = list_files(self.paths)
             if not self._files:
-                log.warning("FileSource: no files to read under %s; the bounded source ends at once.",
-                            ", ".join(self.paths))
+                log.warning(
+                    "FileSource: no files to read under %s; the bounded source ends at once.",
+                    ", ".join(self.paths),
+                )
 
     def create_splits(self, parallelism: int) -> list[FileSourceSplit]:
         if self.continuous:
@@ -271,9 +282,13 @@ class FileSourceReader(SourceReader):
             self._seen.add(path)
             self._remembered.add(path)
         if new:
-            log.info("FileSource subtask %d/%d found %d new file(s): %s", self._subtask,
-                     self._parallelism, len(new), ", ".join(os.path.basename(p) for p in new[:5])
-                     + (", ..." if len(new) > 5 else ""))
+            log.info(
+                "FileSource subtask %d/%d found %d new file(s): %s",
+                self._subtask,
+                self._parallelism,
+                len(new),
+                ", ".join(os.path.basename(p) for p in new[:5]) + (", ..." if len(new) > 5 else ""),
+            )
 
     def poll_next(self, max_records: int) -> list[Any] | None:
         if self._interval is not None:

@@ -103,7 +103,8 @@ def check_schema(schema: Any, setting: str, method: str) -> None:
     if not callable(getattr(schema, method, None)):
         raise ConfigurationError(
             f"{setting} takes a schema with a {method}() method (SimpleStringSchema(), "
-            f"JsonSchema(), ByteArraySchema() or your own), got {type(schema).__name__}")
+            f"JsonSchema(), ByteArraySchema() or your own), got {type(schema).__name__}"
+        )
 
 
 # ---------------------------------------------------------------------------- partitions
@@ -174,8 +175,9 @@ def check_client_properties(properties: Mapping[str, Any], kind: str, where: str
         if not isinstance(key, str) or not key:
             raise ConfigurationError(f"{where}: Kafka property names are strings, got {key!r}")
         if not isinstance(value, (str, int, float, bool)):
-            raise ConfigurationError(f"{where}: Kafka property '{key}' takes a string, number or "
-                                     f"bool, got {type(value).__name__}")
+            raise ConfigurationError(
+                f"{where}: Kafka property '{key}' takes a string, number or bool, got {type(value).__name__}"
+            )
     config = {**properties, "logger": client_logger()}
     try:
         if kind == "consumer":

@@ -105,17 +105,17 @@ class KafkaRecordSerializationSchemaBuilder:
         self._topic = topic
         return self
 
-    def set_value_serialization_schema(self, schema: SerializationSchema,
-                                       extractor: Callable[[Any], Any] | None = None
-                                       ) -> KafkaRecordSerializationSchemaBuilder:
+    def set_value_serialization_schema(
+        self, schema: SerializationSchema, extractor: Callable[[Any], Any] | None = None
+    ) -> KafkaRecordSerializationSchemaBuilder:
         """``schema.serialize(extractor(record))`` is the value (the record itself by default)."""
         check_schema(schema, "set_value_serialization_schema", "serialize")
         self._value, self._value_extractor = schema, extractor
         return self
 
-    def set_key_serialization_schema(self, schema: SerializationSchema,
-                                     extractor: Callable[[Any], Any] | None = None
-                                     ) -> KafkaRecordSerializationSchemaBuilder:
+    def set_key_serialization_schema(
+        self, schema: SerializationSchema, extractor: Callable[[Any], Any] | None = None
+    ) -> KafkaRecordSerializationSchemaBuilder:
         """``schema.serialize(extractor(record))`` is the key (records without one have none)."""
         check_schema(schema, "set_key_serialization_schema", "serialize")
         self._key, self._key_extractor = schema, extractor
@@ -125,10 +125,12 @@ class KafkaRecordSerializationSchemaBuilder:
         if not self._topic:
             raise ConfigurationError("KafkaRecordSerializationSchema needs set_topic(...)")
         if self._value is None:
-            raise ConfigurationError("KafkaRecordSerializationSchema needs "
-                                     "set_value_serialization_schema(...)")
-        return KafkaRecordSerializationSchema(self._topic, self._value, self._key,
-                                              self._key_extractor, self._value_extractor)
+            raise ConfigurationError(
+                "KafkaRecordSerializationSchema needs set_value_serialization_schema(...)"
+            )
+        return KafkaRecordSerializationSchema(
+            self._topic, self._value, self._key, self._key_extractor, self._value_extractor
+        )
 
 
 @dataclass(frozen=True)
@@ -155,8 +157,13 @@ class KafkaWriterState:
 class KafkaSink(TwoPhaseCommittingSink):
     """Writes records to Kafka (PyFlink's ``KafkaSink``); see the module docs."""
 
-    def __init__(self, properties: dict[str, Any], serializer: KafkaRecordSerializationSchema,
-                 guarantee: DeliveryGuarantee, transactional_id_prefix: str | None) -> None:
+    def __init__(
+        self,
+        properties: dict[str, Any],
+        serializer: KafkaRecordSerializationSchema,
+        guarantee: DeliveryGuarantee,
+        transactional_id_prefix: str | None,
+    ) -> None:
         self.properties = dict(properties)
         self.serializer = serializer
         self.guarantee = guarantee
@@ -194,7 +201,8 @@ class KafkaSink(TwoPhaseCommittingSink):
             raise ConfigurationError(
                 "KafkaSink with DeliveryGuarantee.EXACTLY_ONCE needs "
                 "set_transactional_id_prefix(...): a name no other application writing to this "
-                "Kafka cluster uses")
+                "Kafka cluster uses"
+            )
         check_client_properties(self.properties, "producer", "KafkaSink")
         ck = import_confluent_kafka()
         admin = ck.admin.AdminClient({**self.properties, "logger": client_logger()})
@@ -205,12 +213,14 @@ class KafkaSink(TwoPhaseCommittingSink):
         except ck.KafkaException as exc:
             raise KafkaConnectorError(
                 f"KafkaSink cannot reach the Kafka servers {servers} within {timeout_s:g} s "
-                f"(request.timeout.ms): {describe_error(exc)}") from None
+                f"(request.timeout.ms): {describe_error(exc)}"
+            ) from None
         found = metadata.topics.get(self.topic)
         if found is None or found.error is not None:
             raise KafkaConnectorError(
                 f"KafkaSink: topic '{self.topic}' does not exist on {servers}; create it first "
-                "(chandy does not create topics: partitions and retention are yours to choose)")
+                "(chandy does not create topics: partitions and retention are yours to choose)"
+            )
 
     def create_writer(self, context: SinkWriterContext) -> SinkWriter:  # type: ignore[override]
         if self.guarantee is DeliveryGuarantee.EXACTLY_ONCE:
@@ -240,16 +250,16 @@ class KafkaSink(TwoPhaseCommittingSink):
 
     def _marker_consumer(self, group: str) -> Any:
         ck = import_confluent_kafka()
-        return ck.Consumer({**self.properties, "group.id": group, "enable.auto.commit": False,
-                            "logger": client_logger()})
+        return ck.Consumer(
+            {**self.properties, "group.id": group, "enable.auto.commit": False, "logger": client_logger()}
+        )
 
     def committed_marker(self, group: str) -> int:
         """The checkpoint id of the last transaction committed under ``group`` (or -1)."""
         ck = import_confluent_kafka()
         consumer = self._marker_consumer(group)
         try:
-            (committed,) = consumer.committed([ck.TopicPartition(self.topic, 0)],
-                                              timeout=_TIMEOUT_S)
+            (committed,) = consumer.committed([ck.TopicPartition(self.topic, 0)], timeout=_TIMEOUT_S)
             return committed.offset if committed.offset >= 0 else -1
         finally:
             consumer.close()
@@ -265,13 +275,15 @@ class KafkaSink(TwoPhaseCommittingSink):
         """Add the marker to ``producer``'s open transaction (committed only with it)."""
         ck = import_confluent_kafka()
         producer.send_offsets_to_transaction(
-            [ck.TopicPartition(self.topic, 0, checkpoint_id)], group_metadata, _TIMEOUT_S)
+            [ck.TopicPartition(self.topic, 0, checkpoint_id)], group_metadata, _TIMEOUT_S
+        )
 
 
 def _raise_on_delivery_error(errors: list[str]) -> None:
     if errors:
-        raise KafkaConnectorError(f"KafkaSink: {len(errors)} records were not delivered; the "
-                                  f"first error: {errors[0]}")
+        raise KafkaConnectorError(
+            f"KafkaSink: {len(errors)} records were not delivered; the first error: {errors[0]}"
+        )
 
 
 class KafkaWriter(PrecommittingSinkWriter):
@@ -302,17 +314,22 @@ class KafkaWriter(PrecommittingSinkWriter):
         if end_of_input or self.flush_at_checkpoints:
             remaining = self._producer.flush(_TIMEOUT_S)
             if remaining:
-                raise KafkaConnectorError(f"KafkaSink: {remaining} records still undelivered "
-                                          f"after {_TIMEOUT_S:.0f} s")
+                raise KafkaConnectorError(
+                    f"KafkaSink: {remaining} records still undelivered after {_TIMEOUT_S:.0f} s"
+                )
             _raise_on_delivery_error(self._errors)
 
     def close(self) -> None:
         self._producer.flush(0)
 
 
-def _produce(producer: Any, sink: KafkaSink, elements: list[Any],
-             on_delivery: Callable[[Any, Any], None],
-             into: list[tuple[bytes | None, bytes]] | None = None) -> None:
+def _produce(
+    producer: Any,
+    sink: KafkaSink,
+    elements: list[Any],
+    on_delivery: Callable[[Any, Any], None],
+    into: list[tuple[bytes | None, bytes]] | None = None,
+) -> None:
     topic = sink.topic
     serialize = sink.serializer.serialize
     for element in elements:
@@ -348,10 +365,13 @@ class TransactionalKafkaWriter(PrecommittingSinkWriter):
 
     def _pools_to_fence(self, restored_state: tuple[Any, ...]) -> list[int]:
         """This subtask's pool, and the old pools it inherits after a change of parallelism."""
-        old_parallelism = max((s.parallelism for s in restored_state
-                               if isinstance(s, KafkaWriterState)), default=self.parallelism)
-        return [s for s in range(max(old_parallelism, self.parallelism))
-                if s % self.parallelism == self.subtask]
+        old_parallelism = max(
+            (s.parallelism for s in restored_state if isinstance(s, KafkaWriterState)),
+            default=self.parallelism,
+        )
+        return [
+            s for s in range(max(old_parallelism, self.parallelism)) if s % self.parallelism == self.subtask
+        ]
 
     def _fence(self, transactional_id: str) -> None:
         """Initialize the id: Kafka aborts the transaction an earlier attempt left open."""
@@ -372,17 +392,19 @@ class TransactionalKafkaWriter(PrecommittingSinkWriter):
         """Open a transaction on a transactional id of the pool that no pending one holds."""
         sink = self.sink
         with sink._lock:
-            free = [(slot, sink.transactional_id(self.subtask, slot))
-                    for slot in range(TRANSACTION_POOL_SIZE)
-                    if sink.transactional_id(self.subtask, slot) not in sink._live]
+            free = [
+                (slot, sink.transactional_id(self.subtask, slot))
+                for slot in range(TRANSACTION_POOL_SIZE)
+                if sink.transactional_id(self.subtask, slot) not in sink._live
+            ]
             if not free:
                 raise KafkaConnectorError(
                     f"KafkaSink: all {TRANSACTION_POOL_SIZE} transactional ids of subtask "
                     f"{self.subtask} hold transactions awaiting a checkpoint's completion; "
-                    "checkpoints keep failing (see the checkpoint statistics for why)")
+                    "checkpoints keep failing (see the checkpoint statistics for why)"
+                )
             slot = next((slot for slot, t in free if t in sink._idle), None)
-            producer = sink._idle.pop(sink.transactional_id(self.subtask, slot)) \
-                if slot is not None else None
+            producer = sink._idle.pop(sink.transactional_id(self.subtask, slot)) if slot is not None else None
         if slot is None:
             slot = free[0][0]
         transactional_id = sink.transactional_id(self.subtask, slot)
@@ -406,8 +428,9 @@ class TransactionalKafkaWriter(PrecommittingSinkWriter):
             return []
         remaining = self._producer.flush(_TIMEOUT_S)
         if remaining:
-            raise KafkaConnectorError(f"KafkaSink: {remaining} records still undelivered "
-                                      f"after {_TIMEOUT_S:.0f} s")
+            raise KafkaConnectorError(
+                f"KafkaSink: {remaining} records still undelivered after {_TIMEOUT_S:.0f} s"
+            )
         _raise_on_delivery_error(self._errors)
         marker = checkpoint_id if checkpoint_id is not None else END_OF_INPUT_MARKER
         assert self._transactional_id is not None and self._slot is not None
@@ -415,8 +438,9 @@ class TransactionalKafkaWriter(PrecommittingSinkWriter):
         if self._slot not in self._group_metadata:
             self._group_metadata[self._slot] = self.sink.group_metadata(group)
         self.sink.commit_marker(self._producer, self._group_metadata[self._slot], marker)
-        committable = KafkaCommittable(self._transactional_id, group, marker,
-                                       self.sink.topic, tuple(self._records))
+        committable = KafkaCommittable(
+            self._transactional_id, group, marker, self.sink.topic, tuple(self._records)
+        )
         with self.sink._lock:
             self.sink._live[self._transactional_id] = self._producer
         self._producer, self._transactional_id, self._records = None, None, []
@@ -451,8 +475,9 @@ class KafkaCommitter(Committer):
 
     def commit(self, committables: list[Any]) -> None:
         sink = self.sink
-        for committable in sorted((c for c in committables if isinstance(c, KafkaCommittable)),
-                                  key=lambda c: c.checkpoint_id):
+        for committable in sorted(
+            (c for c in committables if isinstance(c, KafkaCommittable)), key=lambda c: c.checkpoint_id
+        ):
             with sink._lock:
                 producer = sink._live.pop(committable.transactional_id, None)
             if producer is None:
@@ -470,11 +495,18 @@ class KafkaCommitter(Committer):
         # after the marker was read.
         producer.init_transactions(_TIMEOUT_S)
         if self.sink.committed_marker(committable.marker_group) >= committable.checkpoint_id:
-            log.debug("KafkaSink transaction %s of checkpoint %d was committed before the restore",
-                      committable.transactional_id, committable.checkpoint_id)
+            log.debug(
+                "KafkaSink transaction %s of checkpoint %d was committed before the restore",
+                committable.transactional_id,
+                committable.checkpoint_id,
+            )
             return
-        log.info("KafkaSink redoes transaction %s of checkpoint %d (%d records) after a restore",
-                 committable.transactional_id, committable.checkpoint_id, len(committable.records))
+        log.info(
+            "KafkaSink redoes transaction %s of checkpoint %d (%d records) after a restore",
+            committable.transactional_id,
+            committable.checkpoint_id,
+            len(committable.records),
+        )
         producer.begin_transaction()
         for key, value in committable.records:
             while True:
@@ -485,10 +517,12 @@ class KafkaCommitter(Committer):
                     producer.poll(0.1)
         remaining = producer.flush(_TIMEOUT_S)
         if remaining:
-            raise KafkaConnectorError(f"KafkaSink: {remaining} records still undelivered "
-                                      f"after {_TIMEOUT_S:.0f} s")
-        self.sink.commit_marker(producer, self.sink.group_metadata(committable.marker_group),
-                                committable.checkpoint_id)
+            raise KafkaConnectorError(
+                f"KafkaSink: {remaining} records still undelivered after {_TIMEOUT_S:.0f} s"
+            )
+        self.sink.commit_marker(
+            producer, self.sink.group_metadata(committable.marker_group), committable.checkpoint_id
+        )
         producer.commit_transaction(_TIMEOUT_S)
 
     def close(self) -> None:
@@ -520,8 +554,9 @@ class KafkaSinkBuilder:
 
     def set_delivery_guarantee(self, guarantee: DeliveryGuarantee) -> KafkaSinkBuilder:
         if not isinstance(guarantee, DeliveryGuarantee):
-            raise ConfigurationError("set_delivery_guarantee takes a DeliveryGuarantee: NONE, "
-                                     "AT_LEAST_ONCE or EXACTLY_ONCE")
+            raise ConfigurationError(
+                "set_delivery_guarantee takes a DeliveryGuarantee: NONE, AT_LEAST_ONCE or EXACTLY_ONCE"
+            )
         self._guarantee = guarantee
         return self
 

@@ -63,8 +63,7 @@ SOURCE_OPTIONS = frozenset({CLIENT_ID_PREFIX, COMMIT_OFFSETS_ON_CHECKPOINT, REQU
 DEFAULT_REQUEST_TIMEOUT_MS = 10_000
 
 #: Client properties the source owns: offsets live in checkpoints, never in auto-commits.
-_FORCED = {"enable.auto.commit": False, "enable.auto.offset.store": False,
-           "enable.partition.eof": True}
+_FORCED = {"enable.auto.commit": False, "enable.auto.offset.store": False, "enable.partition.eof": True}
 
 #: Offsets of checkpoints not yet confirmed are kept for this many checkpoints at most
 #: (an aborted checkpoint is never confirmed; a later one subsumes it).
@@ -93,9 +92,14 @@ class KafkaOffsetsInitializer:
     partition is first read; the split then carries the concrete offset.
     """
 
-    def __init__(self, kind: str, *, timestamp_ms: int | None = None,
-                 offsets: Mapping[KafkaTopicPartition, int] | None = None,
-                 reset: KafkaOffsetResetStrategy = KafkaOffsetResetStrategy.NONE) -> None:
+    def __init__(
+        self,
+        kind: str,
+        *,
+        timestamp_ms: int | None = None,
+        offsets: Mapping[KafkaTopicPartition, int] | None = None,
+        reset: KafkaOffsetResetStrategy = KafkaOffsetResetStrategy.NONE,
+    ) -> None:
         self.kind = kind
         self.timestamp_ms = timestamp_ms
         self.offsets = dict(offsets or {})
@@ -113,8 +117,9 @@ class KafkaOffsetsInitializer:
         return KafkaOffsetsInitializer("latest")
 
     @staticmethod
-    def committed_offsets(offset_reset_strategy: KafkaOffsetResetStrategy = KafkaOffsetResetStrategy.NONE
-                          ) -> KafkaOffsetsInitializer:
+    def committed_offsets(
+        offset_reset_strategy: KafkaOffsetResetStrategy = KafkaOffsetResetStrategy.NONE,
+    ) -> KafkaOffsetsInitializer:
         """The offsets committed by the consumer group (``set_group_id``); partitions
         without one use ``offset_reset_strategy`` (``NONE``: fail, naming the partition)."""
         return KafkaOffsetsInitializer("committed", reset=offset_reset_strategy)
@@ -126,9 +131,10 @@ class KafkaOffsetsInitializer:
         return KafkaOffsetsInitializer("timestamp", timestamp_ms=timestamp_ms)
 
     @staticmethod
-    def offsets(offsets: Mapping[KafkaTopicPartition, int],
-                offset_reset_strategy: KafkaOffsetResetStrategy = KafkaOffsetResetStrategy.EARLIEST
-                ) -> KafkaOffsetsInitializer:
+    def offsets(
+        offsets: Mapping[KafkaTopicPartition, int],
+        offset_reset_strategy: KafkaOffsetResetStrategy = KafkaOffsetResetStrategy.EARLIEST,
+    ) -> KafkaOffsetsInitializer:
         """These offsets; partitions missing from the map use ``offset_reset_strategy``."""
         return KafkaOffsetsInitializer("offsets", offsets=offsets, reset=offset_reset_strategy)
 
@@ -136,17 +142,23 @@ class KafkaOffsetsInitializer:
         if self.kind not in ("earliest", "latest", "committed", "timestamp", "offsets"):
             raise ConfigurationError(f"{setting}: unknown offsets initializer kind '{self.kind}'")
         if not isinstance(self.reset, KafkaOffsetResetStrategy):
-            raise ConfigurationError(f"{setting}: the offset reset strategy must be a "
-                                     f"KafkaOffsetResetStrategy, got {self.reset!r}")
-        if self.kind == "timestamp" and (not isinstance(self.timestamp_ms, int)
-                                         or isinstance(self.timestamp_ms, bool)
-                                         or self.timestamp_ms < 0):
-            raise ConfigurationError(f"{setting}: KafkaOffsetsInitializer.timestamp() takes "
-                                     f"milliseconds since the epoch (>= 0), got {self.timestamp_ms!r}")
+            raise ConfigurationError(
+                f"{setting}: the offset reset strategy must be a KafkaOffsetResetStrategy, got {self.reset!r}"
+            )
+        if self.kind == "timestamp" and (
+            not isinstance(self.timestamp_ms, int)
+            or isinstance(self.timestamp_ms, bool)
+            or self.timestamp_ms < 0
+        ):
+            raise ConfigurationError(
+                f"{setting}: KafkaOffsetsInitializer.timestamp() takes "
+                f"milliseconds since the epoch (>= 0), got {self.timestamp_ms!r}"
+            )
         for tp, offset in self.offsets.items():
             if not isinstance(tp, KafkaTopicPartition):
-                raise ConfigurationError(f"{setting}: KafkaOffsetsInitializer.offsets() takes "
-                                         f"KafkaTopicPartition keys, got {tp!r}")
+                raise ConfigurationError(
+                    f"{setting}: KafkaOffsetsInitializer.offsets() takes KafkaTopicPartition keys, got {tp!r}"
+                )
             if not isinstance(offset, int) or offset < 0:
                 raise ConfigurationError(f"{setting}: offset {offset!r} of {tp} must be an int >= 0")
 
@@ -174,13 +186,17 @@ class KafkaRecordDeserializationSchema:
         return _ValueOnly(value_schema)
 
     @staticmethod
-    def records(value_schema: DeserializationSchema | None = None,
-                key_schema: DeserializationSchema | None = None) -> KafkaRecordDeserializationSchema:
+    def records(
+        value_schema: DeserializationSchema | None = None, key_schema: DeserializationSchema | None = None
+    ) -> KafkaRecordDeserializationSchema:
         """:class:`KafkaRecord` s; key and value stay ``bytes`` without a schema."""
         return KafkaRecordDeserializationSchema(value_schema, key_schema)
 
-    def __init__(self, value_schema: DeserializationSchema | None = None,
-                 key_schema: DeserializationSchema | None = None) -> None:
+    def __init__(
+        self,
+        value_schema: DeserializationSchema | None = None,
+        key_schema: DeserializationSchema | None = None,
+    ) -> None:
         self.value_schema = value_schema
         self.key_schema = key_schema
 
@@ -203,9 +219,17 @@ class KafkaRecordDeserializationSchema:
             value = self.value_schema.deserialize(value)
         ts_type, ts = message.timestamp()
         headers = message.headers()
-        return self.deserialize(KafkaRecord(
-            message.topic(), message.partition(), message.offset(),
-            ts if ts_type else None, key, value, tuple(headers) if headers else ()))
+        return self.deserialize(
+            KafkaRecord(
+                message.topic(),
+                message.partition(),
+                message.offset(),
+                ts if ts_type else None,
+                key,
+                value,
+                tuple(headers) if headers else (),
+            )
+        )
 
 
 class _ValueOnly(KafkaRecordDeserializationSchema):
@@ -254,8 +278,11 @@ class KafkaPartitionSplit:
         return f"{self.topic}-{self.partition}"
 
     def is_finished(self) -> bool:
-        return (self.offset is not None and self.stopping_offset is not None
-                and self.offset >= self.stopping_offset)
+        return (
+            self.offset is not None
+            and self.stopping_offset is not None
+            and self.offset >= self.stopping_offset
+        )
 
 
 # ---------------------------------------------------------------------------- source
@@ -264,11 +291,17 @@ class KafkaPartitionSplit:
 class KafkaSource(Source):
     """Reads Kafka topics; build it with :meth:`builder` (see the module docstring)."""
 
-    def __init__(self, properties: Mapping[str, Any], topics: Sequence[str] | None,
-                 topic_pattern: str | None, partitions: Sequence[KafkaTopicPartition] | None,
-                 starting_offsets: KafkaOffsetsInitializer,
-                 stopping_offsets: KafkaOffsetsInitializer | None, bounded: bool,
-                 deserializer: KafkaRecordDeserializationSchema | None) -> None:
+    def __init__(
+        self,
+        properties: Mapping[str, Any],
+        topics: Sequence[str] | None,
+        topic_pattern: str | None,
+        partitions: Sequence[KafkaTopicPartition] | None,
+        starting_offsets: KafkaOffsetsInitializer,
+        stopping_offsets: KafkaOffsetsInitializer | None,
+        bounded: bool,
+        deserializer: KafkaRecordDeserializationSchema | None,
+    ) -> None:
         self.properties = dict(properties)
         self.topics = list(topics) if topics is not None else None
         self.topic_pattern = topic_pattern
@@ -322,66 +355,95 @@ class KafkaSource(Source):
         where = "KafkaSource"
         servers = self.properties.get("bootstrap.servers")
         if not servers or not isinstance(servers, str) or not servers.strip():
-            raise ConfigurationError(f"{where}: 'bootstrap.servers' is not set; call "
-                                     "set_bootstrap_servers('host:9092,...')")
-        chosen = [n for n, v in (("set_topics", self.topics), ("set_topic_pattern", self.topic_pattern),
-                                 ("set_partitions", self.partitions)) if v is not None]
+            raise ConfigurationError(
+                f"{where}: 'bootstrap.servers' is not set; call set_bootstrap_servers('host:9092,...')"
+            )
+        chosen = [
+            n
+            for n, v in (
+                ("set_topics", self.topics),
+                ("set_topic_pattern", self.topic_pattern),
+                ("set_partitions", self.partitions),
+            )
+            if v is not None
+        ]
         if not chosen:
-            raise ConfigurationError(f"{where}: no topics to read; call set_topics(...), "
-                                     "set_topic_pattern(...) or set_partitions(...)")
+            raise ConfigurationError(
+                f"{where}: no topics to read; call set_topics(...), "
+                "set_topic_pattern(...) or set_partitions(...)"
+            )
         if len(chosen) > 1:
-            raise ConfigurationError(f"{where}: {' and '.join(chosen)} were both called; "
-                                     "choose one way to name the topics")
+            raise ConfigurationError(
+                f"{where}: {' and '.join(chosen)} were both called; choose one way to name the topics"
+            )
         if self.topics is not None:
             if not self.topics or not all(isinstance(t, str) and t for t in self.topics):
-                raise ConfigurationError(f"{where}: set_topics() takes one or more topic names, "
-                                         f"got {self.topics!r}")
+                raise ConfigurationError(
+                    f"{where}: set_topics() takes one or more topic names, got {self.topics!r}"
+                )
         if self.topic_pattern is not None:
             try:
                 re.compile(self.topic_pattern)
             except (re.error, TypeError) as exc:
-                raise ConfigurationError(f"{where}: set_topic_pattern({self.topic_pattern!r}) is "
-                                         f"not a regular expression: {exc}") from exc
+                raise ConfigurationError(
+                    f"{where}: set_topic_pattern({self.topic_pattern!r}) is not a regular expression: {exc}"
+                ) from exc
         if self.partitions is not None:
             if not self.partitions or not all(isinstance(p, KafkaTopicPartition) for p in self.partitions):
-                raise ConfigurationError(f"{where}: set_partitions() takes KafkaTopicPartition "
-                                         f"objects, got {self.partitions!r}")
+                raise ConfigurationError(
+                    f"{where}: set_partitions() takes KafkaTopicPartition objects, got {self.partitions!r}"
+                )
         if self.deserializer is None:
-            raise ConfigurationError(f"{where}: no deserializer; call set_value_only_deserializer("
-                                     "SimpleStringSchema()) or set_deserializer(...)")
+            raise ConfigurationError(
+                f"{where}: no deserializer; call set_value_only_deserializer("
+                "SimpleStringSchema()) or set_deserializer(...)"
+            )
         if not callable(getattr(self.deserializer, "deserialize_message", None)):
-            raise ConfigurationError(f"{where}: set_deserializer() takes a "
-                                     "KafkaRecordDeserializationSchema, got "
-                                     f"{type(self.deserializer).__name__}")
+            raise ConfigurationError(
+                f"{where}: set_deserializer() takes a "
+                "KafkaRecordDeserializationSchema, got "
+                f"{type(self.deserializer).__name__}"
+            )
         self.deserializer.validate(f"{where} deserializer")
-        for setting, initializer in (("set_starting_offsets", self.starting_offsets),
-                                     ("set_bounded/set_unbounded", self.stopping_offsets)):
+        for setting, initializer in (
+            ("set_starting_offsets", self.starting_offsets),
+            ("set_bounded/set_unbounded", self.stopping_offsets),
+        ):
             if initializer is None and setting != "set_starting_offsets":
                 continue
             if not isinstance(initializer, KafkaOffsetsInitializer):
-                raise ConfigurationError(f"{where}: {setting}() takes a KafkaOffsetsInitializer "
-                                         "(earliest(), latest(), committed_offsets(), timestamp(ms), "
-                                         f"offsets({{...}})), got {initializer!r}")
+                raise ConfigurationError(
+                    f"{where}: {setting}() takes a KafkaOffsetsInitializer "
+                    "(earliest(), latest(), committed_offsets(), timestamp(ms), "
+                    f"offsets({{...}})), got {initializer!r}"
+                )
             initializer.validate(f"{where} {setting}()")
             if initializer.kind == "committed" and not self.group_id:
-                raise ConfigurationError(f"{where}: {setting}(KafkaOffsetsInitializer."
-                                         "committed_offsets()) needs a consumer group; call "
-                                         "set_group_id(...)")
+                raise ConfigurationError(
+                    f"{where}: {setting}(KafkaOffsetsInitializer."
+                    "committed_offsets()) needs a consumer group; call "
+                    "set_group_id(...)"
+                )
         if _parse_bool(self.properties.get("enable.auto.commit", False)) is not False:
-            raise ConfigurationError(f"{where}: 'enable.auto.commit' cannot be true: read positions "
-                                     "live in chandy's checkpoints and are committed to Kafka when "
-                                     "a checkpoint completes")
+            raise ConfigurationError(
+                f"{where}: 'enable.auto.commit' cannot be true: read positions "
+                "live in chandy's checkpoints and are committed to Kafka when "
+                "a checkpoint completes"
+            )
         if _parse_bool(self.properties.get(COMMIT_OFFSETS_ON_CHECKPOINT, True)) is None:
-            raise ConfigurationError(f"{where}: '{COMMIT_OFFSETS_ON_CHECKPOINT}' takes true or "
-                                     f"false, got {self.properties[COMMIT_OFFSETS_ON_CHECKPOINT]!r}")
+            raise ConfigurationError(
+                f"{where}: '{COMMIT_OFFSETS_ON_CHECKPOINT}' takes true or "
+                f"false, got {self.properties[COMMIT_OFFSETS_ON_CHECKPOINT]!r}"
+            )
         timeout = self.properties.get(REQUEST_TIMEOUT_MS, DEFAULT_REQUEST_TIMEOUT_MS)
         try:
             valid_timeout = int(timeout) > 0
         except (TypeError, ValueError):
             valid_timeout = False
         if not valid_timeout:
-            raise ConfigurationError(f"{where}: '{REQUEST_TIMEOUT_MS}' takes milliseconds > 0, "
-                                     f"got {timeout!r}")
+            raise ConfigurationError(
+                f"{where}: '{REQUEST_TIMEOUT_MS}' takes milliseconds > 0, got {timeout!r}"
+            )
         check_client_properties({**self.client_properties(), **_FORCED}, "consumer", where)
 
     def create_splits(self, parallelism: int) -> list[KafkaPartitionSplit]:
@@ -389,23 +451,34 @@ class KafkaSource(Source):
         the same list and takes its share). Fails within ``request.timeout.ms`` when the
         servers cannot be reached, and names a topic that does not exist."""
         partitions = self._discover_partitions()
-        log.info("KafkaSource: %d partitions of %s at %s.", len(partitions), self._subscription(),
-                 self.bootstrap_servers)
+        log.info(
+            "KafkaSource: %d partitions of %s at %s.",
+            len(partitions),
+            self._subscription(),
+            self.bootstrap_servers,
+        )
         return [KafkaPartitionSplit(tp.topic, tp.partition) for tp in partitions]
 
     def _discover_partitions(self) -> list[KafkaTopicPartition]:
         ck = import_confluent_kafka()
         servers = self.bootstrap_servers
-        consumer = ck.Consumer({**self.client_properties(), **_FORCED,
-                                "group.id": self.group_id or "chandy-metadata",
-                                "allow.auto.create.topics": False, "logger": client_logger()})
+        consumer = ck.Consumer(
+            {
+                **self.client_properties(),
+                **_FORCED,
+                "group.id": self.group_id or "chandy-metadata",
+                "allow.auto.create.topics": False,
+                "logger": client_logger(),
+            }
+        )
         try:
             metadata = consumer.list_topics(timeout=self.request_timeout_s)
         except ck.KafkaException as exc:
             raise KafkaConnectorError(
                 f"KafkaSource: cannot list the partitions of {self._subscription()}: the Kafka "
                 f"cluster at {servers} did not answer within {self.request_timeout_s:g} s "
-                f"({REQUEST_TIMEOUT_MS}): {describe_error(exc)}") from None
+                f"({REQUEST_TIMEOUT_MS}): {describe_error(exc)}"
+            ) from None
         finally:
             consumer.close()
         found: dict[str, list[int]] = {}
@@ -425,13 +498,15 @@ class KafkaSource(Source):
                 f"KafkaSource: topic{'s' if len(missing) > 1 else ''} "
                 f"{', '.join(repr(t) for t in missing)} "
                 f"{'do' if len(missing) > 1 else 'does'} not exist on the Kafka cluster at {servers} "
-                f"({len(found)} topics there)")
+                f"({len(found)} topics there)"
+            )
         if self.topics is not None:
             return [KafkaTopicPartition(t, p) for t in wanted for p in found[t]]
         absent = [str(p) for p in self.partitions or [] if p.partition not in found[p.topic]]
         if absent:
-            raise KafkaSetupError(f"KafkaSource: partitions {absent} do not exist on the Kafka "
-                                  f"cluster at {servers}")
+            raise KafkaSetupError(
+                f"KafkaSource: partitions {absent} do not exist on the Kafka cluster at {servers}"
+            )
         return list(self.partitions or [])
 
     def create_reader(self, context: SourceReaderContext) -> KafkaSourceReader:
@@ -481,11 +556,15 @@ class KafkaSourceReader(SourceReader):
             ck = self._ck = import_confluent_kafka()
             source = self._source
             prefix = source.properties.get(CLIENT_ID_PREFIX) or source.group_id or "chandy-kafka-source"
-            config = {**source.client_properties(), **_FORCED,
-                      "group.id": source.group_id or f"chandy-kafka-source-{uuid.uuid4().hex}",
-                      "client.id": f"{prefix}-{self._context.subtask_index}",
-                      "logger": client_logger(), "error_cb": self._on_error,
-                      "on_commit": self._on_commit}
+            config = {
+                **source.client_properties(),
+                **_FORCED,
+                "group.id": source.group_id or f"chandy-kafka-source-{uuid.uuid4().hex}",
+                "client.id": f"{prefix}-{self._context.subtask_index}",
+                "logger": client_logger(),
+                "error_cb": self._on_error,
+                "on_commit": self._on_commit,
+            }
             config.setdefault("auto.offset.reset", "earliest")
             self._consumer = ck.Consumer(config)
         return self._consumer
@@ -494,14 +573,22 @@ class KafkaSourceReader(SourceReader):
         if error.fatal():
             self._fatal = error
         else:
-            log.warning("Kafka consumer (subtask %d, %s): %s", self._context.subtask_index,
-                        self._source.bootstrap_servers, error.str())
+            log.warning(
+                "Kafka consumer (subtask %d, %s): %s",
+                self._context.subtask_index,
+                self._source.bootstrap_servers,
+                error.str(),
+            )
 
     def _on_commit(self, error: Any, partitions: list[Any]) -> None:
         self._commits_in_flight = max(0, self._commits_in_flight - 1)
         if error is not None:
-            log.warning("Committing offsets to Kafka (group '%s') failed: %s (offsets stay in the "
-                        "checkpoints; this only affects monitoring)", self._source.group_id, error.str())
+            log.warning(
+                "Committing offsets to Kafka (group '%s') failed: %s (offsets stay in the "
+                "checkpoints; this only affects monitoring)",
+                self._source.group_id,
+                error.str(),
+            )
 
     def _fail(self, what: str, error: Any) -> KafkaConnectorError:
         text = error.str() if hasattr(error, "str") else describe_error(error)
@@ -525,10 +612,15 @@ class KafkaSourceReader(SourceReader):
                 to_read.append(ck.TopicPartition(split.topic, split.partition, split.offset))
         if to_read:
             consumer.incremental_assign(to_read)
-        log.info("KafkaSource subtask %d reads %s.", self._context.subtask_index,
-                 ", ".join(f"{s.split_id}@{s.offset}" + (f"..{s.stopping_offset}"
-                                                         if s.stopping_offset is not None else "")
-                           for s in splits))
+        log.info(
+            "KafkaSource subtask %d reads %s.",
+            self._context.subtask_index,
+            ", ".join(
+                f"{s.split_id}@{s.offset}"
+                + (f"..{s.stopping_offset}" if s.stopping_offset is not None else "")
+                for s in splits
+            ),
+        )
 
     def _resolve(self, splits: list[KafkaPartitionSplit]) -> None:
         """Turn the source's offsets initializers into concrete offsets, once per split."""
@@ -547,8 +639,9 @@ class KafkaSourceReader(SourceReader):
                 for split, offset in zip(unstopped, offsets, strict=True):
                     split.stopping_offset = offset
 
-    def _lookup(self, initializer: KafkaOffsetsInitializer, splits: list[KafkaPartitionSplit],
-                which: str) -> list[int]:
+    def _lookup(
+        self, initializer: KafkaOffsetsInitializer, splits: list[KafkaPartitionSplit], which: str
+    ) -> list[int]:
         consumer, ck = self._consumer, self._ck
         timeout = self._source.request_timeout_s
         watermarks: dict[tuple[str, int], tuple[int, int]] = {}
@@ -558,13 +651,17 @@ class KafkaSourceReader(SourceReader):
             if key not in watermarks:
                 try:
                     low_high = consumer.get_watermark_offsets(
-                        ck.TopicPartition(split.topic, split.partition), timeout=timeout, cached=False)
+                        ck.TopicPartition(split.topic, split.partition), timeout=timeout, cached=False
+                    )
                 except ck.KafkaException as exc:
-                    raise self._fail(f"cannot look up the offsets of {split.split_id} "
-                                     f"within {timeout:g} s", exc.args[0]) from None
+                    raise self._fail(
+                        f"cannot look up the offsets of {split.split_id} within {timeout:g} s", exc.args[0]
+                    ) from None
                 if low_high is None:
-                    raise KafkaConnectorError(f"KafkaSource: no offsets for {split.split_id} at "
-                                              f"{self._source.bootstrap_servers} within {timeout:g} s")
+                    raise KafkaConnectorError(
+                        f"KafkaSource: no offsets for {split.split_id} at "
+                        f"{self._source.bootstrap_servers} within {timeout:g} s"
+                    )
                 watermarks[key] = low_high
             return watermarks[key][1 if end else 0]
 
@@ -575,7 +672,8 @@ class KafkaSourceReader(SourceReader):
                 return watermark(split, end=True)
             raise KafkaSetupError(
                 f"KafkaSource: {split.split_id} has {why} and the {which} offsets' reset strategy "
-                "is NONE; pass KafkaOffsetResetStrategy.EARLIEST or LATEST")
+                "is NONE; pass KafkaOffsetResetStrategy.EARLIEST or LATEST"
+            )
 
         kind = initializer.kind
         if kind == "earliest":
@@ -595,8 +693,9 @@ class KafkaSourceReader(SourceReader):
             else:
                 found = consumer.committed(tps, timeout=timeout)
         except ck.KafkaException as exc:
-            raise self._fail(f"cannot look up the {which} offsets ({initializer!r}) within "
-                             f"{timeout:g} s", exc.args[0]) from None
+            raise self._fail(
+                f"cannot look up the {which} offsets ({initializer!r}) within {timeout:g} s", exc.args[0]
+            ) from None
         out = []
         for split, tp in zip(splits, found, strict=True):
             if tp.error is not None:
@@ -611,8 +710,12 @@ class KafkaSourceReader(SourceReader):
 
     def _finish(self, key: tuple[str, int]) -> None:
         split = self._active.pop(key)
-        log.info("KafkaSource subtask %d finished %s at offset %s.", self._context.subtask_index,
-                 split.split_id, split.offset)
+        log.info(
+            "KafkaSource subtask %d finished %s at offset %s.",
+            self._context.subtask_index,
+            split.split_id,
+            split.offset,
+        )
         try:
             self._consumer.incremental_unassign([self._ck.TopicPartition(split.topic, split.partition)])
         except self._ck.KafkaException as exc:
@@ -672,8 +775,9 @@ class KafkaSourceReader(SourceReader):
             if split is not None and split.offset is not None:
                 position = message.offset()
                 if position > split.offset:
-                    split.offset = position if split.stopping_offset is None else min(
-                        position, split.stopping_offset)
+                    split.offset = (
+                        position if split.stopping_offset is None else min(position, split.stopping_offset)
+                    )
                 if split.is_finished():
                     finished.append(key)
             return
@@ -688,7 +792,8 @@ class KafkaSourceReader(SourceReader):
         state = [replace(s) for s in self._splits.values()]
         if self._commit:
             self._pending_commits[checkpoint_id] = [
-                (s.topic, s.partition, s.offset) for s in state if s.offset is not None]
+                (s.topic, s.partition, s.offset) for s in state if s.offset is not None
+            ]
             while len(self._pending_commits) > _MAX_PENDING_COMMITS:
                 del self._pending_commits[min(self._pending_commits)]
         return state
@@ -703,12 +808,14 @@ class KafkaSourceReader(SourceReader):
             return
         ck = self._ck
         try:
-            self._consumer.commit(offsets=[ck.TopicPartition(t, p, o) for t, p, o in offsets],
-                                  asynchronous=True)
+            self._consumer.commit(
+                offsets=[ck.TopicPartition(t, p, o) for t, p, o in offsets], asynchronous=True
+            )
             self._commits_in_flight += 1
         except ck.KafkaException as exc:
-            log.warning("Committing offsets of checkpoint %d to Kafka failed: %s", checkpoint_id,
-                        describe_error(exc))
+            log.warning(
+                "Committing offsets of checkpoint %d to Kafka failed: %s", checkpoint_id, describe_error(exc)
+            )
 
     def close(self) -> None:
         consumer, self._consumer = self._consumer, None
@@ -809,7 +916,15 @@ class KafkaSourceBuilder:
 
     def build(self) -> KafkaSource:
         """The source, with every setting checked (``ConfigurationError`` names the bad one)."""
-        source = KafkaSource(self._properties, self._topics, self._topic_pattern, self._partitions,
-                             self._starting, self._stopping, self._bounded, self._deserializer)
+        source = KafkaSource(
+            self._properties,
+            self._topics,
+            self._topic_pattern,
+            self._partitions,
+            self._starting,
+            self._stopping,
+            self._bounded,
+            self._deserializer,
+        )
         source.validate()
         return source

@@ -50,8 +50,10 @@ class RuntimeContext(ABC):
         """0 on the first run, then one more after every restart of the job."""
 
     def get_task_name_with_subtasks(self) -> str:
-        return (f"{self.get_task_name()} ({self.get_index_of_this_subtask() + 1}"
-                f"/{self.get_number_of_parallel_subtasks()})")
+        return (
+            f"{self.get_task_name()} ({self.get_index_of_this_subtask() + 1}"
+            f"/{self.get_number_of_parallel_subtasks()})"
+        )
 
     @abstractmethod
     def get_job_parameter(self, key: str, default_value: str | None = None) -> str | None:
@@ -131,8 +133,7 @@ class KeyedProcessFunction(Function):
             """The key of the record being processed."""
 
     @abstractmethod
-    def process_element(self, value: Any, ctx: KeyedProcessFunction.Context
-                        ) -> Iterable[Any] | None: ...
+    def process_element(self, value: Any, ctx: KeyedProcessFunction.Context) -> Iterable[Any] | None: ...
 
 
 class SinkFunction(Function):

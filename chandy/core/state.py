@@ -58,8 +58,9 @@ class ReducingStateDescriptor(StateDescriptor):
         super().__init__(name, type_info)
         reduce = getattr(reduce_function, "reduce", reduce_function)
         if not callable(reduce):
-            raise ValueError(f"ReducingStateDescriptor({name!r}) needs a ReduceFunction or a "
-                             "callable (a, b) -> c")
+            raise ValueError(
+                f"ReducingStateDescriptor({name!r}) needs a ReduceFunction or a callable (a, b) -> c"
+            )
         self.reduce_function: Callable[[Any, Any], Any] = reduce
 
 

@@ -63,13 +63,13 @@ class ExecutionVertex:
         """Start a new attempt (after a failover)."""
         old = self.current_execution.attempt_id
         self.current_execution = Execution(
-            ExecutionAttemptID(old.vertex_id, old.subtask_index, old.attempt_number + 1))
+            ExecutionAttemptID(old.vertex_id, old.subtask_index, old.attempt_number + 1)
+        )
         return self.current_execution
 
     @property
     def name_with_subtask(self) -> str:
-        return (f"{self.job_vertex.name} ({self.subtask_index + 1}"
-                f"/{self.job_vertex.parallelism})")
+        return f"{self.job_vertex.name} ({self.subtask_index + 1}/{self.job_vertex.parallelism})"
 
 
 class ExecutionGraph:
@@ -83,8 +83,8 @@ class ExecutionGraph:
         self.state_timestamps: dict[JobStatus, int] = {JobStatus.CREATED: self.clock.now_ms()}
         self._listeners: list[JobStatusListener] = []
         self.vertices: dict[int, list[ExecutionVertex]] = {
-            v.id: [ExecutionVertex(v, i) for i in range(v.parallelism)]
-            for v in job_graph.vertices}
+            v.id: [ExecutionVertex(v, i) for i in range(v.parallelism)] for v in job_graph.vertices
+        }
         self._by_attempt: dict[ExecutionAttemptID, Execution] = {}
         self._index_attempts()
 
@@ -97,8 +97,9 @@ class ExecutionGraph:
     def register_job_status_listener(self, listener: JobStatusListener) -> None:
         self._listeners.append(listener)
 
-    def transition_state(self, current: JobStatus, new: JobStatus,
-                         error: BaseException | None = None) -> bool:
+    def transition_state(
+        self, current: JobStatus, new: JobStatus, error: BaseException | None = None
+    ) -> bool:
         """Move from ``current`` to ``new``; False (and no change) if not in ``current``."""
         if self.state is not current:
             return False
@@ -107,8 +108,13 @@ class ExecutionGraph:
         self.state_timestamps[new] = now
         if error is not None:
             self.failure_cause = error
-        log.info("Job %s (%s) switched from state %s to %s.", self.job_graph.job_name,
-                 self.job_id, current.value, new.value)
+        log.info(
+            "Job %s (%s) switched from state %s to %s.",
+            self.job_graph.job_name,
+            self.job_id,
+            current.value,
+            new.value,
+        )
         for listener in list(self._listeners):
             try:
                 listener(self.job_id, new, now, error)
@@ -119,8 +125,9 @@ class ExecutionGraph:
     # ------------------------------------------------------------------ executions
 
     def _index_attempts(self) -> None:
-        self._by_attempt = {ev.current_execution.attempt_id: ev.current_execution
-                            for ev in self.all_execution_vertices()}
+        self._by_attempt = {
+            ev.current_execution.attempt_id: ev.current_execution for ev in self.all_execution_vertices()
+        }
 
     def all_execution_vertices(self) -> Iterator[ExecutionVertex]:
         for subtasks in self.vertices.values():
@@ -133,8 +140,9 @@ class ExecutionGraph:
         """The execution of a *current* attempt, or ``None`` for an old or unknown one."""
         return self._by_attempt.get(attempt_id)
 
-    def update_execution_state(self, attempt_id: ExecutionAttemptID, state: ExecutionState,
-                               failure: TaskFailure | None = None) -> bool:
+    def update_execution_state(
+        self, attempt_id: ExecutionAttemptID, state: ExecutionState, failure: TaskFailure | None = None
+    ) -> bool:
         """Record a task's report; False if it is from an attempt that is no longer current."""
         execution = self._by_attempt.get(attempt_id)
         if execution is None:
@@ -165,8 +173,9 @@ class ExecutionGraph:
         result = []
         for edge in vertex.outputs:
             target = self.job_graph.vertex(edge.target_vertex_id)
-            consumers = ([subtask] if edge.pattern is DistributionPattern.POINTWISE
-                         else range(target.parallelism))
+            consumers = (
+                [subtask] if edge.pattern is DistributionPattern.POINTWISE else range(target.parallelism)
+            )
             result.append([ChannelID(edge.index, subtask, c) for c in consumers])
         return result
 
@@ -175,23 +184,36 @@ class ExecutionGraph:
         result = []
         for edge in vertex.inputs:
             source = self.job_graph.vertex(edge.source_vertex_id)
-            producers = ([subtask] if edge.pattern is DistributionPattern.POINTWISE
-                         else range(source.parallelism))
+            producers = (
+                [subtask] if edge.pattern is DistributionPattern.POINTWISE else range(source.parallelism)
+            )
             result.extend(ChannelID(edge.index, p, subtask) for p in producers)
         return result
 
     def deployment_descriptor(self, ev: ExecutionVertex) -> TaskDeploymentDescriptor:
         vertex = ev.job_vertex
         outputs = tuple(
-            OutputSpec(edge.target_vertex_id, self.job_graph.vertex(edge.target_vertex_id).name,
-                       edge.partitioner, len(ids))
-            for edge, ids in zip(vertex.outputs, self.output_channel_ids(vertex, ev.subtask_index),
-                                 strict=True))
+            OutputSpec(
+                edge.target_vertex_id,
+                self.job_graph.vertex(edge.target_vertex_id).name,
+                edge.partitioner,
+                len(ids),
+            )
+            for edge, ids in zip(
+                vertex.outputs, self.output_channel_ids(vertex, ev.subtask_index), strict=True
+            )
+        )
         return TaskDeploymentDescriptor(
-            job_id=self.job_id, job_name=self.job_graph.job_name, vertex_id=vertex.id,
-            task_name=vertex.name, subtask_index=ev.subtask_index,
-            parallelism=vertex.parallelism, max_parallelism=vertex.max_parallelism,
+            job_id=self.job_id,
+            job_name=self.job_graph.job_name,
+            vertex_id=vertex.id,
+            task_name=vertex.name,
+            subtask_index=ev.subtask_index,
+            parallelism=vertex.parallelism,
+            max_parallelism=vertex.max_parallelism,
             attempt_number=ev.current_execution.attempt_id.attempt_number,
-            operators=tuple(vertex.operators), outputs=outputs,
+            operators=tuple(vertex.operators),
+            outputs=outputs,
             num_input_channels=len(self.input_channel_ids(vertex, ev.subtask_index)),
-            config=self.job_graph.config)
+            config=self.job_graph.config,
+        )

@@ -89,7 +89,8 @@ def _operator_ids(order: list[StreamNode]) -> dict[int, str]:
             if node.uid in seen_uids:
                 raise InvalidProgramError(
                     f"uid '{node.uid}' is set on both '{seen_uids[node.uid].name}' and "
-                    f"'{node.name}'; every operator needs its own uid")
+                    f"'{node.name}'; every operator needs its own uid"
+                )
             seen_uids[node.uid] = node
             material = f"uid:{node.uid}"
         else:
@@ -99,31 +100,42 @@ def _operator_ids(order: list[StreamNode]) -> dict[int, str]:
     return ids
 
 
-def create_job_graph(stream_graph: StreamGraph, *, job_name: str, default_parallelism: int,
-                     default_max_parallelism: int, chaining_enabled: bool,
-                     config: Mapping[str, Any], job_id: str | None = None) -> JobGraph:
+def create_job_graph(
+    stream_graph: StreamGraph,
+    *,
+    job_name: str,
+    default_parallelism: int,
+    default_max_parallelism: int,
+    chaining_enabled: bool,
+    config: Mapping[str, Any],
+    job_id: str | None = None,
+) -> JobGraph:
     """Resolve parallelisms and partitioners, chain operators, and build the JobGraph."""
     order = stream_graph.topological_order()
     if not order:
         raise InvalidProgramError(
             "no operators defined in the streaming topology; add a source and a sink "
-            "(e.g. env.from_collection([...]).print()) before calling execute()")
+            "(e.g. env.from_collection([...]).print()) before calling execute()"
+        )
     if not any(node.is_sink for node in order):
         raise InvalidProgramError(
             "the pipeline has no sink, so it would compute nothing visible; end it with "
-            "print(), add_sink(...), sink_to(...) or use execute_and_collect()")
+            "print(), add_sink(...), sink_to(...) or use execute_and_collect()"
+        )
     for node in order:
         if node.parallelism is None:
             node.parallelism = default_parallelism
     edges = {id(e): _resolve_partitioner(e) for n in order for e in n.out_edges}
 
     def chainable(edge: StreamEdge) -> bool:
-        return (chaining_enabled
-                and len(edge.target.in_edges) == 1
-                and isinstance(edges[id(edge)], ForwardPartitioner)
-                and edge.source.parallelism == edge.target.parallelism
-                and edge.target.chaining is ChainingStrategy.ALWAYS
-                and edge.source.chaining is not ChainingStrategy.NEVER)
+        return (
+            chaining_enabled
+            and len(edge.target.in_edges) == 1
+            and isinstance(edges[id(edge)], ForwardPartitioner)
+            and edge.source.parallelism == edge.target.parallelism
+            and edge.target.chaining is ChainingStrategy.ALWAYS
+            and edge.source.chaining is not ChainingStrategy.NEVER
+        )
 
     operator_ids = _operator_ids(order)
     head_of: dict[int, StreamNode] = {}
@@ -141,18 +153,27 @@ def create_job_graph(stream_graph: StreamGraph, *, job_name: str, default_parall
     for vertex_id, (head_id, members) in enumerate(chains.items(), start=1):
         head = members[0]
         assert head.parallelism is not None
-        max_p = head.max_parallelism or (default_max_parallelism if default_max_parallelism > 0
-                                          else compute_default_max_parallelism(head.parallelism))
+        max_p = head.max_parallelism or (
+            default_max_parallelism
+            if default_max_parallelism > 0
+            else compute_default_max_parallelism(head.parallelism)
+        )
         if not head.parallelism <= max_p <= UPPER_BOUND_MAX_PARALLELISM:
             raise InvalidProgramError(
                 f"operator '{head.name}' has parallelism {head.parallelism} but max parallelism "
                 f"{max_p}; the max parallelism (number of key groups) must be at least the "
                 f"parallelism and at most {UPPER_BOUND_MAX_PARALLELISM}: raise it with "
-                "env.set_max_parallelism(...) or lower the parallelism")
+                "env.set_max_parallelism(...) or lower the parallelism"
+            )
         vertices[head_id] = JobVertex(
-            id=vertex_id, name=" -> ".join(m.name for m in members), parallelism=head.parallelism,
-            max_parallelism=max_p, operators=[], operator_ids=[operator_ids[m.id] for m in members],
-            is_source=head.is_source)
+            id=vertex_id,
+            name=" -> ".join(m.name for m in members),
+            parallelism=head.parallelism,
+            max_parallelism=max_p,
+            operators=[],
+            operator_ids=[operator_ids[m.id] for m in members],
+            is_source=head.is_source,
+        )
 
     job_edges: list[JobEdge] = []
     network_outputs: dict[int, list[int]] = {n.id: [] for n in order}
@@ -165,12 +186,15 @@ def create_job_graph(stream_graph: StreamGraph, *, job_name: str, default_parall
             target_vertex = vertices[edge.target.id]
             partitioner = edges[id(edge)]
             if isinstance(partitioner, KeyGroupStreamPartitioner):
-                partitioner = partitioner.for_target(target_vertex.max_parallelism,
-                                                   ship_keys=edge.target.keyed)
-            pattern = (DistributionPattern.POINTWISE if partitioner.is_pointwise
-                       else DistributionPattern.ALL_TO_ALL)
-            job_edge = JobEdge(len(job_edges), source_vertex.id, target_vertex.id, node.id,
-                               partitioner, pattern)
+                partitioner = partitioner.for_target(
+                    target_vertex.max_parallelism, ship_keys=edge.target.keyed
+                )
+            pattern = (
+                DistributionPattern.POINTWISE if partitioner.is_pointwise else DistributionPattern.ALL_TO_ALL
+            )
+            job_edge = JobEdge(
+                len(job_edges), source_vertex.id, target_vertex.id, node.id, partitioner, pattern
+            )
             job_edges.append(job_edge)
             source_vertex.outputs.append(job_edge)
             target_vertex.inputs.append(job_edge)
@@ -180,15 +204,28 @@ def create_job_graph(stream_graph: StreamGraph, *, job_name: str, default_parall
     for head_id, members in chains.items():
         vertex = vertices[head_id]
         for member in members:
-            chained = tuple(e.target.id for e in member.out_edges
-                            if head_of[e.target.id] is head_of[member.id])
-            vertex.operators.append(OperatorSpec(
-                node_id=member.id, name=member.name, operator_id=operator_ids[member.id],
-                factory=member.operator_factory, keyed=member.keyed, chained_outputs=chained,
-                network_outputs=tuple(network_outputs[member.id])))
+            chained = tuple(
+                e.target.id for e in member.out_edges if head_of[e.target.id] is head_of[member.id]
+            )
+            vertex.operators.append(
+                OperatorSpec(
+                    node_id=member.id,
+                    name=member.name,
+                    operator_id=operator_ids[member.id],
+                    factory=member.operator_factory,
+                    keyed=member.keyed,
+                    chained_outputs=chained,
+                    network_outputs=tuple(network_outputs[member.id]),
+                )
+            )
 
-    return JobGraph(job_id=job_id or uuid.uuid4().hex, job_name=job_name,
-                    vertices=list(vertices.values()), edges=job_edges, config=dict(config))
+    return JobGraph(
+        job_id=job_id or uuid.uuid4().hex,
+        job_name=job_name,
+        vertices=list(vertices.values()),
+        edges=job_edges,
+        config=dict(config),
+    )
 
 
 def _resolve_partitioner(edge: StreamEdge) -> StreamPartitioner:
@@ -201,5 +238,6 @@ def _resolve_partitioner(edge: StreamEdge) -> StreamPartitioner:
             f"forward partitioning does not allow a change of parallelism: '{edge.source.name}' "
             f"runs with {edge.source.parallelism} and '{edge.target.name}' with "
             f"{edge.target.parallelism}. Use rebalance() (or another partitioning), or give "
-            "both the same parallelism")
+            "both the same parallelism"
+        )
     return partitioner

@@ -57,17 +57,32 @@ class StreamGraph:
         self.nodes: dict[int, StreamNode] = {}
         self._next_id = 1
 
-    def add_node(self, name: str, operator_factory: Callable[[], StreamOperator], *,
-                 is_source: bool = False, is_sink: bool = False, keyed: bool = False,
-                 parallelism: int | None = None) -> StreamNode:
-        node = StreamNode(self._next_id, name, operator_factory, is_source=is_source,
-                          is_sink=is_sink, keyed=keyed, parallelism=parallelism)
+    def add_node(
+        self,
+        name: str,
+        operator_factory: Callable[[], StreamOperator],
+        *,
+        is_source: bool = False,
+        is_sink: bool = False,
+        keyed: bool = False,
+        parallelism: int | None = None,
+    ) -> StreamNode:
+        node = StreamNode(
+            self._next_id,
+            name,
+            operator_factory,
+            is_source=is_source,
+            is_sink=is_sink,
+            keyed=keyed,
+            parallelism=parallelism,
+        )
         self.nodes[node.id] = node
         self._next_id += 1
         return node
 
-    def add_edge(self, source: StreamNode, target: StreamNode,
-                 partitioner: StreamPartitioner | None) -> StreamEdge:
+    def add_edge(
+        self, source: StreamNode, target: StreamNode, partitioner: StreamPartitioner | None
+    ) -> StreamEdge:
         edge = StreamEdge(source, target, partitioner)
         source.out_edges.append(edge)
         target.in_edges.append(edge)

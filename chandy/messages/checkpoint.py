@@ -15,8 +15,9 @@ class CheckpointFailureReason(enum.Enum):
 
     PERIODIC_SCHEDULER_SHUTDOWN = "Periodic checkpoint scheduler is shut down."
     TOO_MANY_CHECKPOINT_REQUESTS = "The maximum number of queued checkpoint requests exceeded"
-    MINIMUM_TIME_BETWEEN_CHECKPOINTS = ("The minimum time between checkpoints is still pending. "
-                                        "Checkpoint will be triggered later.")
+    MINIMUM_TIME_BETWEEN_CHECKPOINTS = (
+        "The minimum time between checkpoints is still pending. Checkpoint will be triggered later."
+    )
     NOT_ALL_REQUIRED_TASKS_RUNNING = "Not all required tasks are currently running."
     IO_EXCEPTION = "An Exception occurred while triggering the checkpoint (IO exception)."
     CHECKPOINT_ASYNC_EXCEPTION = "Asynchronous task checkpoint failed."
@@ -25,11 +26,11 @@ class CheckpointFailureReason(enum.Enum):
     CHECKPOINT_DECLINED = "Checkpoint was declined."
     CHECKPOINT_DECLINED_TASK_NOT_READY = "Checkpoint was declined (tasks not ready)"
     CHECKPOINT_DECLINED_TASK_CLOSING = "Checkpoint was declined (task is closing)"
-    CHECKPOINT_DECLINED_SUBSUMED = ("Checkpoint was canceled because a barrier from newer "
-                                    "checkpoint was received.")
+    CHECKPOINT_DECLINED_SUBSUMED = (
+        "Checkpoint was canceled because a barrier from newer checkpoint was received."
+    )
     CHECKPOINT_DECLINED_ON_CANCELLATION_BARRIER = "Task received cancellation from one of its inputs"
-    CHECKPOINT_DECLINED_INPUT_END_OF_STREAM = ("Checkpoint was declined because one input stream is "
-                                               "finished")
+    CHECKPOINT_DECLINED_INPUT_END_OF_STREAM = "Checkpoint was declined because one input stream is finished"
     CHECKPOINT_COORDINATOR_SHUTDOWN = "CheckpointCoordinator shutdown."
     CHECKPOINT_COORDINATOR_SUSPEND = "Checkpoint Coordinator is suspending."
     JOB_FAILURE = "The job has failed."
@@ -50,20 +51,21 @@ class CheckpointFailureReason(enum.Enum):
         return self in _PRE_FLIGHT
 
 
-_PRE_FLIGHT = frozenset({
-    CheckpointFailureReason.PERIODIC_SCHEDULER_SHUTDOWN,
-    CheckpointFailureReason.TOO_MANY_CHECKPOINT_REQUESTS,
-    CheckpointFailureReason.MINIMUM_TIME_BETWEEN_CHECKPOINTS,
-    CheckpointFailureReason.NOT_ALL_REQUIRED_TASKS_RUNNING,
-    CheckpointFailureReason.CHECKPOINT_COORDINATOR_SHUTDOWN,
-})
+_PRE_FLIGHT = frozenset(
+    {
+        CheckpointFailureReason.PERIODIC_SCHEDULER_SHUTDOWN,
+        CheckpointFailureReason.TOO_MANY_CHECKPOINT_REQUESTS,
+        CheckpointFailureReason.MINIMUM_TIME_BETWEEN_CHECKPOINTS,
+        CheckpointFailureReason.NOT_ALL_REQUIRED_TASKS_RUNNING,
+        CheckpointFailureReason.CHECKPOINT_COORDINATOR_SHUTDOWN,
+    }
+)
 
 
 class CheckpointException(Exception):
     """A checkpoint failed for ``reason``."""
 
-    def __init__(self, reason: CheckpointFailureReason, cause: BaseException | str | None = None
-                 ) -> None:
+    def __init__(self, reason: CheckpointFailureReason, cause: BaseException | str | None = None) -> None:
         detail = f": {cause}" if cause else ""
         super().__init__(f"{reason.name} - {reason.message}{detail}")
         self.reason = reason
@@ -158,13 +160,16 @@ class CheckpointResponder(Protocol):
 class TaskCheckpointGateway(Protocol):
     """Coordinator -> tasks: trigger, confirm, abort (one way, never waits for the task)."""
 
-    def trigger_checkpoint(self, attempt_id: ExecutionAttemptID, checkpoint_id: int,
-                           timestamp: int, options: CheckpointOptions) -> bool:
+    def trigger_checkpoint(
+        self, attempt_id: ExecutionAttemptID, checkpoint_id: int, timestamp: int, options: CheckpointOptions
+    ) -> bool:
         """Ask a source subtask to start checkpoint ``checkpoint_id``; False if it is unknown."""
         ...
 
-    def notify_checkpoint_complete(self, attempt_id: ExecutionAttemptID, checkpoint_id: int,
-                                   timestamp: int) -> None: ...
+    def notify_checkpoint_complete(
+        self, attempt_id: ExecutionAttemptID, checkpoint_id: int, timestamp: int
+    ) -> None: ...
 
-    def notify_checkpoint_aborted(self, attempt_id: ExecutionAttemptID, checkpoint_id: int,
-                                  timestamp: int) -> None: ...
+    def notify_checkpoint_aborted(
+        self, attempt_id: ExecutionAttemptID, checkpoint_id: int, timestamp: int
+    ) -> None: ...

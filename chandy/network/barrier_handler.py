@@ -48,12 +48,10 @@ class AlignmentMetrics:
 class BarrierHandlerActions(Protocol):
     """What a handler asks of the task that owns it."""
 
-    def trigger_checkpoint_on_barrier(self, barrier: CheckpointBarrier,
-                                      metrics: AlignmentMetrics) -> None:
+    def trigger_checkpoint_on_barrier(self, barrier: CheckpointBarrier, metrics: AlignmentMetrics) -> None:
         """Every open channel delivered the barrier: snapshot and forward it."""
 
-    def abort_checkpoint_on_barrier(self, checkpoint_id: int,
-                                    reason: CheckpointFailureReason) -> None:
+    def abort_checkpoint_on_barrier(self, checkpoint_id: int, reason: CheckpointFailureReason) -> None:
         """This checkpoint cannot complete here: decline it and tell downstream."""
 
 
@@ -68,8 +66,7 @@ class ChannelBlocker(Protocol):
 class CheckpointBarrierHandler(ABC):
     """Common contract of both handlers."""
 
-    def __init__(self, num_channels: int, actions: BarrierHandlerActions,
-                 clock: Clock | None = None) -> None:
+    def __init__(self, num_channels: int, actions: BarrierHandlerActions, clock: Clock | None = None) -> None:
         if num_channels < 1:
             raise ValueError("a barrier handler needs at least one channel")
         self.num_channels = num_channels
@@ -108,8 +105,9 @@ class BarrierHandlerState(ABC):
     """A state of the aligned handler. Every event returns the next state."""
 
     @abstractmethod
-    def barrier_received(self, handler: SingleCheckpointBarrierHandler, channel: int,
-                         barrier: CheckpointBarrier) -> BarrierHandlerState: ...
+    def barrier_received(
+        self, handler: SingleCheckpointBarrierHandler, channel: int, barrier: CheckpointBarrier
+    ) -> BarrierHandlerState: ...
 
     @abstractmethod
     def abort(self, handler: SingleCheckpointBarrierHandler) -> BarrierHandlerState: ...
@@ -121,8 +119,9 @@ class BarrierHandlerState(ABC):
 class WaitingForFirstBarrier(BarrierHandlerState):
     """Nothing is blocked; no checkpoint is being aligned."""
 
-    def barrier_received(self, handler: SingleCheckpointBarrierHandler, channel: int,
-                         barrier: CheckpointBarrier) -> BarrierHandlerState:
+    def barrier_received(
+        self, handler: SingleCheckpointBarrierHandler, channel: int, barrier: CheckpointBarrier
+    ) -> BarrierHandlerState:
         if handler.all_barriers_received():  # one open channel: nothing to align
             handler.trigger_global_checkpoint(barrier)
             return self
@@ -136,8 +135,9 @@ class WaitingForFirstBarrier(BarrierHandlerState):
 class CollectingBarriers(BarrierHandlerState):
     """Some channels delivered the barrier and are blocked; waiting for the rest."""
 
-    def barrier_received(self, handler: SingleCheckpointBarrierHandler, channel: int,
-                         barrier: CheckpointBarrier) -> BarrierHandlerState:
+    def barrier_received(
+        self, handler: SingleCheckpointBarrierHandler, channel: int, barrier: CheckpointBarrier
+    ) -> BarrierHandlerState:
         handler.gate.block_channel(channel)
         if handler.all_barriers_received():
             handler.gate.unblock_all()
@@ -163,8 +163,15 @@ class SingleCheckpointBarrierHandler(CheckpointBarrierHandler):
     as aligned and the checkpoint may complete.
     """
 
-    def __init__(self, num_channels: int, gate: ChannelBlocker, actions: BarrierHandlerActions,
-                 clock: Clock | None = None, *, end_of_partition_aborts: bool = True) -> None:
+    def __init__(
+        self,
+        num_channels: int,
+        gate: ChannelBlocker,
+        actions: BarrierHandlerActions,
+        clock: Clock | None = None,
+        *,
+        end_of_partition_aborts: bool = True,
+    ) -> None:
         super().__init__(num_channels, actions, clock)
         self.gate = gate
         self.end_of_partition_aborts = end_of_partition_aborts
@@ -200,10 +207,12 @@ class SingleCheckpointBarrierHandler(CheckpointBarrierHandler):
         barrier_id = barrier.checkpoint_id
         if barrier_id > self.current_checkpoint_id:
             if self._pending:
-                log.debug("checkpoint %d subsumed by barrier %d before alignment completed",
-                          self.current_checkpoint_id, barrier_id)
-                self._abort(self.current_checkpoint_id,
-                            CheckpointFailureReason.CHECKPOINT_DECLINED_SUBSUMED)
+                log.debug(
+                    "checkpoint %d subsumed by barrier %d before alignment completed",
+                    self.current_checkpoint_id,
+                    barrier_id,
+                )
+                self._abort(self.current_checkpoint_id, CheckpointFailureReason.CHECKPOINT_DECLINED_SUBSUMED)
             self._start_alignment(barrier)
         elif barrier_id < self.current_checkpoint_id or not self._pending:
             return  # obsolete: an older checkpoint, or this one was already triggered or aborted
@@ -218,8 +227,7 @@ class SingleCheckpointBarrierHandler(CheckpointBarrierHandler):
         self.latest_checkpoint_id = max(self.latest_checkpoint_id, cancelled)
         if cancelled > self.current_checkpoint_id:
             if self._pending:
-                self._abort(self.current_checkpoint_id,
-                            CheckpointFailureReason.CHECKPOINT_DECLINED_SUBSUMED)
+                self._abort(self.current_checkpoint_id, CheckpointFailureReason.CHECKPOINT_DECLINED_SUBSUMED)
             self.current_checkpoint_id = cancelled
             self._pending = True  # so that _abort reports it, once
             self._abort(cancelled, CheckpointFailureReason.CHECKPOINT_DECLINED_ON_CANCELLATION_BARRIER)
@@ -231,8 +239,9 @@ class SingleCheckpointBarrierHandler(CheckpointBarrierHandler):
         if not self._pending:
             return
         if self.end_of_partition_aborts:
-            self._abort(self.current_checkpoint_id,
-                        CheckpointFailureReason.CHECKPOINT_DECLINED_INPUT_END_OF_STREAM)
+            self._abort(
+                self.current_checkpoint_id, CheckpointFailureReason.CHECKPOINT_DECLINED_INPUT_END_OF_STREAM
+            )
         elif self.all_barriers_received():
             self.gate.unblock_all()
             self.state = WAITING_FOR_FIRST_BARRIER
@@ -291,8 +300,7 @@ class CheckpointBarrierTracker(CheckpointBarrierHandler):
     channel's barrier completes.
     """
 
-    def __init__(self, num_channels: int, actions: BarrierHandlerActions,
-                 clock: Clock | None = None) -> None:
+    def __init__(self, num_channels: int, actions: BarrierHandlerActions, clock: Clock | None = None) -> None:
         super().__init__(num_channels, actions, clock)
         self._pending: list[_BarrierCount] = []
 
@@ -320,11 +328,12 @@ class CheckpointBarrierTracker(CheckpointBarrierHandler):
         entry = self._pending[position]
         if len(entry.channels | self.closed_channels) < self.num_channels:
             return
-        del self._pending[:position + 1]  # older incomplete checkpoints are dead: drop them
+        del self._pending[: position + 1]  # older incomplete checkpoints are dead: drop them
         if not entry.aborted:
             duration = self.clock.monotonic_ns() - entry.first_barrier_ns
             self.actions.trigger_checkpoint_on_barrier(
-                barrier, AlignmentMetrics(duration, entry.start_delay_ns, 0))
+                barrier, AlignmentMetrics(duration, entry.start_delay_ns, 0)
+            )
 
     def process_cancellation_barrier(self, marker: CancelCheckpointMarker, channel: int) -> None:
         cancelled = marker.checkpoint_id
@@ -332,7 +341,8 @@ class CheckpointBarrierTracker(CheckpointBarrierHandler):
             if cancelled > self.latest_checkpoint_id:
                 self.latest_checkpoint_id = cancelled
                 self.actions.abort_checkpoint_on_barrier(
-                    cancelled, CheckpointFailureReason.CHECKPOINT_DECLINED_ON_CANCELLATION_BARRIER)
+                    cancelled, CheckpointFailureReason.CHECKPOINT_DECLINED_ON_CANCELLATION_BARRIER
+                )
             return
         # Everything older than the cancelled checkpoint can no longer complete.
         while self._pending and self._pending[0].checkpoint_id < cancelled:
@@ -349,7 +359,8 @@ class CheckpointBarrierTracker(CheckpointBarrierHandler):
         if not entry.aborted:
             entry.aborted = True
             self.actions.abort_checkpoint_on_barrier(
-                cancelled, CheckpointFailureReason.CHECKPOINT_DECLINED_ON_CANCELLATION_BARRIER)
+                cancelled, CheckpointFailureReason.CHECKPOINT_DECLINED_ON_CANCELLATION_BARRIER
+            )
         if len(entry.channels | self.closed_channels) >= self.num_channels:
             self._pending.remove(entry)
 

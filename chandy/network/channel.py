@@ -74,8 +74,16 @@ _NO_WAKEUP = _NoWakeup()
 class LocalChannel(OutputChannel, InputChannel):
     """An in-memory channel between two tasks in one process."""
 
-    __slots__ = ("name", "capacity", "_queue", "_consumer", "_producer", "_should_abort",
-                 "max_backlog", "closed")
+    __slots__ = (
+        "name",
+        "capacity",
+        "_queue",
+        "_consumer",
+        "_producer",
+        "_should_abort",
+        "max_backlog",
+        "closed",
+    )
 
     def __init__(self, capacity: int, name: str = "") -> None:
         if capacity < 1:

@@ -24,8 +24,9 @@ _LENGTH = struct.Struct(">I")
 MAX_FRAME_BYTES = 1 << 30
 
 
-def accept_authenticated(server: socket.socket, secret: bytes, what: str,
-                         is_closed: Callable[[], bool]) -> Iterator[tuple[FramedSocket, Any]]:
+def accept_authenticated(
+    server: socket.socket, secret: bytes, what: str, is_closed: Callable[[], bool]
+) -> Iterator[tuple[FramedSocket, Any]]:
     """Accept connections until the listener is closed, yielding only peers that passed
     the secret handshake; every other peer is disconnected and logged."""
     while not is_closed():

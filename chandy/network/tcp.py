@@ -55,8 +55,9 @@ class ChannelKey:
     consumer_subtask: int
 
     def header(self, kind: int) -> bytes:
-        return _HEADER.pack(kind, self.generation, self.edge_index, self.producer_subtask,
-                            self.consumer_subtask)
+        return _HEADER.pack(
+            kind, self.generation, self.edge_index, self.producer_subtask, self.consumer_subtask
+        )
 
 
 class RemoteOutputChannel(OutputChannel):
@@ -195,8 +196,9 @@ class DataPlane:
 
     # -- connections --------------------------------------------------------
 
-    def connect_to_peers(self, addresses: dict[int, str], expected_incoming: int,
-                         timeout_s: float = 60.0) -> None:
+    def connect_to_peers(
+        self, addresses: dict[int, str], expected_incoming: int, timeout_s: float = 60.0
+    ) -> None:
         """Connect to every other slot, and wait until every other slot connected here."""
         for slot, address in sorted(addresses.items()):
             if slot == self.slot_index:
@@ -212,13 +214,15 @@ class DataPlane:
             self._start(self._read_credits, f"chandy credits from slot {slot}", slot, connection)
         with self._incoming_ready:
             if not self._incoming_ready.wait_for(
-                    lambda: len(self._incoming) >= expected_incoming or self._closed, timeout_s):
-                raise ConnectionError(f"slot {self.slot_index}: only {len(self._incoming)} of "
-                                      f"{expected_incoming} peers connected within {timeout_s} s")
+                lambda: len(self._incoming) >= expected_incoming or self._closed, timeout_s
+            ):
+                raise ConnectionError(
+                    f"slot {self.slot_index}: only {len(self._incoming)} of "
+                    f"{expected_incoming} peers connected within {timeout_s} s"
+                )
 
     def _accept_loop(self) -> None:
-        for connection, _ in accept_authenticated(self._server, self._secret, "data",
-                                                  lambda: self._closed):
+        for connection, _ in accept_authenticated(self._server, self._secret, "data", lambda: self._closed):
             try:
                 (producer_slot,) = struct.unpack(">I", connection.recv_frame())
             except (OSError, struct.error):
@@ -227,8 +231,7 @@ class DataPlane:
             with self._incoming_ready:
                 self._incoming[producer_slot] = connection
                 self._incoming_ready.notify_all()
-            self._start(self._read_data, f"chandy data from slot {producer_slot}", producer_slot,
-                        connection)
+            self._start(self._read_data, f"chandy data from slot {producer_slot}", producer_slot, connection)
 
     def _read_data(self, producer_slot: int, connection: FramedSocket) -> None:
         header_size = _HEADER.size
@@ -275,8 +278,7 @@ class DataPlane:
             channel.add_credit(pending)
         return channel
 
-    def input_channel(self, key: ChannelKey, producer_slot: int,
-                      capacity: int) -> RemoteInputChannel:
+    def input_channel(self, key: ChannelKey, producer_slot: int, capacity: int) -> RemoteInputChannel:
         with self._lock:
             channel = RemoteInputChannel(key, self._incoming[producer_slot], capacity)
             self._inputs[key] = channel
@@ -289,8 +291,9 @@ class DataPlane:
             outputs = [c for k, c in self._outputs.items() if k.generation == generation]
             self._outputs = {k: c for k, c in self._outputs.items() if k.generation != generation}
             self._inputs = {k: c for k, c in self._inputs.items() if k.generation != generation}
-            self._pending_credits = {k: v for k, v in self._pending_credits.items()
-                                     if k.generation > generation}
+            self._pending_credits = {
+                k: v for k, v in self._pending_credits.items() if k.generation > generation
+            }
         for channel in outputs:
             channel.close()
 

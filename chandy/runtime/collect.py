@@ -31,8 +31,14 @@ class CollectResultQueue:
         self._closed = False
         self._last_token = -1
 
-    def publish(self, collect_id: str, subtask_index: int, batch: list[Any], token: int | None,
-                should_abort: Callable[[], bool]) -> None:
+    def publish(
+        self,
+        collect_id: str,
+        subtask_index: int,
+        batch: list[Any],
+        token: int | None,
+        should_abort: Callable[[], bool],
+    ) -> None:
         with self._cond:
             if token is not None and token <= self._last_token:
                 return  # already delivered: a restore replayed it

@@ -29,17 +29,20 @@ class Deployment(ABC):
         """Wait until every task's thread or process has ended; False on timeout."""
 
     @abstractmethod
-    def trigger_checkpoint(self, attempt_id: ExecutionAttemptID, checkpoint_id: int,
-                           timestamp: int, options: CheckpointOptions) -> bool:
+    def trigger_checkpoint(
+        self, attempt_id: ExecutionAttemptID, checkpoint_id: int, timestamp: int, options: CheckpointOptions
+    ) -> bool:
         """Ask one task to checkpoint; False if this deployment has no such task."""
 
     @abstractmethod
-    def notify_checkpoint_complete(self, attempt_id: ExecutionAttemptID, checkpoint_id: int,
-                                   timestamp: int) -> None: ...
+    def notify_checkpoint_complete(
+        self, attempt_id: ExecutionAttemptID, checkpoint_id: int, timestamp: int
+    ) -> None: ...
 
     @abstractmethod
-    def notify_checkpoint_aborted(self, attempt_id: ExecutionAttemptID, checkpoint_id: int,
-                                  timestamp: int) -> None: ...
+    def notify_checkpoint_aborted(
+        self, attempt_id: ExecutionAttemptID, checkpoint_id: int, timestamp: int
+    ) -> None: ...
 
 
 class Executor(ABC):
@@ -50,8 +53,13 @@ class Executor(ABC):
         slots with checkpoints in ``checkpoint_dir``; raise a clear error if not."""
 
     @abstractmethod
-    def deploy(self, execution_graph: ExecutionGraph, descriptors: list[TaskDeploymentDescriptor],
-               listener: TaskStateListener, services: TaskServices) -> Deployment:
+    def deploy(
+        self,
+        execution_graph: ExecutionGraph,
+        descriptors: list[TaskDeploymentDescriptor],
+        listener: TaskStateListener,
+        services: TaskServices,
+    ) -> Deployment:
         """Start one task per descriptor, wired by the channels the graph defines."""
 
     def slots(self) -> list[dict[str, Any]]:

@@ -19,8 +19,9 @@ class JobClient:
     consistent view.
     """
 
-    def __init__(self, job_master: JobMaster,
-                 on_end: Callable[[BaseException | None], None] | None = None) -> None:
+    def __init__(
+        self, job_master: JobMaster, on_end: Callable[[BaseException | None], None] | None = None
+    ) -> None:
         """``on_end(error)`` runs on the job's thread once it ended (``error`` is ``None``
         when it finished), before :meth:`get_job_execution_result` returns."""
         self._job_master = job_master
@@ -28,8 +29,7 @@ class JobClient:
         self._result: JobExecutionResult | None = None
         self._error: BaseException | None = None
         self._done = threading.Event()
-        self._thread = threading.Thread(target=self._run, name=f"chandy job {job_master.job_id}",
-                                        daemon=True)
+        self._thread = threading.Thread(target=self._run, name=f"chandy job {job_master.job_id}", daemon=True)
         self._thread.start()
 
     def _run(self) -> None:

@@ -139,8 +139,14 @@ class _MainThreadTimer:
 class JobMaster:
     """Owns the ExecutionGraph of one job and drives it to a terminal status."""
 
-    def __init__(self, job_graph: JobGraph, executor: Executor, *,
-                 results: ResultPublisher | None = None, clock: Clock | None = None) -> None:
+    def __init__(
+        self,
+        job_graph: JobGraph,
+        executor: Executor,
+        *,
+        results: ResultPublisher | None = None,
+        clock: Clock | None = None,
+    ) -> None:
         self.job_graph = job_graph
         self.executor = executor
         self.clock = clock or SystemClock()
@@ -158,9 +164,12 @@ class JobMaster:
         self.coordinator: CheckpointCoordinator | None = None
         if self.config.get(CheckpointingOptions.INTERVAL) is not None:
             self._create_checkpoint_coordinator()
-        self.services = TaskServices(results=results, checkpoint_responder=self,
-                                     checkpoint_storage=self.checkpoint_storage,
-                                     async_executor=self._async_executor)
+        self.services = TaskServices(
+            results=results,
+            checkpoint_responder=self,
+            checkpoint_storage=self.checkpoint_storage,
+            async_executor=self._async_executor,
+        )
 
     @property
     def job_id(self) -> str:
@@ -173,11 +182,14 @@ class JobMaster:
         if kind == "filesystem" and not directory:
             raise ConfigurationError(
                 "execution.checkpointing.storage is 'filesystem' but execution.checkpointing.dir "
-                "is not set: set it to a directory (or URI) every executor can write")
+                "is not set: set it to a directory (or URI) every executor can write"
+            )
         self.checkpoint_storage = CheckpointStorage(
-            directory if kind == "filesystem" else None, self.job_id,
+            directory if kind == "filesystem" else None,
+            self.job_id,
             create_subdir=config.get(CheckpointingOptions.CREATE_SUBDIR),
-            inline_threshold=config.get(CheckpointingOptions.INLINE_THRESHOLD))
+            inline_threshold=config.get(CheckpointingOptions.INLINE_THRESHOLD),
+        )
         coordinator_config = CheckpointCoordinatorConfiguration(
             interval_ms=config.get(CheckpointingOptions.INTERVAL),
             timeout_ms=config.get(CheckpointingOptions.TIMEOUT),
@@ -185,23 +197,28 @@ class JobMaster:
             max_concurrent=config.get(CheckpointingOptions.MAX_CONCURRENT),
             tolerable_failures=config.get(CheckpointingOptions.TOLERABLE_FAILURES),
             retention=config.get(CheckpointingOptions.EXTERNALIZED_RETENTION),
-            exactly_once=config.get(CheckpointingOptions.MODE) is CheckpointingMode.EXACTLY_ONCE)
+            exactly_once=config.get(CheckpointingOptions.MODE) is CheckpointingMode.EXACTLY_ONCE,
+        )
         self.coordinator = CheckpointCoordinator(
-            self.job_id, coordinator_config,
+            self.job_id,
+            coordinator_config,
             plan_calculator=self._checkpoint_plan,
             gateway=self,
             storage=self.checkpoint_storage,
-            completed_store=CompletedCheckpointStore(config.get(CheckpointingOptions.NUM_RETAINED),
-                                                     self._run_io),
+            completed_store=CompletedCheckpointStore(
+                config.get(CheckpointingOptions.NUM_RETAINED), self._run_io
+            ),
             id_counter=CheckpointIDCounter(),
             stats=CheckpointStatsTracker(config.get(WebOptions.CHECKPOINTS_HISTORY)),
-            clock=self.clock, timer=self.timer,
+            clock=self.clock,
+            timer=self.timer,
             fail_job=lambda error: self._inbox.put(GlobalFailure(error)),
             vertex_names={v.id: v.name for v in self.job_graph.vertices},
-            rng=random.Random(), io_executor=self._run_io)
+            rng=random.Random(),
+            io_executor=self._run_io,
+        )
         self.execution_graph.register_job_status_listener(self.coordinator.job_status_listener)
-        self._async_executor = ThreadPoolExecutor(max_workers=2,
-                                                  thread_name_prefix="chandy-checkpoint-async")
+        self._async_executor = ThreadPoolExecutor(max_workers=2, thread_name_prefix="chandy-checkpoint-async")
 
     def _run_io(self, action: Callable[[], None]) -> None:
         """Deleting files is slow and never urgent: off the JobMaster thread."""
@@ -216,8 +233,9 @@ class JobMaster:
 
     # -- called from other threads ---------------------------------------------
 
-    def notify_task_state(self, attempt_id: ExecutionAttemptID, state: ExecutionState,
-                          failure: TaskFailure | None = None) -> None:
+    def notify_task_state(
+        self, attempt_id: ExecutionAttemptID, state: ExecutionState, failure: TaskFailure | None = None
+    ) -> None:
         """TaskStateListener: a task changed state (any thread)."""
         self._inbox.put(TaskStateUpdate(attempt_id, state, failure))
 
@@ -243,19 +261,23 @@ class JobMaster:
 
     # -- the gateway to the tasks (coordinator -> deployment) --------------------
 
-    def trigger_checkpoint(self, attempt_id: ExecutionAttemptID, checkpoint_id: int,
-                           timestamp: int, options: CheckpointOptions) -> bool:
+    def trigger_checkpoint(
+        self, attempt_id: ExecutionAttemptID, checkpoint_id: int, timestamp: int, options: CheckpointOptions
+    ) -> bool:
         deployment = self._deployment
         return deployment is not None and deployment.trigger_checkpoint(
-            attempt_id, checkpoint_id, timestamp, options)
+            attempt_id, checkpoint_id, timestamp, options
+        )
 
-    def notify_checkpoint_complete(self, attempt_id: ExecutionAttemptID, checkpoint_id: int,
-                                   timestamp: int) -> None:
+    def notify_checkpoint_complete(
+        self, attempt_id: ExecutionAttemptID, checkpoint_id: int, timestamp: int
+    ) -> None:
         if self._deployment is not None:
             self._deployment.notify_checkpoint_complete(attempt_id, checkpoint_id, timestamp)
 
-    def notify_checkpoint_aborted(self, attempt_id: ExecutionAttemptID, checkpoint_id: int,
-                                  timestamp: int) -> None:
+    def notify_checkpoint_aborted(
+        self, attempt_id: ExecutionAttemptID, checkpoint_id: int, timestamp: int
+    ) -> None:
         if self._deployment is not None:
             self._deployment.notify_checkpoint_aborted(attempt_id, checkpoint_id, timestamp)
 
@@ -267,23 +289,32 @@ class JobMaster:
         for ev in eg.all_execution_vertices():
             execution = ev.current_execution
             vertex = ev.job_vertex
-            task = TaskToAck(execution.attempt_id, vertex.id, ev.subtask_index, vertex.parallelism,
-                             vertex.max_parallelism, tuple(vertex.operator_ids))
+            task = TaskToAck(
+                execution.attempt_id,
+                vertex.id,
+                ev.subtask_index,
+                vertex.parallelism,
+                vertex.max_parallelism,
+                tuple(vertex.operator_ids),
+            )
             if execution.state is ExecutionState.FINISHED:
                 finished.append(task)
                 continue
             if execution.state is not ExecutionState.RUNNING:
                 raise CheckpointException(
                     CheckpointFailureReason.NOT_ALL_REQUIRED_TASKS_RUNNING,
-                    f"task {ev.name_with_subtask} is {execution.state.value}")
+                    f"task {ev.name_with_subtask} is {execution.state.value}",
+                )
             if vertex.is_source:
                 to_trigger.append(execution.attempt_id)
             to_wait.append(task)
         if not to_trigger:
-            raise CheckpointException(CheckpointFailureReason.NOT_ALL_REQUIRED_TASKS_RUNNING,
-                                      "every source has finished")
-        return CheckpointPlan(tuple(to_trigger), tuple(to_wait), tuple(t.attempt_id for t in to_wait),
-                              tuple(finished))
+            raise CheckpointException(
+                CheckpointFailureReason.NOT_ALL_REQUIRED_TASKS_RUNNING, "every source has finished"
+            )
+        return CheckpointPlan(
+            tuple(to_trigger), tuple(to_wait), tuple(t.attempt_id for t in to_wait), tuple(finished)
+        )
 
     # -- the JobMaster thread ----------------------------------------------------
 
@@ -299,9 +330,13 @@ class JobMaster:
         final_status = JobStatus.FAILED
         try:
             self._prepare_restore_and_storage()
-            log.info("Submitting job %s (%s): %d tasks in %d vertices.", self.job_graph.job_name,
-                     self.job_id, sum(v.parallelism for v in self.job_graph.vertices),
-                     len(self.job_graph.vertices))
+            log.info(
+                "Submitting job %s (%s): %d tasks in %d vertices.",
+                self.job_graph.job_name,
+                self.job_id,
+                sum(v.parallelism for v in self.job_graph.vertices),
+                len(self.job_graph.vertices),
+            )
             self._deploy(self._initial_restore)
             eg.transition_state(JobStatus.CREATED, JobStatus.RUNNING)
             outcome = self._await_end()
@@ -328,34 +363,48 @@ class JobMaster:
     def _prepare_restore_and_storage(self) -> None:
         for vertex in self.job_graph.vertices:  # every executor ships these: refuse early
             serialize_chain(vertex.name, tuple(vertex.operators))
-        self.executor.prepare(self.job_graph.max_parallelism_of_any_vertex,
-                              self.checkpoint_storage.base_uri if self.checkpoint_storage else None)
+        self.executor.prepare(
+            self.job_graph.max_parallelism_of_any_vertex,
+            self.checkpoint_storage.base_uri if self.checkpoint_storage else None,
+        )
         if self.checkpoint_storage is not None:
             self.checkpoint_storage.initialize()
         path = self.config.get(StateRecoveryOptions.PATH)
         if path is None:
             return
         metadata, directory = load_checkpoint_metadata(path)
-        restore = RestoreSource(metadata.checkpoint_id,
-                                {s.operator_id: s for s in metadata.operator_states},
-                                f"{directory}")
+        restore = RestoreSource(
+            metadata.checkpoint_id, {s.operator_id: s for s in metadata.operator_states}, f"{directory}"
+        )
         self._assignments(restore)  # refuse an incompatible checkpoint now, with a clear error
         if self.coordinator is not None:
-            self.coordinator.restore_from(metadata.checkpoint_id, metadata.master_states,
-                                          is_savepoint=metadata.checkpoint_type != "CHECKPOINT",
-                                          external_pointer=directory)
-        log.info("Job %s starts from checkpoint %d at %s.", self.job_id, metadata.checkpoint_id,
-                 directory)
+            self.coordinator.restore_from(
+                metadata.checkpoint_id,
+                metadata.master_states,
+                is_savepoint=metadata.checkpoint_type != "CHECKPOINT",
+                external_pointer=directory,
+            )
+        log.info("Job %s starts from checkpoint %d at %s.", self.job_id, metadata.checkpoint_id, directory)
         self._initial_restore = restore
 
     def _assignments(self, restore: RestoreSource) -> dict[tuple[int, int], Any]:
-        vertices = [VertexToRestore(v.id, v.name, v.parallelism, v.max_parallelism,
-                                    tuple(v.operator_ids), tuple(op.name for op in v.operators))
-                    for v in self.job_graph.vertices]
+        vertices = [
+            VertexToRestore(
+                v.id,
+                v.name,
+                v.parallelism,
+                v.max_parallelism,
+                tuple(v.operator_ids),
+                tuple(op.name for op in v.operators),
+            )
+            for v in self.job_graph.vertices
+        ]
         return assign_states(
-            restore.operator_states, vertices,
+            restore.operator_states,
+            vertices,
             allow_non_restored_state=self.config.get(StateRecoveryOptions.IGNORE_UNCLAIMED_STATE),
-            source=restore.description)
+            source=restore.description,
+        )
 
     def _deploy(self, restore: RestoreSource | None) -> None:
         eg = self.execution_graph
@@ -408,8 +457,9 @@ class JobMaster:
             return _CONTINUE
         if isinstance(message, GlobalFailure):
             if eg.state is JobStatus.RUNNING:
-                error = JobExecutionError(f"job '{self.job_graph.job_name}' failed: {message.error}",
-                                          self.job_id)
+                error = JobExecutionError(
+                    f"job '{self.job_graph.job_name}' failed: {message.error}", self.job_id
+                )
                 error.__cause__ = message.error
                 return self._failover(error, None)
             return _CONTINUE
@@ -420,13 +470,13 @@ class JobMaster:
                 message.result.set_exception(exc)
             return _CONTINUE
         if isinstance(message, CancelJob):
-            log.info("Cancelling job %s (%s): %s.", self.job_graph.job_name, self.job_id,
-                     message.reason)
+            log.info("Cancelling job %s (%s): %s.", self.job_graph.job_name, self.job_id, message.reason)
             eg.transition_state(eg.state, JobStatus.CANCELLING)
             self._cancel_tasks()
             eg.transition_state(JobStatus.CANCELLING, JobStatus.CANCELED)
-            return JobCancelledError(f"job '{self.job_graph.job_name}' was cancelled: "
-                                     f"{message.reason}", self.job_id)
+            return JobCancelledError(
+                f"job '{self.job_graph.job_name}' was cancelled: {message.reason}", self.job_id
+            )
         raise TypeError(f"unexpected message {message!r}")
 
     def _source_ended(self, attempt_id: ExecutionAttemptID) -> None:
@@ -436,10 +486,8 @@ class JobMaster:
         if eg.execution(attempt_id) is None or self.coordinator is None:
             return
         self._ended_sources.add(attempt_id)
-        sources = [ev.current_execution for ev in eg.all_execution_vertices()
-                   if ev.job_vertex.is_source]
-        if all(e.attempt_id in self._ended_sources or e.state is ExecutionState.FINISHED
-               for e in sources):
+        sources = [ev.current_execution for ev in eg.all_execution_vertices() if ev.job_vertex.is_source]
+        if all(e.attempt_id in self._ended_sources or e.state is ExecutionState.FINISHED for e in sources):
             self.coordinator.trigger_checkpoint(is_periodic=False)
 
     # -- failure and restart -----------------------------------------------------
@@ -455,11 +503,16 @@ class JobMaster:
             self._cancel_tasks()
             eg.transition_state(JobStatus.FAILING, JobStatus.FAILED, error)
             if self.restarts:
-                log.warning("Job %s failed after %d restarts (%s).", self.job_id, self.restarts,
-                            self.restart_strategy.describe())
+                log.warning(
+                    "Job %s failed after %d restarts (%s).",
+                    self.job_id,
+                    self.restarts,
+                    self.restart_strategy.describe(),
+                )
             return error
-        log.warning("Job %s (%s) failed over: %s", self.job_graph.job_name, self.job_id,
-                    str(error).splitlines()[0])
+        log.warning(
+            "Job %s (%s) failed over: %s", self.job_graph.job_name, self.job_id, str(error).splitlines()[0]
+        )
         eg.transition_state(JobStatus.RUNNING, JobStatus.RESTARTING, error)
         if self.coordinator is not None:
             self.coordinator.abort_pending_checkpoints(CheckpointFailureReason.JOB_FAILOVER_REGION)
@@ -477,10 +530,17 @@ class JobMaster:
         if self.coordinator is not None:
             latest = self.coordinator.restore_latest_checkpointed_state()
             if latest is not None:
-                restore = RestoreSource(latest.checkpoint_id, latest.operator_states,
-                                        latest.external_pointer or f"checkpoint {latest.checkpoint_id}")
-        log.info("Restarting job %s (attempt %d) from %s.", self.job_id, self.restarts,
-                 f"checkpoint {restore.checkpoint_id}" if restore else "the beginning")
+                restore = RestoreSource(
+                    latest.checkpoint_id,
+                    latest.operator_states,
+                    latest.external_pointer or f"checkpoint {latest.checkpoint_id}",
+                )
+        log.info(
+            "Restarting job %s (attempt %d) from %s.",
+            self.job_id,
+            self.restarts,
+            f"checkpoint {restore.checkpoint_id}" if restore else "the beginning",
+        )
         self._deploy(restore)
         eg.transition_state(JobStatus.RESTARTING, JobStatus.RUNNING)
 
@@ -497,10 +557,12 @@ class JobMaster:
             except queue.Empty:
                 break
             if isinstance(message, TaskStateUpdate):
-                self.execution_graph.update_execution_state(message.attempt_id, message.state,
-                                                            message.failure)
-            elif isinstance(message, (AcknowledgeCheckpoint, DeclineCheckpoint, RunOnMainThread,
-                                      CancelJob, GlobalFailure)):
+                self.execution_graph.update_execution_state(
+                    message.attempt_id, message.state, message.failure
+                )
+            elif isinstance(
+                message, (AcknowledgeCheckpoint, DeclineCheckpoint, RunOnMainThread, CancelJob, GlobalFailure)
+            ):
                 self._pending_after_cancel(message)
 
     def _pending_after_cancel(self, message: Any) -> None:
@@ -514,16 +576,18 @@ class JobMaster:
 
 _CONTINUE = object()
 
+
 def _job_error(job_graph: JobGraph, update: TaskStateUpdate) -> JobExecutionError:
     failure = update.failure
     vertex = job_graph.vertex(update.attempt_id.vertex_id)
     where = f"{vertex.name} ({update.attempt_id.subtask_index + 1}/{vertex.parallelism})"
     if failure is None:
-        return JobExecutionError(f"job '{job_graph.job_name}' failed: task {where} failed",
-                                 job_graph.job_id)
+        return JobExecutionError(f"job '{job_graph.job_name}' failed: task {where} failed", job_graph.job_id)
     operator = f" in operator '{failure.operator_name}'" if failure.operator_name else ""
-    message = (f"job '{job_graph.job_name}' failed: {failure.exception_type}: {failure.message}"
-               f"{operator} of task {where}")
+    message = (
+        f"job '{job_graph.job_name}' failed: {failure.exception_type}: {failure.message}"
+        f"{operator} of task {where}"
+    )
     if failure.exception is None or failure.exception.__traceback__ is None:
         # raised in another process: the traceback text is all there is of where
         message += f"\n\nTask traceback:\n{failure.traceback_text}"

@@ -34,8 +34,10 @@ class LocalDeployment(Deployment):
         self.tasks = tasks
         self.channels = channels
         self._by_attempt = {t.tdd.attempt_id: t for t in tasks}
-        self.threads = [threading.Thread(target=t.invoke, name=f"chandy {t.tdd.name_with_subtask}",
-                                         daemon=True) for t in tasks]
+        self.threads = [
+            threading.Thread(target=t.invoke, name=f"chandy {t.tdd.name_with_subtask}", daemon=True)
+            for t in tasks
+        ]
 
     def start(self) -> None:
         for thread in self.threads:
@@ -47,22 +49,25 @@ class LocalDeployment(Deployment):
         for channel in self.channels.values():
             channel.close()
 
-    def trigger_checkpoint(self, attempt_id: ExecutionAttemptID, checkpoint_id: int,
-                           timestamp: int, options: CheckpointOptions) -> bool:
+    def trigger_checkpoint(
+        self, attempt_id: ExecutionAttemptID, checkpoint_id: int, timestamp: int, options: CheckpointOptions
+    ) -> bool:
         task = self._by_attempt.get(attempt_id)
         if task is None:
             return False
         task.trigger_checkpoint_async(checkpoint_id, timestamp, options)
         return True
 
-    def notify_checkpoint_complete(self, attempt_id: ExecutionAttemptID, checkpoint_id: int,
-                                   timestamp: int) -> None:
+    def notify_checkpoint_complete(
+        self, attempt_id: ExecutionAttemptID, checkpoint_id: int, timestamp: int
+    ) -> None:
         task = self._by_attempt.get(attempt_id)
         if task is not None:
             task.notify_checkpoint_complete_async(checkpoint_id)
 
-    def notify_checkpoint_aborted(self, attempt_id: ExecutionAttemptID, checkpoint_id: int,
-                                  timestamp: int) -> None:
+    def notify_checkpoint_aborted(
+        self, attempt_id: ExecutionAttemptID, checkpoint_id: int, timestamp: int
+    ) -> None:
         task = self._by_attempt.get(attempt_id)
         if task is not None:
             task.notify_checkpoint_aborted_async(checkpoint_id)
@@ -72,9 +77,12 @@ class LocalDeployment(Deployment):
         for thread, task in zip(self.threads, self.tasks, strict=True):
             thread.join(max(0.0, deadline - time.monotonic()))
             if thread.is_alive():
-                log.warning("%s did not stop within %.0f s (a user function may be blocked); "
-                            "its thread is left behind as a daemon", task.tdd.name_with_subtask,
-                            timeout_s)
+                log.warning(
+                    "%s did not stop within %.0f s (a user function may be blocked); "
+                    "its thread is left behind as a daemon",
+                    task.tdd.name_with_subtask,
+                    timeout_s,
+                )
                 return False
         return True
 
@@ -82,10 +90,14 @@ class LocalDeployment(Deployment):
 class LocalExecutor(Executor):
     """Runs every task as a thread of this process."""
 
-    def deploy(self, execution_graph: ExecutionGraph, descriptors: list[TaskDeploymentDescriptor],
-               listener: TaskStateListener, services: TaskServices) -> LocalDeployment:
-        capacity = Configuration(execution_graph.job_graph.config).get(
-            NetworkOptions.BUFFERS_PER_CHANNEL)
+    def deploy(
+        self,
+        execution_graph: ExecutionGraph,
+        descriptors: list[TaskDeploymentDescriptor],
+        listener: TaskStateListener,
+        services: TaskServices,
+    ) -> LocalDeployment:
+        capacity = Configuration(execution_graph.job_graph.config).get(NetworkOptions.BUFFERS_PER_CHANNEL)
         channels: dict[ChannelID, LocalChannel] = {}
 
         def channel(cid: ChannelID) -> LocalChannel:
@@ -94,16 +106,18 @@ class LocalExecutor(Executor):
                 found = channels[cid] = LocalChannel(capacity, name=str(cid))
             return found
 
-        chains = {v.id: serialize_chain(v.name, tuple(v.operators))
-                  for v in execution_graph.job_graph.vertices}
+        chains = {
+            v.id: serialize_chain(v.name, tuple(v.operators)) for v in execution_graph.job_graph.vertices
+        }
         tasks = []
         for descriptor in descriptors:
-            tdd = dataclasses.replace(descriptor,
-                                      operators=deserialize_chain(chains[descriptor.vertex_id]))
+            tdd = dataclasses.replace(descriptor, operators=deserialize_chain(chains[descriptor.vertex_id]))
             vertex = execution_graph.job_graph.vertex(tdd.vertex_id)
             inputs = [channel(c) for c in execution_graph.input_channel_ids(vertex, tdd.subtask_index)]
-            outputs = [[channel(c) for c in edge]
-                       for edge in execution_graph.output_channel_ids(vertex, tdd.subtask_index)]
+            outputs = [
+                [channel(c) for c in edge]
+                for edge in execution_graph.output_channel_ids(vertex, tdd.subtask_index)
+            ]
             tasks.append(StreamTask(tdd, inputs, outputs, services, listener))
         deployment = LocalDeployment(tasks, channels)
         deployment.start()

@@ -79,8 +79,9 @@ class KeyGroupsStateHandle:
         if common.number_of_key_groups == 0:
             return None
         first = common.start - self.key_group_range.start
-        return KeyGroupsStateHandle(common, self.ranges[first:first + common.number_of_key_groups],
-                                    self.delegate)
+        return KeyGroupsStateHandle(
+            common, self.ranges[first : first + common.number_of_key_groups], self.delegate
+        )
 
     @property
     def state_size(self) -> int:

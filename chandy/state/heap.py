@@ -66,8 +66,7 @@ class StateTable:
 
     __slots__ = ("name", "kind", "maps", "key_group_range", "cow")
 
-    def __init__(self, name: str, kind: str, key_group_range: KeyGroupRange,
-                 max_parallelism: int) -> None:
+    def __init__(self, name: str, kind: str, key_group_range: KeyGroupRange, max_parallelism: int) -> None:
         self.name = name
         self.kind = kind
         self.key_group_range = key_group_range
@@ -111,8 +110,10 @@ class HeapKeyedStateBackend(KeyedStateBackend):
 
     def set_current_key(self, key: Any, key_group: int) -> None:
         if key_group not in self.key_group_range:
-            raise ValueError(f"key {key!r} is in key group {key_group}, outside this backend's "
-                             f"range {self.key_group_range}")
+            raise ValueError(
+                f"key {key!r} is in key group {key_group}, outside this backend's "
+                f"range {self.key_group_range}"
+            )
         self.current_key = key
         self.current_index = key_group
 
@@ -126,13 +127,13 @@ class HeapKeyedStateBackend(KeyedStateBackend):
         kind_name, handle_type = kind
         table = self.tables.get(descriptor.name)
         if table is None:
-            table = StateTable(descriptor.name, kind_name, self.key_group_range,
-                               self.max_parallelism)
+            table = StateTable(descriptor.name, kind_name, self.key_group_range, self.max_parallelism)
             self.tables[descriptor.name] = table
         elif table.kind != kind_name:
             raise ValueError(
                 f"state '{descriptor.name}' holds {table.kind} state and is now requested as "
-                f"{kind_name} state; use a different name for each state")
+                f"{kind_name} state; use a different name for each state"
+            )
         handle = self._handles.get(descriptor.name)
         if handle is None:
             handle = handle_type(self, table, descriptor)
@@ -155,8 +156,10 @@ class HeapKeyedStateBackend(KeyedStateBackend):
             self._snapshots_in_flight += 1
             for table in self.tables.values():
                 table.cow = set()
-        copies = {name: (table.kind, {kg: dict(m) for kg, m in table.key_group_maps() if m})
-                  for name, table in self.tables.items()}
+        copies = {
+            name: (table.kind, {kg: dict(m) for kg, m in table.key_group_maps() if m})
+            for name, table in self.tables.items()
+        }
         return HeapSnapshot(self, self.key_group_range, copies)
 
     def _release(self) -> None:
@@ -166,8 +169,9 @@ class HeapKeyedStateBackend(KeyedStateBackend):
                 for table in self.tables.values():
                     table.cow = None
 
-    def restore(self, handles: Iterable[KeyGroupsStateHandle],
-                read: Callable[[StreamStateHandle, Range], bytes]) -> None:
+    def restore(
+        self, handles: Iterable[KeyGroupsStateHandle], read: Callable[[StreamStateHandle, Range], bytes]
+    ) -> None:
         """Load every key group of this backend's range from ``handles`` (which may
         cover other ranges too: a restore after rescaling)."""
         for handle in handles:
@@ -180,11 +184,14 @@ class HeapKeyedStateBackend(KeyedStateBackend):
                 for name, (kind, values) in pickle.loads(read(part.delegate, byte_range)).items():
                     table = self.tables.get(name)
                     if table is None:
-                        table = self.tables[name] = StateTable(name, kind, self.key_group_range,
-                                                               self.max_parallelism)
+                        table = self.tables[name] = StateTable(
+                            name, kind, self.key_group_range, self.max_parallelism
+                        )
                     elif table.kind != kind:
-                        raise ValueError(f"restored state '{name}' is {kind} state in one "
-                                         f"snapshot and {table.kind} state in another")
+                        raise ValueError(
+                            f"restored state '{name}' is {kind} state in one "
+                            f"snapshot and {table.kind} state in another"
+                        )
                     target = table.maps[kg]
                     assert target is not None
                     target.update(values)
@@ -199,8 +206,9 @@ class _HeapState:
 
     __slots__ = ("_backend", "_maps", "_table")
 
-    def __init__(self, backend: HeapKeyedStateBackend, table: StateTable,
-                 descriptor: StateDescriptor) -> None:
+    def __init__(
+        self, backend: HeapKeyedStateBackend, table: StateTable, descriptor: StateDescriptor
+    ) -> None:
         self._backend = backend
         self._maps = table.maps
         self._table = table
@@ -241,8 +249,9 @@ class HeapValueState(_HeapState, ValueState):
 class HeapReducingState(_HeapState, ReducingState):
     __slots__ = ("_reduce",)
 
-    def __init__(self, backend: HeapKeyedStateBackend, table: StateTable,
-                 descriptor: StateDescriptor) -> None:
+    def __init__(
+        self, backend: HeapKeyedStateBackend, table: StateTable, descriptor: StateDescriptor
+    ) -> None:
         super().__init__(backend, table, descriptor)
         assert isinstance(descriptor, ReducingStateDescriptor)
         self._reduce: Callable[[Any, Any], Any] = descriptor.reduce_function
@@ -352,8 +361,12 @@ class SerializedKeyedState:
 class HeapSnapshot:
     """Key-group copies taken at the barrier, waiting to be serialized."""
 
-    def __init__(self, backend: HeapKeyedStateBackend, key_group_range: KeyGroupRange,
-                 copies: dict[str, tuple[str, dict[int, dict[Any, Any]]]]) -> None:
+    def __init__(
+        self,
+        backend: HeapKeyedStateBackend,
+        key_group_range: KeyGroupRange,
+        copies: dict[str, tuple[str, dict[int, dict[Any, Any]]]],
+    ) -> None:
         self._backend: HeapKeyedStateBackend | None = backend
         self.key_group_range = key_group_range
         self._copies = copies
@@ -402,8 +415,7 @@ class KeyGroupSerializer:
         """Serialize key groups until ``deadline_ns`` (monotonic) passes; True when done."""
         copies = self._snapshot._copies
         for kg in self._key_groups:
-            group = {name: (kind, by_kg[kg]) for name, (kind, by_kg) in copies.items()
-                     if kg in by_kg}
+            group = {name: (kind, by_kg[kg]) for name, (kind, by_kg) in copies.items() if kg in by_kg}
             if group:
                 blob = pickle.dumps(group, protocol=pickle.HIGHEST_PROTOCOL)
                 self._parts.append(blob)
@@ -419,8 +431,9 @@ class KeyGroupSerializer:
     def result(self) -> SerializedKeyedState:
         if not self.done:
             raise RuntimeError("serialization is not finished")
-        return SerializedKeyedState(self._snapshot.key_group_range, b"".join(self._parts),
-                                    tuple(self._ranges))
+        return SerializedKeyedState(
+            self._snapshot.key_group_range, b"".join(self._parts), tuple(self._ranges)
+        )
 
 
 _KINDS: dict[type, tuple[str, type]] = {

@@ -104,8 +104,7 @@ def assign_to_key_group(key: Any, max_parallelism: int) -> int:
     return _fmix32(stable_hash(key)) % max_parallelism
 
 
-def compute_operator_index_for_key_group(max_parallelism: int, parallelism: int,
-                                         key_group: int) -> int:
+def compute_operator_index_for_key_group(max_parallelism: int, parallelism: int, key_group: int) -> int:
     """The subtask that owns ``key_group``."""
     return key_group * parallelism // max_parallelism
 
@@ -113,7 +112,8 @@ def compute_operator_index_for_key_group(max_parallelism: int, parallelism: int,
 def assign_key_to_parallel_operator(key: Any, max_parallelism: int, parallelism: int) -> int:
     """The subtask that owns ``key``."""
     return compute_operator_index_for_key_group(
-        max_parallelism, parallelism, assign_to_key_group(key, max_parallelism))
+        max_parallelism, parallelism, assign_to_key_group(key, max_parallelism)
+    )
 
 
 def round_up_to_power_of_two(x: int) -> int:
@@ -122,18 +122,18 @@ def round_up_to_power_of_two(x: int) -> int:
 
 def compute_default_max_parallelism(parallelism: int) -> int:
     """Flink's default: 1.5 x parallelism rounded up to a power of two, within [128, 32768]."""
-    return min(max(round_up_to_power_of_two(parallelism + parallelism // 2),
-                   DEFAULT_LOWER_BOUND_MAX_PARALLELISM), UPPER_BOUND_MAX_PARALLELISM)
+    return min(
+        max(round_up_to_power_of_two(parallelism + parallelism // 2), DEFAULT_LOWER_BOUND_MAX_PARALLELISM),
+        UPPER_BOUND_MAX_PARALLELISM,
+    )
 
 
 def check_parallelism(parallelism: int, max_parallelism: int) -> None:
     """Reject a parallelism the key groups cannot serve."""
     if not 1 <= max_parallelism <= UPPER_BOUND_MAX_PARALLELISM:
-        raise ValueError(f"max parallelism {max_parallelism} is outside "
-                         f"[1, {UPPER_BOUND_MAX_PARALLELISM}]")
+        raise ValueError(f"max parallelism {max_parallelism} is outside [1, {UPPER_BOUND_MAX_PARALLELISM}]")
     if not 1 <= parallelism <= max_parallelism:
-        raise ValueError(f"parallelism {parallelism} is outside [1, max parallelism "
-                         f"{max_parallelism}]")
+        raise ValueError(f"parallelism {parallelism} is outside [1, max parallelism {max_parallelism}]")
 
 
 @dataclass(frozen=True)
@@ -190,8 +190,10 @@ class KeyGroupAssigner:
         try:
             kg = self.cache.get(key)
         except TypeError:
-            raise TypeError(f"the key {key!r} is not hashable ({type(key).__name__}); make the "
-                            "key selector return an immutable value such as a tuple") from None
+            raise TypeError(
+                f"the key {key!r} is not hashable ({type(key).__name__}); make the "
+                "key selector return an immutable value such as a tuple"
+            ) from None
         if kg is None:
             kg = _fmix32(stable_hash(key)) % self.max_parallelism
             if len(self.cache) >= self.cache_size:

@@ -63,16 +63,17 @@ class OperatorStateBackend:
     def __init__(self) -> None:
         self.states: dict[str, OperatorListState] = {}
 
-    def _get(self, descriptor: ListStateDescriptor, mode: OperatorStateDistributionMode
-             ) -> OperatorListState:
+    def _get(self, descriptor: ListStateDescriptor, mode: OperatorStateDistributionMode) -> OperatorListState:
         if not isinstance(descriptor, ListStateDescriptor):
             raise TypeError("operator state is a list: use a ListStateDescriptor")
         state = self.states.get(descriptor.name)
         if state is None:
             state = self.states[descriptor.name] = OperatorListState(descriptor.name, mode)
         elif state.mode is not mode:
-            raise ValueError(f"operator state '{descriptor.name}' was registered as "
-                             f"{state.mode.value} and is now requested as {mode.value}")
+            raise ValueError(
+                f"operator state '{descriptor.name}' was registered as "
+                f"{state.mode.value} and is now requested as {mode.value}"
+            )
         return state
 
     def get_list_state(self, descriptor: ListStateDescriptor) -> OperatorListState:
@@ -103,8 +104,11 @@ class OperatorStateBackend:
             metas[name] = OperatorStateMeta(state.mode, tuple(ranges))
         return b"".join(parts), metas
 
-    def restore(self, handles: Iterable[tuple[dict[str, OperatorStateMeta], StreamStateHandle]],
-                read: Callable[[StreamStateHandle, Range], bytes]) -> None:
+    def restore(
+        self,
+        handles: Iterable[tuple[dict[str, OperatorStateMeta], StreamStateHandle]],
+        read: Callable[[StreamStateHandle, Range], bytes],
+    ) -> None:
         """Load the elements assigned to this subtask (already redistributed)."""
         for metas, delegate in handles:
             for name, meta in metas.items():

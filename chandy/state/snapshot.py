@@ -25,8 +25,9 @@ class OperatorSubtaskState:
 
     @property
     def state_size(self) -> int:
-        return (sum(h.state_size for h in self.managed_keyed_state)
-                + sum(h.state_size for h in self.managed_operator_state))
+        return sum(h.state_size for h in self.managed_keyed_state) + sum(
+            h.state_size for h in self.managed_operator_state
+        )
 
     def stream_handles(self) -> Iterator[StreamStateHandle]:
         for keyed in self.managed_keyed_state:

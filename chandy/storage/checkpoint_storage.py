@@ -45,8 +45,14 @@ TASK_OWNED_DIR = "taskowned"
 class CheckpointStorage:
     """Checkpoint storage of one job: a directory tree on a filesystem, or memory."""
 
-    def __init__(self, base_uri: str | None, job_id: str, *, create_subdir: bool = True,
-                 inline_threshold: int = 20 * 1024) -> None:
+    def __init__(
+        self,
+        base_uri: str | None,
+        job_id: str,
+        *,
+        create_subdir: bool = True,
+        inline_threshold: int = 20 * 1024,
+    ) -> None:
         self.base_uri = base_uri
         self.job_id = job_id
         self.create_subdir = create_subdir
@@ -103,7 +109,8 @@ class CheckpointStorage:
             raise StorageError(
                 f"checkpoint storage '{self.base_uri}' is not writable ({type(exc).__name__}: "
                 f"{exc}). Set execution.checkpointing.dir to a directory this job can write, "
-                "reachable from every executor.") from None
+                "reachable from every executor."
+            ) from None
 
     def checkpoint_dir(self, checkpoint_id: int) -> str:
         return self.fs.join(self.job_dir, f"{CHECKPOINT_DIR_PREFIX}{checkpoint_id}")
@@ -146,8 +153,7 @@ class CheckpointStorage:
         try:
             self.fs.delete(directory, recursive=True)
         except OSError as exc:
-            log.warning("could not delete checkpoint %d of job %s: %s", checkpoint_id,
-                        self.job_id, exc)
+            log.warning("could not delete checkpoint %d of job %s: %s", checkpoint_id, self.job_id, exc)
 
     def discard_handles(self, handles: Iterable[FileStateHandle]) -> None:
         """Delete state files that no checkpoint will reference (late or rejected acks)."""
@@ -203,11 +209,13 @@ def read_verified(handle: FileStateHandle) -> bytes:
     except FileNotFoundError:
         raise InvalidCheckpointError(
             f"state file {handle.path} is missing: the checkpoint that references it was "
-            "deleted or moved. Restore from another checkpoint.") from None
+            "deleted or moved. Restore from another checkpoint."
+        ) from None
     except OSError as exc:
         raise StorageError(f"cannot read state file {handle.path}: {exc}") from None
     if len(data) != handle.size or hashlib.sha256(data).hexdigest() != handle.sha256:
         raise InvalidCheckpointError(
             f"state file {handle.path} is corrupt (size or checksum does not match the checkpoint "
-            "metadata). Restore from another checkpoint.")
+            "metadata). Restore from another checkpoint."
+        )
     return data

@@ -75,7 +75,7 @@ class LocalFileSystem(FileSystem):
         try:
             view = memoryview(data)
             while view:
-                view = view[os.write(fd, view):]
+                view = view[os.write(fd, view) :]
             os.fsync(fd)
         finally:
             os.close(fd)
@@ -148,14 +148,16 @@ class FsspecFileSystem(FileSystem):
         try:
             import fsspec
         except ImportError:  # pragma: no cover - fsspec is a dependency
-            raise StorageError(f"checkpoint storage '{protocol}://' needs fsspec: "
-                               "pip install fsspec") from None
+            raise StorageError(
+                f"checkpoint storage '{protocol}://' needs fsspec: pip install fsspec"
+            ) from None
         try:
             self._fs = fsspec.filesystem(protocol)
         except (ImportError, ValueError) as exc:
             raise StorageError(
                 f"no filesystem for '{protocol}://' checkpoint storage: {exc}. Install the fsspec "
-                f"implementation for '{protocol}' (e.g. s3fs for s3://) or use a local path") from None
+                f"implementation for '{protocol}' (e.g. s3fs for s3://) or use a local path"
+            ) from None
         self.protocol = protocol
 
     def join(self, base: str, *parts: str) -> str:
@@ -196,13 +198,13 @@ def resolve(uri: str) -> tuple[FileSystem, str]:
     A plain path or ``file://`` URI is local (made absolute); other schemes go to fsspec.
     """
     if not isinstance(uri, str) or not uri.strip():
-        raise StorageError("a checkpoint storage location must be a non-empty path or URI, "
-                           f"got {uri!r}")
+        raise StorageError(f"a checkpoint storage location must be a non-empty path or URI, got {uri!r}")
     parsed = urlparse(uri)
     if parsed.scheme in ("", "file") or (len(parsed.scheme) == 1 and os.name == "nt"):
         path = parsed.path if parsed.scheme == "file" else uri
         if parsed.scheme == "file" and parsed.netloc not in ("", "localhost"):
-            raise StorageError(f"'{uri}' names host '{parsed.netloc}'; a file:// URI must be "
-                               "file:///absolute/path")
+            raise StorageError(
+                f"'{uri}' names host '{parsed.netloc}'; a file:// URI must be file:///absolute/path"
+            )
         return LocalFileSystem(), os.path.abspath(os.path.expanduser(path))
     return FsspecFileSystem(parsed.scheme), uri

@@ -63,14 +63,14 @@ Schedule = Callable[[Callable[[], None], str, Callable[[], None]], None]
 class _InFlight:
     """One checkpoint between its synchronous part and its acknowledgement."""
 
-    def __init__(self, checkpoint_id: int, snapshots: list[OperatorSnapshot],
-                 metrics: CheckpointMetrics) -> None:
+    def __init__(
+        self, checkpoint_id: int, snapshots: list[OperatorSnapshot], metrics: CheckpointMetrics
+    ) -> None:
         self.checkpoint_id = checkpoint_id
         self.snapshots = snapshots
         self.metrics = metrics
         self.started_ns = time.monotonic_ns()
-        self.serializers = {i: s.keyed.serializer() for i, s in enumerate(snapshots)
-                            if s.keyed is not None}
+        self.serializers = {i: s.keyed.serializer() for i, s in enumerate(snapshots) if s.keyed is not None}
 
     def release(self) -> None:
         for snapshot in self.snapshots:
@@ -80,10 +80,17 @@ class _InFlight:
 class SubtaskCheckpointCoordinator:
     """Takes, writes, acknowledges or declines this subtask's checkpoints."""
 
-    def __init__(self, tdd: TaskDeploymentDescriptor, chain: OperatorChain,
-                 writers: Sequence[RecordWriter], responder: CheckpointResponder | None,
-                 storage: CheckpointStorage | None, async_executor: Executor | None,
-                 is_cancelled: Callable[[], bool], schedule: Schedule | None = None) -> None:
+    def __init__(
+        self,
+        tdd: TaskDeploymentDescriptor,
+        chain: OperatorChain,
+        writers: Sequence[RecordWriter],
+        responder: CheckpointResponder | None,
+        storage: CheckpointStorage | None,
+        async_executor: Executor | None,
+        is_cancelled: Callable[[], bool],
+        schedule: Schedule | None = None,
+    ) -> None:
         self.tdd = tdd
         self.chain = chain
         self.writers = writers
@@ -97,8 +104,9 @@ class SubtaskCheckpointCoordinator:
 
     # -- the synchronous part (task thread) --------------------------------
 
-    def checkpoint_state(self, checkpoint_id: int, timestamp: int, options: CheckpointOptions,
-                         alignment: AlignmentMetrics) -> None:
+    def checkpoint_state(
+        self, checkpoint_id: int, timestamp: int, options: CheckpointOptions, alignment: AlignmentMetrics
+    ) -> None:
         self.last_checkpoint_id = max(self.last_checkpoint_id, checkpoint_id)
         if checkpoint_id in self._aborted:
             self._broadcast(CancelCheckpointMarker(checkpoint_id))
@@ -109,21 +117,23 @@ class SubtaskCheckpointCoordinator:
         try:
             snapshots = self.chain.snapshot_state(checkpoint_id, timestamp)
         except Exception as exc:  # noqa: BLE001 - the checkpoint fails, the task goes on
-            log.warning("%s could not snapshot checkpoint %d: %r", self.tdd.name_with_subtask,
-                        checkpoint_id, exc)
-            self.decline(checkpoint_id, CheckpointFailureReason.CHECKPOINT_DECLINED,
-                         f"{type(exc).__name__}: {exc}")
+            log.warning(
+                "%s could not snapshot checkpoint %d: %r", self.tdd.name_with_subtask, checkpoint_id, exc
+            )
+            self.decline(
+                checkpoint_id, CheckpointFailureReason.CHECKPOINT_DECLINED, f"{type(exc).__name__}: {exc}"
+            )
             return
         metrics = CheckpointMetrics(
             bytes_processed_during_alignment=alignment.bytes_processed_during_alignment,
             alignment_duration_ns=alignment.alignment_duration_ns,
             checkpoint_start_delay_ns=alignment.checkpoint_start_delay_ns,
             sync_duration_ms=(time.monotonic_ns() - started) // 1_000_000,
-            unaligned=False)
+            unaligned=False,
+        )
         self._serialize_step(_InFlight(checkpoint_id, snapshots, metrics))
 
-    def abort_checkpoint_on_barrier(self, checkpoint_id: int,
-                                    reason: CheckpointFailureReason) -> None:
+    def abort_checkpoint_on_barrier(self, checkpoint_id: int, reason: CheckpointFailureReason) -> None:
         """The barrier handler gave up on ``checkpoint_id``: decline, and tell downstream."""
         self.last_checkpoint_id = max(self.last_checkpoint_id, checkpoint_id)
         self.decline(checkpoint_id, reason, "aborted at the input barriers")
@@ -136,8 +146,9 @@ class SubtaskCheckpointCoordinator:
 
     def decline(self, checkpoint_id: int, reason: CheckpointFailureReason, message: str) -> None:
         if self.responder is not None:
-            self.responder.decline_checkpoint(DeclineCheckpoint(
-                self.tdd.job_id, self.tdd.attempt_id, checkpoint_id, reason, message))
+            self.responder.decline_checkpoint(
+                DeclineCheckpoint(self.tdd.job_id, self.tdd.attempt_id, checkpoint_id, reason, message)
+            )
 
     def _broadcast(self, event: CheckpointBarrier | CancelCheckpointMarker) -> None:
         for writer in self.writers:
@@ -152,9 +163,11 @@ class SubtaskCheckpointCoordinator:
             for serializer in checkpoint.serializers.values():
                 if not serializer.done and not serializer.step(deadline):
                     assert self._schedule is not None
-                    self._schedule(lambda: self._serialize_step(checkpoint),
-                                   f"serialize checkpoint {checkpoint.checkpoint_id}",
-                                   checkpoint.release)
+                    self._schedule(
+                        lambda: self._serialize_step(checkpoint),
+                        f"serialize checkpoint {checkpoint.checkpoint_id}",
+                        checkpoint.release,
+                    )
                     return
         except Exception as exc:  # noqa: BLE001 - reported to the coordinator as a decline
             checkpoint.release()
@@ -170,8 +183,9 @@ class SubtaskCheckpointCoordinator:
         except RuntimeError:  # the pool is shutting down: the job is going away
             pass
 
-    def _write_and_acknowledge(self, checkpoint: _InFlight,
-                               serialized: dict[int, SerializedKeyedState]) -> None:
+    def _write_and_acknowledge(
+        self, checkpoint: _InFlight, serialized: dict[int, SerializedKeyedState]
+    ) -> None:
         checkpoint_id = checkpoint.checkpoint_id
         written: list[FileStateHandle] = []
         storage = self.storage
@@ -205,9 +219,15 @@ class SubtaskCheckpointCoordinator:
             metrics.checkpointed_size = size
             metrics.state_size = size
             if self.responder is not None:
-                self.responder.acknowledge_checkpoint(AcknowledgeCheckpoint(
-                    self.tdd.job_id, self.tdd.attempt_id, checkpoint_id, metrics,
-                    TaskStateSnapshot(subtask_states) if subtask_states else None))
+                self.responder.acknowledge_checkpoint(
+                    AcknowledgeCheckpoint(
+                        self.tdd.job_id,
+                        self.tdd.attempt_id,
+                        checkpoint_id,
+                        metrics,
+                        TaskStateSnapshot(subtask_states) if subtask_states else None,
+                    )
+                )
         except Exception as exc:  # noqa: BLE001 - reported to the coordinator as a decline
             if storage.is_persistent:
                 storage.discard_handles(written)
@@ -215,7 +235,14 @@ class SubtaskCheckpointCoordinator:
 
     def _fail_async(self, checkpoint_id: int, exc: BaseException) -> None:
         if not self.is_cancelled():
-            log.warning("%s: asynchronous part of checkpoint %d failed: %r",
-                        self.tdd.name_with_subtask, checkpoint_id, exc)
-            self.decline(checkpoint_id, CheckpointFailureReason.CHECKPOINT_ASYNC_EXCEPTION,
-                         f"{type(exc).__name__}: {exc}")
+            log.warning(
+                "%s: asynchronous part of checkpoint %d failed: %r",
+                self.tdd.name_with_subtask,
+                checkpoint_id,
+                exc,
+            )
+            self.decline(
+                checkpoint_id,
+                CheckpointFailureReason.CHECKPOINT_ASYNC_EXCEPTION,
+                f"{type(exc).__name__}: {exc}",
+            )

@@ -105,7 +105,8 @@ def serialize_chain(vertex_name: str, operators: tuple[OperatorSpec, ...]) -> by
                     f"the function of operator '{spec.name}' (task '{vertex_name}') cannot be "
                     f"serialized: {type(inner).__name__}: {inner}. Every parallel subtask gets "
                     "its own copy of each function (shipped to Spark executors too): create "
-                    "files, sockets, locks and clients in open(), not in __init__") from inner
+                    "files, sockets, locks and clients in open(), not in __init__"
+                ) from inner
         raise InvalidProgramError(f"task '{vertex_name}' cannot be serialized: {exc}") from exc
 
 
@@ -133,9 +134,11 @@ def deserialize_chain(payload: bytes, vertex_name: str = "") -> tuple[OperatorSp
             "it must be importable on every Spark executor: ship it with "
             "spark.submit.pyFiles (spark-submit --py-files, SparkContext.addPyFile) or "
             "install it in the executors' Python; functions defined in the job's main "
-            "script travel by value and need neither") from exc
+            "script travel by value and need neither"
+        ) from exc
     except Exception as exc:
         raise UnrecoverableError(
             f"the functions{task} cannot be loaded where the task runs: {type(exc).__name__}: "
             f"{exc}. The executors' Python must match the driver's: the same Python version "
-            "and the same versions of the packages the functions use") from exc
+            "and the same versions of the packages the functions use"
+        ) from exc

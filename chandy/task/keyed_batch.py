@@ -18,8 +18,12 @@ class KeyedBatch:
 
     __slots__ = ("key_groups", "keys", "values")
 
-    def __init__(self, key_groups: list[int] | None = None, keys: list[Any] | None = None,
-                 values: list[Any] | None = None) -> None:
+    def __init__(
+        self,
+        key_groups: list[int] | None = None,
+        keys: list[Any] | None = None,
+        values: list[Any] | None = None,
+    ) -> None:
         self.key_groups = key_groups if key_groups is not None else []
         self.keys = keys if keys is not None else []
         self.values = values if values is not None else []
@@ -44,8 +48,12 @@ class KeyedBatch:
     __hash__ = None  # type: ignore[assignment]  # mutable
 
     def __eq__(self, other: object) -> bool:
-        return (isinstance(other, KeyedBatch) and self.values == other.values
-                and self.keys == other.keys and self.key_groups == other.key_groups)
+        return (
+            isinstance(other, KeyedBatch)
+            and self.values == other.values
+            and self.keys == other.keys
+            and self.key_groups == other.key_groups
+        )
 
     def __repr__(self) -> str:
         return f"KeyedBatch({list(self)!r})"

@@ -42,8 +42,9 @@ class Mailbox:
         self._lock = threading.Lock()
         self._closed = False
 
-    def put(self, action: Callable[[], None], description: str,
-            on_drop: Callable[[], None] | None = None) -> None:
+    def put(
+        self, action: Callable[[], None], description: str, on_drop: Callable[[], None] | None = None
+    ) -> None:
         """Queue ``action`` for the task thread (callable from any thread)."""
         mail = Mail(action, description, on_drop)
         with self._lock:

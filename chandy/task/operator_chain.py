@@ -41,6 +41,7 @@ def _fan_out(targets: Sequence[Emit]) -> Emit:
     def emit(records: list[Any]) -> None:
         for target in fixed:
             target(records)
+
     return emit
 
 
@@ -60,8 +61,13 @@ class OperatorSnapshot:
 class OperatorChain:
     """Builds, wires and drives the lifecycle of a task's operators."""
 
-    def __init__(self, tdd: TaskDeploymentDescriptor, writers: Sequence[RecordWriter],
-                 services: TaskServices, should_abort: Callable[[], bool]) -> None:
+    def __init__(
+        self,
+        tdd: TaskDeploymentDescriptor,
+        writers: Sequence[RecordWriter],
+        services: TaskServices,
+        should_abort: Callable[[], bool],
+    ) -> None:
         self.tdd = tdd
         self.specs = tdd.operators
         self.operators: dict[int, StreamOperator] = {}
@@ -70,21 +76,25 @@ class OperatorChain:
             operator.name = spec.name
             operator.operator_id = spec.operator_id
             self.operators[spec.node_id] = operator
-        key_group_range = KeyGroupRange.of_operator(tdd.max_parallelism, tdd.parallelism,
-                                                    tdd.subtask_index)
+        key_group_range = KeyGroupRange.of_operator(tdd.max_parallelism, tdd.parallelism, tdd.subtask_index)
         # Wire from the tail so that every target exists before its source is set up.
         for spec in reversed(self.specs):
             operator = self.operators[spec.node_id]
             targets: list[Emit] = [self.operators[n].process_batch for n in spec.chained_outputs]
             targets += [writers[i].emit_batch for i in spec.network_outputs]
-            backend = (HeapKeyedStateBackend(key_group_range, tdd.max_parallelism)
-                       if spec.keyed else None)
+            backend = HeapKeyedStateBackend(key_group_range, tdd.max_parallelism) if spec.keyed else None
             context = StreamingRuntimeContext(
-                job_id=tdd.job_id, job_name=tdd.job_name, task_name=tdd.task_name,
-                operator_name=spec.name, subtask_index=tdd.subtask_index,
-                parallelism=tdd.parallelism, max_parallelism=tdd.max_parallelism,
-                attempt_number=tdd.attempt_number, job_parameters=tdd.config,
-                keyed_state_backend=backend)
+                job_id=tdd.job_id,
+                job_name=tdd.job_name,
+                task_name=tdd.task_name,
+                operator_name=spec.name,
+                subtask_index=tdd.subtask_index,
+                parallelism=tdd.parallelism,
+                max_parallelism=tdd.max_parallelism,
+                attempt_number=tdd.attempt_number,
+                job_parameters=tdd.config,
+                keyed_state_backend=backend,
+            )
             operator.setup(context, _fan_out(targets))
             operator.bind_task_services(services, should_abort)
         self.head = self.operators[self.specs[0].node_id]
@@ -105,11 +115,14 @@ class OperatorChain:
             backend = operator.runtime_context.keyed_state_backend if operator.runtime_context else None
             if state.managed_keyed_state:
                 if not isinstance(backend, HeapKeyedStateBackend):
-                    raise RuntimeError(f"operator '{spec.name}' has keyed state in the checkpoint "
-                                       "but is not on a keyed stream any more")
+                    raise RuntimeError(
+                        f"operator '{spec.name}' has keyed state in the checkpoint "
+                        "but is not on a keyed stream any more"
+                    )
                 backend.restore(state.managed_keyed_state, read)
             operator.operator_state_backend.restore(
-                [(h.states, h.delegate) for h in state.managed_operator_state], read)
+                [(h.states, h.delegate) for h in state.managed_operator_state], read
+            )
 
     def in_order(self) -> list[StreamOperator]:
         """Operators head first (topological order)."""
@@ -120,8 +133,7 @@ class OperatorChain:
         ``initialize_state`` (restore) then ``open`` for each operator."""
         restored = self.tdd.task_restore.checkpoint_id if self.tdd.task_restore else None
         for operator in reversed(self.in_order()):
-            operator.initialize_state(
-                StateInitializationContext(operator.operator_state_backend, restored))
+            operator.initialize_state(StateInitializationContext(operator.operator_state_backend, restored))
             operator.open()
             self._opened.append(operator)
 
@@ -140,12 +152,15 @@ class OperatorChain:
             for spec in self.specs:
                 operator = self.operators[spec.node_id]
                 operator.snapshot_state(context)
-                backend = operator.runtime_context.keyed_state_backend if operator.runtime_context \
+                backend = operator.runtime_context.keyed_state_backend if operator.runtime_context else None
+                keyed = (
+                    backend.snapshot()
+                    if isinstance(backend, HeapKeyedStateBackend) and backend.tables
                     else None
-                keyed = backend.snapshot() if isinstance(backend, HeapKeyedStateBackend) and \
-                    backend.tables else None
-                taken.append(OperatorSnapshot(spec.operator_id, keyed,
-                                              operator.operator_state_backend.snapshot()))
+                )
+                taken.append(
+                    OperatorSnapshot(spec.operator_id, keyed, operator.operator_state_backend.snapshot())
+                )
         except BaseException:
             for snapshot in taken:
                 snapshot.release()

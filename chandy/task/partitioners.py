@@ -123,8 +123,9 @@ class KeyGroupStreamPartitioner(StreamPartitioner):
 
     name = "HASH"
 
-    def __init__(self, key_selector: Callable[[Any], Any], max_parallelism: int = 0,
-                 ship_keys: bool = True) -> None:
+    def __init__(
+        self, key_selector: Callable[[Any], Any], max_parallelism: int = 0, ship_keys: bool = True
+    ) -> None:
         self.key_selector = key_selector
         self.max_parallelism = max_parallelism
         self.ship_keys = ship_keys
@@ -152,8 +153,7 @@ class KeyGroupStreamPartitioner(StreamPartitioner):
             groups = [None] * len(keys)  # an unhashable key: key_group() names it
         if None in groups:
             key_group = assigner.key_group
-            groups = [kg if kg is not None else key_group(k) for kg, k in zip(groups, keys,
-                                                                             strict=True)]
+            groups = [kg if kg is not None else key_group(k) for kg, k in zip(groups, keys, strict=True)]
         return groups  # type: ignore[return-value]
 
     def partition(self, records: list[Any], buffers: list[Any]) -> None:

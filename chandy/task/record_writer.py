@@ -23,11 +23,19 @@ from chandy.task.partitioners import StreamPartitioner
 class RecordWriter:
     """Partitioner + per-channel batching in front of the output channels of one edge."""
 
-    __slots__ = ("channels", "partitioner", "batch_size", "_buffers", "pending_since_ns",
-                 "records_out", "batches_out")
+    __slots__ = (
+        "channels",
+        "partitioner",
+        "batch_size",
+        "_buffers",
+        "pending_since_ns",
+        "records_out",
+        "batches_out",
+    )
 
-    def __init__(self, channels: Sequence[OutputChannel], partitioner: StreamPartitioner,
-                 batch_size: int) -> None:
+    def __init__(
+        self, channels: Sequence[OutputChannel], partitioner: StreamPartitioner, batch_size: int
+    ) -> None:
         self.channels = list(channels)
         self.partitioner = partitioner
         self.batch_size = batch_size
@@ -52,7 +60,7 @@ class RecordWriter:
                     continue
                 cut = n - n % size
                 for start in range(0, cut, size):
-                    self._send(index, buffer[start:start + size])
+                    self._send(index, buffer[start : start + size])
                 del buffer[:cut]
                 n -= cut
             if n:

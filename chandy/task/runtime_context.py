@@ -24,11 +24,20 @@ from chandy.state.backend import KeyedStateBackend
 class StreamingRuntimeContext(RuntimeContext):
     """Where an operator runs; keyed state if its input is a keyed stream."""
 
-    def __init__(self, *, job_id: str, job_name: str, task_name: str, operator_name: str,
-                 subtask_index: int,
-                 parallelism: int, max_parallelism: int, attempt_number: int,
-                 job_parameters: Mapping[str, Any],
-                 keyed_state_backend: KeyedStateBackend | None = None) -> None:
+    def __init__(
+        self,
+        *,
+        job_id: str,
+        job_name: str,
+        task_name: str,
+        operator_name: str,
+        subtask_index: int,
+        parallelism: int,
+        max_parallelism: int,
+        attempt_number: int,
+        job_parameters: Mapping[str, Any],
+        keyed_state_backend: KeyedStateBackend | None = None,
+    ) -> None:
         self.job_id = job_id
         self.job_name = job_name
         self._task_name = task_name
@@ -64,7 +73,8 @@ class StreamingRuntimeContext(RuntimeContext):
             raise InvalidProgramError(
                 f"keyed state '{descriptor.name}' requested in operator '{self.operator_name}', "
                 "whose input is not keyed. Keyed state is only available on a keyed stream: "
-                "call key_by(...) before this operator.")
+                "call key_by(...) before this operator."
+            )
         return self.keyed_state_backend.get_partitioned_state(descriptor)
 
     def get_state(self, state_descriptor: ValueStateDescriptor) -> ValueState:

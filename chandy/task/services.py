@@ -38,23 +38,30 @@ class TaskFailure:
 
     @staticmethod
     def of(exc: BaseException, operator_name: str | None) -> TaskFailure:
-        return TaskFailure(exc, type(exc).__name__, str(exc),
-                           "".join(traceback.format_exception(exc)), operator_name,
-                           isinstance(exc, UnrecoverableError))
+        return TaskFailure(
+            exc,
+            type(exc).__name__,
+            str(exc),
+            "".join(traceback.format_exception(exc)),
+            operator_name,
+            isinstance(exc, UnrecoverableError),
+        )
 
 
 class TaskStateListener(Protocol):
     """Receives every state change of a task (the JobMaster, or an RPC stub to it)."""
 
-    def notify_task_state(self, attempt_id: ExecutionAttemptID, state: ExecutionState,
-                          failure: TaskFailure | None = None) -> None: ...
+    def notify_task_state(
+        self, attempt_id: ExecutionAttemptID, state: ExecutionState, failure: TaskFailure | None = None
+    ) -> None: ...
 
 
 class ResultPublisher(Protocol):
     """Carries the batches of ``execute_and_collect()`` to the client."""
 
-    def publish(self, collect_id: str, subtask_index: int, batch: list[Any], token: int | None,
-                should_abort: Any) -> None:
+    def publish(
+        self, collect_id: str, subtask_index: int, batch: list[Any], token: int | None, should_abort: Any
+    ) -> None:
         """Hand over ``batch``; may block while the client is slow (backpressure).
 
         ``token`` is the id of the checkpoint that committed the batch (``None``:

@@ -67,9 +67,14 @@ _END = InputStatus.END_OF_INPUT
 class StreamTask:
     """Runs one subtask's operator chain; :meth:`invoke` is the thread body."""
 
-    def __init__(self, tdd: TaskDeploymentDescriptor, input_channels: Sequence[InputChannel],
-                 output_channels: Sequence[Sequence[OutputChannel]], services: TaskServices,
-                 listener: TaskStateListener) -> None:
+    def __init__(
+        self,
+        tdd: TaskDeploymentDescriptor,
+        input_channels: Sequence[InputChannel],
+        output_channels: Sequence[Sequence[OutputChannel]],
+        services: TaskServices,
+        listener: TaskStateListener,
+    ) -> None:
         if len(output_channels) != len(tdd.outputs):
             raise ValueError("one list of output channels per output edge is required")
         if len(input_channels) != tdd.num_input_channels:
@@ -89,8 +94,13 @@ class StreamTask:
             handler: CheckpointBarrierHandler
             if config.get(CheckpointingOptions.MODE) is CheckpointingMode.EXACTLY_ONCE:
                 handler = SingleCheckpointBarrierHandler(
-                    len(input_channels), gate, self, end_of_partition_aborts=not config.get(
-                        CheckpointingOptions.CHECKPOINTS_AFTER_TASKS_FINISH))
+                    len(input_channels),
+                    gate,
+                    self,
+                    end_of_partition_aborts=not config.get(
+                        CheckpointingOptions.CHECKPOINTS_AFTER_TASKS_FINISH
+                    ),
+                )
             else:
                 handler = CheckpointBarrierTracker(len(input_channels), self)
             self.checkpointed_input = CheckpointedInputGate(gate, handler)
@@ -100,7 +110,8 @@ class StreamTask:
         self._needs_final_checkpoint = (
             self.checkpointed_input is None
             and config.get(CheckpointingOptions.INTERVAL) is not None
-            and config.get(CheckpointingOptions.CHECKPOINTS_AFTER_TASKS_FINISH))
+            and config.get(CheckpointingOptions.CHECKPOINTS_AFTER_TASKS_FINISH)
+        )
         self._awaiting_final_checkpoint = False
         self._final_checkpoint_id: int | None = None
         self._final_checkpoint_done = False
@@ -126,24 +137,25 @@ class StreamTask:
 
     # ------------------------------------------------------------------ checkpoints
 
-    def trigger_checkpoint_async(self, checkpoint_id: int, timestamp: int,
-                                 options: CheckpointOptions) -> None:
+    def trigger_checkpoint_async(
+        self, checkpoint_id: int, timestamp: int, options: CheckpointOptions
+    ) -> None:
         """The coordinator asks this (source) task to checkpoint; runs as a mail."""
         self.mailbox.put(
             lambda: self.perform_checkpoint(checkpoint_id, timestamp, options, AlignmentMetrics()),
             f"checkpoint {checkpoint_id}",
-            on_drop=lambda: self._decline_closed(checkpoint_id))
+            on_drop=lambda: self._decline_closed(checkpoint_id),
+        )
 
     def notify_checkpoint_complete_async(self, checkpoint_id: int) -> None:
-        self.mailbox.put(lambda: self._notify_complete(checkpoint_id),
-                         f"checkpoint {checkpoint_id} complete")
+        self.mailbox.put(lambda: self._notify_complete(checkpoint_id), f"checkpoint {checkpoint_id} complete")
 
     def notify_checkpoint_aborted_async(self, checkpoint_id: int) -> None:
-        self.mailbox.put(lambda: self._notify_aborted(checkpoint_id),
-                         f"checkpoint {checkpoint_id} aborted")
+        self.mailbox.put(lambda: self._notify_aborted(checkpoint_id), f"checkpoint {checkpoint_id} aborted")
 
-    def perform_checkpoint(self, checkpoint_id: int, timestamp: int, options: CheckpointOptions,
-                           alignment: AlignmentMetrics) -> None:
+    def perform_checkpoint(
+        self, checkpoint_id: int, timestamp: int, options: CheckpointOptions, alignment: AlignmentMetrics
+    ) -> None:
         """Snapshot this subtask for ``checkpoint_id`` (task thread, between batches)."""
         if self.checkpoints is None or self.state is not ExecutionState.RUNNING:
             self._decline_closed(checkpoint_id)
@@ -177,10 +189,15 @@ class StreamTask:
         if responder is not None:
             from chandy.messages.checkpoint import DeclineCheckpoint
 
-            responder.decline_checkpoint(DeclineCheckpoint(
-                self.tdd.job_id, self.tdd.attempt_id, checkpoint_id,
-                CheckpointFailureReason.CHECKPOINT_DECLINED_TASK_NOT_READY,
-                f"task {self.tdd.name_with_subtask} is not running"))
+            responder.decline_checkpoint(
+                DeclineCheckpoint(
+                    self.tdd.job_id,
+                    self.tdd.attempt_id,
+                    checkpoint_id,
+                    CheckpointFailureReason.CHECKPOINT_DECLINED_TASK_NOT_READY,
+                    f"task {self.tdd.name_with_subtask} is not running",
+                )
+            )
 
     def _broadcast_cancel(self, checkpoint_id: int) -> None:
         try:
@@ -206,12 +223,10 @@ class StreamTask:
 
     # BarrierHandlerActions: called by the barrier handler on this thread.
 
-    def trigger_checkpoint_on_barrier(self, barrier: CheckpointBarrier,
-                                      metrics: AlignmentMetrics) -> None:
+    def trigger_checkpoint_on_barrier(self, barrier: CheckpointBarrier, metrics: AlignmentMetrics) -> None:
         self.perform_checkpoint(barrier.checkpoint_id, barrier.timestamp, barrier.options, metrics)
 
-    def abort_checkpoint_on_barrier(self, checkpoint_id: int,
-                                    reason: CheckpointFailureReason) -> None:
+    def abort_checkpoint_on_barrier(self, checkpoint_id: int, reason: CheckpointFailureReason) -> None:
         if self.checkpoints is not None:
             self.checkpoints.abort_checkpoint_on_barrier(checkpoint_id, reason)
 
@@ -229,9 +244,15 @@ class StreamTask:
         try:
             self.chain = OperatorChain(tdd, self.writers, self.services, self.is_cancelled)
             self.checkpoints = SubtaskCheckpointCoordinator(
-                tdd, self.chain, self.writers, self.services.checkpoint_responder,
-                self.services.checkpoint_storage, self.services.async_executor, self.is_cancelled,
-                schedule=self.mailbox.put)
+                tdd,
+                self.chain,
+                self.writers,
+                self.services.checkpoint_responder,
+                self.services.checkpoint_storage,
+                self.services.async_executor,
+                self.is_cancelled,
+                schedule=self.mailbox.put,
+            )
             self.chain.initialize_state_and_open()
             if self._cancelled:
                 raise TaskCancelledError()
@@ -255,8 +276,7 @@ class StreamTask:
         if self._cancelled:
             self._transition(ExecutionState.CANCELED)
         elif failure is not None:
-            log.warning("%s failed: %s: %s", tdd.name_with_subtask, failure.exception_type,
-                        failure.message)
+            log.warning("%s failed: %s: %s", tdd.name_with_subtask, failure.exception_type, failure.message)
             self._transition(ExecutionState.FAILED, failure)
         else:
             self._transition(ExecutionState.FINISHED)

@@ -12,10 +12,15 @@ from tests.jobs import KeyedCounter, Throttle
 env = StreamExecutionEnvironment.get_execution_environment(executor="spark")
 env.set_parallelism(2)
 env.enable_checkpointing(100)
-env.configure({"execution.checkpointing.dir": sys.argv[1],
-               "execution.checkpointing.externalized-checkpoint-retention": "RETAIN_ON_CANCELLATION"})
+env.configure(
+    {
+        "execution.checkpointing.dir": sys.argv[1],
+        "execution.checkpointing.externalized-checkpoint-retention": "RETAIN_ON_CANCELLATION",
+    }
+)
 env.from_sequence(0, 10**9).map(Throttle(0.0005)).key_by(lambda x: x % 10).process(
-    KeyedCounter(10**12)).print()
+    KeyedCounter(10**12)
+).print()
 client = env.execute_async("endless")
 while True:
     try:

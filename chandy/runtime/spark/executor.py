@@ -84,8 +84,9 @@ class _SlotConnection:
 class SlotPool:
     """One barrier stage: ``size`` slots, each connected to the control server."""
 
-    def __init__(self, executor: SparkExecutor, session: Any, size: int,
-                 bootstrap: SlotBootstrap, job_name: str) -> None:
+    def __init__(
+        self, executor: SparkExecutor, session: Any, size: int, bootstrap: SlotBootstrap, job_name: str
+    ) -> None:
         self.executor = executor
         self.session = session
         self.size = size
@@ -96,8 +97,9 @@ class SlotPool:
         self.failure: str | None = None
         self._registered = threading.Condition()
         self._bootstrap = bootstrap
-        self._thread = threading.Thread(target=self._run_stage, args=(job_name,), daemon=True,
-                                        name=f"chandy spark stage {self.group}")
+        self._thread = threading.Thread(
+            target=self._run_stage, args=(job_name,), daemon=True, name=f"chandy spark stage {self.group}"
+        )
         self._thread.start()
 
     def _run_stage(self, job_name: str) -> None:
@@ -106,7 +108,8 @@ class SlotPool:
         sc.setJobGroup(self.group, f"chandy: {job_name}", interruptOnCancel=True)
         try:
             sc.parallelize(range(self.size), self.size).barrier().mapPartitions(
-                lambda _: run_slot(bootstrap)).collect()
+                lambda _: run_slot(bootstrap)
+            ).collect()
             reason = "the slot stage ended"
         except Exception as exc:  # noqa: BLE001 - any stage failure means lost slots
             reason = _first_line(exc)
@@ -136,13 +139,14 @@ class SlotPool:
     def wait_registered(self, timeout_s: float) -> None:
         with self._registered:
             done = self._registered.wait_for(
-                lambda: len(self.slots) >= self.size or not self.alive, timeout_s)
+                lambda: len(self.slots) >= self.size or not self.alive, timeout_s
+            )
         if not self.alive:
-            raise JobExecutionError(f"the Spark stage for the job's {self.size} slots failed: "
-                                    f"{self.failure}")
+            raise JobExecutionError(f"the Spark stage for the job's {self.size} slots failed: {self.failure}")
         if not done:
-            raise JobExecutionError(f"only {len(self.slots)} of {self.size} slots started within "
-                                    f"{timeout_s:.0f} s")
+            raise JobExecutionError(
+                f"only {len(self.slots)} of {self.size} slots started within {timeout_s:.0f} s"
+            )
 
     def send(self, index: int, message: Any) -> bool:
         slot = self.slots.get(index)
@@ -182,8 +186,13 @@ class SlotPool:
 class SparkDeployment(Deployment):
     """One generation of tasks in the slots of a pool."""
 
-    def __init__(self, executor: SparkExecutor, pool: SlotPool, generation: int,
-                 attempts: dict[ExecutionAttemptID, int]) -> None:
+    def __init__(
+        self,
+        executor: SparkExecutor,
+        pool: SlotPool,
+        generation: int,
+        attempts: dict[ExecutionAttemptID, int],
+    ) -> None:
         self.executor = executor
         self.pool = pool
         self.generation = generation
@@ -208,20 +217,24 @@ class SparkDeployment(Deployment):
         with self._stopped:
             return self._stopped.wait_for(lambda: self._terminal >= set(self.attempts), timeout_s)
 
-    def trigger_checkpoint(self, attempt_id: ExecutionAttemptID, checkpoint_id: int,
-                           timestamp: int, options: CheckpointOptions) -> bool:
+    def trigger_checkpoint(
+        self, attempt_id: ExecutionAttemptID, checkpoint_id: int, timestamp: int, options: CheckpointOptions
+    ) -> bool:
         slot = self.attempts.get(attempt_id)
         return slot is not None and self.pool.send(
-            slot, TriggerCheckpoint(attempt_id, checkpoint_id, timestamp, options))
+            slot, TriggerCheckpoint(attempt_id, checkpoint_id, timestamp, options)
+        )
 
-    def notify_checkpoint_complete(self, attempt_id: ExecutionAttemptID, checkpoint_id: int,
-                                   timestamp: int) -> None:
+    def notify_checkpoint_complete(
+        self, attempt_id: ExecutionAttemptID, checkpoint_id: int, timestamp: int
+    ) -> None:
         slot = self.attempts.get(attempt_id)
         if slot is not None:
             self.pool.send(slot, NotifyCheckpoint(attempt_id, checkpoint_id, True))
 
-    def notify_checkpoint_aborted(self, attempt_id: ExecutionAttemptID, checkpoint_id: int,
-                                  timestamp: int) -> None:
+    def notify_checkpoint_aborted(
+        self, attempt_id: ExecutionAttemptID, checkpoint_id: int, timestamp: int
+    ) -> None:
         slot = self.attempts.get(attempt_id)
         if slot is not None:
             self.pool.send(slot, NotifyCheckpoint(attempt_id, checkpoint_id, False))
@@ -271,13 +284,19 @@ class SparkExecutor(Executor):
             raise ConfigurationError(
                 f"the job needs {slots} slots (its highest parallelism) but the Spark cluster "
                 f"({self.session.sparkContext.master}) has {available} task slots. Lower the "
-                "parallelism, or give Spark more executors or cores.")
+                "parallelism, or give Spark more executors or cores."
+            )
         check_storage_reachable(self.session.sparkContext.master, checkpoint_dir)
 
     # -- deployment -------------------------------------------------------------
 
-    def deploy(self, execution_graph: ExecutionGraph, descriptors: list[TaskDeploymentDescriptor],
-               listener: TaskStateListener, services: TaskServices) -> SparkDeployment:
+    def deploy(
+        self,
+        execution_graph: ExecutionGraph,
+        descriptors: list[TaskDeploymentDescriptor],
+        listener: TaskStateListener,
+        services: TaskServices,
+    ) -> SparkDeployment:
         graph = execution_graph.job_graph
         slots = graph.max_parallelism_of_any_vertex
         self._listener = listener
@@ -288,12 +307,12 @@ class SparkExecutor(Executor):
             if pool is not None:
                 pool.kill()
             started = time.monotonic()
-            bootstrap = SlotBootstrap(graph.job_id, slots, self.driver_address, self.secret,
-                                      services.checkpoint_storage)
+            bootstrap = SlotBootstrap(
+                graph.job_id, slots, self.driver_address, self.secret, services.checkpoint_storage
+            )
             pool = self._pool = SlotPool(self, self.session, slots, bootstrap, graph.job_name)
             pool.wait_registered(self.config.get(SparkOptions.SLOT_WAIT) / 1000 + 120)
-            log.info("%d slots of job %s are up (%.1f s).", slots, graph.job_id,
-                     time.monotonic() - started)
+            log.info("%d slots of job %s are up (%.1f s).", slots, graph.job_id, time.monotonic() - started)
         self._generation += 1
         capacity = Configuration(graph.config).get(NetworkOptions.BUFFERS_PER_CHANNEL)
         by_slot: dict[int, list[TaskToDeploy]] = {}
@@ -301,10 +320,14 @@ class SparkExecutor(Executor):
         chains = {v.id: serialize_chain(v.name, tuple(v.operators)) for v in graph.vertices}
         for tdd in descriptors:
             vertex = graph.vertex(tdd.vertex_id)
-            by_slot.setdefault(tdd.subtask_index, []).append(TaskToDeploy(
-                dataclasses.replace(tdd, operators=()), chains[tdd.vertex_id],
-                tuple(execution_graph.input_channel_ids(vertex, tdd.subtask_index)),
-                tuple(tuple(e) for e in execution_graph.output_channel_ids(vertex, tdd.subtask_index))))
+            by_slot.setdefault(tdd.subtask_index, []).append(
+                TaskToDeploy(
+                    dataclasses.replace(tdd, operators=()),
+                    chains[tdd.vertex_id],
+                    tuple(execution_graph.input_channel_ids(vertex, tdd.subtask_index)),
+                    tuple(tuple(e) for e in execution_graph.output_channel_ids(vertex, tdd.subtask_index)),
+                )
+            )
             attempts[tdd.attempt_id] = tdd.subtask_index
         deployment = SparkDeployment(self, pool, self._generation, attempts)
         self._deployment = deployment
@@ -317,8 +340,9 @@ class SparkExecutor(Executor):
 
     def _accept_loop(self) -> None:
         assert self._server is not None
-        for connection, peer in accept_authenticated(self._server, self.secret, "control",
-                                                     lambda: self._closed):
+        for connection, peer in accept_authenticated(
+            self._server, self.secret, "control", lambda: self._closed
+        ):
             self._start(self._serve_slot, f"chandy control {peer[0]}:{peer[1]}", connection)
 
     def _serve_slot(self, connection: FramedSocket) -> None:
@@ -365,8 +389,13 @@ class SparkExecutor(Executor):
             stream.flush()
         elif isinstance(message, ForwardedLogRecord):
             logging.getLogger(message.name).log(
-                message.level, "[slot %d, attempt %d] %s%s", message.slot_index, message.attempt,
-                message.message, f"\n{message.exc_text}" if message.exc_text else "")
+                message.level,
+                "[slot %d, attempt %d] %s%s",
+                message.slot_index,
+                message.attempt,
+                message.message,
+                f"\n{message.exc_text}" if message.exc_text else "",
+            )
         elif not isinstance(message, Heartbeat):
             log.warning("unexpected message from slot %d: %r", slot.info.slot_index, message)
 
@@ -380,8 +409,13 @@ class SparkExecutor(Executor):
             accepted = False
             if results is not None:
                 try:
-                    results.publish(message.collect_id, message.subtask_index, message.batch,
-                                    message.token, lambda: not pool.alive or self._closed)
+                    results.publish(
+                        message.collect_id,
+                        message.subtask_index,
+                        message.batch,
+                        message.token,
+                        lambda: not pool.alive or self._closed,
+                    )
                     accepted = True
                 except Exception:  # noqa: BLE001 - the client went away or the job is ending
                     accepted = False
@@ -423,9 +457,17 @@ class SparkExecutor(Executor):
         pool = self._pool
         if pool is None:
             return []
-        return [{"index": i, "host": s.info.host, "pid": s.info.pid, "jvm_pid": s.info.jvm_pid,
-                 "data_address": s.info.data_address, "alive": s.alive}
-                for i, s in sorted(pool.slots.items())]
+        return [
+            {
+                "index": i,
+                "host": s.info.host,
+                "pid": s.info.pid,
+                "jvm_pid": s.info.jvm_pid,
+                "data_address": s.info.data_address,
+                "alive": s.alive,
+            }
+            for i, s in sorted(pool.slots.items())
+        ]
 
     def close(self) -> None:
         """Stop the slots (Spark kills what does not stop), the server and its threads."""
@@ -450,10 +492,10 @@ def check_storage_reachable(master: str, checkpoint_dir: str | None) -> None:
             f"execution.checkpointing.dir '{checkpoint_dir}' is a local path, but the job runs "
             f"on a multi-host cluster ({master}) where each executor sees its own disk. Use a "
             "URI every executor can reach: hdfs://, s3://, gs://, or file:///... for a "
-            "directory that really is shared (NFS) on every host.")
+            "directory that really is shared (NFS) on every host."
+        )
 
 
 def _first_line(exc: BaseException) -> str:
     text = str(exc).strip().splitlines()
     return f"{type(exc).__name__}: {text[0] if text else ''}"
-

@@ -62,8 +62,12 @@ def get_or_create_session(slots_needed: int, spark_conf: dict[str, str]) -> Any:
     cores = max(slots_needed, 2)
     builder = SparkSession.builder.master(spark_conf.get("spark.master", f"local[{cores}]"))
     builder = builder.appName(spark_conf.get("spark.app.name", "chandy"))
-    for key, value in {**LOCAL_SESSION_CONF, "spark.pyspark.python": sys.executable,
-                       "spark.pyspark.driver.python": sys.executable, **spark_conf}.items():
+    for key, value in {
+        **LOCAL_SESSION_CONF,
+        "spark.pyspark.python": sys.executable,
+        "spark.pyspark.driver.python": sys.executable,
+        **spark_conf,
+    }.items():
         builder = builder.config(key, value)
     log.info("Starting a local Spark session (%s).", spark_conf.get("spark.master", f"local[{cores}]"))
     return builder.getOrCreate()
@@ -93,8 +97,9 @@ def total_slots(session: Any) -> int:
 def wait_for_slots(session: Any, needed: int, timeout_s: float) -> int:
     """Wait (for executors to register) until ``needed`` slots exist; the count found.
     A local master has all its slots from the start: no waiting there."""
-    deadline = time.monotonic() + (0 if re.fullmatch(r"local(\[.*\])?", session.sparkContext.master)
-                                   else timeout_s)
+    deadline = time.monotonic() + (
+        0 if re.fullmatch(r"local(\[.*\])?", session.sparkContext.master) else timeout_s
+    )
     available = total_slots(session)
     while available < needed and time.monotonic() < deadline:
         time.sleep(0.5)

@@ -150,12 +150,22 @@ class _LogForwarder(logging.Handler):
             return  # never forward what forwarding itself logs
         self._local.busy = True
         try:
-            exc_text = self.formatter.formatException(record.exc_info) if (
-                record.exc_info and self.formatter) else (
-                logging.Formatter().formatException(record.exc_info) if record.exc_info else None)
-            self._runtime.send(ForwardedLogRecord(self._runtime.index, self._runtime.generation,
-                                                  record.name, record.levelno, record.getMessage(),
-                                                  record.created, exc_text))
+            exc_text = (
+                self.formatter.formatException(record.exc_info)
+                if (record.exc_info and self.formatter)
+                else (logging.Formatter().formatException(record.exc_info) if record.exc_info else None)
+            )
+            self._runtime.send(
+                ForwardedLogRecord(
+                    self._runtime.index,
+                    self._runtime.generation,
+                    record.name,
+                    record.levelno,
+                    record.getMessage(),
+                    record.created,
+                    exc_text,
+                )
+            )
         except Exception:  # noqa: BLE001 - logging must never break the slot
             pass
         finally:
@@ -206,8 +216,7 @@ class _ForwardingStream(io.TextIOBase):
 class SlotRuntime:
     """Hosts the tasks of successive deployments in one slot process."""
 
-    def __init__(self, index: int, bootstrap: SlotBootstrap, control: FramedSocket,
-                 data: DataPlane) -> None:
+    def __init__(self, index: int, bootstrap: SlotBootstrap, control: FramedSocket, data: DataPlane) -> None:
         self.index = index
         self.bootstrap = bootstrap
         self.control = control
@@ -220,11 +229,15 @@ class SlotRuntime:
         self._lock = threading.Lock()
         self._closed = threading.Event()
         self._async = ThreadPoolExecutor(max_workers=2, thread_name_prefix=f"chandy-slot{index}-async")
-        self.services = TaskServices(results=self, checkpoint_responder=self,
-                                     checkpoint_storage=bootstrap.checkpoint_storage,
-                                     async_executor=self._async)
-        self._heartbeat = threading.Thread(target=self._send_heartbeats,
-                                           name=f"chandy slot {index} heartbeat", daemon=True)
+        self.services = TaskServices(
+            results=self,
+            checkpoint_responder=self,
+            checkpoint_storage=bootstrap.checkpoint_storage,
+            async_executor=self._async,
+        )
+        self._heartbeat = threading.Thread(
+            target=self._send_heartbeats, name=f"chandy slot {index} heartbeat", daemon=True
+        )
         self._heartbeat.start()
         self._log_handler = _LogForwarder(self)
         chandy_logger = logging.getLogger("chandy")
@@ -261,8 +274,7 @@ class SlotRuntime:
         elif isinstance(message, TriggerCheckpoint):
             entry = self._tasks.get(message.attempt_id)
             if entry is not None:
-                entry[0].trigger_checkpoint_async(message.checkpoint_id, message.timestamp,
-                                                  message.options)
+                entry[0].trigger_checkpoint_async(message.checkpoint_id, message.timestamp, message.options)
         elif isinstance(message, NotifyCheckpoint):
             entry = self._tasks.get(message.attempt_id)
             if entry is not None:
@@ -297,16 +309,14 @@ class SlotRuntime:
                 operators = deserialize_chain(task.chain, task.tdd.task_name)
             except UnrecoverableError as exc:
                 log.error("slot %d cannot start %s: %s", self.index, task.tdd.name_with_subtask, exc)
-                self.notify_task_state(task.tdd.attempt_id, ExecutionState.FAILED,
-                                       TaskFailure.of(exc, None))
+                self.notify_task_state(task.tdd.attempt_id, ExecutionState.FAILED, TaskFailure.of(exc, None))
                 continue
             inputs: list[InputChannel] = []
             for cid in task.inputs:
                 if cid.producer_subtask == self.index:
                     inputs.append(self._channel(generation, cid, capacity))
                 else:
-                    key = ChannelKey(generation, cid.edge_index, cid.producer_subtask,
-                                     cid.consumer_subtask)
+                    key = ChannelKey(generation, cid.edge_index, cid.producer_subtask, cid.consumer_subtask)
                     inputs.append(self.data.input_channel(key, cid.producer_subtask, capacity))
             outputs: list[list[OutputChannel]] = []
             for edge in task.outputs:
@@ -315,14 +325,16 @@ class SlotRuntime:
                     if cid.consumer_subtask == self.index:
                         channels.append(self._channel(generation, cid, capacity))
                     else:
-                        key = ChannelKey(generation, cid.edge_index, cid.producer_subtask,
-                                         cid.consumer_subtask)
+                        key = ChannelKey(
+                            generation, cid.edge_index, cid.producer_subtask, cid.consumer_subtask
+                        )
                         channels.append(self.data.output_channel(key, cid.consumer_subtask))
                 outputs.append(channels)
             tdd = dataclasses.replace(task.tdd, operators=operators)
             stream_task = StreamTask(tdd, inputs, outputs, self.services, self)
-            thread = threading.Thread(target=stream_task.invoke, daemon=True,
-                                      name=f"chandy {task.tdd.name_with_subtask}")
+            thread = threading.Thread(
+                target=stream_task.invoke, daemon=True, name=f"chandy {task.tdd.name_with_subtask}"
+            )
             self._tasks[task.tdd.attempt_id] = (stream_task, thread, generation)
             starting.append(thread)
         # What the slot holds now (PySpark, chandy, the job's modules and functions) lives
@@ -342,8 +354,9 @@ class SlotRuntime:
             if channel_generation == generation:
                 channel.close()
         self.data.release_generation(generation)
-        threading.Thread(target=self._forget, args=(generation,), daemon=True,
-                         name=f"chandy slot {self.index} reaper").start()
+        threading.Thread(
+            target=self._forget, args=(generation,), daemon=True, name=f"chandy slot {self.index} reaper"
+        ).start()
 
     def _forget(self, generation: int) -> None:
         """Drop the cancelled generation's tasks and channels once its threads ended."""
@@ -356,8 +369,9 @@ class SlotRuntime:
 
     # -- TaskStateListener, CheckpointResponder, ResultPublisher ---------------
 
-    def notify_task_state(self, attempt_id: ExecutionAttemptID, state: ExecutionState,
-                          failure: TaskFailure | None = None) -> None:
+    def notify_task_state(
+        self, attempt_id: ExecutionAttemptID, state: ExecutionState, failure: TaskFailure | None = None
+    ) -> None:
         if failure is not None and failure.exception is not None:
             failure = _portable(failure)
         try:
@@ -374,8 +388,9 @@ class SlotRuntime:
     def report_end_of_input(self, message: EndOfInputReached) -> None:
         self.send(message)
 
-    def publish(self, collect_id: str, subtask_index: int, batch: list[Any], token: int | None,
-                should_abort: Any) -> None:
+    def publish(
+        self, collect_id: str, subtask_index: int, batch: list[Any], token: int | None, should_abort: Any
+    ) -> None:
         done = threading.Event()
         outcome: list[bool] = []
         with self._lock:

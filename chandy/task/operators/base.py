@@ -41,8 +41,9 @@ def _discard(records: list[Any]) -> None:
 class StateInitializationContext(FunctionInitializationContext, OperatorStateStore):
     """What an operator (and its user function) gets in ``initialize_state``."""
 
-    def __init__(self, operator_state_backend: OperatorStateBackend,
-                 restored_checkpoint_id: int | None) -> None:
+    def __init__(
+        self, operator_state_backend: OperatorStateBackend, restored_checkpoint_id: int | None
+    ) -> None:
         self._backend = operator_state_backend
         self._restored_checkpoint_id = restored_checkpoint_id
 

@@ -147,8 +147,7 @@ class StreamGroupedReduce(KeyedOperator):
         append = out.append
         table = self._table
         if table.cow is None:
-            for kg, key, value in zip(records.key_groups, records.keys, records.values,
-                                      strict=True):
+            for kg, key, value in zip(records.key_groups, records.keys, records.values, strict=True):
                 m = maps[kg]
                 old = m.get(key)
                 new = value if old is None else call(old, value)
@@ -156,8 +155,7 @@ class StreamGroupedReduce(KeyedOperator):
                 append(new)
         else:  # a snapshot is being written: the fold must not change what it shares
             privatize = table.privatize
-            for kg, key, value in zip(records.key_groups, records.keys, records.values,
-                                      strict=True):
+            for kg, key, value in zip(records.key_groups, records.keys, records.values, strict=True):
                 m = maps[kg]
                 old = privatize(m, key)
                 new = value if old is None else call(old, value)
@@ -183,7 +181,7 @@ class SumFunction:
             summed = acc[position] + value[position]
             if hasattr(acc, "_replace"):  # named tuple
                 return acc._replace(**{acc._fields[position]: summed})
-            return (*acc[:position], summed, *acc[position + 1:])
+            return (*acc[:position], summed, *acc[position + 1 :])
         if isinstance(acc, list):
             result = list(acc)
             result[position] = acc[position] + value[position]
@@ -198,6 +196,8 @@ class SumFunction:
             result = copy.copy(acc)
             setattr(result, position, getattr(acc, position) + getattr(value, position))
             return result
-        raise TypeError(f"sum({position!r}) cannot add records of type {type(acc).__name__}: "
-                        "use a number, a tuple/list with an int position, a dict with a key, "
-                        "or an object with an attribute name")
+        raise TypeError(
+            f"sum({position!r}) cannot add records of type {type(acc).__name__}: "
+            "use a number, a tuple/list with an int position, a dict with a key, "
+            "or an object with an attribute name"
+        )

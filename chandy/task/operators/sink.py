@@ -110,28 +110,35 @@ class SinkWriterOperator(StreamOperator):
         if self.committer is not None:
             index = ctx.get_index_of_this_subtask()
             parallelism = ctx.get_number_of_parallel_subtasks()
-            mine = sorted((p for p in everything if p.owner_subtask % parallelism == index),
-                          key=lambda p: p.checkpoint_id)
+            mine = sorted(
+                (p for p in everything if p.owner_subtask % parallelism == index),
+                key=lambda p: p.checkpoint_id,
+            )
             # The restored checkpoint completed: what it pre-committed is committed now.
             self._commit(mine)
 
     def open(self) -> None:
         ctx = self.runtime_context
         assert ctx is not None
-        self.writer = self.sink.create_writer(SinkWriterContext(
-            subtask_index=ctx.get_index_of_this_subtask(),
-            parallelism=ctx.get_number_of_parallel_subtasks(),
-            attempt_number=ctx.get_attempt_number(),
-            job_id=ctx.job_id,
-            job_name=ctx.job_name,
-            operator_id=self.operator_id,
-            is_restored=self._restored,
-            restored_state=self._restored_state,
-            restored_committables=self._restored_committables,
-            checkpointing=bool(ctx.get_job_parameter("execution.checkpointing.interval"))))
+        self.writer = self.sink.create_writer(
+            SinkWriterContext(
+                subtask_index=ctx.get_index_of_this_subtask(),
+                parallelism=ctx.get_number_of_parallel_subtasks(),
+                attempt_number=ctx.get_attempt_number(),
+                job_id=ctx.job_id,
+                job_name=ctx.job_name,
+                operator_id=self.operator_id,
+                is_restored=self._restored,
+                restored_state=self._restored_state,
+                restored_committables=self._restored_committables,
+                checkpointing=bool(ctx.get_job_parameter("execution.checkpointing.interval")),
+            )
+        )
         if self.two_phase and not isinstance(self.writer, PrecommittingSinkWriter):
-            raise TypeError(f"{type(self.sink).__name__} is two-phase-committing but its writer "
-                            f"{type(self.writer).__name__} does not prepare commits")
+            raise TypeError(
+                f"{type(self.sink).__name__} is two-phase-committing but its writer "
+                f"{type(self.writer).__name__} does not prepare commits"
+            )
 
     def process_batch(self, records: list[Any]) -> None:
         assert self.writer is not None
@@ -144,9 +151,11 @@ class SinkWriterOperator(StreamOperator):
         if isinstance(writer, PrecommittingSinkWriter):
             committables = writer.prepare_commit(checkpoint_id)
             if committables:
-                self._pending.append(PendingCommit(
-                    self.runtime_context.get_index_of_this_subtask(), checkpoint_id,
-                    tuple(committables)))
+                self._pending.append(
+                    PendingCommit(
+                        self.runtime_context.get_index_of_this_subtask(), checkpoint_id, tuple(committables)
+                    )
+                )
         else:
             writer.flush(end_of_input=False)
         self._pending_state.update(self._pending)
@@ -227,13 +236,15 @@ class CollectSinkOperator(StreamOperator):
 
     def initialize_state(self, context: StateInitializationContext) -> None:
         assert self.runtime_context is not None
-        self._exactly_once = bool(self.runtime_context.get_job_parameter(
-            "execution.checkpointing.interval"))
+        self._exactly_once = bool(self.runtime_context.get_job_parameter("execution.checkpointing.interval"))
         self._state = context.get_list_state(self.PENDING_STATE)
         if context.is_restored():
             # everything held in the restored checkpoint belongs to completed checkpoints
-            own = [(checkpoint_id, records) for collect_id, checkpoint_id, records
-                   in self._state.get() if collect_id == self.collect_id]
+            own = [
+                (checkpoint_id, records)
+                for collect_id, checkpoint_id, records in self._state.get()
+                if collect_id == self.collect_id
+            ]
             self._to_publish_on_open = sorted(own, key=lambda p: p[0])
 
     def open(self) -> None:
@@ -244,8 +255,13 @@ class CollectSinkOperator(StreamOperator):
 
     def _publish(self, records: list[Any], token: int | None) -> None:
         assert self.runtime_context is not None
-        self._publisher.publish(self.collect_id, self.runtime_context.get_index_of_this_subtask(),
-                                records, token, self._should_abort)
+        self._publisher.publish(
+            self.collect_id,
+            self.runtime_context.get_index_of_this_subtask(),
+            records,
+            token,
+            self._should_abort,
+        )
 
     def process_batch(self, records: list[Any]) -> None:
         if self._exactly_once:
@@ -257,8 +273,9 @@ class CollectSinkOperator(StreamOperator):
         if self._buffer:
             self._pending.append((context.get_checkpoint_id(), self._buffer))
             self._buffer = []
-        self._state.update([(self.collect_id, checkpoint_id, records)
-                            for checkpoint_id, records in self._pending])
+        self._state.update(
+            [(self.collect_id, checkpoint_id, records) for checkpoint_id, records in self._pending]
+        )
 
     def notify_checkpoint_complete(self, checkpoint_id: int) -> None:
         ready = [p for p in self._pending if p[0] <= checkpoint_id]

@@ -51,7 +51,8 @@ class SourceOperator(StreamOperator):
         index = ctx.get_index_of_this_subtask()
         parallelism = ctx.get_number_of_parallel_subtasks()
         self.reader = self.source.create_reader(
-            SourceReaderContext(index, parallelism, ctx.get_attempt_number()))
+            SourceReaderContext(index, parallelism, ctx.get_attempt_number())
+        )
         if self._restored_shared is not None:
             self.reader.restore_shared_state(self._restored_shared)
         if self._restored_splits is not None:
