@@ -14,7 +14,7 @@ import os
 import random
 import sys
 from collections.abc import Callable, Iterable, Sequence
-from concurrent.futures import Future
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -48,6 +48,7 @@ from chandy.state.handles import (
 from chandy.state.snapshot import OperatorSubtaskState, TaskStateSnapshot
 from chandy.storage.checkpoint_storage import METADATA_FILE_NAME, CheckpointStorage
 from chandy.util.clock import ManualClock
+from chandy.util.threads import MainThreadChecker, WrongThreadError
 from chandy.util.timer import ManualTimer
 
 JOB_ID = "0f1e2d3c4b5a69788796a5b4c3d2e1f0"
@@ -210,6 +211,7 @@ def make_coordinator(
     master_hooks: Sequence[MasterTriggerRestoreHook] = (),
     id_counter: CheckpointIDCounter | None = None,
     rng: random.Random | None = None,
+    main_thread: MainThreadChecker | None = None,
 ) -> Harness:
     """A coordinator on manual time; filesystem storage under ``tmp_path`` if given."""
     clock = ManualClock(start_ms=1_000_000)
@@ -243,6 +245,7 @@ def make_coordinator(
         vertex_names={},
         master_hooks=master_hooks,
         rng=rng or FullIntervalDelay(),
+        main_thread=main_thread,
     )
     return Harness(coordinator, gateway, clock, timer, storage, store, failures)
 
@@ -1006,3 +1009,54 @@ def test_aborting_for_a_failover_does_not_trigger_a_queued_request() -> None:
     h.coordinator.abort_pending_checkpoints(R.JOB_FAILOVER_REGION)
     assert h.coordinator.pending_checkpoints == {}
     assert len(h.gateway.triggered) == triggered_before  # nothing new was triggered
+
+
+# ---------------------------------------------------------------------- thread confinement
+
+
+def _from_another_thread(action: Callable[[], object]) -> BaseException | None:
+    """Run ``action`` on a fresh thread; the exception it raised, if any."""
+    with ThreadPoolExecutor(max_workers=1, thread_name_prefix="rpc-intruder") as pool:
+        return pool.submit(action).exception()
+
+
+def test_a_bound_main_thread_checker_makes_calls_from_other_threads_fail_loudly() -> None:
+    checker = MainThreadChecker("CheckpointCoordinator")
+    checker.bind_to_current_thread()
+    h = make_coordinator(make_plan([A1], [A1]), interval_ms=10, main_thread=checker)
+    c = h.coordinator
+    future = c.trigger_checkpoint()  # the owner's thread: accepted
+    entry_points: list[Callable[[], object]] = [
+        c.trigger_checkpoint,
+        lambda: ack(h, A1, 1),
+        lambda: decline(h, A1, 1),
+        lambda: c.abort_pending_checkpoints(R.JOB_FAILOVER_REGION),
+        c.restore_latest_checkpointed_state,
+        lambda: c.restore_from(7, [], is_savepoint=False, external_pointer=None),
+        lambda: c.shutdown(JobStatus.CANCELED),
+        lambda: c.job_status_listener(JOB_ID, JobStatus.RUNNING, 0, None),
+        c.start_checkpoint_scheduler,
+        c.stop_checkpoint_scheduler,
+    ]
+    for action in entry_points:
+        error = _from_another_thread(action)
+        assert isinstance(error, WrongThreadError), action
+        assert "rpc-intruder" in str(error)
+    # none of the refused calls changed anything
+    assert pending_ids(h) == [1] and not future.done() and not c.shutdown_called
+    assert not c.is_periodic_checkpointing_started
+    # a timer action run by a thread other than the owner's is refused too
+    c.start_checkpoint_scheduler()
+    assert isinstance(_from_another_thread(h.tick), WrongThreadError)
+    assert isinstance(_from_another_thread(lambda: h.timer.advance(TIMEOUT_MS)), WrongThreadError)
+    # and on the owner's thread everything still works
+    assert ack(h, A1, 1)
+    assert succeeded(future).checkpoint_id == 1
+
+
+def test_an_unbound_main_thread_checker_accepts_any_thread() -> None:
+    h = make_coordinator(make_plan([A1], [A1]))
+    future: list[Future[CompletedCheckpoint]] = []
+    assert _from_another_thread(lambda: future.append(h.coordinator.trigger_checkpoint())) is None
+    assert _from_another_thread(lambda: ack(h, A1, 1)) is None
+    assert succeeded(future[0]).checkpoint_id == 1

@@ -63,6 +63,7 @@ from chandy.messages.status import JobStatus
 from chandy.state.snapshot import TaskStateSnapshot
 from chandy.storage.checkpoint_storage import CheckpointStorage
 from chandy.util.clock import Clock
+from chandy.util.threads import MainThreadChecker
 from chandy.util.timer import Cancellable, Timer
 
 log = logging.getLogger(__name__)
@@ -116,8 +117,13 @@ class CheckpointCoordinator:
         master_hooks: Sequence[MasterTriggerRestoreHook] = (),
         rng: random.Random | None = None,
         io_executor: Callable[[Callable[[], None]], None] | None = None,
+        main_thread: MainThreadChecker | None = None,
     ) -> None:
         self.job_id = job_id
+        #: The owner's thread (the JobMaster's loop). Unbound by default: a test drives the
+        #: coordinator from its own thread. Asserted at every entry point, because the
+        #: coordinator's state has no locks and a call from another thread would race.
+        self._main_thread = main_thread or MainThreadChecker("CheckpointCoordinator")
         self.config = config
         self._plan_calculator = plan_calculator
         self._gateway = gateway
@@ -163,6 +169,7 @@ class CheckpointCoordinator:
 
     def start_checkpoint_scheduler(self) -> None:
         """Periodic triggers from now on: a random initial delay, then a fixed rate."""
+        self._main_thread.assert_main_thread()
         if self.shutdown_called:
             raise RuntimeError("the checkpoint coordinator is shut down")
         if self.config.interval_ms is None:
@@ -174,6 +181,7 @@ class CheckpointCoordinator:
         self._schedule_periodic(initial)
 
     def stop_checkpoint_scheduler(self) -> None:
+        self._main_thread.assert_main_thread()
         self._periodic_scheduling = False
         if self._periodic_handle is not None:
             self._periodic_handle.cancel()
@@ -184,6 +192,7 @@ class CheckpointCoordinator:
         interval = self._base_interval_ms
 
         def tick() -> None:
+            self._main_thread.assert_main_thread()
             if not self._periodic_scheduling:
                 return
             self._periodic_handle = self.timer.schedule(interval, tick)  # fixed rate
@@ -205,6 +214,7 @@ class CheckpointCoordinator:
         self, job_id: str, status: JobStatus, timestamp: int, error: BaseException | None
     ) -> None:
         """Flink's ``CheckpointCoordinatorDeActivator``: on while RUNNING, off otherwise."""
+        self._main_thread.assert_main_thread()
         if status is JobStatus.RUNNING:
             self.start_checkpoint_scheduler()
         else:
@@ -220,6 +230,7 @@ class CheckpointCoordinator:
     ) -> Future[CompletedCheckpoint]:
         """Request a checkpoint; the future completes with it or fails with a
         :class:`CheckpointException` naming why."""
+        self._main_thread.assert_main_thread()
         request = CheckpointTriggerRequest(
             props or self.checkpoint_props, is_periodic, Future(), target_location
         )
@@ -326,6 +337,7 @@ class CheckpointCoordinator:
 
         def on_hook_done(identifier: str, future: Future[bytes | None]) -> None:
             # runs on the coordinator's thread (hopped there through the timer)
+            self._main_thread.assert_main_thread()
             if pending.disposed:
                 return
             error = future.exception()
@@ -383,6 +395,7 @@ class CheckpointCoordinator:
 
     def receive_acknowledge_message(self, message: AcknowledgeCheckpoint) -> bool:
         """A task acknowledged; True if the message belonged to a pending checkpoint."""
+        self._main_thread.assert_main_thread()
         if self.shutdown_called or message is None:
             return False
         if message.job_id != self.job_id:
@@ -441,6 +454,7 @@ class CheckpointCoordinator:
         return True
 
     def receive_decline_message(self, message: DeclineCheckpoint) -> None:
+        self._main_thread.assert_main_thread()
         if self.shutdown_called or message.job_id != self.job_id:
             return
         pending = self.pending_checkpoints.get(message.checkpoint_id)
@@ -523,6 +537,7 @@ class CheckpointCoordinator:
     # ------------------------------------------------------------------ aborting
 
     def _expire(self, pending: PendingCheckpoint) -> None:
+        self._main_thread.assert_main_thread()  # a timer action
         if pending.disposed:
             return
         log.info("Checkpoint %d of job %s expired before completing.", pending.checkpoint_id, self.job_id)
@@ -560,6 +575,7 @@ class CheckpointCoordinator:
         Queued requests go first: aborting a pending checkpoint frees a slot, and a
         queued request must not use it to trigger tasks that are about to be cancelled.
         """
+        self._main_thread.assert_main_thread()
         queued, self._queue = list(self._queue), deque()
         for request in queued:
             request.fail(CheckpointException(reason))
@@ -577,6 +593,7 @@ class CheckpointCoordinator:
 
     def restore_latest_checkpointed_state(self) -> CompletedCheckpoint | None:
         """The latest completed checkpoint (hooks restored, ids continued), or ``None``."""
+        self._main_thread.assert_main_thread()
         latest = self.completed_store.get_latest_checkpoint()
         if latest is None:
             return None
@@ -597,6 +614,7 @@ class CheckpointCoordinator:
         external_pointer: str | None,
     ) -> None:
         """Continue after ``checkpoint_id``: ids, master hooks, statistics."""
+        self._main_thread.assert_main_thread()
         self.id_counter.set_count(checkpoint_id + 1)
         by_name = {m.name: m.data for m in master_states}
         for identifier, hook in self.master_hooks.items():
@@ -611,6 +629,7 @@ class CheckpointCoordinator:
 
     def shutdown(self, job_status: JobStatus) -> None:
         """The job ended: stop, abort what is pending, discard per retention policy."""
+        self._main_thread.assert_main_thread()
         if self.shutdown_called:
             return
         self.stop_checkpoint_scheduler()
