@@ -15,9 +15,12 @@ from __future__ import annotations
 import itertools
 from dataclasses import dataclass, field
 
+import pytest
+
 from chandy.messages.checkpoint import CheckpointFailureReason
 from chandy.network.barrier_handler import (
     COLLECTING_BARRIERS,
+    MAX_CHECKPOINTS_TO_TRACK,
     WAITING_FOR_FIRST_BARRIER,
     AlignmentMetrics,
     CheckpointBarrierHandler,
@@ -201,12 +204,12 @@ def aligned(
 
 
 def tracker(
-    num_channels: int, items: list[Item] | None = None
+    num_channels: int, items: list[Item] | None = None, **options: int
 ) -> tuple[Driver, CheckpointBarrierTracker, RecordingActions]:
     clock = ManualClock(START_MS)
     gate = SequenceGate(items)
     actions = RecordingActions()
-    handler = CheckpointBarrierTracker(num_channels, actions, clock)
+    handler = CheckpointBarrierTracker(num_channels, actions, clock, **options)
     return Driver(handler, gate, clock), handler, actions
 
 
@@ -710,15 +713,14 @@ def test_s22_tracker_jumping_to_a_later_checkpoint() -> None:
         Step(D(2)),
         Step(B(4, 1)),
         Step(D(1)),
-        # 4 completes; 3 is dropped silently (no abort call)
-        Step(B(4, 2), effects=[triggered(4)]),
+        # 4 completes; 3 can no longer complete: it is aborted (declined), never dropped silently
+        Step(B(4, 2), effects=[aborted(3, SUBSUMED), triggered(4)]),
         Step(D(0)),
     ]
     driver, _, actions = tracker(3)
     driver.gate.add(*(row.item for row in table))
     run_table(driver, actions, table)
-    assert actions.events == [triggered(1), triggered(2), triggered(4)]
-    assert actions.aborted == []
+    assert actions.events == [triggered(1), triggered(2), aborted(3, SUBSUMED), triggered(4)]
 
 
 def test_s24_tracker_abort_single_channel() -> None:
@@ -828,3 +830,68 @@ def test_tracker_aborts_a_checkpoint_cancelled_on_the_last_open_channel_after_an
     driver, _, actions = tracker(2)
     driver.gate.add(*(row.item for row in table))
     run_table(driver, actions, table)
+
+
+# ---------------------------------------------------------------------- the tracker's bound
+
+
+def run_bounded_tracker(table: list[Step], max_checkpoints_to_track: int) -> None:
+    """Run ``table`` on a 2-channel tracker with that bound; nothing may stay counted after it."""
+    driver, handler, actions = tracker(2, max_checkpoints_to_track=max_checkpoints_to_track)
+    driver.gate.add(*(row.item for row in table))
+    run_table(driver, actions, table)
+    assert handler.num_pending_checkpoints == 0
+
+
+def test_tracker_tracks_at_most_max_checkpoints_and_aborts_each_one_it_drops() -> None:
+    # Channel 0 runs far ahead of channel 1 (at-least-once never blocks it): without a bound
+    # the tracker would keep one count per checkpoint forever. With room for 3, the 4th count
+    # pushes out the oldest, which is aborted (the task declines it) at that very step.
+    table = [
+        Step(B(1, 0), latest=1),
+        Step(B(2, 0), latest=2),
+        Step(B(3, 0), latest=3),
+        Step(B(4, 0), effects=[aborted(1, SUBSUMED)], latest=4),
+        Step(D(0)),
+        Step(B(5, 0), effects=[aborted(2, SUBSUMED)], latest=5),
+        # a cancelled count still takes its place, and is not aborted twice when dropped
+        Step(
+            X(6, 0), effects=[aborted(3, CANCELLED), aborted(4, CANCELLED), aborted(5, CANCELLED), aborted(6)]
+        ),
+        Step(B(7, 0), latest=7),
+        Step(B(8, 0), latest=8),
+        Step(B(9, 0), latest=9),
+        Step(B(10, 0), effects=[aborted(7, SUBSUMED)], latest=10),
+        # the slow channel's barriers of dropped counts are obsolete: nothing happens
+        Step(D(1)),
+        Step(B(1, 1)),
+        Step(B(7, 1)),
+        Step(B(8, 1), effects=[triggered(8)]),
+        Step(B(10, 1), effects=[aborted(9, SUBSUMED), triggered(10)]),
+    ]
+    run_bounded_tracker(table, max_checkpoints_to_track=3)
+
+
+def test_tracker_drops_a_cancelled_count_without_aborting_it_again() -> None:
+    table = [
+        Step(X(1, 0), effects=[aborted(1)], latest=1),
+        Step(B(2, 0), latest=2),
+        Step(B(3, 0), latest=3),  # pushes out 1, which was aborted already: no second abort
+        Step(B(4, 0), effects=[aborted(2, SUBSUMED)], latest=4),
+        Step(B(4, 1), effects=[aborted(3, SUBSUMED), triggered(4)]),
+    ]
+    run_bounded_tracker(table, max_checkpoints_to_track=2)
+
+
+def test_tracker_default_bound_is_flinks() -> None:
+    driver, handler, actions = tracker(2)
+    assert handler.max_checkpoints_to_track == MAX_CHECKPOINTS_TO_TRACK == 50
+    driver.gate.add(*(B(n, 0) for n in range(1, 1001)))
+    driver.run()
+    assert handler.num_pending_checkpoints == 50
+    assert actions.events == [aborted(n, SUBSUMED) for n in range(1, 951)]
+
+
+def test_tracker_bound_must_be_positive() -> None:
+    with pytest.raises(ValueError, match="max_checkpoints_to_track must be >= 1, got 0"):
+        CheckpointBarrierTracker(2, RecordingActions(), max_checkpoints_to_track=0)

@@ -290,19 +290,45 @@ class _BarrierCount:
     aborted: bool = False
 
 
+#: Most checkpoints the tracker counts at once (Flink's ``MAX_CHECKPOINTS_TO_TRACK``).
+MAX_CHECKPOINTS_TO_TRACK = 50
+
+
 class CheckpointBarrierTracker(CheckpointBarrierHandler):
     """Barrier tracking for AT_LEAST_ONCE (Flink's ``CheckpointBarrierTracker``): never blocks.
 
-    Keeps a count per checkpoint id in progress (ids are assumed to increase);
-    when a newer checkpoint completes, older incomplete ones are dropped silently.
+    Keeps a count per checkpoint id in progress (ids are assumed to increase). Since
+    nothing blocks, a fast channel can deliver barriers of many checkpoints while a slow
+    one delivers none; at most ``max_checkpoints_to_track`` counts are kept, and the
+    oldest is dropped when a newer one would exceed that. A count is never dropped
+    silently: every checkpoint that can no longer complete here (pushed out of the bound,
+    older than one that completed, older than a cancelled one) is aborted, so the task
+    declines it at once and the coordinator does not wait for its timeout.
+
     With one open channel a barrier needs no counting, unless a count is in progress: a
     channel that delivered its barrier and then ended leaves a count that the last open
     channel's barrier completes.
     """
 
-    def __init__(self, num_channels: int, actions: BarrierHandlerActions, clock: Clock | None = None) -> None:
+    def __init__(
+        self,
+        num_channels: int,
+        actions: BarrierHandlerActions,
+        clock: Clock | None = None,
+        *,
+        max_checkpoints_to_track: int = MAX_CHECKPOINTS_TO_TRACK,
+    ) -> None:
         super().__init__(num_channels, actions, clock)
+        if max_checkpoints_to_track < 1:
+            raise ValueError(f"max_checkpoints_to_track must be >= 1, got {max_checkpoints_to_track}")
+        self.max_checkpoints_to_track = max_checkpoints_to_track
+        #: Counts in progress, oldest (lowest id) first.
         self._pending: list[_BarrierCount] = []
+
+    @property
+    def num_pending_checkpoints(self) -> int:
+        """Checkpoints whose barriers are being counted (at most ``max_checkpoints_to_track``)."""
+        return len(self._pending)
 
     def process_barrier(self, barrier: CheckpointBarrier, channel: int) -> None:
         barrier_id = barrier.checkpoint_id
@@ -321,19 +347,38 @@ class CheckpointBarrierTracker(CheckpointBarrierHandler):
         if barrier_id > self.latest_checkpoint_id:
             self.latest_checkpoint_id = barrier_id
             self._pending.append(_BarrierCount(barrier_id, {channel}, now_ns, delay, barrier))
+            if len(self._pending) > self.max_checkpoints_to_track:
+                dropped = self._pending.pop(0)
+                log.warning(
+                    "barrier tracker: checkpoint %d dropped, %d newer ones are being counted "
+                    "(at most %d); an input channel lags far behind",
+                    dropped.checkpoint_id,
+                    len(self._pending),
+                    self.max_checkpoints_to_track,
+                )
+                self._abort(dropped, CheckpointFailureReason.CHECKPOINT_DECLINED_SUBSUMED)
             self._complete_if_done(len(self._pending) - 1, barrier)
-        # else: an obsolete barrier of a checkpoint already dropped
+        # else: an obsolete barrier of a checkpoint already completed, aborted or dropped
 
     def _complete_if_done(self, position: int, barrier: CheckpointBarrier) -> None:
         entry = self._pending[position]
         if len(entry.channels | self.closed_channels) < self.num_channels:
             return
-        del self._pending[: position + 1]  # older incomplete checkpoints are dead: drop them
+        older = self._pending[:position]
+        del self._pending[: position + 1]
+        for dead in older:  # every channel passed them without completing them: they never will
+            self._abort(dead, CheckpointFailureReason.CHECKPOINT_DECLINED_SUBSUMED)
         if not entry.aborted:
             duration = self.clock.monotonic_ns() - entry.first_barrier_ns
             self.actions.trigger_checkpoint_on_barrier(
                 barrier, AlignmentMetrics(duration, entry.start_delay_ns, 0)
             )
+
+    def _abort(self, entry: _BarrierCount, reason: CheckpointFailureReason) -> None:
+        """Abort ``entry``'s checkpoint unless it was aborted already (each is aborted once)."""
+        if not entry.aborted:
+            entry.aborted = True
+            self.actions.abort_checkpoint_on_barrier(entry.checkpoint_id, reason)
 
     def process_cancellation_barrier(self, marker: CancelCheckpointMarker, channel: int) -> None:
         cancelled = marker.checkpoint_id
@@ -346,7 +391,9 @@ class CheckpointBarrierTracker(CheckpointBarrierHandler):
             return
         # Everything older than the cancelled checkpoint can no longer complete.
         while self._pending and self._pending[0].checkpoint_id < cancelled:
-            self._pending.pop(0)
+            self._abort(
+                self._pending.pop(0), CheckpointFailureReason.CHECKPOINT_DECLINED_ON_CANCELLATION_BARRIER
+            )
         if self._pending and self._pending[0].checkpoint_id == cancelled:
             entry = self._pending[0]
         elif cancelled > self.latest_checkpoint_id:
@@ -356,11 +403,7 @@ class CheckpointBarrierTracker(CheckpointBarrierHandler):
         else:
             return
         entry.channels.add(channel)
-        if not entry.aborted:
-            entry.aborted = True
-            self.actions.abort_checkpoint_on_barrier(
-                cancelled, CheckpointFailureReason.CHECKPOINT_DECLINED_ON_CANCELLATION_BARRIER
-            )
+        self._abort(entry, CheckpointFailureReason.CHECKPOINT_DECLINED_ON_CANCELLATION_BARRIER)
         if len(entry.channels | self.closed_channels) >= self.num_channels:
             self._pending.remove(entry)
 
