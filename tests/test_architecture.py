@@ -9,6 +9,7 @@ import cycles and tangled layers start.
 from __future__ import annotations
 
 import ast
+import re
 import shutil
 import subprocess
 import sys
@@ -23,6 +24,7 @@ PACKAGE = ROOT / "chandy"
 LAYERS: list[tuple[int, tuple[str, ...]]] = [
     (0, ("chandy.errors",)),
     (0, ("chandy.util",)),
+    (0, ("chandy.core",)),  # the package only: each module of it has its own row
     (1, ("chandy.config",)),
     (1, ("chandy.core.state",)),
     (2, ("chandy.core.functions",)),
@@ -52,6 +54,10 @@ def component(module: str) -> tuple[int, tuple[str, ...]]:
                 best, best_len = (rank, prefixes), len(prefix)
     assert best is not None, module
     return best
+
+
+#: Components that are a package's ``__init__`` only; a module under one of them must have its own row.
+PACKAGE_ONLY = ("chandy", "chandy.core")
 
 
 def module_name(path: Path) -> str:
@@ -97,6 +103,20 @@ def test_imports_point_down(path: Path) -> None:
         )
 
 
+@pytest.mark.parametrize("path", all_modules(), ids=lambda p: str(p.relative_to(ROOT)))
+def test_every_module_has_a_layer(path: Path) -> None:
+    """A new package or contracts module is placed in the table, not ranked by accident.
+
+    Without this, a module under ``chandy.core`` (or a new top-level package) would
+    silently take the rank of its parent package's row.
+    """
+    source = module_name(path)
+    _, prefixes = component(source)
+    assert not (set(prefixes) & set(PACKAGE_ONLY)) or source in PACKAGE_ONLY, (
+        f"{source} belongs to no layer: add it to LAYERS here and to the table in docs/architecture.md"
+    )
+
+
 def test_every_module_imports_on_its_own() -> None:
     """No module depends on another having been imported first (no hidden cycles)."""
     names = [module_name(p) for p in all_modules()]
@@ -116,3 +136,39 @@ def test_ruff_format_is_applied() -> None:
     ruff = shutil.which("ruff") or str(Path(sys.executable).with_name("ruff"))
     result = subprocess.run([ruff, "format", "--check", str(ROOT)], capture_output=True, text=True)
     assert result.returncode == 0, result.stdout + result.stderr
+
+
+#: A link target or path that leaves the repository: a parent directory, or an absolute path.
+_OUTSIDE = re.compile(r"(?<!\.)\.\./|(?<![\w.:/])/(?:work|home|tmp|Users)/")
+_LINK = re.compile(r"\]\(([^)#\s]+)(?:#[^)]*)?\)")
+
+
+def outside_references(text: str) -> list[str]:
+    """Lines of a Markdown page that point outside the repository."""
+    return [line.strip() for line in text.splitlines() if _OUTSIDE.search(line)]
+
+
+def doc_pages() -> list[Path]:
+    return [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+
+
+@pytest.mark.parametrize("page", doc_pages(), ids=lambda p: str(p.relative_to(ROOT)))
+def test_docs_stay_inside_the_repository(page: Path) -> None:
+    """A user's clone has nothing beside it: the docs name no path outside it, and every
+    relative link leads to a file of the repository."""
+    text = page.read_text(encoding="utf-8")
+    outside = outside_references(text)
+    assert outside == [], f"{page.name} points outside the repository: {outside}"
+    for target in _LINK.findall(text):
+        if "://" in target or target.startswith("mailto:"):
+            continue
+        resolved = (page.parent / target).resolve()
+        assert resolved.is_relative_to(ROOT), f"{page.name} links {target}, outside the repository"
+        assert resolved.exists(), f"{page.name} links {target}, which does not exist"
+
+
+def test_outside_references_are_found() -> None:
+    """The check above can fail: the references this issue removed are caught."""
+    assert outside_references("The brief is `../shared/DESIGN.md`; see [x](../shared/a.md).")
+    assert outside_references("See /work/shared/reference/flink-scenarios.md.")
+    assert not outside_references("See [design](docs/design.md), `.../chk-7/_metadata`, s3://b/x.")

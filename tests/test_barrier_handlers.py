@@ -1,6 +1,7 @@
 """Barrier handlers reproduce Flink's scenarios A1 (aligned) and A3 (at-least-once tracking).
 
-See /work/shared/reference/flink-scenarios.md. Transport-free and deterministic: a
+Restated from Flink's ``AlignedCheckpointsTest`` and ``CheckpointBarrierTrackerTest``
+(scenario numbers S1-S24 name their cases). Transport-free and deterministic: a
 :class:`SequenceGate` holds the input items and never returns an item of a blocked
 channel (Flink's current aligned handling: a blocked channel is simply not read), a
 :class:`Driver` feeds what it reads to the handler one item at a time, and a

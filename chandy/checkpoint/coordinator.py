@@ -7,7 +7,7 @@ which in a running job is the JobMaster's own loop and in tests a
 :class:`~chandy.util.timer.ManualTimer`. No locks, and every scenario can be
 driven event by event.
 
-The path, in Flink's words (see ``shared/reference/checkpoint-flow.md``):
+The path, in Flink's words (``docs/design.md`` walks it step by step):
 
 1. ``start_checkpoint_scheduler`` (called by the job-status listener when the
    job is RUNNING) schedules ``trigger_checkpoint(periodic)`` after a random
