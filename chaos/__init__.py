@@ -1,0 +1,7 @@
+"""Chaos testing: exactly-once under random faults (``python -m chaos``).
+
+Seeded runs of a bounded keyed job on the Spark executor into two-phase-commit sinks,
+with slot and executor kills, failing user functions and commits, and checkpoint
+storage faults (through :mod:`chaos.faultyfs`) at random moments; each run's committed
+output is checked for every record exactly once. See ``README.md`` ("Chaos testing").
+"""

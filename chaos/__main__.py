@@ -1,0 +1,93 @@
+"""``python -m chaos --runs N --seed S [--faults kill-slot,...] [--master M] [--only-seed X]``.
+
+Prints one line per run (its seed, shape, faults and what they did, the verdict, the
+time) and a summary; exits non-zero when a run was not exact. A failing run replays
+alone with ``--only-seed`` and the same ``--faults`` and ``--master``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+import tempfile
+
+from chaos.suite import CLUSTER_ONLY, FAULT_KINDS, Runner, Summary, make_scenario
+
+DEFAULT_FAULTS = tuple(k for k in FAULT_KINDS if k not in CLUSTER_ONLY)
+
+
+def _out(line: str) -> None:
+    """The report is the command's output (stdout), apart from the logs (stderr)."""
+    sys.stdout.write(line + "\n")
+    sys.stdout.flush()
+
+
+def parse_args(argv: list[str]) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="python -m chaos", description=__doc__.splitlines()[0])
+    parser.add_argument("--runs", type=int, default=20, help="how many seeded runs (default 20)")
+    parser.add_argument("--seed", type=int, default=1, help="seed of the first run; run i has seed S+i")
+    parser.add_argument("--only-seed", type=int, help="replay this one run")
+    parser.add_argument("--executor", choices=("spark",), default="spark")
+    parser.add_argument(
+        "--master",
+        help="Spark master (default local[4]; local-cluster[4,1,1024] when --faults has kill-jvm)",
+    )
+    parser.add_argument(
+        "--faults",
+        default=",".join(DEFAULT_FAULTS),
+        help=f"comma-separated fault kinds from {', '.join(FAULT_KINDS)} (default: all but kill-jvm)",
+    )
+    parser.add_argument("--timeout", type=float, default=120.0, help="seconds before a run counts as hung")
+    parser.add_argument("--workdir", help="where runs write (default: a new temporary directory)")
+    parser.add_argument("--keep", action="store_true", help="keep the output of exact runs too")
+    parser.add_argument("-v", "--verbose", action="store_true", help="chandy's and chaos's logs on stderr")
+    args = parser.parse_args(argv)
+    kinds = tuple(k.strip() for k in args.faults.split(",") if k.strip())
+    unknown = [k for k in kinds if k not in FAULT_KINDS]
+    if unknown:
+        parser.error(f"unknown fault kinds {unknown}; choose from {', '.join(FAULT_KINDS)}")
+    args.kinds = kinds
+    if args.master is None:
+        args.master = "local-cluster[4,1,1024]" if "kill-jvm" in kinds else "local[4]"
+    if "kill-jvm" in kinds and not args.master.startswith("local-cluster"):
+        parser.error(
+            f"kill-jvm needs executors in JVMs of their own (--master 'local-cluster[4,1,1024]'); "
+            f"on {args.master} the executor is the driver's JVM"
+        )
+    return args
+
+
+def main(argv: list[str]) -> int:
+    args = parse_args(argv)
+    logging.basicConfig(
+        level=logging.INFO if args.verbose else logging.ERROR,
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+        stream=sys.stderr,
+    )
+    seeds = [args.only_seed] if args.only_seed is not None else [args.seed + i for i in range(args.runs)]
+    workdir = args.workdir or tempfile.mkdtemp(prefix="chaos-")
+    runner = Runner(workdir, args.master, args.timeout, keep=args.keep)
+    _out(f"chaos: {len(seeds)} runs on {args.master} ({runner.slots} slots), faults {','.join(args.kinds)}")
+    results = []
+    try:
+        for seed in seeds:
+            scenario = make_scenario(seed, args.kinds, runner.slots)
+            _out(f"  {scenario.describe()}")
+            result = runner.run(scenario)
+            results.append(result)
+            _out(result.line())
+    finally:
+        summary = Summary(results)
+        _out(summary.line())
+        for seed in summary.failed_seeds:
+            _out(
+                f"  replay: python -m chaos --only-seed {seed} --faults {','.join(args.kinds)} "
+                f"--master '{args.master}'  (output kept in {workdir}/run-{seed})"
+            )
+        runner.close()
+    return 0 if results and not summary.failed_seeds else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,372 @@
+"""Seeded chaos runs: one bounded job per run, faults at random moments, output judged.
+
+A run is fully described by its seed (with the fault kinds allowed and the number of
+slots the session offers): the seed draws the job's shape (parallelism 2-4,
+checkpoint interval 100-500 ms, records, keys, pace) and the fault schedule (which
+faults, at how many seconds after the job's slots came up). Replaying a seed replays
+that schedule; where a fault lands in the job (which record, which checkpoint) still
+depends on timing, which is the point of random moments.
+
+Fault kinds:
+
+``kill-slot``       SIGKILL of a live slot process (the Python worker running tasks)
+``kill-jvm``        SIGKILL of a Spark executor JVM with its slots (``local-cluster`` only)
+``user-raise``      the keyed running-sum function raises once
+``commit-raise``    a sink's committer (Parquet FileSink or DeltaSink) raises once
+``storage-raise``   the next checkpoint write (a state file, or ``_metadata``) raises
+``storage-hang``    the next state-file write hangs past the checkpoint timeout
+``storage-partial`` the next state-file write leaves half a file and raises
+``burst``           not a fault: lets a second fault follow the first within 0.1-1.5 s,
+                    so it strikes while the job is failing over
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import random
+import shutil
+import signal
+import statistics
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from chandy import StreamExecutionEnvironment
+from chandy.messages.status import JobStatus
+from chaos import job
+from chaos.faultyfs import SITE_METADATA, SITE_STATE, ArmedFault, FaultPlan
+from chaos.verify import SinkVerdict, verify_run
+
+log = logging.getLogger("chaos")
+
+FAULT_KINDS = (
+    "kill-slot",
+    "kill-jvm",
+    "user-raise",
+    "commit-raise",
+    "storage-raise",
+    "storage-hang",
+    "storage-partial",
+    "burst",
+)
+#: Kinds that need executors in JVMs of their own.
+CLUSTER_ONLY = ("kill-jvm",)
+#: Armed faults wait for their site in the job; the others the driver does itself.
+ARMED_KINDS = ("user-raise", "commit-raise", "storage-raise", "storage-hang", "storage-partial")
+
+#: A checkpoint that takes longer than this expires; a hanging write hangs past it.
+CHECKPOINT_TIMEOUT_S = 3.0
+HANG_BEYOND_TIMEOUT_S = 1.5
+
+
+@dataclass
+class Fault:
+    kind: str
+    at_s: float
+    #: Seeded choices made when it strikes (which slot, which sink, which file).
+    choice: float
+    outcome: str = "pending"
+
+    def describe(self) -> str:
+        return f"{self.kind}@{self.at_s:.2f}s"
+
+
+@dataclass
+class Scenario:
+    seed: int
+    parallelism: int
+    interval_ms: int
+    records: int
+    keys: int
+    duration_s: float
+    restart_delay_ms: int
+    faults: list[Fault]
+
+    @property
+    def rate_per_subtask(self) -> float:
+        return self.records / self.parallelism / self.duration_s
+
+    def describe(self) -> str:
+        return (
+            f"seed={self.seed} p={self.parallelism} ckpt={self.interval_ms}ms n={self.records} "
+            f"keys={self.keys} faults=[{', '.join(f.describe() for f in self.faults)}]"
+        )
+
+
+def make_scenario(seed: int, kinds: tuple[str, ...], max_parallelism: int) -> Scenario:
+    """The run of ``seed``: its job's shape and its fault schedule."""
+    rng = random.Random(seed)
+    parallelism = rng.randint(2, max(2, min(4, max_parallelism)))
+    duration = rng.uniform(6.0, 10.0)
+    strikes = [k for k in kinds if k != "burst"]
+    faults: list[Fault] = []
+    if strikes:
+        at = rng.uniform(0.2, 0.5 * duration)
+        for _ in range(rng.randint(1, 3)):
+            faults.append(Fault(rng.choice(strikes), round(at, 2), rng.random()))
+            burst = "burst" in kinds and rng.random() < 0.4
+            at += rng.uniform(0.1, 1.5) if burst else rng.uniform(1.0, 0.4 * duration)
+            if at > 0.9 * duration:
+                break
+    return Scenario(
+        seed=seed,
+        parallelism=parallelism,
+        interval_ms=rng.randint(100, 500),
+        records=rng.randint(20_000, 50_000),
+        keys=rng.choice((20, 50, 100, 200)),
+        duration_s=round(duration, 2),
+        restart_delay_ms=rng.choice((0, 0, 100, 500)),
+        faults=faults,
+    )
+
+
+@dataclass
+class RunResult:
+    scenario: Scenario
+    seconds: float
+    status: str
+    restarts: int
+    verdicts: list[SinkVerdict] = field(default_factory=list)
+    error: str | None = None
+    hung: bool = False
+
+    @property
+    def exact(self) -> bool:
+        return self.status == JobStatus.FINISHED.name and all(v.exact for v in self.verdicts)
+
+    @property
+    def fired(self) -> list[Fault]:
+        return [f for f in self.scenario.faults if f.outcome.startswith("fired")]
+
+    @property
+    def lost(self) -> int:
+        return max((v.lost for v in self.verdicts), default=0)
+
+    @property
+    def duplicated(self) -> int:
+        return max((v.duplicated for v in self.verdicts), default=0)
+
+    def line(self) -> str:
+        faults = ", ".join(f"{f.describe()} {f.outcome}" for f in self.scenario.faults) or "none"
+        verdict = "exact" if self.exact else "NOT EXACT"
+        text = (
+            f"seed={self.scenario.seed} p={self.scenario.parallelism} ckpt={self.scenario.interval_ms}ms "
+            f"n={self.scenario.records}: {faults} | restarts={self.restarts} {self.status} {verdict} "
+            f"{self.seconds:.1f}s"
+        )
+        if self.hung:
+            text += " HUNG"
+        if self.error:
+            text += f" error: {self.error}"
+        for v in self.verdicts:
+            text += "".join(f"\n    {v.sink}: {p}" for p in v.problems)
+        return text
+
+
+def pid_alive(pid: int | None) -> bool:
+    if not pid:
+        return False
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+class Runner:
+    """Runs scenarios one after another on one Spark session (starting one costs seconds)."""
+
+    def __init__(self, workdir: str, master: str, timeout_s: float, keep: bool = False) -> None:
+        self.workdir = workdir
+        self.master = master
+        self.timeout_s = timeout_s
+        self.keep = keep
+        self.session = start_session(master)
+        gateway = getattr(self.session.sparkContext, "_gateway", None)
+        proc = getattr(gateway, "proc", None)
+        #: Never kill this one: it is the driver (and, on local[N], the only executor).
+        self.driver_jvm_pid: int | None = proc.pid if proc is not None else None
+        self.slots = _total_slots(self.session)
+
+    def run(self, scenario: Scenario) -> RunResult:
+        run_dir = os.path.join(self.workdir, f"run-{scenario.seed}")
+        shutil.rmtree(run_dir, ignore_errors=True)
+        os.makedirs(run_dir)
+        plan = FaultPlan.for_root(run_dir)
+        env = StreamExecutionEnvironment.get_execution_environment(executor="spark")
+        env.set_parallelism(scenario.parallelism)
+        env.enable_checkpointing(scenario.interval_ms)
+        env.configure(
+            {
+                "execution.checkpointing.dir": f"faulty://{run_dir}/checkpoints",
+                "execution.checkpointing.timeout": f"{int(CHECKPOINT_TIMEOUT_S * 1000)} ms",
+                # keyed state goes to files (where storage faults strike), not into _metadata
+                "execution.checkpointing.data-inline-threshold": 256,
+                "restart-strategy.fixed-delay.delay": f"{scenario.restart_delay_ms} ms",
+                "chandy.spark.slot-wait": "60 s",
+            }
+        )
+        job.build(env, run_dir, plan.directory, scenario.records, scenario.keys, scenario.rate_per_subtask)
+        started = time.monotonic()
+        client = env.execute_async(f"chaos seed {scenario.seed}")
+        error: str | None = None
+        hung = False
+        try:
+            t0 = self._wait_running(client, started)
+            self._inject(client, plan, scenario, t0)
+            remaining = max(1.0, started + self.timeout_s - time.monotonic())
+            client.get_job_execution_result(timeout=remaining)
+        except TimeoutError:
+            hung = True
+            error = f"no end within {self.timeout_s:.0f} s (status {client.get_job_status().name})"
+            client.cancel()
+            try:
+                client.get_job_execution_result(timeout=30)
+            except Exception as exc:  # noqa: BLE001 - the run failed already; note why it ended
+                log.info("hung run %d ended after cancel: %s", scenario.seed, exc)
+        except Exception as exc:  # noqa: BLE001 - a failed job is a finding, reported per run
+            error = _first_line(exc)
+        seconds = time.monotonic() - started
+        for name in plan.disarm_all():
+            self._fault_named(scenario, name).outcome = "not happened (job ended first)"
+        for i, fault in enumerate(scenario.faults):
+            if fault.kind in ARMED_KINDS and fault.outcome == "armed":
+                fired = plan.fired(_fault_name(i, fault))
+                fault.outcome = f"fired ({_where(fired)})" if fired else "not happened"
+        status = client.get_job_status().name
+        verdicts = verify_run(run_dir, scenario.records, scenario.keys)
+        result = RunResult(scenario, seconds, status, client.restarts, verdicts, error, hung)
+        if result.exact and not self.keep:
+            shutil.rmtree(run_dir, ignore_errors=True)
+        return result
+
+    def _wait_running(self, client: Any, started: float) -> float:
+        """When the job's slots are up: the origin of the fault schedule."""
+        while not client.is_done() and time.monotonic() < started + self.timeout_s:
+            if client.get_job_status() == JobStatus.RUNNING and client.get_task_slots():
+                break
+            time.sleep(0.02)
+        return time.monotonic()
+
+    def _inject(self, client: Any, plan: FaultPlan, scenario: Scenario, t0: float) -> None:
+        for i, fault in enumerate(scenario.faults):
+            while time.monotonic() < t0 + fault.at_s and not client.is_done():
+                time.sleep(0.01)
+            if client.is_done():
+                fault.outcome = "not happened (job ended first)"
+                continue
+            if fault.kind in ARMED_KINDS:
+                plan.arm(_armed(_fault_name(i, fault), fault))
+                fault.outcome = "armed"
+            else:
+                fault.outcome = self._kill(client, fault)
+            log.info("seed %d: %s %s", scenario.seed, fault.describe(), fault.outcome)
+
+    def _kill(self, client: Any, fault: Fault) -> str:
+        """SIGKILL a live slot process (or its executor JVM). During a failover there may
+        be none for a moment: wait up to 5 s for the next stage's slots."""
+        deadline = time.monotonic() + 5.0
+        while not client.is_done():
+            slots = [s for s in client.get_task_slots() if s["alive"] and pid_alive(s["pid"])]
+            if fault.kind == "kill-jvm":
+                slots = [s for s in slots if pid_alive(s["jvm_pid"]) and s["jvm_pid"] != self.driver_jvm_pid]
+            if slots:
+                victim = slots[int(fault.choice * len(slots))]
+                pid = victim["jvm_pid"] if fault.kind == "kill-jvm" else victim["pid"]
+                os.kill(pid, signal.SIGKILL)
+                return f"fired (slot {victim['index']}, pid {pid})"
+            if time.monotonic() > deadline:
+                return "not happened (no live slot for 5 s)"
+            time.sleep(0.02)
+        return "not happened (job ended first)"
+
+    @staticmethod
+    def _fault_named(scenario: Scenario, name: str) -> Fault:
+        index = int(name.split("-", 1)[0])
+        return scenario.faults[index]
+
+    def close(self) -> None:
+        self.session.stop()
+
+
+def _fault_name(index: int, fault: Fault) -> str:
+    return f"{index}-{fault.kind}"
+
+
+def _armed(name: str, fault: Fault) -> ArmedFault:
+    if fault.kind == "user-raise":
+        return ArmedFault(name, "user", "raise")
+    if fault.kind == "commit-raise":
+        return ArmedFault(name, "commit", "raise", params={"sink": "file" if fault.choice < 0.5 else "delta"})
+    if fault.kind == "storage-raise":
+        return ArmedFault(name, SITE_METADATA if fault.choice < 0.3 else SITE_STATE, "raise")
+    if fault.kind == "storage-hang":
+        return ArmedFault(name, SITE_STATE, "hang", hang_s=CHECKPOINT_TIMEOUT_S + HANG_BEYOND_TIMEOUT_S)
+    if fault.kind == "storage-partial":
+        return ArmedFault(name, SITE_STATE, "partial")
+    raise ValueError(f"{fault.kind} is not an armed fault")
+
+
+def _where(fired: dict[str, Any]) -> str:
+    if "path" in fired:
+        return f"{fired['site']} {Path(fired['path']).parent.name}/{Path(fired['path']).name[:8]}"
+    if "subtask" in fired:
+        return f"subtask {fired['subtask']}, record {fired['record']}"
+    return f"{fired['params'].get('sink', fired['site'])} commit"
+
+
+def _first_line(exc: BaseException) -> str:
+    lines = str(exc).strip().splitlines()
+    return f"{type(exc).__name__}: {lines[0] if lines else ''}"[:300]
+
+
+def start_session(master: str) -> Any:
+    """A Spark session for every run; slots must import :mod:`chaos` (for ``faulty://``
+    and the job's functions), so the repository root goes on their ``PYTHONPATH``."""
+    from chandy.runtime.spark.session import get_or_create_session
+
+    root = str(Path(__file__).resolve().parent.parent)
+    paths = [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
+    if root not in paths:
+        os.environ["PYTHONPATH"] = os.pathsep.join([root, *paths])
+    logging.getLogger("py4j").setLevel(logging.WARNING)
+    session = get_or_create_session(4, {"spark.master": master, "spark.ui.showConsoleProgress": "false"})
+    session.sparkContext.setLogLevel("OFF")
+    return session
+
+
+def _total_slots(session: Any) -> int:
+    from chandy.runtime.spark.session import wait_for_slots
+
+    return wait_for_slots(session, 4, 60)
+
+
+@dataclass
+class Summary:
+    results: list[RunResult]
+
+    def line(self) -> str:
+        runs = len(self.results)
+        exact = sum(r.exact for r in self.results)
+        faults = sum(len(r.fired) for r in self.results)
+        missed = sum(len(r.scenario.faults) - len(r.fired) for r in self.results)
+        lost = sum(r.lost for r in self.results)
+        duplicated = sum(r.duplicated for r in self.results)
+        hung = sum(r.hung for r in self.results)
+        text = f"chaos: {exact}/{runs} runs exact, {faults} faults, {lost} lost, {duplicated} duplicated"
+        extra = [f"{missed} faults did not happen"] if missed else []
+        if hung:
+            extra.append(f"{hung} hung")
+        if self.results:
+            times = [r.seconds for r in self.results]
+            extra.append(
+                f"run time median {statistics.median(times):.1f} s, "
+                f"range {min(times):.1f}-{max(times):.1f} s, total {sum(times) / 60:.1f} min"
+            )
+        return text + (f" ({'; '.join(extra)})" if extra else "")
+
+    @property
+    def failed_seeds(self) -> list[int]:
+        return [r.scenario.seed for r in self.results if not r.exact]
