@@ -354,7 +354,9 @@ class FileSinkWriter(PrecommittingSinkWriter):
         self.directory = sink.directory
         self._open: dict[str, _OpenPart] = {}
         self._closed_parts: list[FileCommittable] = []
-        if context.is_restored:
+        if context.is_restored or context.attempt_number > 0:
+            # A restart without a checkpoint to restore (the first failed before any
+            # completed) leaves the failed attempt's parts behind just the same.
             self._clean_up_after_failure()
 
     def _clean_up_after_failure(self) -> None:
@@ -447,8 +449,8 @@ class FileSinkWriter(PrecommittingSinkWriter):
         for part in self._open.values():
             try:
                 part.writer.close()
-            except Exception:  # noqa: BLE001 - the part is being dropped anyway
-                pass
+            except Exception as exc:  # noqa: BLE001 - the part is being dropped anyway
+                log.debug("FileSink: closing the dropped part %s failed: %r", part.in_progress, exc)
             _remove(part.in_progress)
         self._open.clear()
         for committable in self._closed_parts:

@@ -7,7 +7,9 @@ batches, so no record is half processed (Flink's ``performCheckpoint``):
 1. operators may emit what must precede the barrier;
 2. the barrier goes downstream first, so downstream alignment starts early;
 3. the synchronous snapshot: user ``snapshot_state`` hooks, copy-on-write
-   copies of keyed state, pickled operator state;
+   copies of keyed state, pickled operator state. If this (or step 1) fails, the
+   checkpoint is declined and the task fails, as in Flink: the operator's state may
+   be half-written, so the job restores the last completed checkpoint;
 4. the asynchronous part. Keyed state is serialized key group by key group in
    steps of at most a couple of milliseconds, each a mail of this task, so
    records keep flowing between the steps; then a thread pool writes the state
@@ -29,8 +31,9 @@ from __future__ import annotations
 import logging
 import time
 from collections import deque
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import Executor
+from contextlib import contextmanager
 
 from chandy.messages.checkpoint import (
     AcknowledgeCheckpoint,
@@ -111,19 +114,12 @@ class SubtaskCheckpointCoordinator:
         if checkpoint_id in self._aborted:
             self._broadcast(CancelCheckpointMarker(checkpoint_id))
             return
-        self.chain.prepare_snapshot_pre_barrier(checkpoint_id)
+        with self._synchronous_phase(checkpoint_id):
+            self.chain.prepare_snapshot_pre_barrier(checkpoint_id)
         self._broadcast(CheckpointBarrier(checkpoint_id, timestamp, options))
         started = time.monotonic_ns()
-        try:
+        with self._synchronous_phase(checkpoint_id):
             snapshots = self.chain.snapshot_state(checkpoint_id, timestamp)
-        except Exception as exc:  # noqa: BLE001 - the checkpoint fails, the task goes on
-            log.warning(
-                "%s could not snapshot checkpoint %d: %r", self.tdd.name_with_subtask, checkpoint_id, exc
-            )
-            self.decline(
-                checkpoint_id, CheckpointFailureReason.CHECKPOINT_DECLINED, f"{type(exc).__name__}: {exc}"
-            )
-            return
         metrics = CheckpointMetrics(
             bytes_processed_during_alignment=alignment.bytes_processed_during_alignment,
             alignment_duration_ns=alignment.alignment_duration_ns,
@@ -132,6 +128,41 @@ class SubtaskCheckpointCoordinator:
             unaligned=False,
         )
         self._serialize_step(_InFlight(checkpoint_id, snapshots, metrics))
+
+    @contextmanager
+    def _synchronous_phase(self, checkpoint_id: int) -> Iterator[None]:
+        """A failure here fails the task, as in Flink: an operator's ``snapshot_state`` (or a
+        sink writer's ``prepare_commit``) stopped half way, so its state may be half-written
+        and the task cannot go on from it. The checkpoint is declined at once (the
+        coordinator need not wait for its timeout) and the exception propagates to the task,
+        which fails; the JobMaster then restores the last completed checkpoint."""
+        try:
+            yield
+        except Exception as exc:
+            if self.is_cancelled():
+                log.info(
+                    "%s: checkpoint %d stopped by the task's cancellation: %r",
+                    self.tdd.name_with_subtask,
+                    checkpoint_id,
+                    exc,
+                )
+                raise
+            log.warning(
+                "%s: the synchronous part of checkpoint %d failed, so the task fails (its operator "
+                "state may be half-written): %r",
+                self.tdd.name_with_subtask,
+                checkpoint_id,
+                exc,
+            )
+            self.decline(
+                checkpoint_id,
+                CheckpointFailureReason.TASK_CHECKPOINT_FAILURE,
+                f"{type(exc).__name__}: {exc}",
+            )
+            exc.add_note(
+                f"raised while {self.tdd.name_with_subtask} took its snapshot of checkpoint {checkpoint_id}"
+            )
+            raise
 
     def abort_checkpoint_on_barrier(self, checkpoint_id: int, reason: CheckpointFailureReason) -> None:
         """The barrier handler gave up on ``checkpoint_id``: decline, and tell downstream."""
@@ -180,8 +211,8 @@ class SubtaskCheckpointCoordinator:
             return
         try:
             self.async_executor.submit(self._write_and_acknowledge, checkpoint, serialized)
-        except RuntimeError:  # the pool is shutting down: the job is going away
-            pass
+        except RuntimeError as exc:  # the pool was shut down: the job is going away
+            self._fail_async(checkpoint.checkpoint_id, exc)
 
     def _write_and_acknowledge(
         self, checkpoint: _InFlight, serialized: dict[int, SerializedKeyedState]
@@ -212,6 +243,11 @@ class SubtaskCheckpointCoordinator:
                 if keyed or operator:
                     subtask_states[snapshot.operator_id] = OperatorSubtaskState(keyed, operator)
             if self.is_cancelled():
+                log.debug(
+                    "%s: checkpoint %d not acknowledged, the task is cancelled",
+                    self.tdd.name_with_subtask,
+                    checkpoint_id,
+                )
                 storage.discard_handles(written)
                 return
             metrics = checkpoint.metrics
@@ -234,15 +270,25 @@ class SubtaskCheckpointCoordinator:
             self._fail_async(checkpoint_id, exc)
 
     def _fail_async(self, checkpoint_id: int, exc: BaseException) -> None:
-        if not self.is_cancelled():
-            log.warning(
-                "%s: asynchronous part of checkpoint %d failed: %r",
+        """The asynchronous part failed: decline (Flink's ``CHECKPOINT_ASYNC_EXCEPTION``); the
+        task goes on, its state is intact. A cancelled task declines nothing: its job is
+        failing over or ending, which aborts the checkpoint anyway."""
+        if self.is_cancelled():
+            log.info(
+                "%s: asynchronous part of checkpoint %d stopped by the task's cancellation: %r",
                 self.tdd.name_with_subtask,
                 checkpoint_id,
                 exc,
             )
-            self.decline(
-                checkpoint_id,
-                CheckpointFailureReason.CHECKPOINT_ASYNC_EXCEPTION,
-                f"{type(exc).__name__}: {exc}",
-            )
+            return
+        log.warning(
+            "%s: asynchronous part of checkpoint %d failed: %r",
+            self.tdd.name_with_subtask,
+            checkpoint_id,
+            exc,
+        )
+        self.decline(
+            checkpoint_id,
+            CheckpointFailureReason.CHECKPOINT_ASYNC_EXCEPTION,
+            f"{type(exc).__name__}: {exc}",
+        )

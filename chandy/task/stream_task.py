@@ -203,8 +203,13 @@ class StreamTask:
         try:
             for writer in self.writers:
                 writer.broadcast_event(CancelCheckpointMarker(checkpoint_id))
-        except Exception:  # noqa: BLE001 - the task is ending anyway
-            log.debug("could not forward cancel marker %d", checkpoint_id)
+        except Exception as exc:  # noqa: BLE001 - the task is ending anyway
+            log.debug(
+                "%s: could not forward cancel marker %d (the task is ending): %r",
+                self.tdd.name_with_subtask,
+                checkpoint_id,
+                exc,
+            )
 
     def _notify_complete(self, checkpoint_id: int) -> None:
         if self.chain is not None:
