@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import logging
 import pickle
+import select
 import socket
 import struct
 import threading
@@ -25,13 +26,29 @@ MAX_FRAME_BYTES = 1 << 30
 
 
 def accept_authenticated(
-    server: socket.socket, secret: bytes, what: str, is_closed: Callable[[], bool]
+    server: socket.socket,
+    secret: bytes,
+    what: str,
+    is_closed: Callable[[], bool],
+    stop_fd: int | None = None,
 ) -> Iterator[tuple[FramedSocket, Any]]:
     """Accept connections until the listener is closed, yielding only peers that passed
-    the secret handshake; every other peer is disconnected and logged."""
+    the secret handshake; every other peer is disconnected and logged.
+
+    ``stop_fd`` (the read end of a pipe) ends the loop when it becomes readable. A
+    listener shared with other processes (a slot's data port, inherited from its
+    supervisor) must not be shut down to wake an ``accept()``: that would close it for
+    every process holding it.
+    """
     while not is_closed():
+        if stop_fd is not None:
+            readable, _, _ = select.select([server.fileno(), stop_fd], [], [])
+            if stop_fd in readable or is_closed():
+                return
         try:
             sock, peer = server.accept()
+        except BlockingIOError:
+            continue  # another process holding the listener took the connection
         except OSError:
             return
         try:

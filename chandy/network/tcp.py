@@ -1,10 +1,13 @@
 """Channels between slots: the same ordered batch-and-event stream as in memory, over TCP.
 
-Each slot runs one :class:`DataPlane`: a listening socket for its peers, and
-one outgoing connection to every other slot, opened once when the slots start
-and kept for the slot's life. A connection from slot A to slot B multiplexes
-every channel whose producer is in A and consumer in B (Flink multiplexes per
-TaskManager pair the same way): data frames flow A to B, credit frames B to A.
+Each slot process runs one :class:`DataPlane`: it accepts its peers on the
+listening socket its supervisor bound (so the address stays the same when the
+process is replaced), and keeps one outgoing connection to every other slot. A
+connection from slot A to slot B multiplexes every channel whose producer is in
+A and consumer in B (Flink multiplexes per TaskManager pair the same way): data
+frames flow A to B, credit frames B to A. When a slot process dies, its peers
+see its connections close; its next incarnation connects to them, and they
+connect back to it (see :class:`DataPlane`).
 
 Flow control is credit based, exactly as in memory: the consumer's
 :class:`RemoteInputChannel` announces ``capacity`` credits when it is created
@@ -24,6 +27,7 @@ before its first frame is read.
 from __future__ import annotations
 
 import logging
+import os
 import pickle
 import socket
 import struct
@@ -33,10 +37,10 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from chandy.network.auth import authenticate_client_side
+from chandy.network.auth import HANDSHAKE_TIMEOUT_S, authenticate_client_side
 from chandy.network.cancellation import TaskCancelledError
 from chandy.network.channel import ChannelClosedError, InputChannel, OutputChannel
-from chandy.network.framing import FramedSocket, accept_authenticated, close_listener
+from chandy.network.framing import FramedSocket, accept_authenticated
 from chandy.network.wakeup import Wakeup
 
 log = logging.getLogger(__name__)
@@ -45,6 +49,7 @@ _HEADER = struct.Struct(">BIIII")  # kind, generation, edge, producer, consumer
 _DATA = 1
 _CREDIT = 2
 _CREDIT_AMOUNT = struct.Struct(">I")
+_HELLO = struct.Struct(">II")  # slot index, incarnation
 
 
 @dataclass(frozen=True, slots=True)
@@ -169,69 +174,174 @@ class RemoteInputChannel(InputChannel):
         return self._last_size  # the frame of the item just taken
 
 
-class DataPlane:
-    """One slot's connections to every other slot, and the channels multiplexed on them."""
+def bind_data_listener(host: str) -> tuple[socket.socket, str]:
+    """A listening socket for a slot's data port, and its ``host:port``.
 
-    def __init__(self, slot_index: int, secret: bytes, bind_host: str) -> None:
+    The Spark task (the slot's supervisor) binds it once and its slot processes inherit
+    it: every incarnation of the slot listens at the address the others learnt from
+    ``allGather``, and connections made while one incarnation is being replaced wait in
+    the backlog for the next.
+    """
+    server = socket.create_server((host, 0))
+    return server, f"{host}:{server.getsockname()[1]}"
+
+
+@dataclass
+class _Link:
+    """A connection to or from one peer slot, and which incarnation of it is at the other end."""
+
+    connection: FramedSocket
+    incarnation: int
+
+    @property
+    def usable(self) -> bool:
+        return not self.connection.closed
+
+
+class DataPlane:
+    """One slot process's connections to every other slot, and the channels multiplexed on them.
+
+    A slot process can die and come back (its supervisor forks the next *incarnation*,
+    which listens on the same inherited socket). Every connection therefore opens with a
+    hello in both directions, ``(slot, incarnation)``: a slot that hears from a newer
+    incarnation of a peer than its own outgoing connection reaches connects to it again,
+    and channels are only ever opened on connections to a peer's newest incarnation.
+    """
+
+    def __init__(
+        self,
+        slot_index: int,
+        secret: bytes,
+        listener: socket.socket,
+        address: str,
+        peers: dict[int, str],
+        incarnation: int = 0,
+        connect_timeout_s: float = 60.0,
+    ) -> None:
         self.slot_index = slot_index
+        self.incarnation = incarnation
+        self.address = address
         self._secret = secret
-        self._server = socket.create_server((bind_host, 0))
-        self.address = f"{bind_host}:{self._server.getsockname()[1]}"
-        self._outgoing: dict[int, FramedSocket] = {}  # consumer slot -> connection
-        self._incoming: dict[int, FramedSocket] = {}  # producer slot -> connection
+        self._server = listener
+        self._peers = {slot: a for slot, a in peers.items() if slot != slot_index}
+        self._connect_timeout_s = connect_timeout_s
+        self._outgoing: dict[int, _Link] = {}  # consumer slot -> connection
+        self._incoming: dict[int, _Link] = {}  # producer slot -> connection
+        self._known: dict[int, int] = {}  # the newest incarnation heard of, per peer
+        self._connecting = {slot: threading.Lock() for slot in self._peers}
         self._inputs: dict[ChannelKey, RemoteInputChannel] = {}
         self._outputs: dict[ChannelKey, RemoteOutputChannel] = {}
         self._pending_credits: dict[ChannelKey, int] = {}
         self._lock = threading.Lock()
+        self._changed = threading.Condition(self._lock)
         self._threads: list[threading.Thread] = []
         self._closed = False
-        self._incoming_ready = threading.Condition(self._lock)
+        self._stop_read, self._stop_write = os.pipe()
         self.on_peer_lost: Callable[[int, str], None] = lambda slot, why: None
         self._start(self._accept_loop, "chandy data accept")
 
     def _start(self, target: Callable[..., None], name: str, *args: Any) -> None:
+        """Start a thread this data plane owns; finished ones are joined and dropped."""
         thread = threading.Thread(target=target, args=args, name=name, daemon=True)
+        with self._lock:
+            self._threads = [t for t in self._threads if t.is_alive()]
+            self._threads.append(thread)
         thread.start()
-        self._threads.append(thread)
 
     # -- connections --------------------------------------------------------
 
-    def connect_to_peers(
-        self, addresses: dict[int, str], expected_incoming: int, timeout_s: float = 60.0
-    ) -> None:
+    def connect_to_peers(self, timeout_s: float | None = None) -> None:
         """Connect to every other slot, and wait until every other slot connected here."""
-        for slot, address in sorted(addresses.items()):
-            if slot == self.slot_index:
-                continue
-            host, port = address.rsplit(":", 1)
-            sock = socket.create_connection((host, int(port)), timeout=timeout_s)
-            sock.settimeout(None)
-            authenticate_client_side(sock, self._secret)
-            connection = FramedSocket(sock)
-            connection.send_frame(struct.pack(">I", self.slot_index))  # who we are
-            with self._lock:
-                self._outgoing[slot] = connection
-            self._start(self._read_credits, f"chandy credits from slot {slot}", slot, connection)
-        with self._incoming_ready:
-            if not self._incoming_ready.wait_for(
-                lambda: len(self._incoming) >= expected_incoming or self._closed, timeout_s
+        timeout_s = self._connect_timeout_s if timeout_s is None else timeout_s
+        for slot in sorted(self._peers):
+            self._ensure_outgoing(slot, 0)
+        with self._changed:
+            if not self._changed.wait_for(
+                lambda: all(self._current(self._incoming, s) for s in self._peers) or self._closed, timeout_s
             ):
+                missing = [s for s in self._peers if not self._current(self._incoming, s)]
                 raise ConnectionError(
-                    f"slot {self.slot_index}: only {len(self._incoming)} of "
-                    f"{expected_incoming} peers connected within {timeout_s} s"
+                    f"slot {self.slot_index}: slots {missing} did not connect within {timeout_s} s"
                 )
 
-    def _accept_loop(self) -> None:
-        for connection, _ in accept_authenticated(self._server, self._secret, "data", lambda: self._closed):
+    def _current(self, links: dict[int, _Link], slot: int) -> _Link | None:
+        """The link to ``slot`` if it is open and reaches its newest known incarnation (lock held)."""
+        link = links.get(slot)
+        if link is None or not link.usable or link.incarnation < self._known.get(slot, 0):
+            return None
+        return link
+
+    def _ensure_outgoing(self, slot: int, incarnation: int) -> None:
+        """Connect to ``slot`` unless an open connection reaches ``incarnation`` or a newer one."""
+        with self._connecting[slot]:
+            with self._lock:
+                link = self._outgoing.get(slot)
+                if self._closed or (link is not None and link.usable and link.incarnation >= incarnation):
+                    return
+            host, port = self._peers[slot].rsplit(":", 1)
+            sock = socket.create_connection((host, int(port)), timeout=self._connect_timeout_s)
             try:
-                (producer_slot,) = struct.unpack(">I", connection.recv_frame())
+                authenticate_client_side(sock, self._secret)
+                connection = FramedSocket(sock)
+                connection.send_frame(_HELLO.pack(self.slot_index, self.incarnation))
+                peer, peer_incarnation = _HELLO.unpack(connection.recv_frame())
+            except (OSError, struct.error):
+                sock.close()
+                raise
+            sock.settimeout(None)
+            if peer != slot:
+                connection.close()
+                raise ConnectionError(f"slot {self.slot_index}: {self._peers[slot]} answered as slot {peer}")
+            with self._changed:
+                old = self._outgoing.get(slot)
+                self._outgoing[slot] = _Link(connection, peer_incarnation)
+                self._known[slot] = max(self._known.get(slot, 0), peer_incarnation)
+                self._changed.notify_all()
+            if old is not None:
+                old.connection.close()
+        self._start(self._read_credits, f"chandy credits from slot {slot}", slot, connection)
+
+    def _reconnect(self, slot: int, incarnation: int) -> None:
+        try:
+            self._ensure_outgoing(slot, incarnation)
+        except (OSError, ConnectionError) as exc:  # that incarnation died too; its successor calls again
+            if not self._closed:
+                log.info("slot %d: could not reach slot %d again: %s", self.slot_index, slot, exc)
+
+    def _accept_loop(self) -> None:
+        for connection, _ in accept_authenticated(
+            self._server, self._secret, "data", lambda: self._closed, self._stop_read
+        ):
+            try:
+                connection.sock.settimeout(HANDSHAKE_TIMEOUT_S)
+                producer_slot, incarnation = _HELLO.unpack(connection.recv_frame())
+                connection.send_frame(_HELLO.pack(self.slot_index, self.incarnation))
+                connection.sock.settimeout(None)
             except (OSError, struct.error):
                 connection.close()
                 continue
-            with self._incoming_ready:
-                self._incoming[producer_slot] = connection
-                self._incoming_ready.notify_all()
+            if producer_slot not in self._peers:
+                log.warning(
+                    "slot %d: refused a data connection claiming slot %d", self.slot_index, producer_slot
+                )
+                connection.close()
+                continue
+            with self._changed:
+                old = self._incoming.get(producer_slot)
+                self._incoming[producer_slot] = _Link(connection, incarnation)
+                self._known[producer_slot] = max(self._known.get(producer_slot, 0), incarnation)
+                outgoing = self._outgoing.get(producer_slot)
+                stale = outgoing is None or not outgoing.usable or outgoing.incarnation < incarnation
+                self._changed.notify_all()
+            if old is not None:
+                old.connection.close()
             self._start(self._read_data, f"chandy data from slot {producer_slot}", producer_slot, connection)
+            if stale and outgoing is not None:
+                # A new incarnation of that slot: it needs a connection from us too. Not from
+                # this thread, which must stay free to accept (the peer may be connecting here).
+                self._start(
+                    self._reconnect, f"chandy reconnect to slot {producer_slot}", producer_slot, incarnation
+                )
 
     def _read_data(self, producer_slot: int, connection: FramedSocket) -> None:
         header_size = _HEADER.size
@@ -244,8 +354,7 @@ class DataPlane:
                 if kind == _DATA and channel is not None:
                     channel.deliver(frame[header_size:])
         except (OSError, ConnectionError, struct.error) as exc:
-            if not self._closed:
-                self.on_peer_lost(producer_slot, f"data connection lost: {exc}")
+            self._lost(self._incoming, producer_slot, connection, f"data connection lost: {exc}")
 
     def _read_credits(self, consumer_slot: int, connection: FramedSocket) -> None:
         header_size = _HEADER.size
@@ -264,23 +373,48 @@ class DataPlane:
                         continue
                 channel.add_credit(amount)
         except (OSError, ConnectionError, struct.error) as exc:
-            if not self._closed:
-                self.on_peer_lost(consumer_slot, f"credit connection lost: {exc}")
+            self._lost(self._outgoing, consumer_slot, connection, f"credit connection lost: {exc}")
+
+    def _lost(self, links: dict[int, _Link], slot: int, connection: FramedSocket, reason: str) -> None:
+        connection.close()
+        with self._lock:
+            link = links.get(slot)
+            current = link is not None and link.connection is connection
+        if current and not self._closed:
+            self.on_peer_lost(slot, reason)
 
     # -- channels -----------------------------------------------------------
 
-    def output_channel(self, key: ChannelKey, consumer_slot: int) -> RemoteOutputChannel:
-        with self._lock:
-            channel = RemoteOutputChannel(key, self._outgoing[consumer_slot])
+    def _wait_link(self, links: dict[int, _Link], slot: int, timeout_s: float) -> _Link:
+        """The connection to ``slot``'s newest incarnation (lock held); waits while it is
+        being replaced, and raises :class:`ChannelClosedError` if it does not come."""
+        self._changed.wait_for(lambda: self._closed or self._current(links, slot) is not None, timeout_s)
+        link = None if self._closed else self._current(links, slot)
+        if link is None:
+            raise ChannelClosedError(
+                f"slot {self.slot_index} has no connection to slot {slot} "
+                f"(incarnation {self._known.get(slot, 0)}) after {timeout_s} s"
+            )
+        return link
+
+    def output_channel(
+        self, key: ChannelKey, consumer_slot: int, timeout_s: float = 10.0
+    ) -> RemoteOutputChannel:
+        with self._changed:
+            link = self._wait_link(self._outgoing, consumer_slot, timeout_s)
+            channel = RemoteOutputChannel(key, link.connection)
             self._outputs[key] = channel
             pending = self._pending_credits.pop(key, 0)
         if pending:
             channel.add_credit(pending)
         return channel
 
-    def input_channel(self, key: ChannelKey, producer_slot: int, capacity: int) -> RemoteInputChannel:
-        with self._lock:
-            channel = RemoteInputChannel(key, self._incoming[producer_slot], capacity)
+    def input_channel(
+        self, key: ChannelKey, producer_slot: int, capacity: int, timeout_s: float = 10.0
+    ) -> RemoteInputChannel:
+        with self._changed:
+            link = self._wait_link(self._incoming, producer_slot, timeout_s)
+            channel = RemoteInputChannel(key, link.connection, capacity)
             self._inputs[key] = channel
         channel.start()
         return channel
@@ -297,15 +431,26 @@ class DataPlane:
         for channel in outputs:
             channel.close()
 
+    def thread_count(self) -> int:
+        """Threads this data plane owns that still run (readers, the acceptor, reconnections)."""
+        with self._lock:
+            return sum(t.is_alive() for t in self._threads)
+
     def close(self) -> None:
-        """Close every socket and join every thread this data plane started."""
-        self._closed = True
-        with self._incoming_ready:
-            self._incoming_ready.notify_all()
-        close_listener(self._server)
-        for connection in [*self._outgoing.values(), *self._incoming.values()]:
-            connection.close()
-        for channel in self._outputs.values():
+        """Close every connection and join every thread this data plane started. The
+        listener is left open: it belongs to the slot's supervisor."""
+        with self._changed:
+            self._closed = True
+            self._changed.notify_all()
+            links = [*self._outgoing.values(), *self._incoming.values()]
+            outputs = list(self._outputs.values())
+            threads = list(self._threads)
+        os.write(self._stop_write, b"x")
+        for link in links:
+            link.connection.close()
+        for channel in outputs:
             channel.close()
-        for thread in self._threads:
+        for thread in threads:
             thread.join(5)
+        os.close(self._stop_read)
+        os.close(self._stop_write)

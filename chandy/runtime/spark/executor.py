@@ -5,10 +5,14 @@ The executor owns three things, each closed by :meth:`SparkExecutor.close`:
 * the control server, where slots connect (after the secret handshake) and
   report task states, checkpoint acknowledgements, results and log records;
 * the slot pool: one barrier stage of ``n`` long-running tasks, submitted from
-  a thread of its own that waits in ``collect()``. Spark never retries a failed
-  barrier ResultStage, so when a slot process dies ``collect()`` raises and the
-  pool is dead; the executor cancels the stage's job group (which kills the
-  remaining Python workers) and the next deployment submits a new stage;
+  a thread of its own that waits in ``collect()``. Each task supervises a slot
+  process it forked (see :mod:`chandy.runtime.spark.slot`); when that process
+  dies, the supervisor forks the next *incarnation*, which registers again, and
+  the pool is whole again without Spark noticing. Spark never retries a failed
+  barrier ResultStage, so when a supervisor or an executor dies ``collect()``
+  raises and the pool is dead; the executor cancels the stage's job group
+  (which kills the remaining Python workers) and the next deployment submits a
+  new stage;
 * deployments: one generation of tasks spread over the slots. A failed task
   does not kill its slot, so after a task failure the JobMaster's next
   deployment goes into the same, live slots in well under a second.
@@ -67,22 +71,113 @@ log = logging.getLogger(__name__)
 
 _pool_ids = itertools.count(1)
 
+#: Control messages a slot may have queued before the driver declares it lost (it stopped reading).
+SEND_QUEUE_CAPACITY = 10_000
+_STOP_SENDING = object()
+
 
 class SlotLostError(RuntimeError):
     """A slot process (or its executor) went away; its tasks died with it."""
 
 
-class _SlotConnection:
-    def __init__(self, info: RegisterSlot, connection: FramedSocket) -> None:
+class SlotConnection:
+    """The driver's end of one slot process's control connection.
+
+    Sending never blocks the caller (the JobMaster thread above all): messages go into a
+    bounded queue that a sender thread of this connection writes to the socket, in
+    order. A slot that stops reading fills its socket buffer and then the queue; the
+    next send then declares it lost (``on_lost``), as does a send that has been stuck
+    longer than the heartbeat timeout (see :meth:`stalled_for`).
+    """
+
+    def __init__(
+        self,
+        info: RegisterSlot,
+        connection: FramedSocket,
+        on_lost: Callable[[SlotConnection, str], None],
+        queue_capacity: int = SEND_QUEUE_CAPACITY,
+    ) -> None:
         self.info = info
         self.connection = connection
         self.last_seen = time.monotonic()
+        #: False once the driver declared this slot process lost (changed under its pool's lock).
         self.alive = True
         self.collect_queue: queue.Queue[PublishResults | None] = queue.Queue()
+        self._on_lost = on_lost
+        self._outbox: queue.Queue[Any] = queue.Queue(queue_capacity)
+        self._capacity = queue_capacity
+        self._sending_since: float | None = None
+        self._closed = False
+        self._sender = threading.Thread(
+            target=self._send_loop, daemon=True, name=f"chandy sender slot {info.slot_index}"
+        )
+        self._sender.start()
+
+    def send(self, message: Any) -> bool:
+        """Queue ``message`` for the slot; False if the slot is gone (never blocks)."""
+        if self._closed or self.connection.closed:
+            return False
+        try:
+            self._outbox.put_nowait(message)
+        except queue.Full:
+            self._lost(f"{self._capacity} control messages are waiting: the slot stopped reading")
+            return False
+        return True
+
+    def stalled_for(self, now: float) -> float:
+        """How long the message being sent has been stuck in the socket (0 when idle)."""
+        since = self._sending_since
+        return 0.0 if since is None else now - since
+
+    def _send_loop(self) -> None:
+        while True:
+            message = self._outbox.get()
+            if message is _STOP_SENDING:
+                return
+            self._sending_since = time.monotonic()
+            try:
+                self.connection.send_message(message)
+            except OSError as exc:
+                if not self._closed:
+                    self._lost(f"sending failed ({exc})")
+                return
+            finally:
+                self._sending_since = None
+
+    def _lost(self, reason: str) -> None:
+        self.connection.close()  # the slot process sees its driver go, and is replaced
+        self._on_lost(self, reason)
+
+    def close(self) -> None:
+        """Close the connection and join the sender (any thread but the sender's own)."""
+        self._closed = True
+        self.connection.close()  # unblocks a sendall to a slot that stopped reading
+        try:
+            self._outbox.put_nowait(_STOP_SENDING)
+        except queue.Full:
+            pass  # the sender fails on the closed socket and returns
+        if threading.current_thread() is not self._sender:
+            self._sender.join(5)
+        self.collect_queue.put(None)
+
+    def flush_and_close(self, timeout_s: float) -> None:
+        """Let the sender write what is queued (a Shutdown), then close."""
+        try:
+            self._outbox.put(_STOP_SENDING, timeout=timeout_s)
+            self._sender.join(timeout_s)
+        except queue.Full:
+            pass
+        self.close()
 
 
 class SlotPool:
-    """One barrier stage: ``size`` slots, each connected to the control server."""
+    """One barrier stage of ``size`` Spark tasks, each supervising one slot process.
+
+    The pool outlives its slot processes: when one dies, its supervisor forks the next
+    incarnation, which registers here again, and the pool is whole once more. The pool
+    dies with the stage (a supervisor or an executor was lost, or the stage was
+    cancelled). Its state changes under ``_lock``, whichever thread makes them.
+    """
 
     def __init__(
         self, executor: SparkExecutor, session: Any, size: int, bootstrap: SlotBootstrap, job_name: str
@@ -90,12 +185,12 @@ class SlotPool:
         self.executor = executor
         self.session = session
         self.size = size
-        self.group = f"chandy-{bootstrap.job_id}-{next(_pool_ids)}"
-        self.slots: dict[int, _SlotConnection] = {}
+        self.group = bootstrap.pool_id
+        self.slots: dict[int, SlotConnection] = {}
         self.alive = True
         self._stopping = False
         self.failure: str | None = None
-        self._registered = threading.Condition()
+        self._lock = threading.Condition()
         self._bootstrap = bootstrap
         self._thread = threading.Thread(
             target=self._run_stage, args=(job_name,), daemon=True, name=f"chandy spark stage {self.group}"
@@ -113,78 +208,108 @@ class SlotPool:
             reason = "the slot stage ended"
         except Exception as exc:  # noqa: BLE001 - any stage failure means lost slots
             reason = _first_line(exc)
-        self._die(reason)
+        self.fail(reason)
 
-    def _die(self, reason: str) -> None:
-        with self._registered:
+    def fail(self, reason: str) -> None:
+        """The pool cannot be used any more: every live slot in it is lost."""
+        with self._lock:
             if not self.alive:
                 return
             self.alive = False
             self.failure = reason
-            self._registered.notify_all()
+            self._lock.notify_all()
+            slots = list(self.slots.values())
         if self._stopping:
             return  # an orderly end: nothing was lost
-        for index, slot in list(self.slots.items()):
-            if slot.alive:
-                slot.alive = False
-                self.executor._slot_lost(self, index, reason)
+        for slot in slots:
+            self.executor._slot_lost(self, slot, reason)
 
-    def register(self, info: RegisterSlot, connection: FramedSocket) -> _SlotConnection:
-        slot = _SlotConnection(info, connection)
-        with self._registered:
+    def register(self, slot: SlotConnection) -> tuple[bool, SlotConnection | None]:
+        """Make ``slot`` the current process of its index: whether it was accepted, and
+        the process it replaces (which must be dead: its successor is here)."""
+        info = slot.info
+        with self._lock:
+            old = self.slots.get(info.slot_index)
+            if (
+                not self.alive
+                or self._stopping
+                or info.pool_id != self.group
+                or not 0 <= info.slot_index < self.size
+                or (old is not None and old.info.incarnation >= info.incarnation)
+            ):
+                return False, None
             self.slots[info.slot_index] = slot
-            self._registered.notify_all()
-        return slot
+            self._lock.notify_all()
+        return True, old
 
-    def wait_registered(self, timeout_s: float) -> None:
-        with self._registered:
-            done = self._registered.wait_for(
-                lambda: len(self.slots) >= self.size or not self.alive, timeout_s
-            )
-        if not self.alive:
-            raise JobExecutionError(f"the Spark stage for the job's {self.size} slots failed: {self.failure}")
-        if not done:
-            raise JobExecutionError(
-                f"only {len(self.slots)} of {self.size} slots started within {timeout_s:.0f} s"
-            )
+    def mark_lost(self, slot: SlotConnection) -> bool:
+        """Record that ``slot`` died; False if that was known already."""
+        with self._lock:
+            if not slot.alive:
+                return False
+            slot.alive = False
+            self._lock.notify_all()
+            return True
+
+    def current(self) -> dict[int, SlotConnection]:
+        """The current process of every registered slot index (a copy)."""
+        with self._lock:
+            return dict(self.slots)
+
+    def wait_registered(self, timeout_s: float) -> dict[int, SlotConnection]:
+        """Wait until every slot index has a live process; those processes.
+
+        Raises :class:`JobExecutionError` if the stage failed or the slots did not come
+        in time."""
+
+        def whole() -> bool:
+            return len(self.slots) >= self.size and all(s.alive for s in self.slots.values())
+
+        with self._lock:
+            done = self._lock.wait_for(lambda: whole() or not self.alive, timeout_s)
+            if not self.alive:
+                raise JobExecutionError(
+                    f"the Spark stage for the job's {self.size} slots failed: {self.failure}"
+                )
+            if not done:
+                live = sum(s.alive for s in self.slots.values())
+                raise JobExecutionError(f"only {live} of {self.size} slots were up within {timeout_s:.0f} s")
+            return dict(self.slots)
 
     def send(self, index: int, message: Any) -> bool:
-        slot = self.slots.get(index)
-        if slot is None or not slot.alive:
-            return False
-        try:
-            slot.connection.send_message(message)
-            return True
-        except OSError:
-            return False
+        with self._lock:
+            slot = self.slots.get(index)
+        return slot is not None and slot.alive and slot.send(message)
 
     def stop(self, timeout_s: float = 15.0) -> None:
         """Tell live slots to stop; kill the stage if they do not end in time."""
-        self._stopping = True
-        for index in list(self.slots):
-            self.send(index, Shutdown("the job ended"))
+        with self._lock:
+            self._stopping = True
+            slots = list(self.slots.values())
+        for slot in slots:
+            slot.send(Shutdown("the job ended"))
         self._thread.join(timeout_s)
         if self._thread.is_alive():
             self.session.sparkContext.cancelJobGroup(self.group)
             self._thread.join(timeout_s)
-        self._die("stopped")
-        for slot in self.slots.values():
-            slot.collect_queue.put(None)
-            slot.connection.close()
+        self.fail("stopped")
+        for slot in slots:
+            slot.close()
 
     def kill(self) -> None:
-        """Cancel the stage at once (Spark kills the Python workers)."""
-        self._stopping = True
-        self._die("cancelled")
+        """Cancel the stage at once (Spark kills the supervisors, their children die with them)."""
+        with self._lock:
+            self._stopping = True
+            slots = list(self.slots.values())
+        self.fail("cancelled")
         self.session.sparkContext.cancelJobGroup(self.group)
         self._thread.join(60)
-        for slot in self.slots.values():
-            slot.collect_queue.put(None)
-            slot.connection.close()
+        for slot in slots:
+            slot.close()
 
 
 class SparkDeployment(Deployment):
-    """One generation of tasks in the slots of a pool."""
+    """One generation of tasks in the slot processes of a pool."""
 
     def __init__(
         self,
@@ -192,11 +317,14 @@ class SparkDeployment(Deployment):
         pool: SlotPool,
         generation: int,
         attempts: dict[ExecutionAttemptID, int],
+        connections: dict[int, SlotConnection],
     ) -> None:
         self.executor = executor
         self.pool = pool
         self.generation = generation
         self.attempts = attempts  # attempt -> slot
+        #: The slot processes this generation was deployed to: its tasks live and die with them.
+        self.connections = connections
         self._terminal: set[ExecutionAttemptID] = set()
         self._stopped = threading.Condition()
 
@@ -209,9 +337,13 @@ class SparkDeployment(Deployment):
             self._stopped.notify_all()
             return True
 
+    def _send(self, index: int, message: Any) -> bool:
+        slot = self.connections.get(index)
+        return slot is not None and slot.alive and slot.send(message)
+
     def cancel(self) -> None:
         for index in set(self.attempts.values()):
-            self.pool.send(index, CancelTasks(self.generation))
+            self._send(index, CancelTasks(self.generation))
 
     def wait_stopped(self, timeout_s: float) -> bool:
         with self._stopped:
@@ -221,7 +353,7 @@ class SparkDeployment(Deployment):
         self, attempt_id: ExecutionAttemptID, checkpoint_id: int, timestamp: int, options: CheckpointOptions
     ) -> bool:
         slot = self.attempts.get(attempt_id)
-        return slot is not None and self.pool.send(
+        return slot is not None and self._send(
             slot, TriggerCheckpoint(attempt_id, checkpoint_id, timestamp, options)
         )
 
@@ -230,18 +362,26 @@ class SparkDeployment(Deployment):
     ) -> None:
         slot = self.attempts.get(attempt_id)
         if slot is not None:
-            self.pool.send(slot, NotifyCheckpoint(attempt_id, checkpoint_id, True))
+            self._send(slot, NotifyCheckpoint(attempt_id, checkpoint_id, True))
 
     def notify_checkpoint_aborted(
         self, attempt_id: ExecutionAttemptID, checkpoint_id: int, timestamp: int
     ) -> None:
         slot = self.attempts.get(attempt_id)
         if slot is not None:
-            self.pool.send(slot, NotifyCheckpoint(attempt_id, checkpoint_id, False))
+            self._send(slot, NotifyCheckpoint(attempt_id, checkpoint_id, False))
 
 
 class SparkExecutor(Executor):
-    """Runs a job's tasks in long-running Spark barrier tasks (one per slot)."""
+    """Runs a job's tasks in long-running Spark barrier tasks (one per slot).
+
+    Threads: the control server's acceptor and the heartbeat watcher belong to the
+    executor (joined by :meth:`close`); each slot process's connection has a reader
+    (``_serve_slot``, also the executor's), which owns that connection's sender and
+    results threads and joins them when the connection ends. Finished threads are
+    joined and dropped whenever a new one starts, so the list stays as long as the
+    live slots make it, however many times they are replaced.
+    """
 
     def __init__(self, config: Configuration) -> None:
         self.config = config
@@ -271,9 +411,15 @@ class SparkExecutor(Executor):
             self._start(self._watch_heartbeats, "chandy heartbeat watch")
 
     def _start(self, target: Callable[..., None], name: str, *args: Any) -> None:
+        """Start a thread the executor owns; finished ones are joined and dropped."""
         thread = threading.Thread(target=target, args=args, name=name, daemon=True)
+        with self._lock:
+            finished = [t for t in self._threads if not t.is_alive()]
+            self._threads = [t for t in self._threads if t.is_alive()]
+            self._threads.append(thread)
+        for old in finished:
+            old.join()
         thread.start()
-        self._threads.append(thread)
 
     def prepare(self, slots: int, checkpoint_dir: str | None) -> None:
         """Refuse, in seconds and with a clear message, a job this cluster cannot run."""
@@ -302,17 +448,7 @@ class SparkExecutor(Executor):
         self._listener = listener
         self._services = services
         self._ensure_session_and_server(slots)
-        pool = self._pool
-        if pool is None or not pool.alive or pool.size != slots:
-            if pool is not None:
-                pool.kill()
-            started = time.monotonic()
-            bootstrap = SlotBootstrap(
-                graph.job_id, slots, self.driver_address, self.secret, services.checkpoint_storage
-            )
-            pool = self._pool = SlotPool(self, self.session, slots, bootstrap, graph.job_name)
-            pool.wait_registered(self.config.get(SparkOptions.SLOT_WAIT) / 1000 + 120)
-            log.info("%d slots of job %s are up (%.1f s).", slots, graph.job_id, time.monotonic() - started)
+        pool, connections = self._whole_pool(graph.job_id, graph.job_name, slots, services)
         self._generation += 1
         capacity = Configuration(graph.config).get(NetworkOptions.BUFFERS_PER_CHANNEL)
         by_slot: dict[int, list[TaskToDeploy]] = {}
@@ -329,12 +465,53 @@ class SparkExecutor(Executor):
                 )
             )
             attempts[tdd.attempt_id] = tdd.subtask_index
-        deployment = SparkDeployment(self, pool, self._generation, attempts)
+        deployment = SparkDeployment(self, pool, self._generation, attempts, connections)
         self._deployment = deployment
         for index, tasks in by_slot.items():
-            if not pool.send(index, DeployTasks(self._generation, tuple(tasks), capacity)):
-                self._slot_lost(pool, index, "the slot was gone when tasks were deployed")
+            slot = connections[index]
+            if not slot.send(DeployTasks(self._generation, tuple(tasks), capacity)):
+                self._slot_lost(pool, slot, "the slot was gone when tasks were deployed")
+        for slot in connections.values():
+            if not slot.alive:  # lost before the deployment was published: its tasks too
+                self._fail_tasks_of(deployment, slot, "lost while the tasks were deployed")
         return deployment
+
+    def _whole_pool(
+        self, job_id: str, job_name: str, slots: int, services: TaskServices
+    ) -> tuple[SlotPool, dict[int, SlotConnection]]:
+        """A pool with a live process in every slot: the current one, once its replaced
+        processes registered again, or else a new stage."""
+        pool = self._pool
+        if pool is not None and pool.alive and pool.size == slots:
+            timeout = self.config.get(SparkOptions.HEARTBEAT_TIMEOUT) / 1000
+            try:
+                return pool, pool.wait_registered(timeout)
+            except JobExecutionError as exc:  # the stage failed meanwhile, or a slot did not return
+                log.warning("The slots of job %s are not whole again (%s); starting new ones.", job_id, exc)
+        if pool is not None:
+            pool.kill()
+        started = time.monotonic()
+        # A barrier stage submitted with too few task slots fails at once: after a lost
+        # executor, wait (chandy.spark.slot-wait) for the cluster to replace it.
+        wait = self.config.get(SparkOptions.SLOT_WAIT) / 1000
+        available = spark_session.wait_for_slots(self.session, slots, wait)
+        if available < slots:
+            raise JobExecutionError(
+                f"the Spark cluster has {available} task slots, not the {slots} the job needs, "
+                f"{wait:.0f} s after its slots were lost (chandy.spark.slot-wait)"
+            )
+        bootstrap = SlotBootstrap(
+            job_id,
+            slots,
+            self.driver_address,
+            self.secret,
+            services.checkpoint_storage,
+            pool_id=f"chandy-{job_id}-{next(_pool_ids)}",
+        )
+        pool = self._pool = SlotPool(self, self.session, slots, bootstrap, job_name)
+        connections = pool.wait_registered(self.config.get(SparkOptions.SLOT_WAIT) / 1000 + 120)
+        log.info("%d slots of job %s are up (%.1f s).", slots, job_id, time.monotonic() - started)
+        return pool, connections
 
     # -- control connections ------------------------------------------------------
 
@@ -346,25 +523,59 @@ class SparkExecutor(Executor):
             self._start(self._serve_slot, f"chandy control {peer[0]}:{peer[1]}", connection)
 
     def _serve_slot(self, connection: FramedSocket) -> None:
-        pool = self._pool
+        """Read one slot process's messages until its connection ends; then close it and
+        join the threads that served it."""
         try:
             info = connection.recv_message()
         except (OSError, ConnectionError, EOFError):
             connection.close()
             return
+        pool = self._pool
         if pool is None or not isinstance(info, RegisterSlot):
             connection.close()
             return
-        slot = pool.register(info, connection)
-        self._start(self._publish_results, f"chandy results slot {info.slot_index}", pool, slot)
+        slot = SlotConnection(info, connection, lambda lost, why: self._slot_lost(pool, lost, why))
+        accepted, replaced = pool.register(slot)
+        if not accepted:
+            log.info(
+                "Refused slot %d (pid %d, incarnation %d): not a slot of the current stage.",
+                info.slot_index,
+                info.pid,
+                info.incarnation,
+            )
+            slot.send(Shutdown("not a slot of the job's current stage"))
+            slot.flush_and_close(5)
+            return
+        if replaced is not None:  # its successor is here, so it is dead whatever we heard
+            self._slot_lost(pool, replaced, f"replaced by incarnation {info.incarnation}")
+        if info.incarnation:
+            log.info(
+                "Slot %d is back: pid %d (incarnation %d) on %s.",
+                info.slot_index,
+                info.pid,
+                info.incarnation,
+                info.host,
+            )
+        publisher = threading.Thread(
+            target=self._publish_results,
+            args=(pool, slot),
+            daemon=True,
+            name=f"chandy results slot {info.slot_index}",
+        )
+        publisher.start()
         try:
             while True:
                 self._dispatch(pool, slot, connection.recv_message())
         except (OSError, ConnectionError, EOFError) as exc:
-            if pool.alive and slot.alive and not self._closed:
-                self._slot_lost(pool, info.slot_index, f"connection lost ({exc or 'closed'})")
+            if not self._closed:
+                self._slot_lost(pool, slot, f"connection lost ({exc or 'closed'})")
+        finally:
+            slot.close()
+            publisher.join(30)
+            if publisher.is_alive():
+                log.warning("the results of slot %d are still being handed over", info.slot_index)
 
-    def _dispatch(self, pool: SlotPool, slot: _SlotConnection, message: Any) -> None:
+    def _dispatch(self, pool: SlotPool, slot: SlotConnection, message: Any) -> None:
         slot.last_seen = time.monotonic()
         if isinstance(message, TaskStateChanged):
             deployment = self._deployment
@@ -399,7 +610,7 @@ class SparkExecutor(Executor):
         elif not isinstance(message, Heartbeat):
             log.warning("unexpected message from slot %d: %r", slot.info.slot_index, message)
 
-    def _publish_results(self, pool: SlotPool, slot: _SlotConnection) -> None:
+    def _publish_results(self, pool: SlotPool, slot: SlotConnection) -> None:
         """Hands collected batches to the client, one at a time (a slow client slows the sink)."""
         while True:
             message = slot.collect_queue.get()
@@ -414,14 +625,16 @@ class SparkExecutor(Executor):
                         message.subtask_index,
                         message.batch,
                         message.token,
-                        lambda: not pool.alive or self._closed,
+                        lambda: not slot.alive or not pool.alive or self._closed,
                     )
                     accepted = True
                 except Exception:  # noqa: BLE001 - the client went away or the job is ending
                     accepted = False
-            pool.send(slot.info.slot_index, ResultsAccepted(message.sequence, accepted))
+            slot.send(ResultsAccepted(message.sequence, accepted))
 
     def _watch_heartbeats(self) -> None:
+        """A slot process that is silent, or does not take what is sent to it, for the
+        heartbeat timeout is hung: only cancelling its stage ends it."""
         timeout = self.config.get(SparkOptions.HEARTBEAT_TIMEOUT) / 1000
         while not self._closed:
             time.sleep(1.0)
@@ -429,31 +642,50 @@ class SparkExecutor(Executor):
             if pool is None or not pool.alive:
                 continue
             now = time.monotonic()
-            for index, slot in list(pool.slots.items()):
-                if slot.alive and now - slot.last_seen > timeout:
-                    self._slot_lost(pool, index, f"no heartbeat for {timeout:.0f} s")
+            for index, slot in pool.current().items():
+                if not slot.alive:
+                    continue
+                if now - slot.last_seen > timeout:
+                    pool.fail(f"slot {index} (pid {slot.info.pid}) sent no heartbeat for {timeout:.0f} s")
+                elif slot.stalled_for(now) > timeout:
+                    pool.fail(
+                        f"slot {index} (pid {slot.info.pid}) took nothing sent to it for {timeout:.0f} s"
+                    )
 
-    def _slot_lost(self, pool: SlotPool, index: int, reason: str) -> None:
-        """A slot is gone: its tasks failed, and the pool must be replaced."""
-        slot = pool.slots.get(index)
-        if slot is not None:
-            slot.alive = False
-        info = f" (pid {slot.info.pid} on {slot.info.host})" if slot is not None else ""
-        log.warning("Slot %d%s of job is lost: %s", index, info, reason)
-        pool.alive = False
-        deployment = self._deployment
-        if deployment is None or deployment.pool is not pool or self._listener is None:
+    def _slot_lost(self, pool: SlotPool, slot: SlotConnection, reason: str) -> None:
+        """A slot process is gone: the tasks it ran failed (any thread)."""
+        if not pool.mark_lost(slot):
             return
-        error = SlotLostError(f"slot {index}{info} was lost: {reason}")
+        info = slot.info
+        log.warning(
+            "Slot %d (pid %d on %s, incarnation %d) is lost: %s",
+            info.slot_index,
+            info.pid,
+            info.host,
+            info.incarnation,
+            reason,
+        )
+        slot.connection.close()
+        deployment = self._deployment
+        if deployment is not None and deployment.pool is pool:
+            self._fail_tasks_of(deployment, slot, reason)
+
+    def _fail_tasks_of(self, deployment: SparkDeployment, slot: SlotConnection, reason: str) -> None:
+        index = slot.info.slot_index
+        listener = self._listener
+        if listener is None or deployment.connections.get(index) is not slot:
+            return
+        error = SlotLostError(f"slot {index} (pid {slot.info.pid} on {slot.info.host}) was lost: {reason}")
         failure = TaskFailure(error, type(error).__name__, str(error), str(error), None)
         for attempt_id, attempt_slot in deployment.attempts.items():
             if attempt_slot == index and deployment.mark_terminal(attempt_id):
-                self._listener.notify_task_state(attempt_id, ExecutionState.FAILED, failure)
+                listener.notify_task_state(attempt_id, ExecutionState.FAILED, failure)
 
     # -- introspection and shutdown ------------------------------------------------
 
     def slots(self) -> list[dict[str, Any]]:
-        """The live slots: index, host, Python worker pid, executor JVM pid, data address."""
+        """The current slot processes: index, host, the pid that runs the tasks, the
+        supervising Spark task's pid, the executor JVM's pid, incarnation, data address."""
         pool = self._pool
         if pool is None:
             return []
@@ -462,12 +694,19 @@ class SparkExecutor(Executor):
                 "index": i,
                 "host": s.info.host,
                 "pid": s.info.pid,
+                "supervisor_pid": s.info.supervisor_pid,
                 "jvm_pid": s.info.jvm_pid,
+                "incarnation": s.info.incarnation,
                 "data_address": s.info.data_address,
                 "alive": s.alive,
             }
-            for i, s in sorted(pool.slots.items())
+            for i, s in sorted(pool.current().items())
         ]
+
+    def thread_count(self) -> int:
+        """Live threads the executor owns directly (acceptor, heartbeat watcher, slot readers)."""
+        with self._lock:
+            return sum(t.is_alive() for t in self._threads)
 
     def close(self) -> None:
         """Stop the slots (Spark kills what does not stop), the server and its threads."""
@@ -479,7 +718,9 @@ class SparkExecutor(Executor):
             self._pool.stop()
         if self._server is not None:
             close_listener(self._server)
-        for thread in self._threads:
+        with self._lock:
+            threads = list(self._threads)
+        for thread in threads:
             thread.join(5)
 
 

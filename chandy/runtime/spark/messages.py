@@ -17,12 +17,21 @@ from chandy.task.services import TaskFailure
 
 @dataclass(frozen=True)
 class RegisterSlot:
+    """A slot process is up: connected to its peers, and ready for tasks. ``pid`` is the
+    process that runs the tasks (what a killed "slot process" is)."""
+
     slot_index: int
     data_address: str
     host: str
     pid: int
     #: The JVM that runs this slot's Python worker (a Spark executor, or the driver in local mode).
     jvm_pid: int | None
+    #: The Spark task's Python worker, which forked ``pid`` and forks its successor if it dies.
+    supervisor_pid: int | None = None
+    #: 0 for the slot's first process, one more for every process that replaced a dead one.
+    incarnation: int = 0
+    #: The slot pool (Spark job group) the slot was started for; the driver refuses another's.
+    pool_id: str = ""
 
 
 @dataclass(frozen=True)

@@ -15,6 +15,7 @@ Python worker reuse on, the next Spark task in this process starts clean.
 
 from __future__ import annotations
 
+import ctypes
 import dataclasses
 import gc
 import io
@@ -22,12 +23,14 @@ import json
 import logging
 import os
 import pickle
+import signal
 import socket
 import sys
 import threading
+import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NoReturn
 
 from chandy.errors import UnrecoverableError
 from chandy.graph.execution_graph import ChannelID
@@ -36,9 +39,9 @@ from chandy.messages.ids import ExecutionAttemptID
 from chandy.messages.status import ExecutionState
 from chandy.network.auth import AuthenticationError, authenticate_client_side
 from chandy.network.cancellation import TaskCancelledError
-from chandy.network.channel import InputChannel, LocalChannel, OutputChannel
+from chandy.network.channel import ChannelClosedError, InputChannel, LocalChannel, OutputChannel
 from chandy.network.framing import FramedSocket
-from chandy.network.tcp import ChannelKey, DataPlane
+from chandy.network.tcp import ChannelKey, DataPlane, bind_data_listener
 from chandy.runtime.spark.messages import (
     CancelTasks,
     DeployTasks,
@@ -51,6 +54,7 @@ from chandy.runtime.spark.messages import (
     ResultsAccepted,
     Shutdown,
     TaskStateChanged,
+    TaskToDeploy,
     TriggerCheckpoint,
 )
 from chandy.storage.checkpoint_storage import CheckpointStorage
@@ -74,30 +78,240 @@ class SlotBootstrap:
     checkpoint_storage: CheckpointStorage | None
     #: Host to bind data ports to; ``None``: the address Spark gave this executor.
     bind_host: str | None = None
+    #: The slot pool (Spark job group) these slots belong to; the driver refuses others.
+    pool_id: str = ""
+
+
+#: A slot process's exit status when it could not start (the supervisor fails the Spark task).
+EXIT_STARTUP_FAILED = 3
+#: ... when it lost the driver's connection without being told to stop (a new one is forked).
+EXIT_DRIVER_LOST = 4
+_REGISTERED = b"r"
+
+
+class SlotStartupError(RuntimeError):
+    """A slot process could not start: the Spark task fails, and with it the stage."""
 
 
 def run_slot(bootstrap: SlotBootstrap) -> list[int]:
-    """The barrier task's body: serve as slot ``partitionId`` until the driver says stop."""
+    """The barrier task's body: supervise slot ``partitionId`` until the driver says stop.
+
+    The Spark-facing work happens here once: the data port is bound and the slots'
+    addresses gathered. The slot itself (control connection, data plane, tasks) runs in
+    a child process, which :class:`SlotSupervisor` forks again whenever it dies, so a
+    killed slot process costs Spark nothing and the driver a redeployment into the same
+    stage instead of a new one.
+    """
     from pyspark import BarrierTaskContext
 
     context = BarrierTaskContext.get()
     index = context.partitionId()
     host = bootstrap.bind_host or _executor_host(context, index)
-    data = DataPlane(index, bootstrap.secret, host)
+    listener, address = bind_data_listener(host)
+    try:
+        gathered = context.allGather(json.dumps({"slot": index, "data": address}))
+        peers = {entry["slot"]: entry["data"] for entry in map(json.loads, gathered)}
+        SlotSupervisor(index, bootstrap, host, listener, address, peers).run()
+    finally:
+        listener.close()
+    return [index]
+
+
+class SlotSupervisor:
+    """Runs one slot in a child process and forks a new one (the next *incarnation*)
+    whenever it dies; ends when a child exits because the driver told it to stop.
+
+    The supervisor starts no thread: ``os.fork`` copies only the calling thread, so a
+    fork from a process without threads gives a child whose locks are all free. It
+    freezes its objects before forking, so that the child's garbage collections do not
+    write to (and copy) the pages it shares with the supervisor.
+    """
+
+    def __init__(
+        self,
+        index: int,
+        bootstrap: SlotBootstrap,
+        host: str,
+        listener: socket.socket,
+        address: str,
+        peers: dict[int, str],
+    ) -> None:
+        self.index = index
+        self.bootstrap = bootstrap
+        self.host = host
+        self.listener = listener
+        self.address = address
+        self.peers = peers
+        self.pid = os.getpid()
+        self.jvm_pid = _jvm_pid()
+
+    def run(self) -> None:
+        if threading.active_count() > 1:
+            log.warning(
+                "slot %d: the Spark worker runs %d threads; forking slot processes from it is unsafe",
+                self.index,
+                threading.active_count(),
+            )
+        incarnation = 0
+        try:
+            while True:
+                pid, status, report = self._run_child(incarnation)
+                if os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0:
+                    return  # told to stop
+                if os.WIFEXITED(status) and os.WEXITSTATUS(status) == EXIT_STARTUP_FAILED:
+                    raise SlotStartupError(
+                        f"slot {self.index} could not start: {report.decode(errors='replace')}"
+                    )
+                how = (
+                    f"signal {os.WTERMSIG(status)}"
+                    if os.WIFSIGNALED(status)
+                    else f"exit status {os.WEXITSTATUS(status)}"
+                )
+                log.warning(
+                    "slot %d: process %d (incarnation %d) ended by %s; starting incarnation %d",
+                    self.index,
+                    pid,
+                    incarnation,
+                    how,
+                    incarnation + 1,
+                )
+                incarnation += 1
+        finally:
+            gc.unfreeze()  # a reused Python worker's next task collects them again
+
+    def _run_child(self, incarnation: int) -> tuple[int, int, bytes]:
+        """Fork incarnation ``incarnation``, wait for it to end: its pid, status and report."""
+        report_read, report_write = os.pipe()
+        gc.freeze()
+        pid = os.fork()
+        if pid == 0:
+            os.close(report_read)
+            _run_slot_process(self, incarnation, report_write)  # never returns
+        os.close(report_write)
+        try:
+            _, status = _wait_for(pid)
+            with os.fdopen(report_read, "rb") as report:
+                text = report.read()
+        except BaseException:
+            _kill_quietly(pid)  # the Spark task is interrupted: the child goes with it
+            raise
+        return pid, status, text[1:] if text.startswith(_REGISTERED) else text
+
+
+def _wait_for(pid: int) -> tuple[int, int]:
+    while True:
+        try:
+            return os.waitpid(pid, 0)
+        except InterruptedError:
+            continue
+
+
+def _kill_quietly(pid: int) -> None:
+    try:
+        os.kill(pid, signal.SIGKILL)
+        os.waitpid(pid, 0)
+    except OSError:
+        pass
+
+
+def _die_with_parent(parent_pid: int) -> None:
+    """Make the kernel SIGKILL this process when its supervisor dies (Linux), so a killed
+    Spark task or executor never leaves a slot process behind; elsewhere, a thread
+    watches for the supervisor to go."""
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        prctl = libc.prctl
+    except (OSError, AttributeError):
+        prctl = None
+    if prctl is not None and prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0) == 0:
+        if os.getppid() != parent_pid:  # it died before the call took effect
+            os._exit(EXIT_DRIVER_LOST)
+        return
+
+    def watch() -> None:
+        while os.getppid() == parent_pid:
+            time.sleep(0.2)
+        os._exit(EXIT_DRIVER_LOST)
+
+    threading.Thread(target=watch, name="chandy supervisor watch", daemon=True).start()
+
+
+_PR_SET_PDEATHSIG = 1
+
+
+def _run_slot_process(supervisor: SlotSupervisor, incarnation: int, report_fd: int) -> NoReturn:
+    """The body of a forked slot process. It never returns into the Spark worker's code:
+    ``os._exit`` also keeps it from flushing the worker's buffers to the JVM socket."""
+    code = EXIT_STARTUP_FAILED
+    report = os.fdopen(report_fd, "wb", buffering=0)
+    try:
+        _die_with_parent(supervisor.pid)
+        code = _serve_slot_process(supervisor, incarnation, report)
+    except BaseException as exc:  # it could not start: tell the supervisor why, then exit
+        try:
+            report.write(f"{type(exc).__name__}: {exc}".encode())
+        except OSError:
+            pass
+        log.exception("slot %d (incarnation %d) could not start", supervisor.index, incarnation)
+    finally:
+        try:
+            sys.stdout.flush()
+            sys.stderr.flush()
+        finally:
+            os._exit(code)
+
+
+def _serve_slot_process(supervisor: SlotSupervisor, incarnation: int, report: Any) -> int:
+    """Connect, register and serve; the exit status (0: the driver said stop)."""
+    bootstrap = supervisor.bootstrap
+    data = DataPlane(
+        supervisor.index,
+        bootstrap.secret,
+        supervisor.listener,
+        supervisor.address,
+        supervisor.peers,
+        incarnation,
+    )
     runtime: SlotRuntime | None = None
     try:
-        gathered = context.allGather(json.dumps({"slot": index, "data": data.address}))
-        peers = {entry["slot"]: entry["data"] for entry in map(json.loads, gathered)}
-        data.connect_to_peers(peers, expected_incoming=bootstrap.num_slots - 1)
+        data.connect_to_peers()
         control = _connect_to_driver(bootstrap)
-        runtime = SlotRuntime(index, bootstrap, control, data)
-        control.send_message(RegisterSlot(index, data.address, host, os.getpid(), _jvm_pid()))
-        runtime.serve()
-    finally:
+        runtime = SlotRuntime(supervisor.index, bootstrap, control, data)
+        control.send_message(
+            RegisterSlot(
+                supervisor.index,
+                supervisor.address,
+                supervisor.host,
+                os.getpid(),
+                supervisor.jvm_pid,
+                supervisor_pid=supervisor.pid,
+                incarnation=incarnation,
+                pool_id=bootstrap.pool_id,
+            )
+        )
+        report.write(_REGISTERED)
+    except BaseException:
+        _close_quietly(runtime, data)
+        raise
+    # Registered: from here on a failure is one of this incarnation, not of the slot's start.
+    assert runtime is not None
+    try:
+        told_to_stop = runtime.serve()
+    except Exception:
+        log.exception("slot %d (incarnation %d) failed", supervisor.index, incarnation)
+        told_to_stop = False
+    _close_quietly(runtime, data)
+    return 0 if told_to_stop else EXIT_DRIVER_LOST
+
+
+def _close_quietly(runtime: SlotRuntime | None, data: DataPlane) -> None:
+    try:
         if runtime is not None:
             runtime.close()
+    except Exception:
+        log.exception("slot %d did not close cleanly", data.slot_index)
+    finally:
         data.close()
-    return [index]
 
 
 def _executor_host(context: Any, index: int) -> str:
@@ -246,25 +460,26 @@ class SlotRuntime:
         logging.getLogger().addHandler(self._log_handler)
         self.data.on_peer_lost = self._peer_lost
         self._streams = (sys.stdout, sys.stderr)
-        sys.stdout = _ForwardingStream(self, "stdout")  # type: ignore[assignment]
-        sys.stderr = _ForwardingStream(self, "stderr")  # type: ignore[assignment]
+        sys.stdout = _ForwardingStream(self, "stdout")
+        sys.stderr = _ForwardingStream(self, "stderr")
 
     # -- the control loop -----------------------------------------------------
 
     def send(self, message: Any) -> None:
         self.control.send_message(message)
 
-    def serve(self) -> None:
-        """Handle the driver's messages until it says stop or goes away."""
+    def serve(self) -> bool:
+        """Handle the driver's messages until it says stop (True) or goes away (False)."""
         while not self._closed.is_set():
             try:
                 message = self.control.recv_message()
             except (OSError, ConnectionError, EOFError, pickle.UnpicklingError):
                 log.warning("slot %d lost its connection to the driver; stopping", self.index)
-                return
+                return False
             if isinstance(message, Shutdown):
-                return
+                return True
             self._handle(message)
+        return True
 
     def _handle(self, message: Any) -> None:
         if isinstance(message, DeployTasks):
@@ -311,25 +526,12 @@ class SlotRuntime:
                 log.error("slot %d cannot start %s: %s", self.index, task.tdd.name_with_subtask, exc)
                 self.notify_task_state(task.tdd.attempt_id, ExecutionState.FAILED, TaskFailure.of(exc, None))
                 continue
-            inputs: list[InputChannel] = []
-            for cid in task.inputs:
-                if cid.producer_subtask == self.index:
-                    inputs.append(self._channel(generation, cid, capacity))
-                else:
-                    key = ChannelKey(generation, cid.edge_index, cid.producer_subtask, cid.consumer_subtask)
-                    inputs.append(self.data.input_channel(key, cid.producer_subtask, capacity))
-            outputs: list[list[OutputChannel]] = []
-            for edge in task.outputs:
-                channels: list[OutputChannel] = []
-                for cid in edge:
-                    if cid.consumer_subtask == self.index:
-                        channels.append(self._channel(generation, cid, capacity))
-                    else:
-                        key = ChannelKey(
-                            generation, cid.edge_index, cid.producer_subtask, cid.consumer_subtask
-                        )
-                        channels.append(self.data.output_channel(key, cid.consumer_subtask))
-                outputs.append(channels)
+            try:
+                inputs, outputs = self._channels_of(task, generation, capacity)
+            except ChannelClosedError as exc:  # a peer's process is being replaced: fail over again
+                log.warning("slot %d cannot start %s: %s", self.index, task.tdd.name_with_subtask, exc)
+                self.notify_task_state(task.tdd.attempt_id, ExecutionState.FAILED, TaskFailure.of(exc, None))
+                continue
             tdd = dataclasses.replace(task.tdd, operators=operators)
             stream_task = StreamTask(tdd, inputs, outputs, self.services, self)
             thread = threading.Thread(
@@ -345,6 +547,29 @@ class SlotRuntime:
         gc.freeze()
         for thread in starting:
             thread.start()
+
+    def _channels_of(
+        self, task: TaskToDeploy, generation: int, capacity: int
+    ) -> tuple[list[InputChannel], list[list[OutputChannel]]]:
+        """The task's input and output channels: in memory within the slot, TCP to others."""
+        inputs: list[InputChannel] = []
+        for cid in task.inputs:
+            if cid.producer_subtask == self.index:
+                inputs.append(self._channel(generation, cid, capacity))
+            else:
+                key = ChannelKey(generation, cid.edge_index, cid.producer_subtask, cid.consumer_subtask)
+                inputs.append(self.data.input_channel(key, cid.producer_subtask, capacity))
+        outputs: list[list[OutputChannel]] = []
+        for edge in task.outputs:
+            channels: list[OutputChannel] = []
+            for cid in edge:
+                if cid.consumer_subtask == self.index:
+                    channels.append(self._channel(generation, cid, capacity))
+                else:
+                    key = ChannelKey(generation, cid.edge_index, cid.producer_subtask, cid.consumer_subtask)
+                    channels.append(self.data.output_channel(key, cid.consumer_subtask))
+            outputs.append(channels)
+        return inputs, outputs
 
     def _cancel_generation(self, generation: int) -> None:
         for task, _, task_generation in list(self._tasks.values()):
