@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -20,6 +21,7 @@ from chandy.connectors.file_sink import (
     ParquetBulkWriters,
     RollingPolicy,
 )
+from chandy.connectors.sinks import PrintSink
 from chandy.task.operators.sink import SinkWriterOperator
 from tests.jobs import FailOnceMap, KeyedCounter, Throttle
 from tests.operator_harness import OperatorHarness
@@ -200,6 +202,195 @@ def test_a_sink_that_cannot_write_its_directory_is_refused_when_the_job_is_built
         env.from_collection([1]).sink_to(
             FileSink.for_row_format("s3://bucket/out", Encoder.simple_string_encoder()).build()
         )
+
+
+#: (what the user wrote, the error, what its message must say): each must fail where the job
+#: is written. Before, most of them built a sink that failed inside every running task.
+BAD_ARGUMENTS: list[tuple[str, Callable[[str], Any], type[Exception], str]] = [
+    (
+        # the case: it failed inside the task, with a TypeError from str.encode
+        "a format name for an encoder",
+        lambda d: FileSink.for_row_format(d, "json"),
+        TypeError,
+        r"FileSink.for_row_format: encoder must be an Encoder, got 'json' \(str\); use JsonLinesEncoder\(\), "
+        r"CsvEncoder\(fields=\[...\]\), Encoder.simple_string_encoder\(\)",
+    ),
+    (
+        "an encoder class, not an instance",
+        lambda d: FileSink.for_row_format(d, JsonLinesEncoder),
+        TypeError,
+        r"encoder must be an instance, got the class JsonLinesEncoder: use JsonLinesEncoder\(\)",
+    ),
+    (
+        "a bulk writer factory for a row format",
+        lambda d: FileSink.for_row_format(d, ParquetBulkWriters.for_records()),
+        TypeError,
+        r"ParquetBulkWriters writes whole files, not rows: use FileSink.for_bulk_format",
+    ),
+    (
+        "an encoder for a bulk format",
+        lambda d: FileSink.for_bulk_format(d, JsonLinesEncoder()),
+        TypeError,
+        r"JsonLinesEncoder encodes rows: use FileSink.for_row_format",
+    ),
+    (
+        "a format name for a bulk writer factory",
+        lambda d: FileSink.for_bulk_format(d, "parquet"),
+        TypeError,
+        r"writer_factory must be a BulkWriterFactory, got 'parquet' \(str\); "
+        r"use ParquetBulkWriters.for_records",
+    ),
+    (
+        "no base path",
+        lambda d: FileSink.for_row_format("", JsonLinesEncoder()),
+        TypeError,
+        r"base_path must be a directory path \(a non-empty str or os.PathLike\), got ''",
+    ),
+    (
+        "a base path of another filesystem",
+        lambda d: FileSink.for_row_format("s3://bucket/out", JsonLinesEncoder()),
+        InvalidProgramError,
+        r"'s3://bucket/out' is not one. Use a path or a file:// URI",
+    ),
+    (
+        "an unknown charset",
+        lambda d: Encoder.simple_string_encoder("utf-9"),
+        ValueError,
+        r"Encoder.simple_string_encoder: unknown charset 'utf-9'; use a Python codec name",
+    ),
+    (
+        "a charset that is not a name",
+        lambda d: Encoder.simple_string_encoder(8),
+        TypeError,
+        r"charset must be an encoding name \(str\), e.g. 'utf-8', got 8",
+    ),
+    (
+        "CSV fields as one string",
+        lambda d: CsvEncoder("id,name"),
+        TypeError,
+        r"CsvEncoder: fields must be a list of column names \(str\), e.g. \['id', 'name'\], got 'id,name'",
+    ),
+    (
+        "a CSV delimiter of two characters",
+        lambda d: CsvEncoder(["id"], delimiter=";;"),
+        ValueError,
+        r"CsvEncoder: delimiter must be a single character, e.g. ',' or '\\t', got ';;'",
+    ),
+    (
+        "an unknown Parquet compression",
+        lambda d: ParquetBulkWriters.for_records(compression="zip"),
+        ValueError,
+        r"compression must be one of snappy, gzip, brotli, lz4, zstd, none; got 'zip'",
+    ),
+    (
+        "a Parquet schema that is not a pyarrow schema",
+        lambda d: ParquetBulkWriters.for_records({"id": "int64"}),
+        TypeError,
+        r"schema must be a pyarrow.Schema, e.g. pyarrow.schema\(\[\('id', pyarrow.int64\(\)\)\]\)",
+    ),
+    (
+        "a negative part size",
+        lambda d: RollingPolicy.default_rolling_policy(part_size=-1),
+        ValueError,
+        r"default_rolling_policy: part_size must be a whole number of bytes >= 1 "
+        r"\(or None for no limit\), got -1",
+    ),
+    (
+        "an interval in seconds as a float",
+        lambda d: RollingPolicy.default_rolling_policy(rollover_interval=0.5),
+        ValueError,
+        r"rollover_interval must be a whole number of milliseconds >= 0 \(or None for no limit\), got 0.5",
+    ),
+    (
+        "a negative inactivity interval",
+        lambda d: RollingPolicy(inactivity_interval_ms=-5),
+        ValueError,
+        r"RollingPolicy: inactivity_interval_ms must be a whole number of milliseconds >= 0",
+    ),
+    (
+        "a rolling policy that is not one",
+        lambda d: FileSink.for_row_format(d, JsonLinesEncoder()).with_rolling_policy(60_000),
+        TypeError,
+        r"with_rolling_policy: policy must be a RollingPolicy, got 60000 \(int\); use "
+        r"RollingPolicy.default_rolling_policy",
+    ),
+    (
+        "a part prefix as an output file config",
+        lambda d: FileSink.for_row_format(d, JsonLinesEncoder()).with_output_file_config("data"),
+        TypeError,
+        r"with_output_file_config: config must be an OutputFileConfig, got 'data' \(str\); use "
+        r"OutputFileConfig\(part_prefix, part_suffix\)",
+    ),
+    (
+        "a part prefix that readers skip",
+        lambda d: OutputFileConfig(part_prefix="_data"),
+        ValueError,
+        r"part_prefix '_data' starts with '_': readers \(Spark, pandas, Flink\) skip such files",
+    ),
+    (
+        "a part prefix with a directory in it",
+        lambda d: OutputFileConfig.builder().with_part_prefix("out/part"),
+        ValueError,
+        r"part_prefix 'out/part' must be part of a file name: no '/'",
+    ),
+    (
+        "an empty part prefix",
+        lambda d: OutputFileConfig.builder().with_part_prefix(""),
+        ValueError,
+        r"OutputFileConfig: part_prefix must not be empty",
+    ),
+    (
+        "a part suffix that is not a str",
+        lambda d: OutputFileConfig.builder().with_part_suffix(1),
+        TypeError,
+        r"OutputFileConfig: part_suffix must be a str, got 1 \(int\)",
+    ),
+    (
+        "a bucket assigner that is a name",
+        lambda d: FileSink.for_row_format(d, JsonLinesEncoder()).with_bucket_assigner("day"),
+        TypeError,
+        r"with_bucket_assigner: assigner must be a function of a record that returns its bucket",
+    ),
+    (
+        "a print sink told 'yes' for stderr",
+        lambda d: PrintSink("orders", stderr="yes"),
+        TypeError,
+        r"PrintSink: stderr must be True \(print to stderr\) or False \(stdout\), got 'yes'",
+    ),
+    (
+        "a print sink identifier that is not a str",
+        lambda d: PrintSink(2),
+        TypeError,
+        r"PrintSink: sink_identifier must be a str put in front of every line, or None, got 2 \(int\)",
+    ),
+]
+
+
+@pytest.mark.parametrize(
+    ("call", "error", "message"), [row[1:] for row in BAD_ARGUMENTS], ids=[row[0] for row in BAD_ARGUMENTS]
+)
+def test_bad_sink_arguments_are_refused_when_the_sink_is_built(
+    tmp_path: Path, call: Callable[[str], Any], error: type[Exception], message: str
+) -> None:
+    with pytest.raises(error, match=message):
+        call(str(tmp_path))
+    assert list(tmp_path.iterdir()) == []  # refused before anything was created
+
+
+def test_good_sink_arguments_still_build(tmp_path: Path) -> None:
+    config = OutputFileConfig.builder().with_part_prefix("data").with_part_suffix(".jsonl").build()
+    assert config == OutputFileConfig("data", ".jsonl")
+    sink = (
+        FileSink.for_row_format(tmp_path, Encoder.simple_string_encoder("latin-1"))  # a Path is fine too
+        .with_rolling_policy(RollingPolicy.default_rolling_policy(part_size=1024, rollover_interval=0))
+        .with_output_file_config(config)
+        .with_bucket_assigner(lambda record: record[:1])
+        .build()
+    )
+    assert sink.base_path == str(tmp_path)
+    assert FileSink.for_bulk_format(str(tmp_path), ParquetBulkWriters.for_records(compression="ZSTD")).build()
+    assert CsvEncoder(("id", "name"), delimiter="\t").fields == ["id", "name"]
+    assert PrintSink("orders", stderr=True).sink_identifier == "orders"
 
 
 def test_an_unbounded_job_without_checkpointing_is_warned_that_its_output_never_commits(

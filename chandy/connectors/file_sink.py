@@ -18,6 +18,7 @@ Paths are local directories (or ``file://``), shared by every executor on a clus
 
 from __future__ import annotations
 
+import codecs
 import csv
 import io
 import json
@@ -58,6 +59,73 @@ def _local_path(path: str) -> str:
     return os.path.abspath(os.path.expanduser(path))
 
 
+# ---------------------------------------------------------------------- argument checks
+#
+# A bad argument must fail where the job is written, not later inside a running task:
+# ``for_row_format(path, "json")`` once built fine and then failed every task with
+# ``TypeError: encode() argument 'encoding' must be str, not int``.
+
+_ROW_ENCODERS = (
+    "JsonLinesEncoder(), CsvEncoder(fields=[...]), Encoder.simple_string_encoder() or an Encoder subclass"
+)
+_BULK_FACTORIES = "ParquetBulkWriters.for_records(schema) or a BulkWriterFactory subclass"
+
+
+def _instance_of(value: Any, expected: type, who: str, argument: str, allowed: str) -> None:
+    """``value`` must be an instance of ``expected``; the error names the argument, the bad
+    value and what is allowed (and the usual slip: a class where an instance belongs)."""
+    if isinstance(value, expected):
+        return
+    if isinstance(value, type) and issubclass(value, expected):
+        raise TypeError(
+            f"{who}: {argument} must be an instance, got the class {value.__name__}: use {value.__name__}()"
+        )
+    article = "an" if expected.__name__[0] in "AEIOU" else "a"
+    raise TypeError(
+        f"{who}: {argument} must be {article} {expected.__name__}, got {value!r} ({type(value).__name__}); "
+        f"use {allowed}"
+    )
+
+
+def _whole_number_or_none(value: Any, who: str, argument: str, unit: str, minimum: int) -> None:
+    if value is None or (isinstance(value, int) and not isinstance(value, bool) and value >= minimum):
+        return
+    raise ValueError(
+        f"{who}: {argument} must be a whole number of {unit} >= {minimum} (or None for no limit), "
+        f"got {value!r}"
+    )
+
+
+def _check_rolling(who: str, part_size: Any, rollover: tuple[str, Any], inactivity: tuple[str, Any]) -> None:
+    """Sizes are >= 1 byte; an interval of 0 ms is allowed (every write rolls its part)."""
+    _whole_number_or_none(part_size, who, "part_size", "bytes", 1)
+    _whole_number_or_none(rollover[1], who, rollover[0], "milliseconds", 0)
+    _whole_number_or_none(inactivity[1], who, inactivity[0], "milliseconds", 0)
+
+
+def _base_path(base_path: Any, who: str) -> str:
+    if isinstance(base_path, os.PathLike):
+        base_path = os.fspath(base_path)
+    if not isinstance(base_path, str) or not base_path:
+        raise TypeError(
+            f"{who}: base_path must be a directory path (a non-empty str or os.PathLike), got {base_path!r}"
+        )
+    _local_path(base_path)  # a URI of another filesystem is refused now, not when the job runs
+    return base_path
+
+
+def _file_name_part(value: Any, who: str, argument: str, *, may_be_empty: bool) -> None:
+    if not isinstance(value, str):
+        raise TypeError(f"{who}: {argument} must be a str, got {value!r} ({type(value).__name__})")
+    if not value and not may_be_empty:
+        raise ValueError(f"{who}: {argument} must not be empty")
+    if "/" in value or os.sep in value or "\0" in value:
+        raise ValueError(
+            f"{who}: {argument} {value!r} must be part of a file name: no '/'; put parts in "
+            "subdirectories with with_bucket_assigner(...) instead"
+        )
+
+
 # ---------------------------------------------------------------------- formats
 
 
@@ -75,6 +143,15 @@ class Encoder(ABC):
 
 class _StringEncoder(Encoder):
     def __init__(self, charset: str) -> None:
+        who = "Encoder.simple_string_encoder"
+        if not isinstance(charset, str):
+            raise TypeError(f"{who}: charset must be an encoding name (str), e.g. 'utf-8', got {charset!r}")
+        try:
+            codecs.lookup(charset)
+        except LookupError:
+            raise ValueError(
+                f"{who}: unknown charset {charset!r}; use a Python codec name such as 'utf-8' or 'latin-1'"
+            ) from None
         self.charset = charset
 
     def encode(self, element: Any) -> bytes:
@@ -92,6 +169,19 @@ class CsvEncoder(Encoder):
     """A CSV row per record: a sequence, or a dict written in ``fields`` order."""
 
     def __init__(self, fields: Sequence[str] | None = None, delimiter: str = ",") -> None:
+        if fields is not None and (
+            isinstance(fields, (str, bytes))
+            or not isinstance(fields, Sequence)
+            or not all(isinstance(f, str) for f in fields)
+        ):
+            raise TypeError(
+                "CsvEncoder: fields must be a list of column names (str), e.g. ['id', 'name'], "
+                f"got {fields!r}"
+            )
+        if not isinstance(delimiter, str) or len(delimiter) != 1:
+            raise ValueError(
+                f"CsvEncoder: delimiter must be a single character, e.g. ',' or '\\t', got {delimiter!r}"
+            )
         self.fields = list(fields) if fields is not None else None
         self.delimiter = delimiter
 
@@ -151,7 +241,24 @@ class ParquetBulkWriters(BulkWriterFactory):
 
     suffix = ".parquet"
 
+    #: What pyarrow's Parquet writer accepts (in any case).
+    COMPRESSIONS = ("snappy", "gzip", "brotli", "lz4", "zstd", "none")
+
     def __init__(self, schema: Any = None, compression: str = "snappy") -> None:
+        who = "ParquetBulkWriters"
+        if not isinstance(compression, str) or compression.lower() not in self.COMPRESSIONS:
+            raise ValueError(
+                f"{who}: compression must be one of {', '.join(self.COMPRESSIONS)}; got {compression!r}"
+            )
+        if schema is not None:
+            import pyarrow as pa
+
+            if not isinstance(schema, pa.Schema):
+                raise TypeError(
+                    f"{who}: schema must be a pyarrow.Schema, e.g. "
+                    "pyarrow.schema([('id', pyarrow.int64())]), "
+                    f"or None to take the first batch's types, got {schema!r} ({type(schema).__name__})"
+                )
         self.schema = schema
         self.compression = compression
 
@@ -208,10 +315,25 @@ class RollingPolicy:
     rollover_interval_ms: int | None = 60_000
     inactivity_interval_ms: int | None = 60_000
 
+    def __post_init__(self) -> None:
+        _check_rolling(
+            "RollingPolicy",
+            self.part_size,
+            ("rollover_interval_ms", self.rollover_interval_ms),
+            ("inactivity_interval_ms", self.inactivity_interval_ms),
+        )
+
     @staticmethod
     def default_rolling_policy(
         part_size: int = 128 * 1024 * 1024, rollover_interval: int = 60_000, inactivity_interval: int = 60_000
     ) -> RollingPolicy:
+        """PyFlink's arguments: ``part_size`` in bytes, the intervals in milliseconds."""
+        _check_rolling(
+            "RollingPolicy.default_rolling_policy",
+            part_size,
+            ("rollover_interval", rollover_interval),
+            ("inactivity_interval", inactivity_interval),
+        )
         return RollingPolicy(part_size, rollover_interval, inactivity_interval)
 
     @staticmethod
@@ -237,6 +359,41 @@ class OutputFileConfig:
     part_prefix: str = "part"
     part_suffix: str = ""
 
+    def __post_init__(self) -> None:
+        _file_name_part(self.part_prefix, "OutputFileConfig", "part_prefix", may_be_empty=False)
+        _file_name_part(self.part_suffix, "OutputFileConfig", "part_suffix", may_be_empty=True)
+        if self.part_prefix.startswith((".", "_")):
+            raise ValueError(
+                f"OutputFileConfig: part_prefix {self.part_prefix!r} starts with {self.part_prefix[0]!r}: "
+                "readers (Spark, pandas, Flink) skip such files, so the committed output would look empty"
+            )
+
+    @staticmethod
+    def builder() -> OutputFileConfigBuilder:
+        """PyFlink's ``OutputFileConfig.builder().with_part_prefix(...).with_part_suffix(...).build()``."""
+        return OutputFileConfigBuilder()
+
+
+class OutputFileConfigBuilder:
+    """Builds an :class:`OutputFileConfig`; each value is checked when it is set."""
+
+    def __init__(self) -> None:
+        self._prefix = "part"
+        self._suffix = ""
+
+    def with_part_prefix(self, prefix: str) -> OutputFileConfigBuilder:
+        OutputFileConfig(prefix, self._suffix)
+        self._prefix = prefix
+        return self
+
+    def with_part_suffix(self, suffix: str) -> OutputFileConfigBuilder:
+        OutputFileConfig(self._prefix, suffix)
+        self._suffix = suffix
+        return self
+
+    def build(self) -> OutputFileConfig:
+        return OutputFileConfig(self._prefix, self._suffix)
+
 
 @dataclass(frozen=True)
 class FileCommittable:
@@ -247,6 +404,36 @@ class FileCommittable:
 
 
 # ---------------------------------------------------------------------- the sink
+
+_ROLLING_POLICIES = (
+    "RollingPolicy.default_rolling_policy(...) or RollingPolicy.on_checkpoint_rolling_policy()"
+)
+_FILE_CONFIGS = "OutputFileConfig(part_prefix, part_suffix) or OutputFileConfig.builder()...build()"
+
+
+def _check_encoder(encoder: Any, who: str) -> None:
+    if isinstance(encoder, BulkWriterFactory):
+        raise TypeError(
+            f"{who}: {type(encoder).__name__} writes whole files, not rows: use "
+            "FileSink.for_bulk_format(base_path, writer_factory)"
+        )
+    _instance_of(encoder, Encoder, who, "encoder", _ROW_ENCODERS)
+
+
+def _check_bulk_writer_factory(factory: Any, who: str) -> None:
+    if isinstance(factory, Encoder):
+        raise TypeError(
+            f"{who}: {type(factory).__name__} encodes rows: use FileSink.for_row_format(base_path, encoder)"
+        )
+    _instance_of(factory, BulkWriterFactory, who, "writer_factory", _BULK_FACTORIES)
+
+
+def _check_bucket_assigner(assigner: Any, who: str) -> None:
+    if not callable(assigner) or isinstance(assigner, type):
+        raise TypeError(
+            f"{who}: assigner must be a function of a record that returns its bucket (subdirectory) "
+            f"name, e.g. lambda record: record['day'], got {assigner!r} ({type(assigner).__name__})"
+        )
 
 
 class FileSink(TwoPhaseCommittingSink):
@@ -264,6 +451,18 @@ class FileSink(TwoPhaseCommittingSink):
     ) -> None:
         if (encoder is None) == (bulk_writer_factory is None):
             raise InvalidProgramError("a FileSink needs a row encoder or a bulk writer factory")
+        who = "FileSink"
+        base_path = _base_path(base_path, who)
+        if encoder is not None:
+            _check_encoder(encoder, who)
+        if bulk_writer_factory is not None:
+            _check_bulk_writer_factory(bulk_writer_factory, who)
+        if rolling_policy is not None:
+            _instance_of(rolling_policy, RollingPolicy, who, "rolling_policy", _ROLLING_POLICIES)
+        if output_file_config is not None:
+            _instance_of(output_file_config, OutputFileConfig, who, "output_file_config", _FILE_CONFIGS)
+        if bucket_assigner is not None:
+            _check_bucket_assigner(bucket_assigner, who)
         self.base_path = base_path
         self.encoder = encoder
         self.bulk_writer_factory = bulk_writer_factory
@@ -278,10 +477,19 @@ class FileSink(TwoPhaseCommittingSink):
 
     @staticmethod
     def for_row_format(base_path: str, encoder: Encoder) -> FileSinkBuilder:
+        """PyFlink's ``FileSink.for_row_format(base_path, encoder)``: ``encoder`` is an
+        :class:`Encoder` object, e.g. ``JsonLinesEncoder()`` (not a format name)."""
+        who = "FileSink.for_row_format"
+        base_path = _base_path(base_path, who)
+        _check_encoder(encoder, who)
         return FileSinkBuilder(base_path, encoder=encoder)
 
     @staticmethod
     def for_bulk_format(base_path: str, writer_factory: BulkWriterFactory) -> FileSinkBuilder:
+        """PyFlink's ``FileSink.for_bulk_format(base_path, writer_factory)``."""
+        who = "FileSink.for_bulk_format"
+        base_path = _base_path(base_path, who)
+        _check_bulk_writer_factory(writer_factory, who)
         return FileSinkBuilder(base_path, bulk_writer_factory=writer_factory)
 
     @property
@@ -318,15 +526,21 @@ class FileSinkBuilder:
         self._kwargs = kwargs
 
     def with_rolling_policy(self, policy: RollingPolicy) -> FileSinkBuilder:
+        _instance_of(
+            policy, RollingPolicy, "FileSinkBuilder.with_rolling_policy", "policy", _ROLLING_POLICIES
+        )
         self._kwargs["rolling_policy"] = policy
         return self
 
     def with_output_file_config(self, config: OutputFileConfig) -> FileSinkBuilder:
+        who = "FileSinkBuilder.with_output_file_config"
+        _instance_of(config, OutputFileConfig, who, "config", _FILE_CONFIGS)
         self._kwargs["output_file_config"] = config
         return self
 
     def with_bucket_assigner(self, assigner: Callable[[Any], str]) -> FileSinkBuilder:
         """``assigner(record)`` names the subdirectory (bucket) a record goes to."""
+        _check_bucket_assigner(assigner, "FileSinkBuilder.with_bucket_assigner")
         self._kwargs["bucket_assigner"] = assigner
         return self
 

@@ -33,6 +33,15 @@ class PrintSink(Sink):
     """
 
     def __init__(self, sink_identifier: str | None = None, stderr: bool = False) -> None:
+        if sink_identifier is not None and not isinstance(sink_identifier, str):
+            raise TypeError(
+                "PrintSink: sink_identifier must be a str put in front of every line, or None, got "
+                f"{sink_identifier!r} ({type(sink_identifier).__name__})"
+            )
+        if not isinstance(stderr, bool):
+            raise TypeError(
+                f"PrintSink: stderr must be True (print to stderr) or False (stdout), got {stderr!r}"
+            )
         self.sink_identifier = sink_identifier
         self.stderr = stderr
 
