@@ -9,6 +9,7 @@ iterator (or leaving its ``with`` block) cancels the job and waits for its end.
 
 from __future__ import annotations
 
+import logging
 import threading
 from collections import deque
 from collections.abc import Callable, Iterator
@@ -17,6 +18,8 @@ from typing import Any
 from chandy.errors import JobCancelledError
 from chandy.network.cancellation import TaskCancelledError
 from chandy.runtime.job_client import JobClient
+
+log = logging.getLogger(__name__)
 
 
 class CollectResultQueue:
@@ -93,6 +96,7 @@ class CollectIterator(Iterator[Any]):
         self._current: deque[Any] = deque()
         self._done = False
         self._closed = False
+        self._raised: BaseException | None = None  # the job's error, once handed to the reader
 
     def __iter__(self) -> CollectIterator:
         return self
@@ -108,6 +112,9 @@ class CollectIterator(Iterator[Any]):
             except JobCancelledError:
                 if self._closed:
                     raise StopIteration from None
+                raise
+            except BaseException as exc:
+                self._raised = exc
                 raise
             if batch is None:
                 self._done = True
@@ -126,8 +133,11 @@ class CollectIterator(Iterator[Any]):
             self._results.close()
         try:
             self.job_client.get_job_execution_result()
-        except Exception:  # noqa: BLE001 - cancelled, or failed: the reader asked to stop
-            pass
+        except JobCancelledError:
+            pass  # what closing asked for
+        except Exception as exc:  # noqa: BLE001 - the reader asked to stop: not raised again
+            if exc is not self._raised:  # the reader has not seen it: say why the job ended
+                log.warning("The job behind a closed collect iterator failed: %s", exc)
 
     def __enter__(self) -> CollectIterator:
         return self

@@ -45,8 +45,14 @@ class JobClient:
     def get_job_id(self) -> str:
         return self._job_master.job_id
 
-    def get_job_status(self) -> JobStatus:
-        return self._job_master.execution_graph.state
+    def get_job_status(self, timeout: float | None = 60.0) -> JobStatus:
+        """The job's status, answered by the JobMaster thread (the only one that changes
+        it); once the job has ended, its terminal status at once.
+
+        The JobMaster may hold its thread for a while (Spark starting the slots of a
+        deployment, cancelled tasks stopping), hence the generous ``timeout``."""
+        execution_graph = self._job_master.execution_graph
+        return self._ask(lambda: execution_graph.state, timeout)
 
     def cancel(self) -> None:
         """Cancel the job; :meth:`get_job_execution_result` then raises ``JobCancelledError``."""
@@ -62,10 +68,18 @@ class JobClient:
         assert self._result is not None
         return self._result
 
-    def _ask(self, action: Callable[[], Any], timeout: float) -> Any:
-        if self._done.is_set():
-            return action()
-        return self._job_master.call(action).result(timeout)
+    def _ask(self, action: Callable[[], Any], timeout: float | None) -> Any:
+        """``action``'s result from the JobMaster thread (at once if the job has ended)."""
+        answer = self._job_master.call(action)
+        try:
+            return answer.result(timeout)
+        except TimeoutError:
+            if answer.done():
+                raise  # the action's own error
+            raise TimeoutError(
+                f"the JobMaster of job {self.get_job_id()} did not answer within {timeout} s "
+                "(it may be deploying tasks or waiting for cancelled ones to stop)"
+            ) from None
 
     def get_checkpoint_statistics(self, timeout: float = 10.0) -> dict[str, Any]:
         """Flink's ``GET /jobs/:jobid/checkpoints`` body: counts, summary, latest, history."""

@@ -10,16 +10,29 @@ lives on this thread too, so it needs no locks.
 On a task failure (or too many failed checkpoints) the restart strategy
 decides: cancel every task, wait the restart delay, and deploy new attempts
 that restore the latest completed checkpoint: sources rewind to their
-positions, keyed state comes back per key group. Otherwise the job fails.
+positions, keyed state comes back per key group. Otherwise the job fails. A
+deployment that fails (a Spark slot died while the new slots registered, the
+state could not be assigned) is one more failure for the strategy, like a
+task's: the job fails over again rather than ending.
+
+Thread confinement is checked, not only documented: a :class:`MainThreadChecker`
+bound to the loop's thread guards the entry points, and the coordinator shares
+it. Nothing the loop does blocks without a bound (cancelled tasks get
+:data:`CANCEL_TIMEOUT_S`, the I/O pool :attr:`JobMaster.io_shutdown_timeout_s`),
+so the loop always gets back to its inbox.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import functools
 import logging
 import queue
 import random
+import threading
+from collections import deque
 from collections.abc import Callable
+from concurrent import futures
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
@@ -43,6 +56,7 @@ from chandy.errors import (
     ConfigurationError,
     JobCancelledError,
     JobExecutionError,
+    UnrecoverableError,
 )
 from chandy.graph.execution_graph import ExecutionGraph
 from chandy.graph.job_graph import JobGraph
@@ -63,12 +77,16 @@ from chandy.storage.checkpoint_storage import CheckpointStorage
 from chandy.task.deployment import TaskRestore, serialize_chain
 from chandy.task.services import ResultPublisher, TaskFailure, TaskServices
 from chandy.util.clock import Clock, SystemClock
+from chandy.util.threads import MainThreadChecker
 from chandy.util.timer import ScheduledAction, TimerQueue
 
 log = logging.getLogger(__name__)
 
 #: How long cancelled tasks get to stop before the JobMaster gives up on them.
 CANCEL_TIMEOUT_S = 30.0
+
+#: How long the job's end waits for background I/O (deleting checkpoint files) to finish.
+IO_SHUTDOWN_TIMEOUT_S = 30.0
 
 
 @dataclass(frozen=True)
@@ -101,6 +119,16 @@ class RunOnMainThread:
 @dataclass(frozen=True)
 class _Wake:
     """Makes the loop look at its timers again."""
+
+
+@dataclass(frozen=True)
+class _RestartDue:
+    """The restart delay after a failover has passed: deploy new attempts.
+
+    A message rather than a timer action, so that a restart that fails is handled
+    like any message: its outcome (fail over again, or fail the job) ends the loop
+    through :meth:`JobMaster._handle`.
+    """
 
 
 @dataclass(frozen=True)
@@ -152,7 +180,19 @@ class JobMaster:
         self.clock = clock or SystemClock()
         self.config = Configuration(job_graph.config)
         self.execution_graph = ExecutionGraph(job_graph, self.clock)
+        #: The loop's thread, bound when :meth:`run` starts; the coordinator shares it.
+        self._main_thread = MainThreadChecker(f"JobMaster of job {job_graph.job_id}")
         self._inbox: queue.Queue[Any] = queue.Queue()
+        # Messages met while cancelled tasks settled that must still be handled (a
+        # cancel, a due restart): the loop takes these before the inbox.
+        self._deferred: deque[Any] = deque()
+        # Set once the loop reads no more requests. Under the lock, a request is either
+        # queued before (and answered by the loop or its last drain) or answered at once.
+        self._loop_lock = threading.Lock()
+        self._loop_ended = False
+        self._io_pending: dict[Future[object], Callable[[], object]] = {}
+        #: How long the job's end waits for background I/O before leaving it behind.
+        self.io_shutdown_timeout_s = IO_SHUTDOWN_TIMEOUT_S
         self.timer = _MainThreadTimer(self.clock, lambda: self._inbox.put(_Wake()))
         self.restart_strategy = restart_strategy_from(self.config)
         self.restarts = 0
@@ -216,20 +256,44 @@ class JobMaster:
             vertex_names={v.id: v.name for v in self.job_graph.vertices},
             rng=random.Random(),
             io_executor=self._run_io,
+            main_thread=self._main_thread,
         )
         self.execution_graph.register_job_status_listener(self.coordinator.job_status_listener)
         self._async_executor = ThreadPoolExecutor(max_workers=2, thread_name_prefix="chandy-checkpoint-async")
 
-    def _run_io(self, action: Callable[[], None]) -> None:
-        """Deleting files is slow and never urgent: off the JobMaster thread."""
+    def _run_io(self, action: Callable[[], object]) -> None:
+        """Deleting files is slow and never urgent: off the JobMaster thread.
+
+        A failure is logged with what failed (its files may be left behind) and goes
+        no further: a deletion never fails the job, let alone kills the JobMaster.
+        """
         pool = self._async_executor
-        if pool is None:
-            action()
-            return
+        if pool is not None:
+            try:
+                future = pool.submit(action)
+            except RuntimeError:
+                pass  # shut down: the job is over, run it here
+            else:
+                with self._loop_lock:
+                    self._io_pending[future] = action
+                future.add_done_callback(self._io_done)
+                return
         try:
-            pool.submit(action)
-        except RuntimeError:  # shut down: the job is over, delete now
             action()
+        except Exception:  # logged: a deletion never fails the job
+            log.exception("Job %s: I/O action %s failed.", self.job_id, _describe(action))
+
+    def _io_done(self, future: Future[object]) -> None:
+        with self._loop_lock:
+            action = self._io_pending.pop(future, None)
+        error = None if future.cancelled() else future.exception()
+        if error is not None:
+            log.error(
+                "Job %s: I/O action %s failed.",
+                self.job_id,
+                _describe(action) if action is not None else "?",
+                exc_info=(type(error), error, error.__traceback__),
+            )
 
     # -- called from other threads ---------------------------------------------
 
@@ -250,20 +314,30 @@ class JobMaster:
         self._inbox.put(message)
 
     def cancel(self, reason: str = "cancelled by the user") -> None:
-        """Cancel the job (any thread); :meth:`run` then raises :class:`JobCancelledError`."""
+        """Cancel the job (any thread); :meth:`run` then raises :class:`JobCancelledError`.
+
+        A second cancel, or one after the job ended, changes nothing."""
         self._inbox.put(CancelJob(reason))
 
     def call(self, action: Callable[[], Any]) -> Future[Any]:
-        """Run ``action`` on the JobMaster thread (any thread); the future has its result."""
-        result: Future[Any] = Future()
-        self._inbox.put(RunOnMainThread(action, result))
-        return result
+        """Run ``action`` on the JobMaster thread (any thread); the future has its result.
+
+        Once the job has ended the loop reads no more requests, and nothing it owns
+        changes any more: the action then runs at once, on the caller's thread."""
+        request = RunOnMainThread(action, Future())
+        with self._loop_lock:
+            if not self._loop_ended:
+                self._inbox.put(request)
+                return request.result
+        _answer(request)
+        return request.result
 
     # -- the gateway to the tasks (coordinator -> deployment) --------------------
 
     def trigger_checkpoint(
         self, attempt_id: ExecutionAttemptID, checkpoint_id: int, timestamp: int, options: CheckpointOptions
     ) -> bool:
+        self._main_thread.assert_main_thread()
         deployment = self._deployment
         return deployment is not None and deployment.trigger_checkpoint(
             attempt_id, checkpoint_id, timestamp, options
@@ -272,18 +346,21 @@ class JobMaster:
     def notify_checkpoint_complete(
         self, attempt_id: ExecutionAttemptID, checkpoint_id: int, timestamp: int
     ) -> None:
+        self._main_thread.assert_main_thread()
         if self._deployment is not None:
             self._deployment.notify_checkpoint_complete(attempt_id, checkpoint_id, timestamp)
 
     def notify_checkpoint_aborted(
         self, attempt_id: ExecutionAttemptID, checkpoint_id: int, timestamp: int
     ) -> None:
+        self._main_thread.assert_main_thread()
         if self._deployment is not None:
             self._deployment.notify_checkpoint_aborted(attempt_id, checkpoint_id, timestamp)
 
     def _checkpoint_plan(self) -> CheckpointPlan:
         """Running sources are triggered, running tasks acknowledge; finished tasks (they
         read and committed all their input) are recorded as finished."""
+        self._main_thread.assert_main_thread()
         eg = self.execution_graph
         to_trigger, to_wait, finished = [], [], []
         for ev in eg.all_execution_vertices():
@@ -323,13 +400,20 @@ class JobMaster:
 
         A bad restore path or unusable checkpoint storage is reported here, before
         any task runs, as :class:`~chandy.errors.InvalidCheckpointError` or
-        :class:`~chandy.errors.StorageError`.
+        :class:`~chandy.errors.StorageError`; the job is then FAILED, not retried.
+        A deployment that fails is a failure like a task's: the restart strategy decides.
         """
+        self._main_thread.bind_to_current_thread()
         eg = self.execution_graph
         start_ms = self.clock.now_ms()
         final_status = JobStatus.FAILED
         try:
-            self._prepare_restore_and_storage()
+            try:
+                self._prepare_restore_and_storage()
+            except Exception as exc:
+                # Refused before any task ran: a restart would only repeat it.
+                eg.transition_state(JobStatus.CREATED, JobStatus.FAILED, exc)
+                raise
             log.info(
                 "Submitting job %s (%s): %d tasks in %d vertices.",
                 self.job_graph.job_name,
@@ -337,18 +421,22 @@ class JobMaster:
                 sum(v.parallelism for v in self.job_graph.vertices),
                 len(self.job_graph.vertices),
             )
-            self._deploy(self._initial_restore)
-            eg.transition_state(JobStatus.CREATED, JobStatus.RUNNING)
-            outcome = self._await_end()
+            outcome = self._deploy_first()
+            if outcome is _CONTINUE:
+                outcome = self._await_end()
             final_status = eg.state
         except BaseException:
-            # KeyboardInterrupt or a bug here: never leave tasks running behind.
-            self._cancel_tasks()
-            eg.transition_state(eg.state, JobStatus.CANCELED)
-            final_status = JobStatus.CANCELED
+            if not eg.state.is_globally_terminal:
+                # KeyboardInterrupt or a bug here: never leave tasks running behind.
+                self._cancel_tasks()
+                eg.transition_state(eg.state, JobStatus.CANCELED)
+            final_status = eg.state
             raise
         finally:
-            self._shutdown(final_status)
+            try:
+                self._shutdown(final_status)
+            finally:
+                self._end_loop()
         runtime = self.clock.now_ms() - start_ms
         if outcome is None:
             return JobExecutionResult(self.job_id, self.job_graph.job_name, runtime, self.restarts)
@@ -356,9 +444,40 @@ class JobMaster:
 
     def _shutdown(self, final_status: JobStatus) -> None:
         if self.coordinator is not None:
-            self.coordinator.shutdown(final_status)
-        if self._async_executor is not None:
-            self._async_executor.shutdown(wait=True)
+            try:
+                self.coordinator.shutdown(final_status)
+            except Exception:  # logged: the job's own outcome matters more
+                log.exception("Job %s: shutting down the checkpoint coordinator failed.", self.job_id)
+        pool = self._async_executor
+        if pool is None:
+            return
+        pool.shutdown(wait=False)  # what was submitted still runs
+        with self._loop_lock:
+            pending = dict(self._io_pending)
+        _, not_done = futures.wait(pending, timeout=self.io_shutdown_timeout_s)
+        if not_done:
+            log.warning(
+                "Job %s: %d I/O actions still run %.0f s after the job ended; they are left to "
+                "finish in the background (a filesystem may hang): %s.",
+                self.job_id,
+                len(not_done),
+                self.io_shutdown_timeout_s,
+                ", ".join(_describe(pending[f]) for f in not_done),
+            )
+
+    def _end_loop(self) -> None:
+        """The loop is over: from now on requests are answered on the caller's thread."""
+        self._main_thread.release()
+        with self._loop_lock:
+            self._loop_ended = True
+        self._deferred.clear()
+        while True:  # requests queued after the loop's last look at its inbox
+            try:
+                message = self._inbox.get_nowait()
+            except queue.Empty:
+                return
+            if isinstance(message, RunOnMainThread):
+                _answer(message)
 
     def _prepare_restore_and_storage(self) -> None:
         for vertex in self.job_graph.vertices:  # every executor ships these: refuse early
@@ -406,26 +525,57 @@ class JobMaster:
             source=restore.description,
         )
 
+    def _deploy_first(self) -> Any:
+        """The first deployment; the job is RUNNING once it succeeded."""
+        try:
+            self._deploy(self._initial_restore)
+        except Exception as exc:  # noqa: BLE001 - one more failure for the restart strategy
+            return self._failover(self._deployment_error(exc, self._initial_restore), None)
+        self.execution_graph.transition_state(JobStatus.CREATED, JobStatus.RUNNING)
+        return _CONTINUE
+
     def _deploy(self, restore: RestoreSource | None) -> None:
+        """Deploy the current attempts (restoring ``restore``); raises if that failed, with
+        those attempts marked FAILED."""
+        self._main_thread.assert_main_thread()
         eg = self.execution_graph
-        assignments = self._assignments(restore) if restore is not None else {}
-        descriptors = []
-        for ev in eg.all_execution_vertices():
-            tdd = eg.deployment_descriptor(ev)
-            if restore is not None:
-                state = assignments[(ev.job_vertex.id, ev.subtask_index)]
-                tdd = dataclasses.replace(tdd, task_restore=TaskRestore(restore.checkpoint_id, state))
-            descriptors.append(tdd)
-            ev.current_execution.state = ExecutionState.DEPLOYING
-        self._deployment = self.executor.deploy(eg, descriptors, self, self.services)
+        try:
+            assignments = self._assignments(restore) if restore is not None else {}
+            descriptors = []
+            for ev in eg.all_execution_vertices():
+                tdd = eg.deployment_descriptor(ev)
+                if restore is not None:
+                    state = assignments[(ev.job_vertex.id, ev.subtask_index)]
+                    tdd = dataclasses.replace(tdd, task_restore=TaskRestore(restore.checkpoint_id, state))
+                descriptors.append(tdd)
+                ev.current_execution.state = ExecutionState.DEPLOYING
+            self._deployment = self.executor.deploy(eg, descriptors, self, self.services)
+        except Exception:
+            for execution in eg.current_executions():
+                if not execution.state.is_terminal:
+                    execution.state = ExecutionState.FAILED
+            raise
+
+    def _deployment_error(self, error: Exception, restore: RestoreSource | None) -> JobExecutionError:
+        source = f" restoring checkpoint {restore.checkpoint_id}" if restore is not None else ""
+        wrapped = JobExecutionError(
+            f"job '{self.job_graph.job_name}' failed: deploying its tasks{source} failed: "
+            f"{type(error).__name__}: {error}",
+            self.job_id,
+        )
+        wrapped.__cause__ = error
+        return wrapped
 
     def _await_end(self) -> JobExecutionError | None:
         """Handle inbox messages and timers until the job is terminal; the error to raise."""
         while True:
-            try:
-                message = self._inbox.get(timeout=self.timer.seconds_to_next())
-            except queue.Empty:
-                message = None
+            if self._deferred:
+                message = self._deferred.popleft()
+            else:
+                try:
+                    message = self._inbox.get(timeout=self.timer.seconds_to_next())
+                except queue.Empty:
+                    message = None
             self.timer.run_due()
             if message is None or isinstance(message, _Wake):
                 continue
@@ -434,6 +584,7 @@ class JobMaster:
                 return outcome
 
     def _handle(self, message: Any) -> Any:
+        self._main_thread.assert_main_thread()
         eg = self.execution_graph
         if isinstance(message, TaskStateUpdate):
             if not eg.update_execution_state(message.attempt_id, message.state, message.failure):
@@ -464,11 +615,10 @@ class JobMaster:
                 return self._failover(error, None)
             return _CONTINUE
         if isinstance(message, RunOnMainThread):
-            try:
-                message.result.set_result(message.action())
-            except Exception as exc:  # noqa: BLE001 - handed to the caller
-                message.result.set_exception(exc)
+            _answer(message)
             return _CONTINUE
+        if isinstance(message, _RestartDue):
+            return self._restart()
         if isinstance(message, CancelJob):
             log.info("Cancelling job %s (%s): %s.", self.job_graph.job_name, self.job_id, message.reason)
             eg.transition_state(eg.state, JobStatus.CANCELLING)
@@ -482,6 +632,7 @@ class JobMaster:
     def _source_ended(self, attempt_id: ExecutionAttemptID) -> None:
         """When every source has read all its input, take the final checkpoint now rather
         than at the next tick: the job finishes as soon as it completes."""
+        self._main_thread.assert_main_thread()
         eg = self.execution_graph
         if eg.execution(attempt_id) is None or self.coordinator is None:
             return
@@ -493,13 +644,21 @@ class JobMaster:
     # -- failure and restart -----------------------------------------------------
 
     def _failover(self, error: JobExecutionError, failure: TaskFailure | None) -> Any:
+        """A task, the checkpoints or a deployment failed: restart after the strategy's
+        delay, or fail the job. Runs from RUNNING, from CREATED (the first deployment
+        failed) and from RESTARTING (a restart's deployment failed)."""
+        self._main_thread.assert_main_thread()
         eg = self.execution_graph
+        current = eg.state
         if failure is not None and failure.exception is not None:
             error.__cause__ = failure.exception
         self.restart_strategy.notify_failure(error)
-        unrecoverable = failure is not None and failure.unrecoverable
+        if failure is not None:
+            unrecoverable = failure.unrecoverable
+        else:
+            unrecoverable = isinstance(error.__cause__, UnrecoverableError)
         if unrecoverable or not self.restart_strategy.can_restart():
-            eg.transition_state(JobStatus.RUNNING, JobStatus.FAILING, error)
+            eg.transition_state(current, JobStatus.FAILING, error)
             self._cancel_tasks()
             eg.transition_state(JobStatus.FAILING, JobStatus.FAILED, error)
             if self.restarts:
@@ -513,68 +672,109 @@ class JobMaster:
         log.warning(
             "Job %s (%s) failed over: %s", self.job_graph.job_name, self.job_id, str(error).splitlines()[0]
         )
-        eg.transition_state(JobStatus.RUNNING, JobStatus.RESTARTING, error)
+        if current is JobStatus.RESTARTING:
+            eg.failure_cause = error  # a restart failed: still restarting, for a new reason
+        else:
+            eg.transition_state(current, JobStatus.RESTARTING, error)
         if self.coordinator is not None:
             self.coordinator.abort_pending_checkpoints(CheckpointFailureReason.JOB_FAILOVER_REGION)
         self._cancel_tasks()
         self.restarts += 1
-        self.timer.schedule(self.restart_strategy.get_backoff_time_ms(), self._restart)
+        self.timer.schedule(
+            self.restart_strategy.get_backoff_time_ms(), lambda: self._inbox.put(_RestartDue())
+        )
         return _CONTINUE
 
-    def _restart(self) -> None:
+    def _restart(self) -> Any:
+        """Deploy new attempts from the latest checkpoint; RUNNING only once that worked.
+        A failure here fails over again (or fails the job): the outcome for the loop."""
+        self._main_thread.assert_main_thread()
         eg = self.execution_graph
         if eg.state is not JobStatus.RESTARTING:
-            return
+            return _CONTINUE  # cancelled during the delay
         eg.reset_all_for_new_execution()
         restore = self._initial_restore
-        if self.coordinator is not None:
-            latest = self.coordinator.restore_latest_checkpointed_state()
-            if latest is not None:
-                restore = RestoreSource(
-                    latest.checkpoint_id,
-                    latest.operator_states,
-                    latest.external_pointer or f"checkpoint {latest.checkpoint_id}",
-                )
-        log.info(
-            "Restarting job %s (attempt %d) from %s.",
-            self.job_id,
-            self.restarts,
-            f"checkpoint {restore.checkpoint_id}" if restore else "the beginning",
-        )
-        self._deploy(restore)
+        try:
+            if self.coordinator is not None:
+                latest = self.coordinator.restore_latest_checkpointed_state()
+                if latest is not None:
+                    restore = RestoreSource(
+                        latest.checkpoint_id,
+                        latest.operator_states,
+                        latest.external_pointer or f"checkpoint {latest.checkpoint_id}",
+                    )
+            log.info(
+                "Restarting job %s (attempt %d) from %s.",
+                self.job_id,
+                self.restarts,
+                f"checkpoint {restore.checkpoint_id}" if restore else "the beginning",
+            )
+            self._deploy(restore)
+        except Exception as exc:  # noqa: BLE001 - one more failure for the restart strategy
+            return self._failover(self._deployment_error(exc, restore), None)
         eg.transition_state(JobStatus.RESTARTING, JobStatus.RUNNING)
+        return _CONTINUE
 
     def _cancel_tasks(self) -> None:
-        if self._deployment is None:
+        """Cancel the current deployment and wait (bounded) for its tasks to stop."""
+        self._main_thread.assert_main_thread()
+        deployment = self._deployment
+        if deployment is None:
             return
-        self._deployment.cancel()
-        self._deployment.wait_stopped(CANCEL_TIMEOUT_S)
+        deployment.cancel()
+        if not deployment.wait_stopped(CANCEL_TIMEOUT_S):
+            log.warning(
+                "Job %s: not every cancelled task stopped within %.0f s; going on without them.",
+                self.job_id,
+                CANCEL_TIMEOUT_S,
+            )
         # Handle what the cancelled tasks sent: their states, and their checkpoint
-        # messages (so the coordinator deletes state nobody will reference).
-        while True:
+        # messages (so the coordinator deletes state nobody will reference). Only what
+        # is queued now: whatever arrives later, the loop handles.
+        for _ in range(self._inbox.qsize()):
             try:
                 message = self._inbox.get_nowait()
             except queue.Empty:
                 break
-            if isinstance(message, TaskStateUpdate):
-                self.execution_graph.update_execution_state(
-                    message.attempt_id, message.state, message.failure
-                )
-            elif isinstance(
-                message, (AcknowledgeCheckpoint, DeclineCheckpoint, RunOnMainThread, CancelJob, GlobalFailure)
-            ):
-                self._pending_after_cancel(message)
+            self._settle_after_cancel(message)
 
-    def _pending_after_cancel(self, message: Any) -> None:
-        if isinstance(message, AcknowledgeCheckpoint) and self.coordinator is not None:
-            self.coordinator.receive_acknowledge_message(message)
+    def _settle_after_cancel(self, message: Any) -> None:
+        if isinstance(message, TaskStateUpdate):
+            self.execution_graph.update_execution_state(message.attempt_id, message.state, message.failure)
+        elif isinstance(message, AcknowledgeCheckpoint):
+            if self.coordinator is not None:
+                self.coordinator.receive_acknowledge_message(message)
         elif isinstance(message, RunOnMainThread):
-            self._handle(message)
-        elif isinstance(message, CancelJob):
-            self._inbox.put(message)  # handle after the failover settled
+            _answer(message)
+        elif isinstance(message, (CancelJob, _RestartDue)):
+            self._deferred.append(message)  # for the loop, once this failover or cancel settled
+        else:
+            # Declines, ended inputs and global failures are about the tasks just
+            # cancelled; a wake-up only makes the loop look at its timers, as it will.
+            log.debug("Job %s: dropped %r of cancelled tasks.", self.job_id, message)
 
 
 _CONTINUE = object()
+
+
+def _answer(request: RunOnMainThread) -> None:
+    """Run a request's action and complete its future (unless its caller cancelled it)."""
+    if not request.result.set_running_or_notify_cancel():
+        return
+    try:
+        request.result.set_result(request.action())
+    except Exception as exc:  # noqa: BLE001 - handed to the caller
+        request.result.set_exception(exc)
+
+
+def _describe(action: Callable[..., object]) -> str:
+    """An I/O action for a log line: its function, and the checkpoint it concerns if known."""
+    if isinstance(action, functools.partial):
+        return _describe(action.func)
+    owner = getattr(action, "__self__", action)
+    name = getattr(action, "__qualname__", None) or type(action).__qualname__
+    checkpoint_id = getattr(owner, "checkpoint_id", None)
+    return f"{name} (checkpoint {checkpoint_id})" if checkpoint_id is not None else name
 
 
 def _job_error(job_graph: JobGraph, update: TaskStateUpdate) -> JobExecutionError:
