@@ -68,6 +68,8 @@ class Fault:
     #: Seeded choices made when it strikes (which slot, which sink, which file).
     choice: float
     outcome: str = "pending"
+    #: The job's status when the driver armed it (armed kinds strike later, in the job).
+    armed_while: str = ""
 
     def describe(self) -> str:
         return f"{self.kind}@{self.at_s:.2f}s"
@@ -99,7 +101,7 @@ def make_scenario(seed: int, kinds: tuple[str, ...], max_parallelism: int) -> Sc
     """The run of ``seed``: its job's shape and its fault schedule."""
     rng = random.Random(seed)
     parallelism = rng.randint(2, max(2, min(4, max_parallelism)))
-    duration = rng.uniform(6.0, 10.0)
+    duration = rng.uniform(5.0, 8.0)
     strikes = [k for k in kinds if k != "burst"]
     faults: list[Fault] = []
     if strikes:
@@ -165,25 +167,19 @@ class RunResult:
         return text
 
 
-def pid_alive(pid: int | None) -> bool:
-    if not pid:
-        return False
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
-    except OSError:
-        return False
-
-
 class Runner:
-    """Runs scenarios one after another on one Spark session (starting one costs seconds)."""
+    """Runs scenarios one after another on one Spark session (starting one costs seconds):
+    ``session`` when given (a test's), else one on ``master`` that :meth:`close` stops."""
 
-    def __init__(self, workdir: str, master: str, timeout_s: float, keep: bool = False) -> None:
+    def __init__(
+        self, workdir: str, master: str, timeout_s: float, keep: bool = False, session: Any = None
+    ) -> None:
         self.workdir = workdir
-        self.master = master
         self.timeout_s = timeout_s
         self.keep = keep
-        self.session = start_session(master)
+        self._owns_session = session is None
+        self.session = start_session(master) if session is None else session
+        self.master: str = self.session.sparkContext.master
         gateway = getattr(self.session.sparkContext, "_gateway", None)
         proc = getattr(gateway, "proc", None)
         #: Never kill this one: it is the driver (and, on local[N], the only executor).
@@ -234,7 +230,9 @@ class Runner:
         for i, fault in enumerate(scenario.faults):
             if fault.kind in ARMED_KINDS and fault.outcome == "armed":
                 fired = plan.fired(_fault_name(i, fault))
-                fault.outcome = f"fired ({_where(fired)})" if fired else "not happened"
+                fault.outcome = (
+                    f"fired ({_where(fired)}, armed while {fault.armed_while})" if fired else "not happened"
+                )
         status = client.get_job_status().name
         verdicts = verify_run(run_dir, scenario.records, scenario.keys)
         result = RunResult(scenario, seconds, status, client.restarts, verdicts, error, hung)
@@ -260,6 +258,7 @@ class Runner:
             if fault.kind in ARMED_KINDS:
                 plan.arm(_armed(_fault_name(i, fault), fault))
                 fault.outcome = "armed"
+                fault.armed_while = client.get_job_status().name
             else:
                 fault.outcome = self._kill(client, fault)
             log.info("seed %d: %s %s", scenario.seed, fault.describe(), fault.outcome)
@@ -268,15 +267,23 @@ class Runner:
         """SIGKILL a live slot process (or its executor JVM). During a failover there may
         be none for a moment: wait up to 5 s for the next stage's slots."""
         deadline = time.monotonic() + 5.0
+        gone: set[int] = set()
         while not client.is_done():
-            slots = [s for s in client.get_task_slots() if s["alive"] and pid_alive(s["pid"])]
-            if fault.kind == "kill-jvm":
-                slots = [s for s in slots if pid_alive(s["jvm_pid"]) and s["jvm_pid"] != self.driver_jvm_pid]
+            key = "jvm_pid" if fault.kind == "kill-jvm" else "pid"
+            slots = [
+                s
+                for s in client.get_task_slots()
+                if s["alive"] and s[key] and s[key] not in gone and s[key] != self.driver_jvm_pid
+            ]
             if slots:
+                status = client.get_job_status()
                 victim = slots[int(fault.choice * len(slots))]
-                pid = victim["jvm_pid"] if fault.kind == "kill-jvm" else victim["pid"]
-                os.kill(pid, signal.SIGKILL)
-                return f"fired (slot {victim['index']}, pid {pid})"
+                try:
+                    os.kill(victim[key], signal.SIGKILL)
+                except ProcessLookupError:
+                    gone.add(victim[key])  # died since the driver last heard from it
+                    continue
+                return f"fired (slot {victim['index']}, pid {victim[key]}, job {status.name})"
             if time.monotonic() > deadline:
                 return "not happened (no live slot for 5 s)"
             time.sleep(0.02)
@@ -288,7 +295,8 @@ class Runner:
         return scenario.faults[index]
 
     def close(self) -> None:
-        self.session.stop()
+        if self._owns_session:
+            self.session.stop()
 
 
 def _fault_name(index: int, fault: Fault) -> str:

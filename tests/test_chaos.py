@@ -1,0 +1,215 @@
+"""The chaos suite: its fault-injecting filesystem, its exactly-once oracle, and a short
+seeded subset of its runs on Spark (the long run is ``python -m chaos --runs 100``)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from chandy.errors import InvalidCheckpointError
+from chandy.state.handles import FileStateHandle
+from chandy.storage.checkpoint_storage import CheckpointStorage
+from chaos.faultyfs import PLAN_DIR_NAME, SITE_METADATA, SITE_STATE, ArmedFault, FaultPlan, InjectedFault
+from chaos.suite import FAULT_KINDS, Fault, Runner, Scenario, make_scenario
+from chaos.verify import check_rows
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+# ---------------------------------------------------------------- faulty:// through chandy's storage
+
+
+def storage(tmp_path: Path) -> tuple[CheckpointStorage, FaultPlan]:
+    plan = FaultPlan.for_root(str(tmp_path))
+    store = CheckpointStorage(f"faulty://{tmp_path}/checkpoints", "job", inline_threshold=0)
+    store.initialize()  # its probe write never strikes
+    return store, plan
+
+
+def test_an_armed_write_fault_strikes_the_next_state_file_once(tmp_path: Path) -> None:
+    store, plan = storage(tmp_path)
+    plan.arm(ArmedFault("w", SITE_STATE, "raise"))
+    with pytest.raises(InjectedFault, match="injected write failure"):
+        store.write_state(1, b"x" * 100)
+    handle = store.write_state(1, b"y" * 100)
+    assert isinstance(handle, FileStateHandle)
+    assert store.reader().read(handle, (0, 100)) == b"y" * 100
+    fired = plan.fired("w")
+    assert fired is not None and fired["pid"] == os.getpid() and "chk-1" in fired["path"]
+    assert plan.disarm_all() == []
+
+
+def test_a_metadata_fault_waits_for_metadata(tmp_path: Path) -> None:
+    store, plan = storage(tmp_path)
+    plan.arm(ArmedFault("m", SITE_METADATA, "raise"))
+    store.write_state(2, b"state" * 10)
+    assert plan.fired("m") is None
+    with pytest.raises(InjectedFault):
+        store.write_metadata(2, b"meta")
+    assert not os.path.exists(f"{tmp_path}/checkpoints/job/chk-2/_metadata")
+    assert store.write_metadata(3, b"meta") is not None
+
+
+def test_a_torn_write_leaves_half_a_file_that_a_restore_refuses(tmp_path: Path) -> None:
+    store, plan = storage(tmp_path)
+    plan.arm(ArmedFault("p", SITE_STATE, "partial"))
+    with pytest.raises(InjectedFault, match="torn write"):
+        store.write_state(4, b"z" * 1000)
+    fired = plan.fired("p")
+    assert fired is not None
+    assert os.path.getsize(fired["path"]) == 500
+    # had a handle to it been acknowledged, its checksum would refuse the half file
+    torn = FileStateHandle(f"faulty://{fired['path']}", 1000, "0" * 64)
+    with pytest.raises(InvalidCheckpointError, match="corrupt"):
+        store.reader().read(torn, (0, 1000))
+
+
+def test_a_hanging_write_hangs_then_writes(tmp_path: Path) -> None:
+    store, plan = storage(tmp_path)
+    plan.arm(ArmedFault("h", SITE_STATE, "hang", hang_s=0.2))
+    started = time.monotonic()
+    handle = store.write_state(5, b"slow" * 10)
+    assert time.monotonic() - started >= 0.2
+    assert store.reader().read(handle, (0, 40)) == b"slow" * 10
+
+
+def test_paths_outside_a_plan_never_strike(tmp_path: Path) -> None:
+    plan = FaultPlan(str(tmp_path / "elsewhere" / PLAN_DIR_NAME))
+    plan.arm(ArmedFault("x", SITE_STATE, "raise"))
+    (tmp_path / "run").mkdir()
+    store = CheckpointStorage(f"faulty://{tmp_path}/run/checkpoints", "job", inline_threshold=0)
+    store.write_state(1, b"fine" * 10)
+    assert plan.disarm_all() == ["x"]
+
+
+_CLAIM = """
+import sys
+from chaos.faultyfs import FaultPlan
+sys.stdout.write("won" if FaultPlan(sys.argv[1]).claim("user") else "lost")
+"""
+
+
+def test_exactly_one_of_several_processes_claims_a_fault(tmp_path: Path) -> None:
+    plan = FaultPlan(str(tmp_path / "plan"))
+    plan.arm(ArmedFault("u", "user", "raise"))
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "-c", _CLAIM, plan.directory], stdout=subprocess.PIPE, text=True, cwd=ROOT
+        )
+        for _ in range(4)
+    ]
+    outcomes = sorted(p.communicate(timeout=60)[0] for p in procs)
+    assert outcomes == ["lost", "lost", "lost", "won"]
+
+
+# ---------------------------------------------------------------- the oracle
+
+
+def rows_of(order: list[int], keys: int) -> tuple[list[int], list[int], list[int], list[int]]:
+    """What an exact job emits for ids processed in ``order``."""
+    counts: dict[int, int] = {}
+    sums: dict[int, int] = {}
+    out: tuple[list[int], list[int], list[int], list[int]] = ([], [], [], [])
+    for i in order:
+        k = i % keys
+        counts[k] = counts.get(k, 0) + 1
+        sums[k] = sums.get(k, 0) + i
+        for column, value in zip(out, (i, k, counts[k], sums[k]), strict=True):
+            column.append(value)
+    return out
+
+
+def test_the_oracle_passes_an_exact_output_in_any_order() -> None:
+    ids, keys, counts, sums = rows_of(list(reversed(range(60))), 7)
+    verdict = check_rows("s", ids, keys, counts, sums, 60, 7)
+    assert verdict.exact and (verdict.lost, verdict.duplicated) == (0, 0)
+
+
+def test_the_oracle_sees_a_replayed_record() -> None:
+    ids, keys, counts, sums = rows_of([*range(30), 12, *range(30, 60)], 7)  # 12 counted twice
+    verdict = check_rows("s", ids, keys, counts, sums, 60, 7)
+    assert verdict.duplicated == 1 and not verdict.exact
+
+
+def test_the_oracle_sees_a_lost_record_and_the_gap_it_leaves() -> None:
+    ids, keys, counts, sums = rows_of(list(range(60)), 7)
+    for column in (ids, keys, counts, sums):
+        del column[20]
+    verdict = check_rows("s", ids, keys, counts, sums, 60, 7)
+    assert verdict.lost == 1
+    assert any("counts are not" in p for p in verdict.problems)
+
+
+def test_the_oracle_sees_state_restored_from_another_checkpoint_than_the_output() -> None:
+    # every row once, but a key's sum jumps: its state came back without one id's update
+    ids, keys, counts, sums = rows_of(list(range(60)), 7)
+    sums[40] += 5
+    verdict = check_rows("s", ids, keys, counts, sums, 60, 7)
+    assert (verdict.lost, verdict.duplicated) == (0, 0)
+    assert any("sum" in p for p in verdict.problems)
+
+
+def test_a_seed_is_a_replayable_schedule_of_the_allowed_kinds() -> None:
+    assert make_scenario(7, FAULT_KINDS, 4) == make_scenario(7, FAULT_KINDS, 4)
+    kinds = {
+        f.kind for seed in range(50) for f in make_scenario(seed, ("kill-slot", "storage-hang"), 3).faults
+    }
+    assert kinds == {"kill-slot", "storage-hang"}
+    assert all(2 <= make_scenario(s, FAULT_KINDS, 3).parallelism <= 3 for s in range(50))
+
+
+# ---------------------------------------------------------------- seeded runs on Spark
+
+SUBSET = {
+    # a slot killed, then another one while the job restarts (a failure during recovery)
+    "kill-slot-during-recovery": [Fault("kill-slot", 1.5, 0.2), Fault("kill-slot", 1.9, 0.7)],
+    "user-and-file-commit": [Fault("user-raise", 1.0, 0.5), Fault("commit-raise", 2.5, 0.1)],
+    "state-write-raise-and-torn": [Fault("storage-raise", 0.8, 0.9), Fault("storage-partial", 2.5, 0.5)],
+    "hang-metadata-delta-commit": [
+        Fault("storage-hang", 0.8, 0.5),
+        Fault("storage-raise", 1.2, 0.1),  # choice < 0.3: _metadata
+        Fault("commit-raise", 1.6, 0.9),  # choice >= 0.5: the Delta sink
+    ],
+}
+
+
+@pytest.fixture(scope="module")
+def runner(spark_session: Any, tmp_path_factory: pytest.TempPathFactory) -> Runner:
+    return Runner(str(tmp_path_factory.mktemp("chaos")), "", timeout_s=150, session=spark_session)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", list(SUBSET))
+def test_a_seeded_chaos_run_is_exact(runner: Runner, name: str) -> None:
+    seed = 1000 + list(SUBSET).index(name)
+    scenario = Scenario(
+        seed, 2, 200, 24_000, 50, 6.0, 0, [Fault(f.kind, f.at_s, f.choice) for f in SUBSET[name]]
+    )
+    result = runner.run(scenario)
+    assert result.exact, result.line()
+    assert result.restarts >= 1, result.line()
+    assert [f for f in scenario.faults if not f.outcome.startswith("fired")] == [], result.line()
+
+
+@pytest.mark.slow
+def test_python_m_chaos_kills_an_executor_jvm_and_reports_the_run() -> None:
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    env.pop("PYSPARK_PYTHON", None)
+    done = subprocess.run(
+        [sys.executable, "-m", "chaos", "--only-seed", "25", "--faults", "kill-jvm", "--timeout", "200"],
+        capture_output=True,
+        text=True,
+        timeout=280,
+        env=env,
+        cwd=ROOT,
+    )
+    lines = done.stdout.strip().splitlines()
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    assert "kill-jvm@" in lines[-2] and "fired" in lines[-2] and "FINISHED exact" in lines[-2]
+    assert lines[-1].startswith("chaos: 1/1 runs exact, ")
