@@ -49,6 +49,7 @@ from chandy.messages.checkpoint import (
 )
 from chandy.messages.ids import ExecutionAttemptID
 from chandy.messages.status import ExecutionState
+from chandy.network.barrier_handler import AlignmentMetrics
 from chandy.task.services import TaskFailure, TaskServices
 from chandy.task.stream_task import StreamTask
 from tests.jobs import KeyedCounter, Throttle
@@ -142,16 +143,24 @@ def wait_for(predicate: Callable[[], bool], what: str, timeout_s: float = 30) ->
         time.sleep(0.005)
 
 
+def build_source_task(
+    env: StreamExecutionEnvironment, services: TaskServices
+) -> tuple[StreamTask, RecordingListener]:
+    """The task of the job built on ``env``: one chained task of parallelism 1."""
+    job_graph = env._build_job_graph("one task")
+    graph = ExecutionGraph(job_graph)
+    (vertex,) = graph.all_execution_vertices()
+    listener = RecordingListener()
+    return StreamTask(graph.deployment_descriptor(vertex), [], [], services, listener), listener
+
+
 @contextmanager
 def running_source_task(
     env: StreamExecutionEnvironment, services: TaskServices
 ) -> Iterator[tuple[StreamTask, RecordingListener]]:
     """The job built on ``env`` must be one chained task of parallelism 1; it runs on a thread
     until the block ends (then it is cancelled, if still running)."""
-    job_graph = env._build_job_graph("one task")
-    (vertex,) = ExecutionGraph(job_graph).all_execution_vertices()
-    listener = RecordingListener()
-    task = StreamTask(ExecutionGraph(job_graph).deployment_descriptor(vertex), [], [], services, listener)
+    task, listener = build_source_task(env, services)
     thread = threading.Thread(target=task.invoke, name="task under test", daemon=True)
     thread.start()
     try:
@@ -216,6 +225,21 @@ def test_a_checkpoint_whose_asynchronous_part_cannot_start_is_declined_and_logge
     assert "shutdown" in decline.message
     assert responder.acks == []
     assert any("checkpoint 7" in r.getMessage() for r in caplog.records), caplog.text
+
+
+def test_a_task_that_is_not_running_declines_a_checkpoint_and_says_why(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    env = one_task_env()
+    env.from_sequence(0, 10).add_sink(lambda v: None)
+    responder = RecordingResponder()
+    task, _ = build_source_task(env, TaskServices(checkpoint_responder=responder))
+    with caplog.at_level(logging.INFO, logger="chandy.task.stream_task"):
+        task.perform_checkpoint(3, 0, CheckpointOptions(), AlignmentMetrics())
+    assert [(d.checkpoint_id, d.reason) for d in responder.declines] == [
+        (3, CheckpointFailureReason.CHECKPOINT_DECLINED_TASK_NOT_READY)
+    ]
+    assert any("declines checkpoint 3: the task is DEPLOYING" in r.getMessage() for r in caplog.records)
 
 
 # ---------------------------------------------------------------------- whole jobs

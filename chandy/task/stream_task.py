@@ -185,6 +185,12 @@ class StreamTask:
                 self.wakeup.wait(0.1)
 
     def _decline_closed(self, checkpoint_id: int) -> None:
+        log.info(
+            "%s declines checkpoint %d: the task is %s, not running",
+            self.tdd.name_with_subtask,
+            checkpoint_id,
+            self.state.name,
+        )
         responder = self.services.checkpoint_responder
         if responder is not None:
             from chandy.messages.checkpoint import DeclineCheckpoint
