@@ -36,7 +36,8 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     parser.add_argument(
         "--faults",
         default=",".join(DEFAULT_FAULTS),
-        help=f"comma-separated fault kinds from {', '.join(FAULT_KINDS)} (default: all but kill-jvm)",
+        help=f"comma-separated fault kinds from {', '.join(FAULT_KINDS)}, or 'all' "
+        "(default: all but kill-jvm)",
     )
     parser.add_argument("--timeout", type=float, default=120.0, help="seconds before a run counts as hung")
     parser.add_argument("--workdir", help="where runs write (default: a new temporary directory)")
@@ -44,6 +45,8 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("-v", "--verbose", action="store_true", help="chandy's and chaos's logs on stderr")
     args = parser.parse_args(argv)
     kinds = tuple(k.strip() for k in args.faults.split(",") if k.strip())
+    if kinds == ("all",):
+        kinds = FAULT_KINDS
     unknown = [k for k in kinds if k not in FAULT_KINDS]
     if unknown:
         parser.error(f"unknown fault kinds {unknown}; choose from {', '.join(FAULT_KINDS)}")

@@ -29,6 +29,7 @@ import shutil
 import signal
 import statistics
 import time
+from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -143,8 +144,14 @@ class RunResult:
         return [f for f in self.scenario.faults if f.outcome.startswith("fired")]
 
     @property
+    def finished(self) -> bool:
+        return self.status == JobStatus.FINISHED.name
+
+    @property
     def lost(self) -> int:
-        return max((v.lost for v in self.verdicts), default=0)
+        """Records missing from a sink of a job that FINISHED (a job that did not finish
+        leaves the rest unwritten; that is counted as the run's failure, not as losses)."""
+        return max((v.lost for v in self.verdicts), default=0) if self.finished else 0
 
     @property
     def duplicated(self) -> int:
@@ -367,6 +374,8 @@ class Summary:
         extra = [f"{missed} faults did not happen"] if missed else []
         if hung:
             extra.append(f"{hung} hung")
+        unfinished = Counter(r.status for r in self.results if not r.finished and not r.hung)
+        extra += [f"{n} ended {status}" for status, n in sorted(unfinished.items())]
         if self.results:
             times = [r.seconds for r in self.results]
             extra.append(
