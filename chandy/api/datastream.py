@@ -258,7 +258,7 @@ class DataStream(_NodeHandle):
         if limit < 0:
             raise InvalidProgramError(f"limit must be >= 0, got {limit}")
         with iterator:
-            result = []
+            result: list[Any] = []
             for record in iterator:
                 if len(result) >= limit:
                     break

@@ -74,7 +74,7 @@ class CompletedCheckpointStore:
     """Flink's ``StandaloneCompletedCheckpointStore``: the newest ``max_retained`` checkpoints."""
 
     def __init__(
-        self, max_retained: int, io_executor: Callable[[Callable[[], None]], None] | None = None
+        self, max_retained: int, io_executor: Callable[[Callable[[], object]], object] | None = None
     ) -> None:
         if max_retained < 1:
             raise ValueError(
@@ -84,7 +84,7 @@ class CompletedCheckpointStore:
         self.max_retained = max_retained
         self._checkpoints: list[CompletedCheckpoint] = []
         #: Runs the deletion of subsumed checkpoints (off the JobMaster thread in a job).
-        self._io: Callable[[Callable[[], None]], None] = io_executor or (lambda action: action())
+        self._io: Callable[[Callable[[], object]], object] = io_executor or (lambda action: action())
 
     def add_checkpoint(self, checkpoint: CompletedCheckpoint) -> list[CompletedCheckpoint]:
         """Add the newest checkpoint; returns (and discards) the ones it subsumed."""

@@ -116,7 +116,7 @@ class CheckpointCoordinator:
         vertex_names: dict[int, str] | None = None,
         master_hooks: Sequence[MasterTriggerRestoreHook] = (),
         rng: random.Random | None = None,
-        io_executor: Callable[[Callable[[], None]], None] | None = None,
+        io_executor: Callable[[Callable[[], object]], object] | None = None,
         main_thread: MainThreadChecker | None = None,
     ) -> None:
         self.job_id = job_id
@@ -137,7 +137,7 @@ class CheckpointCoordinator:
         self.shared_state_registry = SharedStateRegistry()
         self.vertex_names = vertex_names or {}
         #: Deletes state files of aborted checkpoints (a pool in a job; inline in tests).
-        self._io: Callable[[Callable[[], None]], None] = io_executor or (lambda action: action())
+        self._io: Callable[[Callable[[], object]], object] = io_executor or (lambda action: action())
         self.master_hooks = {h.get_identifier(): h for h in master_hooks}
         if len(self.master_hooks) != len(master_hooks):
             raise ValueError("master hook identifiers must be unique")
@@ -368,9 +368,11 @@ class CheckpointCoordinator:
             if result is None:
                 result = Future()
                 result.set_result(None)
-            result.add_done_callback(
-                lambda f, name=identifier: self.timer.schedule(0, lambda: on_hook_done(name, f))
-            )
+
+            def schedule_done(f: Future[bytes | None], name: str = identifier) -> None:
+                self.timer.schedule(0, lambda: on_hook_done(name, f))
+
+            result.add_done_callback(schedule_done)
 
     def _trigger_tasks(self, pending: PendingCheckpoint) -> None:
         if pending.disposed:

@@ -72,7 +72,7 @@ class PendingCheckpoint:
         props: CheckpointProperties,
         storage: CheckpointStorage,
         discard: Callable[[TaskStateSnapshot | None], None],
-        io_executor: Callable[[Callable[[], None]], None] | None = None,
+        io_executor: Callable[[Callable[[], object]], object] | None = None,
     ) -> None:
         self.job_id = job_id
         self.checkpoint_id = checkpoint_id
@@ -81,7 +81,7 @@ class PendingCheckpoint:
         self.plan = plan
         self.storage = storage
         self._discard_state = discard
-        self._io: Callable[[Callable[[], None]], None] = io_executor or (lambda action: action())
+        self._io: Callable[[Callable[[], object]], object] = io_executor or (lambda action: action())
         self.not_yet_acknowledged_tasks: dict[ExecutionAttemptID, TaskToAck] = {
             t.attempt_id: t for t in plan.tasks_to_wait_for
         }

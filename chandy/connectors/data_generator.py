@@ -93,7 +93,7 @@ class DataGeneratorReader(SourceReader):
         if self._limiter is not None:
             # Sleep about one record's worth of time: a slow rate polls rarely, a fast one
             # often, so records go out in small batches soon after they are due.
-            self.idle_wait_s = min(_MAX_IDLE_WAIT_S, max(_MIN_IDLE_WAIT_S, 1.0 / records_per_second))
+            self.idle_wait_s = min(_MAX_IDLE_WAIT_S, max(_MIN_IDLE_WAIT_S, 1.0 / self._limiter.rate))
 
     def add_splits(self, splits: Sequence[DataGeneratorSplit]) -> None:
         self._splits.extend(s.copy() for s in splits)

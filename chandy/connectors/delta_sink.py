@@ -170,7 +170,7 @@ class DeltaCommitter(Committer):
 
     def commit(self, committables: list[Any]) -> None:
         from deltalake import DeltaTable
-        from deltalake.transaction import AddAction, CommitProperties, Transaction
+        from deltalake.transaction import AddAction, CommitProperties, RemoveAction, Transaction
 
         groups: dict[tuple[str, int], list[DeltaCommittable]] = {}
         for c in committables:
@@ -183,7 +183,7 @@ class DeltaCommitter(Committer):
                 log.debug("Delta table %s already has %s version %d", self.path, app_id, version)
                 continue
             now = int(time.time() * 1000)
-            actions = [
+            actions: list[AddAction | RemoveAction] = [
                 AddAction(f.path, f.size, {}, now, True, json.dumps({"numRecords": f.num_records}))
                 for f in files
             ]

@@ -31,7 +31,7 @@ import logging
 import re
 import time
 import uuid
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -102,7 +102,7 @@ class KafkaOffsetsInitializer:
     ) -> None:
         self.kind = kind
         self.timestamp_ms = timestamp_ms
-        self.offsets = dict(offsets or {})
+        self.partition_offsets = dict(offsets or {})
         self.reset = reset
 
     @staticmethod
@@ -154,7 +154,7 @@ class KafkaOffsetsInitializer:
                 f"{setting}: KafkaOffsetsInitializer.timestamp() takes "
                 f"milliseconds since the epoch (>= 0), got {self.timestamp_ms!r}"
             )
-        for tp, offset in self.offsets.items():
+        for tp, offset in self.partition_offsets.items():
             if not isinstance(tp, KafkaTopicPartition):
                 raise ConfigurationError(
                     f"{setting}: KafkaOffsetsInitializer.offsets() takes KafkaTopicPartition keys, got {tp!r}"
@@ -232,12 +232,17 @@ class KafkaRecordDeserializationSchema:
         )
 
 
+def _no_deserialize(message: bytes) -> Any:
+    raise TypeError("the value schema of a KafkaSource has no deserialize(bytes) method")
+
+
 class _ValueOnly(KafkaRecordDeserializationSchema):
     """The value only: no KafkaRecord is built per record (the common, fast path)."""
 
     def __init__(self, value_schema: DeserializationSchema) -> None:
         super().__init__(value_schema, None)
-        self._deserialize = getattr(value_schema, "deserialize", None)
+        # A schema without deserialize() is refused by validate() before any record is read.
+        self._deserialize: Callable[[bytes], Any] = getattr(value_schema, "deserialize", _no_deserialize)
 
     def deserialize_message(self, message: Any) -> Any:
         value = message.value()
@@ -683,7 +688,7 @@ class KafkaSourceReader(SourceReader):
         if kind == "offsets":
             out = []
             for s in splits:
-                offset = initializer.offsets.get(KafkaTopicPartition(s.topic, s.partition))
+                offset = initializer.partition_offsets.get(KafkaTopicPartition(s.topic, s.partition))
                 out.append(offset if offset is not None else reset(s, "no offset in offsets({...})"))
             return out
         tps = [ck.TopicPartition(s.topic, s.partition, initializer.timestamp_ms or 0) for s in splits]

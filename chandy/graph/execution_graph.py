@@ -15,9 +15,9 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
 from chandy.graph.job_graph import DistributionPattern, JobGraph, JobVertex
+from chandy.messages.ids import ExecutionAttemptID
 from chandy.messages.status import ExecutionState, JobStatus
 from chandy.task.deployment import (
-    ExecutionAttemptID,
     OutputSpec,
     TaskDeploymentDescriptor,
 )
@@ -181,7 +181,7 @@ class ExecutionGraph:
 
     def input_channel_ids(self, vertex: JobVertex, subtask: int) -> list[ChannelID]:
         """Every channel subtask ``subtask`` of ``vertex`` reads, edge by edge."""
-        result = []
+        result: list[ChannelID] = []
         for edge in vertex.inputs:
             source = self.job_graph.vertex(edge.source_vertex_id)
             producers = (

@@ -25,7 +25,7 @@ import threading
 import time
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 from chandy.core.state import (
     ListState,
@@ -210,7 +210,8 @@ class _HeapState:
         self, backend: HeapKeyedStateBackend, table: StateTable, descriptor: StateDescriptor
     ) -> None:
         self._backend = backend
-        self._maps = table.maps
+        # Only the current key's group is indexed, which is in this backend's range: never None.
+        self._maps = cast("list[dict[Any, Any]]", table.maps)
         self._table = table
 
     def _read(self) -> Any:

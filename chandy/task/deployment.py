@@ -95,7 +95,8 @@ def serialize_chain(vertex_name: str, operators: tuple[OperatorSpec, ...]) -> by
     from chandy.errors import InvalidProgramError
 
     try:
-        return cloudpickle.dumps(operators)
+        payload: bytes = cloudpickle.dumps(operators)  # cloudpickle has no type hints
+        return payload
     except Exception as exc:
         for spec in operators:
             try:
@@ -125,7 +126,8 @@ def deserialize_chain(payload: bytes, vertex_name: str = "") -> tuple[OperatorSp
 
     task = f" of task '{vertex_name}'" if vertex_name else ""
     try:
-        return cloudpickle.loads(payload)
+        chain: tuple[OperatorSpec, ...] = cloudpickle.loads(payload)  # cloudpickle has no type hints
+        return chain
     except ImportError as exc:
         missing = getattr(exc, "name", None) or str(exc)
         raise UnrecoverableError(

@@ -10,6 +10,7 @@ CPython is the more expensive of the two. The receiving loop iterates
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from typing import Any
 
 
@@ -42,7 +43,7 @@ class KeyedBatch:
     def __delitem__(self, index: slice) -> None:
         del self.key_groups[index], self.keys[index], self.values[index]
 
-    def __iter__(self):
+    def __iter__(self) -> Iterator[tuple[int, Any, Any]]:
         return zip(self.key_groups, self.keys, self.values, strict=True)
 
     __hash__ = None  # type: ignore[assignment]  # mutable

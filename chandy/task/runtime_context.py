@@ -13,6 +13,7 @@ from chandy.core.state import (
     MapStateDescriptor,
     ReducingState,
     ReducingStateDescriptor,
+    State,
     StateDescriptor,
     ValueState,
     ValueStateDescriptor,
@@ -68,7 +69,7 @@ class StreamingRuntimeContext(RuntimeContext):
         value = self._job_parameters.get(key)
         return default_value if value is None else str(value)
 
-    def _keyed(self, descriptor: StateDescriptor) -> Any:
+    def _keyed(self, descriptor: StateDescriptor) -> State:
         if self.keyed_state_backend is None:
             raise InvalidProgramError(
                 f"keyed state '{descriptor.name}' requested in operator '{self.operator_name}', "
@@ -77,14 +78,33 @@ class StreamingRuntimeContext(RuntimeContext):
             )
         return self.keyed_state_backend.get_partitioned_state(descriptor)
 
+    @staticmethod
+    def _wrong_kind(descriptor: StateDescriptor, state: State, kind: str) -> InvalidProgramError:
+        return InvalidProgramError(
+            f"state '{descriptor.name}' is described by a {type(descriptor).__name__}, which gives "
+            f"{type(state).__name__}, not {kind}: describe it with a {kind}Descriptor"
+        )
+
     def get_state(self, state_descriptor: ValueStateDescriptor) -> ValueState:
-        return self._keyed(state_descriptor)
+        state = self._keyed(state_descriptor)
+        if not isinstance(state, ValueState):
+            raise self._wrong_kind(state_descriptor, state, "ValueState")
+        return state
 
     def get_list_state(self, state_descriptor: ListStateDescriptor) -> ListState:
-        return self._keyed(state_descriptor)
+        state = self._keyed(state_descriptor)
+        if not isinstance(state, ListState):
+            raise self._wrong_kind(state_descriptor, state, "ListState")
+        return state
 
     def get_map_state(self, state_descriptor: MapStateDescriptor) -> MapState:
-        return self._keyed(state_descriptor)
+        state = self._keyed(state_descriptor)
+        if not isinstance(state, MapState):
+            raise self._wrong_kind(state_descriptor, state, "MapState")
+        return state
 
     def get_reducing_state(self, state_descriptor: ReducingStateDescriptor) -> ReducingState:
-        return self._keyed(state_descriptor)
+        state = self._keyed(state_descriptor)
+        if not isinstance(state, ReducingState):
+            raise self._wrong_kind(state_descriptor, state, "ReducingState")
+        return state

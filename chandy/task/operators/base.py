@@ -164,9 +164,9 @@ class UdfOperator(StreamOperator):
             self.user_function.close()
 
 
-def resolve_call(user_function: Any, method: str) -> Callable[..., Any]:
+def resolve_call(user_function: object, method: str) -> Callable[..., Any]:
     """The callable to invoke: ``user_function.<method>`` for a function class, else itself."""
-    bound = getattr(user_function, method, None)
+    bound: Callable[..., Any] | None = getattr(user_function, method, None)
     if bound is not None and isinstance(user_function, Function):
         return bound
     if callable(user_function):

@@ -8,7 +8,7 @@ the function reads that key's value.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from typing import Any, cast
 
 from chandy.core.functions import KeyedProcessFunction
 from chandy.state.heap import HeapKeyedStateBackend
@@ -73,7 +73,7 @@ class KeyedMap(KeyedOperator):
     def process_batch(self, records: KeyedBatch) -> None:  # type: ignore[override]
         backend = self.backend
         call = self._call
-        out = []
+        out: list[Any] = []
         append = out.append
         for kg, key, value in zip(records.key_groups, records.keys, records.values, strict=True):
             backend.current_key = key
@@ -110,7 +110,7 @@ class KeyedFilter(KeyedOperator):
     def process_batch(self, records: KeyedBatch) -> None:  # type: ignore[override]
         backend = self.backend
         call = self._call
-        out = []
+        out: list[Any] = []
         append = out.append
         for kg, key, value in zip(records.key_groups, records.keys, records.values, strict=True):
             backend.current_key = key
@@ -137,13 +137,14 @@ class StreamGroupedReduce(KeyedOperator):
 
         self.backend.get_partitioned_state(ValueStateDescriptor(self.STATE_NAME))
         self._table = self.backend.tables[self.STATE_NAME]
-        self._maps = self._table.maps
+        # Indexed only by the key groups of this subtask's records, which are in range: never None.
+        self._maps = cast("list[dict[Any, Any]]", self._table.maps)
         self._call: Callable[[Any, Any], Any] = resolve_call(self.user_function, "reduce")
 
     def process_batch(self, records: KeyedBatch) -> None:  # type: ignore[override]
         maps = self._maps
         call = self._call
-        out = []
+        out: list[Any] = []
         append = out.append
         table = self._table
         if table.cow is None:
@@ -179,17 +180,19 @@ class SumFunction:
             if not isinstance(position, int):
                 raise TypeError(f"sum({position!r}): a tuple field is chosen by an int position")
             summed = acc[position] + value[position]
-            if hasattr(acc, "_replace"):  # named tuple
+            if hasattr(acc, "_replace") and hasattr(acc, "_fields"):  # named tuple
                 return acc._replace(**{acc._fields[position]: summed})
             return (*acc[:position], summed, *acc[position + 1 :])
         if isinstance(acc, list):
-            result = list(acc)
-            result[position] = acc[position] + value[position]
-            return result
+            if not isinstance(position, int):
+                raise TypeError(f"sum({position!r}): a list field is chosen by an int position")
+            items = list(acc)
+            items[position] = acc[position] + value[position]
+            return items
         if isinstance(acc, dict):
-            result = dict(acc)
-            result[position] = acc[position] + value[position]
-            return result
+            fields = dict(acc)
+            fields[position] = acc[position] + value[position]
+            return fields
         if isinstance(position, str) and hasattr(acc, position):
             import copy
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import enum
+from typing import Any
 
 from chandy.core.connector import Source, SourceReader, SourceReaderContext
 from chandy.core.state import ListStateDescriptor
@@ -35,12 +36,12 @@ class SourceOperator(StreamOperator):
         super().__init__()
         self.source = source
         self.reader: SourceReader | None = None
-        self._restored_splits: list | None = None
+        self._restored_splits: list[Any] | None = None
 
     def initialize_state(self, context: StateInitializationContext) -> None:
         self._splits_state = context.get_list_state(self.SPLITS_STATE)
         self._shared_state = context.get_union_list_state(self.SHARED_STATE)
-        self._restored_shared: list | None = None
+        self._restored_shared: list[Any] | None = None
         if context.is_restored():
             self._restored_splits = list(self._splits_state.get())
             self._restored_shared = list(self._shared_state.get())
