@@ -7,11 +7,12 @@ import re
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Generic, TypeVar
+from typing import Any, Generic, TypeVar, overload
 
 from chandy.errors import ConfigurationError
 
 T = TypeVar("T")
+E = TypeVar("E", bound=enum.Enum)
 
 _DURATION_UNITS_MS = {
     "ns": 1e-6,
@@ -142,6 +143,30 @@ class ConfigOption(Generic[T]):
     deprecated_keys: tuple[str, ...] = ()
     check: Callable[[T], None] | None = field(default=None, compare=False)
 
+    @overload
+    @staticmethod
+    def integer(
+        key: str,
+        default: int,
+        description: str,
+        *,
+        minimum: int | None = None,
+        maximum: int | None = None,
+        deprecated_keys: tuple[str, ...] = (),
+    ) -> ConfigOption[int]: ...
+
+    @overload
+    @staticmethod
+    def integer(
+        key: str,
+        default: None,
+        description: str,
+        *,
+        minimum: int | None = None,
+        maximum: int | None = None,
+        deprecated_keys: tuple[str, ...] = (),
+    ) -> ConfigOption[int | None]: ...
+
     @staticmethod
     def integer(
         key: str,
@@ -151,7 +176,7 @@ class ConfigOption(Generic[T]):
         minimum: int | None = None,
         maximum: int | None = None,
         deprecated_keys: tuple[str, ...] = (),
-    ) -> ConfigOption:
+    ) -> ConfigOption[int] | ConfigOption[int | None]:
         def check(v: int | None) -> None:
             if v is None:
                 return
@@ -167,6 +192,28 @@ class ConfigOption(Generic[T]):
             key, default, description, _parse_int, f"an integer{bounds}", deprecated_keys, check
         )
 
+    @overload
+    @staticmethod
+    def duration(
+        key: str,
+        default: int,
+        description: str,
+        *,
+        minimum_ms: int = 0,
+        deprecated_keys: tuple[str, ...] = (),
+    ) -> ConfigOption[int]: ...
+
+    @overload
+    @staticmethod
+    def duration(
+        key: str,
+        default: None,
+        description: str,
+        *,
+        minimum_ms: int = 0,
+        deprecated_keys: tuple[str, ...] = (),
+    ) -> ConfigOption[int | None]: ...
+
     @staticmethod
     def duration(
         key: str,
@@ -175,7 +222,7 @@ class ConfigOption(Generic[T]):
         *,
         minimum_ms: int = 0,
         deprecated_keys: tuple[str, ...] = (),
-    ) -> ConfigOption:
+    ) -> ConfigOption[int] | ConfigOption[int | None]:
         def check(v: int | None) -> None:
             if v is not None and v < minimum_ms:
                 raise ValueError(f"{v} ms is below the minimum {minimum_ms} ms")
@@ -194,7 +241,7 @@ class ConfigOption(Generic[T]):
     @staticmethod
     def memory_size(
         key: str, default: int, description: str, *, maximum: int, deprecated_keys: tuple[str, ...] = ()
-    ) -> ConfigOption:
+    ) -> ConfigOption[int]:
         def check(v: int) -> None:
             if v > maximum:
                 raise ValueError(f"{v} bytes is above the maximum {maximum} bytes")
@@ -212,8 +259,30 @@ class ConfigOption(Generic[T]):
     @staticmethod
     def boolean(
         key: str, default: bool, description: str, deprecated_keys: tuple[str, ...] = ()
-    ) -> ConfigOption:
+    ) -> ConfigOption[bool]:
         return ConfigOption(key, default, description, _parse_bool, "true or false", deprecated_keys)
+
+    @overload
+    @staticmethod
+    def string(
+        key: str,
+        default: str,
+        description: str,
+        *,
+        choices: Iterable[str] | None = None,
+        deprecated_keys: tuple[str, ...] = (),
+    ) -> ConfigOption[str]: ...
+
+    @overload
+    @staticmethod
+    def string(
+        key: str,
+        default: None,
+        description: str,
+        *,
+        choices: Iterable[str] | None = None,
+        deprecated_keys: tuple[str, ...] = (),
+    ) -> ConfigOption[str | None]: ...
 
     @staticmethod
     def string(
@@ -223,7 +292,7 @@ class ConfigOption(Generic[T]):
         *,
         choices: Iterable[str] | None = None,
         deprecated_keys: tuple[str, ...] = (),
-    ) -> ConfigOption:
+    ) -> ConfigOption[str] | ConfigOption[str | None]:
         if choices is None:
             return ConfigOption(key, default, description, _parse_str, "a string", deprecated_keys)
         names = tuple(choices)
@@ -240,14 +309,14 @@ class ConfigOption(Generic[T]):
     @staticmethod
     def enumeration(
         key: str,
-        enum_type: type[enum.Enum],
-        default: enum.Enum,
+        enum_type: type[E],
+        default: E,
         description: str,
         deprecated_keys: tuple[str, ...] = (),
-    ) -> ConfigOption:
+    ) -> ConfigOption[E]:
         names = [m.name for m in enum_type]
 
-        def parse(value: Any) -> enum.Enum:
+        def parse(value: Any) -> E:
             if isinstance(value, enum_type):
                 return value
             if isinstance(value, str):
@@ -296,12 +365,12 @@ class Configuration:
         value = self._values.get(key)
         return default_value if value is None else str(value)
 
-    def contains(self, option: ConfigOption | str) -> bool:
+    def contains(self, option: ConfigOption[Any] | str) -> bool:
         if isinstance(option, str):
             return option in self._values
         return self._raw_key(option) is not None
 
-    def _raw_key(self, option: ConfigOption) -> str | None:
+    def _raw_key(self, option: ConfigOption[Any]) -> str | None:
         if option.key in self._values:
             return option.key
         for alias in option.deprecated_keys:
@@ -329,7 +398,7 @@ class Configuration:
         return value
 
     def unknown_keys(
-        self, known: Iterable[ConfigOption], prefixes_owned_elsewhere: Iterable[str] = ()
+        self, known: Iterable[ConfigOption[Any]], prefixes_owned_elsewhere: Iterable[str] = ()
     ) -> list[str]:
         """Keys that no known option (nor a prefix owned by a plugin) claims."""
         names = set()

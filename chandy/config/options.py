@@ -7,6 +7,7 @@ user's keys against, so a misspelt key is an error, not silently ignored.
 from __future__ import annotations
 
 import enum
+from typing import Any
 
 from chandy.config.configuration import ConfigOption
 
@@ -245,9 +246,9 @@ class NetworkOptions:
     )
 
 
-def all_options() -> list[ConfigOption]:
+def all_options() -> list[ConfigOption[Any]]:
     """Every option declared in this module."""
-    found: list[ConfigOption] = []
+    found: list[ConfigOption[Any]] = []
     for holder in (
         PipelineOptions,
         CoreOptions,

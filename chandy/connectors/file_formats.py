@@ -470,7 +470,7 @@ class _ParquetReader(FileRecordReader):
                 if self._batch.num_rows == 0:
                     continue
             n = min(max_records, self._batch.num_rows - self._batch_pos)
-            records = self._batch.slice(self._batch_pos, n).to_pylist()
+            records: list[Any] = self._batch.slice(self._batch_pos, n).to_pylist()
             self._batch_pos += n
             split.records_after_offset += n
             return records

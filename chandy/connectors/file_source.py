@@ -75,7 +75,7 @@ _MAX_IDLE_WAIT_S = 0.05
 DEFAULT_DISCOVERY_INTERVAL_S = 1.0
 
 
-def _normalize_path(path: Any) -> str:
+def _normalize_path(path: object) -> str:
     """An absolute local path for ``path`` (str, ``os.PathLike`` or ``file://`` URI).
 
     Absolute, because the string is what continuous mode hashes and remembers,

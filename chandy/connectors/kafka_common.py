@@ -197,5 +197,5 @@ def describe_error(exc: BaseException) -> str:
     """The text of a KafkaError inside a KafkaException (its ``str`` is a struct dump)."""
     args = getattr(exc, "args", ())
     if args and hasattr(args[0], "str") and callable(args[0].str):
-        return args[0].str()
+        return str(args[0].str())
     return str(exc)

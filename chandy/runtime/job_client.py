@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable
-from typing import Any
+from typing import Any, TypeVar
 
 from chandy.messages.status import JobStatus
 from chandy.runtime.job_master import JobMaster
 from chandy.runtime.job_result import JobExecutionResult
+
+_T = TypeVar("_T")
 
 
 class JobClient:
@@ -68,7 +70,7 @@ class JobClient:
         assert self._result is not None
         return self._result
 
-    def _ask(self, action: Callable[[], Any], timeout: float | None) -> Any:
+    def _ask(self, action: Callable[[], _T], timeout: float | None) -> _T:
         """``action``'s result from the JobMaster thread (at once if the job has ended)."""
         answer = self._job_master.call(action)
         try:

@@ -35,7 +35,7 @@ from collections.abc import Callable
 from concurrent import futures
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 from chandy.checkpoint.completed_checkpoint import CompletedCheckpointStore
 from chandy.checkpoint.coordinator import CheckpointCoordinator, CheckpointCoordinatorConfiguration
@@ -81,6 +81,8 @@ from chandy.util.threads import MainThreadChecker
 from chandy.util.timer import ScheduledAction, TimerQueue
 
 log = logging.getLogger(__name__)
+
+_T = TypeVar("_T")
 
 #: How long cancelled tasks get to stop before the JobMaster gives up on them.
 CANCEL_TIMEOUT_S = 30.0
@@ -319,7 +321,7 @@ class JobMaster:
         A second cancel, or one after the job ended, changes nothing."""
         self._inbox.put(CancelJob(reason))
 
-    def call(self, action: Callable[[], Any]) -> Future[Any]:
+    def call(self, action: Callable[[], _T]) -> Future[_T]:
         """Run ``action`` on the JobMaster thread (any thread); the future has its result.
 
         Once the job has ended the loop reads no more requests, and nothing it owns
@@ -581,7 +583,8 @@ class JobMaster:
                 continue
             outcome = self._handle(message)
             if outcome is not _CONTINUE:
-                return outcome
+                error: JobExecutionError | None = outcome  # what _handle ends the job with
+                return error
 
     def _handle(self, message: Any) -> Any:
         self._main_thread.assert_main_thread()

@@ -306,7 +306,7 @@ class HeapMapState(_HeapState, MapState):
     __slots__ = ()
 
     def _current_for_write(self) -> dict[Any, Any]:
-        d = self._read()
+        d: dict[Any, Any] | None = self._read()
         if d is None:
             d = {}
             self._write(d)

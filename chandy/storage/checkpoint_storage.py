@@ -29,6 +29,7 @@ import hashlib
 import logging
 import uuid
 from collections.abc import Iterable
+from typing import Any
 
 from chandy.errors import InvalidCheckpointError, StorageError
 from chandy.state.handles import ByteStreamStateHandle, FileStateHandle, Range, StreamStateHandle
@@ -61,7 +62,7 @@ class CheckpointStorage:
         self._job_dir: str | None = None
         self._made_dirs: set[str] = set()
 
-    def __getstate__(self) -> dict:
+    def __getstate__(self) -> dict[str, Any]:
         state = dict(self.__dict__)
         state["_fs"] = None  # filesystems hold clients and connections: rebuilt on the other side
         state["_made_dirs"] = set()

@@ -168,13 +168,14 @@ class FsspecFileSystem(FileSystem):
         self._fs.pipe_file(path, data)
 
     def read(self, path: str) -> bytes:
-        return self._fs.cat_file(path)
+        data: bytes = self._fs.cat_file(path)  # fsspec has no type hints
+        return data
 
     def exists(self, path: str) -> bool:
-        return self._fs.exists(path)
+        return bool(self._fs.exists(path))
 
     def is_dir(self, path: str) -> bool:
-        return self._fs.isdir(path)
+        return bool(self._fs.isdir(path))
 
     def size(self, path: str) -> int:
         if not self._fs.exists(path):
