@@ -172,3 +172,18 @@ def test_outside_references_are_found() -> None:
     assert outside_references("The brief is `../shared/DESIGN.md`; see [x](../shared/a.md).")
     assert outside_references("See /work/shared/reference/flink-scenarios.md.")
     assert not outside_references("See [design](docs/design.md), `.../chk-7/_metadata`, s3://b/x.")
+
+
+def test_the_readme_example_runs_and_counts() -> None:
+    """The first code a user copies works as printed (on the local executor, to be quick)."""
+    text = (ROOT / "README.md").read_text(encoding="utf-8")
+    block = re.search(r"## Example\n\n```python\n(.*?)```", text, re.S)
+    assert block is not None, "README.md lost its '## Example' Python block"
+    code = block.group(1)
+    assert "get_execution_environment()" in code
+    code = code.replace("get_execution_environment()", 'get_execution_environment(executor="local")')
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300, cwd=ROOT)
+    assert done.returncode == 0, done.stderr[-3000:]
+    printed = sorted(line.split("> ", 1)[1] for line in done.stdout.splitlines())
+    expected = ["('be', 1)", "('be', 2)", "('not', 1)", "('or', 1)", "('to', 1)", "('to', 2)"]
+    assert printed == expected, done.stdout
