@@ -65,6 +65,7 @@ def main(argv: list[str]) -> int:
     failover = sub.add_parser("failover", help="recovery time after a raised exception / SIGKILL")
     failover.add_argument("--runs", type=int, default=3)
     failover.add_argument("--executors", default="local,spark")
+    failover.add_argument("--kills", type=int, default=5, help="slot process kills (in one Spark job)")
     suite = sub.add_parser(
         "run",
         help="every workload on chandy and the reference systems, "
@@ -200,24 +201,14 @@ def main(argv: list[str]) -> int:
 
 
 def _failover(args: argparse.Namespace) -> int:
-    from bench.failover import measure_recovery
+    from bench.failover import run, summary_lines
 
-    cases = [
-        (e, f)
-        for e in args.executors.split(",")
-        for f in ("exception", "kill")
-        if not (e == "local" and f == "kill")
-    ]
-    rows = [measure_recovery(e, f) for _ in range(args.runs) for e, f in cases]
-    summary: dict[str, Any] = {"workload": "failover", "machine": _machine(), "runs": rows}
-    for executor, failure in cases:
-        values = [r["recovery_s"] for r in rows if (r["executor"], r["failure"]) == (executor, failure)]
-        summary[f"{executor}_{failure}_median_s"] = statistics.median(values)
+    rows, cases = run(args.executors.split(","), args.runs, args.kills)
+    summary: dict[str, Any] = {"workload": "failover", "machine": _machine(), "runs": rows, "cases": cases}
     print(json.dumps(summary, indent=2))
     print()
-    print(_table(rows, ["executor", "failure", "recovery_s"]))
-    for executor, failure in cases:
-        print(f"{executor} after {failure}: median {summary[f'{executor}_{failure}_median_s']:.2f} s")
+    print(_table(rows, ["executor", "failure", "recovery_s", "new_stage"]))
+    print("\n".join(summary_lines(cases)))
     return 0
 
 

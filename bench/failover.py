@@ -4,8 +4,10 @@ Two failures, as the Spark executor handles them on two paths:
 
 * ``exception``: a user function raises. The slots stay up; the JobMaster
   cancels the tasks and deploys new ones into the same slots.
-* ``kill``: a slot process gets SIGKILL. The barrier stage is gone; the
-  JobMaster submits a new one and restores every slot.
+* ``kill``: a slot process (the one running the tasks) gets SIGKILL. Its
+  supervisor, the Spark task, forks a new one; the JobMaster deploys new tasks
+  into the same stage and restores them. Several kills in one job, alternating
+  between the slots; each row says whether it cost a new Spark stage.
 
 The job is W1-shaped (a source, a keyed running sum, a sink) slowed to a steady
 rate, checkpointing every 200 ms, restarting with no delay. The sink notes the
@@ -17,8 +19,10 @@ from __future__ import annotations
 
 import os
 import signal
+import statistics
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -76,19 +80,37 @@ class Pace(MapFunction):
         return value
 
 
-def first_after(directory: Path, attempt_above: int) -> float | None:
+def first_after(directory: Path, attempt_above: int, not_before: float = 0.0) -> float | None:
+    """The earliest batch time of an attempt above ``attempt_above`` (at or after ``not_before``)."""
     times = []
     for path in directory.glob("attempt-*-subtask-*"):
         attempt = int(path.name.split("-")[1])
         if attempt > attempt_above and path.stat().st_size:
-            times.append(float(path.read_text().split()[0]))
+            times.extend(t for t in map(float, path.read_text().split()[:1]) if t >= not_before)
     return min(times) if times else None
 
 
-def measure_recovery(executor: str, failure: str, warmup_s: float = 4.0) -> dict[str, Any]:
-    """One job, one failure; seconds from the failure to processing resumed."""
+def _latest_attempt(directory: Path) -> int:
+    return max((int(p.name.split("-")[1]) for p in directory.glob("attempt-*-subtask-*")), default=-1)
+
+
+def measure_recovery(
+    executor: str,
+    failure: str,
+    warmup_s: float = 4.0,
+    kills: int = 1,
+    supervisor_kills: int = 0,
+    settle_s: float = 2.0,
+) -> list[dict[str, Any]]:
+    """One job and its failures; per failure, seconds from it to processing resumed.
+
+    ``exception``: one raised exception (the slots stay up). ``kill``: ``kills`` SIGKILLs
+    of a slot process (alternating between the two slots), ``settle_s`` apart once the
+    job runs again, then ``supervisor_kills`` of the Spark task supervising one (which
+    costs the stage). Each row also says whether the kill cost a new Spark stage."""
     if failure == "kill" and executor != "spark":
         raise ValueError("only the Spark executor has slot processes to kill")
+    rows: list[dict[str, Any]] = []
     with tempfile.TemporaryDirectory(prefix="chandy-failover-") as tmp:
         marker = os.path.join(tmp, "failed-at")
         env = StreamExecutionEnvironment.get_execution_environment(executor=executor)
@@ -105,33 +127,93 @@ def measure_recovery(executor: str, failure: str, warmup_s: float = 4.0) -> dict
             .sink_to(RecoverySink(tmp))
         )
         client = env.execute_async(f"recovery after {failure}")
+        restart_delay_ms = client._job_master.restart_strategy.get_backoff_time_ms()
         try:
             directory = Path(tmp)
-            deadline = time.monotonic() + 120
-            while first_after(directory, -1) is None:  # running
-                if time.monotonic() > deadline:
-                    raise RuntimeError("the job did not start")
-                time.sleep(0.05)
+            _wait(lambda: first_after(directory, -1) is not None, "the job did not start")
             if failure == "kill":
                 time.sleep(warmup_s)
-                victim = client.get_task_slots()[1]["pid"]
-                failed_at = time.time()
-                os.kill(victim, signal.SIGKILL)
+                for kill in range(kills):
+                    rows.append(_kill_once(client, directory, kill % 2 if kills > 1 else 1, "pid"))
+                    time.sleep(settle_s)
+                for kill in range(supervisor_kills):  # the old path: a new Spark stage
+                    row = _kill_once(client, directory, kill % 2, "supervisor_pid")
+                    rows.append({**row, "failure": "supervisor kill"})
+                    time.sleep(settle_s)
             else:
-                while not os.path.exists(marker):
-                    time.sleep(0.05)
+                _wait(lambda: os.path.exists(marker), "the function did not raise")
                 failed_at = float(Path(marker).read_text())
-            resumed = None
-            deadline = time.monotonic() + 120
-            while resumed is None and time.monotonic() < deadline:
-                time.sleep(0.05)
+                _wait(lambda: first_after(directory, 0) is not None, "no record after the exception")
                 resumed = first_after(directory, 0)
+                assert resumed is not None
+                rows.append({"recovery_s": resumed - failed_at, "new_stage": False})
         finally:
             client.cancel()
             try:
                 client.get_job_execution_result(timeout=60)
             except Exception:  # noqa: BLE001 - cancelled, as asked
                 pass
-    if resumed is None:
-        raise RuntimeError(f"no record was processed after the {failure}")
-    return {"executor": executor, "failure": failure, "recovery_s": resumed - failed_at}
+    return [
+        {"executor": executor, "failure": failure, "restart_delay_ms": restart_delay_ms, **row}
+        for row in rows
+    ]
+
+
+def _kill_once(client: Any, directory: Path, index: int, which: str) -> dict[str, Any]:
+    """SIGKILL a process of slot ``index`` (``which``: ``pid``, the one running its tasks,
+    or ``supervisor_pid``, the Spark task); seconds until records flow again."""
+    _wait(lambda: client.get_job_status().name == "RUNNING", "the job did not run again")
+    attempt = _latest_attempt(directory)
+    executor = client._job_master.executor
+    pool = getattr(executor, "_pool", None)
+    victim = client.get_task_slots()[index][which]
+    failed_at = time.time()
+    os.kill(victim, signal.SIGKILL)
+    _wait(lambda: first_after(directory, attempt, failed_at) is not None, "no record after the kill")
+    resumed = first_after(directory, attempt, failed_at)
+    assert resumed is not None
+    return {"recovery_s": resumed - failed_at, "new_stage": getattr(executor, "_pool", None) is not pool}
+
+
+def _wait(condition: Callable[[], bool], failure: str, timeout_s: float = 120) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not condition():
+        if time.monotonic() > deadline:
+            raise RuntimeError(failure)
+        time.sleep(0.02)
+
+
+def run(
+    executors: list[str], runs: int, kills: int, supervisor_kills: int = 2
+) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+    """``runs`` raised exceptions per executor, ``kills`` slot process kills and
+    ``supervisor_kills`` Spark task kills on Spark: the rows, and per case the median,
+    minimum and maximum recovery."""
+    rows: list[dict[str, Any]] = []
+    for executor in executors:
+        for _ in range(runs):
+            rows += measure_recovery(executor, "exception")
+        if executor == "spark":
+            rows += measure_recovery(executor, "kill", kills=kills, supervisor_kills=supervisor_kills)
+    summary: dict[str, Any] = {}
+    for case in dict.fromkeys((r["executor"], r["failure"]) for r in rows):
+        of_case = [r for r in rows if (r["executor"], r["failure"]) == case]
+        values = [r["recovery_s"] for r in of_case]
+        summary[f"{case[0]} after {case[1]}"] = {
+            "n": len(values),
+            "median_s": statistics.median(values),
+            "min_s": min(values),
+            "max_s": max(values),
+            "restart_delay_ms": sorted({r["restart_delay_ms"] for r in of_case}),
+            "new_stages": sum(r["new_stage"] for r in of_case),
+        }
+    return rows, summary
+
+
+def summary_lines(summary: dict[str, Any]) -> list[str]:
+    return [
+        f"{case}: median {s['median_s']:.2f} s, range {s['min_s']:.2f}-"
+        f"{s['max_s']:.2f} s over {s['n']} (restart delay {s['restart_delay_ms']} ms, "
+        f"{s['new_stages']} new Spark stages)"
+        for case, s in summary.items()
+    ]

@@ -51,6 +51,29 @@ def start_counting_job(n: int, keys: int, probe: Probe, delay_s: float) -> tuple
     return results.job_client, out, reader
 
 
+def running_job(
+    n: int, keys: int, delay_s: float, checkpoints: int
+) -> tuple[JobClient, list[Any], threading.Thread, Probe]:
+    """A counting job on the Spark executor, once it runs and completed ``checkpoints``."""
+    probe = Probe()
+    client, out, reader = start_counting_job(n, keys, probe, delay_s)
+    wait_for(
+        lambda: running_with_slots(client) and completed_checkpoints(client) >= checkpoints,
+        what="checkpoints",
+    )
+    return client, out, reader, probe
+
+
+def assert_finished_exactly_once(
+    client: JobClient, out: list[Any], reader: threading.Thread, probe: Probe, n: int, keys: int
+) -> None:
+    reader.join(180)
+    assert not reader.is_alive()
+    assert client.get_job_status().name == "FINISHED"
+    assert sorted(out) == [(k, n // keys) for k in range(keys)]
+    assert sum(final_counts(probe, "filter").values()) == n
+
+
 def driver_threads() -> list[str]:
     return [t.name for t in threading.enumerate() if t.name.startswith("chandy")]
 
@@ -87,10 +110,8 @@ def kill_and_wait_back(client: JobClient, index: int, key: str) -> dict[str, Any
 @pytest.mark.slow
 def test_a_killed_slot_child_is_replaced_in_the_same_stage_exactly_once() -> None:
     n, keys = 150_000, 50
-    probe = Probe()
-    client, out, reader = start_counting_job(n, keys, probe, 0.00002)
+    client, out, reader, probe = running_job(n, keys, 0.00002, 2)
     executor = client._job_master.executor
-    wait_for(lambda: running_with_slots(client) and completed_checkpoints(client) >= 2, what="checkpoints")
     pool = executor._pool
     first = client.get_task_slots()
     for index in (1, 0):
@@ -100,12 +121,8 @@ def test_a_killed_slot_child_is_replaced_in_the_same_stage_exactly_once() -> Non
         assert now["jvm_pid"] == killed["jvm_pid"]
         assert now["incarnation"] == killed["incarnation"] + 1
     assert executor._pool is pool  # no new Spark stage was submitted
-    reader.join(180)
-    assert not reader.is_alive()
-    assert client.get_job_status().name == "FINISHED"
+    assert_finished_exactly_once(client, out, reader, probe, n, keys)
     assert client.restarts == 2
-    assert sorted(out) == [(k, n // keys) for k in range(keys)]
-    assert sum(final_counts(probe, "filter").values()) == n
     # the job ended: no slot process (child or supervisor) is left behind
     for slot in first:
         wait_for(lambda s=slot: not pid_alive(s["supervisor_pid"]), 30, "supervisors to end")
@@ -115,10 +132,8 @@ def test_a_killed_slot_child_is_replaced_in_the_same_stage_exactly_once() -> Non
 @pytest.mark.slow
 def test_threads_stay_bounded_through_child_kills_and_a_stage_resubmission() -> None:
     n, keys = 2_000_000, 20
-    probe = Probe()
-    client, out, reader = start_counting_job(n, keys, probe, 0.00005)
+    client, out, reader, _ = running_job(n, keys, 0.00005, 1)
     executor = client._job_master.executor
-    wait_for(lambda: running_with_slots(client) and completed_checkpoints(client) >= 1, what="checkpoints")
     baseline = len(executor._threads)
     chandy_threads = len(driver_threads())
     pool = executor._pool
@@ -137,3 +152,54 @@ def test_threads_stay_bounded_through_child_kills_and_a_stage_resubmission() -> 
     reader.join(60)
     assert not reader.is_alive()
     assert [o for o in out if o[0] == "overflow"] == []  # nothing was counted twice
+
+
+@pytest.mark.slow
+def test_slot_processes_killed_together_and_again_during_the_restart_recover_exactly_once() -> None:
+    n, keys = 150_000, 50
+    client, out, reader, probe = running_job(n, keys, 0.00002, 2)
+    executor = client._job_master.executor
+    pool = executor._pool
+    first = client.get_task_slots()
+    for slot in first:  # both at once
+        os.kill(slot["pid"], signal.SIGKILL)
+    # and slot 1's next process as soon as it is up, before the job runs again
+    wait_for(lambda: client.get_task_slots()[1]["pid"] != first[1]["pid"], what="slot 1's next process")
+    second = client.get_task_slots()[1]
+    os.kill(second["pid"], signal.SIGKILL)
+    wait_for(lambda: client.get_task_slots()[1]["incarnation"] >= 2, what="slot 1's third process")
+    assert_finished_exactly_once(client, out, reader, probe, n, keys)
+    assert executor._pool is pool
+    assert not any(pid_alive(s["pid"]) for s in [*first, second])
+
+
+@pytest.mark.slow
+def test_a_slot_declared_lost_by_many_threads_at_once_is_lost_once(caplog: pytest.LogCaptureFixture) -> None:
+    # The reader, the sender, the heartbeat watch and the stage's thread can all find the
+    # same slot gone at the same moment; its tasks must fail once, and the pool stay whole.
+    n, keys = 100_000, 50
+    client, out, reader, probe = running_job(n, keys, 0.00002, 1)
+    executor = client._job_master.executor
+    pool = executor._pool
+    slot = pool.current()[0]
+    start = threading.Barrier(8)
+
+    def declare() -> None:
+        start.wait()
+        executor._slot_lost(pool, slot, "declared lost by the test")
+
+    threads = [threading.Thread(target=declare) for _ in range(8)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert_finished_exactly_once(client, out, reader, probe, n, keys)
+    lost = [
+        r
+        for r in caplog.records
+        if "declared lost by the test" in r.getMessage() and "is lost" in r.getMessage()
+    ]
+    assert len(lost) == 1
+    assert client.restarts == 1
+    assert executor._pool is pool
+    assert client.get_task_slots()[0]["incarnation"] == 1  # the process the driver dropped was replaced

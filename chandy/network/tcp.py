@@ -32,6 +32,7 @@ import pickle
 import socket
 import struct
 import threading
+import time
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -253,8 +254,18 @@ class DataPlane:
     def connect_to_peers(self, timeout_s: float | None = None) -> None:
         """Connect to every other slot, and wait until every other slot connected here."""
         timeout_s = self._connect_timeout_s if timeout_s is None else timeout_s
+        deadline = time.monotonic() + timeout_s
         for slot in sorted(self._peers):
-            self._ensure_outgoing(slot, 0)
+            while True:
+                try:
+                    self._ensure_outgoing(slot, 0)
+                    break
+                except (OSError, ConnectionError):
+                    # That slot's process is being replaced (or its port is gone with its
+                    # supervisor, and Spark is failing the stage): try again until the deadline.
+                    if self._closed or time.monotonic() > deadline:
+                        raise
+                    time.sleep(0.05)
         with self._changed:
             if not self._changed.wait_for(
                 lambda: all(self._current(self._incoming, s) for s in self._peers) or self._closed, timeout_s

@@ -222,7 +222,8 @@ class SlotPool:
         if self._stopping:
             return  # an orderly end: nothing was lost
         for slot in slots:
-            self.executor._slot_lost(self, slot, reason)
+            # keep the connection: kill() tells the process to stop, which frees its task slot
+            self.executor._slot_lost(self, slot, reason, disconnect=False)
 
     def register(self, slot: SlotConnection) -> tuple[bool, SlotConnection | None]:
         """Make ``slot`` the current process of its index: whether it was accepted, and
@@ -297,11 +298,19 @@ class SlotPool:
             slot.close()
 
     def kill(self) -> None:
-        """Cancel the stage at once (Spark kills the supervisors, their children die with them)."""
+        """Cancel the stage at once (Spark kills the supervisors, their children die with them).
+
+        The slot processes still alive are told to stop first: their supervisors then
+        return and free their task slots for the next stage at once, where Spark would
+        wait ``spark.python.task.killTimeout`` before killing them."""
         with self._lock:
             self._stopping = True
             slots = list(self.slots.values())
         self.fail("cancelled")
+        for slot in slots:
+            slot.send(Shutdown("the stage is being replaced"))
+        for slot in slots:
+            slot.flush_and_close(0.5)
         self.session.sparkContext.cancelJobGroup(self.group)
         self._thread.join(60)
         for slot in slots:
@@ -652,8 +661,9 @@ class SparkExecutor(Executor):
                         f"slot {index} (pid {slot.info.pid}) took nothing sent to it for {timeout:.0f} s"
                     )
 
-    def _slot_lost(self, pool: SlotPool, slot: SlotConnection, reason: str) -> None:
-        """A slot process is gone: the tasks it ran failed (any thread)."""
+    def _slot_lost(self, pool: SlotPool, slot: SlotConnection, reason: str, disconnect: bool = True) -> None:
+        """A slot process is gone: the tasks it ran failed (any thread). Unless it is dead
+        already, closing its connection makes it end, and its supervisor fork a new one."""
         if not pool.mark_lost(slot):
             return
         info = slot.info
@@ -665,7 +675,8 @@ class SparkExecutor(Executor):
             info.incarnation,
             reason,
         )
-        slot.connection.close()
+        if disconnect:
+            slot.connection.close()
         deployment = self._deployment
         if deployment is not None and deployment.pool is pool:
             self._fail_tasks_of(deployment, slot, reason)

@@ -1,16 +1,21 @@
 """The slot: what runs inside one Spark barrier task for the whole life of a job.
 
-``run_slot`` is the body of the barrier stage's ``mapPartitions``. It binds a
-data port, learns every other slot's address once with ``allGather``, connects
-to the driver's control server (both with the job's secret), and then serves:
-it deploys the tasks the driver sends, forwards their state changes,
-checkpoint acknowledgements, collected results and log records, and cancels
-them when told. A task failure is handled by the driver deploying a new
-generation of tasks into the same slots; only a lost slot process makes the
-driver resubmit the stage.
+``run_slot`` is the body of the barrier stage's ``mapPartitions``. It binds the
+slot's data port and learns every other slot's address once with
+``allGather``; then it becomes the slot's supervisor (:class:`SlotSupervisor`)
+and runs the slot itself in a forked child process, forking the next one
+whenever a child dies. The child connects to the driver's control server and to
+the other slots (all with the job's secret) and then serves: it deploys the
+tasks the driver sends, forwards their state changes, checkpoint
+acknowledgements, collected results and log records, and cancels them when
+told. A task failure is handled by the driver deploying a new generation of
+tasks into the same slots; a dead slot process by the driver deploying into
+its successor; only a lost supervisor or executor makes the driver resubmit
+the stage.
 
-Every thread and socket it starts is joined or closed before it returns: with
-Python worker reuse on, the next Spark task in this process starts clean.
+Every thread and socket a slot process starts is joined or closed before it
+exits, and the supervisor waits for its child: with Python worker reuse on,
+the next Spark task in the worker starts clean.
 """
 
 from __future__ import annotations
@@ -441,6 +446,7 @@ class SlotRuntime:
         self._sequence = 0
         self.generation = 0  # of the latest deployment
         self._lock = threading.Lock()
+        self._reapers: list[threading.Thread] = []
         self._closed = threading.Event()
         self._async = ThreadPoolExecutor(max_workers=2, thread_name_prefix=f"chandy-slot{index}-async")
         self.services = TaskServices(
@@ -579,9 +585,13 @@ class SlotRuntime:
             if channel_generation == generation:
                 channel.close()
         self.data.release_generation(generation)
-        threading.Thread(
+        reaper = threading.Thread(
             target=self._forget, args=(generation,), daemon=True, name=f"chandy slot {self.index} reaper"
-        ).start()
+        )
+        with self._lock:  # the slot owns its reapers: finished ones are dropped, the rest joined at close
+            self._reapers = [r for r in self._reapers if r.is_alive()]
+            self._reapers.append(reaper)
+        reaper.start()
 
     def _forget(self, generation: int) -> None:
         """Drop the cancelled generation's tasks and channels once its threads ended."""
@@ -657,6 +667,10 @@ class SlotRuntime:
             channel.close()
         self._async.shutdown(wait=True)
         self._heartbeat.join(5)
+        with self._lock:
+            reapers = list(self._reapers)
+        for reaper in reapers:
+            reaper.join(30)
         for stream in (sys.stdout, sys.stderr):
             stream.flush()
         sys.stdout, sys.stderr = self._streams
