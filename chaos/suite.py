@@ -256,6 +256,7 @@ class Runner:
         return time.monotonic()
 
     def _inject(self, client: Any, plan: FaultPlan, scenario: Scenario, t0: float) -> None:
+        stale: set[int] = set()  # processes of stages a kill already failed
         for i, fault in enumerate(scenario.faults):
             while time.monotonic() < t0 + fault.at_s and not client.is_done():
                 time.sleep(0.01)
@@ -267,34 +268,76 @@ class Runner:
                 fault.outcome = "armed"
                 fault.armed_while = client.get_job_status().name
             else:
-                fault.outcome = self._kill(client, fault)
+                fault.outcome = self._kill(client, fault, stale)
             log.info("seed %d: %s %s", scenario.seed, fault.describe(), fault.outcome)
 
-    def _kill(self, client: Any, fault: Fault) -> str:
-        """SIGKILL a live slot process (or its executor JVM). During a failover there may
-        be none for a moment: wait up to 5 s for the next stage's slots."""
+    def _kill(self, client: Any, fault: Fault, stale: set[int]) -> str:
+        """SIGKILL a live slot process (or its executor JVM). While the job is not RUNNING
+        (failing over after an earlier kill) the victim is a process of the *new* stage,
+        not a survivor of the old one: a failure during recovery. There may be none for a
+        moment: wait up to 5 s for the next stage's slots."""
         deadline = time.monotonic() + 5.0
         gone: set[int] = set()
+        key = "jvm_pid" if fault.kind == "kill-jvm" else "pid"
         while not client.is_done():
-            key = "jvm_pid" if fault.kind == "kill-jvm" else "pid"
-            slots = [
-                s
-                for s in client.get_task_slots()
-                if s["alive"] and s[key] and s[key] not in gone and s[key] != self.driver_jvm_pid
+            listed = client.get_task_slots()
+            status = client.get_job_status()
+            recovering = status != JobStatus.RUNNING
+            skip = gone | stale if recovering else gone
+            victims = [
+                (f"slot {s['index']}", s[key])
+                for s in listed
+                if s["alive"] and s[key] and s[key] not in skip and s[key] != self.driver_jvm_pid
             ]
-            if slots:
-                status = client.get_job_status()
-                victim = slots[int(fault.choice * len(slots))]
+            workers = self._python_workers()
+            if recovering and key == "pid":
+                # the new stage's workers, also those that have not registered with the driver yet
+                registered = {pid for _, pid in victims}
+                victims += [("unregistered", pid) for pid in sorted(workers - registered - skip)]
+            if victims:
+                stale.update(workers, (p for s in listed for p in (s["pid"], s["jvm_pid"]) if p))
+                where, pid = victims[int(fault.choice * len(victims))]
                 try:
-                    os.kill(victim[key], signal.SIGKILL)
+                    os.kill(pid, signal.SIGKILL)
                 except ProcessLookupError:
-                    gone.add(victim[key])  # died since the driver last heard from it
+                    gone.add(pid)  # died since the driver last heard from it
                     continue
-                return f"fired (slot {victim['index']}, pid {victim[key]}, job {status.name})"
+                return f"fired ({where}, pid {pid}, job {status.name})"
             if time.monotonic() > deadline:
                 return "not happened (no live slot for 5 s)"
             time.sleep(0.02)
         return "not happened (job ended first)"
+
+    def _python_workers(self) -> set[int]:
+        """This session's PySpark worker processes (forked by a ``pyspark.daemon`` that
+        descends from our driver JVM; other sessions on the machine are never touched)."""
+        if self.driver_jvm_pid is None:
+            return set()
+        table: dict[int, tuple[int, str]] = {}
+        for entry in os.listdir("/proc"):
+            if entry.isdigit():
+                try:
+                    with open(f"/proc/{entry}/stat") as f:
+                        ppid = int(f.read().rsplit(")", 1)[1].split()[1])
+                    with open(f"/proc/{entry}/cmdline", "rb") as f:
+                        table[int(entry)] = (ppid, f.read().decode(errors="replace"))
+                except (OSError, IndexError, ValueError):
+                    continue  # gone meanwhile
+        children: dict[int, list[int]] = {}
+        for pid, (ppid, _) in table.items():
+            children.setdefault(ppid, []).append(pid)
+        ours, todo = set(), [self.driver_jvm_pid]
+        while todo:
+            pid = todo.pop()
+            for child in children.get(pid, []):
+                if child not in ours:
+                    ours.add(child)
+                    todo.append(child)
+
+        def is_daemon(pid: int) -> bool:
+            return "pyspark.daemon" in table.get(pid, (0, ""))[1]
+
+        return {pid for pid in ours if is_daemon(pid) and is_daemon(table[pid][0])}
 
     @staticmethod
     def _fault_named(scenario: Scenario, name: str) -> Fault:
