@@ -36,9 +36,11 @@ from chandy.core.functions import (
     CheckpointedFunction,
     FunctionInitializationContext,
     FunctionSnapshotContext,
+    KeyedProcessFunction,
     MapFunction,
+    RuntimeContext,
 )
-from chandy.core.state import ListStateDescriptor
+from chandy.core.state import ListStateDescriptor, ValueStateDescriptor
 from chandy.graph.execution_graph import ExecutionGraph
 from chandy.messages.checkpoint import (
     AcknowledgeCheckpoint,
@@ -50,6 +52,7 @@ from chandy.messages.checkpoint import (
 from chandy.messages.ids import ExecutionAttemptID
 from chandy.messages.status import ExecutionState
 from chandy.network.barrier_handler import AlignmentMetrics
+from chandy.runtime.local_executor import LocalExecutor
 from chandy.task.services import TaskFailure, TaskServices
 from chandy.task.stream_task import StreamTask
 from tests.jobs import KeyedCounter, Throttle
@@ -113,6 +116,7 @@ class RecordingResponder:
     def __init__(self) -> None:
         self.acks: list[AcknowledgeCheckpoint] = []
         self.declines: list[DeclineCheckpoint] = []
+        self.ended_inputs = 0
 
     def acknowledge_checkpoint(self, message: AcknowledgeCheckpoint) -> None:
         self.acks.append(message)
@@ -121,7 +125,7 @@ class RecordingResponder:
         self.declines.append(message)
 
     def report_end_of_input(self, message: EndOfInputReached) -> None:
-        pass
+        self.ended_inputs += 1
 
 
 class RecordingListener:
@@ -129,11 +133,14 @@ class RecordingListener:
 
     def __init__(self) -> None:
         self.states: list[tuple[ExecutionState, TaskFailure | None]] = []
+        self.finished: set[ExecutionAttemptID] = set()
 
     def notify_task_state(
         self, attempt_id: ExecutionAttemptID, state: ExecutionState, failure: TaskFailure | None = None
     ) -> None:
         self.states.append((state, failure))
+        if state is ExecutionState.FINISHED:
+            self.finished.add(attempt_id)
 
 
 def wait_for(predicate: Callable[[], bool], what: str, timeout_s: float = 30) -> None:
@@ -240,6 +247,55 @@ def test_a_task_that_is_not_running_declines_a_checkpoint_and_says_why(
         (3, CheckpointFailureReason.CHECKPOINT_DECLINED_TASK_NOT_READY)
     ]
     assert any("declines checkpoint 3: the task is DEPLOYING" in r.getMessage() for r in caplog.records)
+
+
+class KeepEveryKey(KeyedProcessFunction):
+    """One value of keyed state per key: enough state that serializing it takes many steps."""
+
+    def open(self, runtime_context: RuntimeContext) -> None:
+        self.seen = runtime_context.get_state(ValueStateDescriptor("seen"))
+
+    def process_element(self, value: Any, ctx: KeyedProcessFunction.Context) -> Any:
+        self.seen.update(value)
+        return ()
+
+
+def test_a_task_that_ends_while_its_checkpoint_is_being_serialized_declines_it() -> None:
+    """The keyed task reads barrier 1 with a large state, so serializing it takes many short
+    steps (mails between batches); the end of its input comes right behind the barrier, so
+    the task ends and its mailbox drops the remaining steps. The checkpoint was neither
+    acknowledged nor declined, and the coordinator would have waited for its timeout."""
+    keys = 300_000
+    env = one_task_env()
+    env.from_sequence(0, keys - 1).key_by(lambda x: x).process(KeepEveryKey()).add_sink(lambda v: None)
+    job_graph = env._build_job_graph("two tasks")
+    graph = ExecutionGraph(job_graph)
+    source_vertex, keyed_vertex = sorted(graph.all_execution_vertices(), key=lambda v: v.job_vertex.id)
+    responder = RecordingResponder()
+    listener = RecordingListener()
+    deployment = LocalExecutor().deploy(
+        graph,
+        [graph.deployment_descriptor(v) for v in (source_vertex, keyed_vertex)],
+        listener,
+        TaskServices(checkpoint_responder=responder),
+    )
+    try:
+        source = source_vertex.current_execution.attempt_id
+        keyed = keyed_vertex.current_execution.attempt_id
+        wait_for(lambda: responder.ended_inputs >= 1, "the source to read all its input")
+        # Both mails at once: the source sends barrier 1 and, right behind it, the end of its
+        # partition (checkpoint 1 is its final checkpoint), before the keyed task is done
+        # serializing.
+        deployment.trigger_checkpoint(source, 1, 0, CheckpointOptions())
+        deployment.notify_checkpoint_complete(source, 1, 0)
+        wait_for(lambda: listener.finished == {source, keyed}, "both tasks to finish", timeout_s=120)
+    finally:
+        deployment.cancel()
+        deployment.wait_stopped(30)
+    assert not any(a.attempt_id == keyed for a in responder.acks)  # it could not write it ...
+    assert [(d.attempt_id, d.checkpoint_id, d.reason) for d in responder.declines] == [
+        (keyed, 1, CheckpointFailureReason.CHECKPOINT_DECLINED_TASK_CLOSING)  # ... and said so
+    ]
 
 
 # ---------------------------------------------------------------------- whole jobs

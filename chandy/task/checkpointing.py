@@ -197,7 +197,7 @@ class SubtaskCheckpointCoordinator:
                     self._schedule(
                         lambda: self._serialize_step(checkpoint),
                         f"serialize checkpoint {checkpoint.checkpoint_id}",
-                        checkpoint.release,
+                        lambda: self._dropped(checkpoint),
                     )
                     return
         except Exception as exc:  # noqa: BLE001 - reported to the coordinator as a decline
@@ -213,6 +213,29 @@ class SubtaskCheckpointCoordinator:
             self.async_executor.submit(self._write_and_acknowledge, checkpoint, serialized)
         except RuntimeError as exc:  # the pool was shut down: the job is going away
             self._fail_async(checkpoint.checkpoint_id, exc)
+
+    def _dropped(self, checkpoint: _InFlight) -> None:
+        """The task ended (its mailbox closed) before this checkpoint's state was serialized:
+        decline it (Flink's ``CHECKPOINT_DECLINED_TASK_CLOSING``), so that the coordinator
+        does not wait for it until the timeout."""
+        checkpoint.release()
+        if self.is_cancelled():
+            log.info(
+                "%s: checkpoint %d stopped by the task's cancellation",
+                self.tdd.name_with_subtask,
+                checkpoint.checkpoint_id,
+            )
+            return
+        log.info(
+            "%s ended before it wrote checkpoint %d: declining it",
+            self.tdd.name_with_subtask,
+            checkpoint.checkpoint_id,
+        )
+        self.decline(
+            checkpoint.checkpoint_id,
+            CheckpointFailureReason.CHECKPOINT_DECLINED_TASK_CLOSING,
+            f"task {self.tdd.name_with_subtask} ended before its state was written",
+        )
 
     def _write_and_acknowledge(
         self, checkpoint: _InFlight, serialized: dict[int, SerializedKeyedState]
