@@ -14,7 +14,8 @@ Fault kinds:
 ``user-raise``      the keyed running-sum function raises once
 ``commit-raise``    a sink's committer (Parquet FileSink or DeltaSink) raises once
 ``storage-raise``   the next checkpoint write (a state file, or ``_metadata``) raises
-``storage-hang``    the next state-file write hangs past the checkpoint timeout
+``storage-hang``    the next checkpoint write (a state file, or ``_metadata``) hangs past the
+                    checkpoint timeout, then completes
 ``storage-partial`` the next state-file write leaves half a file and raises
 ``burst``           not a fault: lets a second fault follow the first within 0.1-1.5 s,
                     so it strikes while the job is failing over
@@ -217,8 +218,11 @@ class Runner:
         error: str | None = None
         hung = False
         try:
-            t0 = self._wait_running(client, started)
-            self._inject(client, plan, scenario, t0)
+            self._inject(client, plan, scenario, self._wait_running(client, started))
+        except BaseException:
+            client.cancel()  # a defect of the chaos driver itself (or Ctrl-C): no job left behind
+            raise
+        try:
             remaining = max(1.0, started + self.timeout_s - time.monotonic())
             client.get_job_execution_result(timeout=remaining)
         except TimeoutError:
@@ -361,7 +365,8 @@ def _armed(name: str, fault: Fault) -> ArmedFault:
     if fault.kind == "storage-raise":
         return ArmedFault(name, SITE_METADATA if fault.choice < 0.3 else SITE_STATE, "raise")
     if fault.kind == "storage-hang":
-        return ArmedFault(name, SITE_STATE, "hang", hang_s=CHECKPOINT_TIMEOUT_S + HANG_BEYOND_TIMEOUT_S)
+        site = SITE_METADATA if fault.choice < 0.25 else SITE_STATE
+        return ArmedFault(name, site, "hang", hang_s=CHECKPOINT_TIMEOUT_S + HANG_BEYOND_TIMEOUT_S)
     if fault.kind == "storage-partial":
         return ArmedFault(name, SITE_STATE, "partial")
     raise ValueError(f"{fault.kind} is not an armed fault")
