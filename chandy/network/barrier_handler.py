@@ -20,6 +20,10 @@ Two handlers, as in Flink:
   every open channel has delivered barrier n. Records after the barrier on a
   fast channel reach the state before the snapshot and are replayed after a
   restore: counted twice, never lost.
+
+Both end every checkpoint they start exactly once, triggered or aborted, so the
+task acknowledges or declines each one; ``tests/test_barrier_handlers_randomized.py``
+checks this (and that nothing stays blocked or unread) over random event sequences.
 """
 
 from __future__ import annotations
