@@ -26,17 +26,15 @@ import signal
 import time
 from collections import Counter
 from pathlib import Path
-from typing import Any
 
 import pytest
 
 from chandy import StreamExecutionEnvironment
 from chandy.connectors import Encoder, FileSink
-from chandy.core.functions import KeyedProcessFunction, RuntimeContext
-from chandy.core.state import ValueStateDescriptor
 from chandy.messages.status import JobStatus
 from chandy.runtime.job_client import JobClient
 from tests.jobs import Throttle
+from tests.test_end_to_end_exactly_once import RunningCount
 from tests.test_file_sink import committed_lines
 from tests.test_spark_executor import pid_alive, wait_for
 
@@ -44,16 +42,6 @@ pytestmark = pytest.mark.usefixtures("spark_session")
 
 N = 60_000
 KEYS = 30
-
-
-class RunningCount(KeyedProcessFunction):
-    def open(self, runtime_context: RuntimeContext) -> None:
-        self.count = runtime_context.get_state(ValueStateDescriptor("count"))
-
-    def process_element(self, value: int, ctx: KeyedProcessFunction.Context) -> Any:
-        count = (self.count.value() or 0) + 1
-        self.count.update(count)
-        yield f"{ctx.get_current_key()},{value},{count}"
 
 
 def start_job(output: Path) -> JobClient:
@@ -69,6 +57,8 @@ def start_job(output: Path) -> JobClient:
         .key_by(lambda i: i % KEYS)
         .process(RunningCount())
         .uid("count")
+        .map(lambda row: f"{row['key']},{row['id']},{row['count']}")
+        .uid("format")
         .sink_to(FileSink.for_row_format(str(output), Encoder.simple_string_encoder()).build())
         .uid("sink")
     )
