@@ -66,6 +66,7 @@ def main(argv: list[str]) -> int:
     failover.add_argument("--runs", type=int, default=3)
     failover.add_argument("--executors", default="local,spark")
     failover.add_argument("--kills", type=int, default=5, help="slot process kills (in one Spark job)")
+    failover.add_argument("--master", default=None, help="Spark master, e.g. 'local-cluster[2,1,1024]'")
     suite = sub.add_parser(
         "run",
         help="every workload on chandy and the reference systems, "
@@ -203,7 +204,7 @@ def main(argv: list[str]) -> int:
 def _failover(args: argparse.Namespace) -> int:
     from bench.failover import run, summary_lines
 
-    rows, cases = run(args.executors.split(","), args.runs, args.kills)
+    rows, cases = run(args.executors.split(","), args.runs, args.kills, master=args.master)
     summary: dict[str, Any] = {"workload": "failover", "machine": _machine(), "runs": rows, "cases": cases}
     print(json.dumps(summary, indent=2))
     print()

@@ -101,6 +101,7 @@ def measure_recovery(
     kills: int = 1,
     supervisor_kills: int = 0,
     settle_s: float = 2.0,
+    master: str | None = None,
 ) -> list[dict[str, Any]]:
     """One job and its failures; per failure, seconds from it to processing resumed.
 
@@ -118,6 +119,8 @@ def measure_recovery(
         env.enable_checkpointing(200)
         # small batches: the first record after the restore reaches the sink at once
         env.configure({"restart-strategy.fixed-delay.delay": 0, "chandy.network.batch-size": 16})
+        if master is not None:  # e.g. local-cluster[2,1,1024]: executor JVMs of their own
+            env.configure({"spark.master": master, "chandy.spark.slot-wait": "120 s"})
         fail_at = time.time() + warmup_s + 8 if failure == "exception" else None
         (
             env.from_sequence(0, 10**9)
@@ -184,7 +187,7 @@ def _wait(condition: Callable[[], bool], failure: str, timeout_s: float = 120) -
 
 
 def run(
-    executors: list[str], runs: int, kills: int, supervisor_kills: int = 2
+    executors: list[str], runs: int, kills: int, supervisor_kills: int = 2, master: str | None = None
 ) -> tuple[list[dict[str, Any]], dict[str, Any]]:
     """``runs`` raised exceptions per executor, ``kills`` slot process kills and
     ``supervisor_kills`` Spark task kills on Spark: the rows, and per case the median,
@@ -192,9 +195,11 @@ def run(
     rows: list[dict[str, Any]] = []
     for executor in executors:
         for _ in range(runs):
-            rows += measure_recovery(executor, "exception")
+            rows += measure_recovery(executor, "exception", master=master if executor == "spark" else None)
         if executor == "spark":
-            rows += measure_recovery(executor, "kill", kills=kills, supervisor_kills=supervisor_kills)
+            rows += measure_recovery(
+                executor, "kill", kills=kills, supervisor_kills=supervisor_kills, master=master
+            )
     summary: dict[str, Any] = {}
     for case in dict.fromkeys((r["executor"], r["failure"]) for r in rows):
         of_case = [r for r in rows if (r["executor"], r["failure"]) == case]

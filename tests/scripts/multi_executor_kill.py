@@ -1,4 +1,5 @@
-"""Two executor JVMs (local-cluster); one is killed mid-run; counts must stay exact."""
+"""Two executor JVMs (local-cluster): a slot process is killed mid-run, then one executor JVM;
+counts must stay exact."""
 
 from __future__ import annotations
 
@@ -41,6 +42,19 @@ deadline = time.monotonic() + 300
 while len(client.get_task_slots()) < 4 or client.get_checkpoint_statistics()["counts"]["completed"] < 2:
     assert time.monotonic() < deadline, "the job did not get going"
     time.sleep(0.1)
+# first a slot process: its supervisor forks the next one in the same stage
+executor = client._job_master.executor
+pool = executor._pool
+os.kill(client.get_task_slots()[0]["pid"], signal.SIGKILL)
+while not (
+    client.restarts >= 1
+    and client.get_job_status().name == "RUNNING"
+    and [s["incarnation"] for s in client.get_task_slots()] == [1, 0, 0, 0]
+    and all(s["alive"] for s in client.get_task_slots())
+):
+    assert time.monotonic() < deadline, "the killed slot process was not replaced"
+    time.sleep(0.05)
+same_stage = executor._pool is pool
 jvms = sorted({s["jvm_pid"] for s in client.get_task_slots()})
 os.kill(jvms[-1], signal.SIGKILL)  # one whole executor JVM, with its slots
 reader.join(400)
@@ -49,6 +63,8 @@ print(
         {
             "executors_used": len(jvms),
             "restarts": client.restarts,
+            "child_kill_kept_the_stage": same_stage,
+            "jvm_kill_replaced_the_stage": executor._pool is not pool,
             "exact": sorted(out) == [(k, n // keys) for k in range(keys)],
             "outputs": len(out),
         }
