@@ -540,12 +540,17 @@ class SparkExecutor(Executor):
             connection.close()
             return
         pool = self._pool
-        if pool is None or not isinstance(info, RegisterSlot):
+        if not isinstance(info, RegisterSlot):
             connection.close()
             return
-        slot = SlotConnection(info, connection, lambda lost, why: self._slot_lost(pool, lost, why))
-        accepted, replaced = pool.register(slot)
-        if not accepted:
+
+        def lost(connection: SlotConnection, reason: str) -> None:
+            if pool is not None:
+                self._slot_lost(pool, connection, reason)
+
+        slot = SlotConnection(info, connection, lost)
+        accepted, replaced = pool.register(slot) if pool is not None else (False, None)
+        if not accepted or pool is None:  # told to stop: its supervisor must not fork another
             log.info(
                 "Refused slot %d (pid %d, incarnation %d): not a slot of the current stage.",
                 info.slot_index,
