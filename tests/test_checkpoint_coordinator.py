@@ -27,6 +27,7 @@ from chandy.checkpoint.hooks import MasterTriggerRestoreHook
 from chandy.checkpoint.id_counter import CheckpointIDCounter
 from chandy.checkpoint.metadata import MasterState
 from chandy.checkpoint.pending_checkpoint import CheckpointPlan, TaskToAck
+from chandy.checkpoint.properties import CheckpointProperties
 from chandy.checkpoint.stats import CheckpointStatsTracker
 from chandy.config.options import ExternalizedCheckpointRetention
 from chandy.messages.checkpoint import (
@@ -35,6 +36,7 @@ from chandy.messages.checkpoint import (
     CheckpointFailureReason,
     CheckpointMetrics,
     CheckpointOptions,
+    CheckpointType,
     DeclineCheckpoint,
 )
 from chandy.messages.ids import ExecutionAttemptID
@@ -212,14 +214,20 @@ def make_coordinator(
     id_counter: CheckpointIDCounter | None = None,
     rng: random.Random | None = None,
     main_thread: MainThreadChecker | None = None,
+    gateway: RecordingGateway | None = None,
+    storage: CheckpointStorage | None = None,
+    store: CompletedCheckpointStore | None = None,
 ) -> Harness:
-    """A coordinator on manual time; filesystem storage under ``tmp_path`` if given."""
+    """A coordinator on manual time; filesystem storage under ``tmp_path`` if given.
+
+    ``gateway``, ``storage`` and ``store`` replace the defaults with failure-injecting doubles.
+    """
     clock = ManualClock(start_ms=1_000_000)
     timer = ManualTimer(clock)
-    gateway = RecordingGateway()
-    storage = CheckpointStorage(None if tmp_path is None else str(tmp_path), JOB_ID)
+    gateway = gateway or RecordingGateway()
+    storage = storage or CheckpointStorage(None if tmp_path is None else str(tmp_path), JOB_ID)
     storage.initialize()
-    store = CompletedCheckpointStore(retained)
+    store = store or CompletedCheckpointStore(retained)
     failures: list[BaseException] = []
     config = CheckpointCoordinatorConfiguration(
         interval_ms=interval_ms,
@@ -730,6 +738,75 @@ def test_s45_min_pause_holds_when_completion_subsumes_an_older_pending() -> None
     triggered_at = _first_trigger_time_after(h, 2, limit_ms=1_000)
     assert h.gateway.triggered_ids(A1) == [1, 2, 3]
     assert triggered_at >= completion + 50
+
+
+def _complete_at(h: Harness, checkpoint_id: int) -> int:
+    """Complete a manual checkpoint now; its completion time."""
+    future = h.coordinator.trigger_checkpoint()
+    assert ack(h, A1, checkpoint_id)
+    assert succeeded(future).checkpoint_id == checkpoint_id
+    return h.clock.now_ms()
+
+
+def test_s45_a_manual_trigger_waits_in_the_queue_until_the_min_pause_ends() -> None:
+    h = make_coordinator(make_plan([A1], [A1]), min_pause_ms=1_000)
+    completion = _complete_at(h, 1)
+    h.timer.advance(100)
+
+    manual = h.coordinator.trigger_checkpoint()
+
+    assert h.gateway.triggered_ids(A1) == [1] and not manual.done()  # queued, not refused
+    h.timer.advance(899)
+    assert h.gateway.triggered_ids(A1) == [1] and pending_ids(h) == []
+    h.timer.advance(1)  # the pause ends: a timer runs the queue
+    assert h.gateway.triggered_ids(A1) == [1, 2]
+    assert h.gateway.trigger_timestamps(A1)[1] == completion + 1_000
+    assert ack(h, A1, 2)
+    assert succeeded(manual).checkpoint_id == 2
+
+
+def test_s45_a_savepoint_is_not_delayed_by_the_min_pause_and_overtakes_a_waiting_request() -> None:
+    h = make_coordinator(make_plan([A1], [A1]), min_pause_ms=1_000)
+    _complete_at(h, 1)
+    manual = h.coordinator.trigger_checkpoint()
+    savepoint = h.coordinator.trigger_checkpoint(props=CheckpointProperties.for_savepoint())
+
+    assert h.gateway.triggered_ids(A1) == [1, 2]  # the savepoint, at once
+    assert h.gateway.triggered[-1][3].checkpoint_type is CheckpointType.SAVEPOINT
+    h.timer.advance(500)
+    assert ack(h, A1, 2)
+    assert succeeded(savepoint).props.is_savepoint
+    # the manual request still waits: the pause now counts from the savepoint's completion
+    h.timer.advance(999)
+    assert h.gateway.triggered_ids(A1) == [1, 2] and not manual.done()
+    h.timer.advance(1)
+    assert ack(h, A1, 3)
+    assert succeeded(manual).checkpoint_id == 3
+
+
+def test_s45_periodic_requests_are_still_dropped_and_rescheduled_within_the_min_pause() -> None:
+    h = make_coordinator(make_plan([A1], [A1]), interval_ms=100, min_pause_ms=1_000)
+    h.coordinator.start_checkpoint_scheduler()
+    completion = _complete_at(h, 1)
+    periodic = h.coordinator.trigger_checkpoint(is_periodic=True)
+    assert failure_reason(periodic) is R.MINIMUM_TIME_BETWEEN_CHECKPOINTS
+    assert _first_trigger_time_after(h, 1, limit_ms=2_000) == completion + 1_000
+
+
+@pytest.mark.parametrize("end", ["shutdown", "failover"])
+def test_s45_a_request_waiting_for_the_min_pause_fails_when_the_coordinator_stops(end: str) -> None:
+    h = make_coordinator(make_plan([A1], [A1]), min_pause_ms=1_000)
+    _complete_at(h, 1)
+    manual = h.coordinator.trigger_checkpoint()
+    if end == "shutdown":
+        h.coordinator.shutdown(JobStatus.CANCELED)
+        assert failure_reason(manual) is R.CHECKPOINT_COORDINATOR_SHUTDOWN
+    else:
+        h.coordinator.abort_pending_checkpoints(R.JOB_FAILOVER_REGION)
+        assert failure_reason(manual) is R.JOB_FAILOVER_REGION
+    assert h.timer.pending() == []  # no wake-up left behind
+    h.timer.advance(5_000)
+    assert h.gateway.triggered_ids(A1) == [1]
 
 
 # ---------------------------------------------------------------------- S46

@@ -172,10 +172,33 @@ def test_finalize_requires_all_acknowledgements(fs_storage: CheckpointStorage) -
 
     assert ack(pending, A2) is TaskAcknowledgeResult.SUCCESS
     completed = pending.finalize_checkpoint(2_000)
-    assert pending.completion_future.result() is completed
     assert completed.checkpoint_id == CHECKPOINT_ID
     assert os.path.isfile(os.path.join(fs_storage.checkpoint_dir(CHECKPOINT_ID), METADATA_FILE_NAME))
     assert pending.disposed
+
+
+def test_finalize_leaves_the_future_open_until_the_store_has_the_checkpoint(
+    fs_storage: CheckpointStorage,
+) -> None:
+    """Flink completes the future only once the store accepted the checkpoint."""
+    pending = make_pending(fs_storage).pending
+    ack(pending, A1)
+    ack(pending, A2)
+    completed = pending.finalize_checkpoint(2_000)
+    assert not pending.completion_future.done()
+    pending.mark_stored(completed)
+    assert pending.completion_future.result(timeout=0) is completed
+
+
+def test_a_finalized_checkpoint_the_store_refused_fails_its_future(fs_storage: CheckpointStorage) -> None:
+    pending = make_pending(fs_storage).pending
+    ack(pending, A1)
+    ack(pending, A2)
+    pending.finalize_checkpoint(2_000)
+    refused = CheckpointException(R.FINALIZE_CHECKPOINT_FAILURE, OSError("store unavailable"))
+    pending.fail_storing(refused)
+    assert pending.completion_future.exception(timeout=0) is refused
+    assert pending.failure_cause is refused
 
 
 def test_finalize_of_a_discarded_checkpoint_is_illegal(memory_storage: CheckpointStorage) -> None:

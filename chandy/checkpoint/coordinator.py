@@ -13,16 +13,20 @@ The path, in Flink's words (``docs/design.md`` walks it step by step):
    job is RUNNING) schedules ``trigger_checkpoint(periodic)`` after a random
    initial delay, then at a fixed rate.
 2. A request is queued; the pre-checks decide when it runs: at most
-   ``max_concurrent`` pending checkpoints, ``min_pause`` since the last
-   completion for periodic ones, and every task RUNNING.
+   ``max_concurrent`` pending checkpoints and ``min_pause`` since the last
+   completion (savepoints skip both; a periodic request that is too early is
+   dropped, any other waits for the pause to end), and every task RUNNING.
 3. Triggering: new id, a :class:`PendingCheckpoint` waiting for every task, a
    timeout canceller, master hooks, then every source subtask is asked to
-   checkpoint (through the gateway).
+   checkpoint (through the gateway). A trigger that raises or cannot be
+   delivered fails the checkpoint at once, not at its timeout.
 4. Acknowledgements arrive: SUCCESS / DUPLICATE / UNKNOWN / DISCARDED; the state
    of unknown, late or discarded acks is deleted.
 5. Fully acknowledged: register the state, write ``_metadata``, add to the
-   store (which subsumes older checkpoints), abort older pendings (never
-   savepoints), reset the failure counter, log, notify every task.
+   store (which subsumes older checkpoints); only once the store holds it is it
+   completed: the caller's future, the reset failure counter, aborting older
+   pendings (never savepoints), the log line, the notice to every task. If any
+   step fails, the checkpoint is discarded and the tasks are told it aborted.
 6. Declines, timeouts and failures abort the pending checkpoint and are counted
    by the :class:`CheckpointFailureManager`, which fails the job over past the
    tolerable number.
@@ -59,6 +63,7 @@ from chandy.messages.checkpoint import (
     DeclineCheckpoint,
     TaskCheckpointGateway,
 )
+from chandy.messages.ids import ExecutionAttemptID
 from chandy.messages.status import JobStatus
 from chandy.state.snapshot import TaskStateSnapshot
 from chandy.storage.checkpoint_storage import CheckpointStorage
@@ -149,6 +154,11 @@ class CheckpointCoordinator:
         self.checkpoint_props = CheckpointProperties.for_checkpoint(config.retention)
         self.pending_checkpoints: dict[int, PendingCheckpoint] = {}
         self._queue: deque[CheckpointTriggerRequest] = deque()
+        #: Runs the queue again when the min pause ends (a manual request is waiting).
+        self._queue_wakeup: Cancellable | None = None
+        #: True while the queue is being worked through: an abort or completion further
+        #: down the stack leaves the next request to that loop instead of nesting another.
+        self._executing_queue = False
         self._is_triggering = False
         self._periodic_scheduling = False
         self._periodic_handle: Cancellable | None = None
@@ -252,30 +262,76 @@ class CheckpointCoordinator:
         return request.future
 
     def _choose_request(self) -> CheckpointTriggerRequest | None:
+        """The request to trigger now, or ``None`` (Flink's ``CheckpointRequestDecider``).
+
+        Forced requests (savepoints) go first and are not throttled. Otherwise at most
+        ``max_concurrent`` checkpoints are pending, and ``min_pause`` must have passed
+        since the last completion: a periodic request that comes too early is dropped and
+        the next tick moved to the end of the pause; any other request waits in the queue
+        and a timer runs the queue when the pause ends.
+        """
         if self._is_triggering or not self._queue:
             return None
-        first = self._queue[0]
-        if len(self.pending_checkpoints) >= self.config.max_concurrent and not first.props.forced:
-            return None
-        if first.is_periodic and not first.props.forced and self._last_completion_ms is not None:
-            wait = self._last_completion_ms + self.config.min_pause_ms - self.clock.now_ms()
-            if wait > 0:
-                self._queue.popleft().fail(
-                    CheckpointException(CheckpointFailureReason.MINIMUM_TIME_BETWEEN_CHECKPOINTS)
-                )
-                self._reschedule_periodic(wait)
+        # savepoints first, then requests someone waits for, then the periodic one
+        first = min(self._queue, key=lambda r: (not r.props.forced, r.is_periodic))
+        if not first.props.forced:
+            if len(self.pending_checkpoints) >= self.config.max_concurrent:
                 return None
-        return self._queue.popleft()
+            wait = self._min_pause_remaining_ms()
+            if wait > 0:
+                if first.is_periodic:
+                    self._queue.remove(first)
+                    first.fail(CheckpointException(CheckpointFailureReason.MINIMUM_TIME_BETWEEN_CHECKPOINTS))
+                    self._reschedule_periodic(wait)
+                else:
+                    self._schedule_queue_wakeup(wait)
+                return None
+        self._queue.remove(first)
+        return first
+
+    def _min_pause_remaining_ms(self) -> int:
+        if self._last_completion_ms is None:
+            return 0
+        return self._last_completion_ms + self.config.min_pause_ms - self.clock.now_ms()
+
+    def _schedule_queue_wakeup(self, delay_ms: int) -> None:
+        self._cancel_queue_wakeup()
+        self._queue_wakeup = self.timer.schedule(delay_ms, self._on_queue_wakeup)
+
+    def _cancel_queue_wakeup(self) -> None:
+        if self._queue_wakeup is not None:
+            self._queue_wakeup.cancel()
+            self._queue_wakeup = None
+
+    def _on_queue_wakeup(self) -> None:
+        self._main_thread.assert_main_thread()  # a timer action
+        self._queue_wakeup = None
+        if not self.shutdown_called:
+            self._execute_queued_requests()
 
     def _execute_queued_requests(self) -> None:
-        while (request := self._choose_request()) is not None:
-            self._start_triggering(request)
+        if self._executing_queue:
+            return  # the loop below us on the stack looks at the queue again when we return
+        self._executing_queue = True
+        try:
+            while (request := self._choose_request()) is not None:
+                self._start_triggering(request)
+        finally:
+            self._executing_queue = False
 
     def _start_triggering(self, request: CheckpointTriggerRequest) -> None:
         try:
             plan = self._plan_calculator()
         except CheckpointException as exc:
             request.fail(exc)
+            return
+        except Exception as exc:  # a bug in planning fails this request, not the queue
+            log.warning("Could not plan a checkpoint of job %s.", self.job_id, exc_info=True)
+            failure = CheckpointException(
+                CheckpointFailureReason.TRIGGER_CHECKPOINT_FAILURE, f"could not plan the checkpoint: {exc!r}"
+            )
+            failure.__cause__ = exc
+            request.fail(failure)
             return
         timestamp = self.clock.now_ms()
         try:
@@ -379,19 +435,43 @@ class CheckpointCoordinator:
             return
         options = CheckpointOptions(pending.props.checkpoint_type, None, self.config.exactly_once)
         for attempt_id in pending.plan.tasks_to_trigger:
-            if not self._gateway.trigger_checkpoint(
-                attempt_id, pending.checkpoint_id, pending.checkpoint_timestamp, options
-            ):
-                log.info(
-                    "Checkpoint %d: task %s is no longer running; not triggered.",
-                    pending.checkpoint_id,
-                    attempt_id,
+            try:
+                delivered = self._gateway.trigger_checkpoint(
+                    attempt_id, pending.checkpoint_id, pending.checkpoint_timestamp, options
                 )
+            except Exception as exc:  # noqa: BLE001 - fails this checkpoint, at once
+                failure = CheckpointException(
+                    CheckpointFailureReason.TRIGGER_CHECKPOINT_FAILURE,
+                    f"could not trigger task {attempt_id}: {exc!r}",
+                )
+                failure.__cause__ = exc
+                self._abort_trigger(pending, failure)
+                return
+            if not delivered:
+                # Nothing could carry the trigger (no deployment, the slot is gone): the task
+                # will never acknowledge, so waiting for the timeout would only stall
+                # checkpointing. A task that finished meanwhile still takes the trigger and
+                # declines it itself.
+                self._abort_trigger(
+                    pending,
+                    CheckpointException(
+                        CheckpointFailureReason.TASK_CHECKPOINT_FAILURE,
+                        f"the trigger could not be delivered to task {attempt_id} "
+                        "(it has no slot or its slot is gone)",
+                    ),
+                )
+                return
         pending.triggering = False
         self._is_triggering = False
         if pending.is_fully_acknowledged and not pending.disposed:
             self._complete_pending_checkpoint(pending)
         self._execute_queued_requests()
+
+    def _abort_trigger(self, pending: PendingCheckpoint, failure: CheckpointException) -> None:
+        log.warning(
+            "Checkpoint %d of job %s failed while triggering: %s", pending.checkpoint_id, self.job_id, failure
+        )
+        self._abort_pending(pending, failure)
 
     # ------------------------------------------------------------------ messages
 
@@ -483,36 +563,44 @@ class CheckpointCoordinator:
     # ------------------------------------------------------------------ completion
 
     def _complete_pending_checkpoint(self, pending: PendingCheckpoint) -> None:
+        """Finalize, store, and only then call the checkpoint completed (Flink's
+        ``completePendingCheckpoint``).
+
+        Until the store holds it, nothing may treat the checkpoint as completed: not the
+        caller's future, not the tasks (sinks commit their transactions on the notice),
+        not the failure counter, not ``latest_completed_checkpoint_id``. A failure at any
+        step leaves the previous checkpoint the latest, with nothing half-registered.
+        """
         checkpoint_id = pending.checkpoint_id
         try:
             self.shared_state_registry.register_all(pending.operator_states.values(), checkpoint_id)
             completed = pending.finalize_checkpoint(self.clock.now_ms())
             completed.completion_timestamp = self.clock.now_ms()  # after _metadata is durable
         except Exception as exc:  # noqa: BLE001 - the checkpoint fails, the job does not
-            log.warning("Could not finalize checkpoint %d: %r", checkpoint_id, exc)
+            self.shared_state_registry.unregister_checkpoint(checkpoint_id)
+            log.warning("Could not finalize checkpoint %d of job %s: %r", checkpoint_id, self.job_id, exc)
             self._abort_pending(
                 pending, CheckpointException(CheckpointFailureReason.FINALIZE_CHECKPOINT_FAILURE, exc)
             )
             return
         self.pending_checkpoints.pop(checkpoint_id, None)
-        self.failure_manager.handle_checkpoint_success(checkpoint_id)
         try:
-            for subsumed in self.completed_store.add_checkpoint(completed):
-                self.shared_state_registry.unregister_checkpoint(subsumed.checkpoint_id)
-        except Exception as exc:  # noqa: BLE001
-            completed.discard()
-            log.warning("Could not store completed checkpoint %d: %r", checkpoint_id, exc)
-            self._report_failure(
-                checkpoint_id, CheckpointException(CheckpointFailureReason.FINALIZE_CHECKPOINT_FAILURE, exc)
-            )
+            subsumed = self.completed_store.add_checkpoint(completed)
+        except Exception as exc:  # noqa: BLE001 - the checkpoint fails, the job does not
+            self._fail_storing(pending, completed, exc)
             return
+        for old in subsumed:
+            self.shared_state_registry.unregister_checkpoint(old.checkpoint_id)
         self.latest_completed_checkpoint_id = max(self.latest_completed_checkpoint_id, checkpoint_id)
         # Record the completion before dropping subsumed checkpoints: dropping runs queued
         # requests, and the min pause must count from this completion.
         self._last_completion_ms = self.clock.now_ms()
+        self.failure_manager.handle_checkpoint_success(checkpoint_id)
+        pending.mark_stored(completed)
         self._drop_subsumed_checkpoints(checkpoint_id)
-        for attempt_id in pending.plan.tasks_to_commit_to:  # first: sinks commit on this
-            self._gateway.notify_checkpoint_complete(attempt_id, checkpoint_id, completed.timestamp)
+        self._notify_tasks(  # first: sinks commit on this
+            self._gateway.notify_checkpoint_complete, pending, completed.timestamp, "complete"
+        )
         stats = self.stats.report_completed(
             checkpoint_id, completed.completion_timestamp, completed.external_pointer
         )
@@ -525,6 +613,61 @@ class CheckpointCoordinator:
             completed.duration_ms,
         )
         self._execute_queued_requests()
+
+    def _fail_storing(
+        self, pending: PendingCheckpoint, completed: CompletedCheckpoint, error: Exception
+    ) -> None:
+        """The store refused a finalized checkpoint: it never completed.
+
+        Discard its files and ``_metadata`` (nothing references them), tell the tasks it
+        was aborted, count the failure, and go on with the queue (Flink's
+        ``addCompletedCheckpointToStoreAndSubsumeOldest``).
+        """
+        checkpoint_id = completed.checkpoint_id
+        log.warning(
+            "Could not store completed checkpoint %d of job %s: %r; it is discarded.",
+            checkpoint_id,
+            self.job_id,
+            error,
+        )
+        exception = CheckpointException(CheckpointFailureReason.FINALIZE_CHECKPOINT_FAILURE, error)
+        exception.__cause__ = error
+        self.shared_state_registry.unregister_checkpoint(checkpoint_id)
+        self._io(completed.discard)
+        pending.fail_storing(exception)
+        self._report_failure(checkpoint_id, exception)
+        self._notify_tasks(
+            self._gateway.notify_checkpoint_aborted, pending, pending.checkpoint_timestamp, "aborted"
+        )
+        if not self.shutdown_called:
+            self._execute_queued_requests()
+
+    def _notify_tasks(
+        self,
+        notify: Callable[[ExecutionAttemptID, int, int], None],
+        pending: PendingCheckpoint,
+        timestamp: int,
+        outcome: str,
+    ) -> None:
+        """Tell every task to commit to how the checkpoint ended, each on its own.
+
+        Notices are fire-and-forget (RPCs in Flink): one that cannot be sent is logged and
+        does not stop the others, nor the completion or abort it belongs to. A task that
+        missed a completion commits at the next one; a broken connection to a task is
+        detected and failed over by the JobMaster, not here.
+        """
+        for attempt_id in pending.plan.tasks_to_commit_to:
+            try:
+                notify(attempt_id, pending.checkpoint_id, timestamp)
+            except Exception:  # see the docstring
+                log.warning(
+                    "Could not notify task %s that checkpoint %d of job %s is %s.",
+                    attempt_id,
+                    pending.checkpoint_id,
+                    self.job_id,
+                    outcome,
+                    exc_info=True,
+                )
 
     def _drop_subsumed_checkpoints(self, checkpoint_id: int) -> None:
         for older_id in sorted(self.pending_checkpoints):
@@ -558,10 +701,9 @@ class CheckpointCoordinator:
             self._report_failure(pending.checkpoint_id, exception)
         else:
             self.stats.report_failed(pending.checkpoint_id, self.clock.now_ms(), str(exception))
-        for attempt_id in pending.plan.tasks_to_commit_to:
-            self._gateway.notify_checkpoint_aborted(
-                attempt_id, pending.checkpoint_id, pending.checkpoint_timestamp
-            )
+        self._notify_tasks(
+            self._gateway.notify_checkpoint_aborted, pending, pending.checkpoint_timestamp, "aborted"
+        )
         if was_triggering:
             self._is_triggering = False
         if not self.shutdown_called:
@@ -578,6 +720,7 @@ class CheckpointCoordinator:
         queued request must not use it to trigger tasks that are about to be cancelled.
         """
         self._main_thread.assert_main_thread()
+        self._cancel_queue_wakeup()
         queued, self._queue = list(self._queue), deque()
         for request in queued:
             request.fail(CheckpointException(reason))

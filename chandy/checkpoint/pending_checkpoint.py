@@ -167,7 +167,13 @@ class PendingCheckpoint:
         return True
 
     def finalize_checkpoint(self, completion_timestamp: int) -> CompletedCheckpoint:
-        """Write ``_metadata`` (last, atomically) and turn into a CompletedCheckpoint."""
+        """Write ``_metadata`` (last, atomically) and turn into a CompletedCheckpoint.
+
+        The completion future stays open: the checkpoint is not complete until the
+        :class:`CompletedCheckpointStore` holds it, so the coordinator settles the future
+        afterwards with :meth:`mark_stored` or :meth:`fail_storing` (as Flink does). If
+        writing ``_metadata`` fails, nothing is disposed and the caller aborts.
+        """
         if self.disposed:
             raise IllegalCheckpointStateError(f"checkpoint {self.checkpoint_id} is discarded")
         if not self.is_fully_acknowledged:
@@ -193,9 +199,18 @@ class PendingCheckpoint:
             external_pointer=pointer,
             storage=self.storage,
         )
-        self.completion_future.set_result(completed)
         self._dispose(release_state=False)
         return completed
+
+    def mark_stored(self, completed: CompletedCheckpoint) -> None:
+        """The store accepted the finalized checkpoint: only now is it complete for the caller."""
+        self.completion_future.set_result(completed)
+
+    def fail_storing(self, exception: CheckpointException) -> None:
+        """The store refused the finalized checkpoint: it never completed (its files are
+        the coordinator's to discard, as they now belong to the CompletedCheckpoint)."""
+        self.failure_cause = exception
+        self.completion_future.set_exception(exception)
 
     def abort(
         self, reason: CheckpointFailureReason, cause: BaseException | str | None = None
