@@ -45,6 +45,7 @@ from tests.test_checkpoint_coordinator import (
     pending_ids,
     succeeded,
 )
+from tests.test_completed_checkpoint_store import UndeletableStorage
 
 # ---------------------------------------------------------------------- failure-injecting doubles
 
@@ -372,3 +373,34 @@ def test_a_plan_calculator_bug_fails_the_request_and_the_next_one_proceeds(error
     second = h.coordinator.trigger_checkpoint()
     assert ack(h, A1, 1)
     assert succeeded(second).checkpoint_id == 1
+
+
+def test_a_failed_deletion_of_the_subsumed_checkpoint_does_not_fail_the_new_one(tmp_path: Path) -> None:
+    storage = UndeletableStorage(str(tmp_path), JOB_ID)
+    h = make_coordinator(PLAN, storage=storage)
+    first, _ = checkpoint_with_files(h, 1)
+    succeeded(first)
+
+    second, states = checkpoint_with_files(h, 2)  # subsumes 1, whose deletion fails
+
+    assert succeeded(second) is h.store.get_latest_checkpoint()
+    assert os.path.isfile(metadata_file(h, 2)) and all_exist(states)
+    assert h.coordinator.latest_completed_checkpoint_id == 2
+    assert h.gateway.completed_ids(A1) == [1, 2] and h.gateway.aborted_ids(A1) == []
+    assert all(holders == {2} for holders in h.coordinator.shared_state_registry.references.values())
+
+
+def test_a_failed_deletion_does_not_stop_an_abort_half_way(tmp_path: Path) -> None:
+    storage = UndeletableStorage(str(tmp_path), JOB_ID)
+    h = make_coordinator(PLAN, storage=storage, max_concurrent=1)
+    first = h.coordinator.trigger_checkpoint()
+    queued = h.coordinator.trigger_checkpoint()
+    assert ack(h, A1, 1, file_state(h.storage, 1, A1))
+
+    decline(h, A2, 1)  # discarding chk-1 fails: logged, the abort goes on
+
+    assert failure_reason(first) is R.CHECKPOINT_DECLINED
+    assert h.gateway.aborted_ids(A1) == [1] and h.gateway.aborted_ids(A2) == [1]
+    assert pending_ids(h) == [2]
+    assert ack(h, A1, 2) and ack(h, A2, 2)
+    assert succeeded(queued).checkpoint_id == 2

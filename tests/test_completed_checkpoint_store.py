@@ -120,6 +120,27 @@ def test_retain_one_each_add_discards_the_previous(storage: CheckpointStorage) -
     assert [c.discarded for c in checkpoints] == [True, True, True, False]
 
 
+class UndeletableStorage(CheckpointStorage):
+    """Real local storage whose deletions fail with an error that is not an ``OSError``
+    (an object store's client error, say), so the storage itself does not swallow it."""
+
+    def discard_checkpoint(self, checkpoint_id: int) -> None:
+        raise RuntimeError(f"the object store refused to delete chk-{checkpoint_id}")
+
+
+def test_a_failed_deletion_of_a_subsumed_checkpoint_does_not_fail_the_add(tmp_path: Path) -> None:
+    """The new checkpoint is in once added: reporting the add failed would make the
+    coordinator discard a checkpoint the store holds as its latest."""
+    storage = UndeletableStorage(str(tmp_path), JOB_ID)
+    storage.initialize()
+    store = CompletedCheckpointStore(1)
+    first, second = completed_checkpoint(storage, 1), completed_checkpoint(storage, 2)
+    store.add_checkpoint(first)
+    assert store.add_checkpoint(second) == [first]
+    assert store.get_all_checkpoints() == [second]
+    assert on_disk(first)  # left behind (and logged), nothing worse
+
+
 def test_savepoints_in_the_store_are_not_deleted_when_subsumed(storage: CheckpointStorage) -> None:
     store = CompletedCheckpointStore(1)
     savepoint = completed_checkpoint(storage, 1, CheckpointProperties.for_savepoint())

@@ -87,13 +87,28 @@ class CompletedCheckpointStore:
         self._io: Callable[[Callable[[], object]], object] = io_executor or (lambda action: action())
 
     def add_checkpoint(self, checkpoint: CompletedCheckpoint) -> list[CompletedCheckpoint]:
-        """Add the newest checkpoint; returns (and discards) the ones it subsumed."""
+        """Add the newest checkpoint; returns (and discards) the ones it subsumed.
+
+        Once appended the add has succeeded, so it must not raise: the coordinator would
+        take the checkpoint for refused and discard the files of the store's latest one.
+        Deleting a subsumed checkpoint is best effort, as in Flink: a failure is logged
+        and leaves its files behind.
+        """
         self._checkpoints.append(checkpoint)
         subsumed = []
         while len(self._checkpoints) > self.max_retained:
             oldest = self._checkpoints.pop(0)
-            self._io(oldest.discard_on_subsume)
             subsumed.append(oldest)
+            try:
+                self._io(oldest.discard_on_subsume)
+            except Exception:  # see the docstring
+                log.warning(
+                    "Could not discard subsumed checkpoint %d of job %s; its files may be left at %s.",
+                    oldest.checkpoint_id,
+                    oldest.job_id,
+                    oldest.external_pointer,
+                    exc_info=True,
+                )
         return subsumed
 
     def get_latest_checkpoint(self) -> CompletedCheckpoint | None:

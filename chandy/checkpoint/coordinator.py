@@ -76,6 +76,15 @@ log = logging.getLogger(__name__)
 _RECENTLY_EXPIRED = 16
 
 
+def _run_inline(action: Callable[[], object]) -> None:
+    """The default I/O executor: runs a deletion here, and a failure is logged, never
+    raised, so it cannot stop an abort or a completion half-way (files may be left behind)."""
+    try:
+        action()
+    except Exception:  # see the docstring
+        log.warning("A checkpoint I/O action failed; files may be left behind.", exc_info=True)
+
+
 @dataclass(frozen=True)
 class CheckpointCoordinatorConfiguration:
     #: ``None``: no periodic checkpoints (the scheduler is never started).
@@ -142,7 +151,7 @@ class CheckpointCoordinator:
         self.shared_state_registry = SharedStateRegistry()
         self.vertex_names = vertex_names or {}
         #: Deletes state files of aborted checkpoints (a pool in a job; inline in tests).
-        self._io: Callable[[Callable[[], object]], object] = io_executor or (lambda action: action())
+        self._io: Callable[[Callable[[], object]], object] = io_executor or _run_inline
         self.master_hooks = {h.get_identifier(): h for h in master_hooks}
         if len(self.master_hooks) != len(master_hooks):
             raise ValueError("master hook identifiers must be unique")
