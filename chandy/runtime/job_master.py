@@ -435,21 +435,21 @@ class JobMaster:
             final_status = eg.state
             raise
         finally:
-            try:
-                self._shutdown(final_status)
-            finally:
-                self._end_loop()
+            self._shutdown(final_status)
         runtime = self.clock.now_ms() - start_ms
         if outcome is None:
             return JobExecutionResult(self.job_id, self.job_graph.job_name, runtime, self.restarts)
         raise outcome
 
     def _shutdown(self, final_status: JobStatus) -> None:
+        """Stop the coordinator, end the loop (requests are answered at once from now on),
+        then give background I/O a bounded time to finish."""
         if self.coordinator is not None:
             try:
                 self.coordinator.shutdown(final_status)
             except Exception:  # logged: the job's own outcome matters more
                 log.exception("Job %s: shutting down the checkpoint coordinator failed.", self.job_id)
+        self._end_loop()
         pool = self._async_executor
         if pool is None:
             return
