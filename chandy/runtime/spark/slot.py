@@ -92,6 +92,8 @@ EXIT_STARTUP_FAILED = 3
 #: ... when it lost the driver's connection without being told to stop (a new one is forked).
 EXIT_DRIVER_LOST = 4
 _REGISTERED = b"r"
+#: Slot processes in a row that may die before registering before the supervisor gives up.
+MAX_DEATHS_BEFORE_REGISTERING = 5
 
 
 class SlotStartupError(RuntimeError):
@@ -158,34 +160,37 @@ class SlotSupervisor:
                 threading.active_count(),
             )
         incarnation = 0
+        unregistered = 0  # children in a row that died before they registered
         try:
             while True:
-                pid, status, report = self._run_child(incarnation)
+                pid, status, registered, report = self._run_child(incarnation)
                 if os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0:
                     return  # told to stop
                 if os.WIFEXITED(status) and os.WEXITSTATUS(status) == EXIT_STARTUP_FAILED:
                     raise SlotStartupError(
                         f"slot {self.index} could not start: {report.decode(errors='replace')}"
                     )
-                how = (
-                    f"signal {os.WTERMSIG(status)}"
-                    if os.WIFSIGNALED(status)
-                    else f"exit status {os.WEXITSTATUS(status)}"
-                )
+                unregistered = 0 if registered else unregistered + 1
+                if unregistered >= MAX_DEATHS_BEFORE_REGISTERING:
+                    raise SlotStartupError(
+                        f"slot {self.index}: {unregistered} processes in a row died before they "
+                        f"registered with the driver (the last: {_describe(status)})"
+                    )
                 log.warning(
                     "slot %d: process %d (incarnation %d) ended by %s; starting incarnation %d",
                     self.index,
                     pid,
                     incarnation,
-                    how,
+                    _describe(status),
                     incarnation + 1,
                 )
                 incarnation += 1
         finally:
             gc.unfreeze()  # a reused Python worker's next task collects them again
 
-    def _run_child(self, incarnation: int) -> tuple[int, int, bytes]:
-        """Fork incarnation ``incarnation``, wait for it to end: its pid, status and report."""
+    def _run_child(self, incarnation: int) -> tuple[int, int, bool, bytes]:
+        """Fork incarnation ``incarnation``, wait for it to end: its pid, its status, whether
+        it registered, and why it could not start (if it could not)."""
         report_read, report_write = os.pipe()
         gc.freeze()
         pid = os.fork()
@@ -200,7 +205,14 @@ class SlotSupervisor:
         except BaseException:
             _kill_quietly(pid)  # the Spark task is interrupted: the child goes with it
             raise
-        return pid, status, text[1:] if text.startswith(_REGISTERED) else text
+        registered = text.startswith(_REGISTERED)
+        return pid, status, registered, text[1:] if registered else text
+
+
+def _describe(status: int) -> str:
+    if os.WIFSIGNALED(status):
+        return f"signal {os.WTERMSIG(status)}"
+    return f"exit status {os.WEXITSTATUS(status)}"
 
 
 def _wait_for(pid: int) -> tuple[int, int]:
