@@ -65,7 +65,9 @@ class Executor(ABC):
         Raises if the tasks cannot be placed (a slot died while the slots started, too
         few slots came up in time): the JobMaster counts that as one more failure for the
         restart strategy, as it does a task's, so a deployment never ends a job by itself.
-        It must return or raise within a bounded time: the JobMaster waits on it."""
+        When it raises it must leave none of these tasks running (the JobMaster gets no
+        :class:`Deployment` to cancel them with), and it must return or raise within a
+        bounded time: the JobMaster's thread waits on it."""
 
     def slots(self) -> list[dict[str, Any]]:
         """The processes the job's tasks run in (none apart from this one by default)."""
