@@ -442,11 +442,6 @@ class DataPlane:
         for channel in outputs:
             channel.close()
 
-    def thread_count(self) -> int:
-        """Threads this data plane owns that still run (readers, the acceptor, reconnections)."""
-        with self._lock:
-            return sum(t.is_alive() for t in self._threads)
-
     def close(self) -> None:
         """Close every connection and join every thread this data plane started. The
         listener is left open: it belongs to the slot's supervisor."""

@@ -719,11 +719,6 @@ class SparkExecutor(Executor):
             for i, s in sorted(pool.current().items())
         ]
 
-    def thread_count(self) -> int:
-        """Live threads the executor owns directly (acceptor, heartbeat watcher, slot readers)."""
-        with self._lock:
-            return sum(t.is_alive() for t in self._threads)
-
     def close(self) -> None:
         """Stop the slots (Spark kills what does not stop), the server and its threads."""
         with self._lock:
