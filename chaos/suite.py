@@ -9,7 +9,10 @@ depends on timing, which is the point of random moments.
 
 Fault kinds:
 
-``kill-slot``       SIGKILL of a live slot process (the Python worker running tasks)
+``kill-slot``       SIGKILL of a live slot process (the one running the tasks; its supervisor
+                    forks a new one)
+``kill-supervisor`` SIGKILL of a slot's supervisor, the Spark task itself (Spark sees the
+                    task fail; the stage is resubmitted)
 ``kill-jvm``        SIGKILL of a Spark executor JVM with its slots (``local-cluster`` only)
 ``user-raise``      the keyed running-sum function raises once
 ``commit-raise``    a sink's committer (Parquet FileSink or DeltaSink) raises once
@@ -45,6 +48,7 @@ log = logging.getLogger("chaos")
 
 FAULT_KINDS = (
     "kill-slot",
+    "kill-supervisor",
     "kill-jvm",
     "user-raise",
     "commit-raise",
@@ -55,6 +59,8 @@ FAULT_KINDS = (
 )
 #: Kinds that need executors in JVMs of their own.
 CLUSTER_ONLY = ("kill-jvm",)
+#: Processes of a slot, as the executor lists them.
+PID_KEYS = ("pid", "supervisor_pid", "jvm_pid")
 #: Armed faults wait for their site in the job; the others the driver does itself.
 ARMED_KINDS = ("user-raise", "commit-raise", "storage-raise", "storage-hang", "storage-partial")
 
@@ -282,7 +288,7 @@ class Runner:
         moment: wait up to 5 s for the next stage's slots."""
         deadline = time.monotonic() + 5.0
         gone: set[int] = set()
-        key = "jvm_pid" if fault.kind == "kill-jvm" else "pid"
+        key = {"kill-jvm": "jvm_pid", "kill-supervisor": "supervisor_pid"}.get(fault.kind, "pid")
         while not client.is_done():
             listed = client.get_task_slots()
             status = client.get_job_status()
@@ -291,15 +297,15 @@ class Runner:
             victims = [
                 (f"slot {s['index']}", s[key])
                 for s in listed
-                if s["alive"] and s[key] and s[key] not in skip and s[key] != self.driver_jvm_pid
+                if s["alive"] and s.get(key) and s[key] not in skip and s[key] != self.driver_jvm_pid
             ]
             workers = self._python_workers()
-            if recovering and key == "pid":
+            if recovering and key != "jvm_pid":
                 # the new stage's workers, also those that have not registered with the driver yet
                 registered = {pid for _, pid in victims}
                 victims += [("unregistered", pid) for pid in sorted(workers - registered - skip)]
             if victims:
-                stale.update(workers, (p for s in listed for p in (s["pid"], s["jvm_pid"]) if p))
+                stale.update(workers, (s[k] for s in listed for k in PID_KEYS if s.get(k)))
                 where, pid = victims[int(fault.choice * len(victims))]
                 try:
                     os.kill(pid, signal.SIGKILL)

@@ -167,8 +167,9 @@ def test_a_seed_is_a_replayable_schedule_of_the_allowed_kinds() -> None:
 # ---------------------------------------------------------------- seeded runs on Spark
 
 SUBSET = {
-    # a slot killed, then another one while the job restarts (a failure during recovery)
-    "kill-slot-during-recovery": [Fault("kill-slot", 1.5, 0.2), Fault("kill-slot", 1.9, 0.7)],
+    # a Spark task killed, then a process of the stage that replaces it (a failure during recovery)
+    "kill-during-recovery": [Fault("kill-supervisor", 1.5, 0.2), Fault("kill-slot", 1.9, 0.7)],
+    "kill-slot-twice": [Fault("kill-slot", 1.2, 0.4), Fault("kill-slot", 1.5, 0.9)],
     "user-and-file-commit": [Fault("user-raise", 1.0, 0.5), Fault("commit-raise", 2.5, 0.1)],
     "state-write-raise-and-torn": [Fault("storage-raise", 0.8, 0.9), Fault("storage-partial", 2.5, 0.5)],
     "hang-metadata-delta-commit": [
