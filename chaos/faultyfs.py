@@ -121,7 +121,8 @@ class FaultPlan:
         """What a fault did, or ``None`` when it did not strike (yet)."""
         try:
             with open(os.path.join(self.fired_dir, f"{name}.json")) as f:
-                return json.load(f)
+                record: dict[str, Any] = json.load(f)
+                return record
         except (FileNotFoundError, json.JSONDecodeError):
             return None
 
@@ -137,7 +138,7 @@ class FaultPlan:
         return names
 
 
-class FaultyFileSystem(LocalFileSystem):
+class FaultyFileSystem(LocalFileSystem):  # type: ignore[misc]  # fsspec ships no type information
     """fsspec's local filesystem whose whole-file writes consult a :class:`FaultPlan`.
 
     ``pipe_file`` (what chandy writes every checkpoint file with) is made atomic

@@ -327,10 +327,10 @@ class Runner:
         for entry in os.listdir("/proc"):
             if entry.isdigit():
                 try:
-                    with open(f"/proc/{entry}/stat") as f:
-                        ppid = int(f.read().rsplit(")", 1)[1].split()[1])
-                    with open(f"/proc/{entry}/cmdline", "rb") as f:
-                        table[int(entry)] = (ppid, f.read().decode(errors="replace"))
+                    with open(f"/proc/{entry}/stat") as stat:
+                        ppid = int(stat.read().rsplit(")", 1)[1].split()[1])
+                    with open(f"/proc/{entry}/cmdline", "rb") as cmdline:
+                        table[int(entry)] = (ppid, cmdline.read().decode(errors="replace"))
                 except (OSError, IndexError, ValueError):
                     continue  # gone meanwhile
         children: dict[int, list[int]] = {}
