@@ -1054,6 +1054,11 @@ def test_failure_manager_ignores_subsumed_checkpoints() -> None:
         (R.CHECKPOINT_ASYNC_EXCEPTION, True),
         (R.CHECKPOINT_DECLINED_ON_CANCELLATION_BARRIER, False),
         (R.CHECKPOINT_SUBSUMED, False),
+        # Flink's choice: a store or _metadata failure counts; a trigger that raised or
+        # could not be delivered does not (the JobMaster fails a lost slot over itself)
+        (R.FINALIZE_CHECKPOINT_FAILURE, True),
+        (R.TRIGGER_CHECKPOINT_FAILURE, False),
+        (R.TASK_CHECKPOINT_FAILURE, False),
     ],
 )
 def test_failure_manager_unit(reason: CheckpointFailureReason, counted: bool) -> None:
