@@ -277,11 +277,6 @@ class SlotPool:
                 raise JobExecutionError(f"only {live} of {self.size} slots were up within {timeout_s:.0f} s")
             return dict(self.slots)
 
-    def send(self, index: int, message: Any) -> bool:
-        with self._lock:
-            slot = self.slots.get(index)
-        return slot is not None and slot.alive and slot.send(message)
-
     def stop(self, timeout_s: float = 15.0) -> None:
         """Tell live slots to stop; kill the stage if they do not end in time."""
         with self._lock:
