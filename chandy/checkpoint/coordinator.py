@@ -247,8 +247,13 @@ class CheckpointCoordinator:
         props: CheckpointProperties | None = None,
         target_location: str | None = None,
     ) -> Future[CompletedCheckpoint]:
-        """Request a checkpoint; the future completes with it or fails with a
-        :class:`CheckpointException` naming why."""
+        """Request a checkpoint; the future completes with it once the store holds it, or
+        fails with a :class:`CheckpointException` naming why.
+
+        A request that is not forced waits in the queue while ``max_concurrent``
+        checkpoints are pending or the min pause since the last completion lasts (a
+        periodic one that is too early is dropped instead: the next tick comes).
+        """
         self._main_thread.assert_main_thread()
         request = CheckpointTriggerRequest(
             props or self.checkpoint_props, is_periodic, Future(), target_location
