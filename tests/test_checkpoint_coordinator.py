@@ -793,6 +793,20 @@ def test_s45_periodic_requests_are_still_dropped_and_rescheduled_within_the_min_
     assert _first_trigger_time_after(h, 1, limit_ms=2_000) == completion + 1_000
 
 
+def test_s42_a_savepoint_is_not_stuck_behind_a_periodic_request_waiting_for_a_slot() -> None:
+    h = make_coordinator(make_plan([A1], [A1]), interval_ms=10, max_concurrent=1)
+    h.coordinator.start_checkpoint_scheduler()
+    h.tick()
+    h.tick()  # checkpoint 1 is pending; the next periodic request waits for its slot
+    assert pending_ids(h) == [1]
+
+    savepoint = h.coordinator.trigger_checkpoint(props=CheckpointProperties.for_savepoint())
+
+    assert pending_ids(h) == [1, 2]  # forced: triggered at once, past the queued request
+    assert ack(h, A1, 2)
+    assert succeeded(savepoint).props.is_savepoint
+
+
 @pytest.mark.parametrize("end", ["shutdown", "failover"])
 def test_s45_a_request_waiting_for_the_min_pause_fails_when_the_coordinator_stops(end: str) -> None:
     h = make_coordinator(make_plan([A1], [A1]), min_pause_ms=1_000)
