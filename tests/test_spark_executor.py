@@ -312,3 +312,14 @@ def test_a_slot_leaves_its_long_lived_objects_out_of_garbage_collections() -> No
     for frozen, walked in seen:
         assert frozen > 10_000
         assert walked < frozen // 10
+
+
+@pytest.mark.slow
+def test_reused_python_workers_supervise_the_next_jobs_slots_and_their_replacements() -> None:
+    done = _run_script("reused_workers.py", timeout=300)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-5000:]
+    report = json.loads(done.stdout.strip().splitlines()[-1])
+    first, second = report["first"], report["second"]
+    assert first["exact"] and second["exact"]
+    assert second["supervisors"] == first["supervisors"]  # the same workers, reused
+    assert second["restarts"] == 1 and second["same_stage"]
