@@ -39,7 +39,12 @@ from typing import Any, NoReturn
 
 from chandy.errors import UnrecoverableError
 from chandy.graph.execution_graph import ChannelID
-from chandy.messages.checkpoint import AcknowledgeCheckpoint, DeclineCheckpoint, EndOfInputReached
+from chandy.messages.checkpoint import (
+    AcknowledgeCheckpoint,
+    CheckpointFailureReason,
+    DeclineCheckpoint,
+    EndOfInputReached,
+)
 from chandy.messages.ids import ExecutionAttemptID
 from chandy.messages.status import ExecutionState
 from chandy.network.auth import AuthenticationError, authenticate_client_side
@@ -506,7 +511,9 @@ class SlotRuntime:
             self._cancel_generation(message.generation)
         elif isinstance(message, TriggerCheckpoint):
             entry = self._tasks.get(message.attempt_id)
-            if entry is not None:
+            if entry is None:
+                self._decline_unknown_trigger(message)
+            else:
                 entry[0].trigger_checkpoint_async(message.checkpoint_id, message.timestamp, message.options)
         elif isinstance(message, NotifyCheckpoint):
             entry = self._tasks.get(message.attempt_id)
@@ -523,6 +530,31 @@ class SlotRuntime:
                 waiting[0].set()
         else:
             log.warning("slot %d ignored an unknown message %r", self.index, message)
+
+    def _decline_unknown_trigger(self, message: TriggerCheckpoint) -> None:
+        """A trigger for a task this slot process does not run: decline it at once.
+
+        It happens when the trigger crossed a redeployment, or a slot process was replaced
+        after the driver sent it. Dropping it would leave the checkpoint pending until its
+        timeout (10 minutes by default), blocking every checkpoint behind it; Flink answers
+        such a trigger with a task checkpoint failure, and so does the slot.
+        """
+        log.info(
+            "slot %d runs no task %s; declining checkpoint %d",
+            self.index,
+            message.attempt_id,
+            message.checkpoint_id,
+        )
+        self.decline_checkpoint(
+            DeclineCheckpoint(
+                self.bootstrap.job_id,
+                message.attempt_id,
+                message.checkpoint_id,
+                CheckpointFailureReason.TASK_CHECKPOINT_FAILURE,
+                f"slot {self.index} runs no task {message.attempt_id} (not deployed there, or its "
+                "slot process was replaced)",
+            )
+        )
 
     # -- deployment -----------------------------------------------------------
 
