@@ -20,8 +20,9 @@ Fault kinds:
 ``storage-hang``    the next checkpoint write (a state file, or ``_metadata``) hangs past the
                     checkpoint timeout, then completes
 ``storage-partial`` the next state-file write leaves half a file and raises
-``burst``           not a fault: lets a second fault follow the first within 0.1-1.5 s,
-                    so it strikes while the job is failing over
+``burst``           not a fault: lets a fault follow the one before within 0.1-1.5 s, and
+                    then as soon as the job is failing over (within 3 s), so it strikes
+                    during the recovery
 """
 
 from __future__ import annotations
@@ -64,6 +65,8 @@ PID_KEYS = ("pid", "supervisor_pid", "jvm_pid")
 #: Armed faults wait for their site in the job; the others the driver does itself.
 ARMED_KINDS = ("user-raise", "commit-raise", "storage-raise", "storage-hang", "storage-partial")
 
+#: How long a burst's follow-up waits for the job to be failing over before it strikes anyway.
+RECOVERY_WAIT_S = 3.0
 #: A checkpoint that takes longer than this expires; a hanging write hangs past it.
 CHECKPOINT_TIMEOUT_S = 3.0
 HANG_BEYOND_TIMEOUT_S = 1.5
@@ -76,11 +79,13 @@ class Fault:
     #: Seeded choices made when it strikes (which slot, which sink, which file).
     choice: float
     outcome: str = "pending"
+    #: A burst's follow-up: strikes once the job is failing over (or 3 s after ``at_s``).
+    in_recovery: bool = False
     #: The job's status when the driver armed it (armed kinds strike later, in the job).
     armed_while: str = ""
 
     def describe(self) -> str:
-        return f"{self.kind}@{self.at_s:.2f}s"
+        return f"{self.kind}@{self.at_s:.2f}s{'+recovery' if self.in_recovery else ''}"
 
 
 @dataclass
@@ -114,8 +119,9 @@ def make_scenario(seed: int, kinds: tuple[str, ...], max_parallelism: int) -> Sc
     faults: list[Fault] = []
     if strikes:
         at = rng.uniform(0.2, 0.5 * duration)
+        burst = False
         for _ in range(rng.randint(1, 3)):
-            faults.append(Fault(rng.choice(strikes), round(at, 2), rng.random()))
+            faults.append(Fault(rng.choice(strikes), round(at, 2), rng.random(), in_recovery=burst))
             burst = "burst" in kinds and rng.random() < 0.4
             at += rng.uniform(0.1, 1.5) if burst else rng.uniform(1.0, 0.4 * duration)
             if at > 0.9 * duration:
@@ -267,32 +273,45 @@ class Runner:
 
     def _inject(self, client: Any, plan: FaultPlan, scenario: Scenario, t0: float) -> None:
         stale: set[int] = set()  # processes of stages a kill already failed
+        restarts = client.restarts  # failovers begun before the previous fault
         for i, fault in enumerate(scenario.faults):
             while time.monotonic() < t0 + fault.at_s and not client.is_done():
                 time.sleep(0.01)
+            if fault.in_recovery:  # wait for the failover the previous fault starts
+                while (
+                    time.monotonic() < t0 + fault.at_s + RECOVERY_WAIT_S
+                    and not client.is_done()
+                    and client.restarts == restarts
+                    and _phase(client.get_job_status(), client.get_task_slots()) == "RUNNING"
+                ):
+                    time.sleep(0.002)
+            restarts = client.restarts
             if client.is_done():
                 fault.outcome = "not happened (job ended first)"
                 continue
             if fault.kind in ARMED_KINDS:
                 plan.arm(_armed(_fault_name(i, fault), fault))
                 fault.outcome = "armed"
-                fault.armed_while = client.get_job_status().name
+                fault.armed_while = _phase(client.get_job_status(), client.get_task_slots())
             else:
                 fault.outcome = self._kill(client, fault, stale)
+                fault.outcome = fault.outcome.replace(")", f", at {time.monotonic() - t0:.2f}s)", 1)
             log.info("seed %d: %s %s", scenario.seed, fault.describe(), fault.outcome)
 
     def _kill(self, client: Any, fault: Fault, stale: set[int]) -> str:
-        """SIGKILL a live slot process (or its executor JVM). While the job is not RUNNING
-        (failing over after an earlier kill) the victim is a process of the *new* stage,
-        not a survivor of the old one: a failure during recovery. There may be none for a
-        moment: wait up to 5 s for the next stage's slots."""
+        """SIGKILL a live slot process (or its supervisor, or its executor JVM). While the job
+        fails over after an earlier kill, and for a burst's follow-up, the victim is a
+        process that came up since (a re-forked slot process, a new stage's Spark task, also
+        one not registered with the driver yet), not a survivor: a failure during recovery.
+        There may be none for a moment: wait up to 5 s for one."""
         deadline = time.monotonic() + 5.0
         gone: set[int] = set()
         key = {"kill-jvm": "jvm_pid", "kill-supervisor": "supervisor_pid"}.get(fault.kind, "pid")
         while not client.is_done():
             listed = client.get_task_slots()
-            status = client.get_job_status()
-            recovering = status != JobStatus.RUNNING
+            phase = _phase(client.get_job_status(), listed)
+            # a burst's follow-up strikes what the failover brought up, even once it runs again
+            recovering = phase != "RUNNING" or fault.in_recovery
             skip = gone | stale if recovering else gone
             victims = [
                 (f"slot {s['index']}", s[key])
@@ -302,7 +321,7 @@ class Runner:
             workers = self._python_workers()
             if recovering and key != "jvm_pid":
                 # the new stage's workers, also those that have not registered with the driver yet
-                registered = {pid for _, pid in victims}
+                registered = {s[k] for s in listed for k in PID_KEYS if s.get(k)}
                 victims += [("unregistered", pid) for pid in sorted(workers - registered - skip)]
             if victims:
                 stale.update(workers, (s[k] for s in listed for k in PID_KEYS if s.get(k)))
@@ -312,7 +331,7 @@ class Runner:
                 except ProcessLookupError:
                     gone.add(pid)  # died since the driver last heard from it
                     continue
-                return f"fired ({where}, pid {pid}, job {status.name})"
+                return f"fired ({where}, pid {pid}, job {phase})"
             if time.monotonic() > deadline:
                 return "not happened (no live slot for 5 s)"
             time.sleep(0.02)
@@ -357,6 +376,15 @@ class Runner:
     def close(self) -> None:
         if self._owns_session:
             self.session.stop()
+
+
+def _phase(status: JobStatus, slots: list[dict[str, Any]]) -> str:
+    """The job's status, or ``RECOVERING`` while it is RUNNING but a slot is lost: a slot
+    process re-forked in place is replaced in well under a second, and the job may pass
+    through RESTARTING in milliseconds."""
+    if status == JobStatus.RUNNING and any(not s["alive"] for s in slots):
+        return "RECOVERING"
+    return status.name
 
 
 def _fault_name(index: int, fault: Fault) -> str:

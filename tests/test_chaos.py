@@ -168,8 +168,11 @@ def test_a_seed_is_a_replayable_schedule_of_the_allowed_kinds() -> None:
 
 SUBSET = {
     # a Spark task killed, then a process of the stage that replaces it (a failure during recovery)
-    "kill-during-recovery": [Fault("kill-supervisor", 1.5, 0.2), Fault("kill-slot", 1.9, 0.7)],
-    "kill-slot-twice": [Fault("kill-slot", 1.2, 0.4), Fault("kill-slot", 1.5, 0.9)],
+    "kill-during-recovery": [
+        Fault("kill-supervisor", 1.5, 0.2),
+        Fault("kill-slot", 1.6, 0.7, in_recovery=True),
+    ],
+    "kill-slot-twice": [Fault("kill-slot", 1.2, 0.4), Fault("kill-slot", 1.3, 0.9, in_recovery=True)],
     "user-and-file-commit": [Fault("user-raise", 1.0, 0.5), Fault("commit-raise", 2.5, 0.1)],
     "state-write-raise-and-torn": [Fault("storage-raise", 0.8, 0.9), Fault("storage-partial", 2.5, 0.5)],
     "hang-metadata-delta-commit": [
@@ -190,7 +193,14 @@ def runner(spark_session: Any, tmp_path_factory: pytest.TempPathFactory) -> Runn
 def test_a_seeded_chaos_run_is_exact(runner: Runner, name: str) -> None:
     seed = 1000 + list(SUBSET).index(name)
     scenario = Scenario(
-        seed, 2, 200, 24_000, 50, 6.0, 0, [Fault(f.kind, f.at_s, f.choice) for f in SUBSET[name]]
+        seed,
+        2,
+        200,
+        24_000,
+        50,
+        6.0,
+        0,
+        [Fault(f.kind, f.at_s, f.choice, in_recovery=f.in_recovery) for f in SUBSET[name]],
     )
     result = runner.run(scenario)
     assert result.exact, result.line()
