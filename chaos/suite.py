@@ -4,7 +4,8 @@ A run is fully described by its seed (with the fault kinds allowed and the numbe
 slots the session offers): the seed draws the job's shape (parallelism 2-4,
 checkpoint interval 100-500 ms, records, keys, pace) and the fault schedule (which
 faults, at how many seconds after the job's slots came up). Replaying a seed replays
-that schedule; where a fault lands in the job (which record, which checkpoint) still
+that schedule (with the same version of this module: a new fault kind changes what a
+seed draws); where a fault lands in the job (which record, which checkpoint) still
 depends on timing, which is the point of random moments.
 
 Fault kinds:
