@@ -10,6 +10,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+import fsspec
 import pytest
 
 from chandy.errors import InvalidCheckpointError
@@ -59,15 +60,28 @@ def test_a_metadata_fault_waits_for_metadata(tmp_path: Path) -> None:
 def test_a_torn_write_leaves_half_a_file_that_a_restore_refuses(tmp_path: Path) -> None:
     store, plan = storage(tmp_path)
     plan.arm(ArmedFault("p", SITE_STATE, "partial"))
+    path = f"{tmp_path}/checkpoints/job/chk-4/state"
+    fsspec.filesystem("faulty").makedirs(os.path.dirname(path), exist_ok=True)
+    with pytest.raises(InjectedFault, match="torn write"):
+        fsspec.filesystem("faulty").pipe_file(f"faulty://{path}", b"z" * 1000)
+    assert os.path.getsize(path) == 500
+    # had a handle to it been acknowledged, its checksum would refuse the half file
+    torn = FileStateHandle(f"faulty://{path}", 1000, "0" * 64)
+    with pytest.raises(InvalidCheckpointError, match="corrupt"):
+        store.reader().read(torn, (0, 1000))
+
+
+def test_a_state_write_that_fails_partway_leaves_no_file(tmp_path: Path) -> None:
+    # As Flink's FsCheckpointStateOutputStream deletes its file when it fails: a task whose
+    # write fails after its checkpoint was discarded (an old attempt, still snapshotting
+    # after a failover) would otherwise leave the half file behind for good.
+    store, plan = storage(tmp_path)
+    plan.arm(ArmedFault("p", SITE_STATE, "partial"))
     with pytest.raises(InjectedFault, match="torn write"):
         store.write_state(4, b"z" * 1000)
     fired = plan.fired("p")
     assert fired is not None
-    assert os.path.getsize(fired["path"]) == 500
-    # had a handle to it been acknowledged, its checksum would refuse the half file
-    torn = FileStateHandle(f"faulty://{fired['path']}", 1000, "0" * 64)
-    with pytest.raises(InvalidCheckpointError, match="corrupt"):
-        store.reader().read(torn, (0, 1000))
+    assert not os.path.exists(fired["path"])
 
 
 def test_a_hanging_write_hangs_then_writes(tmp_path: Path) -> None:

@@ -126,7 +126,16 @@ class CheckpointStorage:
         directory = self.checkpoint_dir(checkpoint_id)
         self._mkdirs_once(directory)
         path = fs.join(directory, uuid.uuid4().hex)
-        fs.write_new(path, data)  # referenced only once _metadata (atomic, last) is written
+        try:
+            fs.write_new(path, data)  # referenced only once _metadata (atomic, last) is written
+        except BaseException:
+            # Flink's stream deletes its file on failure too: a write that fails after its
+            # checkpoint was discarded (a late, cancelled attempt) would leave the part for good
+            try:
+                fs.delete(path)
+            except OSError as exc:
+                log.warning("could not delete the partial state file %s: %s", path, exc)
+            raise
         return FileStateHandle(path, len(data), hashlib.sha256(data).hexdigest())
 
     def reader(self) -> StateReader:
