@@ -148,6 +148,9 @@ class RunResult:
     verdicts: list[SinkVerdict] = field(default_factory=list)
     error: str | None = None
     hung: bool = False
+    #: Checkpoint files still there after the job FINISHED: a leak, not an exactness failure
+    #: (without retained checkpoints a finished job should leave its directory empty).
+    leftovers: list[str] = field(default_factory=list)
 
     @property
     def exact(self) -> bool:
@@ -181,6 +184,8 @@ class RunResult:
         )
         if self.hung:
             text += " HUNG"
+        if self.leftovers:
+            text += f" (left {len(self.leftovers)} checkpoint files: {', '.join(self.leftovers[:3])})"
         if self.error:
             text += f" error: {self.error}"
         for v in self.verdicts:
@@ -260,6 +265,8 @@ class Runner:
         status = client.get_job_status().name
         verdicts = verify_run(run_dir, scenario.records, scenario.keys)
         result = RunResult(scenario, seconds, status, client.restarts, verdicts, error, hung)
+        if result.finished:
+            result.leftovers = _files_under(os.path.join(run_dir, "checkpoints"))
         if result.exact and not self.keep:
             shutil.rmtree(run_dir, ignore_errors=True)
         return result
@@ -415,6 +422,14 @@ def _where(fired: dict[str, Any]) -> str:
     return f"{fired['params'].get('sink', fired['site'])} commit"
 
 
+def _files_under(directory: str) -> list[str]:
+    """Files below ``directory``, as ``chk-N/name`` (empty directories do not count)."""
+    found = []
+    for root, _, files in os.walk(directory):
+        found += [os.path.join(os.path.basename(root), name[:8]) for name in sorted(files)]
+    return sorted(found)
+
+
 def _first_line(exc: BaseException) -> str:
     lines = str(exc).strip().splitlines()
     return f"{type(exc).__name__}: {lines[0] if lines else ''}"[:300]
@@ -457,6 +472,9 @@ class Summary:
         extra = [f"{missed} faults did not happen"] if missed else []
         if hung:
             extra.append(f"{hung} hung")
+        leaking = sum(bool(r.leftovers) for r in self.results)
+        if leaking:
+            extra.append(f"{leaking} runs left checkpoint files behind")
         unfinished = Counter(r.status for r in self.results if not r.finished and not r.hung)
         extra += [f"{n} ended {status}" for status, n in sorted(unfinished.items())]
         if self.results:
