@@ -66,6 +66,8 @@ PID_KEYS = ("pid", "supervisor_pid", "jvm_pid")
 #: Armed faults wait for their site in the job; the others the driver does itself.
 ARMED_KINDS = ("user-raise", "commit-raise", "storage-raise", "storage-hang", "storage-partial")
 
+#: How long after a job's end its checkpoint files may take to be deleted.
+LEFTOVER_GRACE_S = 5.0
 #: How long a burst's follow-up waits for the job to be failing over before it strikes anyway.
 RECOVERY_WAIT_S = 3.0
 #: A checkpoint that takes longer than this expires; a hanging write hangs past it.
@@ -265,8 +267,12 @@ class Runner:
         status = client.get_job_status().name
         verdicts = verify_run(run_dir, scenario.records, scenario.keys)
         result = RunResult(scenario, seconds, status, client.restarts, verdicts, error, hung)
-        if result.finished:
+        deadline = time.monotonic() + LEFTOVER_GRACE_S  # deletes run off the JobMaster thread
+        while result.finished and time.monotonic() < deadline:
             result.leftovers = _files_under(os.path.join(run_dir, "checkpoints"))
+            if not result.leftovers:
+                break
+            time.sleep(0.1)
         if result.exact and not self.keep:
             shutil.rmtree(run_dir, ignore_errors=True)
         return result
