@@ -1156,3 +1156,39 @@ def test_an_unbound_main_thread_checker_accepts_any_thread() -> None:
     assert _from_another_thread(lambda: future.append(h.coordinator.trigger_checkpoint())) is None
     assert _from_another_thread(lambda: ack(h, A1, 1)) is None
     assert succeeded(future[0]).checkpoint_id == 1
+
+
+# ---------------------------------------------------------------------- tidying at the end
+
+
+@pytest.mark.parametrize(
+    ("retention", "status", "kept"),
+    [
+        (ExternalizedCheckpointRetention.NO_EXTERNALIZED_CHECKPOINTS, JobStatus.FINISHED, []),
+        (ExternalizedCheckpointRetention.RETAIN_ON_CANCELLATION, JobStatus.CANCELED, [3]),
+    ],
+)
+def test_a_late_state_file_of_an_aborted_checkpoint_is_deleted_when_the_job_ends(
+    tmp_path: Path, retention: ExternalizedCheckpointRetention, status: JobStatus, kept: list[int]
+) -> None:
+    # A cancelled attempt (or one whose slot process was killed) may write its state file
+    # after its checkpoint was aborted and its directory deleted; no ack ever discards it.
+    # The chaos suite found such files left behind by finished jobs.
+    h = make_coordinator(make_plan([A1, A2], [A1, A2]), tmp_path=tmp_path, retention=retention)
+    restored = h.storage.checkpoint_dir(1)  # the checkpoint this job was restored from
+    os.makedirs(restored)
+    open(os.path.join(restored, METADATA_FILE_NAME), "wb").close()
+    h.coordinator.restore_from(1, [], is_savepoint=False, external_pointer=restored)
+
+    h.coordinator.trigger_checkpoint()  # checkpoint 2: declined, its directory deleted
+    decline(h, A2, 2)
+    late = file_state(h.storage, 2, A1)  # ...and then a late write lands in it
+    assert all_exist([late])
+    future = h.coordinator.trigger_checkpoint()  # checkpoint 3 completes
+    assert ack(h, A1, 3, file_state(h.storage, 3, A1)) and ack(h, A2, 3, file_state(h.storage, 3, A2))
+    succeeded(future)
+
+    h.coordinator.shutdown(status)
+
+    assert none_exist([late])
+    assert h.storage.checkpoint_ids_on_disk() == [1, *kept]  # the restored one is never touched

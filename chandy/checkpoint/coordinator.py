@@ -174,6 +174,9 @@ class CheckpointCoordinator:
         self._last_completion_ms: int | None = None
         self._recently_expired: deque[int] = deque(maxlen=_RECENTLY_EXPIRED)
         self.latest_completed_checkpoint_id = -1
+        #: The first checkpoint id this coordinator triggered: directories from here on are
+        #: its own to tidy at the end (lower ones may hold the checkpoint it restored).
+        self._first_own_checkpoint_id: int | None = None
         self.shutdown_called = False
 
     # ------------------------------------------------------------------ scheduler
@@ -353,6 +356,8 @@ class CheckpointCoordinator:
         except Exception as exc:  # noqa: BLE001 - any counter failure fails this trigger only
             request.fail(CheckpointException(CheckpointFailureReason.TRIGGER_CHECKPOINT_FAILURE, exc))
             return
+        if self._first_own_checkpoint_id is None:
+            self._first_own_checkpoint_id = checkpoint_id
         pending = PendingCheckpoint(
             self.job_id,
             checkpoint_id,
@@ -794,8 +799,33 @@ class CheckpointCoordinator:
         self.stop_checkpoint_scheduler()
         self.abort_pending_checkpoints(CheckpointFailureReason.CHECKPOINT_COORDINATOR_SHUTDOWN)
         self.shutdown_called = True
+        kept = self.completed_store.get_all_checkpoints()  # a copy: shutdown clears the store
         self.completed_store.shutdown(job_status)
+        self._discard_orphaned_checkpoint_dirs({c.checkpoint_id for c in kept if not c.discarded})
         self.storage.discard_job_dir_if_empty()
+
+    def _discard_orphaned_checkpoint_dirs(self, retained: set[int]) -> None:
+        """Delete the ``chk-N`` directories of this run that no retained checkpoint owns.
+
+        An aborted checkpoint's directory is deleted when it is aborted, but a task that
+        was cancelled (or whose slot process was killed) in the middle of its asynchronous
+        part may still write its state file there afterwards, and no acknowledgement will
+        ever arrive to discard it. Once the job has ended nothing writes any more, so what
+        is left of this run's checkpoints beyond the retained ones is garbage. Directories
+        below the first id this coordinator triggered are left alone: they may hold the
+        checkpoint the job was restored from.
+        """
+        first = self._first_own_checkpoint_id
+        if first is None or not self.storage.is_persistent:
+            return
+        try:
+            orphans = [i for i in self.storage.checkpoint_ids_on_disk() if i >= first and i not in retained]
+        except OSError as exc:
+            log.warning("Could not list the checkpoints of job %s to tidy them: %s", self.job_id, exc)
+            return
+        for checkpoint_id in orphans:
+            log.info("Deleting what is left of checkpoint %d of job %s.", checkpoint_id, self.job_id)
+            self.storage.discard_checkpoint(checkpoint_id)
 
     @property
     def number_of_pending_checkpoints(self) -> int:

@@ -173,6 +173,20 @@ class CheckpointStorage:
             except OSError as exc:
                 log.warning("could not delete state file %s: %s", handle.path, exc)
 
+    def checkpoint_ids_on_disk(self) -> list[int]:
+        """The ids of the ``chk-N`` directories in the job's directory (sorted)."""
+        if not self.is_persistent:
+            return []
+        fs = self.fs
+        if not fs.exists(self.job_dir):
+            return []
+        ids = []
+        for name in fs.list_dir(self.job_dir):
+            suffix = name.removeprefix(CHECKPOINT_DIR_PREFIX)
+            if suffix != name and suffix.isdigit():
+                ids.append(int(suffix))
+        return sorted(ids)
+
     def discard_job_dir_if_empty(self) -> None:
         """Remove the job's directory when it holds no checkpoint anymore."""
         if not self.is_persistent:
