@@ -25,10 +25,15 @@ LAYERS: list[tuple[int, tuple[str, ...]]] = [
     (0, ("chandy.errors",)),
     (0, ("chandy.util",)),
     (0, ("chandy.core",)),  # the package only: each module of it has its own row
+    (0, ("chandy.core.time",)),
+    (0, ("chandy.core.output_tag",)),
+    (0, ("chandy.core.types",)),
+    (1, ("chandy.core.watermark_strategy",)),
     (1, ("chandy.config",)),
     (1, ("chandy.core.state",)),
     (2, ("chandy.core.functions",)),
     (2, ("chandy.core.connector",)),
+    (3, ("chandy.core.windows",)),
     (3, ("chandy.state",)),
     (4, ("chandy.storage",)),
     (4, ("chandy.messages",)),
@@ -41,7 +46,9 @@ LAYERS: list[tuple[int, tuple[str, ...]]] = [
     (9, ("chandy.api",)),
     (10, ("chandy.cli",)),
     (10, ("chandy.web",)),
+    (10, ("chandy.common",)),
     (11, ("chandy",)),
+    (11, ("chandy.datastream",)),
 ]
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from chandy.state.key_groups import assign_key_to_parallel_operator
-from chandy.task.keyed_batch import KeyedBatch
+from chandy.task.batches import KeyedBatch
 from chandy.task.partitioners import (
     BroadcastPartitioner,
     ForwardPartitioner,

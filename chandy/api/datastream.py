@@ -32,12 +32,12 @@ from chandy.task.operators.keyed import (
     KeyedFilter,
     KeyedFlatMap,
     KeyedMap,
-    KeyedProcessOperator,
     StreamGroupedReduce,
     SumFunction,
 )
+from chandy.task.operators.process import KeyedProcessOperator, ProcessOperator
 from chandy.task.operators.sink import CollectSinkOperator, SinkFunctionOperator, SinkWriterOperator
-from chandy.task.operators.udf import ProcessOperator, StreamFilter, StreamFlatMap, StreamMap
+from chandy.task.operators.udf import StreamFilter, StreamFlatMap, StreamMap
 from chandy.task.partitioners import (
     BroadcastPartitioner,
     ForwardPartitioner,

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from collections.abc import Iterable
-from typing import Any
+from typing import Any, Generic, TypeVar
 
 from chandy.core.state import (
     ListState,
@@ -24,9 +24,60 @@ from chandy.core.state import (
     ValueState,
     ValueStateDescriptor,
 )
+from chandy.core.time import TimeDomain
+
+W = TypeVar("W")
 
 
-class RuntimeContext(ABC):
+class KeyedStateStore(ABC):
+    """Where keyed state handles come from (a runtime context, a window's state)."""
+
+    @abstractmethod
+    def get_state(self, state_descriptor: ValueStateDescriptor) -> ValueState: ...
+
+    @abstractmethod
+    def get_list_state(self, state_descriptor: ListStateDescriptor) -> ListState: ...
+
+    @abstractmethod
+    def get_map_state(self, state_descriptor: MapStateDescriptor) -> MapState: ...
+
+    @abstractmethod
+    def get_reducing_state(self, state_descriptor: ReducingStateDescriptor) -> ReducingState: ...
+
+
+class TimerService(ABC):
+    """Time and timers as a process function sees them (PyFlink's ``TimerService``).
+
+    Timers are scoped to the key of the record (or timer) being processed, and a
+    (key, timestamp) pair holds at most one timer of each kind: registering it
+    twice fires it once. They are keyed state: checkpointed with the barrier and
+    restored (on another subtask after rescaling) with their key.
+    """
+
+    @abstractmethod
+    def current_processing_time(self) -> int:
+        """Wall-clock milliseconds since the epoch."""
+
+    @abstractmethod
+    def current_watermark(self) -> int:
+        """The operator's current event-time watermark."""
+
+    @abstractmethod
+    def register_processing_time_timer(self, timestamp: int) -> None:
+        """Call ``on_timer`` when processing time reaches ``timestamp``."""
+
+    @abstractmethod
+    def register_event_time_timer(self, timestamp: int) -> None:
+        """Call ``on_timer`` when the watermark reaches ``timestamp``."""
+
+    @abstractmethod
+    def delete_processing_time_timer(self, timestamp: int) -> None: ...
+
+    @abstractmethod
+    def delete_event_time_timer(self, timestamp: int) -> None: ...
+
+
+class RuntimeContext(KeyedStateStore):
     """What a running function knows about where it runs, and its keyed state.
 
     The ``get_*_state`` methods are only available in functions applied to a
@@ -58,18 +109,6 @@ class RuntimeContext(ABC):
     @abstractmethod
     def get_job_parameter(self, key: str, default_value: str | None = None) -> str | None:
         """A value from the job's configuration, or ``default_value``."""
-
-    @abstractmethod
-    def get_state(self, state_descriptor: ValueStateDescriptor) -> ValueState: ...
-
-    @abstractmethod
-    def get_list_state(self, state_descriptor: ListStateDescriptor) -> ListState: ...
-
-    @abstractmethod
-    def get_map_state(self, state_descriptor: MapStateDescriptor) -> MapState: ...
-
-    @abstractmethod
-    def get_reducing_state(self, state_descriptor: ReducingStateDescriptor) -> ReducingState: ...
 
 
 class Function:
@@ -109,31 +148,55 @@ class KeySelector(Function):
 
 
 class ProcessFunction(Function):
-    """A function over every record of a (non-keyed) stream."""
+    """A function over every record of a (non-keyed) stream.
+
+    Yield ``(output_tag, value)`` to emit ``value`` to a side output.
+    """
 
     class Context(ABC):
         @abstractmethod
         def timestamp(self) -> int | None:
             """The record's event timestamp, or ``None`` when it carries none."""
+
+        @abstractmethod
+        def timer_service(self) -> TimerService:
+            """Time queries; setting timers needs a keyed stream (a clear error here)."""
 
     @abstractmethod
     def process_element(self, value: Any, ctx: ProcessFunction.Context) -> Iterable[Any] | None: ...
 
 
 class KeyedProcessFunction(Function):
-    """A function over every record of a keyed stream, with keyed state."""
+    """A function over every record of a keyed stream, with keyed state and timers.
+
+    Yield ``(output_tag, value)`` to emit ``value`` to a side output.
+    """
 
     class Context(ABC):
         @abstractmethod
         def timestamp(self) -> int | None:
-            """The record's event timestamp, or ``None`` when it carries none."""
+            """The record's event timestamp (in ``on_timer``: the timer's), or ``None``."""
 
         @abstractmethod
         def get_current_key(self) -> Any:
-            """The key of the record being processed."""
+            """The key of the record (or timer) being processed."""
+
+        @abstractmethod
+        def timer_service(self) -> TimerService:
+            """Query time and set timers for the current key."""
+
+    class OnTimerContext(Context):
+        @abstractmethod
+        def time_domain(self) -> TimeDomain:
+            """Whether the firing timer was set in event time or processing time."""
 
     @abstractmethod
     def process_element(self, value: Any, ctx: KeyedProcessFunction.Context) -> Iterable[Any] | None: ...
+
+    def on_timer(self, timestamp: int, ctx: KeyedProcessFunction.OnTimerContext) -> Iterable[Any] | None:
+        """A timer set through ``ctx.timer_service()`` fired; yield outputs as in
+        ``process_element``."""
+        return None
 
 
 class SinkFunction(Function):
@@ -215,3 +278,97 @@ class CheckpointListener(ABC):
 
     def notify_checkpoint_aborted(self, checkpoint_id: int) -> None:
         """Checkpoint ``checkpoint_id`` will not complete."""
+
+
+class AggregateFunction(Function):
+    """An incremental aggregation with an accumulator (PyFlink's ``AggregateFunction``):
+    windows keep one accumulator per key and window instead of every record."""
+
+    @abstractmethod
+    def create_accumulator(self) -> Any: ...
+
+    @abstractmethod
+    def add(self, value: Any, accumulator: Any) -> Any:
+        """Add ``value``; return the new accumulator (which may be ``accumulator`` itself)."""
+
+    @abstractmethod
+    def get_result(self, accumulator: Any) -> Any: ...
+
+    @abstractmethod
+    def merge(self, acc_a: Any, acc_b: Any) -> Any:
+        """Two accumulators as one (merging session windows)."""
+
+
+class WindowFunction(Function, Generic[W]):
+    """Called once per key and window with all of the window's contents."""
+
+    @abstractmethod
+    def apply(self, key: Any, window: W, inputs: Iterable[Any]) -> Iterable[Any] | None: ...
+
+
+class AllWindowFunction(Function, Generic[W]):
+    """``WindowFunction`` of a non-keyed (``window_all``) stream."""
+
+    @abstractmethod
+    def apply(self, window: W, inputs: Iterable[Any]) -> Iterable[Any] | None: ...
+
+
+class ProcessWindowFunction(Function, Generic[W]):
+    """Called once per key and window with the contents and a context (window, time,
+    per-window and per-key state). Yield ``(output_tag, value)`` for a side output."""
+
+    class Context(ABC):
+        @abstractmethod
+        def window(self) -> Any:
+            """The window being evaluated (a ``TimeWindow``, ``CountWindow``, ...)."""
+
+        @abstractmethod
+        def current_processing_time(self) -> int: ...
+
+        @abstractmethod
+        def current_watermark(self) -> int: ...
+
+        @abstractmethod
+        def window_state(self) -> KeyedStateStore:
+            """State scoped to the key and this window (cleared with ``clear``)."""
+
+        @abstractmethod
+        def global_state(self) -> KeyedStateStore:
+            """State scoped to the key, shared by all its windows."""
+
+    @abstractmethod
+    def process(
+        self, key: Any, context: ProcessWindowFunction.Context, elements: Iterable[Any]
+    ) -> Iterable[Any] | None: ...
+
+    def clear(self, context: ProcessWindowFunction.Context) -> None:
+        """The window is purged: drop what ``window_state`` holds for it."""
+
+
+class ProcessAllWindowFunction(Function, Generic[W]):
+    """``ProcessWindowFunction`` of a non-keyed (``window_all``) stream."""
+
+    class Context(ABC):
+        @abstractmethod
+        def window(self) -> Any:
+            """The window being evaluated (a ``TimeWindow``, ``CountWindow``, ...)."""
+
+        @abstractmethod
+        def current_processing_time(self) -> int: ...
+
+        @abstractmethod
+        def current_watermark(self) -> int: ...
+
+        @abstractmethod
+        def window_state(self) -> KeyedStateStore: ...
+
+        @abstractmethod
+        def global_state(self) -> KeyedStateStore: ...
+
+    @abstractmethod
+    def process(
+        self, context: ProcessAllWindowFunction.Context, elements: Iterable[Any]
+    ) -> Iterable[Any] | None: ...
+
+    def clear(self, context: ProcessAllWindowFunction.Context) -> None:
+        """The window is purged: drop what ``window_state`` holds for it."""

@@ -47,3 +47,26 @@ class CancelCheckpointMarker(RuntimeEvent):
     """Checkpoint ``checkpoint_id`` was aborted upstream: do not wait for its barriers."""
 
     checkpoint_id: int
+
+
+@dataclass(frozen=True, slots=True)
+class Watermark(RuntimeEvent):
+    """Event time on this channel has reached ``timestamp``: no record older will follow.
+
+    A task's watermark is the minimum over its active input channels; it
+    forwards a watermark only when that minimum advances.
+    """
+
+    timestamp: int
+
+
+@dataclass(frozen=True, slots=True)
+class WatermarkStatus(RuntimeEvent):
+    """The channel became idle (``idle=True``: it does not hold back the watermark) or
+    active again (Flink's ``WatermarkStatus``)."""
+
+    idle: bool
+
+
+IDLE = WatermarkStatus(True)
+ACTIVE = WatermarkStatus(False)

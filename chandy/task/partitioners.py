@@ -18,7 +18,7 @@ from collections.abc import Callable
 from typing import Any
 
 from chandy.state.key_groups import KeyGroupAssigner
-from chandy.task.keyed_batch import KeyedBatch
+from chandy.task.batches import KeyedBatch
 
 
 class StreamPartitioner(ABC):
@@ -116,7 +116,7 @@ class KeyGroupStreamPartitioner(StreamPartitioner):
 
     ``max_parallelism`` is the consuming vertex's, set by the job graph
     (:meth:`for_target`) once parallelisms are known. Into a keyed operator the
-    records travel as :class:`~chandy.task.keyed_batch.KeyedBatch` columns
+    records travel as :class:`~chandy.task.batches.KeyedBatch` columns
     (key group, key, value); into any other operator (``key_by(...).print()``)
     as plain values.
     """

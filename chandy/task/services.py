@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import traceback
 from concurrent.futures import Executor
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from chandy.errors import UnrecoverableError
@@ -17,6 +17,7 @@ from chandy.messages.checkpoint import CheckpointResponder
 from chandy.messages.ids import ExecutionAttemptID
 from chandy.messages.status import ExecutionState
 from chandy.storage.checkpoint_storage import CheckpointStorage
+from chandy.util.clock import Clock, SystemClock
 
 
 @dataclass(frozen=True)
@@ -81,3 +82,5 @@ class TaskServices:
     checkpoint_storage: CheckpointStorage | None = None
     #: Runs the asynchronous part of checkpoints, off the task threads.
     async_executor: Executor | None = None
+    #: Processing time of the tasks (injected in tests; the system clock otherwise).
+    clock: Clock = field(default_factory=SystemClock)

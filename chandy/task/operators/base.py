@@ -5,6 +5,18 @@ that arrives, and emits whole batches to its output, which is the next
 operator's ``process_batch`` inside a chain or a record writer at the end of
 it. Per-record work is a plain Python loop inside one call.
 
+Event time: ``process_watermark(timestamp)`` is called when the watermark of the
+operator's input advances (the minimum over its input channels, or the head
+operator's predecessor in the chain); the default forwards it. An operator that
+holds event-time timers fires the due ones first, then forwards, so everything
+a watermark completes is emitted before the watermark itself. Batches may carry
+timestamps (see :mod:`chandy.task.batches`); an operator that keeps them checks
+the batch type once per batch.
+
+Side outputs: ``self.side_outputs`` maps an :class:`~chandy.core.output_tag.OutputTag`
+id to where that side output goes; a tag nobody consumes is absent (its records
+are dropped, as in Flink).
+
 Lifecycle, in Flink's order: ``setup`` -> ``initialize_state`` (restore) ->
 ``open`` -> ``process_batch``* -> ``end_input`` -> ``finish`` (flush what is
 buffered) -> ``close`` (release). ``close`` also runs when the task is
@@ -27,7 +39,9 @@ from chandy.core.functions import (
     OperatorStateStore,
 )
 from chandy.core.state import ListStateDescriptor
+from chandy.core.time import MIN_TIMESTAMP
 from chandy.state.operator_state import OperatorListState, OperatorStateBackend
+from chandy.task.processing_time import ProcessingTimeService
 from chandy.task.runtime_context import StreamingRuntimeContext
 
 #: Where an operator sends its output batches.
@@ -35,6 +49,14 @@ Emit = Callable[[list[Any]], None]
 
 
 def _discard(records: list[Any]) -> None:
+    pass
+
+
+def _discard_watermark(timestamp: int) -> None:
+    pass
+
+
+def _discard_status(idle: bool) -> None:
     pass
 
 
@@ -87,6 +109,15 @@ class StreamOperator:
         self.name = type(self).__name__
         self.operator_id = ""
         self.output: Emit = _discard
+        #: Where this operator's watermarks and idleness changes go (wired by the chain).
+        self.emit_watermark: Callable[[int], None] = _discard_watermark
+        self.emit_watermark_status: Callable[[bool], None] = _discard_status
+        #: Side outputs by tag id (wired by the chain; an unconsumed tag is absent).
+        self.side_outputs: dict[str, Emit] = {}
+        #: The latest watermark this operator received.
+        self.current_watermark = MIN_TIMESTAMP
+        #: The task's processing-time service (set by the chain before ``open``).
+        self.processing_time_service: ProcessingTimeService | None = None
         self.runtime_context: StreamingRuntimeContext | None = None
         self.operator_state_backend = OperatorStateBackend()
 
@@ -120,6 +151,15 @@ class StreamOperator:
         """Process one input batch. Every operator with an input overrides this; a
         source operator has none, and a batch reaching it is a wiring bug."""
         raise TypeError(f"{type(self).__name__} has no input, yet received a batch")
+
+    def process_watermark(self, timestamp: int) -> None:
+        """The input's watermark advanced to ``timestamp``: nothing older will arrive."""
+        self.current_watermark = timestamp
+        self.emit_watermark(timestamp)
+
+    def process_watermark_status(self, idle: bool) -> None:
+        """The input became idle (``True``: it does not hold back the watermark) or active."""
+        self.emit_watermark_status(idle)
 
     def end_input(self) -> None:
         """Every input channel has ended."""

@@ -10,23 +10,9 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any, cast
 
-from chandy.core.functions import KeyedProcessFunction
 from chandy.state.heap import HeapKeyedStateBackend
-from chandy.task.keyed_batch import KeyedBatch
+from chandy.task.batches import KeyedBatch
 from chandy.task.operators.base import UdfOperator, resolve_call
-
-
-class _KeyedContext(KeyedProcessFunction.Context):
-    __slots__ = ("_backend",)
-
-    def __init__(self, backend: Any) -> None:
-        self._backend = backend
-
-    def timestamp(self) -> int | None:
-        return None
-
-    def get_current_key(self) -> Any:
-        return self._backend.get_current_key()
 
 
 class KeyedOperator(UdfOperator):
@@ -38,29 +24,6 @@ class KeyedOperator(UdfOperator):
         backend = self.runtime_context.keyed_state_backend
         assert isinstance(backend, HeapKeyedStateBackend)
         return backend
-
-
-class KeyedProcessOperator(KeyedOperator):
-    """``KeyedStream.process(KeyedProcessFunction)``."""
-
-    def open(self) -> None:
-        super().open()
-        self._call = resolve_call(self.user_function, "process_element")
-        self._context = _KeyedContext(self.backend)
-
-    def process_batch(self, records: KeyedBatch) -> None:  # type: ignore[override]
-        backend = self.backend
-        call, ctx = self._call, self._context
-        out: list[Any] = []
-        extend = out.extend
-        for kg, key, value in zip(records.key_groups, records.keys, records.values, strict=True):
-            backend.current_key = key
-            backend.current_index = kg
-            produced = call(value, ctx)
-            if produced is not None:
-                extend(produced)
-        if out:
-            self.output(out)
 
 
 class KeyedMap(KeyedOperator):
