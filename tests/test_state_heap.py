@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import pytest
 
 from chandy.core.state import (
+    AggregatingStateDescriptor,
     ListStateDescriptor,
     MapStateDescriptor,
     ReducingStateDescriptor,
+    StateDescriptor,
     ValueStateDescriptor,
 )
 from chandy.state.heap import HeapKeyedStateBackend
@@ -77,14 +81,28 @@ def test_map_state(backend: HeapKeyedStateBackend) -> None:
     assert backend.num_keys("m") == 0
 
 
-def test_reducing_state(backend: HeapKeyedStateBackend) -> None:
-    state = backend.get_partitioned_state(ReducingStateDescriptor("r", lambda a, b: a + b))
+@pytest.mark.parametrize(
+    ("describe", "result"),
+    [
+        (lambda: ReducingStateDescriptor("r", lambda a, b: a + b), 6),
+        (lambda: AggregatingStateDescriptor("avg", Average(), None), 2),
+    ],
+    ids=["reducing", "aggregating"],
+)
+def test_reducing_and_aggregating_state(
+    backend: HeapKeyedStateBackend, describe: Callable[[], StateDescriptor], result: float
+) -> None:
+    state = backend.get_partitioned_state(describe())
     at(backend, "k")
     assert state.get() is None
     for v in (1, 2, 3):
         state.add(v)
-    assert state.get() == 6
+    assert state.get() == result
     at(backend, "other")
+    assert state.get() is None
+    state.add(10)
+    assert state.get() == 10
+    state.clear()
     assert state.get() is None
 
 
@@ -217,3 +235,127 @@ def test_operator_state_snapshot_and_restore() -> None:
     assert list(target.get_union_list_state(ListStateDescriptor("everyone")).get()) == ["shared"]
     with pytest.raises(ValueError, match="SPLIT_DISTRIBUTE"):
         target.get_union_list_state(ListStateDescriptor("offsets"))
+
+
+class Average:
+    """An AggregateFunction with a mutable accumulator (so copy-on-write matters)."""
+
+    def create_accumulator(self) -> list[int]:
+        return [0, 0]
+
+    def add(self, value: int, accumulator: list[int]) -> list[int]:
+        accumulator[0] += value
+        accumulator[1] += 1
+        return accumulator
+
+    def get_result(self, accumulator: list[int]) -> float:
+        return accumulator[0] / accumulator[1]
+
+    def merge(self, acc_a: list[int], acc_b: list[int]) -> list[int]:
+        acc_a[0] += acc_b[0]
+        acc_a[1] += acc_b[1]
+        return acc_a
+
+
+def test_an_aggregating_state_descriptor_needs_an_aggregate_function() -> None:
+    with pytest.raises(TypeError, match="AggregateFunction"):
+        AggregatingStateDescriptor("bad", lambda a, b: a + b, None)
+
+
+def test_namespaced_state_is_per_key_and_namespace(backend: HeapKeyedStateBackend) -> None:
+    value = backend.get_partitioned_state(ValueStateDescriptor("v"), namespaced=True)
+    items = backend.get_partitioned_state(ListStateDescriptor("l"), namespaced=True)
+    mapping = backend.get_partitioned_state(MapStateDescriptor("m"), namespaced=True)
+    folded = backend.get_partitioned_state(ReducingStateDescriptor("r", lambda a, b: a + b), namespaced=True)
+    avg = backend.get_partitioned_state(AggregatingStateDescriptor("a", Average(), None), namespaced=True)
+    handles = (value, items, mapping, folded, avg)
+    at(backend, "k")
+    for ns in ("w1", "w2"):
+        for h in handles:
+            h.set_current_namespace(ns)
+        value.update(ns)
+        items.add(ns)
+        mapping.put(ns, 1)
+        folded.add(len(ns))
+        avg.add(2 if ns == "w1" else 4)
+    at(backend, "other")
+    value.update("other's")
+    for h in handles:
+        h.set_current_namespace("w1")
+    at(backend, "k")
+    assert value.value() == "w1" and value.get_current_namespace() == "w1"
+    assert list(items.get()) == ["w1"]
+    assert dict(mapping.items()) == {"w1": 1}
+    assert folded.get() == 2 and avg.get() == 2
+    value.clear()
+    assert value.value() is None
+    value.set_current_namespace("w2")
+    assert value.value() == "w2"
+    assert backend.num_keys("v") == 2  # (k, w2) and (other, w2)
+    with pytest.raises(ValueError, match="holds namespaced value state"):
+        backend.get_partitioned_state(ValueStateDescriptor("v"))
+
+
+def test_merge_namespaces_folds_the_sources_into_the_target(backend: HeapKeyedStateBackend) -> None:
+    items = backend.get_partitioned_state(ListStateDescriptor("l"), namespaced=True)
+    folded = backend.get_partitioned_state(ReducingStateDescriptor("r", lambda a, b: a + b), namespaced=True)
+    avg = backend.get_partitioned_state(AggregatingStateDescriptor("a", Average(), None), namespaced=True)
+    at(backend, "k")
+    for ns, v in (("s1", 1), ("s2", 2), ("t", 3)):
+        for h in (items, folded, avg):
+            h.set_current_namespace(ns)
+            h.add(v)
+    at(backend, "untouched")
+    items.set_current_namespace("s1")
+    items.add(100)
+    at(backend, "k")
+    for h in (items, folded, avg):
+        h.set_current_namespace("s1")  # the merge does not move the handle
+        h.merge_namespaces("t", ["s1", "s2", "absent"])
+        assert h.get_current_namespace() == "s1"
+        h.set_current_namespace("s2")
+        assert (list(h.get()) == []) if h is items else (h.get() is None)
+        h.set_current_namespace("s1")
+    items.set_current_namespace("t")
+    folded.set_current_namespace("t")
+    avg.set_current_namespace("t")
+    assert sorted(items.get()) == [1, 2, 3]
+    assert folded.get() == 6
+    assert avg.get() == 2
+    # into a target that holds nothing yet
+    folded.merge_namespaces("new", ["t"])
+    folded.set_current_namespace("new")
+    assert folded.get() == 6
+    at(backend, "untouched")
+    assert list(items.get()) == []  # namespace "t" of another key
+    items.set_current_namespace("s1")
+    assert list(items.get()) == [100]
+
+
+def test_namespaced_state_and_merges_are_copy_on_write_and_restore(backend: HeapKeyedStateBackend) -> None:
+    items = backend.get_partitioned_state(ListStateDescriptor("l"), namespaced=True)
+    avg = backend.get_partitioned_state(AggregatingStateDescriptor("a", Average(), None), namespaced=True)
+    at(backend, "k")
+    for ns, v in (("s1", 1), ("s2", 2), ("t", 3)):
+        for h in (items, avg):
+            h.set_current_namespace(ns)
+            h.add(v)
+    snapshot = backend.snapshot()
+    for h in (items, avg):
+        # merges in place: s2 into s1's list and accumulator, then that into t's
+        h.merge_namespaces("t", ["s1", "s2"])
+        h.set_current_namespace("t")
+        h.add(10)
+    serialized = snapshot.serialize()
+    snapshot.release()
+    restored = restore_into([serialized])
+    r_items = restored.get_partitioned_state(ListStateDescriptor("l"), namespaced=True)
+    r_avg = restored.get_partitioned_state(AggregatingStateDescriptor("a", Average(), None), namespaced=True)
+    at(restored, "k")
+    for ns, v in (("s1", 1), ("s2", 2), ("t", 3)):
+        r_items.set_current_namespace(ns)
+        r_avg.set_current_namespace(ns)
+        assert list(r_items.get()) == [v]
+        assert r_avg.get() == v
+    assert sorted(items.get()) == [1, 2, 3, 10]
+    assert avg.get() == 4

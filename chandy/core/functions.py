@@ -15,6 +15,8 @@ from collections.abc import Iterable
 from typing import Any, Generic, TypeVar
 
 from chandy.core.state import (
+    AggregatingState,
+    AggregatingStateDescriptor,
     ListState,
     ListStateDescriptor,
     MapState,
@@ -43,6 +45,9 @@ class KeyedStateStore(ABC):
 
     @abstractmethod
     def get_reducing_state(self, state_descriptor: ReducingStateDescriptor) -> ReducingState: ...
+
+    @abstractmethod
+    def get_aggregating_state(self, state_descriptor: AggregatingStateDescriptor) -> AggregatingState: ...
 
 
 class TimerService(ABC):

@@ -64,6 +64,31 @@ class ReducingStateDescriptor(StateDescriptor):
         self.reduce_function: Callable[[Any, Any], Any] = reduce
 
 
+class AggregatingStateDescriptor(StateDescriptor):
+    """One accumulator per key, folded with an ``AggregateFunction`` on every ``add``
+    (PyFlink's ``AggregatingStateDescriptor(name, agg_function, state_type_info)``).
+
+    The state keeps the accumulator; ``get()`` returns ``agg_function.get_result`` of it.
+    """
+
+    def __init__(self, name: str, agg_function: Any, state_type_info: Any = None) -> None:
+        super().__init__(name, state_type_info)
+        missing = [
+            m
+            for m in ("create_accumulator", "add", "get_result", "merge")
+            if not callable(getattr(agg_function, m, None))
+        ]
+        if missing:
+            raise TypeError(
+                f"AggregatingStateDescriptor({name!r}) needs an AggregateFunction; "
+                f"{agg_function!r} has no {', '.join(missing)} method"
+            )
+        self.agg_function = agg_function
+
+    def get_agg_function(self) -> Any:
+        return self.agg_function
+
+
 class State(ABC):
     """A state handle; every operation applies to the current key."""
 
@@ -150,3 +175,16 @@ class ReducingState(State):
     @abstractmethod
     def add(self, value: Any) -> None:
         """Fold ``value`` into the current key's value."""
+
+
+class AggregatingState(State):
+    """An accumulator per key, fed by ``add`` and read through the aggregate function's
+    ``get_result`` (PyFlink's ``AggregatingState``)."""
+
+    @abstractmethod
+    def get(self) -> Any:
+        """The aggregate's result for the current key, or ``None`` if nothing was added."""
+
+    @abstractmethod
+    def add(self, value: Any) -> None:
+        """Add ``value`` to the current key's accumulator."""

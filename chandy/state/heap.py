@@ -15,6 +15,14 @@ key, so the snapshot keeps the object as it was at the barrier even if user
 code mutates what it read. Immutable values (numbers, strings, tuples of
 them) are never copied. Once no snapshot is in flight, accesses check one
 attribute and do nothing else.
+
+Namespaced state (a window's contents: one value per key *and* window) lives in
+the same per-key-group dictionaries under ``(key, namespace)``, so it is
+snapshotted, restored and rescaled exactly like plain keyed state. Timers are
+tables too (:meth:`HeapKeyedStateBackend.get_timer_table`, kind ``"timers"``,
+names under :data:`TIMER_STATE_PREFIX`): a timer set before a barrier is in that
+barrier's snapshot and comes back, after rescaling, on the subtask that owns
+its key group. User code cannot reach them through a state descriptor.
 """
 
 from __future__ import annotations
@@ -28,6 +36,8 @@ from dataclasses import dataclass
 from typing import Any, cast
 
 from chandy.core.state import (
+    AggregatingState,
+    AggregatingStateDescriptor,
     ListState,
     ListStateDescriptor,
     MapState,
@@ -42,6 +52,13 @@ from chandy.core.state import (
 from chandy.state.backend import KeyedStateBackend
 from chandy.state.handles import KeyGroupsStateHandle, Range, StreamStateHandle
 from chandy.state.key_groups import KeyGroupRange
+
+#: Names of the tables that hold timers (Flink's ``_timer_state/`` prefix): reserved, not user state.
+TIMER_STATE_PREFIX = "_timer_state/"
+#: The kind of a timer table.
+TIMERS_KIND = "timers"
+#: The kind of a namespaced table is this prefix and the kind of its values ("namespaced list").
+NAMESPACED = "namespaced "
 
 _ATOMIC = frozenset({int, float, str, bytes, bool, complex, type(None)})
 
@@ -120,25 +137,45 @@ class HeapKeyedStateBackend(KeyedStateBackend):
     def get_current_key(self) -> Any:
         return self.current_key
 
-    def get_partitioned_state(self, descriptor: StateDescriptor) -> State:
+    def get_partitioned_state(self, descriptor: StateDescriptor, namespaced: bool = False) -> State:
+        """The handle of ``descriptor``'s state. ``namespaced=True`` gives a handle whose
+        values are per key *and* namespace (:meth:`set_current_namespace` chooses it);
+        a name holds either namespaced or plain state, not both."""
         kind = _KINDS.get(type(descriptor))
         if kind is None:
             raise TypeError(f"unsupported state descriptor {type(descriptor).__name__}")
-        kind_name, handle_type = kind
-        table = self.tables.get(descriptor.name)
-        if table is None:
-            table = StateTable(descriptor.name, kind_name, self.key_group_range, self.max_parallelism)
-            self.tables[descriptor.name] = table
-        elif table.kind != kind_name:
+        if descriptor.name.startswith(TIMER_STATE_PREFIX):
             raise ValueError(
-                f"state '{descriptor.name}' holds {table.kind} state and is now requested as "
-                f"{kind_name} state; use a different name for each state"
+                f"state name '{descriptor.name}' is reserved for timers "
+                f"(names starting with '{TIMER_STATE_PREFIX}'); choose another name"
             )
+        kind_name, handle_type, namespaced_type = kind
+        if namespaced:
+            kind_name, handle_type = NAMESPACED + kind_name, namespaced_type
+        table = self._table(descriptor.name, kind_name)
         handle = self._handles.get(descriptor.name)
         if handle is None:
             handle = handle_type(self, table, descriptor)
             self._handles[descriptor.name] = handle
         return handle
+
+    def get_timer_table(self, name: str) -> StateTable:
+        """The table of timers ``name`` (created empty if absent, restored if it was
+        snapshotted): ``maps[key_group]`` holds ``{(timestamp, key, namespace): None}``."""
+        if not name.startswith(TIMER_STATE_PREFIX):
+            raise ValueError(f"timer table names start with '{TIMER_STATE_PREFIX}', got '{name}'")
+        return self._table(name, TIMERS_KIND)
+
+    def _table(self, name: str, kind: str) -> StateTable:
+        table = self.tables.get(name)
+        if table is None:
+            table = self.tables[name] = StateTable(name, kind, self.key_group_range, self.max_parallelism)
+        elif table.kind != kind:
+            raise ValueError(
+                f"state '{name}' holds {table.kind} state and is now requested as "
+                f"{kind} state; use a different name for each state"
+            )
+        return table
 
     def num_keys(self, state_name: str) -> int:
         table = self.tables.get(state_name)
@@ -202,9 +239,9 @@ class HeapKeyedStateBackend(KeyedStateBackend):
 
 
 class _HeapState:
-    """Common fields of the heap state handles."""
+    """Common fields of the heap state handles (``_namespace`` is used by namespaced ones)."""
 
-    __slots__ = ("_backend", "_maps", "_table")
+    __slots__ = ("_backend", "_maps", "_table", "_namespace")
 
     def __init__(
         self, backend: HeapKeyedStateBackend, table: StateTable, descriptor: StateDescriptor
@@ -213,6 +250,7 @@ class _HeapState:
         # Only the current key's group is indexed, which is in this backend's range: never None.
         self._maps = cast("list[dict[Any, Any]]", table.maps)
         self._table = table
+        self._namespace: Any = None
 
     def _read(self) -> Any:
         """The current key's value, privatized first while a snapshot is in flight."""
@@ -350,6 +388,131 @@ class HeapMapState(_HeapState, MapState):
         return not self._read()
 
 
+class HeapAggregatingState(_HeapState, AggregatingState):
+    """The accumulator of an ``AggregateFunction`` per key."""
+
+    __slots__ = ("_agg",)
+
+    def __init__(
+        self, backend: HeapKeyedStateBackend, table: StateTable, descriptor: StateDescriptor
+    ) -> None:
+        super().__init__(backend, table, descriptor)
+        assert isinstance(descriptor, AggregatingStateDescriptor)
+        self._agg: Any = descriptor.agg_function
+
+    def get(self) -> Any:
+        acc = self._read()
+        return None if acc is None else self._agg.get_result(acc)
+
+    def add(self, value: Any) -> None:
+        acc = self._read()
+        if acc is None:
+            acc = self._agg.create_accumulator()
+        self._write(self._agg.add(value, acc))
+
+
+class _Namespaced(_HeapState):
+    """Values per ``(key, namespace)``: the same table layout, a composite dictionary key.
+
+    A mixin placed before a plain handle class: it replaces the three accessors
+    every operation goes through, so each state type works unchanged.
+    """
+
+    __slots__ = ()
+
+    def set_current_namespace(self, namespace: Any) -> None:
+        """Scope the following operations to ``namespace`` (for example a window)."""
+        self._namespace = namespace
+
+    def get_current_namespace(self) -> Any:
+        return self._namespace
+
+    def _read(self) -> Any:
+        b = self._backend
+        key = (b.current_key, self._namespace)
+        if self._table.cow is None:
+            return self._maps[b.current_index].get(key)
+        return self._table.privatize(self._maps[b.current_index], key)
+
+    def _write(self, value: Any) -> None:
+        b = self._backend
+        key = (b.current_key, self._namespace)
+        self._maps[b.current_index][key] = value
+        cow = self._table.cow
+        if cow is not None:
+            cow.add(key)
+
+    def clear(self) -> None:
+        b = self._backend
+        self._maps[b.current_index].pop((b.current_key, self._namespace), None)
+
+
+class _MergingNamespaced(_Namespaced):
+    """Namespaced state whose values of several namespaces can be merged into one
+    (what merging windows, such as sessions, need)."""
+
+    __slots__ = ()
+
+    def _merge_values(self, a: Any, b: Any) -> Any:
+        raise TypeError(f"{type(self).__name__} cannot merge namespaces")
+
+    def merge_namespaces(self, target: Any, sources: Iterable[Any]) -> None:
+        """Fold the current key's values of every namespace in ``sources`` into ``target``'s
+        and remove them (Flink's ``InternalMergingState.mergeNamespaces``)."""
+        b = self._backend
+        m = self._maps[b.current_index]
+        key = b.current_key
+        table = self._table
+        merged: Any = None
+        for namespace in sources:
+            source_key = (key, namespace)
+            # Privatized before it is removed: merging may change it in place, and a
+            # snapshot in flight may share it.
+            value = m.get(source_key) if table.cow is None else table.privatize(m, source_key)
+            if value is None:
+                continue
+            del m[source_key]
+            merged = value if merged is None else self._merge_values(merged, value)
+        if merged is None:
+            return
+        current, self._namespace = self._namespace, target
+        try:
+            old = self._read()
+            self._write(merged if old is None else self._merge_values(old, merged))
+        finally:
+            self._namespace = current
+
+
+class HeapNamespacedValueState(_Namespaced, HeapValueState):
+    __slots__ = ()
+
+
+class HeapNamespacedMapState(_Namespaced, HeapMapState):
+    __slots__ = ()
+
+
+class HeapNamespacedListState(_MergingNamespaced, HeapListState):
+    __slots__ = ()
+
+    def _merge_values(self, a: Any, b: Any) -> Any:
+        a.extend(b)
+        return a
+
+
+class HeapNamespacedReducingState(_MergingNamespaced, HeapReducingState):
+    __slots__ = ()
+
+    def _merge_values(self, a: Any, b: Any) -> Any:
+        return self._reduce(a, b)
+
+
+class HeapNamespacedAggregatingState(_MergingNamespaced, HeapAggregatingState):
+    __slots__ = ()
+
+    def _merge_values(self, a: Any, b: Any) -> Any:
+        return self._agg.merge(a, b)
+
+
 @dataclass
 class SerializedKeyedState:
     """One backend's key groups as one byte string, with the range of each key group."""
@@ -437,9 +600,11 @@ class KeyGroupSerializer:
         )
 
 
-_KINDS: dict[type, tuple[str, type]] = {
-    ValueStateDescriptor: ("value", HeapValueState),
-    ListStateDescriptor: ("list", HeapListState),
-    MapStateDescriptor: ("map", HeapMapState),
-    ReducingStateDescriptor: ("reducing", HeapReducingState),
+#: descriptor type -> (kind, plain handle type, namespaced handle type)
+_KINDS: dict[type, tuple[str, type, type]] = {
+    ValueStateDescriptor: ("value", HeapValueState, HeapNamespacedValueState),
+    ListStateDescriptor: ("list", HeapListState, HeapNamespacedListState),
+    MapStateDescriptor: ("map", HeapMapState, HeapNamespacedMapState),
+    ReducingStateDescriptor: ("reducing", HeapReducingState, HeapNamespacedReducingState),
+    AggregatingStateDescriptor: ("aggregating", HeapAggregatingState, HeapNamespacedAggregatingState),
 }

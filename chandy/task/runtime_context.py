@@ -7,6 +7,8 @@ from typing import Any
 
 from chandy.core.functions import RuntimeContext
 from chandy.core.state import (
+    AggregatingState,
+    AggregatingStateDescriptor,
     ListState,
     ListStateDescriptor,
     MapState,
@@ -107,4 +109,10 @@ class StreamingRuntimeContext(RuntimeContext):
         state = self._keyed(state_descriptor)
         if not isinstance(state, ReducingState):
             raise self._wrong_kind(state_descriptor, state, "ReducingState")
+        return state
+
+    def get_aggregating_state(self, state_descriptor: AggregatingStateDescriptor) -> AggregatingState:
+        state = self._keyed(state_descriptor)
+        if not isinstance(state, AggregatingState):
+            raise self._wrong_kind(state_descriptor, state, "AggregatingState")
         return state
