@@ -25,6 +25,8 @@ from chandy.core.functions import (
     ReduceFunction,
     SinkFunction,
 )
+from chandy.core.output_tag import OutputTag
+from chandy.core.watermark_strategy import WatermarkStrategy
 from chandy.errors import InvalidProgramError
 from chandy.graph.stream_graph import ChainingStrategy, StreamNode
 from chandy.task.operators.base import StreamOperator
@@ -37,6 +39,7 @@ from chandy.task.operators.keyed import (
 )
 from chandy.task.operators.process import KeyedProcessOperator, ProcessOperator
 from chandy.task.operators.sink import CollectSinkOperator, SinkFunctionOperator, SinkWriterOperator
+from chandy.task.operators.timestamps import TimestampsAndWatermarksOperator
 from chandy.task.operators.udf import StreamFilter, StreamFlatMap, StreamMap
 from chandy.task.partitioners import (
     BroadcastPartitioner,
@@ -51,7 +54,9 @@ if TYPE_CHECKING:
     from chandy.api.environment import StreamExecutionEnvironment
     from chandy.runtime.collect import CollectIterator
 
-_Input = tuple[StreamNode, StreamPartitioner | None]
+#: An input of the next operator: a node, the partitioning of the edge, and the side
+#: output tag the edge carries (``None``: the node's main output).
+_Input = tuple[StreamNode, StreamPartitioner | None, str | None]
 
 
 def _check_function(func: Any, base: type[Function], method: str, operation: str) -> Any:
@@ -130,7 +135,7 @@ class DataStream(_NodeHandle):
 
     @classmethod
     def _of(cls, env: StreamExecutionEnvironment, node: StreamNode) -> DataStream:
-        return cls(env, node, [(node, None)])
+        return cls(env, node, [(node, None, None)])
 
     def get_execution_environment(self) -> StreamExecutionEnvironment:
         return self._env
@@ -142,8 +147,8 @@ class DataStream(_NodeHandle):
     ) -> StreamNode:
         graph = self._env._stream_graph
         node = graph.add_node(name, factory, keyed=keyed, is_sink=is_sink)
-        for source, partitioner in self._inputs:
-            graph.add_edge(source, node, partitioner)
+        for source, partitioner, tag in self._inputs:
+            graph.add_edge(source, node, partitioner, tag)
         return node
 
     def map(self, func: MapFunction | Callable[[Any], Any], output_type: Any = None) -> DataStream:
@@ -172,17 +177,43 @@ class DataStream(_NodeHandle):
             self._env, self._add_operator("Process", functools.partial(ProcessOperator, func))
         )
 
+    def assign_timestamps_and_watermarks(self, watermark_strategy: WatermarkStrategy) -> DataStream:
+        """Give every record an event timestamp and generate watermarks from them (replacing
+        any event time the stream had; prefer a strategy on ``from_source``, which keeps
+        per-source watermarks)."""
+        if not isinstance(watermark_strategy, WatermarkStrategy):
+            raise InvalidProgramError(
+                "assign_timestamps_and_watermarks() takes a WatermarkStrategy, got "
+                f"{type(watermark_strategy).__name__}"
+            )
+        node = self._add_operator(
+            "Timestamps/Watermarks", functools.partial(TimestampsAndWatermarksOperator, watermark_strategy)
+        )
+        node.assigns_timestamps = True
+        return DataStream._of(self._env, node)
+
+    def get_side_output(self, output_tag: OutputTag) -> DataStream:
+        """The records this operator's function emitted as ``(output_tag, value)``."""
+        if not isinstance(output_tag, OutputTag):
+            raise InvalidProgramError(
+                f"get_side_output() takes an OutputTag, got {type(output_tag).__name__}"
+            )
+        node = self._operator("get_side_output()")
+        return DataStream(self._env, None, [(node, None, output_tag.tag_id)])
+
     # ------------------------------------------------------------ partitioning
 
     def _repartition(self, partitioner: StreamPartitioner) -> DataStream:
-        return DataStream(self._env, None, [(node, partitioner) for node, _ in self._inputs])
+        return DataStream(self._env, None, [(node, partitioner, tag) for node, _, tag in self._inputs])
 
     def key_by(self, key_selector: KeySelector | Callable[[Any], Any], key_type: Any = None) -> KeyedStream:
         """Partition by key: every record with the same key goes to the same subtask,
         where keyed state is scoped to that key."""
         key_selector = _check_function(key_selector, KeySelector, "get_key", "key_by")
         select = key_selector.get_key if isinstance(key_selector, KeySelector) else key_selector
-        return KeyedStream(self._env, [(node, KeyGroupStreamPartitioner(select)) for node, _ in self._inputs])
+        return KeyedStream(
+            self._env, [(node, KeyGroupStreamPartitioner(select), tag) for node, _, tag in self._inputs]
+        )
 
     def rebalance(self) -> DataStream:
         """Round-robin over the next operator's subtasks."""

@@ -22,6 +22,7 @@ from chandy.config.options import (
     all_options,
 )
 from chandy.core.connector import Boundedness, Source
+from chandy.core.watermark_strategy import WatermarkStrategy
 from chandy.errors import ConfigurationError, InvalidProgramError
 from chandy.graph.job_graph import JobGraph, create_job_graph
 from chandy.graph.stream_graph import StreamGraph
@@ -152,14 +153,23 @@ class StreamExecutionEnvironment:
     # ------------------------------------------------------------------ sources
 
     def from_source(
-        self, source: Source, watermark_strategy: Any = None, source_name: str = "Source"
+        self,
+        source: Source,
+        watermark_strategy: WatermarkStrategy | None = None,
+        source_name: str = "Source",
+        type_info: Any = None,
     ) -> DataStream:
-        """A stream read from ``source`` (a :class:`~chandy.core.connector.Source`)."""
+        """A stream read from ``source`` (a :class:`~chandy.core.connector.Source`).
+
+        With a ``watermark_strategy`` the records get event timestamps and the source
+        generates watermarks (per source subtask, every ``pipeline.auto-watermark-interval``);
+        ``WatermarkStrategy.no_watermarks()`` or ``None`` for none."""
         if not isinstance(source, Source):
             raise InvalidProgramError(f"from_source() takes a Source, got {type(source).__name__}")
-        if watermark_strategy is not None:
+        if watermark_strategy is not None and not isinstance(watermark_strategy, WatermarkStrategy):
             raise InvalidProgramError(
-                "watermark strategies (event time) are not supported yet; pass watermark_strategy=None"
+                "from_source(source, watermark_strategy, source_name): watermark_strategy must be "
+                f"a WatermarkStrategy (or None), got {type(watermark_strategy).__name__}"
             )
         source.validate()
         if source.get_boundedness() is Boundedness.CONTINUOUS_UNBOUNDED:
@@ -167,7 +177,10 @@ class StreamExecutionEnvironment:
         import functools
 
         node = self._stream_graph.add_node(
-            source_name, functools.partial(SourceOperator, source), is_source=True
+            source_name, functools.partial(SourceOperator, source, watermark_strategy), is_source=True
+        )
+        node.assigns_timestamps = watermark_strategy is not None and (
+            watermark_strategy.emits_watermarks or watermark_strategy.create_timestamp_extractor() is not None
         )
         return DataStream._of(self, node)
 

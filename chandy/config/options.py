@@ -30,6 +30,12 @@ class PipelineOptions:
         "Chain operators joined by forward edges of equal parallelism into one task.",
         deprecated_keys=("pipeline.operator-chaining",),
     )
+    AUTO_WATERMARK_INTERVAL = ConfigOption.duration(
+        "pipeline.auto-watermark-interval",
+        200,
+        "How often sources (and assign_timestamps_and_watermarks) ask their watermark "
+        "generator for a new watermark; 0 turns periodic watermarks off.",
+    )
 
 
 class CoreOptions:

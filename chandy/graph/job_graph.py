@@ -125,7 +125,12 @@ def create_job_graph(
     for node in order:
         if node.parallelism is None:
             node.parallelism = default_parallelism
-    edges = {id(e): _resolve_partitioner(e) for n in order for e in n.out_edges}
+    timestamped = stream_graph.timestamped_nodes()
+    edges = {
+        id(e): _resolve_partitioner(e).with_timestamps(n.id in timestamped)
+        for n in order
+        for e in n.out_edges
+    }
 
     def chainable(edge: StreamEdge) -> bool:
         return (
@@ -177,6 +182,7 @@ def create_job_graph(
 
     job_edges: list[JobEdge] = []
     network_outputs: dict[int, list[int]] = {n.id: [] for n in order}
+    side_network: dict[int, dict[str, list[int]]] = {n.id: {} for n in order}
     vertex_output_count: dict[int, int] = {v.id: 0 for v in vertices.values()}
     for node in order:
         for edge in node.out_edges:
@@ -198,14 +204,34 @@ def create_job_graph(
             job_edges.append(job_edge)
             source_vertex.outputs.append(job_edge)
             target_vertex.inputs.append(job_edge)
-            network_outputs[node.id].append(vertex_output_count[source_vertex.id])
+            if edge.side_output_tag is None:
+                network_outputs[node.id].append(vertex_output_count[source_vertex.id])
+            else:
+                side_network[node.id].setdefault(edge.side_output_tag, []).append(
+                    vertex_output_count[source_vertex.id]
+                )
             vertex_output_count[source_vertex.id] += 1
 
     for head_id, members in chains.items():
         vertex = vertices[head_id]
         for member in members:
             chained = tuple(
-                e.target.id for e in member.out_edges if head_of[e.target.id] is head_of[member.id]
+                e.target.id
+                for e in member.out_edges
+                if head_of[e.target.id] is head_of[member.id] and e.side_output_tag is None
+            )
+            side_tags = sorted({e.side_output_tag for e in member.out_edges if e.side_output_tag is not None})
+            side_outputs = tuple(
+                (
+                    tag,
+                    tuple(
+                        e.target.id
+                        for e in member.out_edges
+                        if e.side_output_tag == tag and head_of[e.target.id] is head_of[member.id]
+                    ),
+                    tuple(side_network[member.id].get(tag, ())),
+                )
+                for tag in side_tags
             )
             vertex.operators.append(
                 OperatorSpec(
@@ -216,6 +242,7 @@ def create_job_graph(
                     keyed=member.keyed,
                     chained_outputs=chained,
                     network_outputs=tuple(network_outputs[member.id]),
+                    side_outputs=side_outputs,
                 )
             )
 

@@ -28,6 +28,10 @@ class StreamNode:
     is_sink: bool = False
     #: Records arrive as (key_group, key, value): the node consumes a keyed stream.
     keyed: bool = False
+    #: The node gives its output event timestamps of its own (a source with a watermark
+    #: strategy, ``assign_timestamps_and_watermarks``, a window); any node whose input has
+    #: timestamps passes them on.
+    assigns_timestamps: bool = False
     parallelism: int | None = None
     max_parallelism: int | None = None
     uid: str | None = None
@@ -45,9 +49,12 @@ class StreamEdge:
     target: StreamNode
     #: ``None``: forward where the parallelisms match, rebalance where they differ.
     partitioner: StreamPartitioner | None
+    #: The edge carries the source's side output with this tag id, not its main output.
+    side_output_tag: str | None = None
 
     def __repr__(self) -> str:
-        return f"{self.source.id} -{self.partitioner or 'default'}-> {self.target.id}"
+        side = f"[{self.side_output_tag}]" if self.side_output_tag else ""
+        return f"{self.source.id}{side} -{self.partitioner or 'default'}-> {self.target.id}"
 
 
 class StreamGraph:
@@ -81,9 +88,13 @@ class StreamGraph:
         return node
 
     def add_edge(
-        self, source: StreamNode, target: StreamNode, partitioner: StreamPartitioner | None
+        self,
+        source: StreamNode,
+        target: StreamNode,
+        partitioner: StreamPartitioner | None,
+        side_output_tag: str | None = None,
     ) -> StreamEdge:
-        edge = StreamEdge(source, target, partitioner)
+        edge = StreamEdge(source, target, partitioner, side_output_tag)
         source.out_edges.append(edge)
         target.in_edges.append(edge)
         return edge
@@ -102,6 +113,15 @@ class StreamGraph:
                     ready.append(edge.target.id)
                     ready.sort()
         return order
+
+    def timestamped_nodes(self) -> set[int]:
+        """Ids of the nodes whose output may carry event timestamps: those that assign them
+        and everything downstream of one (the edges out of them carry a timestamp column)."""
+        found: set[int] = set()
+        for node in self.topological_order():
+            if node.assigns_timestamps or any(e.source.id in found for e in node.in_edges):
+                found.add(node.id)
+        return found
 
     def clear(self) -> None:
         self.nodes.clear()

@@ -31,6 +31,8 @@ class OperatorSpec:
     chained_outputs: tuple[int, ...] = ()
     #: Indexes into ``TaskDeploymentDescriptor.outputs``.
     network_outputs: tuple[int, ...] = ()
+    #: Side outputs: ``(tag_id, chained node ids, network output indexes)`` per consumed tag.
+    side_outputs: tuple[tuple[str, tuple[int, ...], tuple[int, ...]], ...] = ()
 
 
 @dataclass(frozen=True)

@@ -13,6 +13,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from chandy.network.events import ACTIVE, IDLE, Watermark
 from chandy.state.handles import OperatorStateMeta
 from chandy.state.heap import HeapKeyedStateBackend, HeapSnapshot
 from chandy.state.key_groups import KeyGroupRange
@@ -24,6 +25,7 @@ from chandy.task.operators.base import (
     StateSnapshotContext,
     StreamOperator,
 )
+from chandy.task.processing_time import ProcessingTimeService
 from chandy.task.record_writer import RecordWriter
 from chandy.task.runtime_context import StreamingRuntimeContext
 from chandy.task.services import TaskServices
@@ -31,16 +33,31 @@ from chandy.task.services import TaskServices
 log = logging.getLogger(__name__)
 
 
-def _fan_out(targets: Sequence[Emit]) -> Emit:
+def _fan_out(targets: Sequence[Callable[[Any], None]]) -> Callable[[Any], None]:
+    """One call that hands its argument to every target in turn (a batch, a watermark, a status)."""
     if not targets:
-        return lambda records: None
+        return lambda item: None
     if len(targets) == 1:
         return targets[0]
     fixed = tuple(targets)
 
-    def emit(records: list[Any]) -> None:
+    def emit(item: Any) -> None:
         for target in fixed:
-            target(records)
+            target(item)
+
+    return emit
+
+
+def _broadcast_watermark(writer: RecordWriter) -> Callable[[int], None]:
+    def emit(timestamp: int) -> None:
+        writer.broadcast_event(Watermark(timestamp))
+
+    return emit
+
+
+def _broadcast_status(writer: RecordWriter) -> Callable[[bool], None]:
+    def emit(idle: bool) -> None:
+        writer.broadcast_event(IDLE if idle else ACTIVE)
 
     return emit
 
@@ -67,8 +84,10 @@ class OperatorChain:
         writers: Sequence[RecordWriter],
         services: TaskServices,
         should_abort: Callable[[], bool],
+        processing_time_service: ProcessingTimeService | None = None,
     ) -> None:
         self.tdd = tdd
+        self.processing_time_service = processing_time_service or ProcessingTimeService(services.clock)
         self.specs = tdd.operators
         self.operators: dict[int, StreamOperator] = {}
         for spec in self.specs:
@@ -82,6 +101,17 @@ class OperatorChain:
             operator = self.operators[spec.node_id]
             targets: list[Emit] = [self.operators[n].process_batch for n in spec.chained_outputs]
             targets += [writers[i].emit_batch for i in spec.network_outputs]
+            # Watermarks and statuses go everywhere records go, side outputs included.
+            consumers = [self.operators[n] for n in spec.chained_outputs]
+            network = [writers[i] for i in spec.network_outputs]
+            side: dict[str, Emit] = {}
+            for tag_id, chained, network_indexes in spec.side_outputs:
+                side[tag_id] = _fan_out(
+                    [self.operators[n].process_batch for n in chained]
+                    + [writers[i].emit_batch for i in network_indexes]
+                )
+                consumers += [self.operators[n] for n in chained]
+                network += [writers[i] for i in network_indexes]
             backend = HeapKeyedStateBackend(key_group_range, tdd.max_parallelism) if spec.keyed else None
             context = StreamingRuntimeContext(
                 job_id=tdd.job_id,
@@ -96,6 +126,14 @@ class OperatorChain:
                 keyed_state_backend=backend,
             )
             operator.setup(context, _fan_out(targets))
+            operator.side_outputs = side
+            operator.emit_watermark = _fan_out(
+                [c.process_watermark for c in consumers] + [_broadcast_watermark(w) for w in network]
+            )
+            operator.emit_watermark_status = _fan_out(
+                [c.process_watermark_status for c in consumers] + [_broadcast_status(w) for w in network]
+            )
+            operator.processing_time_service = self.processing_time_service
             operator.bind_task_services(services, should_abort)
         self.head = self.operators[self.specs[0].node_id]
         self._opened: list[StreamOperator] = []

@@ -18,7 +18,7 @@ from collections.abc import Callable
 from typing import Any
 
 from chandy.state.key_groups import KeyGroupAssigner
-from chandy.task.batches import KeyedBatch
+from chandy.task.batches import KeyedBatch, TimestampedBatch
 
 
 class StreamPartitioner(ABC):
@@ -28,6 +28,8 @@ class StreamPartitioner(ABC):
     name = "?"
     #: Pointwise: producer subtask i talks only to consumer subtask i.
     is_pointwise = False
+    #: The edge carries event timestamps (set by the job graph): buffers hold a timestamp column.
+    timestamped = False
 
     def setup(self, num_channels: int, subtask_index: int) -> None:
         """Bind to this subtask's output channels."""
@@ -38,9 +40,22 @@ class StreamPartitioner(ABC):
     def partition(self, records: list[Any], buffers: list[Any]) -> None:
         """Append every record to the buffer of the channel it goes to."""
 
+    @abstractmethod
+    def partition_timestamped(
+        self, records: list[Any], timestamps: list[int | None], buffers: list[Any]
+    ) -> None:
+        """:meth:`partition` on a timestamped edge: buffers are :class:`TimestampedBatch`
+        (or :class:`KeyedBatch` with timestamps) and each record keeps its timestamp."""
+
     def new_buffer(self) -> Any:
-        """An empty per-channel buffer (a list; keyed edges use columns)."""
-        return []
+        """An empty per-channel buffer (a list; keyed or timestamped edges use columns)."""
+        return TimestampedBatch() if self.timestamped else []
+
+    def with_timestamps(self, timestamped: bool) -> StreamPartitioner:
+        """A copy of this prototype for an edge that does (or does not) carry timestamps."""
+        clone = self.copy()
+        clone.timestamped = timestamped
+        return clone
 
     def copy(self) -> StreamPartitioner:
         clone = object.__new__(type(self))
@@ -60,6 +75,12 @@ class ForwardPartitioner(StreamPartitioner):
     def partition(self, records: list[Any], buffers: list[list[Any]]) -> None:
         buffers[0].extend(records)
 
+    def partition_timestamped(
+        self, records: list[Any], timestamps: list[int | None], buffers: list[TimestampedBatch]
+    ) -> None:
+        buffers[0].values.extend(records)
+        buffers[0].timestamps.extend(timestamps)
+
 
 class RebalancePartitioner(StreamPartitioner):
     """Round-robin over all channels, starting at a random one (evens out skew)."""
@@ -78,6 +99,17 @@ class RebalancePartitioner(StreamPartitioner):
             return
         for offset in range(min(n, len(records))):
             buffers[(position + offset) % n].extend(records[offset::n])
+        self._position = (position + len(records)) % n
+
+    def partition_timestamped(
+        self, records: list[Any], timestamps: list[int | None], buffers: list[TimestampedBatch]
+    ) -> None:
+        n = self.num_channels
+        position = self._position
+        for offset in range(min(n, len(records))):
+            buffer = buffers[(position + offset) % n]
+            buffer.values.extend(records[offset::n])
+            buffer.timestamps.extend(timestamps[offset::n])
         self._position = (position + len(records)) % n
 
 
@@ -100,6 +132,15 @@ class ShufflePartitioner(StreamPartitioner):
         for record, target in zip(records, targets, strict=True):
             buffers[target].append(record)
 
+    def partition_timestamped(
+        self, records: list[Any], timestamps: list[int | None], buffers: list[TimestampedBatch]
+    ) -> None:
+        targets = self._random.choices(self._channels, k=len(records))
+        for record, timestamp, target in zip(records, timestamps, targets, strict=True):
+            buffer = buffers[target]
+            buffer.values.append(record)
+            buffer.timestamps.append(timestamp)
+
 
 class BroadcastPartitioner(StreamPartitioner):
     """Every record to every channel."""
@@ -109,6 +150,13 @@ class BroadcastPartitioner(StreamPartitioner):
     def partition(self, records: list[Any], buffers: list[list[Any]]) -> None:
         for buffer in buffers:
             buffer.extend(records)
+
+    def partition_timestamped(
+        self, records: list[Any], timestamps: list[int | None], buffers: list[TimestampedBatch]
+    ) -> None:
+        for buffer in buffers:
+            buffer.values.extend(records)
+            buffer.timestamps.extend(timestamps)
 
 
 class KeyGroupStreamPartitioner(StreamPartitioner):
@@ -131,7 +179,9 @@ class KeyGroupStreamPartitioner(StreamPartitioner):
         self.ship_keys = ship_keys
 
     def for_target(self, max_parallelism: int, ship_keys: bool) -> KeyGroupStreamPartitioner:
-        return KeyGroupStreamPartitioner(self.key_selector, max_parallelism, ship_keys)
+        target = KeyGroupStreamPartitioner(self.key_selector, max_parallelism, ship_keys)
+        target.timestamped = self.timestamped
+        return target
 
     def setup(self, num_channels: int, subtask_index: int) -> None:
         super().setup(num_channels, subtask_index)
@@ -142,7 +192,9 @@ class KeyGroupStreamPartitioner(StreamPartitioner):
         self._channel_of = [kg * num_channels // max_p for kg in range(max_p)]
 
     def new_buffer(self) -> Any:
-        return KeyedBatch() if self.ship_keys else []
+        if self.ship_keys:
+            return KeyedBatch.with_timestamps() if self.timestamped else KeyedBatch()
+        return TimestampedBatch() if self.timestamped else []
 
     def _key_groups(self, keys: list[Any]) -> list[int]:
         """Key groups of ``keys``: C-speed cache lookups, Python only for new keys."""
@@ -183,3 +235,35 @@ class KeyGroupStreamPartitioner(StreamPartitioner):
             appenders = [b.append for b in buffers]
             for kg, value in zip(groups, records, strict=True):
                 appenders[channel_of[kg]](value)
+
+    def partition_timestamped(
+        self, records: list[Any], timestamps: list[int | None], buffers: list[Any]
+    ) -> None:
+        keys = list(map(self.key_selector, records))
+        groups = self._key_groups(keys)
+        ship_keys = self.ship_keys
+        if len(buffers) == 1:
+            buffer = buffers[0]
+            if ship_keys:
+                buffer.key_groups.extend(groups)
+                buffer.keys.extend(keys)
+            buffer.values.extend(records)
+            buffer.timestamps.extend(timestamps)
+            return
+        channel_of = self._channel_of
+        value_appenders = [b.values.append for b in buffers]
+        time_appenders = [b.timestamps.append for b in buffers]
+        if ship_keys:
+            group_appenders = [b.key_groups.append for b in buffers]
+            key_appenders = [b.keys.append for b in buffers]
+            for kg, key, value, timestamp in zip(groups, keys, records, timestamps, strict=True):
+                channel = channel_of[kg]
+                group_appenders[channel](kg)
+                key_appenders[channel](key)
+                value_appenders[channel](value)
+                time_appenders[channel](timestamp)
+        else:
+            for kg, value, timestamp in zip(groups, records, timestamps, strict=True):
+                channel = channel_of[kg]
+                value_appenders[channel](value)
+                time_appenders[channel](timestamp)

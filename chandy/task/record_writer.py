@@ -31,6 +31,7 @@ class RecordWriter:
         "pending_since_ns",
         "records_out",
         "batches_out",
+        "timestamped",
     )
 
     def __init__(
@@ -44,11 +45,22 @@ class RecordWriter:
         self.pending_since_ns = 0
         self.records_out = 0
         self.batches_out = 0
+        #: The edge carries event timestamps (the partitioner's buffers have a timestamp column).
+        self.timestamped = partitioner.timestamped
 
-    def emit_batch(self, records: list[Any]) -> None:
-        """Route ``records`` and send every buffer that filled up."""
+    def emit_batch(self, records: Any) -> None:
+        """Route ``records`` (a list or a :class:`~chandy.task.batches.TimestampedBatch`) and
+        send every buffer that filled up."""
         buffers = self._buffers
-        self.partitioner.partition(records, buffers)
+        if self.timestamped:
+            if type(records) is list:
+                self.partitioner.partition_timestamped(records, [None] * len(records), buffers)
+            else:
+                self.partitioner.partition_timestamped(records.values, records.timestamps, buffers)
+        elif type(records) is list:
+            self.partitioner.partition(records, buffers)
+        else:  # timestamps the edge does not carry (nothing downstream can use them)
+            self.partitioner.partition(records.values, buffers)
         size = self.batch_size
         pending = False
         for index, buffer in enumerate(buffers):

@@ -45,7 +45,13 @@ from chandy.network.barrier_handler import (
 from chandy.network.cancellation import TaskCancelledError
 from chandy.network.channel import InputChannel, OutputChannel
 from chandy.network.checkpointed_input_gate import CheckpointedInputGate
-from chandy.network.events import END_OF_PARTITION, CancelCheckpointMarker, CheckpointBarrier
+from chandy.network.events import (
+    END_OF_PARTITION,
+    CancelCheckpointMarker,
+    CheckpointBarrier,
+    RuntimeEvent,
+    Watermark,
+)
 from chandy.network.input_gate import InputGate
 from chandy.network.wakeup import Wakeup
 from chandy.task.checkpointing import SubtaskCheckpointCoordinator
@@ -54,6 +60,7 @@ from chandy.task.mailbox import Mailbox
 from chandy.task.operator_chain import OperatorChain
 from chandy.task.operators.base import StreamOperator
 from chandy.task.operators.source import InputStatus, SourceOperator
+from chandy.task.processing_time import ProcessingTimeService
 from chandy.task.record_writer import RecordWriter
 from chandy.task.services import TaskFailure, TaskServices, TaskStateListener
 
@@ -84,6 +91,8 @@ class StreamTask:
         self.listener = listener
         self.wakeup = Wakeup()
         self.mailbox = Mailbox(self.wakeup)
+        #: Wall-clock callbacks (processing-time timers, periodic watermarks), run by this thread.
+        self.processing_time = ProcessingTimeService(services.clock)
         self._cancelled = False
         config = Configuration(tdd.config)
         self.batch_size = config.get(NetworkOptions.BATCH_SIZE)
@@ -253,7 +262,9 @@ class StreamTask:
         self._transition(ExecutionState.INITIALIZING)
         failure: TaskFailure | None = None
         try:
-            self.chain = OperatorChain(tdd, self.writers, self.services, self.is_cancelled)
+            self.chain = OperatorChain(
+                tdd, self.writers, self.services, self.is_cancelled, self.processing_time
+            )
             self.checkpoints = SubtaskCheckpointCoordinator(
                 tdd,
                 self.chain,
@@ -269,6 +280,9 @@ class StreamTask:
                 raise TaskCancelledError()
             self._transition(ExecutionState.RUNNING)
             self._run_mailbox_loop()
+            # Flink quiesces the timer service when the input ends: processing-time timers
+            # still pending do not fire; event-time ones fired on the final watermark.
+            self.processing_time.quiesce()
             self.chain.end_input()
             if self._needs_final_checkpoint:
                 self._wait_for_final_checkpoint()
@@ -309,11 +323,16 @@ class StreamTask:
             source = None
             idle_wait = 1.0
         batch_size = self.batch_size
+        timers = self.processing_time
+        clock = timers.clock
         while True:
             if mailbox.has_mail():
                 self._process_mails()
             if self._cancelled:
                 raise TaskCancelledError()
+            due = timers.next_due_ms
+            if due is not None and clock.now_ms() >= due:
+                timers.fire_due()
             if not self._outputs_available(writers):
                 wakeup.wait(0.1)
                 continue
@@ -335,7 +354,8 @@ class StreamTask:
                 return
             for writer in writers:
                 writer.flush()
-            wakeup.wait(idle_wait)
+            until_timer = timers.delay_until_next_ms()
+            wakeup.wait(idle_wait if until_timer is None else min(idle_wait, until_timer / 1000))
 
     @staticmethod
     def _outputs_available(writers: list[RecordWriter]) -> bool:
@@ -359,7 +379,14 @@ class StreamTask:
         polled = checkpointed_input.poll_next()
         if polled is None:
             return _END if checkpointed_input.is_finished() else _NOTHING
-        head.process_batch(polled[1])
+        item = polled[1]
+        if isinstance(item, RuntimeEvent):  # what the watermark valve forwards
+            if type(item) is Watermark:
+                head.process_watermark(item.timestamp)
+            else:
+                head.process_watermark_status(item.idle)  # type: ignore[attr-defined]
+            return _MORE
+        head.process_batch(item)
         return _MORE
 
 

@@ -44,8 +44,8 @@ from chandy.state.operator_state import OperatorListState, OperatorStateBackend
 from chandy.task.processing_time import ProcessingTimeService
 from chandy.task.runtime_context import StreamingRuntimeContext
 
-#: Where an operator sends its output batches.
-Emit = Callable[[list[Any]], None]
+#: Where an operator sends its output batches (a list, or a TimestampedBatch: see chandy.task.batches).
+Emit = Callable[[Any], None]
 
 
 def _discard(records: list[Any]) -> None:

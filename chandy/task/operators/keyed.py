@@ -11,7 +11,7 @@ from collections.abc import Callable
 from typing import Any, cast
 
 from chandy.state.heap import HeapKeyedStateBackend
-from chandy.task.batches import KeyedBatch
+from chandy.task.batches import KeyedBatch, TimestampedBatch
 from chandy.task.operators.base import UdfOperator, resolve_call
 
 
@@ -42,7 +42,8 @@ class KeyedMap(KeyedOperator):
             backend.current_key = key
             backend.current_index = kg
             append(call(value))
-        self.output(out)
+        timestamps = records.timestamps
+        self.output(out if timestamps is None else TimestampedBatch(out, timestamps))
 
 
 class KeyedFlatMap(KeyedOperator):
@@ -53,6 +54,9 @@ class KeyedFlatMap(KeyedOperator):
     def process_batch(self, records: KeyedBatch) -> None:  # type: ignore[override]
         backend = self.backend
         call = self._call
+        if records.timestamps is not None:
+            self._process_timestamped(records)
+            return
         out: list[Any] = []
         extend = out.extend
         for kg, key, value in zip(records.key_groups, records.keys, records.values, strict=True):
@@ -63,6 +67,25 @@ class KeyedFlatMap(KeyedOperator):
                 extend(produced)
         if out:
             self.output(out)
+
+    def _process_timestamped(self, records: KeyedBatch) -> None:
+        backend = self.backend
+        call = self._call
+        out: list[Any] = []
+        out_ts: list[int | None] = []
+        assert records.timestamps is not None
+        for kg, key, value, t in zip(
+            records.key_groups, records.keys, records.values, records.timestamps, strict=True
+        ):
+            backend.current_key = key
+            backend.current_index = kg
+            produced = call(value)
+            if produced is not None:
+                before = len(out)
+                out.extend(produced)
+                out_ts.extend([t] * (len(out) - before))
+        if out:
+            self.output(TimestampedBatch(out, out_ts))
 
 
 class KeyedFilter(KeyedOperator):
@@ -75,6 +98,20 @@ class KeyedFilter(KeyedOperator):
         call = self._call
         out: list[Any] = []
         append = out.append
+        timestamps = records.timestamps
+        if timestamps is not None:
+            kept_ts: list[int | None] = []
+            for kg, key, value, t in zip(
+                records.key_groups, records.keys, records.values, timestamps, strict=True
+            ):
+                backend.current_key = key
+                backend.current_index = kg
+                if call(value):
+                    append(value)
+                    kept_ts.append(t)
+            if out:
+                self.output(TimestampedBatch(out, kept_ts))
+            return
         for kg, key, value in zip(records.key_groups, records.keys, records.values, strict=True):
             backend.current_key = key
             backend.current_index = kg
@@ -125,7 +162,8 @@ class StreamGroupedReduce(KeyedOperator):
                 new = value if old is None else call(old, value)
                 m[key] = new
                 append(new)
-        self.output(out)
+        timestamps = records.timestamps
+        self.output(out if timestamps is None else TimestampedBatch(out, timestamps))
 
 
 class SumFunction:

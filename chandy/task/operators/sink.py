@@ -15,6 +15,7 @@ from chandy.core.connector import (
 )
 from chandy.core.functions import SinkFunction
 from chandy.core.state import ListStateDescriptor
+from chandy.task.batches import TimestampedBatch, values_of
 from chandy.task.operators.base import (
     StateInitializationContext,
     StateSnapshotContext,
@@ -25,10 +26,13 @@ from chandy.task.operators.base import (
 
 
 class _SinkContext(SinkFunction.Context):
-    __slots__ = ()
+    __slots__ = ("current_timestamp",)
+
+    def __init__(self) -> None:
+        self.current_timestamp: int | None = None
 
     def timestamp(self) -> int | None:
-        return None
+        return self.current_timestamp
 
 
 class SinkFunctionOperator(UdfOperator):
@@ -42,6 +46,17 @@ class SinkFunctionOperator(UdfOperator):
 
     def process_batch(self, records: list[Any]) -> None:
         call = self._call
+        if type(records) is not list:
+            timed: TimestampedBatch = records  # type: ignore[assignment]
+            if self._takes_context:
+                ctx = self._context
+                for r, ctx.current_timestamp in zip(timed.values, timed.timestamps, strict=True):
+                    call(r, ctx)
+                ctx.current_timestamp = None
+            else:
+                for r in timed.values:
+                    call(r)
+            return
         if self._takes_context:
             ctx = self._context
             for r in records:
@@ -142,7 +157,7 @@ class SinkWriterOperator(StreamOperator):
 
     def process_batch(self, records: list[Any]) -> None:
         assert self.writer is not None
-        self.writer.write_batch(records)
+        self.writer.write_batch(values_of(records))
 
     def snapshot_state(self, context: StateSnapshotContext) -> None:
         writer = self.writer
@@ -264,6 +279,7 @@ class CollectSinkOperator(StreamOperator):
         )
 
     def process_batch(self, records: list[Any]) -> None:
+        records = values_of(records)
         if self._exactly_once:
             self._buffer.extend(records)
         else:

@@ -7,11 +7,14 @@ from typing import Any
 
 from chandy.core.connector import Source, SourceReader, SourceReaderContext
 from chandy.core.state import ListStateDescriptor
+from chandy.core.time import MAX_WATERMARK
+from chandy.core.watermark_strategy import WatermarkStrategy
 from chandy.task.operators.base import (
     StateInitializationContext,
     StateSnapshotContext,
     StreamOperator,
 )
+from chandy.task.operators.timestamps import WatermarkEmitter, auto_watermark_interval
 
 
 class InputStatus(enum.Enum):
@@ -32,11 +35,13 @@ class SourceOperator(StreamOperator):
     SPLITS_STATE = ListStateDescriptor("SourceReaderState")
     SHARED_STATE = ListStateDescriptor("SourceReaderSharedState")
 
-    def __init__(self, source: Source) -> None:
+    def __init__(self, source: Source, watermark_strategy: WatermarkStrategy | None = None) -> None:
         super().__init__()
         self.source = source
+        self.watermark_strategy = watermark_strategy
         self.reader: SourceReader | None = None
         self._restored_splits: list[Any] | None = None
+        self._watermarks: WatermarkEmitter | None = None
 
     def initialize_state(self, context: StateInitializationContext) -> None:
         self._splits_state = context.get_list_state(self.SPLITS_STATE)
@@ -61,17 +66,36 @@ class SourceOperator(StreamOperator):
         else:
             splits = self.source.create_splits(parallelism)[index::parallelism]
         self.reader.add_splits(splits)
+        if self.watermark_strategy is not None:
+            assert self.processing_time_service is not None
+            self._watermarks = WatermarkEmitter(
+                self.watermark_strategy,
+                auto_watermark_interval(self),
+                self.processing_time_service,
+                self.emit_watermark,
+                self.emit_watermark_status,
+            )
+            self._watermarks.start()
 
     def emit_next(self, max_records: int) -> InputStatus:
-        """Poll the reader once and emit what it gave."""
+        """Poll the reader once and emit what it gave (with timestamps, under a strategy)."""
         assert self.reader is not None
         batch = self.reader.poll_next(max_records)
         if batch is None:
             return InputStatus.END_OF_INPUT
         if not batch:
             return InputStatus.NOTHING_AVAILABLE
-        self.output(batch)
+        watermarks = self._watermarks
+        self.output(batch if watermarks is None else watermarks.assign(batch))
         return InputStatus.MORE_AVAILABLE
+
+    def end_input(self) -> None:
+        """The reader ended: MAX_WATERMARK goes out first, so that every event-time window and
+        timer downstream fires before the end of the stream (and before the final checkpoint)."""
+        if self._watermarks is not None:
+            self._watermarks.end_of_input()
+        else:
+            self.process_watermark(MAX_WATERMARK)
 
     def snapshot_state(self, context: StateSnapshotContext) -> None:
         assert self.reader is not None
