@@ -26,6 +26,17 @@ _EXPORTS = {
     "ExternalizedCheckpointCleanup": "chandy.config.options",
     "CheckpointConfig": "chandy.api.checkpoint_config",
     "JobClient": "chandy.runtime.job_client",
+    # Event time and PyFlink's types
+    "WatermarkStrategy": "chandy.core.watermark_strategy",
+    "TimestampAssigner": "chandy.core.watermark_strategy",
+    "Duration": "chandy.core.time",
+    "Time": "chandy.core.time",
+    "TimeDomain": "chandy.core.time",
+    "OutputTag": "chandy.core.output_tag",
+    "Types": "chandy.core.types",
+    "TypeInformation": "chandy.core.types",
+    "Row": "chandy.core.types",
+    "RowKind": "chandy.core.types",
 }
 
 __all__ = [
@@ -34,6 +45,7 @@ __all__ = [
     "Configuration",
     "ConfigurationError",
     "DataStream",
+    "Duration",
     "ExternalizedCheckpointCleanup",
     "ExternalizedCheckpointRetention",
     "InvalidCheckpointError",
@@ -42,8 +54,17 @@ __all__ = [
     "JobExecutionError",
     "JobExecutionResult",
     "KeyedStream",
+    "OutputTag",
+    "Row",
+    "RowKind",
     "StorageError",
     "StreamExecutionEnvironment",
+    "Time",
+    "TimeDomain",
+    "TimestampAssigner",
+    "TypeInformation",
+    "Types",
+    "WatermarkStrategy",
 ]
 
 if TYPE_CHECKING:
@@ -56,6 +77,10 @@ if TYPE_CHECKING:
         ExternalizedCheckpointCleanup,
         ExternalizedCheckpointRetention,
     )
+    from chandy.core.output_tag import OutputTag
+    from chandy.core.time import Duration, Time, TimeDomain
+    from chandy.core.types import Row, RowKind, TypeInformation, Types
+    from chandy.core.watermark_strategy import TimestampAssigner, WatermarkStrategy
     from chandy.errors import (
         ConfigurationError,
         InvalidCheckpointError,

@@ -1,0 +1,5 @@
+"""PyFlink's ``pyflink.common.configuration``: ``Configuration``."""
+
+from chandy.config import Configuration
+
+__all__ = ["Configuration"]

@@ -1,0 +1,723 @@
+"""PyFlink's type information (``Types``, ``TypeInformation``) and its ``Row`` and ``RowKind``.
+
+PyFlink needs type information to pick the Java serializer a record crosses the
+JVM with; chandy keeps records as Python objects from source to sink (pickled
+only when they cross a process boundary or enter a snapshot), so here type
+information only *describes*: it has PyFlink's constructors, ``repr`` and
+equality, is accepted wherever PyFlink takes an ``output_type``, ``type_info``
+or ``key_type``, and never changes what a job computes. A PyFlink job keeps its
+``Types.TUPLE([Types.STRING(), Types.INT()])`` arguments when ported.
+
+:class:`Row` is a real value class with PyFlink's behaviour (positional and
+named fields, attribute and index access, row kinds), since user code builds
+and reads rows.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Iterator, Sequence
+from typing import Any
+
+__all__ = [
+    "BasicArrayTypeInfo",
+    "BasicType",
+    "BasicTypeInfo",
+    "DateTypeInfo",
+    "ExternalTypeInfo",
+    "Instant",
+    "InstantTypeInfo",
+    "ListTypeInfo",
+    "LocalTimeTypeInfo",
+    "MapTypeInfo",
+    "ObjectArrayTypeInfo",
+    "PickledBytesTypeInfo",
+    "PrimitiveArrayTypeInfo",
+    "Row",
+    "RowKind",
+    "RowTypeInfo",
+    "SqlTimeTypeInfo",
+    "TimeTypeInfo",
+    "TimestampTypeInfo",
+    "TupleTypeInfo",
+    "TypeInformation",
+    "Types",
+]
+
+
+# ---------------------------------------------------------------------------- type information
+
+
+class TypeInformation:
+    """Describes the type of a stream's records or a state's values (PyFlink's base class).
+
+    Subclasses compare equal when they describe the same type and print as
+    PyFlink prints them. Records are never converted: ``to_internal_type`` and
+    ``from_internal_type`` return their argument, ``need_conversion`` is false.
+    """
+
+    __slots__ = ()
+
+    def _identity(self) -> tuple[Any, ...]:
+        """What makes two descriptions the same type (besides the class)."""
+        return ()
+
+    def need_conversion(self) -> bool:
+        return False
+
+    def to_internal_type(self, obj: Any) -> Any:
+        return obj
+
+    def from_internal_type(self, obj: Any) -> Any:
+        return obj
+
+    def __eq__(self, other: object) -> bool:
+        return (
+            isinstance(other, TypeInformation)
+            and type(other) is type(self)
+            and other._identity() == self._identity()
+        )
+
+    def __hash__(self) -> int:
+        return hash((type(self).__name__, self._identity()))
+
+    def __repr__(self) -> str:
+        return type(self).__name__
+
+
+class BasicType(enum.Enum):
+    """The basic types, named as Java names their classes (which is how PyFlink prints them)."""
+
+    STRING = "String"
+    BYTE = "Byte"
+    BOOLEAN = "Boolean"
+    SHORT = "Short"
+    INT = "Integer"
+    LONG = "Long"
+    FLOAT = "Float"
+    DOUBLE = "Double"
+    CHAR = "Char"
+    BIG_INT = "BigInteger"
+    BIG_DEC = "BigDecimal"
+    INSTANT = "Instant"
+
+
+class BasicTypeInfo(TypeInformation):
+    """A primitive type, a string, a big integer or decimal, or an instant."""
+
+    __slots__ = ("_basic_type",)
+
+    def __init__(self, basic_type: BasicType) -> None:
+        if not isinstance(basic_type, BasicType):
+            raise TypeError(f"BasicTypeInfo takes a BasicType, got {basic_type!r}")
+        self._basic_type = basic_type
+
+    def _identity(self) -> tuple[Any, ...]:
+        return (self._basic_type,)
+
+    def __eq__(self, other: object) -> bool:
+        # PyFlink: INSTANT (an InstantTypeInfo) equals any BasicTypeInfo of the same basic type.
+        return isinstance(other, BasicTypeInfo) and other._basic_type is self._basic_type
+
+    def __hash__(self) -> int:
+        return hash(("BasicTypeInfo", self._basic_type))
+
+    def __repr__(self) -> str:
+        return self._basic_type.value
+
+    @staticmethod
+    def STRING_TYPE_INFO() -> BasicTypeInfo:
+        return BasicTypeInfo(BasicType.STRING)
+
+    @staticmethod
+    def BOOLEAN_TYPE_INFO() -> BasicTypeInfo:
+        return BasicTypeInfo(BasicType.BOOLEAN)
+
+    @staticmethod
+    def BYTE_TYPE_INFO() -> BasicTypeInfo:
+        return BasicTypeInfo(BasicType.BYTE)
+
+    @staticmethod
+    def SHORT_TYPE_INFO() -> BasicTypeInfo:
+        return BasicTypeInfo(BasicType.SHORT)
+
+    @staticmethod
+    def INT_TYPE_INFO() -> BasicTypeInfo:
+        return BasicTypeInfo(BasicType.INT)
+
+    @staticmethod
+    def LONG_TYPE_INFO() -> BasicTypeInfo:
+        return BasicTypeInfo(BasicType.LONG)
+
+    @staticmethod
+    def FLOAT_TYPE_INFO() -> BasicTypeInfo:
+        return BasicTypeInfo(BasicType.FLOAT)
+
+    @staticmethod
+    def DOUBLE_TYPE_INFO() -> BasicTypeInfo:
+        return BasicTypeInfo(BasicType.DOUBLE)
+
+    @staticmethod
+    def CHAR_TYPE_INFO() -> BasicTypeInfo:
+        return BasicTypeInfo(BasicType.CHAR)
+
+    @staticmethod
+    def BIG_INT_TYPE_INFO() -> BasicTypeInfo:
+        return BasicTypeInfo(BasicType.BIG_INT)
+
+    @staticmethod
+    def BIG_DEC_TYPE_INFO() -> BasicTypeInfo:
+        return BasicTypeInfo(BasicType.BIG_DEC)
+
+    @staticmethod
+    def INSTANT_TYPE_INFO() -> InstantTypeInfo:
+        return InstantTypeInfo(BasicType.INSTANT)
+
+
+class InstantTypeInfo(BasicTypeInfo):
+    """An :class:`Instant` (a point on the time line)."""
+
+    __slots__ = ()
+
+
+class SqlTimeTypeInfo:
+    """Factories of the SQL date and time types (PyFlink's ``SqlTimeTypeInfo``)."""
+
+    @staticmethod
+    def DATE() -> DateTypeInfo:
+        return DateTypeInfo()
+
+    @staticmethod
+    def TIME() -> TimeTypeInfo:
+        return TimeTypeInfo()
+
+    @staticmethod
+    def TIMESTAMP() -> TimestampTypeInfo:
+        return TimestampTypeInfo()
+
+
+class DateTypeInfo(TypeInformation):
+    """A ``datetime.date``."""
+
+    __slots__ = ()
+
+
+class TimeTypeInfo(TypeInformation):
+    """A ``datetime.time``."""
+
+    __slots__ = ()
+
+
+class TimestampTypeInfo(TypeInformation):
+    """A ``datetime.datetime``."""
+
+    __slots__ = ()
+
+
+class PickledBytesTypeInfo(TypeInformation):
+    """Any picklable Python object (PyFlink's default when no type is given)."""
+
+    __slots__ = ()
+
+    def __repr__(self) -> str:
+        return "PickledByteArrayTypeInfo"
+
+
+class _ElementTypeInfo(TypeInformation):
+    """A container of one element type; prints as ``Name<element>``."""
+
+    __slots__ = ("_element_type",)
+
+    def __init__(self, element_type: TypeInformation) -> None:
+        self._element_type = element_type
+
+    def _identity(self) -> tuple[Any, ...]:
+        return (self._element_type,)
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}<{self._element_type}>"
+
+
+class PrimitiveArrayTypeInfo(_ElementTypeInfo):
+    """An array of a primitive type (``byte[]``, ``int[]``, ...)."""
+
+    __slots__ = ()
+
+
+class BasicArrayTypeInfo(_ElementTypeInfo):
+    """An array of boxed primitives or strings (``Integer[]``, ``String[]``, ...)."""
+
+    __slots__ = ()
+
+
+class ObjectArrayTypeInfo(_ElementTypeInfo):
+    """An array of any other type; elements may be ``None``."""
+
+    __slots__ = ()
+
+
+class ListTypeInfo(_ElementTypeInfo):
+    """A list."""
+
+    __slots__ = ()
+
+    @property
+    def elem_type(self) -> TypeInformation:
+        return self._element_type
+
+
+class MapTypeInfo(TypeInformation):
+    """A dict (and what ``MapStateDescriptor`` is typed with)."""
+
+    __slots__ = ("_key_type_info", "_value_type_info")
+
+    def __init__(self, key_type_info: TypeInformation, value_type_info: TypeInformation) -> None:
+        self._key_type_info = key_type_info
+        self._value_type_info = value_type_info
+
+    def _identity(self) -> tuple[Any, ...]:
+        return (self._key_type_info, self._value_type_info)
+
+    def __repr__(self) -> str:
+        return f"MapTypeInfo<{self._key_type_info}, {self._value_type_info}>"
+
+
+class TupleTypeInfo(TypeInformation):
+    """A tuple with fields of the given types."""
+
+    __slots__ = ("_field_types",)
+
+    def __init__(self, field_types: Sequence[TypeInformation]) -> None:
+        self._field_types = list(field_types)
+
+    def get_field_types(self) -> list[TypeInformation]:
+        return self._field_types
+
+    def _identity(self) -> tuple[Any, ...]:
+        return tuple(self._field_types)
+
+    def __repr__(self) -> str:
+        return "TupleTypeInfo({})".format(", ".join(str(t) for t in self._field_types))
+
+
+class RowTypeInfo(TypeInformation):
+    """A :class:`Row` with fields of the given types, optionally named.
+
+    Unnamed fields are called ``f0``, ``f1``, ... (Flink's names). As in PyFlink,
+    two row types are equal when their field types are, whatever the names.
+    """
+
+    __slots__ = ("_field_names", "_field_types")
+
+    def __init__(
+        self, field_types: Sequence[TypeInformation], field_names: Sequence[str] | None = None
+    ) -> None:
+        self._field_types = list(field_types)
+        if field_names is not None and len(field_names) != len(self._field_types):
+            raise ValueError(
+                f"a row type needs one name per field type: {len(field_names)} names for "
+                f"{len(self._field_types)} types"
+            )
+        self._field_names = list(field_names) if field_names is not None else None
+
+    def get_field_names(self) -> list[str]:
+        if self._field_names is None:
+            return [f"f{i}" for i in range(len(self._field_types))]
+        return self._field_names
+
+    def get_field_index(self, field_name: str) -> int:
+        """The position of ``field_name``, or -1 when the fields have no names (PyFlink's)."""
+        if self._field_names:
+            return self._field_names.index(field_name)
+        return -1
+
+    def get_field_types(self) -> list[TypeInformation]:
+        return self._field_types
+
+    def _identity(self) -> tuple[Any, ...]:
+        return tuple(self._field_types)
+
+    def __repr__(self) -> str:
+        if self._field_names:
+            fields = ", ".join(f"{n}: {t}" for n, t in zip(self._field_names, self._field_types, strict=True))
+        else:
+            fields = ", ".join(str(t) for t in self._field_types)
+        return f"RowTypeInfo({fields})"
+
+
+class LocalTimeTypeInfo(TypeInformation):
+    """A ``java.time`` local date, time or date-time."""
+
+    class TimeType(enum.Enum):
+        LOCAL_DATE = 0
+        LOCAL_TIME = 1
+        LOCAL_DATE_TIME = 2
+
+    __slots__ = ("_time_type",)
+
+    def __init__(self, time_type: LocalTimeTypeInfo.TimeType) -> None:
+        self._time_type = time_type
+
+    def _identity(self) -> tuple[Any, ...]:
+        return (self._time_type,)
+
+    def __repr__(self) -> str:
+        return f"LocalTimeTypeInfo<{self._time_type.name}>"
+
+
+class ExternalTypeInfo(TypeInformation):
+    """A type as the Table API exchanges it; wraps the type it stands for."""
+
+    __slots__ = ("_type_info",)
+
+    def __init__(self, type_info: TypeInformation) -> None:
+        self._type_info = type_info
+
+    def _identity(self) -> tuple[Any, ...]:
+        return (self._type_info,)
+
+    def __repr__(self) -> str:
+        return f"ExternalTypeInfo<{self._type_info}>"
+
+
+class Types:
+    """The type information of the common types, as PyFlink's ``Types`` makes them.
+
+    Every factory is a call: ``Types.STRING()``, ``Types.TUPLE([Types.INT(), Types.LONG()])``.
+    """
+
+    @staticmethod
+    def STRING() -> TypeInformation:
+        return BasicTypeInfo(BasicType.STRING)
+
+    @staticmethod
+    def BYTE() -> TypeInformation:
+        return BasicTypeInfo(BasicType.BYTE)
+
+    @staticmethod
+    def BOOLEAN() -> TypeInformation:
+        return BasicTypeInfo(BasicType.BOOLEAN)
+
+    @staticmethod
+    def SHORT() -> TypeInformation:
+        return BasicTypeInfo(BasicType.SHORT)
+
+    @staticmethod
+    def INT() -> TypeInformation:
+        return BasicTypeInfo(BasicType.INT)
+
+    @staticmethod
+    def LONG() -> TypeInformation:
+        return BasicTypeInfo(BasicType.LONG)
+
+    @staticmethod
+    def FLOAT() -> TypeInformation:
+        return BasicTypeInfo(BasicType.FLOAT)
+
+    @staticmethod
+    def DOUBLE() -> TypeInformation:
+        return BasicTypeInfo(BasicType.DOUBLE)
+
+    @staticmethod
+    def CHAR() -> TypeInformation:
+        return BasicTypeInfo(BasicType.CHAR)
+
+    @staticmethod
+    def BIG_INT() -> TypeInformation:
+        return BasicTypeInfo(BasicType.BIG_INT)
+
+    @staticmethod
+    def BIG_DEC() -> TypeInformation:
+        return BasicTypeInfo(BasicType.BIG_DEC)
+
+    @staticmethod
+    def INSTANT() -> TypeInformation:
+        return InstantTypeInfo(BasicType.INSTANT)
+
+    @staticmethod
+    def SQL_DATE() -> TypeInformation:
+        return DateTypeInfo()
+
+    @staticmethod
+    def SQL_TIME() -> TypeInformation:
+        return TimeTypeInfo()
+
+    @staticmethod
+    def SQL_TIMESTAMP() -> TypeInformation:
+        return TimestampTypeInfo()
+
+    @staticmethod
+    def PICKLED_BYTE_ARRAY() -> TypeInformation:
+        return PickledBytesTypeInfo()
+
+    @staticmethod
+    def ROW(field_types: Sequence[TypeInformation]) -> TypeInformation:
+        return RowTypeInfo(field_types)
+
+    @staticmethod
+    def ROW_NAMED(field_names: Sequence[str], field_types: Sequence[TypeInformation]) -> TypeInformation:
+        return RowTypeInfo(field_types, field_names)
+
+    @staticmethod
+    def TUPLE(field_types: Sequence[TypeInformation]) -> TypeInformation:
+        return TupleTypeInfo(field_types)
+
+    @staticmethod
+    def PRIMITIVE_ARRAY(element_type: TypeInformation) -> TypeInformation:
+        return PrimitiveArrayTypeInfo(element_type)
+
+    @staticmethod
+    def BASIC_ARRAY(element_type: TypeInformation) -> TypeInformation:
+        return BasicArrayTypeInfo(element_type)
+
+    @staticmethod
+    def OBJECT_ARRAY(element_type: TypeInformation) -> TypeInformation:
+        return ObjectArrayTypeInfo(element_type)
+
+    @staticmethod
+    def MAP(key_type_info: TypeInformation, value_type_info: TypeInformation) -> TypeInformation:
+        return MapTypeInfo(key_type_info, value_type_info)
+
+    @staticmethod
+    def LIST(element_type_info: TypeInformation) -> TypeInformation:
+        return ListTypeInfo(element_type_info)
+
+    @staticmethod
+    def LOCAL_DATE() -> TypeInformation:
+        return LocalTimeTypeInfo(LocalTimeTypeInfo.TimeType.LOCAL_DATE)
+
+    @staticmethod
+    def LOCAL_TIME() -> TypeInformation:
+        return LocalTimeTypeInfo(LocalTimeTypeInfo.TimeType.LOCAL_TIME)
+
+    @staticmethod
+    def LOCAL_DATE_TIME() -> TypeInformation:
+        return LocalTimeTypeInfo(LocalTimeTypeInfo.TimeType.LOCAL_DATE_TIME)
+
+
+# ---------------------------------------------------------------------------- Instant
+
+
+class Instant:
+    """A point on the time line in seconds and nanoseconds since the epoch (PyFlink's ``Instant``)."""
+
+    __slots__ = ("nanos", "seconds")
+
+    def __init__(self, seconds: int, nanos: int) -> None:
+        self.seconds = seconds
+        self.nanos = nanos
+
+    def to_epoch_milli(self) -> int:
+        return self.seconds * 1000 + self.nanos // 1_000_000
+
+    @staticmethod
+    def of_epoch_milli(epoch_milli: int) -> Instant:
+        seconds, millis = divmod(epoch_milli, 1000)
+        return Instant(seconds, millis * 1_000_000)
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Instant) and (other.seconds, other.nanos) == (self.seconds, self.nanos)
+
+    def __hash__(self) -> int:
+        return hash((self.seconds, self.nanos))
+
+    def __repr__(self) -> str:
+        return f"Instant<{self.seconds}, {self.nanos}>"
+
+
+# ---------------------------------------------------------------------------- Row
+
+
+class RowKind(enum.Enum):
+    """What a row means in a changelog: an insertion, or one half of an update, or a deletion."""
+
+    INSERT = 0
+    UPDATE_BEFORE = 1
+    UPDATE_AFTER = 2
+    DELETE = 3
+
+    def __str__(self) -> str:
+        return _ROW_KIND_SHORT[self]
+
+
+_ROW_KIND_SHORT = {
+    RowKind.INSERT: "+I",
+    RowKind.UPDATE_BEFORE: "-U",
+    RowKind.UPDATE_AFTER: "+U",
+    RowKind.DELETE: "-D",
+}
+
+
+def _create_row(fields: list[str] | None, values: Sequence[Any], row_kind: RowKind | None = None) -> Row:
+    """Rebuild a row (how rows unpickle, and how a row "class" makes rows)."""
+    row = Row(*values)
+    if fields is not None:
+        row._fields = list(fields)
+    if row_kind is not None:
+        row._row_kind = row_kind
+    return row
+
+
+class Row:
+    """A fixed-length record with positional or named fields (PyFlink's ``Row``).
+
+    ``Row(1, "a")`` has positional fields; ``Row(id=1, name="a")`` has named ones,
+    in the order given, readable as ``row.name``, ``row["name"]`` or ``row[1]``.
+    ``Person = Row("name", "age")`` is a row "class": ``Person("Alice", 11)`` is
+    ``Row(name='Alice', age=11)``. Rows are equal when their kind and values are
+    (named rows: the same names with the same values, in any order); a row hashes
+    like the tuple of its values, so it can be a dict key or a ``key_by`` result
+    field. Field values may be replaced (``row[0] = x``); names are fixed.
+    """
+
+    __slots__ = ("_fields", "_from_dict", "_row_kind", "_values")
+
+    _fields: list[str] | None
+    _values: list[Any]
+    _from_dict: bool
+    _row_kind: RowKind
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        if args and kwargs:
+            raise ValueError("a Row takes positional or named fields, not both")
+        self._fields = list(kwargs) if kwargs else None
+        self._values = list(kwargs.values()) if kwargs else list(args)
+        self._from_dict = bool(kwargs)
+        self._row_kind = RowKind.INSERT
+
+    @staticmethod
+    def of_kind(row_kind: RowKind, *args: Any, **kwargs: Any) -> Row:
+        """A row of the given kind: ``Row.of_kind(RowKind.DELETE, 1, "a")``."""
+        row = Row(*args, **kwargs)
+        row.set_row_kind(row_kind)
+        return row
+
+    def as_dict(self, recursive: bool = False) -> dict[str, Any]:
+        """The fields by name; ``recursive`` turns nested rows (also in lists and dicts) into dicts."""
+        if self._fields is None:
+            raise TypeError(
+                "as_dict() needs named fields; this row's are positional (build it as "
+                "Row(name=value, ...) or call set_field_names() first)"
+            )
+        if not recursive:
+            return dict(zip(self._fields, self._values, strict=False))
+        return {name: _as_plain(value) for name, value in zip(self._fields, self._values, strict=False)}
+
+    def get_row_kind(self) -> RowKind:
+        return self._row_kind
+
+    def set_row_kind(self, row_kind: RowKind) -> None:
+        if not isinstance(row_kind, RowKind):
+            raise TypeError(f"set_row_kind() takes a RowKind, got {row_kind!r}")
+        self._row_kind = row_kind
+
+    def set_field_names(self, field_names: Sequence[str]) -> None:
+        self._fields = list(field_names)
+
+    def get_fields_by_names(self, names: Sequence[str]) -> list[Any]:
+        """The values of the named fields, in the order of ``names``."""
+        if self._fields is None or list(names) == self._fields:
+            return self._values
+        missing = [name for name in names if name not in self._fields]
+        if missing:
+            raise ValueError(f"field names {missing} do not exist in {self._fields}")
+        return [self._values[self._fields.index(name)] for name in names]
+
+    def _index_of(self, name: str) -> int:
+        if self._fields is None:
+            raise KeyError(
+                f"this row's fields are positional; {name!r} is not a field (index it by position)"
+            )
+        try:
+            return self._fields.index(name)
+        except ValueError:
+            raise ValueError(f"{name!r} is not a field of this row; its fields are {self._fields}") from None
+
+    # -- container behaviour ----------------------------------------------------
+
+    def __getitem__(self, item: int | slice | str) -> Any:
+        if isinstance(item, (int, slice)):
+            return self._values[item]
+        return self._values[self._index_of(item)]
+
+    def __setitem__(self, key: int | slice | str, value: Any) -> None:
+        if isinstance(key, (int, slice)):
+            self._values[key] = value
+        else:
+            self._values[self._index_of(key)] = value
+
+    def __getattr__(self, name: str) -> Any:
+        # Only called when normal lookup fails: a field name (never a private attribute,
+        # which keeps copy and pickle probing for __getstate__ etc. off the fields).
+        if name.startswith("_"):
+            raise AttributeError(name)
+        fields = self._fields
+        if fields is None or name not in fields:
+            raise AttributeError(f"Row has no field {name!r}" + (f" (fields: {fields})" if fields else ""))
+        return self._values[fields.index(name)]
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        if name in Row.__slots__:
+            object.__setattr__(self, name, value)
+            return
+        raise AttributeError(
+            f"a Row's fields are set by index or name (row[{name!r}] = ...), not as attributes"
+        )
+
+    def __contains__(self, item: Any) -> bool:
+        if self._fields is not None:
+            return item in self._fields
+        return item in self._values
+
+    def __call__(self, *args: Any) -> Row:
+        """A row whose field names are this row's values (``Row("name", "age")("Alice", 11)``)."""
+        if len(args) > len(self):
+            raise ValueError(
+                f"cannot create a Row with fields {self!r}: expected {len(self)} values, got {args!r}"
+            )
+        return _create_row(list(self._values), args, self._row_kind)
+
+    def __iter__(self) -> Iterator[Any]:
+        return iter(self._values)
+
+    def __len__(self) -> int:
+        return len(self._values)
+
+    def __reduce__(self) -> tuple[Any, tuple[Any, ...]]:
+        return _create_row, (self._fields, tuple(self._values), self._row_kind)
+
+    def __repr__(self) -> str:
+        if self._fields is not None:
+            fields = ", ".join(f"{k}={v!r}" for k, v in zip(self._fields, self._values, strict=False))
+            return f"Row({fields})"
+        return "<Row({})>".format(", ".join(repr(v) for v in self._values))
+
+    def _comparable(self) -> tuple[Any, ...]:
+        """Values in an order that does not depend on how named fields were ordered."""
+        if self._fields is None:
+            return tuple(self._values)
+        return tuple(sorted(zip(self._fields, self._values, strict=False), key=lambda item: item[0]))
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, Row) or type(other) is not type(self):  # PyFlink: subclasses differ
+            return False
+        if (self._fields is None) != (other._fields is None):
+            return False
+        return self._row_kind is other._row_kind and self._comparable() == other._comparable()
+
+    def __hash__(self) -> int:
+        if self._fields is None:
+            return hash(tuple(self._values))
+        # The values in name order, so that equal named rows hash equally (PyFlink hashes
+        # the values in field order, which breaks dict lookups of reordered rows).
+        return hash(tuple(value for _, value in self._comparable()))
+
+
+def _as_plain(value: Any) -> Any:
+    if isinstance(value, Row):
+        return value.as_dict(True)
+    if isinstance(value, list):
+        return [_as_plain(v) for v in value]
+    if isinstance(value, dict):
+        return {k: _as_plain(v) for k, v in value.items()}
+    return value

@@ -1,0 +1,121 @@
+"""PyFlink's ``pyflink.datastream``, for chandy: replace ``pyflink`` by ``chandy`` in a job's imports.
+
+``from chandy.datastream import StreamExecutionEnvironment, KeyedProcessFunction``
+gives chandy's own classes under PyFlink's names; the submodules mirror PyFlink's
+(``functions``, ``window``, ``state``, ``output_tag``, ``time_domain``,
+``timerservice``, ``data_stream``, ``stream_execution_environment``,
+``connectors``). Names load on first use, so importing a function class does
+not import the job runtime.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from chandy.common._lazy import exports_of, load_export
+
+_EXPORTS = {
+    **exports_of("chandy.api.environment", "StreamExecutionEnvironment"),
+    **exports_of("chandy.api.datastream", "DataStream", "KeyedStream", "DataStreamSink"),
+    **exports_of("chandy.api.windowed_stream", "WindowedStream", "AllWindowedStream"),
+    **exports_of("chandy.api.checkpoint_config", "CheckpointConfig"),
+    **exports_of("chandy.config.options", "CheckpointingMode", "ExternalizedCheckpointRetention"),
+    **exports_of(
+        "chandy.core.functions",
+        "MapFunction",
+        "FlatMapFunction",
+        "FilterFunction",
+        "ReduceFunction",
+        "KeySelector",
+        "ProcessFunction",
+        "KeyedProcessFunction",
+        "SinkFunction",
+        "AggregateFunction",
+        "WindowFunction",
+        "AllWindowFunction",
+        "ProcessWindowFunction",
+        "ProcessAllWindowFunction",
+        "RuntimeContext",
+        "TimerService",
+    ),
+    **exports_of("chandy.core.time", "TimeDomain"),
+    **exports_of("chandy.core.output_tag", "OutputTag"),
+    **exports_of(
+        "chandy.core.windows",
+        "Window",
+        "TimeWindow",
+        "CountWindow",
+        "GlobalWindow",
+        "WindowAssigner",
+        "MergingWindowAssigner",
+        "TriggerResult",
+        "Trigger",
+    ),
+}
+
+__all__ = [
+    "AggregateFunction",
+    "AllWindowFunction",
+    "AllWindowedStream",
+    "CheckpointConfig",
+    "CheckpointingMode",
+    "CountWindow",
+    "DataStream",
+    "DataStreamSink",
+    "ExternalizedCheckpointRetention",
+    "FilterFunction",
+    "FlatMapFunction",
+    "GlobalWindow",
+    "KeySelector",
+    "KeyedProcessFunction",
+    "KeyedStream",
+    "MapFunction",
+    "MergingWindowAssigner",
+    "OutputTag",
+    "ProcessAllWindowFunction",
+    "ProcessFunction",
+    "ProcessWindowFunction",
+    "ReduceFunction",
+    "RuntimeContext",
+    "SinkFunction",
+    "StreamExecutionEnvironment",
+    "TimeDomain",
+    "TimeWindow",
+    "TimerService",
+    "Trigger",
+    "TriggerResult",
+    "Window",
+    "WindowAssigner",
+    "WindowFunction",
+    "WindowedStream",
+]
+
+
+def __getattr__(name: str) -> Any:
+    return load_export(__name__, _EXPORTS, name)
+
+
+if TYPE_CHECKING:
+    from chandy.api.checkpoint_config import CheckpointConfig
+    from chandy.api.datastream import DataStream, DataStreamSink, KeyedStream
+    from chandy.api.environment import StreamExecutionEnvironment
+    from chandy.config.options import CheckpointingMode, ExternalizedCheckpointRetention
+    from chandy.core.functions import (
+        AggregateFunction,
+        AllWindowFunction,
+        FilterFunction,
+        FlatMapFunction,
+        KeyedProcessFunction,
+        KeySelector,
+        MapFunction,
+        ProcessAllWindowFunction,
+        ProcessFunction,
+        ProcessWindowFunction,
+        ReduceFunction,
+        RuntimeContext,
+        SinkFunction,
+        TimerService,
+        WindowFunction,
+    )
+    from chandy.core.output_tag import OutputTag
+    from chandy.core.time import TimeDomain

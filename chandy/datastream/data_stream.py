@@ -1,0 +1,28 @@
+"""PyFlink's ``pyflink.datastream.data_stream``: the stream classes."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from chandy.common._lazy import exports_of, load_export
+
+_EXPORTS = {
+    **exports_of("chandy.api.datastream", "DataStream", "KeyedStream", "DataStreamSink"),
+    **exports_of("chandy.api.windowed_stream", "WindowedStream", "AllWindowedStream"),
+}
+
+__all__ = [
+    "AllWindowedStream",  # noqa: F822 (loaded on first use by __getattr__)
+    "DataStream",
+    "DataStreamSink",
+    "KeyedStream",
+    "WindowedStream",  # noqa: F822
+]
+
+
+def __getattr__(name: str) -> Any:
+    return load_export(__name__, _EXPORTS, name)
+
+
+if TYPE_CHECKING:
+    from chandy.api.datastream import DataStream, DataStreamSink, KeyedStream
