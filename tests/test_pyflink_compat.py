@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import ast
 import copy
+import datetime
+import decimal
 import importlib
 import importlib.util
 import inspect
@@ -19,7 +21,16 @@ from pathlib import Path
 import cloudpickle
 import pytest
 
-from chandy.core.types import Instant, Row, RowKind, RowTypeInfo, TypeInformation, Types
+from chandy.core.types import (
+    Instant,
+    LocalTimeTypeInfo,
+    Row,
+    RowKind,
+    RowTypeInfo,
+    TypeInformation,
+    Types,
+    format_as_flink,
+)
 
 ROOT = Path(__file__).resolve().parent.parent
 PYFLINK_EXAMPLES = (
@@ -251,7 +262,7 @@ def test_importing_a_function_class_does_not_import_the_runtime() -> None:
         (Types.PRIMITIVE_ARRAY(Types.BYTE()), "PrimitiveArrayTypeInfo<Byte>"),
         (Types.BASIC_ARRAY(Types.INT()), "BasicArrayTypeInfo<Integer>"),
         (Types.OBJECT_ARRAY(Types.STRING()), "ObjectArrayTypeInfo<String>"),
-        (Types.LOCAL_DATE_TIME(), "LocalTimeTypeInfo<LOCAL_DATE_TIME>"),
+        (LocalTimeTypeInfo(LocalTimeTypeInfo.TimeType.LOCAL_DATE_TIME), "LocalTimeTypeInfo<LOCAL_DATE_TIME>"),
     ],
     ids=lambda v: v if isinstance(v, str) else None,
 )
@@ -467,3 +478,116 @@ def test_rows_survive_pickling_with_names_and_kind(dumps: object) -> None:
         assert copied == row
         assert copied.get_row_kind() is row.get_row_kind()
         assert repr(copied) == repr(row)
+
+
+# ---------------------------------------------------------------------------- printing as PyFlink prints
+
+_TUPLE6 = Types.TUPLE(
+    [Types.STRING(), Types.INT(), Types.LONG(), Types.DOUBLE(), Types.FLOAT(), Types.BOOLEAN()]
+)
+
+#: ``(value, type, line)``: what PyFlink 2.3 printed for ``env.from_collection([value],
+#: type_info=type).print()`` (run on its local mini cluster).
+PRINTED_BY_PYFLINK = [
+    (("hi", 1, 2, 0.1, 110.1, True), _TUPLE6, "(hi,1,2,0.1,110.1,true)"),
+    (("x", -5, 10**12, 1e7, 16.1, False), _TUPLE6, "(x,-5,1000000000000,1.0E7,16.1,false)"),
+    ((None, 0, 0, 1e-4, 1e10, True), _TUPLE6, "(null,0,0,1.0E-4,1.0E10,true)"),
+    (("a b", 7, -3, 123456.789, 0.5, False), _TUPLE6, "(a b,7,-3,123456.789,0.5,false)"),
+    (("q", 1, 1, float("nan"), float("inf"), True), _TUPLE6, "(q,1,1,NaN,Infinity,true)"),
+    (("q", 1, 1, 1e-3, 1e-3, True), _TUPLE6, "(q,1,1,0.001,0.001,true)"),
+    (("q", 1, 1, 9999999.0, 1234567.0, True), _TUPLE6, "(q,1,1,9999999.0,1234567.0,true)"),
+    (("q", 1, 1, 2.5e-5, 12345678.0, True), _TUPLE6, "(q,1,1,2.5E-5,1.2345678E7,true)"),
+    *[
+        (value, Types.DOUBLE(), line)
+        for value, line in [
+            (0.1, "0.1"),
+            (1e7, "1.0E7"),
+            (1e-4, "1.0E-4"),
+            (123456.789, "123456.789"),
+            (1.0, "1.0"),
+            (-0.0, "-0.0"),
+            (1e21, "1.0E21"),
+            (1e300, "1.0E300"),
+            (100.0, "100.0"),
+            (1234567.125, "1234567.125"),
+        ]
+    ],
+    *[
+        (value, Types.FLOAT(), line)
+        for value, line in [
+            (0.1, "0.1"),
+            (16.1, "16.1"),
+            (110.1, "110.1"),
+            (1e10, "1.0E10"),
+            (20.1, "20.1"),
+            (1e-5, "1.0E-5"),
+            (123456.7, "123456.7"),
+            (0.3333333333, "0.33333334"),
+        ]
+    ],
+    (Row(1, "a"), Types.ROW([Types.INT(), Types.STRING()]), "+I[1,a]"),
+    (Row(2, None), Types.ROW([Types.INT(), Types.STRING()]), "+I[2,None]"),
+    (Row(id=1, name="a"), Types.ROW_NAMED(["id", "name"], [Types.INT(), Types.STRING()]), "+I[1,a]"),
+    ({"a": 1}, Types.MAP(Types.STRING(), Types.INT()), "{a=1}"),
+    (
+        ("a", Row(1, "x")),
+        Types.TUPLE([Types.STRING(), Types.ROW([Types.INT(), Types.STRING()])]),
+        "(a,+I[1, x])",
+    ),
+    (("a", [1, 2]), Types.TUPLE([Types.STRING(), Types.LIST(Types.INT())]), "(a,[1, 2])"),
+    (
+        ("a", [1, 2], [3, 4], ["x", None]),
+        Types.TUPLE(
+            [
+                Types.STRING(),
+                Types.PRIMITIVE_ARRAY(Types.INT()),
+                Types.BASIC_ARRAY(Types.INT()),
+                Types.OBJECT_ARRAY(Types.STRING()),
+            ]
+        ),
+        "(a,[1, 2],[3, 4],[x, null])",
+    ),
+    (datetime.date(2024, 1, 2), Types.SQL_DATE(), "2024-01-02"),
+    (datetime.time(3, 4, 5), Types.SQL_TIME(), "03:04:05"),
+    (datetime.datetime(2024, 1, 2, 3, 4, 5, 600000), Types.SQL_TIMESTAMP(), "2024-01-02 03:04:05.6"),
+    (datetime.datetime(2024, 1, 2, 3, 4, 5), Types.SQL_TIMESTAMP(), "2024-01-02 03:04:05.0"),
+    (decimal.Decimal("1.50"), Types.BIG_DEC(), "1.50"),
+    (10**30, Types.BIG_INT(), "1000000000000000000000000000000"),
+    (True, Types.BOOLEAN(), "true"),
+    (False, Types.BOOLEAN(), "false"),
+    (-3, Types.BYTE(), "-3"),
+    (300, Types.SHORT(), "300"),
+    (10**15, Types.LONG(), "1000000000000000"),
+    ("hello world", Types.STRING(), "hello world"),
+    (("a", 1), None, "('a', 1)"),
+    ({"k": [1, 2.5]}, Types.PICKLED_BYTE_ARRAY(), "{'k': [1, 2.5]}"),
+    (Row(1, "a"), None, "<Row(1, 'a')>"),
+    (Row(id=1), None, "Row(id=1)"),
+]
+
+
+@pytest.mark.parametrize(
+    ("value", "type_info", "line"), PRINTED_BY_PYFLINK, ids=[c[2] for c in PRINTED_BY_PYFLINK]
+)
+def test_values_print_as_pyflink_prints_them(
+    value: object, type_info: TypeInformation | None, line: str
+) -> None:
+    assert format_as_flink(value, type_info) == line
+
+
+def test_java_time_types_print_as_java_prints_them() -> None:
+    """The ``java.time`` layouts (PyFlink 2.3's ``Types`` has no factory for them to run)."""
+    local = LocalTimeTypeInfo.TimeType
+    assert format_as_flink(datetime.date(2024, 1, 2), LocalTimeTypeInfo(local.LOCAL_DATE)) == "2024-01-02"
+    assert format_as_flink(datetime.time(3, 4), LocalTimeTypeInfo(local.LOCAL_TIME)) == "03:04"
+    assert (
+        format_as_flink(datetime.time(3, 4, 5, 600000), LocalTimeTypeInfo(local.LOCAL_TIME)) == "03:04:05.600"
+    )
+    assert (
+        format_as_flink(
+            datetime.datetime(2024, 1, 2, 3, 4, 0, 123456), LocalTimeTypeInfo(local.LOCAL_DATE_TIME)
+        )
+        == "2024-01-02T03:04:00.123456"
+    )
+    assert format_as_flink(Instant.of_epoch_milli(1_500), Types.INSTANT()) == "1970-01-01T00:00:01.500Z"
+    assert format_as_flink(Instant.of_epoch_milli(0), Types.INSTANT()) == "1970-01-01T00:00:00Z"

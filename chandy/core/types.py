@@ -15,7 +15,11 @@ and reads rows.
 
 from __future__ import annotations
 
+import datetime
+import decimal
 import enum
+import math
+import struct
 from collections.abc import Iterator, Sequence
 from typing import Any
 
@@ -42,6 +46,7 @@ __all__ = [
     "TupleTypeInfo",
     "TypeInformation",
     "Types",
+    "format_as_flink",
 ]
 
 
@@ -482,18 +487,6 @@ class Types:
     def LIST(element_type_info: TypeInformation) -> TypeInformation:
         return ListTypeInfo(element_type_info)
 
-    @staticmethod
-    def LOCAL_DATE() -> TypeInformation:
-        return LocalTimeTypeInfo(LocalTimeTypeInfo.TimeType.LOCAL_DATE)
-
-    @staticmethod
-    def LOCAL_TIME() -> TypeInformation:
-        return LocalTimeTypeInfo(LocalTimeTypeInfo.TimeType.LOCAL_TIME)
-
-    @staticmethod
-    def LOCAL_DATE_TIME() -> TypeInformation:
-        return LocalTimeTypeInfo(LocalTimeTypeInfo.TimeType.LOCAL_DATE_TIME)
-
 
 # ---------------------------------------------------------------------------- Instant
 
@@ -721,3 +714,134 @@ def _as_plain(value: Any) -> Any:
     if isinstance(value, dict):
         return {k: _as_plain(v) for k, v in value.items()}
     return value
+
+
+# ---------------------------------------------------------------------------- printing as Flink prints
+
+
+def format_as_flink(value: Any, type_info: TypeInformation | None) -> str:
+    """The line Flink's ``print()`` writes for ``value`` on a stream of type ``type_info``.
+
+    PyFlink hands a typed stream to Java, whose ``toString`` prints it: a tuple as
+    ``(hi,0,5,4)``, a double as ``1.0E7``, a boolean as ``true``, ``None`` as
+    ``null``. An untyped (pickled) stream prints ``str(value)``, and a stream of
+    rows ``+I[1,a]``, both made in Python. chandy prints the same, so a ported
+    job's output reads as it did on PyFlink.
+    """
+    if type_info is None or isinstance(type_info, PickledBytesTypeInfo):
+        return value if isinstance(value, str) else str(value)
+    if isinstance(type_info, (RowTypeInfo, ExternalTypeInfo)) and isinstance(value, Row):
+        return f"{value.get_row_kind()}[{','.join(str(v) for v in value)}]"
+    return _java_string(value, type_info)
+
+
+def _java_string(value: Any, type_info: Any) -> str:
+    """``toString()`` of the Java object PyFlink turns ``value`` into (Flink's
+    ``StringUtils.arrayAwareToString`` for fields, so arrays print their elements)."""
+    if value is None:
+        return "null"
+    if isinstance(type_info, BasicTypeInfo):
+        return _java_basic_string(value, type_info._basic_type)
+    if isinstance(type_info, TupleTypeInfo):
+        fields = zip(value, _field_types(type_info.get_field_types(), value), strict=False)
+        return "(" + ",".join(_java_string(v, t) for v, t in fields) + ")"
+    if isinstance(type_info, RowTypeInfo):
+        kind = value.get_row_kind() if isinstance(value, Row) else RowKind.INSERT
+        fields = zip(value, _field_types(type_info.get_field_types(), value), strict=False)
+        return f"{kind}[" + ", ".join(_java_string(v, t) for v, t in fields) + "]"
+    if isinstance(type_info, _ElementTypeInfo):
+        return "[" + ", ".join(_java_string(v, type_info._element_type) for v in value) + "]"
+    if isinstance(type_info, MapTypeInfo):
+        key_type, value_type = type_info._key_type_info, type_info._value_type_info
+        pairs = (f"{_java_string(k, key_type)}={_java_string(v, value_type)}" for k, v in value.items())
+        return "{" + ", ".join(pairs) + "}"
+    if isinstance(type_info, TimestampTypeInfo) and isinstance(value, datetime.datetime):
+        # java.sql.Timestamp: nanoseconds without trailing zeros, at least one digit.
+        fraction = f"{value.microsecond:06d}".rstrip("0") or "0"
+        return f"{value:%Y-%m-%d %H:%M:%S}.{fraction}"
+    if isinstance(type_info, TimeTypeInfo) and isinstance(value, datetime.time):
+        return f"{value:%H:%M:%S}"
+    if isinstance(type_info, LocalTimeTypeInfo):
+        return _java_local_time_string(value)
+    return value.isoformat() if isinstance(value, datetime.date) else str(value)
+
+
+def _field_types(types: list[TypeInformation], value: Any) -> list[Any]:
+    """One type per field; fields beyond the declared ones print as Python does."""
+    return types + [None] * (len(value) - len(types))
+
+
+def _java_basic_string(value: Any, basic_type: BasicType) -> str:
+    if basic_type is BasicType.BOOLEAN:
+        return "true" if value else "false"
+    if basic_type is BasicType.DOUBLE:
+        return _java_floating_string(float(value), repr(float(value)))
+    if basic_type is BasicType.FLOAT:
+        return _java_floating_string(float(value), _shortest_float32(float(value)))
+    if basic_type is BasicType.INSTANT and isinstance(value, Instant):
+        return _java_instant_string(value)
+    return str(value)
+
+
+def _shortest_float32(value: float) -> str:
+    """The shortest decimal that reads back as the same 32-bit float (what Java's
+    ``Float.toString`` prints the digits of: ``110.1`` rather than ``110.0999984741211``)."""
+    single = struct.unpack("<f", struct.pack("<f", value))[0]
+    for digits in range(1, 10):
+        text = f"{single:.{digits}g}"
+        if struct.unpack("<f", struct.pack("<f", float(text)))[0] == single:
+            return text
+    return repr(single)
+
+
+def _java_floating_string(value: float, shortest: str) -> str:
+    """Java's ``Double.toString``/``Float.toString`` layout of the digits in ``shortest``:
+    plain between 10^-3 and 10^7 (always with a fraction), else ``d.dddE±n``."""
+    if math.isnan(value):
+        return "NaN"
+    if math.isinf(value):
+        return "Infinity" if value > 0 else "-Infinity"
+    if value == 0:
+        return "-0.0" if math.copysign(1.0, value) < 0 else "0.0"
+    sign, digit_tuple, exponent = decimal.Decimal(shortest).normalize().as_tuple()
+    digits = "".join(map(str, digit_tuple))
+    point = len(digits) + int(exponent)  # digits[:point] is the integer part
+    minus = "-" if sign else ""
+    if 1e-3 <= abs(value) < 1e7:
+        if point <= 0:
+            return f"{minus}0.{'0' * -point}{digits}"
+        if point >= len(digits):
+            return f"{minus}{digits}{'0' * (point - len(digits))}.0"
+        return f"{minus}{digits[:point]}.{digits[point:]}"
+    return f"{minus}{digits[0]}.{digits[1:] or '0'}E{point - 1}"
+
+
+def _java_instant_string(instant: Instant) -> str:
+    moment = datetime.datetime(1970, 1, 1) + datetime.timedelta(seconds=instant.seconds)
+    text = f"{moment:%Y-%m-%dT%H:%M:%S}"
+    if instant.nanos:
+        text += "." + _java_fraction(instant.nanos)
+    return text + "Z"
+
+
+def _java_fraction(nanos: int) -> str:
+    """``java.time``'s fraction of a second: in groups of three digits, as few as needed."""
+    text = f"{nanos:09d}"
+    for width in (3, 6):
+        if text[width:] == "0" * (9 - width):
+            return text[:width]
+    return text
+
+
+def _java_local_time_string(value: Any) -> str:
+    """``java.time.LocalDate/LocalTime/LocalDateTime.toString``."""
+    if isinstance(value, datetime.datetime):
+        return f"{value.date().isoformat()}T{_java_local_time_string(value.time())}"
+    if isinstance(value, datetime.time):
+        text = f"{value:%H:%M}"
+        if value.second or value.microsecond:
+            text += f":{value:%S}"
+        if value.microsecond:
+            text += "." + _java_fraction(value.microsecond * 1000)
+        return text
+    return value.isoformat() if isinstance(value, datetime.date) else str(value)
