@@ -734,47 +734,65 @@ class WindowOperator(KeyedOperator):
 
     def _fast_tumbling_reduce(self, records: KeyedBatch, timestamps: list[Any]) -> None:
         """The hottest loop: one window per record, a reduce, no snapshot in flight."""
-        size, offset, lateness = self._size, self._offset, self.allowed_lateness
-        watermark = self._timer_service.current_watermark()
-        # a window starting at or before this is late (its cleanup time is at or below the watermark)
-        late_bound = watermark - size + 1 - lateness
-        # a window starting at or before this has ended: a record within the lateness fires it again
-        fired_bound = watermark - size + 1
+        size, offset = self._size, self._offset
+        # a window starting at or before this has ended (the watermark passed its max timestamp)
+        ended_bound = self._timer_service.current_watermark() - size + 1
         maps = self._maps
         reduce = cast("Callable[[Any, Any], Any]", self._reduce)
         backend = self.backend
         register = self._timer_service.register_event_time_timer
-        late: list[int] = []
-        for i, (kg, key, value, ts) in enumerate(
-            zip(records.key_groups, records.keys, records.values, timestamps, strict=True)
+        late_values: list[Any] = []
+        late_timestamps: list[int | None] = []
+        for kg, key, value, ts in zip(
+            records.key_groups, records.keys, records.values, timestamps, strict=True
         ):
             start = ts - (ts - offset) % size
-            if start <= late_bound:
-                late.append(i)
+            if start <= ended_bound:  # rare: late, or within the allowed lateness
+                if not self._fast_after_end(kg, key, value, start, ended_bound):
+                    late_values.append(value)
+                    late_timestamps.append(ts)
                 continue
             m = maps[kg]
             k = (key, start)
             old = m.get(k)
             if old is None:
-                m[k] = new = value
+                m[k] = value
                 backend.current_key = key
                 backend.current_index = kg
-                register(start, start + size - 1 if start > fired_bound else start + size - 1 + lateness)
+                register(start, start + size - 1)
             else:
-                m[k] = new = reduce(old, value)
-            if start <= fired_bound:
-                self._out_values.append(new)
-                self._out_timestamps.append(start + size - 1)
-        if late:
-            values = records.values
-            self._emit_late([values[i] for i in late], [timestamps[i] for i in late])
+                m[k] = reduce(old, value)
+        self._emit_late(late_values, late_timestamps)
+
+    def _fast_after_end(self, kg: int, key: Any, value: Any, start: int, ended_bound: int) -> bool:
+        """A record for the ended window at ``start``: False if the window is late (past its
+        cleanup), else add it and fire the window again (what EventTimeTrigger does)."""
+        if start <= ended_bound - self.allowed_lateness:
+            return False
+        m = self._maps[kg]
+        k = (key, start)
+        old = m.get(k) if self._table.cow is None else self._table.privatize(m, k)
+        max_timestamp = start + self._size - 1
+        if old is None:
+            backend = self.backend
+            backend.current_key = key
+            backend.current_index = kg
+            self._timer_service.register_event_time_timer(start, max_timestamp + self.allowed_lateness)
+        aggregate = self._aggregate
+        if aggregate is None:
+            m[k] = new = value if old is None else cast("Callable[[Any, Any], Any]", self._reduce)(old, value)
+            self._out_values.append(new)
+        else:
+            m[k] = new = aggregate.add(value, aggregate.create_accumulator() if old is None else old)
+            self._out_values.append(aggregate.get_result(new))
+        self._out_timestamps.append(max_timestamp)
+        return True
 
     def _fast_general(self, records: KeyedBatch, timestamps: list[Any]) -> None:
         """Tumbling or sliding, reduce or aggregate, with or without a snapshot in flight."""
         size, slide, offset, lateness = self._size, self._slide, self._offset, self.allowed_lateness
         watermark = self._timer_service.current_watermark()
-        late_bound = watermark - size + 1 - lateness
-        fired_bound = watermark - size + 1
+        ended_bound = watermark - size + 1
         maps = self._maps
         reduce = self._reduce
         aggregate: Any = self._aggregate
@@ -782,37 +800,35 @@ class WindowOperator(KeyedOperator):
         privatize = table.privatize if table.cow is not None else None
         backend = self.backend
         register = self._timer_service.register_event_time_timer
-        out_values, out_timestamps = self._out_values, self._out_timestamps
-        late: list[int] = []
-        for i, (kg, key, value, ts) in enumerate(
-            zip(records.key_groups, records.keys, records.values, timestamps, strict=True)
+        late_values: list[Any] = []
+        late_timestamps: list[int | None] = []
+        for kg, key, value, ts in zip(
+            records.key_groups, records.keys, records.values, timestamps, strict=True
         ):
-            last_start = ts - (ts - offset) % slide
             added = False
             m = maps[kg]
-            for start in range(last_start, ts - size, -slide):
-                if start <= late_bound:
-                    break  # this window is late, and so is every earlier one
+            # the windows from the latest start down
+            for start in range(ts - (ts - offset) % slide, ts - size, -slide):
+                if start <= ended_bound:
+                    if not self._fast_after_end(kg, key, value, start, ended_bound):
+                        break  # late, and so is every earlier window
+                    added = True
+                    continue
                 added = True
                 k = (key, start)
                 old = m.get(k) if privatize is None else privatize(m, k)
                 if old is None:
                     backend.current_key = key
                     backend.current_index = kg
-                    register(start, start + size - 1 if start > fired_bound else start + size - 1 + lateness)
+                    register(start, start + size - 1)
                 if reduce is not None:
-                    new = value if old is None else reduce(old, value)
+                    m[k] = value if old is None else reduce(old, value)
                 else:
-                    new = aggregate.add(value, aggregate.create_accumulator() if old is None else old)
-                m[k] = new
-                if start <= fired_bound:
-                    out_values.append(new if reduce is not None else aggregate.get_result(new))
-                    out_timestamps.append(start + size - 1)
+                    m[k] = aggregate.add(value, aggregate.create_accumulator() if old is None else old)
             if not added and ts + lateness <= watermark:
-                late.append(i)
-        if late:
-            values = records.values
-            self._emit_late([values[i] for i in late], [timestamps[i] for i in late])
+                late_values.append(value)
+                late_timestamps.append(ts)
+        self._emit_late(late_values, late_timestamps)
 
     def _on_fast_timer(self, timer: InternalTimer) -> None:
         start = cast(int, timer.namespace)
