@@ -84,7 +84,10 @@ def main(argv: list[str]) -> int:
     suite.add_argument("--runs", type=int, default=None, help="default 3, or 1 with --quick")
     suite.add_argument("--parallelism", type=int, default=2)
     suite.add_argument(
-        "--records", type=int, default=None, help="records of W1 and W2 and keys of W4, for every system"
+        "--records",
+        type=int,
+        default=None,
+        help="records of W1, W2 and W5 (rounded up to whole windows) and keys of W4, for every system",
     )
     suite.add_argument("--duration-s", type=float, default=None, help="length of W3")
     suite.add_argument("--timeout-s", type=float, default=900.0, help="per run")
@@ -224,7 +227,9 @@ def _run_suite(args: argparse.Namespace, argv: list[str]) -> int:
             w1_records=args.records,
             w2_records=args.records,
             w4_keys=args.records,
+            w5_records=args.records,
             w1_records_of={},
+            w5_records_of={},
             slow_system_divisor={},
         )
     if args.duration_s is not None:

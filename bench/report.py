@@ -24,6 +24,13 @@ class Metric:
     #: Grows with the record count (W4's keys), so a ratio compares it per record: PyFlink
     #: holds a tenth of the keys of the others.
     per_record: bool = False
+    #: The figure's name in a summary, where two workloads report a figure of the same
+    #: name (W5's throughput and latency): ``w5_records_per_s``. W1-W4 keep the bare name.
+    summary_key: str = ""
+
+    @property
+    def key(self) -> str:
+        return self.summary_key or self.name
 
 
 METRICS = [
@@ -35,7 +42,29 @@ METRICS = [
     Metric("w3", "latency_p99_ms", "W3 latency p99", "ms", False),
     Metric("w4", "checkpoint_duration_ms", "W4 checkpoint duration", "ms", False, per_record=True),
     Metric("w4", "checkpoint_size_bytes", "W4 checkpoint size", "bytes", False, per_record=True),
+    Metric("w5", "records_per_s", "W5 throughput", "records/s", True, summary_key="w5_records_per_s"),
+    Metric("w5", "latency_p50_ms", "W5 latency p50", "ms", False, summary_key="w5_latency_p50_ms"),
+    Metric("w5", "latency_p99_ms", "W5 latency p99", "ms", False, summary_key="w5_latency_p99_ms"),
+    Metric(
+        "w5",
+        "emitted_latency_p50_ms",
+        "W5 latency p50 from the emitted watermark",
+        "ms",
+        False,
+        summary_key="w5_emitted_latency_p50_ms",
+    ),
+    Metric(
+        "w5",
+        "emitted_latency_p99_ms",
+        "W5 latency p99 from the emitted watermark",
+        "ms",
+        False,
+        summary_key="w5_emitted_latency_p99_ms",
+    ),
+    Metric("w5", "checkpoint_p50_ms", "W5 checkpoint p50", "ms", False, summary_key="w5_checkpoint_p50_ms"),
 ]
+#: W5's throughput, the figure its targets are about.
+W5_THROUGHPUT = next(m for m in METRICS if m.key == "w5_records_per_s")
 
 
 def _spread(values: list[float]) -> dict[str, Any]:
@@ -63,7 +92,7 @@ def summarize(rows: list[dict[str, Any]]) -> dict[str, Any]:
                 and r.get(metric.name) is not None
             ]
             if values:
-                part[metric.name] = _spread(values)
+                part[metric.key] = _spread(values)
         base = [
             r["records_per_s"]
             for r in mine
@@ -75,6 +104,9 @@ def summarize(rows: list[dict[str, Any]]) -> dict[str, Any]:
         exact = [r["exact"] for r in mine if r.get("ok") and r["workload"] == "w2"]
         if exact:
             part["w2_exact_runs"] = f"{sum(exact)} of {len(exact)}"
+        windowed = [r for r in mine if r["workload"] == "w5"]
+        if windowed:  # a W5 run whose results are not exact fails, so ok means exact
+            part["w5_exact_runs"] = f"{sum(1 for r in windowed if r.get('ok'))} of {len(windowed)}"
         first = [
             r["records_per_s_incl_first_batch"]
             for r in mine
@@ -153,7 +185,7 @@ def ratios(summary: dict[str, Any]) -> dict[str, dict[str, dict[str, float]]]:
             for metric in METRICS:
                 a, b = _comparable(own, metric), _comparable(theirs, metric)
                 if a and b:
-                    row[metric.name] = a / b if metric.higher_is_better else b / a
+                    row[metric.key] = a / b if metric.higher_is_better else b / a
             result[mine][reference] = row
     return result
 
@@ -167,7 +199,7 @@ PYTHON_STATE_VARIANTS = {"spark_ss": ("pandas_state", "twsip")}
 
 def _comparable(part: dict[str, Any], metric: Metric) -> float | None:
     """The median of ``metric``, per record where it grows with the record count."""
-    figure = part.get(metric.name)
+    figure = part.get(metric.key)
     if not figure or not figure["median"]:
         return None
     if not metric.per_record:
@@ -182,10 +214,10 @@ def _best(
     """The reference's best variant for ``metric`` (its most favourable figure), among
     ``variants`` if given."""
     found = [
-        (key, part[metric.name]["median"])
+        (key, part[metric.key]["median"])
         for key, part in summary.items()
         if key.startswith(f"{system}/")
-        and metric.name in part
+        and metric.key in part
         and (variants is None or key.split("/", 1)[1] in variants)
     ]
     if not found:
@@ -248,6 +280,40 @@ def targets(summary: dict[str, Any], chandy: str = "chandy/spark") -> list[dict[
     limit("checkpoint_p50_ms", "W1 checkpoint p50", 50, "ms")
     limit("latency_p99_ms", "W3 latency p99", 3, "ms")
     limit("recovery_s", "W2 recovery (raised exception)", 1, "s")
+    checks += w5_targets(summary, own)
+    return checks
+
+
+#: Issue 12's W5 targets: chandy's own rate, and its ratio to a reference's best variant.
+W5_MIN_RECORDS_PER_S = 1_500_000
+W5_RATIO_TARGETS = (("bytewax", 3.0), ("pyflink", 50.0))
+
+
+def w5_targets(summary: dict[str, Any], own: dict[str, Any]) -> list[dict[str, Any]]:
+    """W5 (keyed tumbling event-time window) throughput: at least 1.5 M records/s, at least
+    3x Bytewax and 50x PyFlink (each against its best variant)."""
+    key = W5_THROUGHPUT.key
+    if key not in own:
+        return []
+    rate = own[key]["median"]
+    checks = [
+        {
+            "target": f"W5 >= {W5_MIN_RECORDS_PER_S / 1e6:g} M records/s",
+            "measured": f"{rate / 1e6:.2f} M records/s",
+            "met": rate >= W5_MIN_RECORDS_PER_S,
+        }
+    ]
+    for system, factor in W5_RATIO_TARGETS:
+        best = _best(summary, system, W5_THROUGHPUT)
+        if best:
+            ratio = rate / best[1]
+            checks.append(
+                {
+                    "target": f"W5 >= {factor:g}x {system} (best variant: {best[0]})",
+                    "measured": f"{ratio:.2f}x",
+                    "met": ratio >= factor,
+                }
+            )
     return checks
 
 
@@ -325,7 +391,7 @@ def figures_table(summary: dict[str, Any]) -> str:
     rows = []
     for key, part in summary.items():
         for metric in METRICS:
-            m = part.get(metric.name)
+            m = part.get(metric.key)
             if m:
                 rows.append(
                     [
@@ -389,6 +455,8 @@ def figures_table(summary: dict[str, Any]) -> str:
             )
         if "w2_exact_runs" in part:
             rows.append([key, "W2 every key's sum exact", part["w2_exact_runs"], "", "", "", ""])
+        if "w5_exact_runs" in part:
+            rows.append([key, "W5 every window's sums exact, once", part["w5_exact_runs"], "", "", "", ""])
     return table(rows, ["system/variant", "figure", "median", "min", "max", "runs", "records"])
 
 
@@ -410,9 +478,9 @@ def ratios_table(summary: dict[str, Any]) -> str:
     for mine, references in ratios(summary).items():
         for reference, row in references.items():
             for metric in METRICS:
-                if metric.name in row:
+                if metric.key in row:
                     label = metric.label + (" per key" if metric.per_record else "")
-                    rows.append([mine, reference, label, f"{row[metric.name]:.2f}x"])
+                    rows.append([mine, reference, label, f"{row[metric.key]:.2f}x"])
     if not rows:
         return "(no reference system measured)"
     return table(rows, ["chandy", "reference", "figure", "chandy's advantage"])

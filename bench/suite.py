@@ -35,7 +35,7 @@ VARIANTS: dict[str, list[str]] = {
     "bytewax": ["processes", "workers"],
     "pyflink": ["thread", "process"],
 }
-WORKLOADS = ("w1", "w2", "w3", "w4")
+WORKLOADS = ("w1", "w2", "w3", "w4", "w5")
 #: Workloads the harness keeps a place for that wait on a chandy feature not built yet.
 #: Asking for one runs nothing and says why; once the feature lands, the workload moves
 #: to ``WORKLOADS`` and every runner learns it.
@@ -68,6 +68,14 @@ class Sizes:
     )
     #: W2's and W4's counts are divided by this for the slow systems.
     slow_system_divisor: dict[str, int] = field(default_factory=lambda: {"pyflink": 10})
+    #: W5's records (rounded up to whole windows of ``w5_per_event_second`` records), and
+    #: where a system's speed asks for another count: every run spans tens of windows
+    #: (PyFlink's, at about 15 k records/s, six) and ends in a minute or so.
+    w5_records: int = 2_000_000
+    w5_per_event_second: int = 100_000
+    w5_records_of: dict[str, int] = field(
+        default_factory=lambda: {"chandy": 10_000_000, "spark_ss": 20_000_000, "pyflink": 600_000}
+    )
 
     def arguments(self, system: str, variant: str, workload: str) -> list[str]:
         divisor = self.slow_system_divisor.get(system, 1)
@@ -80,7 +88,22 @@ class Sizes:
             return ["--records", str(self.w2_records // divisor)]
         if workload == "w3":
             return ["--rate", f"{self.w3_rate:g}", "--duration-s", f"{self.w3_duration_s:g}"]
+        if workload == "w5":
+            return [
+                "--records",
+                str(self.w5_records_for(system, variant)),
+                "--per-event-second",
+                str(self.w5_per_event_second),
+            ]
         return ["--records", str(self.w4_keys // divisor), "--value-bytes", str(self.w4_value_bytes)]
+
+    def w5_records_for(self, system: str, variant: str) -> int:
+        """W5's record count for a system: whole windows (the runners refuse a partial one)."""
+        records = self.w5_records_of.get(
+            f"{system}:{variant}", self.w5_records_of.get(system, self.w5_records)
+        )
+        windows = max(1, -(-records // self.w5_per_event_second))
+        return windows * self.w5_per_event_second
 
 
 FULL = Sizes()
@@ -90,6 +113,8 @@ QUICK = Sizes(
     w3_duration_s=6.0,
     w4_keys=100_000,
     w1_records_of={"pyflink": 30_000},
+    w5_records=300_000,
+    w5_records_of={"pyflink": 200_000},
 )
 
 

@@ -7,11 +7,23 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from collections.abc import Collection
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
 from bench import report
+from bench.systems.w5_events import (
+    OUT_OF_ORDERNESS_MS,
+    ResultCheck,
+    W5Events,
+    WatermarkPasses,
+    latency_figures,
+    verify,
+    watermark_passed_at,
+)
+from bench.systems.w5_events import figures as w5_figures
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -26,6 +38,8 @@ def test_quick_bench_run_measures_every_workload_on_chandy(tmp_path: Path) -> No
             "--quick",
             "--systems",
             "chandy:local",
+            "--workloads",
+            "w1,w2,w3,w4",
             "--records",
             "40000",
             "--duration-s",
@@ -228,3 +242,166 @@ def test_a_report_of_several_runs_takes_each_workload_whole_from_the_last_run_me
     text = report.markdown(combined)
     assert "W2 from `python -m bench run`" in text
     assert "W1 from `python -m bench run --workloads w1`" in text
+
+
+# ---------------------------------------------------------------------- W5's harness
+
+
+def _small_events() -> W5Events:
+    # 1,000 records per 100 ms block (coprime to the deal), 100 keys, two sources
+    return W5Events(records=40_000, keys=100, per_event_second=10_000, parallelism=2)
+
+
+def test_w5_events_are_out_of_order_within_the_bound_and_every_window_sum_has_its_closed_form() -> None:
+    events = _small_events()
+    records = events.records_of(range(events.records))
+
+    assert records == [(i % 100, i, events.timestamp(i)) for i in range(events.records)]
+    assert records[5:9] == events.records_of(range(5, 9))
+    assert events.records_of(range(1, 3001, 2)) == records[1:3001:2]
+    sums: dict[tuple[int, int], int] = {}
+    for key, value, timestamp in records:
+        window = events.window_of(timestamp)
+        assert window == value // events.per_event_second  # the blocks tile the windows
+        sums[window, key] = sums.get((window, key), 0) + value
+    assert sums == {(w, k): events.expected_sum(w, k) for w in range(events.windows) for k in range(100)}
+    for source in range(events.parallelism):  # each source subtask reads its stride
+        largest, disorder = 0, 0
+        for _, _, timestamp in records[source :: events.parallelism]:
+            largest = max(largest, timestamp)
+            disorder = max(disorder, largest - timestamp)
+            # the thresholds fall on block starts: the last record read tells when one is passed
+        assert 50 < disorder < 100 < OUT_OF_ORDERNESS_MS
+    assert sorted(events.strided(n) for n in range(events.records)) == list(range(events.records))
+    assert [events.strided(n) for n in (0, 1, 20_000, 20_001)] == [0, 2, 1, 3]
+
+
+def test_w5_source_notes_when_its_largest_timestamp_passes_each_window_fire_threshold() -> None:
+    events = _small_events()
+    by_record = WatermarkPasses(events)
+    by_batch = WatermarkPasses(events)
+    for batch_start in range(0, events.records, 500):
+        batch = events.records_of(range(batch_start, batch_start + 500))
+        for _, i, timestamp in batch:
+            by_record.observe(timestamp, now=float(i))
+        last = batch[-1][1]
+        by_batch.observe_batch(events.timestamp_floor(last), now=float(last))
+
+    # window w fires once a timestamp >= its end + 200 ms was read: the first record of
+    # the block starting there, record (w + 1.2) * per_event_second
+    assert by_record.passed == {0: 12_000.0, 1: 22_000.0, 2: 32_000.0}
+    assert by_batch.passed == {0: 12_499.0, 1: 22_499.0, 2: 32_499.0}
+    assert by_batch.first == 499.0
+    assert 3 not in by_record.passed  # the last window fires at the end of the input
+
+
+def _checked(events: W5Events, skip: Collection[tuple[int, int]] = (), extra: int = 0) -> ResultCheck:
+    check = ResultCheck(events)
+    for window in range(events.windows):
+        for key in range(events.keys):
+            if (window, key) not in skip:
+                check.add(
+                    key, events.expected_sum(window, key), events.window_start(window) + 999, 1000 * window
+                )
+    for _ in range(extra):
+        check.add(7, events.expected_sum(1, 7), events.window_start(1), 1000)
+    return check
+
+
+def test_w5_verification_names_missing_duplicated_and_wrong_results_and_fails_the_run() -> None:
+    events = _small_events()
+    exact = verify(events, [_checked(events).to_json()])
+    assert exact["exact"] and exact["results"] == exact["results_expected"] == 400
+
+    split = (
+        _checked(events, skip={(w, k) for w in range(4) for k in range(0, 100, 2)}),
+        _checked(events, skip={(w, k) for w in range(4) for k in range(1, 100, 2)}),
+    )
+    assert verify(events, [c.to_json() for c in split])["exact"]  # two sink subtasks, one whole
+
+    broken = _checked(events, skip={(2, 5)}, extra=1)
+    broken.add(3, 1, events.window_start(0), 0)  # a wrong sum
+    broken.add(3, 1, events.window_start(9), 0)  # a window the events do not have
+    verdict = verify(events, [broken.to_json()])
+    assert verdict["missing_results"] == 1
+    assert verdict["duplicate_results"] == 2  # (1, 7) once more, (0, 3) once more
+    assert verdict["wrong_sums"] == 1 and verdict["results_outside_windows"] == 1
+    assert not verdict["exact"]
+    passes = [{"first": 0.0, "passed": {}}]
+    with pytest.raises(RuntimeError, match="1 missing, 2 duplicated, 1 with a wrong sum"):
+        w5_figures(events, passes, [broken.to_json()])
+
+
+def test_w5_latency_counts_from_the_last_source_unless_each_key_has_its_own_clock() -> None:
+    events = _small_events()
+    passes = [
+        {"first": 0.0, "passed": {"0": 1.0, "1": 2.0, "2": 3.0}},
+        {"first": 0.0, "passed": {"0": 1.5, "1": 2.0, "2": 3.25}},
+    ]
+    assert watermark_passed_at(events, passes)[(2, 0)] == 3.25  # the minimum watermark
+    assert watermark_passed_at(events, passes, per_key_source=True)[(2, 0)] == 3.0
+    assert (3, 0) not in watermark_passed_at(events, passes)  # fired by the end of input
+    check = ResultCheck(events)
+    for key in range(events.keys):  # window 2's results arrive 10 ms (even keys) or 20 ms after 3.25 s
+        check.add(key, events.expected_sum(2, key), events.window_start(2), 3260 + 10 * (key % 2))
+        check.add(key, events.expected_sum(1, key), events.window_start(1), 2100)
+
+    shared = latency_figures(watermark_passed_at(events, passes), [check.to_json()])
+    per_key = latency_figures(watermark_passed_at(events, passes, True), [check.to_json()])
+
+    assert (shared["latency_min_ms"], shared["latency_max_ms"]) == (10.0, 100.0)
+    assert shared["latency_results"] == 200 and shared["latency_windows"] == 2  # window 0 is warm-up
+    assert shared["latency_p50_ms"] == 20.0 and shared["window_complete_p50_ms"] == 20.0
+    # each key from its own source: even keys' window 2 passed at 3.0 s, odd keys' at 3.25 s
+    assert (per_key["latency_min_ms"], per_key["latency_max_ms"]) == (20.0, 260.0)
+
+
+def test_w5_sizes_are_whole_windows_and_its_figures_do_not_mix_with_w1s() -> None:
+    from bench.suite import FULL, QUICK
+
+    assert FULL.arguments("chandy", "spark", "w5") == [
+        "--records",
+        "10000000",
+        "--per-event-second",
+        "100000",
+    ]
+    assert QUICK.arguments("bytewax", "processes", "w5")[1] == "300000"
+    assert (
+        replace(QUICK, w5_records=40_000, w5_records_of={}).arguments("chandy", "local", "w5")[1] == "100000"
+    )
+
+    def row(system: str, variant: str, workload: str, rate: float, **more: object) -> dict[str, object]:
+        return {
+            "system": system,
+            "variant": variant,
+            "workload": workload,
+            "run": 1,
+            "ok": True,
+            "checkpoint_interval_ms": 1000,
+            "records": 1000,
+            "records_per_s": rate,
+            **more,
+        }
+
+    rows = [
+        row("chandy", "spark", "w1", 3.0e6),
+        row("chandy", "spark", "w5", 1.6e6, latency_p99_ms=300.0, exact=True),
+        row("bytewax", "processes", "w5", 0.5e6, latency_p99_ms=900.0, exact=True),
+        row("bytewax", "workers", "w5", 0.4e6, exact=True),
+        row("pyflink", "thread", "w5", 0.02e6, exact=True),
+        {**row("pyflink", "process", "w5", 0.0), "ok": False, "error": "RuntimeError: not exact"},
+    ]
+
+    summary = report.summarize(rows)
+
+    assert summary["chandy/spark"]["records_per_s"]["median"] == 3.0e6
+    assert summary["chandy/spark"]["w5_records_per_s"]["median"] == 1.6e6
+    assert summary["pyflink/process"]["w5_exact_runs"] == "0 of 1"
+    ratios = report.ratios(summary)["chandy/spark"]
+    assert ratios["bytewax/processes"]["w5_latency_p99_ms"] == pytest.approx(3.0)
+    checks = {c["target"]: (c["measured"], c["met"]) for c in report.targets(summary)}
+    assert checks["W5 >= 1.5 M records/s"] == ("1.60 M records/s", True)
+    assert checks["W5 >= 3x bytewax (best variant: bytewax/processes)"] == ("3.20x", True)
+    assert checks["W5 >= 50x pyflink (best variant: pyflink/thread)"] == ("80.00x", True)
+    text = report.figures_table(summary)
+    assert "W5 throughput" in text and "W5 every window's sums exact, once" in text

@@ -89,11 +89,14 @@ from pathlib import Path
 from typing import Any
 
 import bytewax.operators as op
+import bytewax.operators.windowing as win
 from bytewax.dataflow import Dataflow
 from bytewax.inputs import FixedPartitionedSource, StatefulSourcePartition
 from bytewax.outputs import DynamicSink, StatelessSinkPartition
 from bytewax.recovery import RecoveryConfig
 from bytewax.run import cli_main
+from w5_events import BASE_MS, OUT_OF_ORDERNESS_MS, WINDOW_MS, ResultCheck, W5Events, WatermarkPasses
+from w5_events import figures as w5_figures
 
 log = logging.getLogger("bench.bytewax")
 
@@ -119,6 +122,7 @@ class FlowSpec:
     rate: float = 1000.0
     duration_s: float = 20.0
     value_bytes: int = 100
+    per_event_second: int = 100_000
     batch_size: int = 1000
     fail_at: int = -1
     addresses: list[str] = field(default_factory=list)
@@ -126,6 +130,10 @@ class FlowSpec:
     @property
     def recovery_dir(self) -> Path:
         return Path(self.work_dir) / "recovery"
+
+    @property
+    def events(self) -> W5Events:
+        return W5Events(self.records, self.keys, self.per_event_second, self.parallelism)
 
 
 class SourceLog:
@@ -314,6 +322,58 @@ class _LatencyPartition(_ArrivalPartition):
         self.latency_path.write_text(json.dumps(self.latencies))
 
 
+class _W5Partition(_StridedPartition):
+    """W5: the events ``(key, value, timestamp)`` of the partition's records, noting when
+    the first was read and when the largest timestamp read passed each window's fire
+    threshold (``WatermarkPasses``, per batch, by its last record: see
+    ``W5Events.timestamp_floor``)."""
+
+    def __init__(self, spec: FlowSpec, part: int, resume: int | None) -> None:
+        events = spec.events
+        super().__init__(spec, part, events.records, resume, events.records_of)
+        self.events = events
+        self.passes = WatermarkPasses(events)
+        self.passes_path = Path(spec.work_dir) / f"passes-{spec.attempt}-{part}.json"
+
+    def next_batch(self) -> list[Any]:
+        batch = super().next_batch()
+        if batch:
+            self.passes.observe_batch(self.events.timestamp_floor(batch[-1][1]), time.time())
+        return batch
+
+    def close(self) -> None:
+        super().close()
+        self.passes_path.write_text(json.dumps(self.passes.to_json()))
+
+
+class EventSource(_PartitionedSource):
+    """W5's events, partition ``p`` reading records ``p, p + P, ...``."""
+
+    def build_part(self, step_id: str, for_part: str, resume_state: int | None) -> _W5Partition:
+        return _W5Partition(self.spec, int(for_part), resume_state)
+
+
+class _W5ResultPartition(_ArrivalPartition):
+    """W5: checks every window result (``ResultCheck``); the results are
+    ``(key, (window_id, (key, sum, timestamp)))``."""
+
+    def __init__(self, spec: FlowSpec, worker: int) -> None:
+        super().__init__(spec, worker)
+        self.results_path = Path(spec.work_dir) / f"results-{spec.attempt}-{worker}.json"
+        self.check = ResultCheck(spec.events)
+
+    def write_batch(self, items: list[tuple[str, tuple[int, tuple[int, int, int]]]]) -> None:
+        super().write_batch(items)
+        now_ms = int(time.time() * 1000)
+        add = self.check.add
+        for _, (_, (key, total, timestamp)) in items:
+            add(key, total, timestamp, now_ms)
+
+    def close(self) -> None:
+        super().close()
+        self.results_path.write_text(json.dumps(self.check.to_json()))
+
+
 class BenchSink(DynamicSink[Any]):
     """One partition per worker, of the workload's kind."""
 
@@ -406,6 +466,34 @@ class FailingSum:
         raise RuntimeError(f"W2: the injected failure, at record {value}")
 
 
+def event_time(record: tuple[int, int, int]) -> datetime:
+    """W5's ``ts_getter``: the record's timestamp (ms since the epoch) as an aware datetime."""
+    return datetime.fromtimestamp(record[2] / 1000, UTC)
+
+
+def sum_values(a: tuple[int, int, int], b: tuple[int, int, int]) -> tuple[int, int, int]:
+    """W5's reducer: the values' sum; key and a timestamp of the window kept."""
+    return a[0], a[1] + b[1], a[2]
+
+
+#: W5's event clock reads this constant instead of the system time: Bytewax's watermark
+#: is then the largest timestamp seen minus the 200 ms wait, as Flink's bounded
+#: out-of-orderness watermark is. (With the system clock it also advances with the wall
+#: time since the key's latest event, and a stall of more than 100 ms, a snapshot say,
+#: would make the next events late and drop them.)
+_FROZEN_NOW = datetime(2000, 1, 1, tzinfo=UTC)
+
+
+def _frozen_now() -> datetime:
+    return _FROZEN_NOW
+
+
+def _never_wake(close_time: datetime) -> None:
+    """The events are historical: no system time to wake up at; windows close on events
+    (and the end of input), as in Flink."""
+    return None
+
+
 def build_flow(spec: FlowSpec) -> Dataflow:
     """The workload's dataflow, as a Bytewax user would write it."""
     flow = Dataflow(FLOW_ID)
@@ -429,6 +517,20 @@ def build_flow(spec: FlowSpec) -> Dataflow:
         keyed = op.key_on("key", values, lambda r: str(r[0]))
         stored = op.stateful_flat_map("store", keyed, StoreValue(spec))
         op.output("timing", stored, BenchSink(spec, _ArrivalPartition))
+    elif spec.workload == "w5":
+        events = op.input("events", flow, EventSource(spec))
+        keyed = op.key_on("key", events, lambda r: str(r[0]))
+        clock = win.EventClock(
+            event_time,
+            wait_for_system_duration=timedelta(milliseconds=OUT_OF_ORDERNESS_MS),
+            now_getter=_frozen_now,
+            to_system_utc=_never_wake,
+        )
+        windower = win.TumblingWindower(
+            length=timedelta(milliseconds=WINDOW_MS), align_to=datetime.fromtimestamp(BASE_MS / 1000, UTC)
+        )
+        sums = win.reduce_window("window_sum", keyed, clock, windower, sum_values)
+        op.output("check", sums.down, BenchSink(spec, _W5ResultPartition))
     else:
         raise ValueError(f"unknown workload {spec.workload!r}")
     return flow
@@ -800,6 +902,7 @@ def make_spec(args: argparse.Namespace) -> FlowSpec:
         rate=args.rate,
         duration_s=args.duration_s,
         value_bytes=args.value_bytes,
+        per_event_second=args.per_event_second,
         batch_size=args.batch_size,
         fail_at=args.records // 2,
     )
@@ -949,11 +1052,33 @@ def w4(args: argparse.Namespace, children: Children) -> dict[str, Any]:
     }
 
 
+def w5(args: argparse.Namespace, children: Children) -> dict[str, Any]:
+    """Keyed tumbling event-time window (``reduce_window`` with an ``EventClock`` and a
+    ``TumblingWindower``); figures as every runner's (``w5_events.figures``)."""
+    spec = make_spec(args)
+    with watching(spec, args.poll_ms) as watcher:
+        attempt = run_attempt(children, spec, args.timeout_s)
+    if not attempt.ok:
+        raise RuntimeError(f"the dataflow failed: {attempt.detail}")
+    work_dir = Path(spec.work_dir)
+    return {
+        **w5_figures(
+            spec.events,
+            read_json_files(work_dir, "passes-0-*.json"),
+            read_json_files(work_dir, "results-0-*.json"),
+            per_key_source=True,
+        ),
+        "wall_s": attempt.wall_s,
+        **checkpoint_figures(spec, watcher),
+    }
+
+
 WORKLOADS: dict[str, Callable[[argparse.Namespace, Children], dict[str, Any]]] = {
     "w1": w1,
     "w2": w2,
     "w3": w3,
     "w4": w4,
+    "w5": w5,
 }
 
 
@@ -970,6 +1095,9 @@ def parse(argv: Iterable[str]) -> argparse.Namespace:
     parser.add_argument("--rate", type=float, default=1000.0)
     parser.add_argument("--duration-s", type=float, default=20.0)
     parser.add_argument("--value-bytes", type=int, default=100)
+    parser.add_argument(
+        "--per-event-second", type=int, default=100_000, help="w5: records per second of event time"
+    )
     parser.add_argument(
         "--mode",
         choices=["processes", "workers"],

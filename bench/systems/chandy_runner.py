@@ -11,12 +11,23 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import os
 import sys
 import time
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from bench.systems.w5_events import (
+    OUT_OF_ORDERNESS_MS,
+    ResultCheck,
+    W5Events,
+    WatermarkPasses,
+    latency_figures,
+    watermark_passed_at,
+)
+from bench.systems.w5_events import figures as w5_figures
 from bench.timing import TimingSink, read_timings
 from bench.w1 import RunningSum
 from chandy import StreamExecutionEnvironment
@@ -26,12 +37,26 @@ from chandy.connectors.number_sequence import (
     NumberSequenceSource,
     NumberSequenceSplit,
 )
-from chandy.core.connector import Sink, SinkWriter, SinkWriterContext, SourceReaderContext
+from chandy.core.connector import (
+    Boundedness,
+    Sink,
+    SinkWriter,
+    SinkWriterContext,
+    Source,
+    SourceReader,
+    SourceReaderContext,
+)
 from chandy.core.functions import CheckpointListener, KeyedProcessFunction, RuntimeContext
 from chandy.core.state import ValueStateDescriptor
+from chandy.core.time import Time
+from chandy.core.watermark_strategy import TimestampAssigner, WatermarkGenerator, WatermarkStrategy
+from chandy.core.windows import TumblingEventTimeWindows
 from chandy.runtime.job_client import JobClient
 
 log = logging.getLogger("bench.chandy")
+
+#: ``pipeline.auto-watermark-interval`` of W5 (ms): Flink's default, which PyFlink's W5 runs with too.
+W5_WATERMARK_INTERVAL_MS = 200
 
 
 # ------------------------------------------------------------------ shared pieces
@@ -394,10 +419,195 @@ def w4(args: argparse.Namespace, work_dir: Path) -> dict[str, Any]:
     }
 
 
+# ------------------------------------------------------------------ w5
+
+
+@dataclass
+class StridedSplit:
+    """Subtask ``offset``'s records: ``position, position + step, ...`` below ``end``."""
+
+    split_id: int
+    position: int
+    end: int
+    step: int
+
+
+class W5Reader(SourceReader):
+    """W5's events, batch by batch (``W5Events.records_of``), noting when the first was
+    read and, per batch (by its last record), when the largest timestamp read passed each
+    window's fire threshold; the notes are written when the input ends."""
+
+    def __init__(self, events: W5Events, path: Path) -> None:
+        self.events = events
+        self.path = path
+        self.passes = WatermarkPasses(events)
+        self._splits: list[StridedSplit] = []
+
+    def add_splits(self, splits: Sequence[StridedSplit]) -> None:
+        self._splits.extend(StridedSplit(s.split_id, s.position, s.end, s.step) for s in splits)
+
+    def poll_next(self, max_records: int) -> list[tuple[int, int, int]] | None:
+        while self._splits:
+            split = self._splits[0]
+            if split.position >= split.end:
+                self._splits.pop(0)
+                continue
+            indexes = range(
+                split.position, min(split.end, split.position + max_records * split.step), split.step
+            )
+            split.position = indexes[-1] + split.step
+            self.passes.observe_batch(self.events.timestamp_floor(indexes[-1]), time.time())
+            return self.events.records_of(indexes)
+        if not self.path.exists():
+            self.path.write_text(json.dumps(self.passes.to_json()))
+        return None
+
+    def snapshot_state(self, checkpoint_id: int) -> list[StridedSplit]:
+        return [StridedSplit(s.split_id, s.position, s.end, s.step) for s in self._splits]
+
+
+class W5Source(Source):
+    """Source subtask ``s`` of ``p`` reads records ``s, s + p, ...`` (see ``w5_events``)."""
+
+    def __init__(self, events: W5Events, directory: str) -> None:
+        self.events = events
+        self.directory = directory
+
+    def get_boundedness(self) -> Boundedness:
+        return Boundedness.BOUNDED
+
+    def create_splits(self, parallelism: int) -> list[StridedSplit]:
+        return [StridedSplit(s, s, self.events.records, parallelism) for s in range(parallelism)]
+
+    def create_reader(self, context: SourceReaderContext) -> W5Reader:
+        path = Path(self.directory) / f"passes-{context.subtask_index}-{context.attempt_number}.json"
+        return W5Reader(self.events, path)
+
+
+class EventTimestamp(TimestampAssigner):
+    """The record's own timestamp, its third field."""
+
+    def extract_timestamp(self, value: tuple[int, int, int], record_timestamp: int) -> int:
+        return value[2]
+
+
+class NotedWatermarks(WatermarkGenerator):
+    """Flink's bounded out-of-orderness watermarks, noting the wall-clock time at which
+    the watermark this generator hands out first reaches each window's last millisecond:
+    the source emits it then (the emitter asks every ``pipeline.auto-watermark-interval``
+    and forwards what advanced). One small file write per window."""
+
+    def __init__(self, out_of_orderness_ms: int, events: W5Events, directory: str) -> None:
+        super().__init__(out_of_orderness_ms)
+        self.events = events
+        self.path = Path(directory) / f"emitted-{os.getpid()}-{id(self)}.jsonl"
+        self.window = 0
+
+    def current_watermark(self) -> int:
+        watermark = super().current_watermark()
+        if watermark >= self.events.fire_threshold(self.window) - OUT_OF_ORDERNESS_MS - 1:
+            now = time.time()
+            with self.path.open("a") as f:
+                while watermark >= self.events.fire_threshold(self.window) - OUT_OF_ORDERNESS_MS - 1:
+                    f.write(json.dumps([self.window, now]) + "\n")
+                    self.window += 1
+        return watermark
+
+
+class NotedBoundedOutOfOrderness(WatermarkStrategy):
+    """``for_bounded_out_of_orderness`` whose generators note when they emit each window's
+    watermark (:class:`NotedWatermarks`)."""
+
+    def __init__(self, events: W5Events, directory: str) -> None:
+        super().__init__(OUT_OF_ORDERNESS_MS)
+        self.events = events
+        self.directory = directory
+
+    def create_watermark_generator(self) -> WatermarkGenerator:
+        return NotedWatermarks(OUT_OF_ORDERNESS_MS, self.events, self.directory)
+
+
+def sum_values(a: tuple[int, int, int], b: tuple[int, int, int]) -> tuple[int, int, int]:
+    """The window's reduce: the values' sum; key and a timestamp of the window kept."""
+    return a[0], a[1] + b[1], a[2]
+
+
+class _ResultWriter(SinkWriter):
+    def __init__(self, events: W5Events, path: Path) -> None:
+        self.path = path
+        self.check = ResultCheck(events)
+
+    def write(self, element: Any) -> None:
+        self.write_batch([element])
+
+    def write_batch(self, elements: list[Any]) -> None:
+        now_ms = int(time.time() * 1000)
+        add = self.check.add
+        for key, total, timestamp in elements:
+            add(key, total, timestamp, now_ms)
+
+    def flush(self, end_of_input: bool) -> None:
+        if end_of_input:
+            self.path.write_text(json.dumps(self.check.to_json()))
+
+    def close(self) -> None:
+        pass
+
+
+class ResultCheckSink(Sink):
+    """Checks every window result as it arrives (``ResultCheck``)."""
+
+    def __init__(self, events: W5Events, directory: str) -> None:
+        self.events = events
+        self.directory = directory
+
+    def create_writer(self, context: SinkWriterContext) -> SinkWriter:
+        path = Path(self.directory) / f"results-{context.subtask_index}-{context.attempt_number}.json"
+        return _ResultWriter(self.events, path)
+
+
+def w5(args: argparse.Namespace, work_dir: Path) -> dict[str, Any]:
+    """Keyed tumbling event-time window, as a PyFlink user writes it: ``from_source`` with
+    a bounded out-of-orderness strategy and a timestamp assigner, ``key_by``,
+    ``window(TumblingEventTimeWindows.of(Time.seconds(1)))``, ``reduce``. Besides the
+    figures every runner reports, ``emitted_latency_*`` count from the moment the sources
+    emitted the watermark passing a window's end (the brief's definition for chandy),
+    which leaves out the wait for the periodic watermark."""
+    events = W5Events(args.records, args.keys, args.per_event_second, args.parallelism)
+    directory = str(work_dir)
+    env = environment(args, work_dir)
+    env.configure({"pipeline.auto-watermark-interval": W5_WATERMARK_INTERVAL_MS})  # the default, as PyFlink's
+    strategy = NotedBoundedOutOfOrderness(events, directory).with_timestamp_assigner(EventTimestamp())
+    (
+        env.from_source(W5Source(events, directory), strategy, "events")
+        .key_by(lambda r: r[0])
+        .window(TumblingEventTimeWindows.of(Time.seconds(1)))
+        .reduce(sum_values)
+        .name("window sum")
+        .sink_to(ResultCheckSink(events, directory))
+    )
+    client, wall = run(env, "W5 keyed tumbling event-time window")
+    passes = [json.loads(p.read_text()) for p in sorted(work_dir.glob("passes-*.json"))]
+    checks = [json.loads(p.read_text()) for p in sorted(work_dir.glob("results-*.json"))]
+    figures = w5_figures(events, passes, checks)
+    emitted: list[dict[str, Any]] = []
+    for path in sorted(work_dir.glob("emitted-*.jsonl")):
+        lines = [json.loads(line) for line in path.read_text().splitlines()]
+        emitted.append({"passed": {str(w): t for w, t in lines}})
+    emitted_latency = latency_figures(watermark_passed_at(events, emitted), checks)
+    return {
+        **figures,
+        **{f"emitted_{k}": v for k, v in emitted_latency.items() if k.startswith("latency_")},
+        "auto_watermark_interval_ms": W5_WATERMARK_INTERVAL_MS,
+        "wall_s": wall,
+        **checkpoint_figures(client, args.checkpoint_interval_ms > 0),
+    }
+
+
 # ------------------------------------------------------------------ main
 
 
-WORKLOADS = {"w1": w1, "w2": w2, "w3": w3, "w4": w4}
+WORKLOADS = {"w1": w1, "w2": w2, "w3": w3, "w4": w4, "w5": w5}
 
 
 def parse(argv: list[str]) -> argparse.Namespace:
@@ -411,6 +621,9 @@ def parse(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--rate", type=float, default=1000.0)
     parser.add_argument("--duration-s", type=float, default=20.0)
     parser.add_argument("--value-bytes", type=int, default=100)
+    parser.add_argument(
+        "--per-event-second", type=int, default=100_000, help="w5: records per second of event time"
+    )
     parser.add_argument(
         "--mode", choices=["spark", "local"], default="spark", help="the executor (default spark)"
     )

@@ -83,26 +83,32 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from pyflink.common import Configuration, Types, WatermarkStrategy
+from pyflink.common import Configuration, Duration, Time, Types, WatermarkStrategy
+from pyflink.common.watermark_strategy import TimestampAssigner
 from pyflink.datastream import (
     CheckpointingMode,
     KeyedProcessFunction,
     KeySelector,
     MapFunction,
     ProcessFunction,
+    ReduceFunction,
     RuntimeContext,
     StreamExecutionEnvironment,
 )
 from pyflink.datastream.connectors.base import Sink, Source
 from pyflink.datastream.connectors.number_seq import NumberSequenceSource
 from pyflink.datastream.state import ValueStateDescriptor
+from pyflink.datastream.window import TumblingEventTimeWindows
 from pyflink.java_gateway import get_gateway
+from w5_events import OUT_OF_ORDERNESS_MS, WINDOW_MS, ResultCheck, W5Events, WatermarkPasses
+from w5_events import figures as w5_figures
 
 log = logging.getLogger("pyflink_runner")
 
 SYSTEM = "pyflink"
 FAILURE_MARKER = "failure.marker"
 POLL_INTERVAL_S = 0.25
+W5_WATERMARK_INTERVAL_MS = 200
 
 
 # --------------------------------------------------------------------------------------
@@ -431,6 +437,81 @@ class LatencySink(ProcessFunction):
         )
 
 
+class W5Records(MapFunction):
+    """W5's source side: number ``n`` of the ``NumberSequenceSource`` -> record
+    ``(key, value, timestamp)`` (``W5Events.strided``: the two source subtasks' event times
+    advance together), noting when the first record was read and when the largest
+    timestamp read passed each window's fire threshold (``WatermarkPasses``)."""
+
+    def __init__(self, work_dir: str, events: W5Events) -> None:
+        self.work_dir = work_dir
+        self.events = events
+        self.passes = WatermarkPasses(events)
+        self.instance = ""
+        self.opened = 0.0
+
+    def open(self, runtime_context: RuntimeContext) -> None:
+        self.instance, self.opened = open_instance()
+
+    def map(self, value: int) -> tuple[int, int, int]:
+        events = self.events
+        i = events.strided(value)
+        timestamp = events.timestamp(i)
+        passes = self.passes
+        if passes.first is None:
+            passes.first = time.time()
+        if timestamp >= passes.next_threshold:
+            passes.observe(timestamp, time.time())
+        return i % events.keys, i, timestamp
+
+    def close(self) -> None:
+        write_json(
+            os.path.join(self.work_dir, f"source-{self.instance}.json"),
+            {"opened": self.opened, **self.passes.to_json()},
+        )
+
+
+class EventTimestamp(TimestampAssigner):
+    """W5: the record's own timestamp, its third field."""
+
+    def extract_timestamp(self, value: tuple, record_timestamp: int) -> int:  # type: ignore[override]
+        return value[2]
+
+
+class SumValues(ReduceFunction):
+    """W5's window function: the values' sum; key and a timestamp of the window kept."""
+
+    def reduce(self, value1: tuple, value2: tuple) -> tuple:  # type: ignore[override]
+        return value1[0], value1[1] + value2[1], value1[2]
+
+
+class W5Sink(ProcessFunction):
+    """Checks every window result as it arrives (``ResultCheck``); emits nothing."""
+
+    def __init__(self, work_dir: str, events: W5Events) -> None:
+        self.work_dir = work_dir
+        self.check = ResultCheck(events)
+        self.instance = ""
+        self.opened = 0.0
+
+    def open(self, runtime_context: RuntimeContext) -> None:
+        self.instance, self.opened = open_instance()
+
+    def process_element(self, value: tuple, ctx: ProcessFunction.Context) -> tuple:  # type: ignore[override]
+        self.check.add(value[0], value[1], value[2], int(time.time() * 1000))
+        return ()
+
+    def close(self) -> None:
+        write_json(
+            os.path.join(self.work_dir, f"results-{self.instance}.json"),
+            {"opened": self.opened, **self.check.to_json()},
+        )
+
+
+def w5_events(args: argparse.Namespace) -> W5Events:
+    return W5Events(args.records, args.keys, args.per_event_second, args.parallelism)
+
+
 # --------------------------------------------------------------------------------------
 # The driver
 # --------------------------------------------------------------------------------------
@@ -688,6 +769,8 @@ def make_env(args: argparse.Namespace, work: Path, rest_port: int) -> StreamExec
     # and keeps the last 10 in its history: fresh answers and a long history miss none.
     config.set_string("rest.cache.checkpoint-statistics.timeout", "100 ms")
     config.set_string("web.checkpoints.history", "1000")
+    if args.workload == "w5":  # Flink's default, spelled out: W5's latency counts it
+        config.set_string("pipeline.auto-watermark-interval", f"{W5_WATERMARK_INTERVAL_MS} ms")
     if args.workload == "w2":
         config.set_string("restart-strategy.type", "fixed-delay")
         config.set_string("restart-strategy.fixed-delay.attempts", "3")
@@ -850,6 +933,30 @@ def build(env: StreamExecutionEnvironment, args: argparse.Namespace, work: Path)
             .sink_to(discarding_sink())
             .name("discard")
         )
+    elif args.workload == "w5":
+        # W5: Python map to events, Flink's bounded out-of-orderness watermarks with a
+        # Python timestamp assigner, a keyed 1 s tumbling event-time window with a Python
+        # reduce, and a checking sink. The events module goes to the Python workers.
+        events = w5_events(args)
+        env.add_python_file(str(Path(__file__).resolve().parent / "w5_events.py"))
+        record = Types.TUPLE([Types.LONG(), Types.LONG(), Types.LONG()])
+        strategy = WatermarkStrategy.for_bounded_out_of_orderness(
+            Duration.of_millis(OUT_OF_ORDERNESS_MS)
+        ).with_timestamp_assigner(EventTimestamp())
+        stream = env.from_source(NumberSequenceSource(0, events.records - 1), no_watermarks, "numbers")
+        (
+            stream.map(W5Records(out, events), output_type=record)
+            .name("to-events")
+            .assign_timestamps_and_watermarks(strategy)
+            .key_by(FirstField(), key_type=Types.LONG())
+            .window(TumblingEventTimeWindows.of(Time.milliseconds(WINDOW_MS)))
+            .reduce(SumValues(), output_type=record)
+            .name("window-sum")
+            .process(W5Sink(out, events))
+            .name("check-sink")
+            .sink_to(discarding_sink())
+            .name("discard")
+        )
     else:
         raise ValueError(f"unknown workload '{args.workload}'")
 
@@ -954,6 +1061,13 @@ def figures_of(args: argparse.Namespace, work: Path, checkpoints: list[dict], pr
             "checkpoints_completed": len(checkpoints),
         }
 
+    if args.workload == "w5":
+        return {
+            **w5_figures(w5_events(args), read_files(out, "source"), read_files(out, "results")),
+            "auto_watermark_interval_ms": W5_WATERMARK_INTERVAL_MS,
+            **checkpoint_figures(checkpoints, enabled),
+        }
+
     raise ValueError(f"unknown workload '{args.workload}'")
 
 
@@ -1043,7 +1157,7 @@ def run(args: argparse.Namespace) -> dict:
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("workload", choices=["w1", "w2", "w3", "w4"])
+    parser.add_argument("workload", choices=["w1", "w2", "w3", "w4", "w5"])
     parser.add_argument("--work-dir", required=True)
     parser.add_argument(
         "--records", type=int, default=1_000_000, help="records (w1, w2) or distinct keys (w4)"
@@ -1054,6 +1168,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--rate", type=float, default=1000)
     parser.add_argument("--duration-s", type=float, default=20)
     parser.add_argument("--value-bytes", type=int, default=100)
+    parser.add_argument(
+        "--per-event-second", type=int, default=100_000, help="w5: records per second of event time"
+    )
     parser.add_argument(
         "--mode",
         choices=["thread", "process", "loopback"],

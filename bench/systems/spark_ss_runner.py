@@ -68,6 +68,13 @@ from typing import Any
 # At module level, not in the functions: pandas_udf reads its function's type hints, and
 # with postponed annotations "pd.Series" resolves in the module's globals.
 import pandas as pd
+from w5_events import (
+    BASE_MS,
+    DEAL,
+    OUT_OF_ORDERNESS_MS,
+    W5Events,
+    latency_figures,
+)
 
 log = logging.getLogger("bench.spark_ss")
 
@@ -82,6 +89,8 @@ HDFS = "org.apache.spark.sql.execution.streaming.state.HDFSBackedStateStoreProvi
 # 1-4 s, which favours Spark). The Python modes take seconds for 1 M rows.
 DEFAULT_ROWS_PER_BATCH = 1_000_000
 W1_ROWS_PER_BATCH = {"groupby": 12_000_000}
+# W5's batches: see w5 (chosen so that a batch outlasts the 1 s trigger).
+W5_ROWS_PER_BATCH = 2_000_000
 
 
 # ------------------------------------------------------------------ session and queries
@@ -908,7 +917,212 @@ def directory_bytes(path: Path) -> int:
 # ------------------------------------------------------------------ main
 
 
-WORKLOADS = {"w1": w1, "w2": w2, "w3": w3, "w4": w4}
+# ------------------------------------------------------------------ w5
+
+
+def w5_source(spark: Any, args: argparse.Namespace, events: W5Events, per_batch: int) -> Any:
+    """W5's events from ``rate-micro-batch``: ``value`` is record ``i``, its key and
+    timestamp computed in the JVM by the formula of ``W5Events.timestamp``. The source is
+    unbounded: the records from ``records`` on carry event time past the last window, so
+    that the watermark passes it (Spark has no end of input that would fire it); their
+    windows are not checked."""
+    from pyspark.sql import functions as F
+
+    block, rate = events.block, events.per_event_second
+    timestamp_ms = (
+        f"{BASE_MS} + ((value - value % {block}) + (value % {block}) * {DEAL} % {block}) * 1000 div {rate}"
+    )
+    return (
+        spark.readStream.format("rate-micro-batch")
+        .option("rowsPerBatch", per_batch)
+        .option("numPartitions", args.parallelism)
+        .load()
+        .select(
+            (F.col("value") % events.keys).alias("key"),
+            F.col("value"),
+            F.timestamp_millis(F.expr(timestamp_ms)).alias("ts"),
+        )
+    )
+
+
+class W5Sink:
+    """``foreachBatch``: checks the batch's window results in the JVM and collects one row
+    per window (count, distinct keys, key range, wrong sums), noting the wall-clock time
+    after that: every result of the batch has reached the sink by then. Results of the
+    filler windows past the events are dropped unchecked."""
+
+    def __init__(self, events: W5Events) -> None:
+        self.events = events
+        self.batches: dict[int, tuple[float, list[tuple[int, int, int, int, int, int]]]] = {}
+        self.done = threading.Event()
+
+    def __call__(self, df: Any, batch_id: int) -> None:
+        from pyspark.sql import functions as F
+
+        events = self.events
+        count = events.per_key_and_window
+        window = (F.unix_millis(F.col("window.start")) - BASE_MS) / 1000
+        expected = F.lit(count) * (window.cast("long") * events.per_event_second + F.col("key")) + F.lit(
+            events.keys * count * (count - 1) // 2
+        )
+        rows = (
+            df.select(window.cast("long").alias("w"), "key", (F.col("total") != expected).alias("bad"))
+            .where(F.col("w") < events.windows)
+            .groupBy("w")
+            .agg(
+                F.count("*").alias("n"),
+                F.countDistinct("key").alias("distinct"),
+                F.min("key").alias("lo"),
+                F.max("key").alias("hi"),
+                F.sum(F.col("bad").cast("long")).alias("bad"),
+            )
+            .collect()
+        )
+        now = time.time()
+        self.batches[batch_id] = (
+            now,
+            [
+                (int(r["w"]), int(r["n"]), int(r["distinct"]), int(r["lo"]), int(r["hi"]), int(r["bad"]))
+                for r in rows
+            ],
+        )
+        if any(r[0] == events.windows - 1 for r in self.batches[batch_id][1]):
+            self.done.set()
+
+    def verdict(self) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+        """``verify``'s figures for Spark's per-window rows, and the arrivals in
+        ``ResultCheck``'s form (every result of a batch arrived at its sink time; Spark's
+        watermark is global, so all results count as of source 0)."""
+        events = self.events
+        seen: dict[int, int] = {}
+        missing = duplicated = wrong = 0
+        arrivals: dict[str, dict[str, int]] = {}
+        for batch_id in sorted(self.batches):
+            at, rows = self.batches[batch_id]
+            for w, n, distinct, lo, hi, bad in rows:
+                wrong += bad
+                if w in seen:  # a window emitted twice (in two batches)
+                    duplicated += n
+                    continue
+                seen[w] = n
+                duplicated += n - distinct
+                if distinct != events.keys or lo != 0 or hi != events.keys - 1:
+                    missing += max(0, events.keys - distinct)
+                    wrong += 0 if (lo, hi) == (0, events.keys - 1) else 1
+                arrivals[f"{w}/0"] = {str(int(at * 1000)): n}
+        missing += sum(events.keys for w in range(events.windows) if w not in seen)
+        results = sum(n for _, rows in self.batches.values() for _, n, *_ in rows)
+        verdict = {
+            "exact": missing == duplicated == wrong == 0,
+            "results": results,
+            "results_expected": events.windows * events.keys,
+            "missing_results": missing,
+            "duplicate_results": duplicated,
+            "wrong_sums": wrong,
+            "results_outside_windows": 0,
+        }
+        return verdict, [{"arrivals": arrivals}]
+
+
+def w5(spark: Any, args: argparse.Namespace, work_dir: Path) -> dict[str, Any]:
+    """W5 keyed tumbling event-time window: ``groupBy(window(ts, "1 second"), key)
+    .agg(sum(value))`` after ``withWatermark("ts", "200 milliseconds")``, append mode (each
+    window's sums emitted once, when the watermark passed its end), into a checking
+    ``foreachBatch`` sink.
+
+    Spark computes its watermark at the end of a micro-batch from the largest event time
+    the batch read, and a window whose end it passed is emitted by the next batch. So a
+    window's watermark passed at the end of the first batch whose largest event time
+    (``eventTime.max`` of its progress) reached the window's end + 200 ms, and its results
+    reached the sink when the ``foreachBatch`` of the batch emitting them was done.
+
+    ``records_per_s`` is the rate of the batches after the first up to the one that read
+    the last event: their rows over the time from the end of the first to the end of
+    that one (like w1, leaving out the first batch's start-up);
+    ``records_per_s_incl_first_batch`` counts from the first batch's start.
+    """
+    if args.mode != "groupby":
+        raise NotImplementedError(
+            f"w5 runs in groupby mode only (Spark's window aggregation); {args.mode} has no "
+            "event-time window in this runner"
+        )
+    started = time.perf_counter()
+    events = W5Events(args.records, args.keys, args.per_event_second, args.parallelism)
+    per_batch = rows_per_batch(args, W5_ROWS_PER_BATCH)
+    from pyspark.sql import functions as F
+
+    result = (
+        w5_source(spark, args, events, per_batch)
+        .withWatermark("ts", f"{OUT_OF_ORDERNESS_MS} milliseconds")
+        .groupBy(F.window("ts", "1 second"), "key")
+        .agg(F.sum("value").alias("total"))
+    )
+    sink = W5Sink(events)
+    query = (
+        result.writeStream.foreachBatch(sink)
+        .outputMode("append")
+        .option("checkpointLocation", str(work_dir / "checkpoint"))
+        .trigger(**trigger_of(args))
+        .start()
+    )
+    deadline = time.monotonic() + args.timeout_s
+    try:
+        while not sink.done.is_set():
+            if query.awaitTermination(0.05):
+                raise RuntimeError("the query ended before emitting the last window")
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"the last window was not emitted in {args.timeout_s} s")
+        stop_between_batches(query, query.lastProgress)
+    finally:
+        progress = [json.loads(p.json) for p in query.recentProgress]
+        query.stop()
+        with open(work_dir / "progress.jsonl", "a") as f:
+            f.writelines(json.dumps(p) + "\n" for p in progress)
+    wall = time.perf_counter() - started
+    batches = {p["batchId"]: p for p in progress if p["numInputRows"] > 0 and "addBatch" in p["durationMs"]}
+    ordered = [batches[b] for b in sorted(batches)]
+    verdict, arrivals = sink.verdict()
+    if not verdict["exact"]:
+        raise RuntimeError(
+            f"W5 results are not exact: {verdict['missing_results']} missing, "
+            f"{verdict['duplicate_results']} duplicated, {verdict['wrong_sums']} wrong"
+        )
+    passed_at: dict[tuple[int, int], float] = {}
+    for p in ordered:
+        largest = p.get("eventTime", {}).get("max")
+        if largest is None:
+            continue
+        largest_ms = round(epoch_s(largest) * 1000)
+        for w in range(events.windows):
+            if (w, 0) not in passed_at and largest_ms >= events.fire_threshold(w):
+                passed_at[(w, 0)] = batch_end_s(p)
+    reading = [p for p in ordered if start_offset(p) < events.records]
+    first_start, first_end = epoch_s(ordered[0]["timestamp"]), batch_end_s(ordered[0])
+    if len(reading) > 1:
+        span = batch_end_s(reading[-1]) - first_end
+        steady = sum(p["numInputRows"] for p in reading[1:]) / span
+    else:
+        span = batch_end_s(reading[-1]) - first_start
+        steady = events.records / span
+    return {
+        "records": events.records,
+        "records_per_s": steady,
+        "first_to_last_s": span,
+        "records_per_s_incl_first_batch": events.records / (batch_end_s(reading[-1]) - first_start),
+        "windows": events.windows,
+        "keys": events.keys,
+        "records_per_event_second": events.per_event_second,
+        "out_of_orderness_ms": OUT_OF_ORDERNESS_MS,
+        **verdict,
+        **latency_figures(passed_at, arrivals),
+        "first_batch_ms": ordered[0]["durationMs"]["triggerExecution"],
+        "rows_per_batch": per_batch,
+        "query_s": wall,
+        **batch_figures(ordered),
+    }
+
+
+WORKLOADS = {"w1": w1, "w2": w2, "w3": w3, "w4": w4, "w5": w5}
 
 
 def parse(argv: list[str]) -> argparse.Namespace:
@@ -928,6 +1142,9 @@ def parse(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--rate", type=float, default=1000.0)
     parser.add_argument("--duration-s", type=float, default=20.0)
     parser.add_argument("--value-bytes", type=int, default=100)
+    parser.add_argument(
+        "--per-event-second", type=int, default=100_000, help="w5: records per second of event time"
+    )
     parser.add_argument(
         "--mode",
         choices=MODES,
