@@ -591,3 +591,35 @@ def test_java_time_types_print_as_java_prints_them() -> None:
     )
     assert format_as_flink(Instant.of_epoch_milli(1_500), Types.INSTANT()) == "1970-01-01T00:00:01.500Z"
     assert format_as_flink(Instant.of_epoch_milli(0), Types.INSTANT()) == "1970-01-01T00:00:00Z"
+
+
+def test_print_writes_a_typed_stream_as_pyflink_does(capsys: pytest.CaptureFixture[str]) -> None:
+    """The declared type follows the stream through operators that keep it (filter, key_by,
+    reduce, timestamps) and is replaced by each ``output_type``; untyped streams print ``str``."""
+    from chandy.datastream import StreamExecutionEnvironment
+
+    env = StreamExecutionEnvironment.get_execution_environment(executor="local")
+    env.set_parallelism(1)
+    typed = env.from_collection(
+        [("hi", 1, 0.5, True), ("ho", 2, 1e7, False)],
+        type_info=Types.TUPLE([Types.STRING(), Types.INT(), Types.DOUBLE(), Types.BOOLEAN()]),
+    )
+    typed.print("source")
+    typed.filter(lambda t: t[1] > 1).key_by(lambda t: t[0]).reduce(lambda a, b: a).print("kept")
+    typed.map(lambda t: Row(t[1], t[0]), output_type=Types.ROW([Types.INT(), Types.STRING()])).print("row")
+    typed.map(lambda t: t[1] * 1.5, output_type=Types.DOUBLE()).print("double")
+    typed.map(lambda t: t[:2]).print("untyped")
+    env.execute()
+
+    lines = sorted(capsys.readouterr().out.splitlines())
+    assert lines == [
+        "double> 1.5",
+        "double> 3.0",
+        "kept> (ho,2,1.0E7,false)",
+        "row> +I[1,hi]",
+        "row> +I[2,ho]",
+        "source> (hi,1,0.5,true)",
+        "source> (ho,2,1.0E7,false)",
+        "untyped> ('hi', 1)",
+        "untyped> ('ho', 2)",
+    ]

@@ -52,6 +52,8 @@ from chandy.task.partitioners import (
 
 if TYPE_CHECKING:
     from chandy.api.environment import StreamExecutionEnvironment
+    from chandy.api.windowed_stream import AllWindowedStream, WindowedStream
+    from chandy.core.windows import WindowAssigner
     from chandy.runtime.collect import CollectIterator
 
 #: An input of the next operator: a node, the partitioning of the edge, and the side
@@ -143,10 +145,17 @@ class DataStream(_NodeHandle):
     # ------------------------------------------------------------ operators
 
     def _add_operator(
-        self, name: str, factory: Callable[[], StreamOperator], *, keyed: bool = False, is_sink: bool = False
+        self,
+        name: str,
+        factory: Callable[[], StreamOperator],
+        *,
+        keyed: bool = False,
+        is_sink: bool = False,
+        output_type: Any = None,
     ) -> StreamNode:
         graph = self._env._stream_graph
         node = graph.add_node(name, factory, keyed=keyed, is_sink=is_sink)
+        node.output_type = output_type
         for source, partitioner, tag in self._inputs:
             graph.add_edge(source, node, partitioner, tag)
         return node
@@ -154,19 +163,27 @@ class DataStream(_NodeHandle):
     def map(self, func: MapFunction | Callable[[Any], Any], output_type: Any = None) -> DataStream:
         """One output per input record."""
         func = _check_function(func, MapFunction, "map", "map")
-        return DataStream._of(self._env, self._add_operator("Map", functools.partial(StreamMap, func)))
+        return DataStream._of(
+            self._env, self._add_operator("Map", functools.partial(StreamMap, func), output_type=output_type)
+        )
 
     def flat_map(self, func: FlatMapFunction | Callable[[Any], Any], output_type: Any = None) -> DataStream:
         """Any number of outputs per input record (yield them, or return an iterable)."""
         func = _check_function(func, FlatMapFunction, "flat_map", "flat_map")
         return DataStream._of(
-            self._env, self._add_operator("FlatMap", functools.partial(StreamFlatMap, func))
+            self._env,
+            self._add_operator("FlatMap", functools.partial(StreamFlatMap, func), output_type=output_type),
         )
 
     def filter(self, func: FilterFunction | Callable[[Any], bool]) -> DataStream:
         """Keep the records for which ``func`` is true."""
         func = _check_function(func, FilterFunction, "filter", "filter")
-        return DataStream._of(self._env, self._add_operator("Filter", functools.partial(StreamFilter, func)))
+        return DataStream._of(
+            self._env,
+            self._add_operator(
+                "Filter", functools.partial(StreamFilter, func), output_type=self._output_type()
+            ),
+        )
 
     def process(
         self, func: ProcessFunction | Callable[[Any, Any], Any], output_type: Any = None
@@ -174,7 +191,8 @@ class DataStream(_NodeHandle):
         """Apply a ProcessFunction (``process_element(value, ctx)`` yields outputs)."""
         func = _check_function(func, ProcessFunction, "process_element", "process")
         return DataStream._of(
-            self._env, self._add_operator("Process", functools.partial(ProcessOperator, func))
+            self._env,
+            self._add_operator("Process", functools.partial(ProcessOperator, func), output_type=output_type),
         )
 
     def assign_timestamps_and_watermarks(self, watermark_strategy: WatermarkStrategy) -> DataStream:
@@ -187,7 +205,9 @@ class DataStream(_NodeHandle):
                 f"{type(watermark_strategy).__name__}"
             )
         node = self._add_operator(
-            "Timestamps/Watermarks", functools.partial(TimestampsAndWatermarksOperator, watermark_strategy)
+            "Timestamps/Watermarks",
+            functools.partial(TimestampsAndWatermarksOperator, watermark_strategy),
+            output_type=self._output_type(),
         )
         node.assigns_timestamps = True
         return DataStream._of(self._env, node)
@@ -242,6 +262,28 @@ class DataStream(_NodeHandle):
             inputs.extend(stream._inputs)
         return DataStream(self._env, None, inputs)
 
+    def window_all(self, window_assigner: WindowAssigner[Any, Any]) -> AllWindowedStream:
+        """Windows over the whole stream (not per key), evaluated by one subtask."""
+        from chandy.api.windowed_stream import AllWindowedStream
+
+        return AllWindowedStream(self, window_assigner)
+
+    def count_window_all(self, size: int, slide: int = 0) -> AllWindowedStream:
+        """Windows of ``size`` records of the whole stream, one every ``slide`` records
+        (tumbling when ``slide`` is 0)."""
+        from chandy.api.windowed_stream import AllWindowedStream
+        from chandy.core.windows import CountSlidingWindowAssigner, CountTumblingWindowAssigner
+
+        if slide == 0:
+            return AllWindowedStream(self, CountTumblingWindowAssigner(size))
+        return AllWindowedStream(self, CountSlidingWindowAssigner(size, slide))
+
+    def _output_type(self) -> Any:
+        """The declared type of this stream's records (``None``: undeclared, or the inputs'
+        types differ, or a side output's)."""
+        types = [node.output_type if tag is None else None for node, _, tag in self._inputs]
+        return types[0] if all(t == types[0] for t in types) else None
+
     # ------------------------------------------------------------ sinks
 
     def print(self, sink_identifier: str | None = None) -> DataStreamSink:
@@ -250,7 +292,7 @@ class DataStream(_NodeHandle):
 
         node = self._add_operator(
             "Print to Std. Out",
-            functools.partial(SinkWriterOperator, PrintSink(sink_identifier)),
+            functools.partial(SinkWriterOperator, PrintSink(sink_identifier, type_info=self._output_type())),
             is_sink=True,
         )
         return DataStreamSink(self._env, node)
@@ -303,20 +345,22 @@ class KeyedStream(DataStream):
     def __init__(self, env: StreamExecutionEnvironment, inputs: list[_Input]) -> None:
         super().__init__(env, None, inputs)
 
-    def _keyed(self, name: str, factory: Callable[[], StreamOperator]) -> DataStream:
-        return DataStream._of(self._env, self._add_operator(name, factory, keyed=True))
+    def _keyed(self, name: str, factory: Callable[[], StreamOperator], output_type: Any = None) -> DataStream:
+        return DataStream._of(
+            self._env, self._add_operator(name, factory, keyed=True, output_type=output_type)
+        )
 
     def map(self, func: MapFunction | Callable[[Any], Any], output_type: Any = None) -> DataStream:
         func = _check_function(func, MapFunction, "map", "map")
-        return self._keyed("Map", functools.partial(KeyedMap, func))
+        return self._keyed("Map", functools.partial(KeyedMap, func), output_type)
 
     def flat_map(self, func: FlatMapFunction | Callable[[Any], Any], output_type: Any = None) -> DataStream:
         func = _check_function(func, FlatMapFunction, "flat_map", "flat_map")
-        return self._keyed("FlatMap", functools.partial(KeyedFlatMap, func))
+        return self._keyed("FlatMap", functools.partial(KeyedFlatMap, func), output_type)
 
     def filter(self, func: FilterFunction | Callable[[Any], bool]) -> DataStream:
         func = _check_function(func, FilterFunction, "filter", "filter")
-        return self._keyed("Filter", functools.partial(KeyedFilter, func))
+        return self._keyed("Filter", functools.partial(KeyedFilter, func), self._output_type())
 
     def process(
         self,
@@ -327,17 +371,38 @@ class KeyedStream(DataStream):
         if isinstance(func, ProcessFunction):
             raise InvalidProgramError("a KeyedStream takes a KeyedProcessFunction, not a ProcessFunction")
         func = _check_function(func, KeyedProcessFunction, "process_element", "process")
-        return self._keyed("KeyedProcess", functools.partial(KeyedProcessOperator, func))
+        return self._keyed("KeyedProcess", functools.partial(KeyedProcessOperator, func), output_type)
 
     def reduce(self, func: ReduceFunction | Callable[[Any, Any], Any]) -> DataStream:
         """A running fold per key: emits the new value for every record."""
         func = _check_function(func, ReduceFunction, "reduce", "reduce")
-        return self._keyed("Keyed Reduce", functools.partial(StreamGroupedReduce, func))
+        return self._keyed("Keyed Reduce", functools.partial(StreamGroupedReduce, func), self._output_type())
 
     def sum(self, position_to_sum: int | str = 0) -> DataStream:
         """A running sum per key of one field (tuple index, dict key or attribute);
         for plain numbers, of the records themselves."""
-        return self._keyed("Keyed Sum", functools.partial(StreamGroupedReduce, SumFunction(position_to_sum)))
+        return self._keyed(
+            "Keyed Sum",
+            functools.partial(StreamGroupedReduce, SumFunction(position_to_sum)),
+            self._output_type(),
+        )
+
+    def window(self, window_assigner: WindowAssigner[Any, Any]) -> WindowedStream:
+        """Windows per key: records are grouped by key and by the windows the assigner puts
+        them in; a trigger (the assigner's default unless set) decides when each fires."""
+        from chandy.api.windowed_stream import WindowedStream
+
+        return WindowedStream(self, window_assigner)
+
+    def count_window(self, size: int, slide: int = 0) -> WindowedStream:
+        """Windows of ``size`` records per key, one every ``slide`` records (tumbling when
+        ``slide`` is 0)."""
+        from chandy.api.windowed_stream import WindowedStream
+        from chandy.core.windows import CountSlidingWindowAssigner, CountTumblingWindowAssigner
+
+        if slide == 0:
+            return WindowedStream(self, CountTumblingWindowAssigner(size))
+        return WindowedStream(self, CountSlidingWindowAssigner(size, slide))
 
 
 class DataStreamSink(_NodeHandle):

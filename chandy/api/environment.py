@@ -179,6 +179,7 @@ class StreamExecutionEnvironment:
         node = self._stream_graph.add_node(
             source_name, functools.partial(SourceOperator, source, watermark_strategy), is_source=True
         )
+        node.output_type = type_info
         node.assigns_timestamps = watermark_strategy is not None and (
             watermark_strategy.emits_watermarks or watermark_strategy.create_timestamp_extractor() is not None
         )
@@ -193,7 +194,9 @@ class StreamExecutionEnvironment:
                 "from_collection() takes a list (or other iterable) of "
                 f"records, got {type(collection).__name__}"
             )
-        stream = self.from_source(CollectionSource(list(collection)), source_name="Collection Source")
+        stream = self.from_source(
+            CollectionSource(list(collection)), source_name="Collection Source", type_info=type_info
+        )
         assert stream._node is not None
         stream._node.parallelism = 1
         return stream

@@ -6,12 +6,14 @@ import sys
 from typing import Any, TextIO
 
 from chandy.core.connector import Sink, SinkWriter, SinkWriterContext
+from chandy.core.types import PickledBytesTypeInfo, TypeInformation, format_as_flink
 
 
 class PrintSinkWriter(SinkWriter):
-    def __init__(self, prefix: str, stream: TextIO | None) -> None:
+    def __init__(self, prefix: str, stream: TextIO | None, type_info: TypeInformation | None = None) -> None:
         self._prefix = prefix
         self._stream = stream
+        self._type_info = None if isinstance(type_info, PickledBytesTypeInfo) else type_info
 
     def write(self, element: Any) -> None:
         self.write_batch([element])
@@ -19,7 +21,11 @@ class PrintSinkWriter(SinkWriter):
     def write_batch(self, elements: list[Any]) -> None:
         stream = self._stream or sys.stdout
         prefix = self._prefix
-        stream.write("".join(f"{prefix}{e}\n" for e in elements))
+        type_info = self._type_info
+        if type_info is None:
+            stream.write("".join(f"{prefix}{e}\n" for e in elements))
+        else:
+            stream.write("".join(f"{prefix}{format_as_flink(e, type_info)}\n" for e in elements))
 
     def flush(self, end_of_input: bool) -> None:
         (self._stream or sys.stdout).flush()
@@ -29,10 +35,17 @@ class PrintSink(Sink):
     """Writes every record to stdout (or ``stderr=True``), one per line.
 
     As in Flink, with more than one subtask each line starts with the subtask's
-    number (``"2> record"``); ``sink_identifier`` is put in front of that.
+    number (``"2> record"``); ``sink_identifier`` is put in front of that. With the
+    stream's declared ``type_info`` (PyFlink's ``output_type``) records print as Flink's
+    Java prints them (``(hi,0,5,4)``, ``1.0E7``, ``true``); untyped, as ``str(record)``.
     """
 
-    def __init__(self, sink_identifier: str | None = None, stderr: bool = False) -> None:
+    def __init__(
+        self,
+        sink_identifier: str | None = None,
+        stderr: bool = False,
+        type_info: TypeInformation | None = None,
+    ) -> None:
         if sink_identifier is not None and not isinstance(sink_identifier, str):
             raise TypeError(
                 "PrintSink: sink_identifier must be a str put in front of every line, or None, got "
@@ -44,6 +57,7 @@ class PrintSink(Sink):
             )
         self.sink_identifier = sink_identifier
         self.stderr = stderr
+        self.type_info = type_info
 
     def create_writer(self, context: SinkWriterContext) -> PrintSinkWriter:
         parts = []
@@ -52,7 +66,7 @@ class PrintSink(Sink):
         if context.parallelism > 1:
             parts.append(str(context.subtask_index + 1))
         prefix = ":".join(parts) + "> " if parts else ""
-        return PrintSinkWriter(prefix, sys.stderr if self.stderr else None)
+        return PrintSinkWriter(prefix, sys.stderr if self.stderr else None, self.type_info)
 
 
 class _DiscardingWriter(SinkWriter):

@@ -5,6 +5,7 @@ from __future__ import annotations
 import enum
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any
 
 from chandy.task.operators.base import StreamOperator
 from chandy.task.partitioners import StreamPartitioner
@@ -32,6 +33,9 @@ class StreamNode:
     #: strategy, ``assign_timestamps_and_watermarks``, a window); any node whose input has
     #: timestamps passes them on.
     assigns_timestamps: bool = False
+    #: The type the user declared for the node's records (PyFlink's ``output_type`` /
+    #: ``type_info``); it only decides how ``print()`` writes them, as Flink's Java would.
+    output_type: Any = None
     parallelism: int | None = None
     max_parallelism: int | None = None
     uid: str | None = None
