@@ -41,6 +41,7 @@ from chandy.core.state import ValueStateDescriptor
 from chandy.core.watermark_strategy import WatermarkStrategy
 from chandy.state.key_groups import assign_key_to_parallel_operator
 from tests.probes import Probe
+from tests.test_checkpointing_e2e import latest_checkpoint_dir
 
 N = 20_000
 KEYS = 20
@@ -223,12 +224,6 @@ def wait_for(condition: Any, what: str, timeout_s: float = 120) -> None:
     while not condition():
         assert time.monotonic() < deadline, f"timed out waiting for {what}"
         time.sleep(0.02)
-
-
-def latest_checkpoint_dir(base: Path) -> Path:
-    candidates = [p for p in base.glob("*/chk-*") if (p / "_metadata").exists()]
-    assert candidates, list(base.rglob("*"))
-    return max(candidates, key=lambda p: int(p.name.split("-")[1]))
 
 
 @pytest.mark.slow
