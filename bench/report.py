@@ -589,6 +589,14 @@ NOTES = """\
   Spark's state store compresses its files (LZ4) and W4's 100-byte values are mostly
   one repeated byte, so Spark's size is far below the others'; chandy, like Flink by
   default, writes checkpoints uncompressed.
+- **W5** (keyed tumbling event-time window) is the same events everywhere
+  (`bench/systems/w5_events.py`), every (key, window) sum checked at the sink (a run that
+  is not exact fails). Its latency counts from the moment the sources' largest timestamps
+  let the watermark pass a window's end (when the last source got there; in Bytewax,
+  whose watermark is per key, the key's own source) to each result at the sink; so it
+  holds the periodic watermark (200 ms in chandy and PyFlink) and, for Spark, the whole
+  micro-batch that emits the window. chandy's latency from its emitted watermark, without
+  that wait, is listed beside it. `bench/README.md` says how each system is measured.
 - **W2 recovery** is from the raised exception to the first record processed after the
   restore: chandy and PyFlink restart inside the running job; Spark restarts the query
   from its checkpoint location, as a supervisor would (local mode retries no task);

@@ -6,14 +6,17 @@ The runner protocol
 A runner is a standalone script run as a subprocess with the Python of its system's
 virtual environment (``bench/envs.py`` makes them under ``bench/.cache/venvs``). The
 reference runners (``pyflink_runner.py``, ``bytewax_runner.py``, ``spark_ss_runner.py``)
-import nothing from chandy or ``bench``: only the standard library and their system.
-``chandy_runner.py`` runs in the project's environment.
+import nothing from chandy or ``bench``: only the standard library, their system, and
+``w5_events.py`` beside them (standard library only: W5's events, its result check and
+its figures, defined once so that every system does the same work and is held to the
+same results). ``chandy_runner.py`` runs in the project's environment.
 
 Command line (every runner accepts these; a runner may add its own, such as ``--mode``)::
 
-    python <system>_runner.py <w1|w2|w3|w4> --work-dir DIR
+    python <system>_runner.py <w1|w2|w3|w4|w5> --work-dir DIR
         [--records N] [--parallelism 2] [--checkpoint-interval-ms 1000]
         [--keys 10000] [--rate 1000] [--duration-s 20] [--value-bytes 100]
+        [--per-event-second 100000]
 
 ``--checkpoint-interval-ms 0`` turns checkpoints (commits, snapshots) off.
 ``--work-dir`` is an empty directory of the runner's own (checkpoints, marker files).
@@ -52,4 +55,16 @@ Workloads (same source semantics for every system)
   ``value_bytes`` bytes, stored in a keyed ValueState; once every record is in, one
   checkpoint is taken. Figures: ``keys``, ``checkpoint_duration_ms`` and
   ``checkpoint_size_bytes`` of the first checkpoint that covers every record.
+* **w5** keyed tumbling event-time window: the events of ``w5_events.W5Events``
+  (record ``i`` = ``(i % keys, i, timestamp)``, ``per_event_second`` records per second of
+  event time, out of order by up to 100 ms; ``records`` a multiple of it), timestamps
+  from the records and watermarks 200 ms behind the largest (bounded out-of-orderness),
+  1 s tumbling event-time windows per key, the sum of the values, a sink that checks
+  every result (``w5_events.ResultCheck``). Checkpoints every second. Figures
+  (``w5_events.figures``): ``records_per_s`` (records over the time from the first
+  record a source read to the last result at a sink), ``exact`` (every (key, window)
+  sum arrived once and exact; a run that is not exact fails), ``latency_p50_ms``,
+  ``latency_p99_ms``, ``latency_max_ms`` (per result: its arrival at the sink minus the
+  moment the sources' largest timestamps let the watermark pass its window's end; see
+  ``w5_events``), ``windows``, the checkpoint figures.
 """

@@ -15,7 +15,6 @@ import os
 import sys
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -422,48 +421,41 @@ def w4(args: argparse.Namespace, work_dir: Path) -> dict[str, Any]:
 # ------------------------------------------------------------------ w5
 
 
-@dataclass
-class StridedSplit:
-    """Subtask ``offset``'s records: ``position, position + step, ...`` below ``end``."""
-
-    split_id: int
-    position: int
-    end: int
-    step: int
-
-
 class W5Reader(SourceReader):
     """W5's events, batch by batch (``W5Events.records_of``), noting when the first was
     read and, per batch (by its last record), when the largest timestamp read passed each
-    window's fire threshold; the notes are written when the input ends."""
+    window's fire threshold; the notes are written when the input ends.
+
+    Split ``s`` counts positions ``j`` (``NumberSequenceSplit``, importable wherever the
+    checkpoint is restored): position ``j`` is record ``j * parallelism + s``."""
 
     def __init__(self, events: W5Events, path: Path) -> None:
         self.events = events
         self.path = path
         self.passes = WatermarkPasses(events)
-        self._splits: list[StridedSplit] = []
+        self._splits: list[NumberSequenceSplit] = []
 
-    def add_splits(self, splits: Sequence[StridedSplit]) -> None:
-        self._splits.extend(StridedSplit(s.split_id, s.position, s.end, s.step) for s in splits)
+    def add_splits(self, splits: Sequence[NumberSequenceSplit]) -> None:
+        self._splits.extend(NumberSequenceSplit(s.split_id, s.position, s.end) for s in splits)
 
     def poll_next(self, max_records: int) -> list[tuple[int, int, int]] | None:
+        step = self.events.parallelism
         while self._splits:
             split = self._splits[0]
-            if split.position >= split.end:
+            if split.position > split.end:
                 self._splits.pop(0)
                 continue
-            indexes = range(
-                split.position, min(split.end, split.position + max_records * split.step), split.step
-            )
-            split.position = indexes[-1] + split.step
+            stop = min(split.end + 1, split.position + max_records)
+            indexes = range(split.position * step + split.split_id, stop * step + split.split_id, step)
+            split.position = stop
             self.passes.observe_batch(self.events.timestamp_floor(indexes[-1]), time.time())
             return self.events.records_of(indexes)
         if not self.path.exists():
             self.path.write_text(json.dumps(self.passes.to_json()))
         return None
 
-    def snapshot_state(self, checkpoint_id: int) -> list[StridedSplit]:
-        return [StridedSplit(s.split_id, s.position, s.end, s.step) for s in self._splits]
+    def snapshot_state(self, checkpoint_id: int) -> list[NumberSequenceSplit]:
+        return [NumberSequenceSplit(s.split_id, s.position, s.end) for s in self._splits]
 
 
 class W5Source(Source):
@@ -476,8 +468,13 @@ class W5Source(Source):
     def get_boundedness(self) -> Boundedness:
         return Boundedness.BOUNDED
 
-    def create_splits(self, parallelism: int) -> list[StridedSplit]:
-        return [StridedSplit(s, s, self.events.records, parallelism) for s in range(parallelism)]
+    def create_splits(self, parallelism: int) -> list[NumberSequenceSplit]:
+        if parallelism != self.events.parallelism:
+            raise ValueError(
+                f"W5's events are laid out for {self.events.parallelism} source subtasks, not {parallelism}"
+            )
+        share = self.events.records // parallelism
+        return [NumberSequenceSplit(s, 0, share - 1) for s in range(parallelism)]
 
     def create_reader(self, context: SourceReaderContext) -> W5Reader:
         path = Path(self.directory) / f"passes-{context.subtask_index}-{context.attempt_number}.json"
