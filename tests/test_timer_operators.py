@@ -285,3 +285,34 @@ def test_after_rescaling_each_timer_fires_once_on_the_subtask_owning_its_key(old
     for h in after:
         for value in h.values():
             assert value[5] == 1
+
+
+class Route(KeyedProcessFunction):
+    """Yields what each record lists: main outputs, ``(tag, value)`` pairs, odd tuples."""
+
+    def process_element(self, value: Any, ctx: KeyedProcessFunction.Context) -> Any:
+        return value[1]
+
+
+@pytest.mark.parametrize("timestamps", [None, [5, 6, 7]])
+def test_side_outputs_are_split_from_any_mix_of_outputs(timestamps: list[int] | None) -> None:
+    h = keyed(Route()).open_keyed()
+    h.process_records(
+        [
+            ("a", [(1, 2), (LATE, "x"), ()]),  # tuples only, one of them tagged
+            ("b", [3, (LATE, "y"), (UNCONSUMED, "dropped"), ("tuple", LATE)]),  # mixed types
+            ("c", [(4,), (5, 6)]),  # tuples, none tagged: no side output
+        ],
+        timestamps=timestamps,
+    )
+    ts = timestamps or [None, None, None]
+    assert h.records() == [
+        ((1, 2), ts[0]),
+        ((), ts[0]),
+        (3, ts[1]),
+        (("tuple", LATE), ts[1]),
+        ((4,), ts[2]),
+        ((5, 6), ts[2]),
+    ]
+    assert h.side_records("late") == [("x", ts[0]), ("y", ts[1])]
+    assert type(h.batches[0]) is (list if timestamps is None else TimestampedBatch)
