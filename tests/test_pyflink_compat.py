@@ -17,6 +17,7 @@ import importlib.util
 import inspect
 import pickle
 from pathlib import Path
+from typing import Any
 
 import cloudpickle
 import pytest
@@ -623,3 +624,45 @@ def test_print_writes_a_typed_stream_as_pyflink_does(capsys: pytest.CaptureFixtu
         "untyped> ('hi', 1)",
         "untyped> ('ho', 2)",
     ]
+
+
+def test_window_functions_take_pyflinks_type_parameters() -> None:
+    """PyFlink's examples subscript the window functions as PyFlink declares them
+    (``ProcessWindowFunction[IN, OUT, KEY, W]``, its ``Context[W]``); a different arity
+    fails at class definition, before the job even starts."""
+    from chandy.datastream import AggregateFunction, ProcessWindowFunction, WindowFunction
+    from chandy.datastream.functions import AllWindowFunction, ProcessAllWindowFunction
+    from chandy.datastream.window import CountWindow, TimeWindow
+
+    class Count(ProcessWindowFunction[tuple, tuple, str, TimeWindow]):
+        def process(self, key: str, context: ProcessWindowFunction.Context[TimeWindow], elements: Any) -> Any:
+            return [(key, len(list(elements)))]
+
+    class Sum(WindowFunction[tuple, tuple, str, CountWindow]):
+        def apply(self, key: str, window: CountWindow, inputs: Any) -> Any:
+            return [(key, sum(i[0] for i in inputs))]
+
+    class AllCount(ProcessAllWindowFunction[tuple, int, TimeWindow]):
+        def process(self, context: ProcessAllWindowFunction.Context[TimeWindow], elements: Any) -> Any:
+            return [len(list(elements))]
+
+    class AllSum(AllWindowFunction[tuple, int, TimeWindow]):
+        def apply(self, window: TimeWindow, inputs: Any) -> Any:
+            return [sum(i[0] for i in inputs)]
+
+    class Average(AggregateFunction):
+        def create_accumulator(self) -> Any:
+            return (0, 0)
+
+        def add(self, value: Any, accumulator: Any) -> Any:
+            return accumulator[0] + value, accumulator[1] + 1
+
+        def get_result(self, accumulator: Any) -> Any:
+            return accumulator[0] / accumulator[1]
+
+        def merge(self, acc_a: Any, acc_b: Any) -> Any:
+            return acc_a[0] + acc_b[0], acc_a[1] + acc_b[1]
+
+    assert Sum().apply("k", CountWindow(0), [(1,), (2,)]) == [("k", 3)]
+    assert AllSum().apply(TimeWindow(0, 5), [(1,), (2,)]) == [3]
+    assert Count and AllCount and Average().get_result((3, 2)) == 1.5

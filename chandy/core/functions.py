@@ -29,6 +29,11 @@ from chandy.core.state import (
 from chandy.core.time import TimeDomain
 
 W = TypeVar("W")
+#: PyFlink's type parameters of the window functions (they only document, as in PyFlink).
+IN = TypeVar("IN")
+OUT = TypeVar("OUT")
+KEY = TypeVar("KEY")
+W2 = TypeVar("W2")
 
 
 class KeyedStateStore(ABC):
@@ -304,25 +309,25 @@ class AggregateFunction(Function):
         """Two accumulators as one (merging session windows)."""
 
 
-class WindowFunction(Function, Generic[W]):
+class WindowFunction(Function, Generic[IN, OUT, KEY, W]):
     """Called once per key and window with all of the window's contents."""
 
     @abstractmethod
     def apply(self, key: Any, window: W, inputs: Iterable[Any]) -> Iterable[Any] | None: ...
 
 
-class AllWindowFunction(Function, Generic[W]):
+class AllWindowFunction(Function, Generic[IN, OUT, W]):
     """``WindowFunction`` of a non-keyed (``window_all``) stream."""
 
     @abstractmethod
     def apply(self, window: W, inputs: Iterable[Any]) -> Iterable[Any] | None: ...
 
 
-class ProcessWindowFunction(Function, Generic[W]):
+class ProcessWindowFunction(Function, Generic[IN, OUT, KEY, W]):
     """Called once per key and window with the contents and a context (window, time,
     per-window and per-key state). Yield ``(output_tag, value)`` for a side output."""
 
-    class Context(ABC):
+    class Context(ABC, Generic[W2]):
         @abstractmethod
         def window(self) -> Any:
             """The window being evaluated (a ``TimeWindow``, ``CountWindow``, ...)."""
@@ -343,17 +348,17 @@ class ProcessWindowFunction(Function, Generic[W]):
 
     @abstractmethod
     def process(
-        self, key: Any, context: ProcessWindowFunction.Context, elements: Iterable[Any]
+        self, key: Any, context: ProcessWindowFunction.Context[Any], elements: Iterable[Any]
     ) -> Iterable[Any] | None: ...
 
-    def clear(self, context: ProcessWindowFunction.Context) -> None:
+    def clear(self, context: ProcessWindowFunction.Context[Any]) -> None:
         """The window is purged: drop what ``window_state`` holds for it."""
 
 
-class ProcessAllWindowFunction(Function, Generic[W]):
+class ProcessAllWindowFunction(Function, Generic[IN, OUT, W]):
     """``ProcessWindowFunction`` of a non-keyed (``window_all``) stream."""
 
-    class Context(ABC):
+    class Context(ABC, Generic[W2]):
         @abstractmethod
         def window(self) -> Any:
             """The window being evaluated (a ``TimeWindow``, ``CountWindow``, ...)."""
@@ -372,8 +377,8 @@ class ProcessAllWindowFunction(Function, Generic[W]):
 
     @abstractmethod
     def process(
-        self, context: ProcessAllWindowFunction.Context, elements: Iterable[Any]
+        self, context: ProcessAllWindowFunction.Context[Any], elements: Iterable[Any]
     ) -> Iterable[Any] | None: ...
 
-    def clear(self, context: ProcessAllWindowFunction.Context) -> None:
+    def clear(self, context: ProcessAllWindowFunction.Context[Any]) -> None:
         """The window is purged: drop what ``window_state`` holds for it."""

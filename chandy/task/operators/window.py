@@ -206,7 +206,7 @@ class _PerWindowStateStore(KeyedStateStore):
         return cast(AggregatingState, self._get(state_descriptor, AggregatingState))
 
 
-class WindowContext(ProcessWindowFunction.Context, ProcessAllWindowFunction.Context):
+class WindowContext(ProcessWindowFunction.Context[Any], ProcessAllWindowFunction.Context[Any]):
     """What a process window function sees: the window, time, per-window and per-key state."""
 
     def __init__(self, operator: WindowOperator) -> None:
