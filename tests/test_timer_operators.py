@@ -316,3 +316,20 @@ def test_side_outputs_are_split_from_any_mix_of_outputs(timestamps: list[int] | 
     ]
     assert h.side_records("late") == [("x", ts[0]), ("y", ts[1])]
     assert type(h.batches[0]) is (list if timestamps is None else TimestampedBatch)
+
+
+def test_restored_timers_of_a_function_without_on_timer_still_fire_and_leave_state() -> None:
+    class Remind(KeyedProcessFunction):
+        def process_element(self, value: Any, ctx: KeyedProcessFunction.Context) -> Any:
+            ctx.timer_service().register_processing_time_timer(2_000)  # lazily creates the timers
+            yield value
+
+    clock = ManualClock(start_ms=1_000)
+    h = keyed(Remind(), clock=clock).open_keyed()
+    h.process_records([("a", 1)])
+    snapshot = h.snapshot_keyed(1)  # only the processing-time table holds a timer
+    back = keyed(Remind(), clock=clock).open_keyed([snapshot])
+    timers = back.operator._timers  # type: ignore[attr-defined]
+    assert timers is not None and timers.num_processing_time_timers() == 1
+    assert back.advance_processing_time(1_500) == 1
+    assert timers.num_processing_time_timers() == 0

@@ -59,6 +59,9 @@ class Triggerable(Protocol):
 #: sequence breaks ties so that keys and namespaces are never compared.
 _Entry = tuple[int, int, int, Any, Any]
 
+#: What a timer table's ``pop`` returns for a timer that is not (any more) there.
+_DELETED = object()
+
 #: The heap is rebuilt from the tables once it holds this many more entries than live timers.
 _COMPACT_SLACK = 64
 
@@ -66,12 +69,12 @@ _COMPACT_SLACK = 64
 class _TimerQueue:
     """One time domain's timers: the table (truth, snapshotted) and the firing order."""
 
-    __slots__ = ("table", "_maps", "heap", "_sequence", "size")
+    __slots__ = ("table", "maps", "heap", "_sequence", "size")
 
     def __init__(self, table: StateTable, sequence: Iterator[int]) -> None:
         self.table = table
         # Indexed only by key groups in the backend's range: never None.
-        self._maps = cast("list[dict[Any, None]]", table.maps)
+        self.maps = cast("list[dict[Any, None]]", table.maps)
         self._sequence = sequence
         self.heap: list[_Entry] = []
         self.size = 0
@@ -90,7 +93,7 @@ class _TimerQueue:
 
     def add(self, key_group: int, key: Any, namespace: Any, timestamp: int) -> bool:
         """Add a timer; False if it was already there."""
-        timers = self._maps[key_group]
+        timers = self.maps[key_group]
         timer = (timestamp, key, namespace)
         if timer in timers:
             return False
@@ -100,7 +103,7 @@ class _TimerQueue:
         return True
 
     def remove(self, key_group: int, key: Any, namespace: Any, timestamp: int) -> None:
-        timers = self._maps[key_group]
+        timers = self.maps[key_group]
         timer = (timestamp, key, namespace)
         if timer in timers:
             del timers[timer]
@@ -111,21 +114,13 @@ class _TimerQueue:
     def peek(self) -> int | None:
         """The earliest live timer's timestamp (dropping deleted entries on the way), or None."""
         heap = self.heap
-        maps = self._maps
+        maps = self.maps
         while heap:
             timestamp, _, kg, key, namespace = heap[0]
             if (timestamp, key, namespace) in maps[kg]:
                 return timestamp
             heapq.heappop(heap)
         return None
-
-    def pop(self) -> tuple[int, int, Any, Any]:
-        """Remove the earliest timer, which :meth:`peek` just found live:
-        ``(timestamp, key_group, key, namespace)``."""
-        timestamp, _, kg, key, namespace = heapq.heappop(self.heap)
-        del self._maps[kg][(timestamp, key, namespace)]
-        self.size -= 1
-        return timestamp, kg, key, namespace
 
 
 class InternalTimerService:
@@ -143,14 +138,25 @@ class InternalTimerService:
         self._processing_time_service = processing_time_service
         self._triggerable = triggerable
         sequence = itertools.count()
-        self._event = _TimerQueue(backend.get_timer_table(f"{TIMER_STATE_PREFIX}event_{name}"), sequence)
-        self._processing = _TimerQueue(
-            backend.get_timer_table(f"{TIMER_STATE_PREFIX}processing_{name}"), sequence
-        )
+        event_table, processing_table = self.table_names(name)
+        self._event = _TimerQueue(backend.get_timer_table(event_table), sequence)
+        self._processing = _TimerQueue(backend.get_timer_table(processing_table), sequence)
         self._watermark = MIN_TIMESTAMP
         #: The callback registered with the processing-time service, and its due time.
         self._scheduled: ScheduledCallback | None = None
         self._schedule_next_processing_time()
+
+    @staticmethod
+    def table_names(name: str) -> tuple[str, str]:
+        """The state tables of service ``name``'s event-time and processing-time timers."""
+        return f"{TIMER_STATE_PREFIX}event_{name}", f"{TIMER_STATE_PREFIX}processing_{name}"
+
+    @staticmethod
+    def has_timers(backend: HeapKeyedStateBackend, name: str) -> bool:
+        """True if ``backend`` holds (restored) timers of service ``name``: an operator that
+        creates its service lazily must create it at once then. (A snapshot leaves out an
+        empty table, so either table may have come back alone.)"""
+        return any(table in backend.tables for table in InternalTimerService.table_names(name))
 
     # ------------------------------------------------------------------ queries
 
@@ -207,13 +213,19 @@ class InternalTimerService:
         self._schedule_next_processing_time()
 
     def _fire(self, queue: _TimerQueue, up_to: int, callback: Callable[[InternalTimer], None]) -> None:
+        """Fire ``queue``'s timers due at ``up_to``, earliest first (its peek and pop, inlined:
+        this loop runs once per timer)."""
         b = self._backend
-        peek, pop = queue.peek, queue.pop
+        maps = queue.maps
+        heappop = heapq.heappop
         while True:
-            due = peek()
-            if due is None or due > up_to:
+            heap = queue.heap  # a callback's deletion may rebuild it
+            if not heap or heap[0][0] > up_to:
                 return
-            timestamp, kg, key, namespace = pop()
+            timestamp, _, kg, key, namespace = heappop(heap)
+            if maps[kg].pop((timestamp, key, namespace), _DELETED) is _DELETED:
+                continue  # deleted after it was registered
+            queue.size -= 1
             b.current_key = key
             b.current_index = kg
             callback(InternalTimer(timestamp, key, namespace))

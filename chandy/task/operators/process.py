@@ -30,7 +30,6 @@ from chandy.core.functions import KeyedProcessFunction, ProcessFunction, TimerSe
 from chandy.core.output_tag import OutputTag
 from chandy.core.time import TimeDomain
 from chandy.errors import InvalidProgramError
-from chandy.state.heap import TIMER_STATE_PREFIX
 from chandy.task.batches import KeyedBatch, TimestampedBatch
 from chandy.task.operators.base import Emit, StreamOperator, UdfOperator, resolve_call
 from chandy.task.operators.keyed import KeyedOperator
@@ -276,8 +275,7 @@ class KeyedProcessOperator(KeyedOperator):
         self._fired: list[Any] = []
         self._fired_ts: list[int | None] = []
         self._timers: InternalTimerService | None = None
-        restored = f"{TIMER_STATE_PREFIX}event_{USER_TIMERS}" in self.backend.tables
-        if on_timer is not None or restored:
+        if on_timer is not None or InternalTimerService.has_timers(self.backend, USER_TIMERS):
             self.internal_timer_service()
 
     def internal_timer_service(self) -> InternalTimerService:
