@@ -166,7 +166,7 @@ def test_tumbling_event_time_reduce_fires_at_the_watermark_with_the_window_end_t
     h.watermark(2500)
     assert sorted(h.records()) == [(("a", 2), 999), (("a", 13), 1999), (("b", 10), 1999)]
     assert op.num_panes() == 0
-    assert op.timer_service.num_event_time_timers() == 0
+    assert op.num_timers() == 0
 
 
 @pytest.mark.parametrize("trigger", [None, GeneralEventTimeTrigger()], ids=["fast", "general"])
@@ -222,7 +222,7 @@ def test_allowed_lateness_refires_the_window_for_each_late_record_until_cleanup(
     assert h.side_records("late") == [(("a", 8), 999)]
     h.watermark(MAX_WATERMARK)
     assert len(h.records()) == 4
-    assert op.timer_service.num_event_time_timers() == 0
+    assert op.num_timers() == 0
 
 
 def test_records_without_timestamps_into_an_event_time_window_name_the_fix() -> None:
@@ -249,7 +249,7 @@ def test_event_time_sessions_merge_and_bridge() -> None:
     assert h.records()[-1] == (("a", 8), 12999)
     assert op.num_panes() == 0
     assert op.backend.num_keys("merging-window-set") == 0
-    assert op.timer_service.num_event_time_timers() == 0
+    assert op.num_timers() == 0
 
 
 class Described(ProcessWindowFunction):
@@ -456,7 +456,7 @@ def test_processing_time_tumbling_and_sliding_windows() -> None:
     assert h.records() == []
     h.advance_processing_time(1)
     assert sorted(h.records()) == [(("a", 4), 1099), (("b", 2), 1099)]
-    assert op.num_panes() == 0 and op.timer_service.num_processing_time_timers() == 0
+    assert op.num_panes() == 0 and op.num_timers() == 0
     sliding = harness(reduce_op(SlidingProcessingTimeWindows.of(200, 100)))
     sliding.process_records([("a", 1)])
     sliding.advance_processing_time(100)
@@ -646,7 +646,7 @@ def test_the_fast_path_gives_the_results_of_the_general_path(seed: int) -> None:
             h.watermark(MAX_WATERMARK)
             steps.append(sorted(h.records(), key=repr))
             steps.append(sorted(h.side_records("late"), key=repr))
-            assert op.num_panes() == 0
+            assert op.num_panes() == 0 and op.num_timers() == 0
             outputs.append(steps)
         assert outputs[0] == outputs[1]
 

@@ -36,8 +36,9 @@ general path.
 
 from __future__ import annotations
 
+import heapq
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Collection, Iterable
+from collections.abc import Callable, Collection, Iterable, Iterator
 from typing import Any, cast
 
 from chandy.core.functions import (
@@ -74,7 +75,7 @@ from chandy.core.windows import (
     WindowAssigner,
 )
 from chandy.errors import InvalidProgramError
-from chandy.state.heap import HeapKeyedStateBackend
+from chandy.state.heap import TIMER_STATE_PREFIX, HeapKeyedStateBackend, StateTable
 from chandy.task.batches import KeyedBatch, TimestampedBatch
 from chandy.task.operators.keyed import KeyedOperator
 from chandy.task.processing_time import ProcessingTimeService
@@ -364,6 +365,61 @@ class MergingWindowSet:
         return result_window
 
 
+class PaneTimers:
+    """The fast path's timers: one per pane, at its window's end (then at its cleanup time).
+
+    A table in the keyed state backend holds them, ``{(timestamp, key, window_start):
+    None}`` per key group, in the layout of the timer service's tables, so they are
+    snapshotted, restored and rescaled with the panes. What differs is the firing order:
+    all panes of a window end at the same timestamp, so beside the table an index maps
+    each timestamp to its panes, and a heap orders the distinct timestamps. Firing a
+    window is a walk over one list, instead of a heap pop, a timer object and a callback
+    per pane. The index is rebuilt from the table when the operator opens (after a restore).
+    """
+
+    __slots__ = ("_table", "_maps", "_due", "_heap")
+
+    def __init__(self, table: StateTable) -> None:
+        self._table = table
+        # Indexed only by key groups of this subtask: never None.
+        self._maps = cast("list[dict[Any, None]]", table.maps)
+        self._due: dict[int, list[tuple[int, Any, int]]] = {}
+        self._heap: list[int] = []
+        for kg, timers in table.key_group_maps():
+            for timestamp, key, start in timers:
+                self._index(timestamp, kg, key, start)
+
+    def _index(self, timestamp: int, kg: int, key: Any, start: int) -> None:
+        panes = self._due.get(timestamp)
+        if panes is None:
+            self._due[timestamp] = panes = []
+            heapq.heappush(self._heap, timestamp)
+        panes.append((kg, key, start))
+
+    def register(self, kg: int, key: Any, start: int, timestamp: int) -> None:
+        timers = self._maps[kg]
+        timer = (timestamp, key, start)
+        if timer not in timers:
+            timers[timer] = None
+            self._index(timestamp, kg, key, start)
+
+    def pop_due(self, up_to: int) -> Iterator[tuple[int, int, Any, int]]:
+        """Remove and yield ``(timestamp, key_group, key, window_start)`` of every timer at or
+        before ``up_to``, earliest first (timers registered meanwhile included)."""
+        heap, due, maps = self._heap, self._due, self._maps
+        while heap and heap[0] <= up_to:
+            timestamp = heapq.heappop(heap)
+            for kg, key, start in due.pop(timestamp):
+                timers = maps[kg]
+                timer = (timestamp, key, start)
+                if timer in timers:
+                    del timers[timer]
+                    yield timestamp, kg, key, start
+
+    def __len__(self) -> int:
+        return len(self._table)
+
+
 # ---------------------------------------------------------------------------------------------- operator
 
 
@@ -464,6 +520,8 @@ class WindowOperator(KeyedOperator):
     def process_watermark(self, timestamp: int) -> None:
         self.current_watermark = timestamp
         self._timer_service.advance_watermark(timestamp)
+        if self._fast:
+            self._fire_fast(timestamp)
         self._flush()
         self.emit_watermark(timestamp)
 
@@ -633,10 +691,7 @@ class WindowOperator(KeyedOperator):
             self._timer_service.delete_processing_time_timer(window, cleanup)
 
     def on_event_time(self, timer: InternalTimer) -> None:
-        if self._fast:
-            self._on_fast_timer(timer)
-        else:
-            self._on_timer(timer, event_time=True)
+        self._on_timer(timer, event_time=True)
 
     def on_processing_time(self, timer: InternalTimer) -> None:
         self._on_timer(timer, event_time=False)
@@ -708,6 +763,7 @@ class WindowOperator(KeyedOperator):
         self._table = self.backend.tables[FAST_STATE_NAME]
         # Indexed only by the key groups of this subtask's records, which are in range: never None.
         self._maps = cast("list[dict[Any, Any]]", self._table.maps)
+        self._pane_timers = PaneTimers(self.backend.get_timer_table(f"{TIMER_STATE_PREFIX}{FAST_STATE_NAME}"))
 
     def _no_timestamps(self) -> InvalidProgramError:
         return InvalidProgramError(
@@ -739,8 +795,7 @@ class WindowOperator(KeyedOperator):
         ended_bound = self._timer_service.current_watermark() - size + 1
         maps = self._maps
         reduce = cast("Callable[[Any, Any], Any]", self._reduce)
-        backend = self.backend
-        register = self._timer_service.register_event_time_timer
+        register = self._pane_timers.register
         late_values: list[Any] = []
         late_timestamps: list[int | None] = []
         for kg, key, value, ts in zip(
@@ -757,9 +812,7 @@ class WindowOperator(KeyedOperator):
             old = m.get(k)
             if old is None:
                 m[k] = value
-                backend.current_key = key
-                backend.current_index = kg
-                register(start, start + size - 1)
+                register(kg, key, start, start + size - 1)
             else:
                 m[k] = reduce(old, value)
         self._emit_late(late_values, late_timestamps)
@@ -774,10 +827,7 @@ class WindowOperator(KeyedOperator):
         old = m.get(k) if self._table.cow is None else self._table.privatize(m, k)
         max_timestamp = start + self._size - 1
         if old is None:
-            backend = self.backend
-            backend.current_key = key
-            backend.current_index = kg
-            self._timer_service.register_event_time_timer(start, max_timestamp + self.allowed_lateness)
+            self._pane_timers.register(kg, key, start, max_timestamp + self.allowed_lateness)
         aggregate = self._aggregate
         if aggregate is None:
             m[k] = new = value if old is None else cast("Callable[[Any, Any], Any]", self._reduce)(old, value)
@@ -798,8 +848,7 @@ class WindowOperator(KeyedOperator):
         aggregate: Any = self._aggregate
         table = self._table
         privatize = table.privatize if table.cow is not None else None
-        backend = self.backend
-        register = self._timer_service.register_event_time_timer
+        register = self._pane_timers.register
         late_values: list[Any] = []
         late_timestamps: list[int | None] = []
         for kg, key, value, ts in zip(
@@ -818,9 +867,7 @@ class WindowOperator(KeyedOperator):
                 k = (key, start)
                 old = m.get(k) if privatize is None else privatize(m, k)
                 if old is None:
-                    backend.current_key = key
-                    backend.current_index = kg
-                    register(start, start + size - 1)
+                    register(kg, key, start, start + size - 1)
                 if reduce is not None:
                     m[k] = value if old is None else reduce(old, value)
                 else:
@@ -830,22 +877,29 @@ class WindowOperator(KeyedOperator):
                 late_timestamps.append(ts)
         self._emit_late(late_values, late_timestamps)
 
-    def _on_fast_timer(self, timer: InternalTimer) -> None:
-        start = cast(int, timer.namespace)
-        max_timestamp = start + self._size - 1
-        cleanup = min(max_timestamp + self.allowed_lateness, MAX_WATERMARK)
-        m = self._maps[self.backend.current_index]
-        k = (timer.key, start)
-        if timer.timestamp == max_timestamp:
-            acc = m.get(k)
-            if acc is not None:
-                self._out_values.append(acc if self._aggregate is None else self._aggregate.get_result(acc))
-                self._out_timestamps.append(max_timestamp)
-            if cleanup != max_timestamp:
-                self._timer_service.register_event_time_timer(start, cleanup)
-                return
-        if timer.timestamp == cleanup:
-            m.pop(k, None)
+    def _fire_fast(self, watermark: int) -> None:
+        """Emit every pane whose window ended at or before ``watermark``; drop those whose
+        cleanup time came (the same moment unless there is an allowed lateness)."""
+        maps, size, lateness, aggregate = self._maps, self._size, self.allowed_lateness, self._aggregate
+        out_values, out_timestamps = self._out_values, self._out_timestamps
+        register = self._pane_timers.register
+        for timestamp, kg, key, start in self._pane_timers.pop_due(watermark):
+            max_timestamp = start + size - 1
+            if timestamp == max_timestamp:
+                acc = maps[kg].get((key, start))
+                if acc is not None:
+                    out_values.append(acc if aggregate is None else aggregate.get_result(acc))
+                    out_timestamps.append(max_timestamp)
+                if lateness:
+                    register(kg, key, start, min(max_timestamp + lateness, MAX_WATERMARK))
+                    continue
+            maps[kg].pop((key, start), None)
+
+    def num_timers(self) -> int:
+        """How many timers this subtask holds (for tests and metrics)."""
+        service = self._timer_service
+        pending = service.num_event_time_timers() + service.num_processing_time_timers()
+        return pending + (len(self._pane_timers) if self._fast else 0)
 
     def num_panes(self) -> int:
         """How many (key, window) panes this subtask holds (for tests and metrics)."""
