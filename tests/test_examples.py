@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 from collections import defaultdict
@@ -115,3 +116,22 @@ def test_windowing_example_writes_files_with_output(tmp_path: Path) -> None:
         for line in part.read_text().splitlines()
     )
     assert lines == sorted(["('hi', 0, 5, 4)", "('hi', 5, 10, 3)", "('hi', 15, 20, 1)"])
+
+
+def _code_blocks(page: str) -> list[tuple[str, str]]:
+    """``(language, code)`` of each fenced block of a Markdown page, in order."""
+    return re.findall(r"```(\w+)\n(.*?)```", page, re.S)
+
+
+def test_the_event_time_guides_example_prints_what_it_says() -> None:
+    """docs/event-time.md's complete example runs as printed (on the local executor) and
+    prints the lines the page shows after it."""
+    blocks = _code_blocks((ROOT / "docs" / "event-time.md").read_text(encoding="utf-8"))
+    (language, code), (shown_language, shown) = blocks[0], blocks[1]
+    assert (language, shown_language) == ("python", "text")
+    assert "get_execution_environment()" in code
+    code = code.replace("get_execution_environment()", 'get_execution_environment(executor="local")')
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300, cwd=ROOT)
+    assert done.returncode == 0, done.stderr[-3000:]
+    printed = sorted(line.split("> ", 1)[1] for line in done.stdout.splitlines())
+    assert printed == sorted(shown.splitlines())
