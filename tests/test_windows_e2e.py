@@ -60,6 +60,36 @@ def test_windows_through_the_api_on_the_local_executor(local_env: StreamExecutio
     assert out == [("a", 3, 1500), ("a", 11, 900), ("b", 2, 200), ("b", 5, 3000)]
 
 
+def test_late_records_reach_the_side_output_in_a_job(local_env: StreamExecutionEnvironment) -> None:
+    """One record per batch, 50 ms apart, and a watermark every 5 ms: each record sees the
+    watermark of the records before it (monotonous timestamps: the latest minus 1)."""
+    from tests.jobs import Throttle
+
+    local_env.set_parallelism(1)
+    local_env.configure({"chandy.network.batch-size": 1, "pipeline.auto-watermark-interval": 5})
+    records = [("a", 1, 100), ("a", 2, 5000), ("a", 3, 200), ("a", 4, 4500)]
+    late = OutputTag("late")
+    sums = (
+        local_env.from_collection(records)
+        .map(Throttle(0.05))
+        .assign_timestamps_and_watermarks(
+            WatermarkStrategy.for_monotonous_timestamps().with_timestamp_assigner(_by_third_field)
+        )
+        .key_by(lambda r: r[0])
+        .window(TumblingEventTimeWindows.of(1000))
+        .allowed_lateness(1000)
+        .side_output_late_data(late)
+        .reduce(lambda a, b: (a[0], a[1] + b[1], min(a[2], b[2])))
+    )
+    with sums.union(sums.get_side_output(late).map(lambda r: ("late", *r))).execute_and_collect() as got:
+        out = list(got)
+    # after (a, 2, 5000) the watermark is 4999: [0, 1000) is past its lateness, so (a, 3, 200)
+    # is late; [4000, 5000) is within it, so (a, 4, 4500) opens it and fires it at once
+    assert sorted(out, key=repr) == sorted(
+        [("a", 1, 100), ("late", "a", 3, 200), ("a", 4, 4500), ("a", 2, 5000)], key=repr
+    )
+
+
 class _WithTimestamp(ProcessFunction):
     def process_element(self, value: Any, ctx: ProcessFunction.Context) -> Any:
         yield value, ctx.timestamp()
