@@ -587,7 +587,7 @@ def test_java_time_types_print_as_java_prints_them() -> None:
 def test_print_writes_a_typed_stream_as_pyflink_does(capsys: pytest.CaptureFixture[str]) -> None:
     """The declared type follows the stream through operators that keep it (filter, key_by,
     reduce, timestamps) and is replaced by each ``output_type``; untyped streams print ``str``."""
-    from chandy.datastream import StreamExecutionEnvironment
+    from chandy.datastream import OutputTag, StreamExecutionEnvironment
 
     env = StreamExecutionEnvironment.get_execution_environment(executor="local")
     env.set_parallelism(1)
@@ -600,13 +600,19 @@ def test_print_writes_a_typed_stream_as_pyflink_does(capsys: pytest.CaptureFixtu
     typed.map(lambda t: Row(t[1], t[0]), output_type=Types.ROW([Types.INT(), Types.STRING()])).print("row")
     typed.map(lambda t: t[1] * 1.5, output_type=Types.DOUBLE()).print("double")
     typed.map(lambda t: t[:2]).print("untyped")
+    odd = OutputTag("odd", Types.TUPLE([Types.STRING(), Types.INT()]))
+    split = typed.process(lambda t, ctx: [(odd, t[:2])] if t[1] % 2 else [t[0]], output_type=Types.STRING())
+    split.print("even")
+    split.get_side_output(odd).print("odd")
     env.execute()
 
     lines = sorted(capsys.readouterr().out.splitlines())
     assert lines == [
         "double> 1.5",
         "double> 3.0",
+        "even> ho",
         "kept> (ho,2,1.0E7,false)",
+        "odd> (hi,1)",
         "row> +I[1,hi]",
         "row> +I[2,ho]",
         "source> (hi,1,0.5,true)",

@@ -219,6 +219,7 @@ class DataStream(_NodeHandle):
                 f"get_side_output() takes an OutputTag, got {type(output_tag).__name__}"
             )
         node = self._operator("get_side_output()")
+        node.side_output_types[output_tag.tag_id] = output_tag.type_info
         return DataStream(self._env, None, [(node, None, output_tag.tag_id)])
 
     # ------------------------------------------------------------ partitioning
@@ -280,8 +281,11 @@ class DataStream(_NodeHandle):
 
     def _output_type(self) -> Any:
         """The declared type of this stream's records (``None``: undeclared, or the inputs'
-        types differ, or a side output's)."""
-        types = [node.output_type if tag is None else None for node, _, tag in self._inputs]
+        types differ)."""
+        types = [
+            node.output_type if tag is None else node.side_output_types.get(tag)
+            for node, _, tag in self._inputs
+        ]
         return types[0] if all(t == types[0] for t in types) else None
 
     # ------------------------------------------------------------ sinks

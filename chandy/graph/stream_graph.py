@@ -36,6 +36,8 @@ class StreamNode:
     #: The type the user declared for the node's records (PyFlink's ``output_type`` /
     #: ``type_info``); it only decides how ``print()`` writes them, as Flink's Java would.
     output_type: Any = None
+    #: The declared type of each side output (its ``OutputTag``'s ``type_info``), by tag id.
+    side_output_types: dict[str, Any] = field(default_factory=dict)
     parallelism: int | None = None
     max_parallelism: int | None = None
     uid: str | None = None
