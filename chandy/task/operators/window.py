@@ -403,6 +403,24 @@ class PaneTimers:
             timers[timer] = None
             self._index(timestamp, kg, key, start)
 
+    def register_new(self, panes: list[tuple[int, Any, int]], end_offset: int) -> None:
+        """Timers at ``start + end_offset`` for ``(key_group, key, window_start)`` panes that
+        were just created (so have none yet): the hot loop's batch of registrations."""
+        maps, due = self._maps, self._due
+        last_timestamp: int | None = None
+        entries: list[tuple[int, Any, int]] = []
+        for pane in panes:
+            kg, key, start = pane
+            timestamp = start + end_offset
+            maps[kg][(timestamp, key, start)] = None
+            if timestamp != last_timestamp:
+                found = due.get(timestamp)
+                if found is None:
+                    due[timestamp] = found = []
+                    heapq.heappush(self._heap, timestamp)
+                entries, last_timestamp = found, timestamp
+            entries.append(pane)
+
     def pop_due(self, up_to: int) -> Iterator[tuple[int, int, Any, int]]:
         """Remove and yield ``(timestamp, key_group, key, window_start)`` of every timer at or
         before ``up_to``, earliest first (timers registered meanwhile included)."""
@@ -795,7 +813,8 @@ class WindowOperator(KeyedOperator):
         ended_bound = self._timer_service.current_watermark() - size + 1
         maps = self._maps
         reduce = cast("Callable[[Any, Any], Any]", self._reduce)
-        register = self._pane_timers.register
+        new_panes: list[tuple[int, Any, int]] = []
+        created = new_panes.append
         late_values: list[Any] = []
         late_timestamps: list[int | None] = []
         for kg, key, value, ts in zip(
@@ -812,9 +831,11 @@ class WindowOperator(KeyedOperator):
             old = m.get(k)
             if old is None:
                 m[k] = value
-                register(kg, key, start, start + size - 1)
+                created((kg, key, start))
             else:
                 m[k] = reduce(old, value)
+        if new_panes:
+            self._pane_timers.register_new(new_panes, size - 1)
         self._emit_late(late_values, late_timestamps)
 
     def _fast_after_end(self, kg: int, key: Any, value: Any, start: int, ended_bound: int) -> bool:
