@@ -869,7 +869,8 @@ class WindowOperator(KeyedOperator):
         aggregate: Any = self._aggregate
         table = self._table
         privatize = table.privatize if table.cow is not None else None
-        register = self._pane_timers.register
+        new_panes: list[tuple[int, Any, int]] = []
+        created = new_panes.append
         late_values: list[Any] = []
         late_timestamps: list[int | None] = []
         for kg, key, value, ts in zip(
@@ -888,7 +889,7 @@ class WindowOperator(KeyedOperator):
                 k = (key, start)
                 old = m.get(k) if privatize is None else privatize(m, k)
                 if old is None:
-                    register(kg, key, start, start + size - 1)
+                    created((kg, key, start))
                 if reduce is not None:
                     m[k] = value if old is None else reduce(old, value)
                 else:
@@ -896,6 +897,8 @@ class WindowOperator(KeyedOperator):
             if not added and ts + lateness <= watermark:
                 late_values.append(value)
                 late_timestamps.append(ts)
+        if new_panes:
+            self._pane_timers.register_new(new_panes, size - 1)
         self._emit_late(late_values, late_timestamps)
 
     def _fire_fast(self, watermark: int) -> None:
