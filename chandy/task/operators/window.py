@@ -28,10 +28,11 @@ common window, and Flink's general machinery costs several Python calls per
 record. For it the operator folds a whole batch in one loop, computing window
 starts arithmetically and touching the state table directly (as
 :class:`~chandy.task.operators.keyed.StreamGroupedReduce` does); a timer is
-registered only when a pane is created. Its panes are still keyed state in the
-heap backend (table ``window-panes``, entries ``(key, window_start)``), so they
-are checkpointed and rescaled like any other; its results are those of the
-general path.
+registered only when a pane is created, and a window's panes fire together
+(:class:`PaneTimers`). Its panes and timers are still keyed state in the heap
+backend (tables ``window-panes``, entries ``(key, window_start)``, and
+``_timer_state/window-panes``), so they are checkpointed and rescaled like any
+other; its results are those of the general path.
 """
 
 from __future__ import annotations
