@@ -38,8 +38,6 @@ def test_quick_bench_run_measures_every_workload_on_chandy(tmp_path: Path) -> No
             "--quick",
             "--systems",
             "chandy:local",
-            "--workloads",
-            "w1,w2,w3,w4",
             "--records",
             "40000",
             "--duration-s",
@@ -64,6 +62,7 @@ def test_quick_bench_run_measures_every_workload_on_chandy(tmp_path: Path) -> No
         ("w2", 1000),
         ("w3", 1000),
         ("w4", 1000),
+        ("w5", 1000),
     }
     assert all(r["ok"] for r in rows), [r.get("error") for r in rows]
     by_workload = {(r["workload"], r["checkpoint_interval_ms"]): r for r in rows}
@@ -73,10 +72,13 @@ def test_quick_bench_run_measures_every_workload_on_chandy(tmp_path: Path) -> No
     assert by_workload[("w2", 1000)]["exact"] and by_workload[("w2", 1000)]["recovery_s"] > 0
     assert by_workload[("w3", 1000)]["records"] > 1000
     assert by_workload[("w4", 1000)]["checkpoint_size_bytes"] > 40_000 * 100
+    w5 = by_workload[("w5", 1000)]
+    assert w5["records"] == 100_000  # rounded up to a whole window
+    assert w5["exact"] and w5["results"] == 10_000 and w5["records_per_s"] > 0
     assert all(r["machine_loop_ms"] > 0 for r in rows)
     assert by_workload[("w1", 1000)]["task_cpu_us_per_record"] > 0
     summary = results["summary"]["chandy/local"]
-    assert summary["w2_exact_runs"] == "1 of 1"
+    assert summary["w2_exact_runs"] == "1 of 1" and summary["w5_exact_runs"] == "1 of 1"
     assert "checkpoint_overhead" in summary and "checkpoint_cpu_overhead" in summary
     text = (tmp_path / "RESULTS.md").read_text()
     assert "W3 latency p99" in text
