@@ -30,6 +30,7 @@ from chandy.core.windows import (
     EventTimeSessionWindows,
     SlidingEventTimeWindows,
     TumblingEventTimeWindows,
+    TumblingProcessingTimeWindows,
 )
 from chandy.errors import InvalidProgramError
 from tests.probes import Probe
@@ -88,6 +89,32 @@ def test_late_records_reach_the_side_output_in_a_job(local_env: StreamExecutionE
     assert sorted(out, key=repr) == sorted(
         [("a", 1, 100), ("late", "a", 3, 200), ("a", 4, 4500), ("a", 2, 5000)], key=repr
     )
+
+
+def test_processing_time_windows_fire_while_the_job_runs_and_not_after_its_input_ends(
+    local_env: StreamExecutionEnvironment,
+) -> None:
+    from tests.jobs import Throttle
+
+    local_env.set_parallelism(1)
+    local_env.configure({"chandy.network.batch-size": 1})
+
+    def run(size_ms: int) -> list[Any]:
+        sums = (
+            local_env.from_collection([("k", 1)] * 40)
+            .map(Throttle(0.01))
+            .key_by(lambda r: r[0])
+            .window(TumblingProcessingTimeWindows.of(size_ms))
+            .reduce(lambda a, b: (a[0], a[1] + b[1]))
+            .process(_WithTimestamp())
+        )
+        with sums.execute_and_collect() as got:
+            return list(got)
+
+    fired = run(50)  # 400 ms of input: several windows end while it lasts
+    assert fired and all(ts % 50 == 49 for _, ts in fired)
+    assert sum(v for (_, v), _ in fired) <= 40
+    assert run(3_600_000) == []  # a window still open when the input ends never fires (Flink)
 
 
 class _WithTimestamp(ProcessFunction):
