@@ -186,8 +186,12 @@ class StreamExecutionEnvironment:
         return DataStream._of(self, node)
 
     def from_collection(self, collection: Iterable[Any], type_info: Any = None) -> DataStream:
-        """A bounded stream of the elements of ``collection``, in order (one subtask, as Flink's)."""
+        """A bounded stream of the elements of ``collection``, in order (one subtask, as Flink's).
+
+        With a ``type_info`` each element is what PyFlink's functions would receive
+        (a tuple declared as a row type becomes a ``Row`` with its field names, ...)."""
         from chandy.connectors.collection import CollectionSource
+        from chandy.core.types import to_declared_type
 
         if isinstance(collection, (str, bytes)) or not isinstance(collection, Iterable):
             raise InvalidProgramError(
@@ -195,7 +199,9 @@ class StreamExecutionEnvironment:
                 f"records, got {type(collection).__name__}"
             )
         stream = self.from_source(
-            CollectionSource(list(collection)), source_name="Collection Source", type_info=type_info
+            CollectionSource([to_declared_type(record, type_info) for record in collection]),
+            source_name="Collection Source",
+            type_info=type_info,
         )
         assert stream._node is not None
         stream._node.parallelism = 1

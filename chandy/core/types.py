@@ -3,10 +3,14 @@
 PyFlink needs type information to pick the Java serializer a record crosses the
 JVM with; chandy keeps records as Python objects from source to sink (pickled
 only when they cross a process boundary or enter a snapshot), so here type
-information only *describes*: it has PyFlink's constructors, ``repr`` and
-equality, is accepted wherever PyFlink takes an ``output_type``, ``type_info``
-or ``key_type``, and never changes what a job computes. A PyFlink job keeps its
-``Types.TUPLE([Types.STRING(), Types.INT()])`` arguments when ported.
+information mostly *describes*: it has PyFlink's constructors, ``repr`` and
+equality and is accepted wherever PyFlink takes an ``output_type``,
+``type_info`` or ``key_type``. A PyFlink job keeps its
+``Types.TUPLE([Types.STRING(), Types.INT()])`` arguments when ported. Where the
+type is visible in PyFlink, chandy follows: ``print()`` writes a typed stream as
+Flink's Java does (:func:`format_as_flink`), and ``from_collection(records,
+type_info)`` hands functions what PyFlink's round trip through Java would
+(:func:`to_declared_type`: a tuple declared as a row type arrives as a ``Row``).
 
 :class:`Row` is a real value class with PyFlink's behaviour (positional and
 named fields, attribute and index access, row kinds), since user code builds
@@ -47,6 +51,7 @@ __all__ = [
     "TypeInformation",
     "Types",
     "format_as_flink",
+    "to_declared_type",
 ]
 
 
@@ -713,6 +718,45 @@ def _as_plain(value: Any) -> Any:
         return [_as_plain(v) for v in value]
     if isinstance(value, dict):
         return {k: _as_plain(v) for k, v in value.items()}
+    return value
+
+
+# ------------------------------------------------------------------ records as PyFlink hands them over
+
+
+def to_declared_type(value: Any, type_info: TypeInformation | None) -> Any:
+    """``value`` as a function receives it in PyFlink after it crossed into Java typed as
+    ``type_info`` and back (what ``from_collection(records, type_info)`` does to each record).
+
+    A row type makes a :class:`Row` with the type's field names (``f0``, ``f1``, ... when
+    unnamed) out of a tuple or list, and puts a named row's fields in the type's order; a
+    tuple type makes a tuple of a list; a FLOAT is rounded to 32 bits; containers convert
+    their elements. Anything else, and every untyped value, is returned as it is.
+    """
+    if value is None or type_info is None:
+        return value
+    if isinstance(type_info, RowTypeInfo) and isinstance(value, (Row, tuple, list)):
+        names = type_info.get_field_names()
+        values = value.get_fields_by_names(names) if isinstance(value, Row) and value._fields else list(value)
+        fields = zip(values, _field_types(type_info.get_field_types(), values), strict=False)
+        row = _create_row(names, [to_declared_type(v, t) for v, t in fields])
+        if isinstance(value, Row):
+            row.set_row_kind(value.get_row_kind())
+        return row
+    if isinstance(type_info, TupleTypeInfo) and isinstance(value, (tuple, list)):
+        fields = zip(value, _field_types(type_info.get_field_types(), value), strict=False)
+        return tuple(to_declared_type(v, t) for v, t in fields)
+    if (
+        isinstance(type_info, BasicTypeInfo)
+        and type_info._basic_type is BasicType.FLOAT
+        and isinstance(value, float)
+    ):
+        return struct.unpack("<f", struct.pack("<f", value))[0]
+    if isinstance(type_info, _ElementTypeInfo) and isinstance(value, (list, tuple)):
+        return [to_declared_type(v, type_info._element_type) for v in value]
+    if isinstance(type_info, MapTypeInfo) and isinstance(value, dict):
+        key_type, value_type = type_info._key_type_info, type_info._value_type_info
+        return {to_declared_type(k, key_type): to_declared_type(v, value_type) for k, v in value.items()}
     return value
 
 
