@@ -539,13 +539,17 @@ def _run(
 
 
 def _random_batches(seed: int, n: int = 12) -> tuple[list[list[tuple[str, int, int]]], list[int]]:
+    """Batches of 40 records over 10 keys, around the watermark before them (some late); every
+    third batch spans only 30 ms of event time (mostly one window, as batches of a real stream)."""
     rng = random.Random(seed)
     batches, watermarks = [], []
     wm = 0
-    for _ in range(n):
+    for i in range(n):
+        low, high = (-800, 1500) if i % 3 else (rng.randint(0, 1000), 0)
+        high = high or low + 30
         batches.append(
             [
-                (f"k{rng.randint(0, 9)}", rng.randint(1, 9), max(0, wm + rng.randint(-800, 1500)))
+                (f"k{rng.randint(0, 9)}", rng.randint(1, 9), max(0, wm + rng.randint(low, high)))
                 for _ in range(40)
             ]
         )

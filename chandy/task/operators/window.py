@@ -816,6 +816,23 @@ class WindowOperator(KeyedOperator):
         reduce = cast("Callable[[Any, Any], Any]", self._reduce)
         new_panes: list[tuple[int, Any, int]] = []
         created = new_panes.append
+        first = min(timestamps)  # a TypeError for a missing timestamp: the caller names the fix
+        start = first - (first - offset) % size
+        if start > ended_bound and max(timestamps) < start + size:
+            # The whole batch falls into one open window (the common case: a batch spans
+            # milliseconds of event time, a window seconds): no window arithmetic per record.
+            for kg, key, value in zip(records.key_groups, records.keys, records.values, strict=True):
+                m = maps[kg]
+                k = (key, start)
+                old = m.get(k)
+                if old is None:
+                    m[k] = value
+                    created((kg, key, start))
+                else:
+                    m[k] = reduce(old, value)
+            if new_panes:
+                self._pane_timers.register_new(new_panes, size - 1)
+            return
         late_values: list[Any] = []
         late_timestamps: list[int | None] = []
         for kg, key, value, ts in zip(
