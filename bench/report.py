@@ -62,6 +62,14 @@ METRICS = [
         summary_key="w5_emitted_latency_p99_ms",
     ),
     Metric("w5", "checkpoint_p50_ms", "W5 checkpoint p50", "ms", False, summary_key="w5_checkpoint_p50_ms"),
+    Metric(
+        "w5",
+        "task_cpu_us_per_record",
+        "W5 task CPU per record",
+        "µs",
+        False,
+        summary_key="w5_task_cpu_us_per_record",
+    ),
 ]
 #: W5's throughput, the figure its targets are about.
 W5_THROUGHPUT = next(m for m in METRICS if m.key == "w5_records_per_s")
