@@ -711,3 +711,23 @@ def test_from_collection_gives_functions_what_pyflink_gives_them() -> None:
     ]
     received = streams[0].union(*streams[1:]).execute_and_collect(limit=100)
     assert sorted(received) == sorted(expected for _, _, expected in RECEIVED_AFTER_FROM_COLLECTION)
+
+
+def test_sum_adds_a_field_of_rows_by_position_or_name() -> None:
+    """PyFlink's ``sum`` works on a stream of rows; the other fields are the first row's."""
+    from chandy.datastream import StreamExecutionEnvironment
+
+    rows = Types.ROW_NAMED(["k", "v", "note"], [Types.STRING(), Types.INT(), Types.STRING()])
+    for position in (1, "v"):
+        env = StreamExecutionEnvironment.get_execution_environment(executor="local")
+        env.set_parallelism(1)
+        sums = (
+            env.from_collection([("a", 1, "first"), ("a", 2, "second"), ("b", 5, "only")], type_info=rows)
+            .key_by(lambda r: r.k)
+            .sum(position)
+        )
+        assert sorted(sums.execute_and_collect(limit=10), key=lambda r: (r.k, r.v)) == [
+            Row(k="a", v=1, note="first"),
+            Row(k="a", v=3, note="first"),
+            Row(k="b", v=5, note="only"),
+        ], position

@@ -7,9 +7,11 @@ the function reads that key's value.
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Callable
 from typing import Any, cast
 
+from chandy.core.types import Row
 from chandy.state.heap import HeapKeyedStateBackend
 from chandy.task.batches import KeyedBatch, TimestampedBatch
 from chandy.task.operators.base import UdfOperator, resolve_call
@@ -190,13 +192,15 @@ class SumFunction:
             items = list(acc)
             items[position] = acc[position] + value[position]
             return items
+        if isinstance(acc, Row):  # PyFlink's rows: by position or field name, a new row
+            row = copy.copy(acc)
+            row[position] = acc[position] + value[position]
+            return row
         if isinstance(acc, dict):
             fields = dict(acc)
             fields[position] = acc[position] + value[position]
             return fields
         if isinstance(position, str) and hasattr(acc, position):
-            import copy
-
             result = copy.copy(acc)
             setattr(result, position, getattr(acc, position) + getattr(value, position))
             return result
