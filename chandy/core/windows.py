@@ -84,11 +84,13 @@ class Window(ABC):
 class TimeWindow(Window):
     """The time interval ``[start, end)``."""
 
-    __slots__ = ("start", "end")
+    __slots__ = ("start", "end", "_hash")
 
     def __init__(self, start: int, end: int) -> None:
         self.start = start
         self.end = end
+        # Windows are dictionary keys (state namespaces, timers) hashed several times each.
+        self._hash = hash((start, end))
 
     def max_timestamp(self) -> int:
         return self.end - 1
@@ -132,10 +134,12 @@ class TimeWindow(Window):
                 callback.merge(to_merge, result)
 
     def __hash__(self) -> int:
-        return hash((self.start, self.end))
+        return self._hash
 
     def __eq__(self, other: object) -> bool:
-        return type(other) is TimeWindow and other.start == self.start and other.end == self.end
+        return self is other or (
+            type(other) is TimeWindow and other.start == self.start and other.end == self.end
+        )
 
     def __lt__(self, other: TimeWindow) -> bool:
         if not isinstance(other, TimeWindow):

@@ -71,6 +71,7 @@ from chandy.core.windows import (
     MergingWindowAssigner,
     SlidingEventTimeWindows,
     Trigger,
+    TriggerResult,
     TumblingEventTimeWindows,
     Window,
     WindowAssigner,
@@ -90,6 +91,14 @@ FAST_STATE_NAME = "window-panes"
 MERGING_SET_STATE_NAME = "merging-window-set"
 #: The name of the operator's timer service.
 TIMER_SERVICE_NAME = "window-timers"
+
+# Compared by identity per record (an enum's ``value`` is a slow property).
+_CONTINUE, _FIRE, _PURGE, _FIRE_AND_PURGE = (
+    TriggerResult.CONTINUE,
+    TriggerResult.FIRE,
+    TriggerResult.PURGE,
+    TriggerResult.FIRE_AND_PURGE,
+)
 
 
 # ---------------------------------------------------------------------------------------------- functions
@@ -624,13 +633,18 @@ class WindowOperator(KeyedOperator):
         trigger_context = self._trigger_context
         trigger_context.window = window
         result = self.trigger.on_element(value, timestamp, window, trigger_context)
-        if result.is_fire():
+        if result is not _CONTINUE:
+            self._act(result, key, window, state)
+        self._register_cleanup_timer(window)
+
+    def _act(self, result: TriggerResult, key: Any, window: Any, state: Any) -> None:
+        """What a trigger asked for: evaluate the window (if it has contents), drop them, or both."""
+        if result is _FIRE or result is _FIRE_AND_PURGE:
             contents = state.get()
             if contents is not None:
                 self._emit_window_contents(key, window, contents)
-        if result.is_purge():
+        if result is _PURGE or result is _FIRE_AND_PURGE:
             state.clear()
-        self._register_cleanup_timer(window)
 
     def _add(self, key: Any, value: Any, timestamp: Any, windows: Collection[Any]) -> bool:
         """Put ``value`` into its (non-merging) windows; False if every one was late."""
@@ -737,12 +751,8 @@ class WindowOperator(KeyedOperator):
             result = self.trigger.on_event_time(timer.timestamp, window, trigger_context)
         else:
             result = self.trigger.on_processing_time(timer.timestamp, window, trigger_context)
-        if result.is_fire():
-            contents = state.get()
-            if contents is not None:
-                self._emit_window_contents(timer.key, window, contents)
-        if result.is_purge():
-            state.clear()
+        if result is not _CONTINUE:
+            self._act(result, timer.key, window, state)
         if event_time == self._is_event_time and timer.timestamp == self._cleanup_time(window):
             self._clear_all_state(window, merging_set)
         if merging_set is not None:
