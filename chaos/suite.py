@@ -2,7 +2,7 @@
 
 A run is fully described by its seed (with the fault kinds allowed and the number of
 slots the session offers): the seed draws the job's shape (parallelism 2-4,
-checkpoint interval 100-500 ms, records, keys, pace) and the fault schedule (which
+checkpoint interval 100-500 ms, records, keys, pace, event-time window) and the fault schedule (which
 faults, at how many seconds after the job's slots came up). Replaying a seed replays
 that schedule (with the same version of this module: a new fault kind changes what a
 seed draws); where a fault lands in the job (which record, which checkpoint) still
@@ -15,7 +15,8 @@ Fault kinds:
 ``kill-supervisor`` SIGKILL of a slot's supervisor, the Spark task itself (Spark sees the
                     task fail; the stage is resubmitted)
 ``kill-jvm``        SIGKILL of a Spark executor JVM with its slots (``local-cluster`` only)
-``user-raise``      the keyed running-sum function raises once
+``user-raise``      a keyed function raises once: the running sum (on a record) or the
+                    event-time branch's timer function (on a window result or in a timer)
 ``commit-raise``    a sink's committer (Parquet FileSink or DeltaSink) raises once
 ``storage-raise``   the next checkpoint write (a state file, or ``_metadata``) raises
 ``storage-hang``    the next checkpoint write (a state file, or ``_metadata``) hangs past the
@@ -101,6 +102,8 @@ class Scenario:
     duration_s: float
     restart_delay_ms: int
     faults: list[Fault]
+    #: The event-time branch's tumbling window (drawn last: older seeds draw what they drew).
+    window_ms: int = 500
 
     @property
     def rate_per_subtask(self) -> float:
@@ -109,7 +112,8 @@ class Scenario:
     def describe(self) -> str:
         return (
             f"seed={self.seed} p={self.parallelism} ckpt={self.interval_ms}ms n={self.records} "
-            f"keys={self.keys} faults=[{', '.join(f.describe() for f in self.faults)}]"
+            f"keys={self.keys} window={self.window_ms}ms "
+            f"faults=[{', '.join(f.describe() for f in self.faults)}]"
         )
 
 
@@ -129,15 +133,20 @@ def make_scenario(seed: int, kinds: tuple[str, ...], max_parallelism: int) -> Sc
             at += rng.uniform(0.1, 1.5) if burst else rng.uniform(1.0, 0.4 * duration)
             if at > 0.9 * duration:
                 break
+    interval_ms = rng.randint(100, 500)
+    records = rng.randint(20_000, 50_000)
+    keys = rng.choice((20, 50, 100, 200))
+    restart_delay_ms = rng.choice((0, 0, 100, 500))
     return Scenario(
         seed=seed,
         parallelism=parallelism,
-        interval_ms=rng.randint(100, 500),
-        records=rng.randint(20_000, 50_000),
-        keys=rng.choice((20, 50, 100, 200)),
+        interval_ms=interval_ms,
+        records=records,
+        keys=keys,
         duration_s=round(duration, 2),
-        restart_delay_ms=rng.choice((0, 0, 100, 500)),
+        restart_delay_ms=restart_delay_ms,
         faults=faults,
+        window_ms=rng.choice((250, 500, 1000)),
     )
 
 
@@ -232,7 +241,16 @@ class Runner:
                 "chandy.spark.slot-wait": "60 s",
             }
         )
-        job.build(env, run_dir, plan.directory, scenario.records, scenario.keys, scenario.rate_per_subtask)
+        job.build(
+            env,
+            run_dir,
+            plan.directory,
+            scenario.records,
+            scenario.keys,
+            scenario.rate_per_subtask,
+            scenario.parallelism,
+            scenario.window_ms,
+        )
         started = time.monotonic()
         client = env.execute_async(f"chaos seed {scenario.seed}")
         error: str | None = None
@@ -265,7 +283,9 @@ class Runner:
                     f"fired ({_where(fired)}, armed while {fault.armed_while})" if fired else "not happened"
                 )
         status = client.get_job_status().name
-        verdicts = verify_run(run_dir, scenario.records, scenario.keys)
+        verdicts = verify_run(
+            run_dir, scenario.records, scenario.keys, scenario.parallelism, scenario.window_ms
+        )
         result = RunResult(scenario, seconds, status, client.restarts, verdicts, error, hung)
         deadline = time.monotonic() + LEFTOVER_GRACE_S  # deletes run off the JobMaster thread
         while result.finished and time.monotonic() < deadline:
@@ -424,7 +444,7 @@ def _where(fired: dict[str, Any]) -> str:
     if "path" in fired:
         return f"{fired['site']} {Path(fired['path']).parent.name}/{Path(fired['path']).name[:8]}"
     if "subtask" in fired:
-        return f"subtask {fired['subtask']}, record {fired['record']}"
+        return f"subtask {fired['subtask']}, {fired['record']}"
     return f"{fired['params'].get('sink', fired['site'])} commit"
 
 

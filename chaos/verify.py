@@ -1,12 +1,17 @@
 """Exactly-once, judged from the committed output alone.
 
-Rows are ``{key, id, count, sum}`` (see :mod:`chaos.job`). For each sink:
+Running sums: rows are ``{key, id, count, sum}`` (see :mod:`chaos.job`). For each sink:
 
 * every id in ``0..records-1`` appears exactly once (``lost``: missing ids;
   ``duplicated``: rows beyond one per id);
 * each key's counts are exactly ``1..n`` (a replayed record repeats a count, a lost
   one leaves a gap), and in count order each ``sum`` is the running sum of the ids
   before it: the keyed state restored after a failure matched the output committed.
+
+Event time: rows are ``{key, window_start, count, sum}``. Every (key, window) that holds
+records appears exactly once (``lost``: windows missing; ``duplicated``: rows beyond one
+per window) with the count and sum of the ids whose timestamps fall in it, computed here
+from the ids with the job's own :class:`chaos.job.EventTime`; no other window appears.
 """
 
 from __future__ import annotations
@@ -14,6 +19,12 @@ from __future__ import annotations
 import os
 from collections import Counter, defaultdict
 from dataclasses import dataclass, field
+
+from chaos.job import NO_ROW, EventTime
+
+#: ``(key, window_start)`` and its ``(count, sum)``.
+Window = tuple[int, int]
+Totals = tuple[int, int]
 
 
 @dataclass
@@ -86,16 +97,72 @@ def _sample(records: int, seen: Counter[int]) -> list[int]:
     return missing
 
 
-def read_parquet_dir(directory: str) -> dict[str, list[int]]:
+def expected_windows(records: int, num_keys: int, parallelism: int, window_ms: int) -> dict[Window, Totals]:
+    """``(key, window_start) -> (count, sum)`` of the ids in each window of an exact run."""
+    event_time = EventTime(records, parallelism)
+    expected: dict[Window, Totals] = {}
+    for i in range(records):
+        ts = event_time.of(i)
+        window = (i % num_keys, ts - ts % window_ms)
+        count, total = expected.get(window, (0, 0))
+        expected[window] = (count + 1, total + i)
+    return expected
+
+
+def check_windows(
+    sink: str,
+    keys: list[int],
+    starts: list[int],
+    counts: list[int],
+    sums: list[int],
+    expected: dict[Window, Totals],
+) -> SinkVerdict:
+    """Judge the event-time branch's committed rows against the windows an exact run emits."""
+    seen = Counter(zip(keys, starts, strict=True))
+    lost = sum(1 for window in expected if window not in seen)
+    duplicated = sum(n - 1 for n in seen.values() if n > 1)
+    verdict = SinkVerdict(sink, len(keys), lost, duplicated)
+    if lost:
+        missing = sorted(window for window in expected if window not in seen)
+        verdict.problems.append(f"{lost} of {len(expected)} (key, window start) missing (e.g. {missing[:5]})")
+    if duplicated:
+        repeated = sorted(window for window, n in seen.items() if n > 1)
+        verdict.problems.append(f"{duplicated} rows repeat a (key, window start) (e.g. {repeated[:5]})")
+    strays = sorted(window for window in seen if window not in expected)
+    if strays:
+        verdict.problems.append(f"{len(strays)} windows that hold no record (e.g. {strays[:5]})")
+    rowless = sorted({(k, s) for k, s, c in zip(keys, starts, counts, strict=True) if c == NO_ROW})
+    if rowless:
+        verdict.problems.append(
+            f"{len(rowless)} timers fired without their window's row (e.g. {rowless[:5]})"
+        )
+    wrong = sorted(
+        {
+            (k, s, c, total, *expected[k, s])
+            for k, s, c, total in zip(keys, starts, counts, sums, strict=True)
+            if (k, s) in expected and c != NO_ROW and (c, total) != expected[k, s]
+        }
+    )
+    if wrong:
+        verdict.problems.append(
+            f"{len(wrong)} windows with a wrong count or sum (key, start, count, sum, expected count, "
+            f"expected sum: e.g. {wrong[:3]})"
+        )
+    return verdict
+
+
+def read_parquet_dir(
+    directory: str, columns: tuple[str, ...] = ("key", "id", "count", "sum")
+) -> dict[str, list[int]]:
     """The committed part files (pending and in-progress parts are hidden dot-files)."""
     import pyarrow.dataset as ds
 
     if not os.path.isdir(directory):
-        return {"key": [], "id": [], "count": [], "sum": []}
+        return {name: [] for name in columns}
     table = ds.dataset(directory, format="parquet").to_table()
     if table.num_rows == 0:
-        return {"key": [], "id": [], "count": [], "sum": []}
-    return {name: table[name].to_pylist() for name in ("key", "id", "count", "sum")}
+        return {name: [] for name in columns}
+    return {name: table[name].to_pylist() for name in columns}
 
 
 def read_delta(table_uri: str) -> dict[str, list[int]]:
@@ -108,8 +175,10 @@ def read_delta(table_uri: str) -> dict[str, list[int]]:
     return {name: table[name].to_pylist() for name in ("key", "id", "count", "sum")}
 
 
-def verify_run(run_dir: str, records: int, num_keys: int) -> list[SinkVerdict]:
-    """Both sinks of a run, judged."""
+def verify_run(
+    run_dir: str, records: int, num_keys: int, parallelism: int, window_ms: int
+) -> list[SinkVerdict]:
+    """The three sinks of a run, judged."""
     verdicts = []
     for sink, columns in (
         ("parquet", read_parquet_dir(os.path.join(run_dir, "parquet"))),
@@ -120,4 +189,15 @@ def verify_run(run_dir: str, records: int, num_keys: int) -> list[SinkVerdict]:
                 sink, columns["id"], columns["key"], columns["count"], columns["sum"], records, num_keys
             )
         )
+    windows = read_parquet_dir(os.path.join(run_dir, "windows"), ("key", "window_start", "count", "sum"))
+    verdicts.append(
+        check_windows(
+            "windows",
+            windows["key"],
+            windows["window_start"],
+            windows["count"],
+            windows["sum"],
+            expected_windows(records, num_keys, parallelism, window_ms),
+        )
+    )
     return verdicts

@@ -17,8 +17,9 @@ from chandy.errors import InvalidCheckpointError
 from chandy.state.handles import FileStateHandle
 from chandy.storage.checkpoint_storage import CheckpointStorage
 from chaos.faultyfs import PLAN_DIR_NAME, SITE_METADATA, SITE_STATE, ArmedFault, FaultPlan, InjectedFault
+from chaos.job import DISORDER_MS, NO_ROW, EventTime
 from chaos.suite import FAULT_KINDS, Fault, Runner, Scenario, make_scenario
-from chaos.verify import check_rows
+from chaos.verify import check_rows, check_windows, expected_windows
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -169,6 +170,59 @@ def test_the_oracle_sees_state_restored_from_another_checkpoint_than_the_output(
     assert any("sum" in p for p in verdict.problems)
 
 
+def test_event_time_keeps_every_source_split_within_the_watermarks_bound() -> None:
+    # Each source subtask reads its split in id order; its watermark is the largest timestamp
+    # seen minus DISORDER_MS, minus 1: no record may be at or below it (it would be late and
+    # dropped, which the oracle would call a loss). And every split starts at event time 0.
+    event_time = EventTime(10_001, 3)
+    for start, end in ((0, 3333), (3333, 6667), (6667, 10_001)):
+        assert event_time.of(start) < DISORDER_MS
+        highest = -(2**63)
+        for i in range(start, end):
+            ts = event_time.of(i)
+            assert ts > highest - DISORDER_MS - 1, (i, ts, highest)
+            highest = max(highest, ts)
+    assert len({event_time.of(i) - event_time.of(i - 1) for i in range(1, 3333)}) > 20  # out of order
+
+
+def window_rows(expected: dict[tuple[int, int], tuple[int, int]]) -> tuple[list[int], ...]:
+    """The rows an exact event-time branch commits, as columns (key, start, count, sum)."""
+    columns: tuple[list[int], ...] = ([], [], [], [])
+    for (key, start), (count, total) in sorted(expected.items(), reverse=True):
+        for column, value in zip(columns, (key, start, count, total), strict=True):
+            column.append(value)
+    return columns
+
+
+def test_the_window_oracle_passes_an_exact_output_and_sees_each_kind_of_error() -> None:
+    expected = expected_windows(3000, 7, 2, 100)
+    assert len(expected) == 7 * 16  # 1500 ms (and the disorder) per split, in 100 ms windows
+    assert sum(c for c, _ in expected.values()) == 3000 and sum(s for _, s in expected.values()) == sum(
+        range(3000)
+    )
+    keys, starts, counts, sums = window_rows(expected)
+    assert check_windows("w", keys, starts, counts, sums, expected).exact
+
+    verdict = check_windows("w", keys[1:], starts[1:], counts[1:], sums[1:], expected)  # a window lost
+    assert verdict.lost == 1 and not verdict.exact
+    verdict = check_windows(
+        "w", [*keys, keys[5]], [*starts, starts[5]], [*counts, counts[5]], [*sums, sums[5]], expected
+    )
+    assert verdict.duplicated == 1 and not verdict.exact  # a window (or its timer) fired twice
+    wrong_sum = [*sums[:3], sums[3] + 11, *sums[4:]]  # a window restored without one record
+    assert any(
+        "wrong count or sum" in p
+        for p in check_windows("w", keys, starts, counts, wrong_sum, expected).problems
+    )
+    rowless = [*counts[:2], NO_ROW, *counts[3:]]
+    assert any(
+        "without their window's row" in p
+        for p in check_windows("w", keys, starts, rowless, sums, expected).problems
+    )
+    stray = check_windows("w", [*keys, 0], [*starts, 10_000], [*counts, 1], [*sums, 0], expected)
+    assert any("hold no record" in p for p in stray.problems)
+
+
 def test_a_seed_is_a_replayable_schedule_of_the_allowed_kinds() -> None:
     assert make_scenario(7, FAULT_KINDS, 4) == make_scenario(7, FAULT_KINDS, 4)
     kinds = {
@@ -176,6 +230,7 @@ def test_a_seed_is_a_replayable_schedule_of_the_allowed_kinds() -> None:
     }
     assert kinds == {"kill-slot", "storage-hang"}
     assert all(2 <= make_scenario(s, FAULT_KINDS, 3).parallelism <= 3 for s in range(50))
+    assert {make_scenario(s, FAULT_KINDS, 4).window_ms for s in range(50)} == {250, 500, 1000}
 
 
 # ---------------------------------------------------------------- seeded runs on Spark
