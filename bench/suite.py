@@ -70,11 +70,19 @@ class Sizes:
     slow_system_divisor: dict[str, int] = field(default_factory=lambda: {"pyflink": 10})
     #: W5's records (rounded up to whole windows of ``w5_per_event_second`` records), and
     #: where a system's speed asks for another count: every run spans tens of windows
-    #: (PyFlink's, at about 15 k records/s, six) and ends in a minute or so.
+    #: (PyFlink's, at about 15 k records/s, six; in process mode, at 1.5 k records/s, and
+    #: Bytewax's single process of two workers, at 12 k, three and six) and ends in
+    #: minutes.
     w5_records: int = 2_000_000
     w5_per_event_second: int = 100_000
     w5_records_of: dict[str, int] = field(
-        default_factory=lambda: {"chandy": 10_000_000, "spark_ss": 20_000_000, "pyflink": 600_000}
+        default_factory=lambda: {
+            "chandy": 10_000_000,
+            "spark_ss": 20_000_000,
+            "pyflink": 600_000,
+            "pyflink:process": 300_000,
+            "bytewax:workers": 600_000,
+        }
     )
 
     def arguments(self, system: str, variant: str, workload: str) -> list[str]:
