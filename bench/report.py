@@ -343,7 +343,13 @@ def combine(runs: list[tuple[str, dict[str, Any]]]) -> dict[str, Any]:
         workloads = [w for w, (n, _) in chosen.items() if n == name]
         if workloads:
             sources.append(
-                {"file": name, "date": results["date"], "command": results["command"], "workloads": workloads}
+                {
+                    "file": name,
+                    "date": results["date"],
+                    "command": results["command"],
+                    "workloads": workloads,
+                    "runs": results["runs"],
+                }
             )
     loads = [r["load_avg_1m_before"] for r in rows if "load_avg_1m_before" in r]
     machine = {
@@ -514,11 +520,11 @@ def markdown(results: dict[str, Any]) -> str:
         made = (
             "Combined from several runs, each workload from one run: "
             + "; ".join(
-                f"{', '.join(s['workloads']).upper()} from `{s['command']}` ({s['date']}, `{s['file']}`)"
+                f"{', '.join(s['workloads']).upper()} from `{s['command']}` ({s['date']}, `{s['file']}`, "
+                f"{s.get('runs', results['runs'])} run(s) of each case)"
                 for s in results["sources"]
             )
-            + f". {results['runs']} run(s) of "
-            "each case, interleaved; "
+            + ". The runs of a command interleaved; "
         )
     else:
         made = f"`{results['command']}`: {results['runs']} run(s) of each case, interleaved; "

@@ -244,6 +244,7 @@ def test_a_report_of_several_runs_takes_each_workload_whole_from_the_last_run_me
     text = report.markdown(combined)
     assert "W2 from `python -m bench run`" in text
     assert "W1 from `python -m bench run --workloads w1`" in text
+    assert "(2026-11-23 19:34 UTC, `first.json`, 1 run(s) of each case)" in text  # each source its own count
 
 
 # ---------------------------------------------------------------------- W5's harness
