@@ -32,6 +32,7 @@ from chandy.core.types import (
     format_as_flink,
     to_declared_type,
 )
+from chandy.errors import ConfigurationError
 
 ROOT = Path(__file__).resolve().parent.parent
 PYFLINK_EXAMPLES = (
@@ -731,3 +732,23 @@ def test_sum_adds_a_field_of_rows_by_position_or_name() -> None:
             Row(k="a", v=3, note="first"),
             Row(k="b", v=5, note="only"),
         ], position
+
+
+def test_get_config_sets_the_auto_watermark_interval_as_pyflink_does() -> None:
+    """PyFlink jobs tune watermarks with ``env.get_config().set_auto_watermark_interval(ms)``;
+    it writes the key ``env.configure`` would, so both spellings are one setting."""
+    from chandy.common import ExecutionConfig
+    from chandy.config.options import PipelineOptions
+    from chandy.datastream import StreamExecutionEnvironment
+
+    env = StreamExecutionEnvironment.get_execution_environment(executor="local")
+    config = env.get_config()
+    assert isinstance(config, ExecutionConfig)
+    assert config.get_auto_watermark_interval() == 200, "Flink's default"
+    assert config.set_auto_watermark_interval(50) is config
+    assert env.get_config().get_auto_watermark_interval() == 50
+    assert env.get_configuration().get(PipelineOptions.AUTO_WATERMARK_INTERVAL) == 50
+    env.configure({"pipeline.auto-watermark-interval": "0 ms"})
+    assert env.get_config().get_auto_watermark_interval() == 0
+    with pytest.raises(ConfigurationError, match="auto-watermark-interval"):
+        config.set_auto_watermark_interval(-1)

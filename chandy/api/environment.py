@@ -10,6 +10,7 @@ from typing import Any
 
 from chandy.api.checkpoint_config import CheckpointConfig
 from chandy.api.datastream import DataStream
+from chandy.api.execution_config import ExecutionConfig
 from chandy.config import Configuration
 from chandy.config.options import (
     CheckpointingMode,
@@ -82,6 +83,11 @@ class StreamExecutionEnvironment:
     def get_configuration(self) -> Configuration:
         """A copy of the environment's configuration."""
         return self._config.copy()
+
+    def get_config(self) -> ExecutionConfig:
+        """PyFlink's execution settings (the watermark interval); they write this
+        environment's configuration."""
+        return ExecutionConfig(self._config)
 
     def set_parallelism(self, parallelism: int) -> StreamExecutionEnvironment:
         """Default parallelism of operators that set none."""

@@ -25,6 +25,7 @@ _EXPORTS = {
         "ByteArraySchema",
         "Encoder",
     ),
+    **exports_of("chandy.api.execution_config", "ExecutionConfig"),
     **exports_of("chandy.runtime.job_client", "JobClient"),
     **exports_of("chandy.runtime.job_result", "JobExecutionResult"),
     **exports_of("chandy.messages.status", "JobStatus"),
@@ -37,6 +38,7 @@ __all__ = [
     "DeserializationSchema",
     "Duration",
     "Encoder",
+    "ExecutionConfig",
     "Instant",
     "JobClient",
     "JobExecutionResult",
@@ -58,6 +60,7 @@ def __getattr__(name: str) -> Any:
 
 
 if TYPE_CHECKING:
+    from chandy.api.execution_config import ExecutionConfig
     from chandy.config import ConfigOption, Configuration
     from chandy.connectors import (
         ByteArraySchema,
