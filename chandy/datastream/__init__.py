@@ -99,6 +99,7 @@ if TYPE_CHECKING:
     from chandy.api.checkpoint_config import CheckpointConfig
     from chandy.api.datastream import DataStream, DataStreamSink, KeyedStream
     from chandy.api.environment import StreamExecutionEnvironment
+    from chandy.api.windowed_stream import AllWindowedStream, WindowedStream
     from chandy.config.options import CheckpointingMode, ExternalizedCheckpointRetention
     from chandy.core.functions import (
         AggregateFunction,
@@ -119,3 +120,13 @@ if TYPE_CHECKING:
     )
     from chandy.core.output_tag import OutputTag
     from chandy.core.time import TimeDomain
+    from chandy.core.windows import (
+        CountWindow,
+        GlobalWindow,
+        MergingWindowAssigner,
+        TimeWindow,
+        Trigger,
+        TriggerResult,
+        Window,
+        WindowAssigner,
+    )

@@ -12,11 +12,11 @@ _EXPORTS = {
 }
 
 __all__ = [
-    "AllWindowedStream",  # noqa: F822 (loaded on first use by __getattr__)
+    "AllWindowedStream",
     "DataStream",
     "DataStreamSink",
     "KeyedStream",
-    "WindowedStream",  # noqa: F822
+    "WindowedStream",
 ]
 
 
@@ -26,3 +26,4 @@ def __getattr__(name: str) -> Any:
 
 if TYPE_CHECKING:
     from chandy.api.datastream import DataStream, DataStreamSink, KeyedStream
+    from chandy.api.windowed_stream import AllWindowedStream, WindowedStream
