@@ -752,3 +752,35 @@ def test_get_config_sets_the_auto_watermark_interval_as_pyflink_does() -> None:
     assert env.get_config().get_auto_watermark_interval() == 0
     with pytest.raises(ConfigurationError, match="auto-watermark-interval"):
         config.set_auto_watermark_interval(-1)
+
+
+def test_a_row_can_be_a_key_as_in_pyflink() -> None:
+    """PyFlink jobs key by several fields with ``key_by(lambda r: Row(r.a, r.b),
+    key_type=Types.ROW([...]))``: equal rows are one key, in every process."""
+    import subprocess
+    import sys
+
+    from chandy.datastream import StreamExecutionEnvironment
+    from chandy.state.key_groups import stable_hash
+
+    code = "from chandy.core.types import Row\nfrom chandy.state.key_groups import stable_hash\n"
+    code += "print(stable_hash(Row(1, 'a')), stable_hash(Row(id=1, name='a')))"
+    other_process = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert other_process.stdout.split() == [
+        str(stable_hash(Row(1, "a"))),
+        str(stable_hash(Row(name="a", id=1))),
+    ]
+
+    env = StreamExecutionEnvironment.get_execution_environment(executor="local")
+    env.set_parallelism(2)
+    rows = Types.ROW_NAMED(["city", "kind", "n"], [Types.STRING(), Types.STRING(), Types.INT()])
+    records = [("oslo", "a", 1), ("oslo", "b", 2), ("rome", "a", 3), ("oslo", "a", 4), ("rome", "a", 5)]
+    totals = (
+        env.from_collection(records, type_info=rows)
+        .key_by(lambda r: Row(r.city, r.kind), key_type=Types.ROW([Types.STRING(), Types.STRING()]))
+        .reduce(lambda a, b: Row(city=a.city, kind=a.kind, n=a.n + b.n))
+    )
+    finals: dict[tuple[str, str], int] = {}
+    for row in totals.execute_and_collect(limit=10):
+        finals[(row.city, row.kind)] = max(finals.get((row.city, row.kind), 0), row.n)
+    assert finals == {("oslo", "a"): 5, ("oslo", "b"): 2, ("rome", "a"): 8}

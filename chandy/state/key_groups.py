@@ -24,6 +24,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
+from chandy.core.types import Row
+
 UPPER_BOUND_MAX_PARALLELISM = 32768
 DEFAULT_LOWER_BOUND_MAX_PARALLELISM = 128
 
@@ -53,7 +55,7 @@ def stable_hash(key: Any) -> int:
 
     Supports the types keys are made of: ``int``, ``bool``, ``float``, ``str``,
     ``bytes``, ``None``, tuples (and named tuples) and frozensets of these, enums,
-    dates and times, ``Decimal``, ``UUID`` and dataclass instances. Anything else
+    dates and times, ``Decimal``, ``UUID``, PyFlink ``Row``s and dataclass instances. Anything else
     raises :class:`TypeError` naming the type and the fix.
     """
     t = type(key)
@@ -90,12 +92,14 @@ def stable_hash(key: Any) -> int:
         return zlib.crc32(repr(key).encode())
     if isinstance(key, uuid.UUID):
         return _hash_int(key.int)
+    if isinstance(key, Row):  # PyFlink's composite keys; equal rows (named: in any order) alike
+        return stable_hash(key._comparable())
     if dataclasses.is_dataclass(key) and not isinstance(key, type):
         return stable_hash(tuple(getattr(key, f.name) for f in dataclasses.fields(key)))
     raise TypeError(
         f"a key of type {t.__name__} cannot be partitioned: chandy needs a hash that is the "
         "same in every process. Make the key selector return an int, str, bytes, float, bool, "
-        "None, a tuple of these, an enum, a date/time, a Decimal, a UUID or a dataclass of these."
+        "None, a tuple of these, an enum, a date/time, a Decimal, a UUID, a Row or a dataclass of these."
     )
 
 
