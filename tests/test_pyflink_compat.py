@@ -784,3 +784,26 @@ def test_a_row_can_be_a_key_as_in_pyflink() -> None:
     for row in totals.execute_and_collect(limit=10):
         finals[(row.city, row.kind)] = max(finals.get((row.city, row.kind), 0), row.n)
     assert finals == {("oslo", "a"): 5, ("oslo", "b"): 2, ("rome", "a"): 8}
+
+
+@pytest.mark.parametrize(
+    ("value", "type_info"),
+    [
+        (7, Types.TUPLE([Types.INT()])),
+        ("text", Types.TUPLE([Types.STRING()])),
+        ({"a": 1}, Types.ROW([Types.INT()])),
+        (3, Types.LIST(Types.INT())),
+        ([1], Types.MAP(Types.INT(), Types.INT())),
+        ("yes", Types.BOOLEAN()),
+        ("1.5", Types.DOUBLE()),
+        (True, Types.FLOAT()),
+        ("10:00", LocalTimeTypeInfo(LocalTimeTypeInfo.TimeType.LOCAL_TIME)),
+    ],
+    ids=repr,
+)
+def test_a_value_that_does_not_fit_its_declared_type_prints_as_str(
+    value: object, type_info: TypeInformation
+) -> None:
+    """PyFlink would fail to serialize it; chandy never converts, so the job runs, and
+    printing it must not be what fails."""
+    assert format_as_flink(value, type_info) == str(value)

@@ -781,21 +781,26 @@ def format_as_flink(value: Any, type_info: TypeInformation | None) -> str:
 
 def _java_string(value: Any, type_info: Any) -> str:
     """``toString()`` of the Java object PyFlink turns ``value`` into (Flink's
-    ``StringUtils.arrayAwareToString`` for fields, so arrays print their elements)."""
+    ``StringUtils.arrayAwareToString`` for fields, so arrays print their elements).
+
+    A value that does not fit its declared type (which PyFlink would fail to
+    serialize; chandy never converts, so the job runs) prints as ``str(value)``."""
     if value is None:
         return "null"
     if isinstance(type_info, BasicTypeInfo):
         return _java_basic_string(value, type_info._basic_type)
-    if isinstance(type_info, TupleTypeInfo):
+    if isinstance(value, (str, bytes)):
+        return str(value)
+    if isinstance(type_info, TupleTypeInfo) and isinstance(value, (tuple, list)):
         fields = zip(value, _field_types(type_info.get_field_types(), value), strict=False)
         return "(" + ",".join(_java_string(v, t) for v, t in fields) + ")"
-    if isinstance(type_info, RowTypeInfo):
+    if isinstance(type_info, RowTypeInfo) and isinstance(value, (Row, tuple, list)):
         kind = value.get_row_kind() if isinstance(value, Row) else RowKind.INSERT
         fields = zip(value, _field_types(type_info.get_field_types(), value), strict=False)
         return f"{kind}[" + ", ".join(_java_string(v, t) for v, t in fields) + "]"
-    if isinstance(type_info, _ElementTypeInfo):
+    if isinstance(type_info, _ElementTypeInfo) and isinstance(value, (tuple, list)):
         return "[" + ", ".join(_java_string(v, type_info._element_type) for v in value) + "]"
-    if isinstance(type_info, MapTypeInfo):
+    if isinstance(type_info, MapTypeInfo) and isinstance(value, dict):
         key_type, value_type = type_info._key_type_info, type_info._value_type_info
         pairs = (f"{_java_string(k, key_type)}={_java_string(v, value_type)}" for k, v in value.items())
         return "{" + ", ".join(pairs) + "}"
@@ -805,7 +810,7 @@ def _java_string(value: Any, type_info: Any) -> str:
         return f"{value:%Y-%m-%d %H:%M:%S}.{fraction}"
     if isinstance(type_info, TimeTypeInfo) and isinstance(value, datetime.time):
         return f"{value:%H:%M:%S}"
-    if isinstance(type_info, LocalTimeTypeInfo):
+    if isinstance(type_info, LocalTimeTypeInfo) and isinstance(value, (datetime.date, datetime.time)):
         return _java_local_time_string(value)
     return value.isoformat() if isinstance(value, datetime.date) else str(value)
 
@@ -816,11 +821,12 @@ def _field_types(types: list[TypeInformation], value: Any) -> list[Any]:
 
 
 def _java_basic_string(value: Any, basic_type: BasicType) -> str:
-    if basic_type is BasicType.BOOLEAN:
+    if basic_type is BasicType.BOOLEAN and isinstance(value, bool):
         return "true" if value else "false"
-    if basic_type is BasicType.DOUBLE:
+    is_number = isinstance(value, (int, float)) and not isinstance(value, bool)
+    if basic_type is BasicType.DOUBLE and is_number:
         return _java_floating_string(float(value), repr(float(value)))
-    if basic_type is BasicType.FLOAT:
+    if basic_type is BasicType.FLOAT and is_number:
         return _java_floating_string(float(value), _shortest_float32(float(value)))
     if basic_type is BasicType.INSTANT and isinstance(value, Instant):
         return _java_instant_string(value)
