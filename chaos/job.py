@@ -176,8 +176,9 @@ class HoldWindows(KeyedProcessFunction):
     """Holds each window result of its key in ``MapState`` (by window start) and emits it
     from an event-time timer ``HOLD_WINDOWS`` windows after the window's end, deriving the
     window from the timer's timestamp: timers and rows of several windows per key are in
-    every checkpoint, and a timer that fires twice, never, late or without its row shows
-    in the output. Raises when the plan arms a ``user`` fault (also from a timer)."""
+    every checkpoint, and a window that fires twice, or a timer that fires twice, never,
+    late or without its row, shows in the output. Raises when the plan arms a ``user``
+    fault (also from a timer)."""
 
     def __init__(self, plan_dir: str, window_ms: int) -> None:
         self.plan_dir = plan_dir
@@ -192,7 +193,11 @@ class HoldWindows(KeyedProcessFunction):
         end = ctx.timestamp()  # a window's result carries its max_timestamp()
         if end is None:
             raise RuntimeError(f"chaos: window result {value} has no timestamp (expected its window's end)")
-        self.rows.put(end + 1 - self.window_ms, (value[1], value[2]))
+        start = end + 1 - self.window_ms
+        # A second result for a window (a window fired twice) adds to the first, not replaces
+        # it (nor does its timer, deduplicated, fire again): its count and sum show it.
+        count, total = self.rows.get(start) or (0, 0)
+        self.rows.put(start, (count + value[1], total + value[2]))
         ctx.timer_service().register_event_time_timer(end + HOLD_WINDOWS * self.window_ms)
         return None
 
