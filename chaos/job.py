@@ -83,11 +83,12 @@ class Pace(MapFunction):
 
 
 class UserFaults:
-    """Raises, at most every ``POLL_S``, when the plan arms a ``user`` fault (which of the
-    job's user functions claims it first is the one that fails)."""
+    """Raises, at most every ``POLL_S``, when the plan arms a ``user`` fault for
+    ``function`` (``sum``: the running sum; ``timers``: the event-time timer function)."""
 
-    def __init__(self, plan_dir: str, runtime_context: RuntimeContext) -> None:
+    def __init__(self, plan_dir: str, runtime_context: RuntimeContext, function: str) -> None:
         self.plan = FaultPlan(plan_dir)
+        self.function = function
         self.subtask = runtime_context.get_index_of_this_subtask()
         self.next_poll = 0.0
 
@@ -96,7 +97,7 @@ class UserFaults:
         now = time.monotonic()
         if now >= self.next_poll:
             self.next_poll = now + POLL_S
-            fault = self.plan.claim("user")
+            fault = self.plan.claim("user", function=self.function)
             if fault is not None:
                 where = f"{what} {value}"
                 self.plan.record_fired(fault, subtask=self.subtask, record=where)
@@ -112,7 +113,7 @@ class RunningSum(KeyedProcessFunction):
     def open(self, runtime_context: RuntimeContext) -> None:
         self.count = runtime_context.get_state(ValueStateDescriptor("count"))
         self.sum = runtime_context.get_state(ValueStateDescriptor("sum"))
-        self.faults = UserFaults(self.plan_dir, runtime_context)
+        self.faults = UserFaults(self.plan_dir, runtime_context, "sum")
 
     def process_element(self, value: int, ctx: KeyedProcessFunction.Context) -> Any:
         self.faults.check("record", value)
@@ -178,7 +179,7 @@ class HoldWindows(KeyedProcessFunction):
     window from the timer's timestamp: timers and rows of several windows per key are in
     every checkpoint, and a window that fires twice, or a timer that fires twice, never,
     late or without its row, shows in the output. Raises when the plan arms a ``user``
-    fault (also from a timer)."""
+    fault for ``timers`` (on a window result or in a timer)."""
 
     def __init__(self, plan_dir: str, window_ms: int) -> None:
         self.plan_dir = plan_dir
@@ -186,7 +187,7 @@ class HoldWindows(KeyedProcessFunction):
 
     def open(self, runtime_context: RuntimeContext) -> None:
         self.rows = runtime_context.get_map_state(MapStateDescriptor("rows"))
-        self.faults = UserFaults(self.plan_dir, runtime_context)
+        self.faults = UserFaults(self.plan_dir, runtime_context, "timers")
 
     def process_element(self, value: tuple[int, int, int], ctx: KeyedProcessFunction.Context) -> Any:
         self.faults.check("window result", value)
@@ -243,15 +244,14 @@ class ChaosFileSink(FileSink):
 
 
 class ChaosWindowSink(FileSink):
-    """The event-time branch's Parquet FileSink (its commit faults are the ``file`` sink's:
-    whichever FileSink commits first after one is armed fails)."""
+    """The event-time branch's Parquet FileSink (its commit faults are the ``windows`` sink's)."""
 
     def __init__(self, plan_dir: str, base_path: str) -> None:
         super().__init__(base_path, bulk_writer_factory=ParquetBulkWriters.for_records(WINDOW_SCHEMA))
         self.plan_dir = plan_dir
 
     def create_committer(self) -> Committer:
-        return FlakyCommitter(super().create_committer(), self.plan_dir, "file")
+        return FlakyCommitter(super().create_committer(), self.plan_dir, "windows")
 
 
 class ChaosDeltaSink(DeltaSink):

@@ -17,7 +17,8 @@ Fault kinds:
 ``kill-jvm``        SIGKILL of a Spark executor JVM with its slots (``local-cluster`` only)
 ``user-raise``      a keyed function raises once: the running sum (on a record) or the
                     event-time branch's timer function (on a window result or in a timer)
-``commit-raise``    a sink's committer (Parquet FileSink or DeltaSink) raises once
+``commit-raise``    a sink's committer (Parquet FileSink, DeltaSink, or the event-time
+                    branch's Parquet FileSink) raises once
 ``storage-raise``   the next checkpoint write (a state file, or ``_metadata``) raises
 ``storage-hang``    the next checkpoint write (a state file, or ``_metadata``) hangs past the
                     checkpoint timeout, then completes
@@ -427,9 +428,12 @@ def _fault_name(index: int, fault: Fault) -> str:
 
 def _armed(name: str, fault: Fault) -> ArmedFault:
     if fault.kind == "user-raise":
-        return ArmedFault(name, "user", "raise")
+        return ArmedFault(
+            name, "user", "raise", params={"function": "sum" if fault.choice < 0.5 else "timers"}
+        )
     if fault.kind == "commit-raise":
-        return ArmedFault(name, "commit", "raise", params={"sink": "file" if fault.choice < 0.5 else "delta"})
+        sink = "file" if fault.choice < 1 / 3 else "windows" if fault.choice < 2 / 3 else "delta"
+        return ArmedFault(name, "commit", "raise", params={"sink": sink})
     if fault.kind == "storage-raise":
         return ArmedFault(name, SITE_METADATA if fault.choice < 0.3 else SITE_STATE, "raise")
     if fault.kind == "storage-hang":

@@ -279,13 +279,15 @@ SUBSET = {
         Fault("kill-slot", 1.6, 0.7, in_recovery=True),
     ],
     "kill-slot-twice": [Fault("kill-slot", 1.2, 0.4), Fault("kill-slot", 1.3, 0.9, in_recovery=True)],
-    "user-and-file-commit": [Fault("user-raise", 1.0, 0.5), Fault("commit-raise", 2.5, 0.1)],
+    "user-and-file-commit": [Fault("user-raise", 1.0, 0.2), Fault("commit-raise", 2.5, 0.1)],
     "state-write-raise-and-torn": [Fault("storage-raise", 0.8, 0.9), Fault("storage-partial", 2.5, 0.5)],
     "hang-metadata-delta-commit": [
         Fault("storage-hang", 0.8, 0.5),
         Fault("storage-raise", 1.2, 0.1),  # choice < 0.3: _metadata
-        Fault("commit-raise", 1.6, 0.9),  # choice >= 0.5: the Delta sink
+        Fault("commit-raise", 1.6, 0.9),  # choice >= 2/3: the Delta sink
     ],
+    # choice >= 0.5: the event-time timer function; 1/3 <= choice < 2/3: the event-time sink
+    "timer-function-and-window-commit": [Fault("user-raise", 1.0, 0.8), Fault("commit-raise", 2.5, 0.5)],
 }
 
 
