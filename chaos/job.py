@@ -39,7 +39,7 @@ from chandy.connectors.number_sequence import NumberSequenceSource
 from chandy.core.connector import Committer
 from chandy.core.functions import AggregateFunction, KeyedProcessFunction, MapFunction, RuntimeContext
 from chandy.core.state import MapStateDescriptor, ValueStateDescriptor
-from chandy.core.time import Time, TimeDomain
+from chandy.core.time import MAX_WATERMARK, Time, TimeDomain
 from chandy.core.watermark_strategy import TimestampAssigner, WatermarkStrategy
 from chandy.core.windows import TumblingEventTimeWindows
 from chaos.faultyfs import FaultPlan, InjectedFault
@@ -58,6 +58,8 @@ DISORDER_MS = 40
 HOLD_WINDOWS = 1
 #: What a timer emits when it finds no row for its window (a timer restored without its state).
 NO_ROW = -1
+#: What a timer emits when it fires before the watermark reached its timestamp.
+EARLY = -2
 
 #: How often (seconds) a running function looks for an armed fault of its own.
 POLL_S = 0.05
@@ -84,7 +86,8 @@ class Pace(MapFunction):
 
 class UserFaults:
     """Raises, at most every ``POLL_S``, when the plan arms a ``user`` fault for
-    ``function`` (``sum``: the running sum; ``timers``: the event-time timer function)."""
+    ``function`` (``sum``: the running sum; ``timers``: the event-time timer function;
+    ``timers-at-end``: the same, among the timers the end of input fires)."""
 
     def __init__(self, plan_dir: str, runtime_context: RuntimeContext, function: str) -> None:
         self.plan = FaultPlan(plan_dir)
@@ -178,7 +181,7 @@ class HoldWindows(KeyedProcessFunction):
     from an event-time timer ``HOLD_WINDOWS`` windows after the window's end, deriving the
     window from the timer's timestamp: timers and rows of several windows per key are in
     every checkpoint, and a window that fires twice, or a timer that fires twice, never,
-    late or without its row, shows in the output. Raises when the plan arms a ``user``
+    early, late or without its row, shows in the output. Raises when the plan arms a ``user``
     fault for ``timers`` (on a window result or in a timer)."""
 
     def __init__(self, plan_dir: str, window_ms: int) -> None:
@@ -188,6 +191,7 @@ class HoldWindows(KeyedProcessFunction):
     def open(self, runtime_context: RuntimeContext) -> None:
         self.rows = runtime_context.get_map_state(MapStateDescriptor("rows"))
         self.faults = UserFaults(self.plan_dir, runtime_context, "timers")
+        self.end_faults = UserFaults(self.plan_dir, runtime_context, "timers-at-end")
 
     def process_element(self, value: tuple[int, int, int], ctx: KeyedProcessFunction.Context) -> Any:
         self.faults.check("window result", value)
@@ -203,13 +207,19 @@ class HoldWindows(KeyedProcessFunction):
         return None
 
     def on_timer(self, timestamp: int, ctx: KeyedProcessFunction.OnTimerContext) -> Any:
-        self.faults.check("timer", timestamp)
+        watermark = ctx.timer_service().current_watermark()
+        if watermark == MAX_WATERMARK:  # the end of input flushes every timer left
+            self.end_faults.check("end-of-input timer", timestamp)
+        else:
+            self.faults.check("timer", timestamp)
         if ctx.time_domain() != TimeDomain.EVENT_TIME:
             raise RuntimeError(f"chaos: timer {timestamp} fired in {ctx.time_domain()}, not event time")
         start = timestamp + 1 - (HOLD_WINDOWS + 1) * self.window_ms
         row = self.rows.get(start)
         self.rows.remove(start)
         count, total = row if row is not None else (NO_ROW, NO_ROW)
+        if timestamp > watermark:
+            count, total = EARLY, EARLY
         yield {"key": ctx.get_current_key(), "window_start": start, "count": count, "sum": total}
 
 

@@ -16,7 +16,8 @@ Fault kinds:
                     task fail; the stage is resubmitted)
 ``kill-jvm``        SIGKILL of a Spark executor JVM with its slots (``local-cluster`` only)
 ``user-raise``      a keyed function raises once: the running sum (on a record) or the
-                    event-time branch's timer function (on a window result or in a timer)
+                    event-time branch's timer function (on a window result or in a timer;
+                    or, armed for the end, in a timer the end of input's watermark fires)
 ``commit-raise``    a sink's committer (Parquet FileSink, DeltaSink, or the event-time
                     branch's Parquet FileSink) raises once
 ``storage-raise``   the next checkpoint write (a state file, or ``_metadata``) raises
@@ -428,9 +429,8 @@ def _fault_name(index: int, fault: Fault) -> str:
 
 def _armed(name: str, fault: Fault) -> ArmedFault:
     if fault.kind == "user-raise":
-        return ArmedFault(
-            name, "user", "raise", params={"function": "sum" if fault.choice < 0.5 else "timers"}
-        )
+        function = "sum" if fault.choice < 0.4 else "timers" if fault.choice < 0.75 else "timers-at-end"
+        return ArmedFault(name, "user", "raise", params={"function": function})
     if fault.kind == "commit-raise":
         sink = "file" if fault.choice < 1 / 3 else "windows" if fault.choice < 2 / 3 else "delta"
         return ArmedFault(name, "commit", "raise", params={"sink": sink})

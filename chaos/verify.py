@@ -20,7 +20,7 @@ import os
 from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 
-from chaos.job import NO_ROW, EventTime
+from chaos.job import EARLY, NO_ROW, EventTime
 
 #: ``(key, window_start)`` and its ``(count, sum)``.
 Window = tuple[int, int]
@@ -131,16 +131,18 @@ def check_windows(
     strays = sorted(window for window in seen if window not in expected)
     if strays:
         verdict.problems.append(f"{len(strays)} windows that hold no record (e.g. {strays[:5]})")
-    rowless = sorted({(k, s) for k, s, c in zip(keys, starts, counts, strict=True) if c == NO_ROW})
-    if rowless:
-        verdict.problems.append(
-            f"{len(rowless)} timers fired without their window's row (e.g. {rowless[:5]})"
-        )
+    for marker, problem in (
+        (NO_ROW, "without their window's row"),
+        (EARLY, "before the watermark passed them"),
+    ):
+        marked = sorted({(k, s) for k, s, c in zip(keys, starts, counts, strict=True) if c == marker})
+        if marked:
+            verdict.problems.append(f"{len(marked)} timers fired {problem} (e.g. {marked[:5]})")
     wrong = sorted(
         {
             (k, s, c, total, *expected[k, s])
             for k, s, c, total in zip(keys, starts, counts, sums, strict=True)
-            if (k, s) in expected and c != NO_ROW and (c, total) != expected[k, s]
+            if (k, s) in expected and c not in (NO_ROW, EARLY) and (c, total) != expected[k, s]
         }
     )
     if wrong:

@@ -19,7 +19,7 @@ from chandy.state.handles import FileStateHandle
 from chandy.storage.checkpoint_storage import CheckpointStorage
 from chandy.task.operators.process import KeyedProcessOperator
 from chaos.faultyfs import PLAN_DIR_NAME, SITE_METADATA, SITE_STATE, ArmedFault, FaultPlan, InjectedFault
-from chaos.job import DISORDER_MS, NO_ROW, EventTime, HoldWindows, window_key
+from chaos.job import DISORDER_MS, EARLY, NO_ROW, EventTime, HoldWindows, window_key
 from chaos.suite import FAULT_KINDS, Fault, Runner, Scenario, make_scenario
 from chaos.verify import check_rows, check_windows, expected_windows
 from tests.operator_harness import KeyedOperatorHarness
@@ -217,6 +217,10 @@ def test_the_window_oracle_passes_an_exact_output_and_sees_each_kind_of_error() 
         "wrong count or sum" in p
         for p in check_windows("w", keys, starts, counts, wrong_sum, expected).problems
     )
+    early = [*counts[:2], EARLY, *counts[3:]]
+    assert any(
+        "before the watermark" in p for p in check_windows("w", keys, starts, early, sums, expected).problems
+    )
     rowless = [*counts[:2], NO_ROW, *counts[3:]]
     assert any(
         "without their window's row" in p
@@ -286,8 +290,13 @@ SUBSET = {
         Fault("storage-raise", 1.2, 0.1),  # choice < 0.3: _metadata
         Fault("commit-raise", 1.6, 0.9),  # choice >= 2/3: the Delta sink
     ],
-    # choice >= 0.5: the event-time timer function; 1/3 <= choice < 2/3: the event-time sink
-    "timer-function-and-window-commit": [Fault("user-raise", 1.0, 0.8), Fault("commit-raise", 2.5, 0.5)],
+    # user-raise: 0.4 <= choice < 0.75 the event-time timer function, choice >= 0.75 the same among
+    # the timers the end of input fires; commit-raise: 1/3 <= choice < 2/3 the event-time sink
+    "timer-function-and-window-commit": [
+        Fault("user-raise", 1.0, 0.6),
+        Fault("commit-raise", 2.5, 0.5),
+        Fault("user-raise", 3.0, 0.9),
+    ],
 }
 
 
