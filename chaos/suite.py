@@ -16,8 +16,9 @@ Fault kinds:
                     task fail; the stage is resubmitted)
 ``kill-jvm``        SIGKILL of a Spark executor JVM with its slots (``local-cluster`` only)
 ``user-raise``      a keyed function raises once: the running sum (on a record) or the
-                    event-time branch's timer function (on a window result or in a timer;
-                    or, armed for the end, in a timer the end of input's watermark fires)
+                    event-time branch's timer function (in a timer, possibly after others
+                    of the same watermark fired; or, armed for the end, in one of the timers
+                    the end of input's watermark fires)
 ``commit-raise``    a sink's committer (Parquet FileSink, DeltaSink, or the event-time
                     branch's Parquet FileSink) raises once
 ``storage-raise``   the next checkpoint write (a state file, or ``_metadata``) raises
@@ -179,12 +180,14 @@ class RunResult:
 
     @property
     def lost(self) -> int:
-        """Records missing from a sink of a job that FINISHED (a job that did not finish
-        leaves the rest unwritten; that is counted as the run's failure, not as losses)."""
+        """Records (event-time windows, for the ``windows`` sink) missing from a sink of a job
+        that FINISHED (a job that did not finish leaves the rest unwritten; that is counted
+        as the run's failure, not as losses)."""
         return max((v.lost for v in self.verdicts), default=0) if self.finished else 0
 
     @property
     def duplicated(self) -> int:
+        """Rows beyond one per record (per event-time window, for the ``windows`` sink)."""
         return max((v.duplicated for v in self.verdicts), default=0)
 
     def line(self) -> str:
