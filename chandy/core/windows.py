@@ -387,9 +387,13 @@ class _ContinuousTrigger(Trigger[Any, TimeWindow]):
     def _fire_time(self, ctx: Trigger.TriggerContext) -> ReducingState:
         return cast(ReducingState, ctx.get_partitioned_state(self.state_desc))
 
-    def _register(self, time: int, ctx: Trigger.TriggerContext) -> None: ...
+    @abstractmethod
+    def _register(self, time: int, ctx: Trigger.TriggerContext) -> None:
+        """Register the timer of ``time`` in this trigger's time domain."""
 
-    def _delete(self, time: int, ctx: Trigger.TriggerContext) -> None: ...
+    @abstractmethod
+    def _delete(self, time: int, ctx: Trigger.TriggerContext) -> None:
+        """Delete the timer of ``time`` in this trigger's time domain."""
 
     def _register_next(self, time: int, window: TimeWindow, ctx: Trigger.TriggerContext) -> None:
         next_fire = min(time + self.interval, window.max_timestamp())
