@@ -84,18 +84,20 @@ class WatermarkEmitter:
                 self._generator.on_timestamps(known)  # type: ignore[arg-type]
         return TimestampedBatch(values, timestamps)
 
-    def _on_periodic(self, now: int) -> None:
+    def _on_periodic(self, due: int) -> None:
         if self._stopped:
             return
-        if self._idle_timeout is not None and not self.idle:
-            if self._timers.get_current_processing_time() - self._last_record_ms >= self._idle_timeout:
-                self.idle = True
-                self._emit_status(True)
+        now = self._timers.get_current_processing_time()
+        if (
+            self._idle_timeout is not None
+            and not self.idle
+            and now - self._last_record_ms >= self._idle_timeout
+        ):
+            self.idle = True
+            self._emit_status(True)
         if not self.idle:
             self.emit(self._generator.current_watermark())
-        self._timers.register_timer(
-            self._timers.get_current_processing_time() + self._interval, self._on_periodic
-        )
+        self._timers.register_timer(now + self._interval, self._on_periodic)
 
     def emit(self, watermark: int) -> None:
         """Forward ``watermark`` if it advances (an idle output becomes active first, as Flink's
