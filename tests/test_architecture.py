@@ -43,12 +43,12 @@ LAYERS: list[tuple[int, tuple[str, ...]]] = [
     (7, ("chandy.graph",)),
     (7, ("chandy.connectors",)),
     (8, ("chandy.runtime",)),
-    (9, ("chandy.api",)),
-    (10, ("chandy.cli",)),
-    (10, ("chandy.web",)),
-    (10, ("chandy.common",)),
-    (11, ("chandy",)),
-    (11, ("chandy.datastream",)),
+    (9, ("chandy.web",)),  # REST API, dashboard, metrics: served by the environment's execute()
+    (10, ("chandy.api",)),
+    (11, ("chandy.cli",)),
+    (11, ("chandy.common",)),
+    (12, ("chandy",)),
+    (12, ("chandy.datastream",)),
 ]
 
 

@@ -16,6 +16,14 @@ UPPER_BOUND_MAX_PARALLELISM = 32768
 
 class PipelineOptions:
     NAME = ConfigOption.string("pipeline.name", None, "The job name when execute() is given none.")
+    FIXED_JOB_ID = ConfigOption.string(
+        "$internal.pipeline.job-id",
+        None,
+        "A fixed job id (32 hex digits, Flink's JobID). With a checkpoint directory on shared "
+        "storage, a job submitted again under the same id (its driver died) resumes from its "
+        "latest completed checkpoint, checkpoint ids continuing.",
+        deprecated_keys=("chandy.job-id",),
+    )
     MAX_PARALLELISM = ConfigOption.integer(
         "pipeline.max-parallelism",
         -1,
@@ -68,6 +76,24 @@ class ExternalizedCheckpointRetention(enum.Enum):
 
 #: PyFlink 1.x name of the same choice.
 ExternalizedCheckpointCleanup = ExternalizedCheckpointRetention
+
+
+class RecoveryClaimMode(enum.Enum):
+    """Who owns the files of the snapshot a job is restored from (Flink's ``RecoveryClaimMode``)."""
+
+    NO_CLAIM = "NO_CLAIM"
+    CLAIM = "CLAIM"
+
+
+class SavepointFormatType(enum.Enum):
+    """How a savepoint stores state (Flink's ``SavepointFormatType``).
+
+    CANONICAL is independent of the state backend, so a job can switch backends through
+    it; NATIVE is the backend's own format (faster to take and restore)."""
+
+    CANONICAL = "CANONICAL"
+    NATIVE = "NATIVE"
+    DEFAULT = "CANONICAL"
 
 
 class CheckpointingOptions:
@@ -128,6 +154,12 @@ class CheckpointingOptions:
         "Where checkpoints are written: a path or URI (file://, s3://, hdfs://, memory://).",
         deprecated_keys=("state.checkpoints.dir", "state.backend.fs.checkpointdir"),
     )
+    SAVEPOINT_DIRECTORY = ConfigOption.string(
+        "execution.checkpointing.savepoint-dir",
+        None,
+        "Default directory for savepoints (a path or URI) when a savepoint request names none.",
+        deprecated_keys=("state.savepoints.dir",),
+    )
     NUM_RETAINED = ConfigOption.integer(
         "execution.checkpointing.num-retained",
         1,
@@ -173,6 +205,15 @@ class StateRecoveryOptions:
         "Skip state of operators that no longer exist instead of refusing to start.",
         deprecated_keys=("execution.savepoint.ignore-unclaimed-state",),
     )
+    CLAIM_MODE = ConfigOption.enumeration(
+        "execution.state-recovery.claim-mode",
+        RecoveryClaimMode,
+        RecoveryClaimMode.NO_CLAIM,
+        "Who owns the snapshot a job starts from: NO_CLAIM (chandy never deletes it; the first "
+        "checkpoint after the restore is self-contained) or CLAIM (the job takes ownership and "
+        "deletes it once a newer checkpoint subsumes it).",
+        deprecated_keys=("execution.savepoint-restore-mode",),
+    )
 
 
 class RestartStrategyOptions:
@@ -214,6 +255,62 @@ class SparkOptions:
 class WebOptions:
     CHECKPOINTS_HISTORY = ConfigOption.integer(
         "web.checkpoints.history", 10, "Checkpoints kept in the statistics history.", minimum=1
+    )
+
+
+class RestOptions:
+    ENABLED = ConfigOption.boolean(
+        "chandy.rest.enabled",
+        True,
+        "Serve Flink's REST API, the dashboard and Prometheus metrics from the driver.",
+    )
+    ADDRESS = ConfigOption.string(
+        "rest.address", None, "The address clients use to reach the REST API (default: the bind address)."
+    )
+    BIND_ADDRESS = ConfigOption.string(
+        "rest.bind-address",
+        "127.0.0.1",
+        "Interface the REST server listens on. Anything but loopback requires rest.auth.token.",
+    )
+    PORT = ConfigOption.integer(
+        "rest.port",
+        8081,
+        "Port of the REST API and dashboard. 0 picks a free port. When rest.bind-port is not "
+        "set and this port is taken, the next free one of the following 100 is used.",
+        minimum=0,
+        maximum=65535,
+    )
+    BIND_PORT = ConfigOption.string(
+        "rest.bind-port",
+        None,
+        "A port or a range ('50100-50200') to listen on, taken strictly: no port of it free is an error.",
+    )
+    AUTH_TOKEN = ConfigOption.string(
+        "rest.auth.token",
+        None,
+        "Bearer token every REST request must carry ('Authorization: Bearer <token>'). "
+        "Required when rest.bind-address is not loopback.",
+    )
+    AWAIT_RESULTS_TIMEOUT = ConfigOption.duration(
+        "chandy.rest.await-results-timeout",
+        10_000,
+        "After a job ended, how long the server stays up for clients to fetch the outcome of a "
+        "savepoint or stop they asked for (Flink's CLI polls for it).",
+    )
+
+
+class MetricOptions:
+    REPORT_INTERVAL = ConfigOption.duration(
+        "chandy.metrics.report-interval",
+        1000,
+        "How often tasks report their metrics (records, busy and backpressured time, "
+        "watermarks) to the driver.",
+        minimum_ms=10,
+    )
+    STATUS_LINE = ConfigOption.boolean(
+        "chandy.status-line.enabled",
+        True,
+        "On a terminal, execute() shows a one-line live status (never in logs or non-TTY output).",
     )
 
 
@@ -264,6 +361,8 @@ def all_options() -> list[ConfigOption[Any]]:
         StateRecoveryOptions,
         RestartStrategyOptions,
         WebOptions,
+        RestOptions,
+        MetricOptions,
         SparkOptions,
     ):
         found.extend(v for v in vars(holder).values() if isinstance(v, ConfigOption))

@@ -97,6 +97,11 @@ class CheckpointOptions:
     target_location: str | None = None
     #: Exactly-once aligned (True) or at-least-once tracked (False).
     exactly_once: bool = True
+    #: A synchronous savepoint (stop-with-savepoint) with drain: sources emit MAX_WATERMARK
+    #: before the barrier, so every window and event-time timer fires into the savepoint.
+    drain: bool = False
+    #: "CANONICAL" (backend-independent) or "NATIVE" (the backend's own format); savepoints only.
+    format_type: str = "CANONICAL"
 
 
 @dataclass(slots=True)
