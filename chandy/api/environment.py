@@ -6,7 +6,7 @@ import difflib
 import json
 import logging
 from collections.abc import Iterable, Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from chandy.api.checkpoint_config import CheckpointConfig
 from chandy.api.datastream import DataStream
@@ -19,6 +19,7 @@ from chandy.config.options import (
     ExecutionOptions,
     ExternalizedCheckpointRetention,
     PipelineOptions,
+    RestOptions,
     StateRecoveryOptions,
     all_options,
 )
@@ -33,6 +34,10 @@ from chandy.runtime.job_client import JobClient
 from chandy.runtime.job_master import JobMaster
 from chandy.runtime.job_result import JobExecutionResult
 from chandy.task.operators.source import SourceOperator
+
+if TYPE_CHECKING:
+    from chandy.web.dispatcher import Dispatcher
+    from chandy.web.server import RestServer
 
 log = logging.getLogger(__name__)
 
@@ -56,6 +61,12 @@ class StreamExecutionEnvironment:
         # last execute: without checkpointing such a job never commits its output.
         self._unbounded_sources: list[str] = []
         self._two_phase_sinks: list[str] = []
+        # The REST server (Flink's API, dashboard, /metrics) over this environment's jobs:
+        # started by the first job, stopped by close() or once execute()'s job ended and
+        # nothing else holds it (execute_async and collect hold it until close()).
+        self._dispatcher: Dispatcher | None = None
+        self._rest_server: RestServer | None = None
+        self._rest_holds = 0
 
     @staticmethod
     def get_execution_environment(
@@ -275,38 +286,108 @@ class StreamExecutionEnvironment:
             return SparkExecutor(config)
         raise ConfigurationError(f"unknown executor '{target}'; use one of {', '.join(_EXECUTORS)}")
 
+    def _acquire_rest_server(self, config: Configuration) -> Dispatcher | None:
+        """The dispatcher to register a job with, the REST server serving it (started now if
+        it is not running; a non-loopback address without a token is refused here, before
+        the job starts); ``None`` with ``chandy.rest.enabled: false``."""
+        if not config.get(RestOptions.ENABLED):
+            return None
+        from chandy.web.dispatcher import Dispatcher
+        from chandy.web.server import RestServer
+
+        if self._dispatcher is None:
+            self._dispatcher = Dispatcher()
+        if self._rest_server is None:
+            self._rest_server = RestServer(config, self._dispatcher).start()
+        self._rest_holds += 1
+        return self._dispatcher
+
+    def _release_rest_server(self) -> None:
+        self._rest_holds -= 1
+        if self._rest_holds <= 0:
+            self._stop_rest_server()
+
+    def _stop_rest_server(self) -> None:
+        server, self._rest_server, self._rest_holds = self._rest_server, None, 0
+        if server is not None:
+            server.stop()
+
+    @property
+    def rest_url(self) -> str | None:
+        """Where the REST API and the dashboard of this environment's jobs are served
+        (``None`` while no server runs)."""
+        return self._rest_server.url if self._rest_server is not None else None
+
+    def close(self) -> None:
+        """Stop the REST server (running jobs go on; their clients still work)."""
+        self._stop_rest_server()
+
+    def __enter__(self) -> StreamExecutionEnvironment:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
     def execute(self, job_name: str | None = None) -> JobExecutionResult:
         """Run the pipeline defined so far; blocks until the job ends.
 
         Returns the job's result; raises :class:`~chandy.errors.JobExecutionError`
         (its ``__cause__`` is the exception a user function raised) if it failed
         for good. Ctrl-C cancels the job cleanly before it propagates.
+
+        The REST server serves the job while it runs; after its end, until every
+        savepoint or stop a client asked for was fetched (Flink's CLI polls for the
+        outcome of a stop after the job finished), at most
+        ``chandy.rest.await-results-timeout``.
         """
         job_graph = self._build_job_graph(job_name)
-        executor = self._create_executor(Configuration(job_graph.config))
+        config = Configuration(job_graph.config)
+        dispatcher = self._acquire_rest_server(config)
         try:
-            return JobMaster(job_graph, executor).run()
+            executor = self._create_executor(config)
+            try:
+                job_master = JobMaster(job_graph, executor)
+                if dispatcher is not None:
+                    dispatcher.submit(job_master)
+                return job_master.run()
+            finally:
+                executor.close()
         finally:
-            executor.close()
+            if dispatcher is not None:
+                dispatcher.await_results(config.get(RestOptions.AWAIT_RESULTS_TIMEOUT) / 1000)
+                self._release_rest_server()
 
-    def execute_async(self, job_name: str | None = None) -> JobClient:
-        """Start the pipeline defined so far and return at once with a :class:`JobClient`
-        (status, checkpoint statistics, cancel, result)."""
+    def _start_job(self, job_name: str | None, results: CollectResultQueue | None = None) -> JobClient:
+        """Start a job on a thread of its own; the REST server serves it until :meth:`close`."""
         job_graph = self._build_job_graph(job_name)
-        executor = self._create_executor(Configuration(job_graph.config))
-        return JobClient(JobMaster(job_graph, executor), on_end=lambda _: executor.close())
-
-    def _execute_and_collect(self, job_name: str | None) -> CollectIterator:
-        job_graph = self._build_job_graph(job_name)
-        executor = self._create_executor(Configuration(job_graph.config))
-        results = CollectResultQueue()
+        config = Configuration(job_graph.config)
+        dispatcher = self._acquire_rest_server(config)
+        try:
+            executor = self._create_executor(config)
+        except BaseException:
+            if dispatcher is not None:
+                self._release_rest_server()
+            raise
+        job_master = JobMaster(job_graph, executor, results=results)
+        if dispatcher is not None:
+            dispatcher.submit(job_master)
 
         def ended(error: BaseException | None) -> None:
             executor.close()  # release the executor before the reader sees the end
-            results.end(error)
+            if results is not None:
+                results.end(error)
 
-        client = JobClient(JobMaster(job_graph, executor, results=results), on_end=ended)
-        return CollectIterator(client, results)
+        return JobClient(job_master, on_end=ended)
+
+    def execute_async(self, job_name: str | None = None) -> JobClient:
+        """Start the pipeline defined so far and return at once with a :class:`JobClient`
+        (status, checkpoint statistics, savepoints, cancel, result). The REST server serves
+        the job until :meth:`close`."""
+        return self._start_job(job_name)
+
+    def _execute_and_collect(self, job_name: str | None) -> CollectIterator:
+        results = CollectResultQueue()
+        return CollectIterator(self._start_job(job_name, results), results)
 
     def get_execution_plan(self) -> str:
         """The chained plan of the pipeline defined so far, as JSON (nothing is run)."""

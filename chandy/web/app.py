@@ -1,0 +1,303 @@
+"""The Starlette application: Flink's REST routes, the dashboard's files, ``/metrics``.
+
+Each route exists twice, as Flink's do: at its path and under ``/v1`` (Flink's
+client asks for ``/v1/jobs/overview``). Errors are Flink's ``{"errors": [...]}``
+with Flink's status codes (404 for an unknown job, 409 for cancelling a job
+that already ended otherwise), so Flink's CLI reports them as it reports
+Flink's own.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import importlib.metadata
+import logging
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import Any, TypeVar
+
+from starlette.applications import Starlette
+from starlette.concurrency import run_in_threadpool
+from starlette.exceptions import HTTPException
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+from starlette.routing import BaseRoute, Mount, Route
+from starlette.staticfiles import StaticFiles
+
+from chandy.messages.status import JobStatus
+from chandy.web import views
+from chandy.web.auth import BearerTokenAuth
+from chandy.web.dispatcher import DispatchedJob, Dispatcher
+from chandy.web.prometheus import PrometheusExporter
+
+log = logging.getLogger(__name__)
+
+_T = TypeVar("_T")
+
+#: The dashboard's files (index.html, app.js, style.css).
+STATIC_DIR = Path(__file__).parent / "static"
+
+#: How long a request waits for a JobMaster busy elsewhere (deploying Spark slots, say).
+CALL_TIMEOUT_S = 30.0
+
+Handler = Callable[[Request], Awaitable[Response]]
+
+
+def chandy_version() -> str:
+    try:
+        return importlib.metadata.version("chandy")
+    except importlib.metadata.PackageNotFoundError:
+        return "unknown"
+
+
+class RestApi:
+    """The handlers; they read the dispatcher's jobs through their JobMasters."""
+
+    def __init__(self, dispatcher: Dispatcher, *, call_timeout_s: float = CALL_TIMEOUT_S) -> None:
+        self.dispatcher = dispatcher
+        self.call_timeout_s = call_timeout_s
+        self.prometheus = PrometheusExporter(dispatcher, call_timeout_s)
+
+    # ------------------------------------------------------------------ helpers
+
+    def _job(self, request: Request) -> DispatchedJob:
+        job_id = request.path_params["jobid"]
+        job = self.dispatcher.job(job_id)
+        if job is None:
+            raise HTTPException(404, f"Job {job_id} not found.")
+        return job
+
+    async def _ask(self, job: DispatchedJob, action: Callable[[], _T]) -> _T:
+        """``action``'s result from the job's JobMaster thread, without blocking the server."""
+        future = job.job_master.call(action)
+        try:
+            return await asyncio.wait_for(asyncio.wrap_future(future), self.call_timeout_s)
+        except TimeoutError:
+            raise HTTPException(
+                503,
+                f"the JobMaster of job {job.job_id} did not answer within {self.call_timeout_s:.0f} s "
+                "(it may be deploying tasks or waiting for cancelled ones to stop); try again",
+            ) from None
+
+    def routes(self) -> list[BaseRoute]:
+        return [
+            Route("/config", self.config),
+            Route("/overview", self.overview),
+            Route("/jobs", self.jobs),
+            Route("/jobs/overview", self.jobs_overview),
+            Route("/jobs/{jobid}", self.job, methods=["GET"]),
+            Route("/jobs/{jobid}", self.cancel, methods=["PATCH"]),
+            Route("/jobs/{jobid}/exceptions", self.exceptions),
+            Route("/jobs/{jobid}/plan", self.plan),
+            Route("/jobs/{jobid}/checkpoints", self.checkpoints),
+            Route("/jobs/{jobid}/checkpoints/config", self.checkpoints_config),
+            Route("/jobs/{jobid}/checkpoints/details/{checkpointid:int}", self.checkpoint_details),
+            Route(
+                "/jobs/{jobid}/checkpoints/details/{checkpointid:int}/subtasks/{vertexid}",
+                self.checkpoint_subtasks,
+            ),
+            Route("/jobs/{jobid}/metrics", self.job_metrics),
+        ]
+
+    # ------------------------------------------------------------------ cluster
+
+    async def config(self, request: Request) -> Response:
+        """Flink's ``DashboardConfiguration``."""
+        version = chandy_version()
+        return JSONResponse(
+            {
+                "refresh-interval": 3000,
+                "timezone-name": "UTC",
+                "timezone-offset": 0,
+                "flink-version": f"chandy {version}",
+                "flink-revision": version,
+                "features": {
+                    "web-submit": False,
+                    "web-cancel": True,
+                    "web-rescale": False,
+                    "web-history": False,
+                },
+            }
+        )
+
+    async def overview(self, request: Request) -> Response:
+        """Flink's ``ClusterOverviewWithVersion``: the driver is the one TaskManager; a job
+        holds one slot per parallel subtask index (Flink's slot sharing)."""
+        jobs = self.dispatcher.jobs()
+        statuses = [job.job_master.execution_graph.state for job in jobs]
+        running = [job for job, status in zip(jobs, statuses, strict=True) if not status.is_globally_terminal]
+        slots = sum(job.job_master.job_graph.max_parallelism_of_any_vertex for job in running)
+        version = chandy_version()
+        return JSONResponse(
+            {
+                "taskmanagers": 1,
+                "slots-total": slots,
+                "slots-available": 0,
+                "jobs-running": len(running),
+                "jobs-finished": statuses.count(JobStatus.FINISHED),
+                "jobs-cancelled": statuses.count(JobStatus.CANCELED),
+                "jobs-failed": statuses.count(JobStatus.FAILED),
+                "flink-version": f"chandy {version}",
+                "flink-commit": version,
+                "taskmanagers-blocked": 0,
+                "slots-free-and-blocked": 0,
+            }
+        )
+
+    async def jobs(self, request: Request) -> Response:
+        """Flink's ``JobIdsWithStatusOverview``."""
+        return JSONResponse(
+            {
+                "jobs": [
+                    {"id": job.job_id, "status": job.job_master.execution_graph.state.value}
+                    for job in self.dispatcher.jobs()
+                ]
+            }
+        )
+
+    async def jobs_overview(self, request: Request) -> Response:
+        """Flink's ``MultipleJobsDetails``: what ``flink list`` reads."""
+        details = [
+            await self._ask(job, functools.partial(views.job_details, job.job_master))
+            for job in self.dispatcher.jobs()
+        ]
+        return JSONResponse({"jobs": details})
+
+    # ------------------------------------------------------------------ one job
+
+    async def job(self, request: Request) -> Response:
+        job = self._job(request)
+        return JSONResponse(await self._ask(job, lambda: views.job_detail_info(job, {})))
+
+    async def plan(self, request: Request) -> Response:
+        job = self._job(request)
+        return JSONResponse({"plan": await self._ask(job, lambda: views.job_plan(job.job_master))})
+
+    async def cancel(self, request: Request) -> Response:
+        """``PATCH /jobs/:jobid?mode=cancel`` (``flink cancel``): 202 and an empty body; 409
+        if the job already ended otherwise."""
+        job = self._job(request)
+        mode = request.query_params.get("mode", "cancel")
+        if mode != "cancel":
+            raise HTTPException(
+                400, f"unsupported mode '{mode}': only 'cancel' (use /jobs/:jobid/stop to stop)"
+            )
+        status = job.job_master.execution_graph.state
+        if status.is_globally_terminal and status is not JobStatus.CANCELED:
+            raise HTTPException(
+                409,
+                "Job cancellation failed because the job has already reached another terminal state "
+                f"({status.value}).",
+            )
+        log.info("Cancelling job %s on request of %s.", job.job_id, _client(request))
+        job.job_master.cancel(f"cancelled through the REST API by {_client(request)}")
+        return JSONResponse({}, status_code=202)
+
+    async def exceptions(self, request: Request) -> Response:
+        job = self._job(request)
+        return JSONResponse(views.job_exceptions(job))
+
+    # ------------------------------------------------------------------ checkpoints
+
+    def _coordinator_required(self, job: DispatchedJob) -> None:
+        if job.job_master.coordinator is None:
+            raise HTTPException(404, f"Checkpointing is not enabled for job {job.job_id}.")
+
+    async def checkpoints(self, request: Request) -> Response:
+        """Flink's ``CheckpointingStatistics``: counts, summary, latest, history."""
+        job = self._job(request)
+        self._coordinator_required(job)
+        coordinator = job.job_master.coordinator
+        assert coordinator is not None
+        return JSONResponse(await self._ask(job, coordinator.stats.to_json))
+
+    async def checkpoints_config(self, request: Request) -> Response:
+        job = self._job(request)
+        self._coordinator_required(job)
+        return JSONResponse(views.checkpoint_config(job.job_master))
+
+    async def _checkpoint(self, request: Request, job: DispatchedJob) -> Any:
+        self._coordinator_required(job)
+        coordinator = job.job_master.coordinator
+        assert coordinator is not None
+        checkpoint_id: int = request.path_params["checkpointid"]
+        stats = await self._ask(job, lambda: coordinator.stats.get_checkpoint(checkpoint_id))
+        if stats is None:
+            raise HTTPException(
+                404,
+                f"Could not find checkpointing statistics for checkpoint {checkpoint_id} "
+                "(only the latest web.checkpoints.history are kept).",
+            )
+        return stats
+
+    async def checkpoint_details(self, request: Request) -> Response:
+        job = self._job(request)
+        stats = await self._checkpoint(request, job)
+        return JSONResponse(await self._ask(job, lambda: views.checkpoint_details(job.job_master, stats)))
+
+    async def checkpoint_subtasks(self, request: Request) -> Response:
+        """Flink's ``TaskCheckpointStatisticsWithSubtaskDetails`` for one vertex."""
+        job = self._job(request)
+        stats = await self._checkpoint(request, job)
+        vertex = views.find_vertex(job.job_master, request.path_params["vertexid"])
+        if vertex is None or vertex.id not in stats.vertices:
+            raise HTTPException(
+                404, f"No vertex {request.path_params['vertexid']} in checkpoint {stats.checkpoint_id}."
+            )
+        return JSONResponse(await self._ask(job, lambda: stats.task_json(vertex.id)))
+
+    # ------------------------------------------------------------------ metrics
+
+    async def job_metrics(self, request: Request) -> Response:
+        """Flink's metric query: without ``get``, the ids of the job's metrics; with
+        ``get=a,b``, their values (as strings, as Flink's)."""
+        job = self._job(request)
+        values = await self._ask(job, lambda: views.job_metrics(job.job_master))
+        return JSONResponse(_metric_query(values, request))
+
+    async def prometheus_metrics(self, request: Request) -> Response:
+        body = await run_in_threadpool(self.prometheus.render)
+        return Response(body, media_type=self.prometheus.content_type)
+
+
+def _metric_query(values: dict[str, Any], request: Request) -> list[dict[str, str]]:
+    wanted = request.query_params.get("get")
+    if wanted is None:
+        return [{"id": name} for name in values]
+    names = [name for name in wanted.split(",") if name]
+    return [{"id": name, "value": str(values[name])} for name in names if name in values]
+
+
+def _client(request: Request) -> str:
+    return f"{request.client.host}:{request.client.port}" if request.client else "an unknown client"
+
+
+async def _error(request: Request, exc: Exception) -> Response:
+    """Flink's error body for every failure (a missing route or file included)."""
+    if isinstance(exc, HTTPException):
+        return JSONResponse({"errors": [exc.detail]}, status_code=exc.status_code, headers=exc.headers)
+    log.exception("REST request %s %s failed.", request.method, request.url.path)
+    return JSONResponse({"errors": [f"Internal server error: {type(exc).__name__}: {exc}"]}, status_code=500)
+
+
+def create_app(
+    dispatcher: Dispatcher, *, token: str | None = None, static_dir: Path = STATIC_DIR
+) -> Starlette:
+    """The server's ASGI app: the API at its paths and under ``/v1``, ``/metrics``, and
+    the dashboard at ``/``. With ``token`` every API request needs it (the dashboard's own
+    files do not: they hold no job data, and the page asks for the token)."""
+    api = RestApi(dispatcher)
+    routes = api.routes()
+    app = Starlette(
+        routes=[
+            *routes,
+            Mount("/v1", routes=routes),
+            Route("/metrics", api.prometheus_metrics),
+            Mount("/", StaticFiles(directory=static_dir, html=True, check_dir=False)),
+        ],
+        exception_handlers={HTTPException: _error, Exception: _error},
+    )
+    if token is not None:
+        app.add_middleware(BearerTokenAuth, token=token, public_dir=static_dir)
+    return app

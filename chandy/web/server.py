@@ -1,0 +1,199 @@
+"""RestServer: uvicorn on a thread of the driver, with an explicit lifetime.
+
+The environment starts it with its first job and stops it (see
+``StreamExecutionEnvironment.execute`` and ``close``); :meth:`RestServer.stop`
+returns once the port is closed. The socket is bound here, before uvicorn runs,
+so the port rules are chandy's (Flink's): ``rest.bind-port`` (a port or a range)
+is taken strictly; otherwise ``rest.port``, and when that is taken the next free
+one of the following 100; ``0`` lets the system choose (tests use it). The URL
+clients should use is :attr:`RestServer.url`.
+"""
+
+from __future__ import annotations
+
+import logging
+import socket
+import threading
+import time
+from dataclasses import dataclass
+
+import uvicorn
+
+from chandy.config import Configuration
+from chandy.config.options import RestOptions
+from chandy.errors import ConfigurationError
+from chandy.web.app import create_app
+from chandy.web.auth import check_exposure
+from chandy.web.dispatcher import Dispatcher
+
+log = logging.getLogger(__name__)
+
+#: Ports tried after ``rest.port`` when it is taken (Flink takes the next free one too).
+PORT_FALLBACK_RANGE = 100
+
+#: How long start() waits for uvicorn to serve, and stop() for it to close.
+START_TIMEOUT_S = 30.0
+STOP_TIMEOUT_S = 10.0
+
+
+@dataclass(frozen=True)
+class RestSettings:
+    """The REST options of a configuration, read once."""
+
+    bind_address: str
+    port: int
+    bind_port: str | None
+    address: str | None
+    token: str | None
+
+    @staticmethod
+    def of(config: Configuration) -> RestSettings:
+        return RestSettings(
+            bind_address=config.get(RestOptions.BIND_ADDRESS) or "127.0.0.1",
+            port=config.get(RestOptions.PORT),
+            bind_port=config.get(RestOptions.BIND_PORT),
+            address=config.get(RestOptions.ADDRESS),
+            token=config.get(RestOptions.AUTH_TOKEN) or None,
+        )
+
+
+def _ports_to_try(settings: RestSettings) -> tuple[list[int], bool]:
+    """The candidate ports, and whether they come from rest.bind-port (strict)."""
+    if settings.bind_port:
+        text = settings.bind_port.strip()
+        try:
+            if "-" in text:
+                low, high = (int(part) for part in text.split("-", 1))
+            else:
+                low = high = int(text)
+        except ValueError:
+            raise ConfigurationError(
+                f"invalid value for 'rest.bind-port': {settings.bind_port!r}. Allowed: a port "
+                "('8081') or a range ('50100-50200')."
+            ) from None
+        if not 0 <= low <= high <= 65535:
+            raise ConfigurationError(
+                f"invalid value for 'rest.bind-port': {settings.bind_port!r}: ports are 0-65535, low to high."
+            )
+        return list(range(low, high + 1)), True
+    if settings.port == 0:
+        return [0], False
+    return [p for p in range(settings.port, settings.port + PORT_FALLBACK_RANGE + 1) if p <= 65535], False
+
+
+def bind_socket(settings: RestSettings) -> socket.socket:
+    """A listening socket by the port rules (module docstring)."""
+    family = socket.AF_INET6 if ":" in settings.bind_address else socket.AF_INET
+    ports, strict = _ports_to_try(settings)
+    last_error: OSError | None = None
+    for port in ports:
+        sock = socket.socket(family, socket.SOCK_STREAM)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            sock.bind((settings.bind_address, port))
+            sock.listen(128)
+        except OSError as exc:
+            sock.close()
+            last_error = exc
+            continue
+        if port != ports[0]:
+            log.info(
+                "REST port %d is taken; serving on %d instead (set rest.bind-port to insist on one).",
+                ports[0],
+                sock.getsockname()[1],
+            )
+        sock.setblocking(False)
+        return sock
+    what = (
+        f"no port of rest.bind-port '{settings.bind_port}'"
+        if strict
+        else f"no port of {ports[0]}-{ports[-1]}"
+    )
+    raise ConfigurationError(
+        f"cannot serve the REST API on {settings.bind_address}: {what} is free ({last_error}). "
+        "Choose another rest.port (0 lets the system pick one) or free the port."
+    )
+
+
+class RestServer:
+    """Flink's REST API, the dashboard and ``/metrics`` for one environment's jobs."""
+
+    def __init__(self, config: Configuration, dispatcher: Dispatcher) -> None:
+        """Check the settings (a non-loopback address without a token is refused here,
+        before anything is bound); :meth:`start` serves."""
+        self.settings = RestSettings.of(config)
+        check_exposure(self.settings.bind_address, self.settings.token)
+        self.dispatcher = dispatcher
+        self._server: uvicorn.Server | None = None
+        self._thread: threading.Thread | None = None
+        self._port = 0
+
+    @property
+    def port(self) -> int:
+        return self._port
+
+    @property
+    def url(self) -> str:
+        """Where clients (and a browser) reach the server."""
+        host = self.settings.address or self.settings.bind_address
+        if host in ("0.0.0.0", "::"):
+            host = socket.getfqdn()
+        if ":" in host:
+            host = f"[{host}]"
+        return f"http://{host}:{self._port}"
+
+    @property
+    def requires_token(self) -> bool:
+        return self.settings.token is not None
+
+    def start(self) -> RestServer:
+        """Bind, serve on a thread, return once uvicorn accepts connections."""
+        sock = bind_socket(self.settings)
+        self._port = sock.getsockname()[1]
+        app = create_app(self.dispatcher, token=self.settings.token)
+        config = uvicorn.Config(
+            app, log_config=None, access_log=False, lifespan="off", timeout_graceful_shutdown=2
+        )
+        server = uvicorn.Server(config)
+        self._server = server
+        failure: list[BaseException] = []
+
+        def serve() -> None:
+            try:
+                server.run(sockets=[sock])
+            except BaseException as exc:  # reported by start() or logged
+                failure.append(exc)
+                log.exception("The REST server at %s stopped with an error.", self.url)
+            finally:
+                sock.close()
+
+        self._thread = threading.Thread(target=serve, name=f"chandy-rest-{self._port}", daemon=True)
+        self._thread.start()
+        deadline = time.monotonic() + START_TIMEOUT_S
+        while not server.started and self._thread.is_alive() and time.monotonic() < deadline:
+            time.sleep(0.005)  # uvicorn has no start event to wait on
+        if not server.started:
+            server.should_exit = True
+            raise RuntimeError(f"the REST server on port {self._port} did not start") from (
+                failure[0] if failure else None
+            )
+        auth = (
+            "requires 'Authorization: Bearer <token>' (rest.auth.token)"
+            if self.requires_token
+            else "has no authentication (loopback only)"
+        )
+        log.info("Dashboard and REST API at %s/ (the API %s).", self.url, auth)
+        return self
+
+    def stop(self) -> None:
+        """Close the port and end the server's thread (bounded)."""
+        server, thread = self._server, self._thread
+        if server is None or thread is None:
+            return
+        server.should_exit = True
+        thread.join(STOP_TIMEOUT_S)
+        if thread.is_alive():
+            log.warning("The REST server at %s did not stop within %.0f s.", self.url, STOP_TIMEOUT_S)
+        else:
+            log.info("The REST server at %s stopped.", self.url)
+        self._server = self._thread = None

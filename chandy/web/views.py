@@ -1,0 +1,339 @@
+"""Flink's REST JSON bodies, built from a JobMaster's state.
+
+Every function here reads the ExecutionGraph, the checkpoint coordinator or the
+metrics store, which only the JobMaster thread changes: the server runs them
+through ``JobMaster.call`` (once the job ended, on the caller's thread, when
+nothing changes any more). Field names are Flink's, because Flink's CLI and other
+tools deserialize them strictly (a missing field is an error to them).
+
+Flink names a job vertex by a 32-hex ``JobVertexID`` (the hash of its head
+operator); chandy's vertices have small integer ids, so the REST id of a vertex
+is its head operator's id, which is a stable 32-hex hash too (of the ``uid``, else
+of the position), the same across runs of the same pipeline.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from chandy.checkpoint.stats import CheckpointStats
+from chandy.config.options import CheckpointingOptions, ExternalizedCheckpointRetention
+from chandy.graph.execution_graph import ExecutionGraph
+from chandy.graph.job_graph import JobVertex
+from chandy.messages.status import ExecutionState, JobStatus
+from chandy.runtime.job_master import JobMaster
+from chandy.web.dispatcher import DispatchedJob
+
+#: Flink's ExecutionState names, in Flink's order (task counts list every one of them).
+FLINK_EXECUTION_STATES = (
+    "CREATED",
+    "SCHEDULED",
+    "DEPLOYING",
+    "RUNNING",
+    "FINISHED",
+    "CANCELING",
+    "CANCELED",
+    "FAILED",
+    "RECONCILING",
+    "INITIALIZING",
+)
+
+#: Flink's JobStatus names (``timestamps`` lists every one of them).
+FLINK_JOB_STATUSES = (
+    "INITIALIZING",
+    "CREATED",
+    "RUNNING",
+    "FAILING",
+    "FAILED",
+    "CANCELLING",
+    "CANCELED",
+    "FINISHED",
+    "RESTARTING",
+    "SUSPENDED",
+    "RECONCILING",
+)
+
+
+def now_ms() -> int:
+    return int(time.time() * 1000)
+
+
+def vertex_rest_id(vertex: JobVertex) -> str:
+    """The 32-hex id Flink's REST API names this vertex by (its head operator's id)."""
+    return vertex.operator_ids[0]
+
+
+def find_vertex(job_master: JobMaster, rest_id: str) -> JobVertex | None:
+    for vertex in job_master.job_graph.vertices:
+        if vertex_rest_id(vertex) == rest_id:
+            return vertex
+    return None
+
+
+def _start_end(eg: ExecutionGraph) -> tuple[int, int, int]:
+    """Flink's start-time, end-time (-1 while running) and duration of a job."""
+    start = eg.state_timestamps[JobStatus.CREATED]
+    end = eg.state_timestamps.get(eg.state, -1) if eg.state.is_globally_terminal else -1
+    return start, end, (end if end >= 0 else now_ms()) - start
+
+
+def _task_counts(states: list[ExecutionState]) -> dict[str, int]:
+    counts = {name.lower(): 0 for name in FLINK_EXECUTION_STATES}
+    for state in states:
+        counts[state.value.lower()] += 1
+    return counts
+
+
+def _vertex_state(states: list[ExecutionState]) -> str:
+    """Flink's aggregate state of a vertex's subtasks."""
+    for state in (ExecutionState.FAILED, ExecutionState.CANCELING, ExecutionState.CANCELED):
+        if state in states:
+            return state.name
+    if states and all(s is ExecutionState.FINISHED for s in states):
+        return "FINISHED"
+    for state in (
+        ExecutionState.RUNNING,
+        ExecutionState.INITIALIZING,
+        ExecutionState.DEPLOYING,
+        ExecutionState.SCHEDULED,
+    ):
+        if state in states:
+            return state.name
+    return "CREATED"
+
+
+def job_details(job_master: JobMaster) -> dict[str, Any]:
+    """Flink's ``JobDetails``: one entry of ``/jobs/overview`` (what ``flink list`` reads)."""
+    eg = job_master.execution_graph
+    start, end, duration = _start_end(eg)
+    states = [e.state for e in eg.current_executions()]
+    tasks = _task_counts(states)
+    tasks["total"] = len(states)
+    return {
+        "jid": job_master.job_id,
+        "name": job_master.job_graph.job_name,
+        "start-time": start,
+        "end-time": end,
+        "duration": duration,
+        "state": eg.state.value,
+        "last-modification": max(eg.state_timestamps.values()),
+        "tasks": tasks,
+    }
+
+
+def job_detail_info(job: DispatchedJob, io_metrics: dict[int, dict[str, int]]) -> dict[str, Any]:
+    """Flink's ``JobDetailsInfo`` (``/jobs/:jobid``): status, timestamps, vertices, plan.
+
+    ``io_metrics`` holds per vertex (chandy id) Flink's ``IOMetricsInfo`` counters
+    (records in/out, accumulated busy/idle/backpressured time)."""
+    job_master = job.job_master
+    eg = job_master.execution_graph
+    graph = job_master.job_graph
+    start, end, duration = _start_end(eg)
+    vertices = []
+    status_counts = {name: 0 for name in FLINK_EXECUTION_STATES}
+    for vertex in graph.vertices:
+        states = [ev.current_execution.state for ev in eg.vertices[vertex.id]]
+        state = _vertex_state(states)
+        status_counts[state] += 1
+        vertices.append(
+            {
+                "id": vertex_rest_id(vertex),
+                "slotSharingGroupId": "default",
+                "name": vertex.name,
+                "maxParallelism": vertex.max_parallelism,
+                "parallelism": vertex.parallelism,
+                "status": state,
+                "start-time": start,
+                "end-time": end,
+                "duration": duration,
+                "tasks": {name: count for name, count in _task_counts(states).items()},
+                "metrics": _io_metrics(io_metrics.get(vertex.id, {})),
+            }
+        )
+    return {
+        "jid": job_master.job_id,
+        "name": graph.job_name,
+        "isStoppable": False,
+        "state": eg.state.value,
+        "job-type": "STREAMING",
+        "start-time": start,
+        "end-time": end,
+        "duration": duration,
+        "maxParallelism": max(v.max_parallelism for v in graph.vertices),
+        "now": now_ms(),
+        "timestamps": {
+            name: eg.state_timestamps.get(JobStatus(name), 0) if name in JobStatus.__members__ else 0
+            for name in FLINK_JOB_STATUSES
+        },
+        "vertices": vertices,
+        "status-counts": status_counts,
+        "plan": job_plan(job_master),
+        "restarts": job_master.restarts,
+    }
+
+
+_IO_METRICS = (
+    "read-bytes",
+    "read-bytes-complete",
+    "write-bytes",
+    "write-bytes-complete",
+    "read-records",
+    "read-records-complete",
+    "write-records",
+    "write-records-complete",
+    "accumulated-backpressured-time",
+    "accumulated-idle-time",
+    "accumulated-busy-time",
+)
+
+
+def _io_metrics(values: dict[str, int]) -> dict[str, Any]:
+    """Flink's ``IOMetricsInfo``; chandy does not count bytes (always 0, complete)."""
+    data: dict[str, Any] = {name: values.get(name, 0) for name in _IO_METRICS}
+    for name in (
+        "read-bytes-complete",
+        "write-bytes-complete",
+        "read-records-complete",
+        "write-records-complete",
+    ):
+        data[name] = True
+    return data
+
+
+def job_plan(job_master: JobMaster) -> dict[str, Any]:
+    """Flink's ``JobPlanInfo`` plan: the chained vertices and the edges between them."""
+    graph = job_master.job_graph
+    return {
+        "jid": job_master.job_id,
+        "name": graph.job_name,
+        "type": "STREAMING",
+        "nodes": [
+            {
+                "id": vertex_rest_id(vertex),
+                "parallelism": vertex.parallelism,
+                "operator": "",
+                "operator_strategy": "",
+                "description": " -> ".join(op.name for op in vertex.operators) or vertex.name,
+                "inputs": [
+                    {
+                        "num": index,
+                        "id": vertex_rest_id(graph.vertex(edge.source_vertex_id)),
+                        "ship_strategy": edge.partitioner.name,
+                        "exchange": "pipelined_bounded",
+                    }
+                    for index, edge in enumerate(vertex.inputs)
+                ],
+                "optimizer_properties": {},
+            }
+            for vertex in graph.vertices
+        ],
+    }
+
+
+def job_exceptions(job: DispatchedJob) -> dict[str, Any]:
+    """Flink's ``JobExceptionsInfoWithHistory``: every failure (failovers included), newest
+    first, plus Flink 1.x's root-exception fields for older readers."""
+    entries: list[dict[str, Any]] = [
+        {
+            "exceptionName": e.exception_name,
+            "stacktrace": e.stacktrace,
+            "timestamp": e.timestamp,
+            "taskName": None,
+            "endpoint": None,
+            "taskManagerId": None,
+            "failureLabels": {},
+            "concurrentExceptions": [],
+        }
+        for e in job.exceptions()
+    ]
+    root = entries[0] if entries else None
+    return {
+        "root-exception": root["stacktrace"] if root else None,
+        "timestamp": root["timestamp"] if root else None,
+        "all-exceptions": [],
+        "truncated": False,
+        "exceptionHistory": {"entries": entries, "truncated": False},
+    }
+
+
+def _with_rest_vertex_ids(job_master: JobMaster, data: dict[str, Any]) -> dict[str, Any]:
+    """A checkpoint's ``tasks`` keyed by Flink's vertex ids instead of chandy's."""
+    if "tasks" in data:
+        data["tasks"] = {
+            vertex_rest_id(job_master.job_graph.vertex(int(vid))): task for vid, task in data["tasks"].items()
+        }
+    return data
+
+
+def checkpoint_details(job_master: JobMaster, stats: CheckpointStats) -> dict[str, Any]:
+    """Flink's ``CheckpointStatistics`` with per-vertex ``tasks`` (``/checkpoints/details/:id``)."""
+    return _with_rest_vertex_ids(job_master, stats.to_json(with_tasks=True))
+
+
+def checkpoint_config(job_master: JobMaster) -> dict[str, Any]:
+    """Flink's ``CheckpointConfigInfo`` (``/jobs/:jobid/checkpoints/config``)."""
+    coordinator = job_master.coordinator
+    assert coordinator is not None
+    settings = coordinator.config
+    retention = settings.retention
+    storage = job_master.checkpoint_storage
+    return {
+        "mode": "exactly_once" if settings.exactly_once else "at_least_once",
+        "interval": settings.interval_ms if settings.interval_ms is not None else 0x7FFFFFFFFFFFFFFF,
+        "timeout": settings.timeout_ms,
+        "min_pause": settings.min_pause_ms,
+        "max_concurrent": settings.max_concurrent,
+        "externalization": {
+            "enabled": retention is not ExternalizedCheckpointRetention.NO_EXTERNALIZED_CHECKPOINTS,
+            "delete_on_cancellation": retention is not ExternalizedCheckpointRetention.RETAIN_ON_CANCELLATION,
+        },
+        "state_backend": "HashMapStateBackend",
+        "checkpoint_storage": "FileSystemCheckpointStorage"
+        if storage is not None and storage.base_uri
+        else "JobManagerCheckpointStorage",
+        "unaligned_checkpoints": False,
+        "tolerable_failed_checkpoints": settings.tolerable_failures,
+        "aligned_checkpoint_timeout": 0,
+        "checkpoints_after_tasks_finish": True,
+        "state_changelog_enabled": False,
+        "changelog_periodic_materialization_interval": 0,
+        "changelog_storage": "memory",
+        "checkpoint_dir": job_master.config.get(CheckpointingOptions.DIRECTORY),
+        "savepoint_dir": job_master.config.get(CheckpointingOptions.SAVEPOINT_DIRECTORY),
+    }
+
+
+def job_metrics(job_master: JobMaster) -> dict[str, Any]:
+    """The job-scope metrics of Flink's JobManager (checkpoint gauges, restarts, uptime)."""
+    eg = job_master.execution_graph
+    running_since = eg.state_timestamps.get(JobStatus.RUNNING)
+    if eg.state is JobStatus.RUNNING and running_since is not None:
+        uptime = now_ms() - running_since
+    else:
+        uptime = -1 if eg.state.is_globally_terminal else 0
+    values: dict[str, Any] = {"numRestarts": job_master.restarts, "uptime": uptime}
+    coordinator = job_master.coordinator
+    if coordinator is None:
+        return values
+    stats = coordinator.stats
+    latest = stats.latest_completed
+    restored = stats.latest_restored
+    values.update(
+        {
+            "lastCheckpointDuration": latest.end_to_end_duration if latest else -1,
+            "lastCheckpointSize": latest.checkpointed_size if latest else -1,
+            "lastCheckpointFullSize": latest.state_size if latest else -1,
+            "lastCheckpointProcessedData": latest.processed_data if latest else -1,
+            "lastCheckpointPersistedData": 0 if latest else -1,
+            "lastCheckpointExternalPath": (latest.external_path or "n/a") if latest else "n/a",
+            "lastCheckpointRestoreTimestamp": restored["restore_timestamp"] if restored else -1,
+            "lastCompletedCheckpointId": latest.checkpoint_id if latest else -1,
+            "numberOfCompletedCheckpoints": stats.counts["completed"],
+            "numberOfFailedCheckpoints": stats.counts["failed"],
+            "numberOfInProgressCheckpoints": stats.counts["in_progress"],
+            "totalNumberOfCheckpoints": stats.counts["total"],
+        }
+    )
+    return values

@@ -1,0 +1,331 @@
+"""Flink's REST API served by a chandy driver: real server, real HTTP, real jobs.
+
+Field names are asserted against Flink's REST model classes (``JobDetails``,
+``JobDetailsInfo``, ``CheckpointingStatistics``, ``CheckpointConfigInfo``,
+``TaskCheckpointStatisticsWithSubtaskDetails``, ``JobExceptionsInfoWithHistory``,
+``ClusterOverviewWithVersion``), because Flink's CLI deserializes them strictly.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import httpx
+import pytest
+
+from chandy import StreamExecutionEnvironment
+from chandy.core.functions import MapFunction
+from chandy.errors import JobCancelledError
+from chandy.messages.status import JobStatus
+from chandy.runtime.job_client import JobClient
+
+JOB_NAME = "rest api test job"
+
+FLINK_EXECUTION_STATES = {
+    "created",
+    "scheduled",
+    "deploying",
+    "running",
+    "finished",
+    "canceling",
+    "canceled",
+    "failed",
+    "reconciling",
+    "initializing",
+}
+
+
+class Throttle(MapFunction):
+    """Keeps the job running for the test's lifetime (a record every ``delay_s``)."""
+
+    def __init__(self, delay_s: float) -> None:
+        self.delay_s = delay_s
+
+    def map(self, value: Any) -> Any:
+        time.sleep(self.delay_s)
+        return value
+
+
+class FailOnce(MapFunction):
+    """Raises at its 20th record in its first attempt, so the job fails over once."""
+
+    def open(self, runtime_context: Any) -> None:
+        self.attempt = runtime_context.get_attempt_number()
+        self.count = 0
+
+    def map(self, value: Any) -> Any:
+        self.count += 1
+        if self.attempt == 0 and self.count == 20:
+            raise ValueError("induced failure for the exception history")
+        return value
+
+
+def running_job(env: StreamExecutionEnvironment, name: str = JOB_NAME, fail_once: bool = False) -> JobClient:
+    stream = env.from_sequence(0, 10_000_000).map(Throttle(0.002)).name("Throttle")
+    if fail_once:
+        stream = stream.map(FailOnce()).name("FailOnce")
+    stream.key_by(lambda x: x % 4).reduce(lambda a, b: a + b).uid("sum").name("Sum").filter(
+        lambda _: False
+    ).print()
+    return env.execute_async(name)
+
+
+def wait_for(condition: Callable[[], Any], what: str, timeout_s: float = 60.0) -> Any:
+    deadline = time.monotonic() + timeout_s
+    while True:
+        value = condition()
+        if value:
+            return value
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.05)
+
+
+@dataclass
+class RunningJob:
+    env: StreamExecutionEnvironment
+    client: JobClient
+    http: httpx.Client
+
+    @property
+    def job_id(self) -> str:
+        return self.client.get_job_id()
+
+    def get(self, path: str, status: int = 200) -> Any:
+        response = self.http.get(path)
+        assert response.status_code == status, (path, response.status_code, response.text)
+        return response.json()
+
+
+@pytest.fixture(scope="module")
+def job() -> Iterator[RunningJob]:
+    """One running job (checkpointing, a keyed sum, one failover) for the read-only routes."""
+    env = StreamExecutionEnvironment.get_execution_environment({"rest.port": 0}, executor="local")
+    env.set_parallelism(2)
+    env.enable_checkpointing(100)
+    client = running_job(env, fail_once=True)
+    assert env.rest_url is not None
+    with httpx.Client(base_url=env.rest_url, timeout=30) as http:
+        running = RunningJob(env, client, http)
+        wait_for(
+            lambda: (
+                running.get(f"/jobs/{running.job_id}/checkpoints")["counts"]["completed"] >= 2
+                and client.restarts == 1
+            ),
+            "two completed checkpoints after the failover",
+        )
+        yield running
+    client.cancel()
+    with pytest.raises(JobCancelledError):
+        client.get_job_execution_result(timeout=60)
+    env.close()
+
+
+def test_the_server_is_up_with_the_first_job_and_logs_its_url(job: RunningJob) -> None:
+    assert job.env.rest_url is not None and job.env.rest_url.startswith("http://127.0.0.1:")
+    config = job.get("/config")
+    assert {"refresh-interval", "timezone-name", "timezone-offset", "flink-version", "features"} <= set(
+        config
+    )
+
+
+def test_overview_counts_the_running_job(job: RunningJob) -> None:
+    overview = job.get("/overview")
+    assert {
+        "taskmanagers",
+        "slots-total",
+        "slots-available",
+        "jobs-running",
+        "jobs-finished",
+        "jobs-cancelled",
+        "jobs-failed",
+        "flink-version",
+        "flink-commit",
+    } <= set(overview)
+    assert overview["jobs-running"] == 1
+
+
+@pytest.mark.parametrize("prefix", ["", "/v1"])
+def test_jobs_and_jobs_overview_with_and_without_v1(job: RunningJob, prefix: str) -> None:
+    assert job.get(f"{prefix}/jobs") == {"jobs": [{"id": job.job_id, "status": "RUNNING"}]}
+    (details,) = job.get(f"{prefix}/jobs/overview")["jobs"]
+    assert set(details) == {
+        "jid",
+        "name",
+        "start-time",
+        "end-time",
+        "duration",
+        "state",
+        "last-modification",
+        "tasks",
+    }
+    assert details["jid"] == job.job_id and details["name"] == JOB_NAME and details["state"] == "RUNNING"
+    assert details["end-time"] == -1 and details["duration"] > 0
+    assert set(details["tasks"]) == FLINK_EXECUTION_STATES | {"total"}
+    assert details["tasks"]["total"] == details["tasks"]["running"] == 4  # 2 vertices x parallelism 2
+
+
+def test_job_details_has_vertices_with_stable_32_hex_ids_and_the_plan(job: RunningJob) -> None:
+    info = job.get(f"/jobs/{job.job_id}")
+    assert {
+        "jid",
+        "name",
+        "isStoppable",
+        "state",
+        "job-type",
+        "start-time",
+        "end-time",
+        "duration",
+        "maxParallelism",
+        "now",
+        "timestamps",
+        "vertices",
+        "status-counts",
+        "plan",
+    } <= set(info)
+    assert info["state"] == "RUNNING" and info["timestamps"]["RESTARTING"] > 0
+    names = [v["name"] for v in info["vertices"]]
+    assert names == ["Sequence Source -> Throttle -> FailOnce", "Sum -> Filter -> Print to Std. Out"], names
+    for vertex in info["vertices"]:
+        assert len(vertex["id"]) == 32 and int(vertex["id"], 16) >= 0
+        assert {"id", "name", "parallelism", "maxParallelism", "status", "tasks", "metrics"} <= set(vertex)
+        assert vertex["status"] == "RUNNING" and vertex["parallelism"] == 2
+        assert {"read-records", "write-records", "accumulated-backpressured-time"} <= set(vertex["metrics"])
+    source, keyed = info["vertices"]
+    nodes = {n["id"]: n for n in info["plan"]["nodes"]}
+    assert nodes[keyed["id"]]["inputs"] == [
+        {"num": 0, "id": source["id"], "ship_strategy": "HASH", "exchange": "pipelined_bounded"}
+    ]
+
+
+def test_unknown_job_is_404_with_flink_errors(job: RunningJob) -> None:
+    body = job.get("/jobs/00000000000000000000000000000000", status=404)
+    assert body["errors"] and "not found" in body["errors"][0]
+    assert "errors" in job.get("/jobs/00000000000000000000000000000000/checkpoints", status=404)
+    assert "errors" in job.get("/no/such/route", status=404)
+
+
+def test_exceptions_list_the_failover(job: RunningJob) -> None:
+    body = job.get(f"/jobs/{job.job_id}/exceptions")
+    (entry,) = body["exceptionHistory"]["entries"]
+    assert entry["exceptionName"] == "ValueError"
+    assert "induced failure for the exception history" in entry["stacktrace"]
+    assert entry["timestamp"] > 0 and body["exceptionHistory"]["truncated"] is False
+
+
+def test_checkpoint_statistics_config_and_details(job: RunningJob) -> None:
+    stats = job.get(f"/jobs/{job.job_id}/checkpoints")
+    assert set(stats) == {"counts", "summary", "latest", "history"}
+    completed = stats["latest"]["completed"]
+    assert completed["status"] == "COMPLETED" and completed["is_savepoint"] is False
+    config = job.get(f"/jobs/{job.job_id}/checkpoints/config")
+    assert {
+        "mode",
+        "interval",
+        "timeout",
+        "min_pause",
+        "max_concurrent",
+        "externalization",
+        "state_backend",
+        "checkpoint_storage",
+        "unaligned_checkpoints",
+        "tolerable_failed_checkpoints",
+        "aligned_checkpoint_timeout",
+        "checkpoints_after_tasks_finish",
+    } <= set(config)
+    assert config["mode"] == "exactly_once" and config["interval"] == 100
+    details = job.get(f"/jobs/{job.job_id}/checkpoints/details/{completed['id']}")
+    vertex_ids = [v["id"] for v in job.get(f"/jobs/{job.job_id}")["vertices"]]
+    assert sorted(details["tasks"]) == sorted(vertex_ids)
+    task = job.get(f"/jobs/{job.job_id}/checkpoints/details/{completed['id']}/subtasks/{vertex_ids[1]}")
+    assert task["num_acknowledged_subtasks"] == 2 and len(task["subtasks"]) == 2
+    for subtask in task["subtasks"]:
+        assert subtask["status"] == "completed"
+        assert {"sync", "async"} == set(subtask["checkpoint"])
+        assert {"buffered", "processed", "persisted", "duration"} == set(subtask["alignment"])
+    job.get(f"/jobs/{job.job_id}/checkpoints/details/999999", status=404)
+    job.get(f"/jobs/{job.job_id}/checkpoints/details/{completed['id']}/subtasks/{'0' * 32}", status=404)
+
+
+def test_job_metrics_list_and_get(job: RunningJob) -> None:
+    ids = {m["id"] for m in job.get(f"/jobs/{job.job_id}/metrics")}
+    assert {
+        "lastCheckpointDuration",
+        "lastCheckpointSize",
+        "numberOfCompletedCheckpoints",
+        "numberOfFailedCheckpoints",
+        "numberOfInProgressCheckpoints",
+        "totalNumberOfCheckpoints",
+        "numRestarts",
+        "uptime",
+    } <= ids
+    values = job.get(f"/jobs/{job.job_id}/metrics?get=numRestarts,numberOfCompletedCheckpoints,nope")
+    assert [v["id"] for v in values] == ["numRestarts", "numberOfCompletedCheckpoints"]
+    assert values[0]["value"] == "1" and int(values[1]["value"]) >= 2
+
+
+def test_dashboard_is_served_at_the_root(job: RunningJob) -> None:
+    response = job.http.get("/")
+    assert response.status_code == 200 and "<html" in response.text.lower()
+
+
+def test_cancel_through_patch_then_the_finished_job_stays_listed(job: RunningJob) -> None:
+    env = StreamExecutionEnvironment.get_execution_environment({"rest.port": 0}, executor="local")
+    env.set_parallelism(2)
+    client = running_job(env, name="to cancel")
+    assert env.rest_url is not None and env.rest_url != job.env.rest_url  # one server per environment
+    with httpx.Client(base_url=env.rest_url, timeout=30) as http:
+        wait_for(lambda: client.get_job_status() is JobStatus.RUNNING, "the job running")
+        # vertex ids are stable: the keyed vertex's comes from its uid, the same in both jobs
+        keyed_ids = {
+            v["id"] for v in job.get(f"/jobs/{job.job_id}")["vertices"] if v["name"].startswith("Sum")
+        }
+        assert keyed_ids == {
+            v["id"]
+            for v in http.get(f"/jobs/{client.get_job_id()}").json()["vertices"]
+            if v["name"].startswith("Sum")
+        }
+        response = http.patch(f"/v1/jobs/{client.get_job_id()}", params={"mode": "cancel"})
+        assert response.status_code == 202 and response.json() == {}
+        with pytest.raises(JobCancelledError):
+            client.get_job_execution_result(timeout=60)
+        (details,) = http.get("/jobs/overview").json()["jobs"]
+        assert details["state"] == "CANCELED" and details["end-time"] >= details["start-time"]
+        assert http.patch(f"/jobs/{client.get_job_id()}").status_code == 202  # again: still CANCELED
+        overview = http.get("/overview").json()
+        assert overview["jobs-cancelled"] == 1 and overview["jobs-running"] == 0
+    url = env.rest_url
+    env.close()
+    assert env.rest_url is None
+    with pytest.raises(httpx.ConnectError):
+        httpx.get(f"{url}/jobs")
+
+
+def test_cancelling_a_finished_job_is_a_conflict() -> None:
+    env = StreamExecutionEnvironment.get_execution_environment({"rest.port": 0}, executor="local")
+    env.from_collection([1, 2, 3]).print()
+    client = env.execute_async("short")
+    client.get_job_execution_result(timeout=60)
+    assert env.rest_url is not None
+    response = httpx.patch(f"{env.rest_url}/jobs/{client.get_job_id()}?mode=cancel")
+    assert response.status_code == 409 and "FINISHED" in response.json()["errors"][0]
+    env.close()
+
+
+def test_execute_serves_while_the_job_runs_and_stops_the_server_after(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    env = StreamExecutionEnvironment.get_execution_environment({"rest.port": 0}, executor="local")
+    env.from_collection([1, 2, 3]).print()
+    env.execute("short")
+    (started,) = [
+        r.getMessage() for r in caplog.records if r.getMessage().startswith("Dashboard and REST API at")
+    ]
+    url = started.split()[5].rstrip("/")
+    assert url.startswith("http://127.0.0.1:")
+    assert any(r.getMessage() == f"The REST server at {url} stopped." for r in caplog.records)
+    assert env.rest_url is None
+    with pytest.raises(httpx.ConnectError):
+        httpx.get(f"{url}/jobs")
