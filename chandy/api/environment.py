@@ -5,6 +5,7 @@ from __future__ import annotations
 import difflib
 import json
 import logging
+import os
 from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
@@ -43,6 +44,36 @@ log = logging.getLogger(__name__)
 
 _EXECUTORS = ("spark", "local")
 
+#: The environment variable through which ``chandy run`` hands its settings to the job: a JSON
+#: object of configuration keys, e.g. ``{"parallelism.default": 4}``.
+CONFIG_ENV_VAR = "CHANDY_CONFIG"
+
+
+def configuration_from_environment() -> Configuration:
+    """The configuration ``chandy run`` passed in ``CHANDY_CONFIG`` (empty when it is unset).
+
+    Read by every new environment as its base configuration, so a program that is run by
+    ``chandy run -p 4 -s <savepoint>`` gets those settings without knowing about them, and
+    what the program sets itself (``set_parallelism``, ``configure``) still wins.
+    """
+    raw = os.environ.get(CONFIG_ENV_VAR)
+    if raw is None or not raw.strip():
+        return Configuration()
+    try:
+        values = json.loads(raw)
+    except json.JSONDecodeError as exc:
+        raise ConfigurationError(
+            f"the environment variable {CONFIG_ENV_VAR} is not valid JSON ({exc}): it must hold a JSON "
+            'object of configuration keys, e.g. {"parallelism.default": 4}; unset it, or pass the '
+            "settings through `chandy run -D key=value`"
+        ) from None
+    if not isinstance(values, dict):
+        raise ConfigurationError(
+            f"the environment variable {CONFIG_ENV_VAR} must hold a JSON object of configuration keys, "
+            f'e.g. {{"parallelism.default": 4}}, got a JSON {type(values).__name__}'
+        )
+    return Configuration(values)
+
 
 class StreamExecutionEnvironment:
     """The context in which a streaming job is defined and executed.
@@ -53,7 +84,8 @@ class StreamExecutionEnvironment:
     """
 
     def __init__(self, configuration: Configuration | Mapping[str, Any] | None = None) -> None:
-        self._config = Configuration()
+        # What `chandy run` passed (-p, -s, -D ...) is the base; the program's own settings win.
+        self._config = configuration_from_environment()
         if configuration is not None:
             self.configure(configuration)
         self._stream_graph = StreamGraph()

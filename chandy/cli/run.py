@@ -1,0 +1,188 @@
+"""``chandy run``: start a job file with settings from the command line, as ``flink run`` does.
+
+The job file is an ordinary program that builds its pipeline on a
+``StreamExecutionEnvironment``; ``chandy run`` runs it as ``python job.py`` (or through
+``spark-submit`` with ``--master``) and hands it the settings in the environment variable
+``CHANDY_CONFIG`` (a JSON object of configuration keys), which every new environment reads
+as its base configuration. So the program needs no code to accept ``-p`` or ``-s``, and
+what it sets itself still wins, as in Flink.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import uuid
+from pathlib import Path
+from typing import Any
+
+import click
+
+from chandy.api.environment import CONFIG_ENV_VAR
+from chandy.cli.errors import CliError
+from chandy.config.options import CoreOptions, PipelineOptions, StateRecoveryOptions
+
+_JOB_ID_KEY = PipelineOptions.FIXED_JOB_ID.key
+
+
+def job_config(
+    parallelism: int | None,
+    restore_path: str | None,
+    allow_non_restored_state: bool,
+    claim_mode: str | None,
+    dynamic: tuple[str, ...],
+) -> dict[str, Any]:
+    """The configuration keys the options stand for (what goes into ``CHANDY_CONFIG``)."""
+    config: dict[str, Any] = {}
+    for pair in dynamic:
+        key, sep, value = pair.partition("=")
+        if not sep or not key.strip():
+            raise CliError(f"-D takes key=value (e.g. -D parallelism.default=4), got '{pair}'")
+        config[key.strip()] = value
+    if parallelism is not None:
+        config[CoreOptions.DEFAULT_PARALLELISM.key] = parallelism
+    if restore_path is not None:
+        config[StateRecoveryOptions.PATH.key] = restore_path
+    if allow_non_restored_state:
+        config[StateRecoveryOptions.IGNORE_UNCLAIMED_STATE.key] = True
+    if claim_mode is not None:
+        config[StateRecoveryOptions.CLAIM_MODE.key] = claim_mode.upper()
+    return config
+
+
+def _command(job_file: Path, args: tuple[str, ...], master: str | None) -> list[str]:
+    if master is None:
+        return [sys.executable, str(job_file), *args]
+    submit = shutil.which("spark-submit")
+    if submit is None:
+        raise CliError(
+            "--master needs spark-submit, which is not on PATH: install Spark (pip install pyspark "
+            "puts it in the environment's bin directory), or run without --master"
+        )
+    return [submit, "--master", master, str(job_file), *args]
+
+
+def _exit_code(returncode: int) -> int:
+    """The process's exit status as a shell reports it (128 + N for death by signal N)."""
+    return 128 - returncode if returncode < 0 else returncode
+
+
+@click.command(
+    "run",
+    context_settings={"ignore_unknown_options": True, "allow_interspersed_args": True},
+)
+@click.argument("job_file", metavar="JOB_FILE", type=click.Path(exists=True, dir_okay=False, path_type=Path))
+@click.argument("args", nargs=-1, type=click.UNPROCESSED)
+@click.option(
+    "-p", "--parallelism", type=click.IntRange(min=1), help="Default parallelism (parallelism.default)."
+)
+@click.option(
+    "-s",
+    "--from-savepoint",
+    "--fromSavepoint",
+    "restore_path",
+    metavar="PATH",
+    help="Start from this savepoint or retained checkpoint (execution.state-recovery.path).",
+)
+@click.option(
+    "-n",
+    "--allow-non-restored-state",
+    "--allowNonRestoredState",
+    is_flag=True,
+    help="Skip state of operators the job no longer has (execution.state-recovery.ignore-unclaimed-state).",
+)
+@click.option(
+    "--claim-mode",
+    type=click.Choice(["claim", "no_claim"], case_sensitive=False),
+    help="Who owns the restored files: no_claim (default; chandy never deletes them) or claim.",
+)
+@click.option("-D", "dynamic", multiple=True, metavar="KEY=VALUE", help="Any configuration key (repeatable).")
+@click.option(
+    "-d",
+    "--detached",
+    is_flag=True,
+    help="Start the job in the background, print its job id and return.",
+)
+@click.option(
+    "--log-file",
+    type=click.Path(dir_okay=False, path_type=Path),
+    help="With --detached: where the job's output goes (default: <tmp>/chandy/job-<id>.log).",
+)
+@click.option("--master", metavar="URL", help="Submit through spark-submit to this Spark master.")
+def run(
+    job_file: Path,
+    args: tuple[str, ...],
+    parallelism: int | None,
+    restore_path: str | None,
+    allow_non_restored_state: bool,
+    claim_mode: str | None,
+    dynamic: tuple[str, ...],
+    detached: bool,
+    log_file: Path | None,
+    master: str | None,
+) -> None:
+    """Run JOB_FILE (a Python program that builds and executes a pipeline) with ARGS.
+
+    Without --master it runs as `python JOB_FILE ARGS`; with --master through
+    `spark-submit --master URL JOB_FILE ARGS`. Options may come before or after JOB_FILE;
+    arguments after `--` go to the job untouched. The exit code is the job's.
+    """
+    config = job_config(parallelism, restore_path, allow_non_restored_state, claim_mode, dynamic)
+    if log_file is not None and not detached:
+        raise CliError("--log-file is for --detached runs (an attached run's output is this terminal's)")
+    if detached:
+        job_id = str(config.setdefault(_JOB_ID_KEY, uuid.uuid4().hex))
+        _run_detached(_command(job_file, args, master), config, job_id, log_file)
+        return
+    job_id_value = config.get(_JOB_ID_KEY)
+    if job_id_value is not None:
+        click.echo(f"Job has been submitted with JobID {job_id_value}")
+    sys.exit(_run_attached(_command(job_file, args, master), config))
+
+
+def _environment(config: dict[str, Any]) -> dict[str, str]:
+    env = dict(os.environ)
+    if config:
+        env[CONFIG_ENV_VAR] = json.dumps(config)
+    else:
+        env.pop(CONFIG_ENV_VAR, None)  # an outer chandy run's settings are not this job's
+    return env
+
+
+def _run_attached(command: list[str], config: dict[str, Any]) -> int:
+    """Run the job in the foreground; Ctrl-C reaches it too (same process group), so wait for
+    it to cancel its job and end, and report its exit code."""
+    process = subprocess.Popen(command, env=_environment(config))
+    while True:
+        try:
+            return _exit_code(process.wait())
+        except KeyboardInterrupt:
+            continue  # the job got the same SIGINT and is shutting down: wait for it
+
+
+def _run_detached(command: list[str], config: dict[str, Any], job_id: str, log_file: Path | None) -> None:
+    """Start the job in its own session (it outlives this command and the terminal), its
+    output to a log file, and return at once."""
+    log_path = log_file or Path(tempfile.gettempdir()) / "chandy" / f"job-{job_id}.log"
+    try:
+        log_path.parent.mkdir(parents=True, exist_ok=True)
+        log = open(log_path, "ab")
+    except OSError as exc:
+        raise CliError(
+            f"cannot write the job's log file {log_path}: {exc.strerror}; pass --log-file"
+        ) from None
+    with log:
+        process = subprocess.Popen(
+            command,
+            env=_environment(config),
+            stdin=subprocess.DEVNULL,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+    click.echo(f"Job has been submitted with JobID {job_id}")
+    click.echo(f"Its output goes to {log_path} (process {process.pid}).")
