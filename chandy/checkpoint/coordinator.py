@@ -30,6 +30,16 @@ The path, in Flink's words (``docs/design.md`` walks it step by step):
 6. Declines, timeouts and failures abort the pending checkpoint and are counted
    by the :class:`CheckpointFailureManager`, which fails the job over past the
    tolerable number.
+
+Savepoints (``trigger_savepoint``) take the same path with Flink 1.15's rules: forced
+past the pre-checks; written into a directory of their own (``<dir>/savepoint-...``,
+created at the trigger, every state file inside it); never subsumed, never deleted
+(a failed one's partial directory is, it is not a savepoint). An intermediate
+savepoint neither joins the completed store (failover never goes back to it: the user
+may move or delete it) nor is confirmed to the tasks (sinks commit nothing for it);
+its failures are not counted against the tolerable number. The synchronous savepoint
+of a stop-with-savepoint stops the periodic scheduler first, and once complete it is
+stored and confirmed like a checkpoint: the tasks commit its transactions and finish.
 """
 
 from __future__ import annotations
@@ -54,7 +64,7 @@ from chandy.checkpoint.pending_checkpoint import (
 from chandy.checkpoint.properties import CheckpointProperties
 from chandy.checkpoint.shared_state import SharedStateRegistry
 from chandy.checkpoint.stats import CheckpointStatsTracker
-from chandy.config.options import ExternalizedCheckpointRetention
+from chandy.config.options import ExternalizedCheckpointRetention, SavepointFormatType
 from chandy.messages.checkpoint import (
     AcknowledgeCheckpoint,
     CheckpointException,
@@ -103,7 +113,10 @@ class CheckpointTriggerRequest:
     props: CheckpointProperties
     is_periodic: bool
     future: Future[CompletedCheckpoint]
+    #: A savepoint's target directory (its own ``savepoint-...`` directory goes inside).
     target_location: str | None = None
+    #: Stop-with-savepoint with drain: sources emit MAX_WATERMARK before the barrier.
+    drain: bool = False
 
     def fail(self, exception: CheckpointException) -> None:
         if not self.future.done():
@@ -177,6 +190,11 @@ class CheckpointCoordinator:
         #: The first checkpoint id this coordinator triggered: directories from here on are
         #: its own to tidy at the end (lower ones may hold the checkpoint it restored).
         self._first_own_checkpoint_id: int | None = None
+        #: What each pending checkpoint's barrier carries (type, savepoint directory, drain).
+        self._options: dict[int, CheckpointOptions] = {}
+        #: Directories of savepoints that failed: deleted when they failed, and again at
+        #: shutdown in case a task that was still writing brought a file back.
+        self._failed_savepoint_locations: list[tuple[int, str]] = []
         self.shutdown_called = False
 
     # ------------------------------------------------------------------ scheduler
@@ -235,20 +253,62 @@ class CheckpointCoordinator:
     def job_status_listener(
         self, job_id: str, status: JobStatus, timestamp: int, error: BaseException | None
     ) -> None:
-        """Flink's ``CheckpointCoordinatorDeActivator``: on while RUNNING, off otherwise."""
+        """Flink's ``CheckpointCoordinatorDeActivator``: on while RUNNING, off otherwise.
+
+        Without an interval there is nothing to schedule: the coordinator then only takes
+        savepoints (and the checkpoints a client asks for)."""
         self._main_thread.assert_main_thread()
         if status is JobStatus.RUNNING:
-            self.start_checkpoint_scheduler()
+            if self.is_periodic_checkpointing_configured:
+                self.start_checkpoint_scheduler()
         else:
             self.stop_checkpoint_scheduler()
 
     # ------------------------------------------------------------------ triggering
+
+    def trigger_savepoint(
+        self,
+        target_directory: str,
+        format_type: SavepointFormatType = SavepointFormatType.CANONICAL,
+        *,
+        synchronous: bool = False,
+        drain: bool = False,
+    ) -> Future[CompletedCheckpoint]:
+        """Take a savepoint into a new directory under ``target_directory``; the future
+        completes with it (its ``external_pointer`` is the directory) or fails with a
+        :class:`CheckpointException` naming why.
+
+        ``synchronous`` makes it the savepoint of a stop-with-savepoint (Flink's
+        ``SYNC_SAVEPOINT``): the periodic scheduler stops first (and waiting periodic
+        requests are dropped) so that no checkpoint follows the stop; the tasks finish once
+        it completes. If it fails, whoever stops the job restarts the scheduler (the
+        JobMaster: it fails the job over, which restarts it, or starts it again itself).
+        ``drain`` (synchronous only): sources emit MAX_WATERMARK before the barrier.
+        """
+        self._main_thread.assert_main_thread()
+        if drain and not synchronous:
+            raise ValueError("drain applies only to a synchronous savepoint (stop-with-savepoint)")
+        if synchronous:
+            self.stop_checkpoint_scheduler()
+            for request in [r for r in self._queue if r.is_periodic]:
+                self._queue.remove(request)
+                request.fail(CheckpointException(CheckpointFailureReason.PERIODIC_SCHEDULER_SHUTDOWN))
+        props = CheckpointProperties.for_savepoint(synchronous, SavepointFormatType(format_type.value))
+        return self.trigger_checkpoint(props=props, target_location=target_directory, drain=drain)
+
+    def restart_checkpoint_scheduler_if_configured(self) -> None:
+        """After a stop-with-savepoint failed without a failover: periodic checkpoints again."""
+        self._main_thread.assert_main_thread()
+        if self.is_periodic_checkpointing_configured and not self.shutdown_called:
+            self.start_checkpoint_scheduler()
 
     def trigger_checkpoint(
         self,
         is_periodic: bool = False,
         props: CheckpointProperties | None = None,
         target_location: str | None = None,
+        *,
+        drain: bool = False,
     ) -> Future[CompletedCheckpoint]:
         """Request a checkpoint; the future completes with it once the store holds it, or
         fails with a :class:`CheckpointException` naming why.
@@ -259,7 +319,7 @@ class CheckpointCoordinator:
         """
         self._main_thread.assert_main_thread()
         request = CheckpointTriggerRequest(
-            props or self.checkpoint_props, is_periodic, Future(), target_location
+            props or self.checkpoint_props, is_periodic, Future(), target_location, drain
         )
         if self.shutdown_called:
             request.fail(CheckpointException(CheckpointFailureReason.CHECKPOINT_COORDINATOR_SHUTDOWN))
@@ -350,6 +410,26 @@ class CheckpointCoordinator:
             failure.__cause__ = exc
             request.fail(failure)
             return
+        location = None
+        if request.props.is_savepoint and request.target_location is not None:
+            try:
+                location = self.storage.init_savepoint_location(request.target_location)
+            except Exception as exc:  # noqa: BLE001 - fails this savepoint, before any task knows of it
+                log.warning(
+                    "Could not create a savepoint directory under %s for job %s: %r",
+                    request.target_location,
+                    self.job_id,
+                    exc,
+                )
+                failure = CheckpointException(
+                    CheckpointFailureReason.IO_EXCEPTION,
+                    f"cannot create the savepoint directory under '{request.target_location}' "
+                    f"({type(exc).__name__}: {exc}); choose a directory this job can write, "
+                    "reachable from every executor",
+                )
+                failure.__cause__ = exc
+                request.fail(failure)
+                return
         timestamp = self.clock.now_ms()
         try:
             checkpoint_id = self.id_counter.get_and_increment()
@@ -368,6 +448,14 @@ class CheckpointCoordinator:
             self.storage,
             self._discard_state,
             self._io,
+            target_location=location,
+        )
+        self._options[checkpoint_id] = CheckpointOptions(
+            request.props.checkpoint_type,
+            location,
+            self.config.exactly_once,
+            drain=request.drain,
+            format_type=(request.props.savepoint_format or SavepointFormatType.CANONICAL).value,
         )
         self.pending_checkpoints[checkpoint_id] = pending
         self._chain_request(request, pending)
@@ -452,7 +540,7 @@ class CheckpointCoordinator:
     def _trigger_tasks(self, pending: PendingCheckpoint) -> None:
         if pending.disposed:
             return
-        options = CheckpointOptions(pending.props.checkpoint_type, None, self.config.exactly_once)
+        options = self._options[pending.checkpoint_id]
         for attempt_id in pending.plan.tasks_to_trigger:
             try:
                 delivered = self._gateway.trigger_checkpoint(
@@ -603,33 +691,42 @@ class CheckpointCoordinator:
             )
             return
         self.pending_checkpoints.pop(checkpoint_id, None)
-        try:
-            subsumed = self.completed_store.add_checkpoint(completed)
-        except Exception as exc:  # noqa: BLE001 - the checkpoint fails, the job does not
-            self._fail_storing(pending, completed, exc)
-            return
-        for old in subsumed:
-            self.shared_state_registry.unregister_checkpoint(old.checkpoint_id)
-        self.latest_completed_checkpoint_id = max(self.latest_completed_checkpoint_id, checkpoint_id)
+        self._options.pop(checkpoint_id, None)
+        used_for_recovery = pending.props.is_used_for_recovery
+        if used_for_recovery:
+            try:
+                subsumed = self.completed_store.add_checkpoint(completed)
+            except Exception as exc:  # noqa: BLE001 - the checkpoint fails, the job does not
+                self._fail_storing(pending, completed, exc)
+                return
+            for old in subsumed:
+                self.shared_state_registry.unregister_checkpoint(old.checkpoint_id)
+            self.latest_completed_checkpoint_id = max(self.latest_completed_checkpoint_id, checkpoint_id)
+        else:
+            # An intermediate savepoint references no shared state a checkpoint could drop.
+            self.shared_state_registry.unregister_checkpoint(checkpoint_id)
         # Record the completion before dropping subsumed checkpoints: dropping runs queued
         # requests, and the min pause must count from this completion.
         self._last_completion_ms = self.clock.now_ms()
         self.failure_manager.handle_checkpoint_success(checkpoint_id)
         pending.mark_stored(completed)
-        self._drop_subsumed_checkpoints(checkpoint_id)
-        self._notify_tasks(  # first: sinks commit on this
-            self._gateway.notify_checkpoint_complete, pending, completed.timestamp, "complete"
-        )
+        if used_for_recovery:
+            self._drop_subsumed_checkpoints(checkpoint_id)
+            self._notify_tasks(  # first: sinks commit on this
+                self._gateway.notify_checkpoint_complete, pending, completed.timestamp, "complete"
+            )
         stats = self.stats.report_completed(
             checkpoint_id, completed.completion_timestamp, completed.external_pointer
         )
         size = stats.state_size if stats is not None else completed.state_size
         log.info(
-            "Completed checkpoint %d for job %s (%d bytes in %d ms).",
+            "Completed %s %d for job %s (%d bytes in %d ms)%s.",
+            "checkpoint" if not pending.props.is_savepoint else pending.props.checkpoint_type.value.lower(),
             checkpoint_id,
             self.job_id,
             size,
             completed.duration_ms,
+            f" at {completed.external_pointer}" if pending.props.is_savepoint else "",
         )
         self._execute_queued_requests()
 
@@ -652,9 +749,17 @@ class CheckpointCoordinator:
         exception = CheckpointException(CheckpointFailureReason.FINALIZE_CHECKPOINT_FAILURE, error)
         exception.__cause__ = error
         self.shared_state_registry.unregister_checkpoint(checkpoint_id)
-        self._io(completed.discard)
+        location = pending.target_location
+        if location is None:
+            self._io(completed.discard)
+        else:  # a stop-with-savepoint's savepoint: its own directory, not chk-N
+            self._failed_savepoint_locations.append((checkpoint_id, location))
+            self._io(lambda: self.storage.discard_checkpoint(checkpoint_id, location))
         pending.fail_storing(exception)
-        self._report_failure(checkpoint_id, exception)
+        if pending.props.is_savepoint:
+            self.stats.report_failed(checkpoint_id, self.clock.now_ms(), str(exception))
+        else:
+            self._report_failure(checkpoint_id, exception)
         self._notify_tasks(
             self._gateway.notify_checkpoint_aborted, pending, pending.checkpoint_timestamp, "aborted"
         )
@@ -716,6 +821,12 @@ class CheckpointCoordinator:
         was_triggering = pending.triggering
         pending.abort(exception.reason, exception.cause)
         self.pending_checkpoints.pop(pending.checkpoint_id, None)
+        self._options.pop(pending.checkpoint_id, None)
+        if pending.target_location is not None:
+            self._failed_savepoint_locations.append((pending.checkpoint_id, pending.target_location))
+        if pending.props.is_savepoint:
+            # Flink: a savepoint's failure is the requester's to handle, never the job's.
+            notify_failure_manager = False
         if notify_failure_manager:
             self._report_failure(pending.checkpoint_id, exception)
         else:
@@ -748,7 +859,7 @@ class CheckpointCoordinator:
             self._abort_pending(pending, CheckpointException(reason), notify_failure_manager=False)
 
     def _discard_state(self, state: TaskStateSnapshot | None) -> None:
-        if state is not None and self.storage.is_persistent:
+        if state is not None:  # files exist with persistent storage, and for savepoints
             handles = state.file_handles()
             if handles:
                 self._io(lambda: self.storage.discard_handles(handles))
@@ -764,7 +875,7 @@ class CheckpointCoordinator:
         self.restore_from(
             latest.checkpoint_id,
             latest.master_states,
-            is_savepoint=False,
+            is_savepoint=latest.props.is_savepoint,
             external_pointer=latest.external_pointer,
         )
         return latest
@@ -776,10 +887,22 @@ class CheckpointCoordinator:
         *,
         is_savepoint: bool,
         external_pointer: str | None,
+        restored: Sequence[CompletedCheckpoint] = (),
+        next_checkpoint_id: int | None = None,
     ) -> None:
-        """Continue after ``checkpoint_id``: ids, master hooks, statistics."""
+        """Continue after ``checkpoint_id``: ids, master hooks, statistics.
+
+        At the job's start, ``restored`` (oldest first, the restored checkpoint last) join
+        the completed store, as Flink's ``restoreSavepoint`` adds the savepoint to it: a
+        failover before the first new checkpoint restores it again, and the store subsumes
+        it (deleting it only if its properties say the job owns it: CLAIM, or a driver
+        restart's own checkpoints). ``next_checkpoint_id`` continues the ids after every
+        ``chk-N`` on disk when that is above ``checkpoint_id``.
+        """
         self._main_thread.assert_main_thread()
-        self.id_counter.set_count(checkpoint_id + 1)
+        self.id_counter.set_count(max(checkpoint_id + 1, next_checkpoint_id or 0))
+        for checkpoint in restored:
+            self.completed_store.add_checkpoint(checkpoint)
         by_name = {m.name: m.data for m in master_states}
         for identifier, hook in self.master_hooks.items():
             hook.restore_checkpoint(checkpoint_id, by_name.get(identifier))
@@ -802,6 +925,9 @@ class CheckpointCoordinator:
         kept = self.completed_store.get_all_checkpoints()  # a copy: shutdown clears the store
         self.completed_store.shutdown(job_status)
         self._discard_orphaned_checkpoint_dirs({c.checkpoint_id for c in kept if not c.discarded})
+        for checkpoint_id, location in self._failed_savepoint_locations:
+            self.storage.discard_checkpoint(checkpoint_id, location)
+        self._failed_savepoint_locations.clear()
         self.storage.discard_job_dir_if_empty()
 
     def _discard_orphaned_checkpoint_dirs(self, retained: set[int]) -> None:

@@ -100,6 +100,8 @@ def _subtask_to_json(state: OperatorSubtaskState, base: str | None) -> dict[str,
             {
                 "key_group_range": [h.key_group_range.start, h.key_group_range.end],
                 "ranges": [list(r) for r in h.ranges],
+    #: A savepoint's format ("CANONICAL" / "NATIVE"); ``None`` for checkpoints and older files.
+    savepoint_format: str | None = None
                 "delegate": _handle_to_json(h.delegate, base),
             }
             for h in state.managed_keyed_state
@@ -180,6 +182,8 @@ def _subtask_from_json(data: dict[str, Any], base: str | None) -> OperatorSubtas
                 )
                 for name, meta in h["states"].items()
             },
+    if metadata.savepoint_format is not None:
+        body["savepoint_format"] = metadata.savepoint_format
             _handle_from_json(h["delegate"], base),
         )
         for h in data["operator"]
@@ -233,3 +237,4 @@ def deserialize(data: bytes, source: str, base_dir: str | None = None) -> Checkp
         raise InvalidCheckpointError(
             f"{source} has a valid checksum but an unreadable body ({type(exc).__name__}: {exc})"
         ) from None
+            savepoint_format=_optional_str(body, "savepoint_format"),

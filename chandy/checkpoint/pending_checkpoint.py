@@ -77,8 +77,12 @@ class PendingCheckpoint:
         self.job_id = job_id
         self.checkpoint_id = checkpoint_id
         self.checkpoint_timestamp = checkpoint_timestamp
+        *,
+        target_location: str | None = None,
         self.props = props
         self.plan = plan
+        #: A savepoint's own directory (every file of it goes there); ``None``: ``chk-N``.
+        self.target_location = target_location
         self.storage = storage
         self._discard_state = discard
         self._io: Callable[[Callable[[], object]], object] = io_executor or (lambda action: action())
@@ -178,7 +182,10 @@ class PendingCheckpoint:
             raise IllegalCheckpointStateError(f"checkpoint {self.checkpoint_id} is discarded")
         if not self.is_fully_acknowledged:
             raise IllegalCheckpointStateError(f"checkpoint {self.checkpoint_id} is not fully acknowledged")
-        base = self.storage.checkpoint_dir(self.checkpoint_id) if self.storage.is_persistent else None
+        base = self.target_location
+        if base is None and self.storage.is_persistent:
+            base = self.storage.checkpoint_dir(self.checkpoint_id)
+        savepoint_format = self.props.savepoint_format
         metadata = CheckpointMetadata(
             self.checkpoint_id,
             self.job_id,
@@ -187,7 +194,11 @@ class PendingCheckpoint:
             list(self.operator_states.values()),
             list(self.master_states),
         )
-        pointer = self.storage.write_metadata(self.checkpoint_id, serialize(metadata, base))
+        data = serialize(metadata, base)
+        if self.target_location is None:
+            pointer = self.storage.write_metadata(self.checkpoint_id, data)
+        else:
+            pointer = self.storage.write_metadata(self.checkpoint_id, data, self.target_location)
         completed = CompletedCheckpoint(
             job_id=self.job_id,
             checkpoint_id=self.checkpoint_id,
@@ -195,6 +206,7 @@ class PendingCheckpoint:
             completion_timestamp=completion_timestamp,
             operator_states=dict(self.operator_states),
             master_states=list(self.master_states),
+            savepoint_format=None if savepoint_format is None else savepoint_format.value,
             props=self.props,
             external_pointer=pointer,
             storage=self.storage,
@@ -240,11 +252,15 @@ class PendingCheckpoint:
             def discard() -> None:
                 for snapshot in received:
                     self._discard_state(snapshot)
-                storage.discard_checkpoint(checkpoint_id)
+                if location is None:
+                    storage.discard_checkpoint(checkpoint_id)
+                else:  # a failed savepoint's partial directory goes too: it is not a savepoint
+                    storage.discard_checkpoint(checkpoint_id, location)
 
             self._io(discard)
         self._received = []
         self.not_yet_acknowledged_tasks.clear()
+            location = self.target_location
 
     def __repr__(self) -> str:
         return (

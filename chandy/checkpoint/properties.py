@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from chandy.config.options import ExternalizedCheckpointRetention
+from chandy.config.options import ExternalizedCheckpointRetention, SavepointFormatType
 from chandy.messages.checkpoint import CheckpointType
 from chandy.messages.status import JobStatus
 
@@ -20,6 +20,9 @@ class CheckpointProperties:
     discard_finished: bool
     discard_cancelled: bool
     discard_failed: bool
+    #: How a savepoint stores its state (``None`` for checkpoints). For chandy's heap
+    #: backend NATIVE and CANONICAL are the same bytes; the choice is recorded in ``_metadata``.
+    savepoint_format: SavepointFormatType | None = None
 
     @property
     def is_savepoint(self) -> bool:
@@ -44,8 +47,12 @@ class CheckpointProperties:
         )
 
     @staticmethod
-    def for_savepoint(synchronous: bool = False) -> CheckpointProperties:
-        """A user-triggered savepoint: never subsumed, never deleted by the job."""
+    def for_savepoint(
+        synchronous: bool = False, format_type: SavepointFormatType = SavepointFormatType.CANONICAL
+    ) -> CheckpointProperties:
+        """A user-triggered savepoint: forced past the pre-checks, never subsumed, never
+        deleted by the job (its files belong to the user). ``synchronous``: the savepoint of
+        a stop-with-savepoint, after which the tasks finish."""
         kind = CheckpointType.SYNC_SAVEPOINT if synchronous else CheckpointType.SAVEPOINT
         return CheckpointProperties(
             kind,
@@ -54,7 +61,19 @@ class CheckpointProperties:
             discard_finished=False,
             discard_cancelled=False,
             discard_failed=False,
+            savepoint_format=format_type,
         )
+
+    @property
+    def is_used_for_recovery(self) -> bool:
+        """Whether the completed snapshot joins the completed-checkpoint store and commits
+        side effects (sinks' transactions) on completion.
+
+        Flink 1.15's rule: checkpoints and the synchronous savepoint of a stop-with-savepoint
+        do; an intermediate savepoint does neither. The job does not fail over to it (the
+        user may move or delete it at any time), so committing its transactions would
+        commit records that a failover to an older checkpoint replays: duplicates."""
+        return not self.is_savepoint or self.is_synchronous
 
     def discard_on_job_end(self, status: JobStatus) -> bool:
         """Whether a retained checkpoint is deleted when the job ends with ``status``."""

@@ -88,7 +88,7 @@ class CheckpointStats:
             "id": self.checkpoint_id,
             "status": self.status,
             "is_savepoint": self.props.is_savepoint,
-            "savepointFormat": "CANONICAL" if self.props.is_savepoint else None,
+            "savepointFormat": self.props.savepoint_format.value if self.props.savepoint_format else None,
             "checkpoint_type": kind,
             "trigger_timestamp": self.trigger_timestamp,
             "latest_ack_timestamp": self.latest_ack_timestamp,

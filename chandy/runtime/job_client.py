@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable
+from concurrent.futures import Future
 from typing import Any, TypeVar
 
+from chandy.config.options import SavepointFormatType
 from chandy.messages.status import JobStatus
 from chandy.runtime.job_master import JobMaster
 from chandy.runtime.job_result import JobExecutionResult
@@ -61,6 +63,39 @@ class JobClient:
         if not self._done.is_set():
             self._job_master.cancel("cancelled through the JobClient")
 
+    def trigger_savepoint(
+        self,
+        savepoint_directory: str | None = None,
+        format_type: SavepointFormatType = SavepointFormatType.DEFAULT,
+    ) -> Future[str]:
+        """Take a savepoint (PyFlink's ``trigger_savepoint``); the future gets its directory.
+
+        The savepoint goes into a new ``savepoint-<job>-<random>`` directory under
+        ``savepoint_directory`` (default: ``execution.checkpointing.savepoint-dir``; with
+        neither the future fails with a ``ConfigurationError``). It is self-contained:
+        move it anywhere and restore it with ``execution.state-recovery.path``. chandy
+        never deletes it. The job goes on running."""
+        return self._job_master.trigger_savepoint(savepoint_directory, format_type)
+
+    def stop_with_savepoint(
+        self,
+        advance_to_end_of_event_time: bool = False,
+        savepoint_directory: str | None = None,
+        format_type: SavepointFormatType = SavepointFormatType.DEFAULT,
+    ) -> Future[str]:
+        """Stop the job with a savepoint (PyFlink's ``stop_with_savepoint``); the future gets
+        the savepoint's directory once the job is FINISHED.
+
+        Sources stop reading, the savepoint is taken, every two-phase-commit sink commits
+        it and the tasks finish, without ending their input: restoring the savepoint
+        continues the job where it stopped. ``advance_to_end_of_event_time`` (drain) emits
+        MAX_WATERMARK before the savepoint, so every event-time window and timer fires
+        first. If the savepoint fails the job keeps running and the future fails with
+        the reason."""
+        return self._job_master.stop_with_savepoint(
+            advance_to_end_of_event_time, savepoint_directory, format_type
+        )
+
     def get_job_execution_result(self, timeout: float | None = None) -> JobExecutionResult:
         """Wait for the job's end: its result, or the error it failed with."""
         if not self._done.wait(timeout):
@@ -86,15 +121,13 @@ class JobClient:
     def get_checkpoint_statistics(self, timeout: float = 10.0) -> dict[str, Any]:
         """Flink's ``GET /jobs/:jobid/checkpoints`` body: counts, summary, latest, history."""
         coordinator = self._job_master.coordinator
-        if coordinator is None:
-            raise RuntimeError("checkpointing is not enabled for this job")
+        assert coordinator is not None  # every job has one (savepoints need it)
         return self._ask(coordinator.stats.to_json, timeout)
 
     def trigger_checkpoint(self, timeout: float = 60.0) -> int:
-        """Take a checkpoint now (beside the periodic ones); returns its id once complete."""
+        """Take a checkpoint now (beside the periodic ones, if any); returns its id once complete."""
         coordinator = self._job_master.coordinator
-        if coordinator is None:
-            raise RuntimeError("checkpointing is not enabled for this job")
+        assert coordinator is not None  # every job has one
         future = self._ask(lambda: coordinator.trigger_checkpoint(is_periodic=False), timeout)
         return future.result(timeout).checkpoint_id
 

@@ -20,6 +20,16 @@ bound to the loop's thread guards the entry points, and the coordinator shares
 it. Nothing the loop does blocks without a bound (cancelled tasks get
 :data:`CANCEL_TIMEOUT_S`, the I/O pool :attr:`JobMaster.io_shutdown_timeout_s`),
 so the loop always gets back to its inbox.
+
+Savepoints: :meth:`JobMaster.trigger_savepoint` and :meth:`JobMaster.stop_with_savepoint`
+(any thread) hand the request to the loop, which asks the coordinator. A
+stop-with-savepoint is Flink's synchronous savepoint: the tasks stop, the savepoint
+completes, the sinks commit it and the tasks finish; the job ends FINISHED and only
+then does the caller's future get the savepoint's path. If the savepoint fails the job
+keeps running: once any task had been asked to stop, the job fails over to its latest
+completed checkpoint (not counted against the restart strategy, as the failure is
+the savepoint's, not the job's), otherwise periodic checkpoints simply resume; the
+caller's future fails with the reason.
 """
 
 from __future__ import annotations
@@ -37,7 +47,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
-from chandy.checkpoint.completed_checkpoint import CompletedCheckpointStore
+from chandy.checkpoint.completed_checkpoint import CompletedCheckpoint, CompletedCheckpointStore
 from chandy.checkpoint.coordinator import CheckpointCoordinator, CheckpointCoordinatorConfiguration
 from chandy.checkpoint.id_counter import CheckpointIDCounter
 from chandy.checkpoint.loader import load_checkpoint_metadata
@@ -49,6 +59,7 @@ from chandy.config import Configuration
 from chandy.config.options import (
     CheckpointingMode,
     CheckpointingOptions,
+    SavepointFormatType,
     StateRecoveryOptions,
     WebOptions,
 )
@@ -125,6 +136,23 @@ class _Wake:
 
 @dataclass(frozen=True)
 class _RestartDue:
+@dataclass(eq=False)
+class _StopWithSavepoint:
+    """A stop-with-savepoint in progress: the caller's future and the savepoint's."""
+
+    result: Future[str]
+    savepoint: Future[CompletedCheckpoint]
+    drain: bool
+
+
+@dataclass(frozen=True)
+class _StopSavepointFailed:
+    """The synchronous savepoint of ``stop`` failed: the job must go on running."""
+
+    stop: _StopWithSavepoint
+    error: BaseException
+
+
     """The restart delay after a failover has passed: deploy new attempts.
 
     A message rather than a timer action, so that a restart that fails is handled
@@ -204,8 +232,10 @@ class JobMaster:
         self._async_executor: ThreadPoolExecutor | None = None
         self.checkpoint_storage: CheckpointStorage | None = None
         self.coordinator: CheckpointCoordinator | None = None
-        if self.config.get(CheckpointingOptions.INTERVAL) is not None:
-            self._create_checkpoint_coordinator()
+        #: Always there, as in Flink: without an interval it takes only savepoints (and the
+        #: checkpoints a client asks for); periodic checkpoints need the interval.
+        self._create_checkpoint_coordinator()
+        self._stop: _StopWithSavepoint | None = None
         self.services = TaskServices(
             results=results,
             checkpoint_responder=self,
@@ -349,6 +379,189 @@ class JobMaster:
         self, attempt_id: ExecutionAttemptID, checkpoint_id: int, timestamp: int
     ) -> None:
         self._main_thread.assert_main_thread()
+    # -- savepoints (any thread) -------------------------------------------------
+
+    def trigger_savepoint(
+        self,
+        savepoint_directory: str | None = None,
+        format_type: SavepointFormatType = SavepointFormatType.DEFAULT,
+    ) -> Future[str]:
+        """Take a savepoint of the running job (any thread); the future gets its directory
+        (``<dir>/savepoint-<job>-<random>``), or fails with the reason. ``None`` directory:
+        ``execution.checkpointing.savepoint-dir``."""
+        result: Future[str] = Future()
+        directory = self._savepoint_directory(savepoint_directory, result)
+        if directory is not None:
+            self._request_on_main_thread(
+                lambda: self._start_savepoint(directory, format_type, result), result
+            )
+        return result
+
+    def stop_with_savepoint(
+        self,
+        advance_to_end_of_event_time: bool = False,
+        savepoint_directory: str | None = None,
+        format_type: SavepointFormatType = SavepointFormatType.DEFAULT,
+    ) -> Future[str]:
+        """Stop the job with a synchronous savepoint (any thread): sources stop (with
+        ``advance_to_end_of_event_time``, Flink's drain, they emit MAX_WATERMARK first so
+        every event-time window and timer fires), the savepoint completes, every sink
+        commits it and the tasks finish. The future gets the savepoint's directory once
+        the job is FINISHED; if the savepoint fails the job keeps running and the future
+        fails with the reason."""
+        result: Future[str] = Future()
+        directory = self._savepoint_directory(savepoint_directory, result)
+        if directory is not None:
+            self._request_on_main_thread(
+                lambda: self._start_stop(directory, format_type, advance_to_end_of_event_time, result), result
+            )
+        return result
+
+    def _savepoint_directory(self, directory: str | None, result: Future[str]) -> str | None:
+        chosen = directory or self.config.get(CheckpointingOptions.SAVEPOINT_DIRECTORY)
+        if chosen is None:
+            result.set_exception(
+                ConfigurationError(
+                    f"no savepoint directory for job {self.job_id}: pass one with the request "
+                    "(trigger_savepoint(savepoint_directory=...), stop_with_savepoint("
+                    "savepoint_directory=...), 'flink savepoint JOBID DIR', 'flink stop "
+                    "--savepointPath DIR') or set execution.checkpointing.savepoint-dir in the "
+                    "job's configuration"
+                )
+            )
+        return chosen
+
+    def _request_on_main_thread(self, action: Callable[[], None], result: Future[str]) -> None:
+        def failed(answer: Future[None]) -> None:
+            error = answer.exception()
+            if error is not None and not result.done():
+                result.set_exception(error)
+
+        self.call(action).add_done_callback(failed)
+
+    def _not_running(self, what: str) -> CheckpointException:
+        state = self.execution_graph.state
+        return CheckpointException(
+            CheckpointFailureReason.NOT_ALL_REQUIRED_TASKS_RUNNING,
+            f"cannot {what} of job {self.job_id}: it is {state.value}, not RUNNING"
+            + (", try again once it runs" if not state.is_globally_terminal else ""),
+        )
+
+    def _start_savepoint(self, directory: str, format_type: SavepointFormatType, result: Future[str]) -> None:
+        coordinator = self.coordinator
+        if self.execution_graph.state is not JobStatus.RUNNING or coordinator is None:
+            result.set_exception(self._not_running("take a savepoint"))
+            return
+        savepoint = coordinator.trigger_savepoint(directory, format_type)
+
+        def done(future: Future[CompletedCheckpoint]) -> None:
+            error = future.exception()
+            if error is not None:
+                result.set_exception(error)
+            else:
+                path = future.result().external_pointer
+                assert path is not None  # a savepoint always has its directory
+                result.set_result(path)
+
+        savepoint.add_done_callback(done)
+
+    def _start_stop(
+        self, directory: str, format_type: SavepointFormatType, drain: bool, result: Future[str]
+    ) -> None:
+        coordinator = self.coordinator
+        if self.execution_graph.state is not JobStatus.RUNNING or coordinator is None:
+            result.set_exception(self._not_running("stop with a savepoint"))
+            return
+        if self._stop is not None:
+            result.set_exception(
+                CheckpointException(
+                    CheckpointFailureReason.TOO_MANY_CHECKPOINT_REQUESTS,
+                    f"job {self.job_id} is already being stopped with a savepoint",
+                )
+            )
+            return
+        log.info(
+            "Stopping job %s (%s) with a savepoint into %s%s.",
+            self.job_graph.job_name,
+            self.job_id,
+            directory,
+            " (drain: advancing to the end of event time)" if drain else "",
+        )
+        savepoint = coordinator.trigger_savepoint(directory, format_type, synchronous=True, drain=drain)
+        stop = self._stop = _StopWithSavepoint(result, savepoint, drain)
+
+        def done(future: Future[CompletedCheckpoint]) -> None:
+            error = future.exception()
+            if error is not None:  # handled by the loop, as a message (never inside the coordinator)
+                self._inbox.put(_StopSavepointFailed(stop, error))
+
+        savepoint.add_done_callback(done)
+
+    def _stop_savepoint_failed(self, message: _StopSavepointFailed) -> Any:
+        """The stop's savepoint failed: the job goes on; the caller learns why."""
+        stop, error = message.stop, message.error
+        if self._stop is not stop:
+            return _CONTINUE  # the stop was abandoned already (a failover, the job's end)
+        self._stop = None
+        eg = self.execution_graph
+        touched = not (
+            isinstance(error, CheckpointException)
+            and (error.reason.is_pre_flight or error.reason is CheckpointFailureReason.IO_EXCEPTION)
+        )
+        outcome: Any = _CONTINUE
+        if eg.state is JobStatus.RUNNING and touched:
+            # Sources stopped (and with drain fired every window): only a restore from the
+            # latest checkpoint puts the job back in a consistent state.
+            failure = JobExecutionError(
+                f"job '{self.job_graph.job_name}': the savepoint of a stop-with-savepoint failed "
+                f"({error}); the job keeps running, restarted from its latest completed checkpoint",
+                self.job_id,
+            )
+            failure.__cause__ = error
+            outcome = self._failover(failure, None, counted=False)
+            what = "the job keeps running: it restarts from its latest completed checkpoint"
+        elif eg.state is JobStatus.RUNNING and self.coordinator is not None:
+            self.coordinator.restart_checkpoint_scheduler_if_configured()
+            what = "the job keeps running, no task was stopped"
+        else:
+            what = f"the job is {eg.state.value}"
+        log.warning("Stop-with-savepoint of job %s failed (%s): %s", self.job_id, what, error)
+        stop.result.set_exception(_stop_failure(error, what))
+        return outcome
+
+    def _abandon_stop(self, why: str) -> None:
+        """The job leaves the stop's path (a failover, its end): the caller learns why."""
+        stop, self._stop = self._stop, None
+        if stop is None or stop.result.done():
+            return
+        savepoint = stop.savepoint
+        if savepoint.done() and savepoint.exception() is None:
+            path = savepoint.result().external_pointer
+            stop.result.set_exception(
+                JobExecutionError(
+                    f"the savepoint of the stop of job {self.job_id} completed at {path}, but {why}",
+                    self.job_id,
+                )
+            )
+            return
+        error = savepoint.exception() if savepoint.done() else None
+        stop.result.set_exception(_stop_failure(error, why))
+
+    def _settle_stop_at_end(self, final_status: JobStatus) -> None:
+        """The job ended: a stop's future gets its savepoint once the job is FINISHED."""
+        stop = self._stop
+        if stop is None:
+            return
+        savepoint = stop.savepoint
+        if final_status is JobStatus.FINISHED and savepoint.done() and savepoint.exception() is None:
+            self._stop = None
+            path = savepoint.result().external_pointer
+            assert path is not None
+            log.info("Job %s stopped with savepoint %s.", self.job_id, path)
+            stop.result.set_result(path)
+            return
+        self._abandon_stop(f"the job ended {final_status.value} instead of FINISHED")
+
         if self._deployment is not None:
             self._deployment.notify_checkpoint_complete(attempt_id, checkpoint_id, timestamp)
 
@@ -467,6 +680,7 @@ class JobMaster:
                 ", ".join(_describe(pending[f]) for f in not_done),
             )
 
+        self._settle_stop_at_end(final_status)
     def _end_loop(self) -> None:
         """The loop is over: from now on requests are answered on the caller's thread."""
         self._main_thread.release()
@@ -646,21 +860,28 @@ class JobMaster:
 
     # -- failure and restart -----------------------------------------------------
 
-    def _failover(self, error: JobExecutionError, failure: TaskFailure | None) -> Any:
+    def _failover(
+        self, error: JobExecutionError, failure: TaskFailure | None, *, counted: bool = True
+    ) -> Any:
+        if isinstance(message, _StopSavepointFailed):
+            return self._stop_savepoint_failed(message)
         """A task, the checkpoints or a deployment failed: restart after the strategy's
         delay, or fail the job. Runs from RUNNING, from CREATED (the first deployment
-        failed) and from RESTARTING (a restart's deployment failed)."""
+        failed) and from RESTARTING (a restart's deployment failed). ``counted=False``: a
+        restart the strategy neither counts nor may refuse (a failed stop-with-savepoint)."""
         self._main_thread.assert_main_thread()
         eg = self.execution_graph
         current = eg.state
         if failure is not None and failure.exception is not None:
             error.__cause__ = failure.exception
-        self.restart_strategy.notify_failure(error)
+        self._abandon_stop(f"the job failed over before it finished: {str(error).splitlines()[0]}")
+        if counted:
+            self.restart_strategy.notify_failure(error)
         if failure is not None:
             unrecoverable = failure.unrecoverable
         else:
-            unrecoverable = isinstance(error.__cause__, UnrecoverableError)
-        if unrecoverable or not self.restart_strategy.can_restart():
+            unrecoverable = counted and isinstance(error.__cause__, UnrecoverableError)
+        if unrecoverable or (counted and not self.restart_strategy.can_restart()):
             eg.transition_state(current, JobStatus.FAILING, error)
             self._cancel_tasks()
             eg.transition_state(JobStatus.FAILING, JobStatus.FAILED, error)
@@ -749,7 +970,7 @@ class JobMaster:
                 self.coordinator.receive_acknowledge_message(message)
         elif isinstance(message, RunOnMainThread):
             _answer(message)
-        elif isinstance(message, (CancelJob, _RestartDue)):
+        elif isinstance(message, (CancelJob, _RestartDue, _StopSavepointFailed)):
             self._deferred.append(message)  # for the loop, once this failover or cancel settled
         else:
             # Declines, ended inputs and global failures are about the tasks just
@@ -795,3 +1016,15 @@ def _job_error(job_graph: JobGraph, update: TaskStateUpdate) -> JobExecutionErro
         # raised in another process: the traceback text is all there is of where
         message += f"\n\nTask traceback:\n{failure.traceback_text}"
     return JobExecutionError(message, job_graph.job_id)
+def _stop_failure(error: BaseException | None, what: str) -> CheckpointException:
+    """The error a failed stop-with-savepoint's caller gets: the savepoint's reason, and
+    what became of the job."""
+    reason = error.reason if isinstance(error, CheckpointException) else CheckpointFailureReason.JOB_FAILURE
+    detail = error.cause if isinstance(error, CheckpointException) else error
+    exception = CheckpointException(
+        reason, f"stop-with-savepoint failed{f' ({detail})' if detail else ''}; {what}"
+    )
+    exception.__cause__ = error
+    return exception
+
+

@@ -14,6 +14,18 @@ incomplete checkpoint and is never restored from. State smaller than the
 inline threshold is not written to a file at all; it travels inside the
 handle and ends up in ``_metadata`` (Flink's ``data-inline-threshold``).
 
+A savepoint goes elsewhere, into a directory of its own that the user names
+(``execution.checkpointing.savepoint-dir`` or the request), created by the
+JobMaster when the savepoint is triggered::
+
+    <savepoint-dir>/savepoint-<first 6 of the job id>-<12 random hex>/
+        _metadata    (paths of the files beside it relative to this directory)
+        <state files>
+
+Every file the savepoint needs is inside that directory, so it can be moved and
+restored from its new place. Tasks learn the directory from the barrier's
+``CheckpointOptions.target_location``.
+
 With no directory configured the storage keeps everything in the JobMaster's
 memory (Flink's ``jobmanager`` checkpoint storage): failover works, nothing
 survives the job.
@@ -39,6 +51,7 @@ log = logging.getLogger(__name__)
 
 METADATA_FILE_NAME = "_metadata"
 CHECKPOINT_DIR_PREFIX = "chk-"
+SAVEPOINT_DIR_PREFIX = "savepoint-"
 SHARED_DIR = "shared"
 TASK_OWNED_DIR = "taskowned"
 
@@ -118,13 +131,24 @@ class CheckpointStorage:
 
     # ------------------------------------------------------------------ task side
 
-    def write_state(self, checkpoint_id: int, data: bytes) -> StreamStateHandle:
-        """Store one subtask's state bytes for a checkpoint; inline when small."""
-        if not self.is_persistent or len(data) <= self.inline_threshold:
+    def write_state(
+        self, checkpoint_id: int, data: bytes, target_location: str | None = None
+    ) -> StreamStateHandle:
+        """Store one subtask's state bytes for a checkpoint; inline when small.
+
+        ``target_location`` (a savepoint's directory) replaces ``chk-N``, whether or not
+        this storage is persistent. That directory is not created here: the JobMaster
+        created it at the trigger, and a write that comes late, after a failed savepoint's
+        directory was deleted, must fail rather than bring the directory back.
+        """
+        if len(data) <= self.inline_threshold or (target_location is None and not self.is_persistent):
             return ByteStreamStateHandle(uuid.uuid4().hex, data)
-        fs = self.fs
-        directory = self.checkpoint_dir(checkpoint_id)
-        self._mkdirs_once(directory)
+        if target_location is None:
+            fs = self.fs
+            directory = self.checkpoint_dir(checkpoint_id)
+            self._mkdirs_once(directory)
+        else:
+            fs, directory = resolve(target_location)
         path = fs.join(directory, uuid.uuid4().hex)
         try:
             fs.write_new(path, data)  # referenced only once _metadata (atomic, last) is written
@@ -143,19 +167,42 @@ class CheckpointStorage:
 
     # ------------------------------------------------------------------ JobMaster side
 
-    def write_metadata(self, checkpoint_id: int, data: bytes) -> str | None:
-        """Write ``chk-N/_metadata`` last and atomically; returns the external pointer
-        (the checkpoint directory) or ``None`` for in-memory storage."""
-        if not self.is_persistent:
+    def init_savepoint_location(self, target_directory: str) -> str:
+        """Create ``<target_directory>/savepoint-<job>-<random>/`` and return it (Flink's
+        ``initializeLocationForSavepoint``); raises ``OSError``/``StorageError`` naming the
+        directory if it cannot be created."""
+        fs, base = resolve(target_directory)
+        location = fs.join(base, f"{SAVEPOINT_DIR_PREFIX}{self.job_id[:6]}-{uuid.uuid4().hex[:12]}")
+        fs.mkdirs(location)
+        return location
+
+    def write_metadata(
+        self, checkpoint_id: int, data: bytes, target_location: str | None = None
+    ) -> str | None:
+        """Write ``chk-N/_metadata`` (or ``<target_location>/_metadata``) last and atomically;
+        returns the external pointer (the snapshot's directory) or ``None`` for in-memory
+        storage."""
+        if target_location is not None:
+            fs, directory = resolve(target_location)
+        elif not self.is_persistent:
             return None
-        fs = self.fs
-        directory = self.checkpoint_dir(checkpoint_id)
-        self._mkdirs_once(directory)
+        else:
+            fs = self.fs
+            directory = self.checkpoint_dir(checkpoint_id)
+            self._mkdirs_once(directory)
         fs.write_atomic(fs.join(directory, METADATA_FILE_NAME), data)
         return directory
 
-    def discard_checkpoint(self, checkpoint_id: int) -> None:
-        """Delete ``chk-N`` with everything in it (a subsumed or aborted checkpoint)."""
+    def discard_checkpoint(self, checkpoint_id: int, target_location: str | None = None) -> None:
+        """Delete ``chk-N`` (or ``target_location``, a failed savepoint's directory) with
+        everything in it (a subsumed or aborted checkpoint)."""
+        if target_location is not None:
+            try:
+                fs, directory = resolve(target_location)
+                fs.delete(directory, recursive=True)
+            except (OSError, StorageError) as exc:
+                log.warning("could not delete savepoint directory %s: %s", target_location, exc)
+            return
         if not self.is_persistent:
             return
         directory = self.checkpoint_dir(checkpoint_id)
@@ -169,7 +216,8 @@ class CheckpointStorage:
         """Delete state files that no checkpoint will reference (late or rejected acks)."""
         for handle in handles:
             try:
-                self.fs.delete(handle.path)
+                fs, path = resolve(handle.path)  # a savepoint's files may be outside this storage
+                fs.delete(path)
             except OSError as exc:
                 log.warning("could not delete state file %s: %s", handle.path, exc)
 

@@ -67,9 +67,15 @@ class _InFlight:
     """One checkpoint between its synchronous part and its acknowledgement."""
 
     def __init__(
-        self, checkpoint_id: int, snapshots: list[OperatorSnapshot], metrics: CheckpointMetrics
+        self,
+        checkpoint_id: int,
+        snapshots: list[OperatorSnapshot],
+        metrics: CheckpointMetrics,
+        target_location: str | None = None,
     ) -> None:
         self.checkpoint_id = checkpoint_id
+        #: A savepoint's directory: its state files go there, not into ``chk-N``.
+        self.target_location = target_location
         self.snapshots = snapshots
         self.metrics = metrics
         self.started_ns = time.monotonic_ns()
@@ -127,7 +133,7 @@ class SubtaskCheckpointCoordinator:
             sync_duration_ms=(time.monotonic_ns() - started) // 1_000_000,
             unaligned=False,
         )
-        self._serialize_step(_InFlight(checkpoint_id, snapshots, metrics))
+        self._serialize_step(_InFlight(checkpoint_id, snapshots, metrics, options.target_location))
 
     @contextmanager
     def _synchronous_phase(self, checkpoint_id: int) -> Iterator[None]:
@@ -250,7 +256,7 @@ class SubtaskCheckpointCoordinator:
                 keyed: tuple[KeyGroupsStateHandle, ...] = ()
                 state = serialized.get(index)
                 if state is not None and state.payload:
-                    delegate = storage.write_state(checkpoint_id, state.payload)
+                    delegate = storage.write_state(checkpoint_id, state.payload, checkpoint.target_location)
                     if isinstance(delegate, FileStateHandle):
                         written.append(delegate)
                     keyed = (KeyGroupsStateHandle(state.key_group_range, state.ranges, delegate),)
@@ -258,7 +264,7 @@ class SubtaskCheckpointCoordinator:
                 operator: tuple[OperatorStateHandle, ...] = ()
                 if snapshot.operator is not None:
                     payload, metas = snapshot.operator
-                    delegate = storage.write_state(checkpoint_id, payload)
+                    delegate = storage.write_state(checkpoint_id, payload, checkpoint.target_location)
                     if isinstance(delegate, FileStateHandle):
                         written.append(delegate)
                     operator = (OperatorStateHandle(metas, delegate),)
@@ -288,8 +294,7 @@ class SubtaskCheckpointCoordinator:
                     )
                 )
         except Exception as exc:  # noqa: BLE001 - reported to the coordinator as a decline
-            if storage.is_persistent:
-                storage.discard_handles(written)
+            storage.discard_handles(written)  # none unless files were written
             self._fail_async(checkpoint_id, exc)
 
     def _fail_async(self, checkpoint_id: int, exc: BaseException) -> None:

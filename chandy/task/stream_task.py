@@ -17,6 +17,17 @@ Checkpoints: a source task checkpoints when the coordinator's trigger arrives
 as a mail; a task with inputs when its barrier handler has seen the barrier on
 every input (aligned for EXACTLY_ONCE, tracked for AT_LEAST_ONCE). Either way
 :meth:`StreamTask.perform_checkpoint` runs on this thread between two batches.
+
+Stop-with-savepoint (Flink's synchronous savepoint, ``SYNC_SAVEPOINT``): a source task
+stops polling its reader when the trigger arrives (with drain it first emits
+MAX_WATERMARK, so every window and event-time timer downstream fires before the
+barrier), takes the snapshot, and waits, serving mails, until the savepoint completed;
+then it sends the end of its partitions and finishes. Every task that took a
+synchronous savepoint quiesces its processing-time timers (nothing may follow the
+barrier) and, when its input ends, skips ``end_input``/``finish``: the job is stopped,
+not at the end of its input, and a restore continues it. It too finishes only once the
+savepoint completed, so a two-phase-commit sink commits the savepoint's transactions
+(on the completion notice) before its task ends.
 """
 
 from __future__ import annotations
@@ -24,7 +35,7 @@ from __future__ import annotations
 import logging
 import time
 import types
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from chandy.config import Configuration
@@ -34,7 +45,7 @@ from chandy.config.options import (
     ExecutionOptions,
     NetworkOptions,
 )
-from chandy.messages.checkpoint import CheckpointFailureReason, CheckpointOptions
+from chandy.messages.checkpoint import CheckpointFailureReason, CheckpointOptions, CheckpointType
 from chandy.messages.status import ExecutionState
 from chandy.network.barrier_handler import (
     AlignmentMetrics,
@@ -125,6 +136,12 @@ class StreamTask:
         self._final_checkpoint_id: int | None = None
         self._final_checkpoint_done = False
         self.writers: list[RecordWriter] = []
+        #: The synchronous savepoint (stop-with-savepoint) this task took, and whether it
+        #: completed: the task then finishes without ending its input.
+        self._sync_savepoint_id: int | None = None
+        self._sync_savepoint_done = False
+        #: A source task stops polling its reader once it took a synchronous savepoint.
+        self._stop_polling = False
         for spec, channels in zip(tdd.outputs, output_channels, strict=True):
             partitioner = spec.partitioner.copy()
             partitioner.setup(len(channels), tdd.subtask_index)
@@ -175,7 +192,51 @@ class StreamTask:
         self.checkpoints.checkpoint_state(checkpoint_id, timestamp, options, alignment)
 
     def _wait_for_final_checkpoint(self) -> None:
+        synchronous = options.checkpoint_type is CheckpointType.SYNC_SAVEPOINT
+        if synchronous:
+            self._stop_for_sync_savepoint(checkpoint_id, options)
         """All input read: keep serving mails until a checkpoint taken after this point has
+        if synchronous:
+            # Nothing may follow the savepoint's barrier: a timer firing now would emit
+            # records the savepoint does not cover, and the restore fires it again.
+            self.processing_time.quiesce()
+
+    def _stop_for_sync_savepoint(self, checkpoint_id: int, options: CheckpointOptions) -> None:
+        """Before the snapshot of a synchronous savepoint: a source stops polling (and with
+        drain emits MAX_WATERMARK, which fires every event-time window and timer downstream
+        ahead of the barrier); every task remembers to finish once it completed."""
+        log.info(
+            "%s stops with savepoint %d%s",
+            self.tdd.name_with_subtask,
+            checkpoint_id,
+            " (drain)" if options.drain else "",
+        )
+        self._sync_savepoint_id = checkpoint_id
+        if self.checkpointed_input is None and not self._awaiting_final_checkpoint:
+            self._stop_polling = True
+            assert self.chain is not None
+            head = self.chain.head
+            assert isinstance(head, SourceOperator)
+            head.stop(drain=options.drain)
+
+    def _serve_mails_until(self, done: Callable[[], bool]) -> None:
+        """Keep taking mails (checkpoint triggers, completion notices) until ``done()``."""
+        while not done():
+            if self.mailbox.has_mail():
+                self._process_mails()
+            if self._cancelled:
+                raise TaskCancelledError()
+            if not done():
+                for writer in self.writers:
+                    writer.flush()
+                self.wakeup.wait(0.1)
+
+    def _finish_after_sync_savepoint(self) -> None:
+        """Stopped with a savepoint: no end_input/finish (the input did not end; the job
+        continues from the savepoint), only the wait for the savepoint's completion notice,
+        on which the sinks commit it. If the savepoint fails instead, the JobMaster fails
+        the job over and cancels this task."""
+        self._serve_mails_until(lambda: self._sync_savepoint_done)
         completed; only then does the end of the stream go downstream."""
         self._awaiting_final_checkpoint = True
         responder = self.services.checkpoint_responder
@@ -183,15 +244,7 @@ class StreamTask:
             from chandy.messages.checkpoint import EndOfInputReached
 
             responder.report_end_of_input(EndOfInputReached(self.tdd.job_id, self.tdd.attempt_id))
-        while not self._final_checkpoint_done:
-            if self.mailbox.has_mail():
-                self._process_mails()
-            if self._cancelled:
-                raise TaskCancelledError()
-            if not self._final_checkpoint_done:
-                for writer in self.writers:
-                    writer.flush()
-                self.wakeup.wait(0.1)
+        self._serve_mails_until(lambda: self._final_checkpoint_done)
 
     def _decline_closed(self, checkpoint_id: int) -> None:
         log.info(
@@ -235,6 +288,9 @@ class StreamTask:
 
     def _notify_aborted(self, checkpoint_id: int) -> None:
         if checkpoint_id == self._final_checkpoint_id:
+        sync = self._sync_savepoint_id
+        if sync is not None and checkpoint_id >= sync:
+            self._sync_savepoint_done = True
             self._final_checkpoint_id = None  # the next checkpoint will do
         if self.checkpoints is not None:
             self.checkpoints.notify_checkpoint_aborted(checkpoint_id)
@@ -283,9 +339,12 @@ class StreamTask:
             # Flink quiesces the timer service when the input ends: processing-time timers
             # still pending do not fire; event-time ones fired on the final watermark.
             self.processing_time.quiesce()
-            self.chain.end_input()
-            if self._needs_final_checkpoint:
-                self._wait_for_final_checkpoint()
+            if self._sync_savepoint_id is not None:
+                self._finish_after_sync_savepoint()
+            else:
+                self.chain.end_input()
+                if self._needs_final_checkpoint:
+                    self._wait_for_final_checkpoint()
             for writer in self.writers:
                 writer.broadcast_event(END_OF_PARTITION)
         except TaskCancelledError:
@@ -334,6 +393,8 @@ class StreamTask:
             if due is not None and clock.now_ms() >= due:
                 timers.fire_due()
             if not self._outputs_available(writers):
+            if self._stop_polling:
+                return  # a source stopped with a savepoint
                 wakeup.wait(0.1)
                 continue
             if source is not None:

@@ -97,6 +97,18 @@ class SourceOperator(StreamOperator):
         else:
             self.process_watermark(MAX_WATERMARK)
 
+    def stop(self, drain: bool) -> None:
+        """Stop-with-savepoint, before its snapshot: the task polls the reader no more. With
+        ``drain`` (advance to the end of event time) MAX_WATERMARK goes out first, exactly
+        as at the end of the input, so every event-time window and timer downstream fires
+        before the savepoint's barrier; without it event time stays where it is and the
+        pending windows are in the savepoint, to fire after the restore. The reader is not
+        ended: a restore resumes it from the positions the savepoint records."""
+        if drain:
+            self.end_input()
+        elif self._watermarks is not None:
+            self._watermarks.stop()
+
     def snapshot_state(self, context: StateSnapshotContext) -> None:
         assert self.reader is not None
         self._splits_state.update(self.reader.snapshot_state(context.get_checkpoint_id()))

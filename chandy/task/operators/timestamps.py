@@ -115,6 +115,11 @@ class WatermarkEmitter:
         self._stopped = True
         self.emit(MAX_WATERMARK)
 
+    def stop(self) -> None:
+        """No periodic watermark any more (a stop-with-savepoint without drain: event time
+        must not advance past what the savepoint recorded)."""
+        self._stopped = True
+
 
 def auto_watermark_interval(operator: StreamOperator) -> int:
     """``pipeline.auto-watermark-interval`` of the job the operator runs in (milliseconds)."""
