@@ -67,6 +67,8 @@ class CheckpointMetadata:
     checkpoint_type: str
     operator_states: list[OperatorState]
     master_states: list[MasterState] = field(default_factory=list)
+    #: A savepoint's format ("CANONICAL" / "NATIVE"); ``None`` for checkpoints and older files.
+    savepoint_format: str | None = None
 
 
 # ---------------------------------------------------------------------- writing
@@ -100,8 +102,6 @@ def _subtask_to_json(state: OperatorSubtaskState, base: str | None) -> dict[str,
             {
                 "key_group_range": [h.key_group_range.start, h.key_group_range.end],
                 "ranges": [list(r) for r in h.ranges],
-    #: A savepoint's format ("CANONICAL" / "NATIVE"); ``None`` for checkpoints and older files.
-    savepoint_format: str | None = None
                 "delegate": _handle_to_json(h.delegate, base),
             }
             for h in state.managed_keyed_state
@@ -141,6 +141,8 @@ def serialize(metadata: CheckpointMetadata, base_dir: str | None = None) -> byte
             {"name": m.name, "data": base64.b64encode(m.data).decode("ascii")} for m in metadata.master_states
         ],
     }
+    if metadata.savepoint_format is not None:
+        body["savepoint_format"] = metadata.savepoint_format
     payload = json.dumps(body, separators=(",", ":"), sort_keys=True).encode("utf-8")
     head = _HEADER.pack(MAGIC, VERSION, len(payload)) + payload
     return head + hashlib.sha256(head).digest()
@@ -182,8 +184,6 @@ def _subtask_from_json(data: dict[str, Any], base: str | None) -> OperatorSubtas
                 )
                 for name, meta in h["states"].items()
             },
-    if metadata.savepoint_format is not None:
-        body["savepoint_format"] = metadata.savepoint_format
             _handle_from_json(h["delegate"], base),
         )
         for h in data["operator"]
@@ -232,9 +232,9 @@ def deserialize(data: bytes, source: str, base_dir: str | None = None) -> Checkp
             body["checkpoint_type"],
             operators,
             masters,
+            savepoint_format=body.get("savepoint_format"),
         )
     except (KeyError, ValueError, TypeError, IndexError) as exc:
         raise InvalidCheckpointError(
             f"{source} has a valid checksum but an unreadable body ({type(exc).__name__}: {exc})"
         ) from None
-            savepoint_format=_optional_str(body, "savepoint_format"),

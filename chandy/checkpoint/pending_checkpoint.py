@@ -73,16 +73,16 @@ class PendingCheckpoint:
         storage: CheckpointStorage,
         discard: Callable[[TaskStateSnapshot | None], None],
         io_executor: Callable[[Callable[[], object]], object] | None = None,
-    ) -> None:
-        self.job_id = job_id
-        self.checkpoint_id = checkpoint_id
-        self.checkpoint_timestamp = checkpoint_timestamp
         *,
         target_location: str | None = None,
-        self.props = props
-        self.plan = plan
+    ) -> None:
+        self.job_id = job_id
         #: A savepoint's own directory (every file of it goes there); ``None``: ``chk-N``.
         self.target_location = target_location
+        self.checkpoint_id = checkpoint_id
+        self.checkpoint_timestamp = checkpoint_timestamp
+        self.props = props
+        self.plan = plan
         self.storage = storage
         self._discard_state = discard
         self._io: Callable[[Callable[[], object]], object] = io_executor or (lambda action: action())
@@ -193,6 +193,7 @@ class PendingCheckpoint:
             self.props.checkpoint_type.value,
             list(self.operator_states.values()),
             list(self.master_states),
+            savepoint_format=None if savepoint_format is None else savepoint_format.value,
         )
         data = serialize(metadata, base)
         if self.target_location is None:
@@ -206,7 +207,6 @@ class PendingCheckpoint:
             completion_timestamp=completion_timestamp,
             operator_states=dict(self.operator_states),
             master_states=list(self.master_states),
-            savepoint_format=None if savepoint_format is None else savepoint_format.value,
             props=self.props,
             external_pointer=pointer,
             storage=self.storage,
@@ -248,6 +248,7 @@ class PendingCheckpoint:
             self._canceller.cancel()
         if release_state:
             received, checkpoint_id, storage = self._received, self.checkpoint_id, self.storage
+            location = self.target_location
 
             def discard() -> None:
                 for snapshot in received:
@@ -260,7 +261,6 @@ class PendingCheckpoint:
             self._io(discard)
         self._received = []
         self.not_yet_acknowledged_tasks.clear()
-            location = self.target_location
 
     def __repr__(self) -> str:
         return (

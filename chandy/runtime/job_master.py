@@ -134,8 +134,6 @@ class _Wake:
     """Makes the loop look at its timers again."""
 
 
-@dataclass(frozen=True)
-class _RestartDue:
 @dataclass(eq=False)
 class _StopWithSavepoint:
     """A stop-with-savepoint in progress: the caller's future and the savepoint's."""
@@ -153,6 +151,8 @@ class _StopSavepointFailed:
     error: BaseException
 
 
+@dataclass(frozen=True)
+class _RestartDue:
     """The restart delay after a failover has passed: deploy new attempts.
 
     A message rather than a timer action, so that a restart that fails is handled
@@ -364,21 +364,6 @@ class JobMaster:
         _answer(request)
         return request.result
 
-    # -- the gateway to the tasks (coordinator -> deployment) --------------------
-
-    def trigger_checkpoint(
-        self, attempt_id: ExecutionAttemptID, checkpoint_id: int, timestamp: int, options: CheckpointOptions
-    ) -> bool:
-        self._main_thread.assert_main_thread()
-        deployment = self._deployment
-        return deployment is not None and deployment.trigger_checkpoint(
-            attempt_id, checkpoint_id, timestamp, options
-        )
-
-    def notify_checkpoint_complete(
-        self, attempt_id: ExecutionAttemptID, checkpoint_id: int, timestamp: int
-    ) -> None:
-        self._main_thread.assert_main_thread()
     # -- savepoints (any thread) -------------------------------------------------
 
     def trigger_savepoint(
@@ -562,6 +547,21 @@ class JobMaster:
             return
         self._abandon_stop(f"the job ended {final_status.value} instead of FINISHED")
 
+    # -- the gateway to the tasks (coordinator -> deployment) --------------------
+
+    def trigger_checkpoint(
+        self, attempt_id: ExecutionAttemptID, checkpoint_id: int, timestamp: int, options: CheckpointOptions
+    ) -> bool:
+        self._main_thread.assert_main_thread()
+        deployment = self._deployment
+        return deployment is not None and deployment.trigger_checkpoint(
+            attempt_id, checkpoint_id, timestamp, options
+        )
+
+    def notify_checkpoint_complete(
+        self, attempt_id: ExecutionAttemptID, checkpoint_id: int, timestamp: int
+    ) -> None:
+        self._main_thread.assert_main_thread()
         if self._deployment is not None:
             self._deployment.notify_checkpoint_complete(attempt_id, checkpoint_id, timestamp)
 
@@ -663,6 +663,7 @@ class JobMaster:
             except Exception:  # logged: the job's own outcome matters more
                 log.exception("Job %s: shutting down the checkpoint coordinator failed.", self.job_id)
         self._end_loop()
+        self._settle_stop_at_end(final_status)
         pool = self._async_executor
         if pool is None:
             return
@@ -680,7 +681,6 @@ class JobMaster:
                 ", ".join(_describe(pending[f]) for f in not_done),
             )
 
-        self._settle_stop_at_end(final_status)
     def _end_loop(self) -> None:
         """The loop is over: from now on requests are answered on the caller's thread."""
         self._main_thread.release()
@@ -836,6 +836,8 @@ class JobMaster:
             return _CONTINUE
         if isinstance(message, _RestartDue):
             return self._restart()
+        if isinstance(message, _StopSavepointFailed):
+            return self._stop_savepoint_failed(message)
         if isinstance(message, CancelJob):
             log.info("Cancelling job %s (%s): %s.", self.job_graph.job_name, self.job_id, message.reason)
             eg.transition_state(eg.state, JobStatus.CANCELLING)
@@ -863,8 +865,6 @@ class JobMaster:
     def _failover(
         self, error: JobExecutionError, failure: TaskFailure | None, *, counted: bool = True
     ) -> Any:
-        if isinstance(message, _StopSavepointFailed):
-            return self._stop_savepoint_failed(message)
         """A task, the checkpoints or a deployment failed: restart after the strategy's
         delay, or fail the job. Runs from RUNNING, from CREATED (the first deployment
         failed) and from RESTARTING (a restart's deployment failed). ``counted=False``: a
@@ -991,6 +991,18 @@ def _answer(request: RunOnMainThread) -> None:
         request.result.set_exception(exc)
 
 
+def _stop_failure(error: BaseException | None, what: str) -> CheckpointException:
+    """The error a failed stop-with-savepoint's caller gets: the savepoint's reason, and
+    what became of the job."""
+    reason = error.reason if isinstance(error, CheckpointException) else CheckpointFailureReason.JOB_FAILURE
+    detail = error.cause if isinstance(error, CheckpointException) else error
+    exception = CheckpointException(
+        reason, f"stop-with-savepoint failed{f' ({detail})' if detail else ''}; {what}"
+    )
+    exception.__cause__ = error
+    return exception
+
+
 def _describe(action: Callable[..., object]) -> str:
     """An I/O action for a log line: its function, and the checkpoint it concerns if known."""
     if isinstance(action, functools.partial):
@@ -1016,15 +1028,3 @@ def _job_error(job_graph: JobGraph, update: TaskStateUpdate) -> JobExecutionErro
         # raised in another process: the traceback text is all there is of where
         message += f"\n\nTask traceback:\n{failure.traceback_text}"
     return JobExecutionError(message, job_graph.job_id)
-def _stop_failure(error: BaseException | None, what: str) -> CheckpointException:
-    """The error a failed stop-with-savepoint's caller gets: the savepoint's reason, and
-    what became of the job."""
-    reason = error.reason if isinstance(error, CheckpointException) else CheckpointFailureReason.JOB_FAILURE
-    detail = error.cause if isinstance(error, CheckpointException) else error
-    exception = CheckpointException(
-        reason, f"stop-with-savepoint failed{f' ({detail})' if detail else ''}; {what}"
-    )
-    exception.__cause__ = error
-    return exception
-
-

@@ -135,13 +135,13 @@ class StreamTask:
         self._awaiting_final_checkpoint = False
         self._final_checkpoint_id: int | None = None
         self._final_checkpoint_done = False
-        self.writers: list[RecordWriter] = []
         #: The synchronous savepoint (stop-with-savepoint) this task took, and whether it
         #: completed: the task then finishes without ending its input.
         self._sync_savepoint_id: int | None = None
         self._sync_savepoint_done = False
         #: A source task stops polling its reader once it took a synchronous savepoint.
         self._stop_polling = False
+        self.writers: list[RecordWriter] = []
         for spec, channels in zip(tdd.outputs, output_channels, strict=True):
             partitioner = spec.partitioner.copy()
             partitioner.setup(len(channels), tdd.subtask_index)
@@ -189,13 +189,10 @@ class StreamTask:
             return
         if self._awaiting_final_checkpoint and self._final_checkpoint_id is None:
             self._final_checkpoint_id = checkpoint_id
-        self.checkpoints.checkpoint_state(checkpoint_id, timestamp, options, alignment)
-
-    def _wait_for_final_checkpoint(self) -> None:
         synchronous = options.checkpoint_type is CheckpointType.SYNC_SAVEPOINT
         if synchronous:
             self._stop_for_sync_savepoint(checkpoint_id, options)
-        """All input read: keep serving mails until a checkpoint taken after this point has
+        self.checkpoints.checkpoint_state(checkpoint_id, timestamp, options, alignment)
         if synchronous:
             # Nothing may follow the savepoint's barrier: a timer firing now would emit
             # records the savepoint does not cover, and the restore fires it again.
@@ -237,6 +234,9 @@ class StreamTask:
         on which the sinks commit it. If the savepoint fails instead, the JobMaster fails
         the job over and cancels this task."""
         self._serve_mails_until(lambda: self._sync_savepoint_done)
+
+    def _wait_for_final_checkpoint(self) -> None:
+        """All input read: keep serving mails until a checkpoint taken after this point has
         completed; only then does the end of the stream go downstream."""
         self._awaiting_final_checkpoint = True
         responder = self.services.checkpoint_responder
@@ -285,12 +285,12 @@ class StreamTask:
         final = self._final_checkpoint_id
         if final is not None and checkpoint_id >= final:
             self._final_checkpoint_done = True
-
-    def _notify_aborted(self, checkpoint_id: int) -> None:
-        if checkpoint_id == self._final_checkpoint_id:
         sync = self._sync_savepoint_id
         if sync is not None and checkpoint_id >= sync:
             self._sync_savepoint_done = True
+
+    def _notify_aborted(self, checkpoint_id: int) -> None:
+        if checkpoint_id == self._final_checkpoint_id:
             self._final_checkpoint_id = None  # the next checkpoint will do
         if self.checkpoints is not None:
             self.checkpoints.notify_checkpoint_aborted(checkpoint_id)
@@ -389,12 +389,12 @@ class StreamTask:
                 self._process_mails()
             if self._cancelled:
                 raise TaskCancelledError()
+            if self._stop_polling:
+                return  # a source stopped with a savepoint
             due = timers.next_due_ms
             if due is not None and clock.now_ms() >= due:
                 timers.fire_due()
             if not self._outputs_available(writers):
-            if self._stop_polling:
-                return  # a source stopped with a savepoint
                 wakeup.wait(0.1)
                 continue
             if source is not None:
