@@ -80,9 +80,11 @@ from chandy.messages.checkpoint import (
     EndOfInputReached,
 )
 from chandy.messages.ids import ExecutionAttemptID
+from chandy.messages.metrics import MetricsReport
 from chandy.messages.status import ExecutionState, JobStatus
 from chandy.runtime.executor import Deployment, Executor
 from chandy.runtime.job_result import JobExecutionResult
+from chandy.runtime.metrics_store import JobMetricsStore
 from chandy.runtime.restart_strategy import restart_strategy_from
 from chandy.storage.checkpoint_storage import CheckpointStorage
 from chandy.task.deployment import TaskRestore, serialize_chain
@@ -241,6 +243,15 @@ class JobMaster:
             checkpoint_responder=self,
             checkpoint_storage=self.checkpoint_storage,
             async_executor=self._async_executor,
+            metrics=self,
+        )
+        #: What the tasks report (records, busy/backpressured time, watermarks) and the job's
+        #: gauges; read by the REST API, Prometheus and the status line (see its docstring).
+        self.metrics = JobMetricsStore(
+            self.execution_graph,
+            self.clock,
+            lambda: self.coordinator.stats if self.coordinator is not None else None,
+            lambda: self.restarts,
         )
 
     @property
@@ -344,6 +355,10 @@ class JobMaster:
 
     def report_end_of_input(self, message: EndOfInputReached) -> None:
         self._inbox.put(message)
+
+    def report_metrics(self, report: MetricsReport) -> None:
+        """MetricsListener: tasks' metrics (any thread); stored at once, the loop never sees them."""
+        self.metrics.report(report)
 
     def cancel(self, reason: str = "cancelled by the user") -> None:
         """Cancel the job (any thread); :meth:`run` then raises :class:`JobCancelledError`.

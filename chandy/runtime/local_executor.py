@@ -14,25 +14,50 @@ import threading
 import time
 
 from chandy.config import Configuration
-from chandy.config.options import NetworkOptions
+from chandy.config.options import MetricOptions, NetworkOptions
 from chandy.graph.execution_graph import ChannelID, ExecutionGraph
 from chandy.messages.checkpoint import CheckpointOptions
 from chandy.messages.ids import ExecutionAttemptID
+from chandy.messages.status import ExecutionState
 from chandy.network.channel import LocalChannel
 from chandy.runtime.executor import Deployment, Executor
 from chandy.task.deployment import TaskDeploymentDescriptor, deserialize_chain, serialize_chain
-from chandy.task.services import TaskServices, TaskStateListener
+from chandy.task.metrics import MetricsReporter
+from chandy.task.services import TaskFailure, TaskServices, TaskStateListener
 from chandy.task.stream_task import StreamTask
 
 log = logging.getLogger(__name__)
 
 
-class LocalDeployment(Deployment):
-    """The task threads of one attempt; owns them until they have ended."""
+class _ReportingListener:
+    """Sends a task's last metrics before its end reaches the JobMaster, so a finished
+    job's counts are final."""
 
-    def __init__(self, tasks: list[StreamTask], channels: dict[ChannelID, LocalChannel]) -> None:
+    def __init__(self, listener: TaskStateListener, reporter: MetricsReporter) -> None:
+        self._listener = listener
+        self._reporter = reporter
+
+    def notify_task_state(
+        self, attempt_id: ExecutionAttemptID, state: ExecutionState, failure: TaskFailure | None = None
+    ) -> None:
+        if state.is_terminal:
+            self._reporter.task_ended(attempt_id)
+        self._listener.notify_task_state(attempt_id, state, failure)
+
+
+class LocalDeployment(Deployment):
+    """The task threads of one attempt, and the thread reporting their metrics; owns them
+    until they have ended (the executor stops the reporter when it closes)."""
+
+    def __init__(
+        self,
+        tasks: list[StreamTask],
+        channels: dict[ChannelID, LocalChannel],
+        reporter: MetricsReporter | None = None,
+    ) -> None:
         self.tasks = tasks
         self.channels = channels
+        self.reporter = reporter
         self._by_attempt = {t.tdd.attempt_id: t for t in tasks}
         self.threads = [
             threading.Thread(target=t.invoke, name=f"chandy {t.tdd.name_with_subtask}", daemon=True)
@@ -40,6 +65,10 @@ class LocalDeployment(Deployment):
         ]
 
     def start(self) -> None:
+        if self.reporter is not None:
+            for task in self.tasks:
+                self.reporter.register(task.metrics)
+            self.reporter.start()
         for thread in self.threads:
             thread.start()
 
@@ -84,11 +113,20 @@ class LocalDeployment(Deployment):
                     timeout_s,
                 )
                 return False
+        if self.reporter is not None:
+            self.reporter.stop()  # every task ended: nothing more to report
         return True
 
 
 class LocalExecutor(Executor):
-    """Runs every task as a thread of this process."""
+    """Runs every task as a thread of this process.
+
+    Metrics: each deployment's reporter calls ``services.metrics`` (the JobMaster) every
+    ``chandy.metrics.report-interval``; :meth:`close` stops the last one.
+    """
+
+    def __init__(self) -> None:
+        self._deployment: LocalDeployment | None = None
 
     def deploy(
         self,
@@ -97,7 +135,18 @@ class LocalExecutor(Executor):
         listener: TaskStateListener,
         services: TaskServices,
     ) -> LocalDeployment:
-        capacity = Configuration(execution_graph.job_graph.config).get(NetworkOptions.BUFFERS_PER_CHANNEL)
+        config = Configuration(execution_graph.job_graph.config)
+        capacity = config.get(NetworkOptions.BUFFERS_PER_CHANNEL)
+        reporter: MetricsReporter | None = None
+        if services.metrics is not None:
+            reporter = MetricsReporter(
+                execution_graph.job_id,
+                config.get(MetricOptions.REPORT_INTERVAL) / 1000,
+                services.metrics.report_metrics,
+                f"chandy metrics {execution_graph.job_id}",
+                stop_when_empty=True,
+            )
+            listener = _ReportingListener(listener, reporter)
         channels: dict[ChannelID, LocalChannel] = {}
 
         def channel(cid: ChannelID) -> LocalChannel:
@@ -119,6 +168,13 @@ class LocalExecutor(Executor):
                 for edge in execution_graph.output_channel_ids(vertex, tdd.subtask_index)
             ]
             tasks.append(StreamTask(tdd, inputs, outputs, services, listener))
-        deployment = LocalDeployment(tasks, channels)
+        if self._deployment is not None and self._deployment.reporter is not None:
+            self._deployment.reporter.stop()  # the previous attempt's, should it still run
+        deployment = self._deployment = LocalDeployment(tasks, channels, reporter)
         deployment.start()
         return deployment
+
+    def close(self) -> None:
+        deployment = self._deployment
+        if deployment is not None and deployment.reporter is not None:
+            deployment.reporter.stop()

@@ -18,7 +18,15 @@ from chandy.state.handles import OperatorStateMeta
 from chandy.state.heap import HeapKeyedStateBackend, HeapSnapshot
 from chandy.state.key_groups import KeyGroupRange
 from chandy.storage.checkpoint_storage import StateReader
-from chandy.task.deployment import TaskDeploymentDescriptor
+from chandy.task.deployment import OperatorSpec, TaskDeploymentDescriptor
+from chandy.task.metrics import (
+    OperatorCounters,
+    TaskMetrics,
+    counting_input,
+    counting_output,
+    watermark_input,
+    watermark_output,
+)
 from chandy.task.operators.base import (
     Emit,
     StateInitializationContext,
@@ -62,6 +70,11 @@ def _broadcast_status(writer: RecordWriter) -> Callable[[bool], None]:
     return emit
 
 
+def _describe_operator(spec: OperatorSpec) -> str:
+    uid = f"uid '{spec.uid}'" if spec.uid is not None else "no uid"
+    return f"operator '{spec.name}' ({uid})"
+
+
 @dataclass
 class OperatorSnapshot:
     """The synchronous part of one operator's checkpoint, to be written asynchronously."""
@@ -85,6 +98,7 @@ class OperatorChain:
         services: TaskServices,
         should_abort: Callable[[], bool],
         processing_time_service: ProcessingTimeService | None = None,
+        metrics: TaskMetrics | None = None,
     ) -> None:
         self.tdd = tdd
         self.processing_time_service = processing_time_service or ProcessingTimeService(services.clock)
@@ -95,24 +109,41 @@ class OperatorChain:
             operator.name = spec.name
             operator.operator_id = spec.operator_id
             self.operators[spec.node_id] = operator
+        #: Records and watermarks in and out of each operator, counted per batch (see task.metrics).
+        self.counters = {spec.node_id: OperatorCounters(spec.operator_id, spec.name) for spec in self.specs}
+        counters = self.counters
+
+        def chained_input(node_id: int) -> Emit:
+            return counting_input(self.operators[node_id].process_batch, counters[node_id])
+
         key_group_range = KeyGroupRange.of_operator(tdd.max_parallelism, tdd.parallelism, tdd.subtask_index)
+        tails: list[OperatorCounters] = []
         # Wire from the tail so that every target exists before its source is set up.
         for spec in reversed(self.specs):
             operator = self.operators[spec.node_id]
-            targets: list[Emit] = [self.operators[n].process_batch for n in spec.chained_outputs]
+            mine = counters[spec.node_id]
+            targets: list[Emit] = [chained_input(n) for n in spec.chained_outputs]
             targets += [writers[i].emit_batch for i in spec.network_outputs]
             # Watermarks and statuses go everywhere records go, side outputs included.
-            consumers = [self.operators[n] for n in spec.chained_outputs]
+            consumers = list(spec.chained_outputs)
             network = [writers[i] for i in spec.network_outputs]
             side: dict[str, Emit] = {}
             for tag_id, chained, network_indexes in spec.side_outputs:
-                side[tag_id] = _fan_out(
-                    [self.operators[n].process_batch for n in chained]
-                    + [writers[i].emit_batch for i in network_indexes]
+                side[tag_id] = counting_output(
+                    _fan_out(
+                        [chained_input(n) for n in chained] + [writers[i].emit_batch for i in network_indexes]
+                    ),
+                    mine,
                 )
-                consumers += [self.operators[n] for n in chained]
+                consumers += chained
                 network += [writers[i] for i in network_indexes]
-            backend = HeapKeyedStateBackend(key_group_range, tdd.max_parallelism) if spec.keyed else None
+            if not consumers:
+                tails.append(mine)
+            backend = (
+                HeapKeyedStateBackend(key_group_range, tdd.max_parallelism, owner=_describe_operator(spec))
+                if spec.keyed
+                else None
+            )
             context = StreamingRuntimeContext(
                 job_id=tdd.job_id,
                 job_name=tdd.job_name,
@@ -125,17 +156,24 @@ class OperatorChain:
                 job_parameters=tdd.config,
                 keyed_state_backend=backend,
             )
-            operator.setup(context, _fan_out(targets))
+            operator.setup(context, counting_output(_fan_out(targets), mine))
             operator.side_outputs = side
-            operator.emit_watermark = _fan_out(
-                [c.process_watermark for c in consumers] + [_broadcast_watermark(w) for w in network]
+            operator.emit_watermark = watermark_output(
+                _fan_out(
+                    [watermark_input(self.operators[n].process_watermark, counters[n]) for n in consumers]
+                    + [_broadcast_watermark(w) for w in network]
+                ),
+                mine,
             )
             operator.emit_watermark_status = _fan_out(
-                [c.process_watermark_status for c in consumers] + [_broadcast_status(w) for w in network]
+                [self.operators[n].process_watermark_status for n in consumers]
+                + [_broadcast_status(w) for w in network]
             )
             operator.processing_time_service = self.processing_time_service
             operator.bind_task_services(services, should_abort)
         self.head = self.operators[self.specs[0].node_id]
+        if metrics is not None:
+            metrics.bind_chain([counters[spec.node_id] for spec in self.specs], tails[::-1])
         self._opened: list[StreamOperator] = []
         if tdd.task_restore is not None:
             self._restore(tdd)

@@ -17,6 +17,7 @@ from typing import Any
 
 from chandy.network.channel import OutputChannel
 from chandy.network.events import RuntimeEvent
+from chandy.task.metrics import WaitTimer
 from chandy.task.partitioners import StreamPartitioner
 
 
@@ -31,6 +32,7 @@ class RecordWriter:
         "pending_since_ns",
         "records_out",
         "batches_out",
+        "blocked",
         "timestamped",
     )
 
@@ -45,6 +47,8 @@ class RecordWriter:
         self.pending_since_ns = 0
         self.records_out = 0
         self.batches_out = 0
+        #: Time sends waited for credit: the task's backpressure within a batch (see task.metrics).
+        self.blocked = WaitTimer()
         #: The edge carries event timestamps (the partitioner's buffers have a timestamp column).
         self.timestamped = partitioner.timestamped
 
@@ -83,7 +87,11 @@ class RecordWriter:
     def _send(self, index: int, batch: Any) -> None:
         self.records_out += len(batch)
         self.batches_out += 1
-        self.channels[index].send(batch)
+        channel = self.channels[index]
+        if channel.has_credit():
+            channel.send(batch)
+        else:  # the send waits for credit: backpressure, measured
+            self.blocked.timed(channel.send, batch)
 
     def flush(self) -> None:
         """Send every partly filled buffer now."""

@@ -15,6 +15,7 @@ from typing import Any, Protocol
 from chandy.errors import UnrecoverableError
 from chandy.messages.checkpoint import CheckpointResponder
 from chandy.messages.ids import ExecutionAttemptID
+from chandy.messages.metrics import MetricsListener
 from chandy.messages.status import ExecutionState
 from chandy.storage.checkpoint_storage import CheckpointStorage
 from chandy.util.clock import Clock, SystemClock
@@ -84,3 +85,5 @@ class TaskServices:
     async_executor: Executor | None = None
     #: Processing time of the tasks (injected in tests; the system clock otherwise).
     clock: Clock = field(default_factory=SystemClock)
+    #: Where the tasks' metrics reports go (the JobMaster), when the executor reports by call.
+    metrics: MetricsListener | None = None

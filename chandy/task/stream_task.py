@@ -68,6 +68,7 @@ from chandy.network.wakeup import Wakeup
 from chandy.task.checkpointing import SubtaskCheckpointCoordinator
 from chandy.task.deployment import TaskDeploymentDescriptor
 from chandy.task.mailbox import Mailbox
+from chandy.task.metrics import TaskMetrics
 from chandy.task.operator_chain import OperatorChain
 from chandy.task.operators.base import StreamOperator
 from chandy.task.operators.source import InputStatus, SourceOperator
@@ -148,6 +149,8 @@ class StreamTask:
             for channel in channels:
                 channel.bind_producer(self.wakeup, self.is_cancelled)
             self.writers.append(RecordWriter(channels, partitioner, self.batch_size))
+        #: Records in and out, idle and backpressured time, watermarks (read by the executor's reporter).
+        self.metrics = TaskMetrics(tdd.attempt_id, self.writers)
         self.chain: OperatorChain | None = None
         self.state = ExecutionState.DEPLOYING
 
@@ -319,7 +322,7 @@ class StreamTask:
         failure: TaskFailure | None = None
         try:
             self.chain = OperatorChain(
-                tdd, self.writers, self.services, self.is_cancelled, self.processing_time
+                tdd, self.writers, self.services, self.is_cancelled, self.processing_time, self.metrics
             )
             self.checkpoints = SubtaskCheckpointCoordinator(
                 tdd,
@@ -384,6 +387,7 @@ class StreamTask:
         batch_size = self.batch_size
         timers = self.processing_time
         clock = timers.clock
+        metrics = self.metrics
         while True:
             if mailbox.has_mail():
                 self._process_mails()
@@ -395,7 +399,7 @@ class StreamTask:
             if due is not None and clock.now_ms() >= due:
                 timers.fire_due()
             if not self._outputs_available(writers):
-                wakeup.wait(0.1)
+                metrics.wait_backpressured(wakeup, 0.1)
                 continue
             if source is not None:
                 status = source.emit_next(batch_size)
@@ -416,7 +420,9 @@ class StreamTask:
             for writer in writers:
                 writer.flush()
             until_timer = timers.delay_until_next_ms()
-            wakeup.wait(idle_wait if until_timer is None else min(idle_wait, until_timer / 1000))
+            metrics.wait_idle(
+                wakeup, idle_wait if until_timer is None else min(idle_wait, until_timer / 1000)
+            )
 
     @staticmethod
     def _outputs_available(writers: list[RecordWriter]) -> bool:
@@ -443,10 +449,12 @@ class StreamTask:
         item = polled[1]
         if isinstance(item, RuntimeEvent):  # what the watermark valve forwards
             if type(item) is Watermark:
+                self.metrics.head.input_watermark = item.timestamp
                 head.process_watermark(item.timestamp)
             else:
                 head.process_watermark_status(item.idle)  # type: ignore[attr-defined]
             return _MORE
+        self.metrics.head.records_in += len(item)
         head.process_batch(item)
         return _MORE
 
