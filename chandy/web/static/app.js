@@ -1197,7 +1197,8 @@
     try {
       const config = await api("config");
       const version = config && config["flink-version"];
-      if (version) $("version").textContent = `Flink REST API ${version}`;
+      // chandy reports its own version where Flink reports Flink's.
+      if (version) $("version").textContent = /^\d/.test(version) ? `Flink ${version}` : version;
     } catch (_) {
       /* the version label is decoration */
     }

@@ -1,0 +1,280 @@
+"""The dashboard in a real browser: Debian's chromium, driven by playwright, against a running job.
+
+The job is the kind the dashboard is for: an unbounded source of orders, a keyed
+event-time window and an exactly-once file sink, checkpointing every 150 ms, on the
+local executor, with the REST server on a port the system picks. The browser loads
+the page, follows the job, reads the checkpoint tab and stops the job with a
+savepoint through the page's buttons, as an operator would. Every wait is
+playwright's (``expect`` with a timeout), never a sleep. Screenshots go to the
+test's ``tmp_path`` (an artifact of the run, never in git).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+from playwright.sync_api import Browser, Page, expect, sync_playwright
+
+from chandy import StreamExecutionEnvironment
+from chandy.connectors import DataGeneratorSource, Encoder, FileSink
+from chandy.core.time import Time
+from chandy.core.watermark_strategy import WatermarkStrategy
+from chandy.core.windows import TumblingEventTimeWindows
+from chandy.messages.status import JobStatus
+from chandy.runtime.job_client import JobClient
+
+CHROMIUM = Path("/usr/bin/chromium")
+CHROMIUM_ARGS = [
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--no-first-run",
+    "--disable-quic",
+]
+#: Event time of order 0 (2026-11-24 00:00 UTC): watermarks read as times on the page.
+EPOCH_MS = 1_795_478_400_000
+PRODUCTS = ("apples", "pears", "plums", "figs", "dates", "limes", "kiwis")
+#: Generous: the machine is shared and Spark tests may run beside this one.
+WAIT_MS = 90_000
+
+
+def order(index: int) -> tuple[str, int, int]:
+    """Order ``index``: (product, amount in cents, event time); 500 orders per event-time second."""
+    return PRODUCTS[index % len(PRODUCTS)], 100 + index % 900, EPOCH_MS + index * 2
+
+
+def event_time(value: tuple[str, int, int], record_timestamp: int) -> int:
+    return value[2]
+
+
+def product(value: tuple[str, int, int]) -> str:
+    return value[0]
+
+
+def add(a: tuple[str, int, int], b: tuple[str, int, int]) -> tuple[str, int, int]:
+    return a[0], a[1] + b[1], max(a[2], b[2])
+
+
+def start_orders_job(
+    directory: Path, config: dict[str, Any] | None = None, records_per_second: float = 2000
+) -> tuple[StreamExecutionEnvironment, JobClient]:
+    """Orders → revenue per product in 1 s tumbling event-time windows → FileSink, running
+    until stopped; the REST server on a free port. Also used to take the README's screenshot."""
+    env = StreamExecutionEnvironment.get_execution_environment(executor="local")
+    env.set_parallelism(2)
+    env.enable_checkpointing(150)
+    env.configure(
+        {
+            "rest.port": 0,
+            "execution.checkpointing.dir": str(directory / "checkpoints"),
+            "execution.checkpointing.savepoint-dir": str(directory / "savepoints"),
+            # A history long enough that a clicked row still has its details a few polls later.
+            "web.checkpoints.history": 40,
+            **(config or {}),
+        }
+    )
+    orders = env.from_source(
+        DataGeneratorSource(order, None, records_per_second=records_per_second),
+        WatermarkStrategy.for_bounded_out_of_orderness(200).with_timestamp_assigner(event_time),
+        "orders",
+    )
+    (
+        orders.key_by(product)
+        .window(TumblingEventTimeWindows.of(Time.seconds(1)))
+        .reduce(add)
+        .name("revenue per product (1 s windows)")
+        .sink_to(FileSink.for_row_format(str(directory / "out"), Encoder.simple_string_encoder()).build())
+    )
+    client = env.execute_async("orders: revenue per product")
+    return env, client
+
+
+def launch_chromium(playwright: Any) -> Browser:
+    """Debian's chromium; a missing one fails the test (setup.sh installs it), never skips it."""
+    if not CHROMIUM.exists():
+        pytest.fail(f"Debian's chromium is not installed ({CHROMIUM} is missing): run ./setup.sh")
+    browser: Browser = playwright.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS)
+    return browser
+
+
+@pytest.fixture(scope="module")
+def browser() -> Iterator[Browser]:
+    with sync_playwright() as playwright:
+        browser = launch_chromium(playwright)
+        try:
+            yield browser
+        finally:
+            browser.close()
+
+
+@pytest.fixture
+def page(browser: Browser) -> Iterator[Page]:
+    context = browser.new_context(viewport={"width": 1400, "height": 900})
+    page = context.new_page()
+    errors: list[str] = []
+    page.on("pageerror", lambda error: errors.append(str(error)))
+    try:
+        yield page
+    finally:
+        context.close()
+    assert not errors, f"the page raised JavaScript errors: {errors}"
+
+
+@pytest.fixture
+def orders_job(tmp_path: Path) -> Iterator[tuple[StreamExecutionEnvironment, JobClient]]:
+    env, client = start_orders_job(tmp_path)
+    try:
+        yield env, client
+    finally:
+        if client.get_job_status() is JobStatus.RUNNING:
+            client.cancel()
+        try:
+            client.get_job_execution_result(timeout=60)
+        except Exception:  # noqa: BLE001 - the test's own assertions say what went wrong
+            pass
+        env.close()
+
+
+def job_row(page: Page, job_id: str) -> Any:
+    return page.locator(f'[data-testid="job-row"][data-job-id="{job_id}"]')
+
+
+def local_path(location: str) -> Path:
+    """A savepoint location as the API reports it (``file:`` URI or plain path)."""
+    return Path(re.sub(r"^file:(//)?", "", location))
+
+
+@pytest.mark.slow
+def test_the_dashboard_follows_a_running_job_and_stops_it_with_a_savepoint(
+    page: Page, orders_job: tuple[StreamExecutionEnvironment, JobClient], tmp_path: Path
+) -> None:
+    env, client = orders_job
+    url = env.rest_url
+    assert url is not None, "execute_async() started no REST server"
+    job_id = client.get_job_id()
+    job = httpx.get(f"{url}/jobs/{job_id}", timeout=30).json()
+    vertex_names = [v["name"] for v in job["vertices"]]
+    edges = sum(len(node["inputs"]) for node in job["plan"]["nodes"])
+
+    # The jobs list shows the job RUNNING, with its uptime.
+    page.goto(f"{url}/")
+    row = job_row(page, job_id)
+    expect(row.get_by_test_id("job-row-status")).to_have_text("RUNNING", timeout=WAIT_MS)
+    expect(row).to_contain_text("orders: revenue per product")
+
+    # The job's page: its graph, one box per vertex, the edges between them.
+    row.get_by_test_id("job-link").click()
+    expect(page.get_by_test_id("job-status")).to_have_text("RUNNING", timeout=WAIT_MS)
+    expect(page.get_by_test_id("job-id")).to_have_text(job_id)
+    expect(page.get_by_test_id("vertex")).to_have_count(len(vertex_names), timeout=WAIT_MS)
+    expect(page.get_by_test_id("graph-edge")).to_have_count(edges)
+    for name in vertex_names:
+        expect(page.locator(f'[data-testid="vertex"][data-vertex-name="{name}"]')).to_be_visible()
+    page.screenshot(path=str(tmp_path / "1-graph.png"), full_page=True)
+
+    # The checkpoint tab fills in: counts and a history of completed checkpoints.
+    page.get_by_test_id("tab-checkpoints").click()
+    completed = page.locator('[data-testid="ckpt-row"][data-status="COMPLETED"]')
+    expect(completed.nth(2)).to_be_visible(timeout=WAIT_MS)
+    expect(page.get_by_test_id("ckpt-count-completed")).to_have_text(re.compile(r"^[1-9][0-9]*$"))
+    expect(page.get_by_test_id("ckpt-latest-completed")).to_contain_text("#")
+    expect(page.get_by_test_id("ckpt-chart-svg")).to_be_visible()
+    total_subtasks = sum(v["parallelism"] for v in job["vertices"])
+    expect(completed.first.get_by_test_id("ckpt-acks")).to_have_text(f"{total_subtasks}/{total_subtasks}")
+
+    # A row's per-subtask acknowledgement detail: every subtask completed, with its timings.
+    checkpoint_id = completed.first.get_attribute("data-checkpoint-id")
+    page.locator(f'[data-testid="ckpt-row"][data-checkpoint-id="{checkpoint_id}"]').click()
+    expect(page.get_by_test_id("ckpt-detail-title")).to_contain_text(f"#{checkpoint_id}")
+    subtasks = page.locator('[data-testid="subtask-row"][data-status="completed"]')
+    expect(subtasks).to_have_count(total_subtasks, timeout=WAIT_MS)
+    expect(page.get_by_test_id("ckpt-detail-vertex")).to_have_count(len(vertex_names))
+    for cell in ("subtask-sync", "subtask-async", "subtask-alignment", "subtask-start-delay"):
+        expect(subtasks.first.get_by_test_id(cell)).to_have_text(re.compile(r"^\d+(\.\d+)? m?s$"))
+    page.screenshot(path=str(tmp_path / "2-checkpoints.png"), full_page=True)
+
+    # A savepoint from the page: its path shown, the history marks it, the job runs on.
+    page.get_by_test_id("btn-savepoint").click()
+    savepoint_path = page.get_by_test_id("savepoint-path")
+    expect(savepoint_path).to_be_visible(timeout=WAIT_MS)
+    savepoint = local_path(savepoint_path.inner_text())
+    assert savepoint.parent == tmp_path / "savepoints"
+    assert (savepoint / "_metadata").is_file()
+    expect(page.get_by_test_id("ckpt-latest-savepoint")).to_contain_text(savepoint.name, timeout=WAIT_MS)
+    expect(page.get_by_test_id("savepoint-mark").first).to_be_visible()
+    expect(page.get_by_test_id("job-status")).to_have_text("RUNNING")
+
+    # Stop with a savepoint into the directory typed in: the job ends FINISHED.
+    stop_directory = tmp_path / "stopped"
+    page.get_by_test_id("savepoint-dir").fill(str(stop_directory))
+    page.get_by_test_id("btn-stop").click()
+    expect(page.get_by_test_id("action-result")).to_contain_text("Job stopped", timeout=WAIT_MS)
+    final = local_path(savepoint_path.inner_text())
+    expect(page.get_by_test_id("job-status")).to_have_text("FINISHED", timeout=WAIT_MS)
+    expect(page.get_by_test_id("btn-stop")).to_be_disabled()
+    page.screenshot(path=str(tmp_path / "3-stopped.png"), full_page=True)
+    assert final.parent == stop_directory
+    assert (final / "_metadata").is_file()
+    client.get_job_execution_result(timeout=60)
+    assert client.get_job_status() is JobStatus.FINISHED
+
+    # Back on the jobs list, the job is listed FINISHED.
+    page.get_by_test_id("back-to-jobs").click()
+    expect(job_row(page, job_id).get_by_test_id("job-row-status")).to_have_text("FINISHED")
+
+
+@pytest.mark.slow
+def test_with_a_token_the_page_asks_for_it_once_and_keeps_it_for_the_tab(page: Page, tmp_path: Path) -> None:
+    env, client = start_orders_job(tmp_path, {"rest.auth.token": "s3cret-token"}, records_per_second=200)
+    try:
+        url = env.rest_url
+        assert url is not None
+        job_id = client.get_job_id()
+        assert httpx.get(f"{url}/jobs/overview", timeout=30).status_code == 401
+
+        page.goto(f"{url}/")
+        overlay = page.get_by_test_id("token-overlay")
+        expect(overlay).to_be_visible(timeout=WAIT_MS)
+        # A wrong token is rejected, and the page asks again, saying so.
+        page.get_by_test_id("token-input").fill("wrong")
+        page.get_by_test_id("token-submit").click()
+        expect(page.get_by_test_id("token-error")).to_be_visible(timeout=WAIT_MS)
+        page.get_by_test_id("token-input").fill("s3cret-token")
+        page.get_by_test_id("token-submit").click()
+        expect(overlay).to_be_hidden()
+        expect(job_row(page, job_id).get_by_test_id("job-row-status")).to_have_text(
+            "RUNNING", timeout=WAIT_MS
+        )
+        page.screenshot(path=str(tmp_path / "token.png"), full_page=True)
+
+        # The tab keeps it: a reload asks no more.
+        page.reload()
+        expect(job_row(page, job_id).get_by_test_id("job-row-status")).to_have_text(
+            "RUNNING", timeout=WAIT_MS
+        )
+        expect(overlay).to_be_hidden()
+
+        # Cancel from the page (two clicks: the first arms the button).
+        job_row(page, job_id).get_by_test_id("job-link").click()
+        cancel = page.get_by_test_id("btn-cancel")
+        expect(cancel).to_be_enabled(timeout=WAIT_MS)
+        cancel.click()
+        expect(cancel).to_have_text("Confirm cancel")
+        cancel.click()
+        expect(page.get_by_test_id("job-status")).to_have_text("CANCELED", timeout=WAIT_MS)
+    finally:
+        if client.get_job_status() is JobStatus.RUNNING:
+            client.cancel()
+        try:
+            client.get_job_execution_result(timeout=60)
+        except Exception:  # noqa: BLE001 - a cancelled job ends with an error
+            pass
+        env.close()
+    assert client.get_job_status() is JobStatus.CANCELED
