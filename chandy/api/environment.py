@@ -315,7 +315,7 @@ class StreamExecutionEnvironment:
         if target == "spark":
             from chandy.runtime.spark.executor import SparkExecutor
 
-            return SparkExecutor(config)
+            return SparkExecutor(config, dashboard_url=self.rest_url)
         raise ConfigurationError(f"unknown executor '{target}'; use one of {', '.join(_EXECUTORS)}")
 
     def _acquire_rest_server(self, config: Configuration) -> Dispatcher | None:

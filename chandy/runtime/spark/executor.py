@@ -43,6 +43,7 @@ from chandy.messages.checkpoint import (
     EndOfInputReached,
 )
 from chandy.messages.ids import ExecutionAttemptID
+from chandy.messages.metrics import MetricsReport
 from chandy.messages.status import ExecutionState
 from chandy.network.auth import new_secret
 from chandy.network.framing import FramedSocket, accept_authenticated, close_listener
@@ -200,7 +201,9 @@ class SlotPool:
     def _run_stage(self, job_name: str) -> None:
         sc = self.session.sparkContext
         bootstrap = self._bootstrap
-        sc.setJobGroup(self.group, f"chandy: {job_name}", interruptOnCancel=True)
+        # The Spark UI lists the stage under this description: a Spark user finds the job there.
+        description = job_description(job_name, bootstrap.job_id, self.executor.dashboard_url)
+        sc.setJobGroup(self.group, description, interruptOnCancel=True)
         try:
             sc.parallelize(range(self.size), self.size).barrier().mapPartitions(
                 lambda _: run_slot(bootstrap)
@@ -387,8 +390,11 @@ class SparkExecutor(Executor):
     live slots make it, however many times they are replaced.
     """
 
-    def __init__(self, config: Configuration) -> None:
+    def __init__(self, config: Configuration, dashboard_url: str | None = None) -> None:
+        """``dashboard_url``: where the driver serves the dashboard (``None``: it does not);
+        the slot stage's Spark job description names it."""
         self.config = config
+        self.dashboard_url = dashboard_url
         self.secret = new_secret()
         self.session: Any = None
         self._pool: SlotPool | None = None
@@ -601,6 +607,10 @@ class SparkExecutor(Executor):
                     responder.decline_checkpoint(message)
                 else:
                     responder.report_end_of_input(message)
+        elif isinstance(message, MetricsReport):
+            metrics = self._services.metrics if self._services else None
+            if metrics is not None:
+                metrics.report_metrics(message)
         elif isinstance(message, PublishResults):
             slot.collect_queue.put(message)
         elif isinstance(message, PrintedOutput):
@@ -741,6 +751,14 @@ def check_storage_reachable(master: str, checkpoint_dir: str | None) -> None:
             "URI every executor can reach: hdfs://, s3://, gs://, or file:///... for a "
             "directory that really is shared (NFS) on every host."
         )
+
+
+def job_description(job_name: str, job_id: str, dashboard_url: str | None) -> str:
+    """The slot stage's Spark job description: the chandy job, and where its dashboard is."""
+    text = f"chandy job '{job_name}' ({job_id})"
+    if dashboard_url:
+        text += f", dashboard {dashboard_url.rstrip('/')}/#/jobs/{job_id}"
+    return text
 
 
 def _first_line(exc: BaseException) -> str:

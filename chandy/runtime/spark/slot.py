@@ -37,6 +37,8 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any, NoReturn
 
+from chandy.config import Configuration
+from chandy.config.options import MetricOptions
 from chandy.errors import UnrecoverableError
 from chandy.graph.execution_graph import ChannelID
 from chandy.messages.checkpoint import (
@@ -69,6 +71,7 @@ from chandy.runtime.spark.messages import (
 )
 from chandy.storage.checkpoint_storage import CheckpointStorage
 from chandy.task.deployment import deserialize_chain
+from chandy.task.metrics import MetricsReporter
 from chandy.task.services import TaskFailure, TaskServices
 from chandy.task.stream_task import StreamTask
 
@@ -476,6 +479,9 @@ class SlotRuntime:
             target=self._send_heartbeats, name=f"chandy slot {index} heartbeat", daemon=True
         )
         self._heartbeat.start()
+        #: Sends the tasks' metrics to the driver (started with the first deployment, which
+        #: carries the job's report interval).
+        self._metrics: MetricsReporter | None = None
         self._log_handler = _LogForwarder(self)
         chandy_logger = logging.getLogger("chandy")
         if chandy_logger.getEffectiveLevel() > logging.INFO:
@@ -584,6 +590,7 @@ class SlotRuntime:
                 continue
             tdd = dataclasses.replace(task.tdd, operators=operators)
             stream_task = StreamTask(tdd, inputs, outputs, self.services, self)
+            self._metrics_reporter(tdd.job_id, tdd.config).register(stream_task.metrics)
             thread = threading.Thread(
                 target=stream_task.invoke, daemon=True, name=f"chandy {task.tdd.name_with_subtask}"
             )
@@ -597,6 +604,15 @@ class SlotRuntime:
         gc.freeze()
         for thread in starting:
             thread.start()
+
+    def _metrics_reporter(self, job_id: str, config: Any) -> MetricsReporter:
+        """The slot's metrics reporter, started on first use (the slot's own thread: ``close``
+        stops and joins it); its reports travel on the control connection."""
+        if self._metrics is None:
+            interval = Configuration(config).get(MetricOptions.REPORT_INTERVAL) / 1000
+            self._metrics = MetricsReporter(job_id, interval, self.send, f"chandy slot {self.index} metrics")
+            self._metrics.start()
+        return self._metrics
 
     def _channels_of(
         self, task: TaskToDeploy, generation: int, capacity: int
@@ -653,6 +669,8 @@ class SlotRuntime:
     ) -> None:
         if failure is not None and failure.exception is not None:
             failure = _portable(failure)
+        if state.is_terminal and self._metrics is not None:
+            self._metrics.task_ended(attempt_id)  # its last counts reach the driver before its end
         try:
             self.send(TaskStateChanged(attempt_id, state, failure))
         except OSError:
@@ -699,6 +717,8 @@ class SlotRuntime:
 
     def close(self) -> None:
         self._closed.set()
+        if self._metrics is not None:
+            self._metrics.stop()
         gc.unfreeze()  # a reused Python worker's next task collects them again
         logging.getLogger().removeHandler(self._log_handler)
         for task, _, _ in self._tasks.values():

@@ -1,0 +1,119 @@
+"""Metrics and the Spark job description on the Spark executor: slots report their tasks'
+metrics to the driver over the control connection, and the slot stage's Spark job
+description names the chandy job and its dashboard (read back from Spark's own status
+store, what the Spark UI shows)."""
+
+from __future__ import annotations
+
+import threading
+import time
+from typing import Any
+
+from chandy import StreamExecutionEnvironment
+from chandy.config import Configuration
+from chandy.core.functions import KeyedProcessFunction
+from chandy.runtime.job_master import JobMaster
+from chandy.runtime.spark.executor import SparkExecutor, job_description
+from tests.jobs import Throttle
+from tests.test_task_metrics import operator_totals
+
+
+class Forward(KeyedProcessFunction):
+    def process_element(self, value: Any, ctx: Any) -> Any:
+        yield value
+
+
+def spark_jobs(session: Any) -> list[tuple[str, str]]:
+    """(job group, description) of every Spark job this application ran, from the status
+    store behind the Spark UI."""
+    jobs = session.sparkContext._jsc.sc().statusStore().jobsList(None)  # a Scala Seq of JobData
+    found = []
+    for index in range(jobs.length()):
+        job = jobs.apply(index)
+        group = job.jobGroup()
+        description = job.description()
+        found.append(
+            (
+                group.get() if group.isDefined() else "",
+                description.get() if description.isDefined() else "",
+            )
+        )
+    return found
+
+
+def test_slots_report_metrics_to_the_driver_and_the_stage_names_the_job(spark_session: Any) -> None:
+    env = StreamExecutionEnvironment.get_execution_environment(executor="spark")
+    env.set_parallelism(2)
+    env.configure(
+        {
+            "chandy.metrics.report-interval": "50 ms",
+            "chandy.network.batch-size": 8,
+            "taskmanager.network.memory.buffers-per-channel": 1,
+        }
+    )
+    (
+        env.from_collection(list(range(600)))
+        .name("numbers")
+        .map(Throttle(0.002))  # about 1.2 s per subtask: reports arrive while it runs
+        .name("paced")
+        .key_by(lambda x: x % 5)
+        .process(Forward())
+        .name("forward")
+        .add_sink(lambda value: None)
+        .name("discard")
+    )
+    job_graph = env._build_job_graph("spark metrics")
+    executor = SparkExecutor(Configuration(job_graph.config), dashboard_url="http://127.0.0.1:8081")
+    job_master = JobMaster(job_graph, executor)
+    live: list[dict[str, Any]] = []
+
+    def watch() -> None:  # what the driver holds while the slots run
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline and not live:
+            running = [s for s in job_master.metrics.subtask_metrics() if not s["finished"]]
+            if any(s["metrics"]["numRecordsOut"] > 0 for s in running):
+                live.extend(running)
+            time.sleep(0.02)
+
+    watcher = threading.Thread(target=watch)
+    watcher.start()
+    try:
+        job_master.run()
+    finally:
+        executor.close()
+        watcher.join()
+    assert live, "no live metrics reached the driver while the job ran"
+    subtasks = job_master.metrics.subtask_metrics()
+    # the collection source (parallelism 1), then "paced" and "forward" with 2 subtasks each
+    assert len(subtasks) == 5 and all(s["finished"] for s in subtasks)
+    totals = operator_totals(job_master)
+    assert totals == {
+        "numbers": (0, 600),
+        "paced": (600, 600),
+        "forward": (600, 600),
+        "discard": (600, 0),
+    }
+    description = job_description("spark metrics", job_graph.job_id, "http://127.0.0.1:8081")
+    assert description == (
+        f"chandy job 'spark metrics' ({job_graph.job_id}), "
+        f"dashboard http://127.0.0.1:8081/#/jobs/{job_graph.job_id}"
+    )
+    assert any(
+        group.startswith(f"chandy-{job_graph.job_id}-") and text == description
+        for group, text in spark_jobs(spark_session)
+    ), spark_jobs(spark_session)
+
+
+def test_execute_names_the_rest_servers_dashboard_in_the_spark_job(spark_session: Any) -> None:
+    env = StreamExecutionEnvironment.get_execution_environment(executor="spark")
+    env.configure({"rest.port": 0})
+    env.set_parallelism(1)
+    env.from_collection([1, 2, 3]).add_sink(lambda value: None)
+    with env:
+        client = env.execute_async("described")
+        client.get_job_execution_result(timeout=120)
+        url = env.rest_url
+        assert url is not None
+        expected = job_description("described", client.get_job_id(), url)
+        assert url in expected
+        assert any(text == expected for _, text in spark_jobs(spark_session)), spark_jobs(spark_session)
