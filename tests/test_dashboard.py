@@ -177,6 +177,19 @@ def test_the_dashboard_follows_a_running_job_and_stops_it_with_a_savepoint(
     expect(page.get_by_test_id("graph-edge")).to_have_count(edges)
     for name in vertex_names:
         expect(page.locator(f'[data-testid="vertex"][data-vertex-name="{name}"]')).to_be_visible()
+    # Each box fills in from the metrics: the source's rate, every vertex's backpressure level,
+    # and the event-time watermark (order 0 is at 00:00:00.000 of 2026-11-24).
+    sources = {node["id"] for node in job["plan"]["nodes"] if not node["inputs"]}
+    for vertex in job["vertices"]:
+        box = page.locator(f'[data-testid="vertex"][data-vertex-id="{vertex["id"]}"]')
+        if vertex["id"] in sources:
+            expect(box.get_by_test_id("vertex-rates")).to_contain_text(
+                re.compile(r"out [1-9]"), timeout=WAIT_MS
+            )
+        expect(box.get_by_test_id("vertex-backpressure")).to_have_text(re.compile(r"^(OK|LOW|HIGH) \d+%$"))
+        expect(box.get_by_test_id("vertex-watermark")).to_have_text(
+            re.compile(r"^watermark (\d{4}-\d\d-\d\d )?\d\d:\d\d:\d\d\.\d{3}$"), timeout=WAIT_MS
+        )
     page.screenshot(path=str(tmp_path / "1-graph.png"), full_page=True)
 
     # The checkpoint tab fills in: counts and a history of completed checkpoints.

@@ -143,6 +143,12 @@
     return Number.isInteger(n) ? String(n) : n.toFixed(1);
   }
 
+  function fmtRate(n) {
+    if (n === null || n === undefined || Number.isNaN(n)) return "–";
+    if (Math.abs(n) >= 1e4) return fmtCount(n);
+    return Math.abs(n) >= 100 ? Math.round(n).toLocaleString("en-US") : n.toFixed(1).replace(/\.0$/, "");
+  }
+
   function fmtWatermark(w) {
     if (w === null || w === undefined || Number.isNaN(w)) return "–";
     if (w <= NO_WATERMARK) return "no watermark";
@@ -373,6 +379,8 @@
     await Promise.all(
       (job.vertices || []).map(async (vertex) => {
         const base = `jobs/${jobId}/vertices/${vertex.id}`;
+        const node = ((job.plan && job.plan.nodes) || []).find((n) => n.id === vertex.id);
+        const isSource = node ? (node.inputs || []).length === 0 : job.vertices.indexOf(vertex) === 0;
         let ids = state.metricIds.get(vertex.id);
         if (!ids || ids.length === 0 || now - (state.metricIdsAge.get(vertex.id) || 0) > 10_000) {
           try {
@@ -405,8 +413,8 @@
           out: sum("numRecordsOutPerSecond"),
           backpressured: max("backPressuredTimeMsPerSecond"),
           busy: max("busyTimeMsPerSecond"),
-          watermark: min("currentInputWatermark"),
-          outWatermark: min("currentOutputWatermark"),
+          // A source has no input: its watermark is the one it emits (as Flink's UI shows it).
+          watermark: isSource ? min("currentOutputWatermark") : min("currentInputWatermark"),
           level: null,
           ratio: null,
         };
@@ -726,7 +734,7 @@
           s(
             "text",
             { x: 14, y: 60, "data-testid": "vertex-rates" },
-            `in ${fmtCount(m.in)}/s  ·  out ${fmtCount(m.out)}/s`,
+            `in ${fmtRate(m.in)}/s  ·  out ${fmtRate(m.out)}/s`,
           ),
           s(
             "text",
@@ -757,11 +765,11 @@
           return h(
             "tr",
             { "data-testid": "vertex-row", "data-vertex-id": v.id },
-            h("td", {}, v.name),
+            h("td", { class: "wrap-text" }, v.name),
             h("td", {}, badge(v.status || "–")),
             h("td", { class: "num" }, v.parallelism),
-            h("td", { class: "num" }, fmtCount(m.in)),
-            h("td", { class: "num" }, fmtCount(m.out)),
+            h("td", { class: "num" }, fmtRate(m.in)),
+            h("td", { class: "num" }, fmtRate(m.out)),
             h("td", { class: "num" }, fmtCount(vm["read-records"])),
             h("td", { class: "num" }, fmtCount(vm["write-records"])),
             h(
