@@ -34,6 +34,7 @@ from chandy.runtime.executor import Executor
 from chandy.runtime.job_client import JobClient
 from chandy.runtime.job_master import JobMaster
 from chandy.runtime.job_result import JobExecutionResult
+from chandy.runtime.status_line import show_status_line
 from chandy.task.operators.source import SourceOperator
 
 if TYPE_CHECKING:
@@ -381,7 +382,8 @@ class StreamExecutionEnvironment:
                 job_master = JobMaster(job_graph, executor)
                 if dispatcher is not None:
                     dispatcher.submit(job_master)
-                return job_master.run()
+                with show_status_line(job_master, config, self.rest_url):  # on a terminal only
+                    return job_master.run()
             finally:
                 executor.close()
         finally:
