@@ -8,9 +8,12 @@ Field names are asserted against Flink's REST model classes (``JobDetails``,
 
 from __future__ import annotations
 
+import base64
+import threading
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -102,7 +105,9 @@ class RunningJob:
 @pytest.fixture(scope="module")
 def job() -> Iterator[RunningJob]:
     """One running job (checkpointing, a keyed sum, one failover) for the read-only routes."""
-    env = StreamExecutionEnvironment.get_execution_environment({"rest.port": 0}, executor="local")
+    env = StreamExecutionEnvironment.get_execution_environment(
+        {"rest.port": 0, "chandy.metrics.report-interval": 100}, executor="local"
+    )
     env.set_parallelism(2)
     env.enable_checkpointing(100)
     client = running_job(env, fail_once=True)
@@ -160,7 +165,10 @@ def test_jobs_and_jobs_overview_with_and_without_v1(job: RunningJob, prefix: str
         "state",
         "last-modification",
         "tasks",
-    }
+        "jobType",
+        "schedulerType",
+        "pending-operators",
+    }  # Flink 2.3's JobDetails (its creator requires every one)
     assert details["jid"] == job.job_id and details["name"] == JOB_NAME and details["state"] == "RUNNING"
     assert details["end-time"] == -1 and details["duration"] > 0
     assert set(details["tasks"]) == FLINK_EXECUTION_STATES | {"total"}
@@ -329,3 +337,179 @@ def test_execute_serves_while_the_job_runs_and_stops_the_server_after(
     assert env.rest_url is None
     with pytest.raises(httpx.ConnectError):
         httpx.get(f"{url}/jobs")
+
+
+def poll_trigger(http: httpx.Client, job_id: str, trigger_id: str) -> dict[str, Any]:
+    """What Flink's CLI does: poll the trigger until its operation completed."""
+
+    def completed() -> dict[str, Any] | None:
+        response = http.get(f"/v1/jobs/{job_id}/savepoints/{trigger_id}")
+        assert response.status_code == 200, response.text
+        body: dict[str, Any] = response.json()
+        assert set(body) == {"status", "operation"}
+        if body["status"]["id"] == "IN_PROGRESS":
+            assert body["operation"] is None
+            return None
+        assert body["status"] == {"id": "COMPLETED"}
+        return body["operation"]
+
+    operation: dict[str, Any] = wait_for(completed, f"trigger {trigger_id}")
+    return operation
+
+
+def test_savepoint_trigger_then_status_until_completed(job: RunningJob, tmp_path: Path) -> None:
+    response = job.http.post(
+        f"/v1/jobs/{job.job_id}/savepoints",
+        json={"target-directory": str(tmp_path), "cancel-job": False, "formatType": "CANONICAL"},
+    )
+    assert response.status_code == 202, response.text
+    (trigger_id,) = response.json().values()
+    assert set(response.json()) == {"request-id"} and len(trigger_id) == 32
+    operation = poll_trigger(job.http, job.job_id, trigger_id)
+    assert operation["failure-cause"] is None
+    location = Path(operation["location"])
+    assert location.parent == tmp_path and location.name.startswith(f"savepoint-{job.job_id[:6]}-")
+    assert (location / "_metadata").is_file()
+    latest = job.get(f"/jobs/{job.job_id}/checkpoints")["latest"]["savepoint"]
+    assert latest["is_savepoint"] and latest["external_path"] == str(location)
+    # a client may choose the trigger id (Flink's triggerId): asking again is the same operation
+    again = job.http.post(
+        f"/jobs/{job.job_id}/savepoints", json={"target-directory": str(tmp_path), "triggerId": trigger_id}
+    )
+    assert again.status_code == 202 and again.json() == {"request-id": trigger_id}
+    assert len(list(tmp_path.iterdir())) == 1
+
+
+def test_a_failed_savepoint_reports_its_cause_as_flink_does(job: RunningJob, tmp_path: Path) -> None:
+    blocker = tmp_path / "a-file"
+    blocker.write_text("not a directory")
+    response = job.http.post(f"/jobs/{job.job_id}/savepoints", json={"target-directory": str(blocker / "sp")})
+    assert response.status_code == 202
+    operation = poll_trigger(job.http, job.job_id, response.json()["request-id"])
+    cause = operation["failure-cause"]
+    assert operation["location"] is None
+    assert {"class", "stack-trace", "serialized-throwable"} <= set(cause)
+    assert "a-file" in cause["stack-trace"] and cause["class"].endswith("CheckpointException")
+    assert base64.b64decode(cause["serialized-throwable"])[:4] == bytes.fromhex("aced0005")  # Java's
+    assert job.client.get_job_status() is JobStatus.RUNNING  # a failed savepoint changes nothing
+
+
+def test_savepoint_requests_that_cannot_start_are_refused(job: RunningJob) -> None:
+    no_directory = job.http.post(f"/jobs/{job.job_id}/savepoints", json={"cancel-job": False})
+    assert no_directory.status_code == 400
+    assert "execution.checkpointing.savepoint-dir" in no_directory.json()["errors"][0]
+    bad_format = job.http.post(
+        f"/jobs/{job.job_id}/savepoints", json={"target-directory": "/tmp", "formatType": "ZIP"}
+    )
+    assert bad_format.status_code == 400 and "CANONICAL" in bad_format.json()["errors"][0]
+    assert job.http.post(f"/jobs/{job.job_id}/savepoints", content=b"{not json").status_code == 400
+    job.get(f"/jobs/{job.job_id}/savepoints/{'0' * 32}", status=404)
+
+
+def test_vertex_metrics_by_flink_ids_and_backpressure(job: RunningJob) -> None:
+    source, keyed = job.get(f"/jobs/{job.job_id}")["vertices"]
+    base = f"/jobs/{job.job_id}/vertices/{keyed['id']}"
+    ids = wait_for(lambda: {m["id"] for m in job.get(f"{base}/metrics")}, "the keyed vertex's metrics")
+    for subtask in (0, 1):
+        assert {
+            f"{subtask}.numRecordsIn",
+            f"{subtask}.numRecordsOut",
+            f"{subtask}.numRecordsInPerSecond",
+            f"{subtask}.busyTimeMsPerSecond",
+            f"{subtask}.backPressuredTimeMsPerSecond",
+            f"{subtask}.currentInputWatermark",
+            f"{subtask}.Sum.numRecordsIn",
+        } <= ids, ids
+    values = job.get(f"{base}/metrics?get=0.numRecordsIn,1.numRecordsIn")
+    assert [v["id"] for v in values] == ["0.numRecordsIn", "1.numRecordsIn"]
+    assert all(isinstance(v["value"], str) and float(v["value"]) >= 0 for v in values)
+    wait_for(
+        lambda: (
+            sum(float(v["value"]) for v in job.get(f"{base}/metrics?get=0.numRecordsIn,1.numRecordsIn")) > 0
+        ),
+        "records counted into the keyed vertex",
+    )
+    pressure = job.get(f"{base}/backpressure")
+    assert pressure["status"] == "ok" and pressure["backpressure-level"] in ("ok", "low", "high")
+    assert [s["subtask"] for s in pressure["subtasks"]] == [0, 1]
+    for subtask in pressure["subtasks"]:
+        assert {"subtask", "attempt-number", "backpressure-level", "ratio", "idleRatio", "busyRatio"} == set(
+            subtask
+        )
+        assert 0 <= subtask["ratio"] <= 1 and subtask["attempt-number"] == 1  # after the failover
+    detail = job.get(f"/jobs/{job.job_id}")["vertices"][1]["metrics"]
+    assert detail["read-records"] > 0 and detail["read-records-complete"] is True
+    job.get(f"/jobs/{job.job_id}/vertices/{'f' * 32}/backpressure", status=404)
+    assert source["id"] != keyed["id"]
+
+
+def test_stop_with_savepoint_finishes_the_job(tmp_path: Path) -> None:
+    env = StreamExecutionEnvironment.get_execution_environment({"rest.port": 0}, executor="local")
+    env.set_parallelism(2)
+    client = running_job(env, name="to stop")
+    assert env.rest_url is not None
+    with httpx.Client(base_url=env.rest_url, timeout=30) as http:
+        wait_for(lambda: client.get_job_status() is JobStatus.RUNNING, "the job running")
+        response = http.post(
+            f"/v1/jobs/{client.get_job_id()}/stop",
+            json={"targetDirectory": str(tmp_path), "drain": False, "formatType": "CANONICAL"},
+        )
+        assert response.status_code == 202, response.text
+        operation = poll_trigger(http, client.get_job_id(), response.json()["request-id"])
+        assert (Path(operation["location"]) / "_metadata").is_file()
+        client.get_job_execution_result(timeout=60)  # FINISHED, no error
+        assert http.get("/jobs").json()["jobs"][0]["status"] == "FINISHED"
+        late = http.post(f"/jobs/{client.get_job_id()}/stop", json={"targetDirectory": str(tmp_path)})
+        assert late.status_code == 409
+    env.close()
+
+
+def test_execute_keeps_serving_until_the_stop_result_was_fetched(tmp_path: Path) -> None:
+    """Flink's CLI polls for a stop's outcome after the job finished: execute() must not take
+    the server down before it got it (at most chandy.rest.await-results-timeout)."""
+    env = StreamExecutionEnvironment.get_execution_environment(
+        {"rest.port": 0, "chandy.rest.await-results-timeout": "60 s"}, executor="local"
+    )
+    env.set_parallelism(2)
+    env.from_sequence(0, 10_000_000).map(Throttle(0.002)).print()
+    outcome: list[Any] = []
+    runner = threading.Thread(target=lambda: outcome.append(env.execute("stopped by a client")))
+    runner.start()
+    url = wait_for(lambda: env.rest_url, "the server")
+    with httpx.Client(base_url=url, timeout=30) as http:
+        job_id = wait_for(
+            lambda: [j["id"] for j in http.get("/jobs").json()["jobs"] if j["status"] == "RUNNING"], "job"
+        )[0]
+        response = http.post(f"/jobs/{job_id}/stop", json={"targetDirectory": str(tmp_path)})
+        trigger_id = response.json()["request-id"]
+        wait_for(lambda: http.get("/jobs").json()["jobs"][0]["status"] == "FINISHED", "the job finished")
+        runner.join(0.5)
+        assert runner.is_alive() and not outcome  # the result is still unfetched: still serving
+        operation = poll_trigger(http, job_id, trigger_id)
+        assert (Path(operation["location"]) / "_metadata").is_file()
+    runner.join(30)
+    assert not runner.is_alive() and outcome[0].get_job_id() == job_id
+    assert env.rest_url is None
+
+
+def test_execute_stops_waiting_for_unfetched_results_after_the_timeout(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    env = StreamExecutionEnvironment.get_execution_environment(
+        {"rest.port": 0, "chandy.rest.await-results-timeout": "200 ms"}, executor="local"
+    )
+    env.from_sequence(0, 10_000_000).map(Throttle(0.002)).print()
+    runner = threading.Thread(target=lambda: env.execute("nobody fetches"))
+    runner.start()
+    url = wait_for(lambda: env.rest_url, "the server")
+    job_id = wait_for(
+        lambda: [j["id"] for j in httpx.get(f"{url}/jobs").json()["jobs"] if j["status"] == "RUNNING"], "job"
+    )[0]
+    trigger_id = httpx.post(f"{url}/jobs/{job_id}/stop", json={"targetDirectory": str(tmp_path)}).json()[
+        "request-id"
+    ]
+    runner.join(60)
+    assert not runner.is_alive() and env.rest_url is None
+    assert any(
+        trigger_id in r.getMessage() and "await-results-timeout" in r.getMessage() for r in caplog.records
+    )

@@ -12,8 +12,10 @@ from __future__ import annotations
 import asyncio
 import functools
 import importlib.metadata
+import json
 import logging
 from collections.abc import Awaitable, Callable
+from concurrent.futures import Future
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -24,11 +26,17 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import BaseRoute, Mount, Route
 from starlette.staticfiles import StaticFiles
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from chandy.config.options import SavepointFormatType
+from chandy.errors import ConfigurationError
+from chandy.graph.job_graph import JobVertex
 from chandy.messages.status import JobStatus
+from chandy.runtime.job_master import JobMaster
 from chandy.web import views
 from chandy.web.auth import BearerTokenAuth
 from chandy.web.dispatcher import DispatchedJob, Dispatcher
+from chandy.web.failure import serialized_throwable
 from chandy.web.prometheus import PrometheusExporter
 
 log = logging.getLogger(__name__)
@@ -98,6 +106,11 @@ class RestApi:
                 self.checkpoint_subtasks,
             ),
             Route("/jobs/{jobid}/metrics", self.job_metrics),
+            Route("/jobs/{jobid}/savepoints", self.trigger_savepoint, methods=["POST"]),
+            Route("/jobs/{jobid}/savepoints/{triggerid}", self.savepoint_status),
+            Route("/jobs/{jobid}/stop", self.stop_with_savepoint, methods=["POST"]),
+            Route("/jobs/{jobid}/vertices/{vertexid}/backpressure", self.backpressure),
+            Route("/jobs/{jobid}/vertices/{vertexid}/metrics", self.vertex_metrics),
         ]
 
     # ------------------------------------------------------------------ cluster
@@ -168,7 +181,9 @@ class RestApi:
 
     async def job(self, request: Request) -> Response:
         job = self._job(request)
-        return JSONResponse(await self._ask(job, lambda: views.job_detail_info(job, {})))
+        return JSONResponse(
+            await self._ask(job, lambda: views.job_detail_info(job, views.io_metrics(job.job_master)))
+        )
 
     async def plan(self, request: Request) -> Response:
         job = self._job(request)
@@ -253,12 +268,143 @@ class RestApi:
         """Flink's metric query: without ``get``, the ids of the job's metrics; with
         ``get=a,b``, their values (as strings, as Flink's)."""
         job = self._job(request)
-        values = await self._ask(job, lambda: views.job_metrics(job.job_master))
+        values = await self._ask(job, job.job_master.metrics.job_metrics)
         return JSONResponse(_metric_query(values, request))
+
+    def _vertex(self, request: Request, job: DispatchedJob) -> JobVertex:
+        vertex = views.find_vertex(job.job_master, request.path_params["vertexid"])
+        if vertex is None:
+            raise HTTPException(404, f"Job {job.job_id} has no vertex {request.path_params['vertexid']}.")
+        return vertex
+
+    async def vertex_metrics(self, request: Request) -> Response:
+        """A vertex's metrics by Flink's ids (``0.numRecordsInPerSecond``, ``0.Map.numRecordsOut``)."""
+        job = self._job(request)
+        vertex = self._vertex(request, job)
+        return JSONResponse(_metric_query(views.vertex_metrics(job.job_master, vertex.id), request))
+
+    async def backpressure(self, request: Request) -> Response:
+        job = self._job(request)
+        vertex = self._vertex(request, job)
+        return JSONResponse(views.vertex_backpressure(job.job_master, vertex.id))
+
+    # ------------------------------------------------------------------ savepoints
+
+    async def _body(self, request: Request) -> dict[str, Any]:
+        raw = await request.body()
+        if not raw.strip():
+            return {}
+        try:
+            body = json.loads(raw)
+        except json.JSONDecodeError as exc:
+            raise HTTPException(400, f"Request did not match expected format: {exc}") from None
+        if not isinstance(body, dict):
+            raise HTTPException(400, "Request did not match expected format: a JSON object is expected.")
+        return body
+
+    def _trigger(
+        self,
+        job: DispatchedJob,
+        body: dict[str, Any],
+        start: Callable[[str | None, SavepointFormatType], Future[str]],
+    ) -> Response:
+        """Start a savepoint or stop; 202 with the trigger id the client polls with."""
+        trigger_id = body.get("triggerId")
+        if trigger_id is not None and trigger_id in job.triggers:
+            return JSONResponse({"request-id": trigger_id}, status_code=202)  # Flink: idempotent by id
+        status = job.job_master.execution_graph.state
+        if status.is_globally_terminal:
+            raise HTTPException(
+                409, f"Job {job.job_id} has already reached a terminal state ({status.value})."
+            )
+        format_name = str(body.get("formatType") or "CANONICAL").upper()
+        if format_name not in SavepointFormatType.__members__ or format_name == "DEFAULT":
+            raise HTTPException(400, f"unknown formatType '{format_name}': use CANONICAL or NATIVE")
+        directory = body.get("target-directory", body.get("targetDirectory"))
+        future = start(directory, SavepointFormatType[format_name])
+        if future.done() and isinstance(future.exception(), ConfigurationError):
+            raise HTTPException(400, str(future.exception()))  # no directory: Flink answers 400 too
+        return JSONResponse(
+            {"request-id": self.dispatcher.add_trigger(job, future, trigger_id)}, status_code=202
+        )
+
+    async def trigger_savepoint(self, request: Request) -> Response:
+        """``POST /jobs/:jobid/savepoints`` (``flink savepoint``): ``target-directory``,
+        ``cancel-job`` (cancel once the savepoint completed), ``formatType``, ``triggerId``."""
+        job = self._job(request)
+        body = await self._body(request)
+        master = job.job_master
+
+        def start(directory: str | None, format_type: SavepointFormatType) -> Future[str]:
+            savepoint = master.trigger_savepoint(directory, format_type)
+            if not body.get("cancel-job"):
+                return savepoint
+            return _then_cancel(savepoint, master, _client(request))
+
+        log.info(
+            "Savepoint of job %s into %s requested by %s%s.",
+            job.job_id,
+            body.get("target-directory") or "the default directory",
+            _client(request),
+            " (then cancel)" if body.get("cancel-job") else "",
+        )
+        return self._trigger(job, body, start)
+
+    async def stop_with_savepoint(self, request: Request) -> Response:
+        """``POST /jobs/:jobid/stop`` (``flink stop``): ``targetDirectory``, ``drain``, ``formatType``."""
+        job = self._job(request)
+        body = await self._body(request)
+        drain = bool(body.get("drain", False))
+        log.info(
+            "Stop-with-savepoint%s of job %s into %s requested by %s.",
+            " with drain" if drain else "",
+            job.job_id,
+            body.get("targetDirectory") or "the default directory",
+            _client(request),
+        )
+        return self._trigger(
+            job, body, lambda directory, fmt: job.job_master.stop_with_savepoint(drain, directory, fmt)
+        )
+
+    async def savepoint_status(self, request: Request) -> Response:
+        """Flink's ``AsynchronousOperationResult<SavepointInfo>`` of a savepoint or stop."""
+        job = self._job(request)
+        trigger_id = request.path_params["triggerid"]
+        trigger = self.dispatcher.fetch_trigger(job, trigger_id)
+        if trigger is None:
+            raise HTTPException(
+                404, f"There is no savepoint operation with triggerId={trigger_id} for job {job.job_id}."
+            )
+        future = trigger.future
+        if not future.done():
+            return JSONResponse({"status": {"id": "IN_PROGRESS"}, "operation": None})
+        error = future.exception()
+        operation = (
+            {"location": None, "failure-cause": serialized_throwable(error)}
+            if error is not None
+            else {"location": future.result(), "failure-cause": None}
+        )
+        return JSONResponse({"status": {"id": "COMPLETED"}, "operation": operation})
 
     async def prometheus_metrics(self, request: Request) -> Response:
         body = await run_in_threadpool(self.prometheus.render)
         return Response(body, media_type=self.prometheus.content_type)
+
+
+def _then_cancel(savepoint: Future[str], master: JobMaster, client: str) -> Future[str]:
+    """Flink's cancel-with-savepoint: cancel once the savepoint completed (not if it failed)."""
+    result: Future[str] = Future()
+
+    def done(future: Future[str]) -> None:
+        error = future.exception()
+        if error is not None:
+            result.set_exception(error)
+            return
+        master.cancel(f"cancelled with savepoint {future.result()} through the REST API by {client}")
+        result.set_result(future.result())
+
+    savepoint.add_done_callback(done)
+    return result
 
 
 def _metric_query(values: dict[str, Any], request: Request) -> list[dict[str, str]]:
@@ -300,4 +446,32 @@ def create_app(
     )
     if token is not None:
         app.add_middleware(BearerTokenAuth, token=token, public_dir=static_dir)
+    app.add_middleware(_RequestLog)
     return app
+
+
+class _RequestLog:
+    """Every request and its status at DEBUG (``chandy.web.app``): what a client such as
+    Flink's CLI asks for, when one does not work as expected."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http" or not log.isEnabledFor(logging.DEBUG):
+            await self.app(scope, receive, send)
+            return
+
+        async def send_logged(message: Message) -> None:
+            if message["type"] == "http.response.start":
+                query = scope.get("query_string", b"").decode()
+                log.debug(
+                    "%s %s%s -> %d",
+                    scope["method"],
+                    scope["path"],
+                    f"?{query}" if query else "",
+                    message["status"],
+                )
+            await send(message)
+
+        await self.app(scope, receive, send_logged)

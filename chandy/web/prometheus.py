@@ -45,20 +45,26 @@ class _JobsCollector(Collector):
         self._call_timeout_s = call_timeout_s
 
     def _ask_job_metrics(self, job: DispatchedJob) -> dict[str, Any] | None:
+        """The job's gauges, read on its JobMaster thread (``None`` if it is busy too long)."""
         try:
-            return job.job_master.call(lambda: views.job_metrics(job.job_master)).result(self._call_timeout_s)
+            values: dict[str, Any] = job.job_master.call(job.job_master.metrics.job_metrics).result(
+                self._call_timeout_s
+            )
         except FutureTimeoutError:
             log.warning(
                 "Job %s: its JobMaster did not answer a metrics scrape in time; left out.", job.job_id
             )
             return None
+        return values
 
     def collect(self) -> Iterator[Metric]:
         families: dict[str, GaugeMetricFamily] = {}
 
         def gauge(
-            scope: str, name: str, labels: tuple[str, ...], values: tuple[str, ...], value: float
+            scope: str, name: str, labels: tuple[str, ...], values: tuple[str, ...], value: Any
         ) -> None:
+            if isinstance(value, bool) or not isinstance(value, (int, float)):
+                return  # Flink's reporter leaves out gauges that are not numbers (an external path)
             full = metric_name(scope, name)
             family = families.get(full)
             if family is None:
@@ -75,10 +81,22 @@ class _JobsCollector(Collector):
         gauge("jobmanager", "numRunningJobs", (), (), len(live))
         for job in live:
             job_labels = (job.job_id, job.job_name)
-            metrics = self._ask_job_metrics(job)
-            for name, value in (metrics or {}).items():
-                if isinstance(value, (int, float)):  # Flink's reporter skips string gauges too
-                    gauge("jobmanager_job", name, JOB_LABELS, job_labels, value)
+            for name, value in (self._ask_job_metrics(job) or {}).items():
+                gauge("jobmanager_job", name, JOB_LABELS, job_labels, value)
+            vertex_ids = {v.id: views.vertex_rest_id(v) for v in job.job_master.job_graph.vertices}
+            for subtask in job.job_master.metrics.subtask_metrics():
+                task_labels = (
+                    *job_labels,
+                    vertex_ids[subtask["vertex_id"]],
+                    subtask["vertex_name"],
+                    str(subtask["subtask_index"]),
+                )
+                for name, value in subtask["metrics"].items():
+                    gauge("taskmanager_job_task", name, TASK_LABELS, task_labels, value)
+                for operator in subtask["operators"]:
+                    operator_labels = (*task_labels, operator["operator_id"], operator["operator_name"])
+                    for name, value in operator["metrics"].items():
+                        gauge("taskmanager_job_task_operator", name, OPERATOR_LABELS, operator_labels, value)
         yield from families.values()
 
 

@@ -14,6 +14,7 @@ of the position), the same across runs of the same pipeline.
 
 from __future__ import annotations
 
+import hashlib
 import time
 from typing import Any
 
@@ -113,12 +114,15 @@ def job_details(job_master: JobMaster) -> dict[str, Any]:
     return {
         "jid": job_master.job_id,
         "name": job_master.job_graph.job_name,
+        "jobType": "STREAMING",
+        "schedulerType": "Default",
         "start-time": start,
         "end-time": end,
         "duration": duration,
         "state": eg.state.value,
         "last-modification": max(eg.state_timestamps.values()),
         "tasks": tasks,
+        "pending-operators": 0,
     }
 
 
@@ -131,6 +135,8 @@ def job_detail_info(job: DispatchedJob, io_metrics: dict[int, dict[str, int]]) -
     eg = job_master.execution_graph
     graph = job_master.job_graph
     start, end, duration = _start_end(eg)
+    # Subtask i of every vertex runs in slot i: one slot sharing group, as Flink's default.
+    slot_sharing_group = hashlib.sha256(f"{job_master.job_id}:slot-sharing".encode()).hexdigest()[:32]
     vertices = []
     status_counts = {name: 0 for name in FLINK_EXECUTION_STATES}
     for vertex in graph.vertices:
@@ -140,7 +146,7 @@ def job_detail_info(job: DispatchedJob, io_metrics: dict[int, dict[str, int]]) -
         vertices.append(
             {
                 "id": vertex_rest_id(vertex),
-                "slotSharingGroupId": "default",
+                "slotSharingGroupId": slot_sharing_group,
                 "name": vertex.name,
                 "maxParallelism": vertex.max_parallelism,
                 "parallelism": vertex.parallelism,
@@ -158,6 +164,7 @@ def job_detail_info(job: DispatchedJob, io_metrics: dict[int, dict[str, int]]) -
         "isStoppable": False,
         "state": eg.state.value,
         "job-type": "STREAMING",
+        "schedulerType": "Default",
         "start-time": start,
         "end-time": end,
         "duration": duration,
@@ -170,6 +177,7 @@ def job_detail_info(job: DispatchedJob, io_metrics: dict[int, dict[str, int]]) -
         "vertices": vertices,
         "status-counts": status_counts,
         "plan": job_plan(job_master),
+        "pending-operators": 0,
         "restarts": job_master.restarts,
     }
 
@@ -305,35 +313,70 @@ def checkpoint_config(job_master: JobMaster) -> dict[str, Any]:
     }
 
 
-def job_metrics(job_master: JobMaster) -> dict[str, Any]:
-    """The job-scope metrics of Flink's JobManager (checkpoint gauges, restarts, uptime)."""
-    eg = job_master.execution_graph
-    running_since = eg.state_timestamps.get(JobStatus.RUNNING)
-    if eg.state is JobStatus.RUNNING and running_since is not None:
-        uptime = now_ms() - running_since
-    else:
-        uptime = -1 if eg.state.is_globally_terminal else 0
-    values: dict[str, Any] = {"numRestarts": job_master.restarts, "uptime": uptime}
-    coordinator = job_master.coordinator
-    if coordinator is None:
-        return values
-    stats = coordinator.stats
-    latest = stats.latest_completed
-    restored = stats.latest_restored
-    values.update(
-        {
-            "lastCheckpointDuration": latest.end_to_end_duration if latest else -1,
-            "lastCheckpointSize": latest.checkpointed_size if latest else -1,
-            "lastCheckpointFullSize": latest.state_size if latest else -1,
-            "lastCheckpointProcessedData": latest.processed_data if latest else -1,
-            "lastCheckpointPersistedData": 0 if latest else -1,
-            "lastCheckpointExternalPath": (latest.external_path or "n/a") if latest else "n/a",
-            "lastCheckpointRestoreTimestamp": restored["restore_timestamp"] if restored else -1,
-            "lastCompletedCheckpointId": latest.checkpoint_id if latest else -1,
-            "numberOfCompletedCheckpoints": stats.counts["completed"],
-            "numberOfFailedCheckpoints": stats.counts["failed"],
-            "numberOfInProgressCheckpoints": stats.counts["in_progress"],
-            "totalNumberOfCheckpoints": stats.counts["total"],
-        }
-    )
+def subtasks_of(job_master: JobMaster, vertex_id: int) -> list[dict[str, Any]]:
+    """The metrics store's entries of one vertex's subtasks (see ``JobMetricsStore``)."""
+    return [s for s in job_master.metrics.subtask_metrics() if s["vertex_id"] == vertex_id]
+
+
+def vertex_metrics(job_master: JobMaster, vertex_id: int) -> dict[str, Any]:
+    """Flink's metric ids of a vertex: ``<subtask>.<metric>`` for the task,
+    ``<subtask>.<operator name>.<metric>`` for each operator of its chain."""
+    values: dict[str, Any] = {}
+    for subtask in subtasks_of(job_master, vertex_id):
+        index = subtask["subtask_index"]
+        for name, value in subtask["metrics"].items():
+            values[f"{index}.{name}"] = value
+        for operator in subtask["operators"]:
+            for name, value in operator["metrics"].items():
+                values[f"{index}.{operator['operator_name']}.{name}"] = value
     return values
+
+
+def io_metrics(job_master: JobMaster) -> dict[int, dict[str, int]]:
+    """Per vertex, Flink's ``IOMetricsInfo`` counters summed over its subtasks."""
+    result: dict[int, dict[str, int]] = {}
+    for subtask in job_master.metrics.subtask_metrics():
+        metrics = subtask["metrics"]
+        totals = result.setdefault(subtask["vertex_id"], {})
+        for flink_name, name in (
+            ("read-records", "numRecordsIn"),
+            ("write-records", "numRecordsOut"),
+            ("accumulated-busy-time", "accumulateBusyTimeMs"),
+            ("accumulated-idle-time", "accumulateIdleTimeMs"),
+            ("accumulated-backpressured-time", "accumulateBackPressuredTimeMs"),
+        ):
+            totals[flink_name] = totals.get(flink_name, 0) + int(metrics[name])
+    return result
+
+
+def backpressure_level(ratio: float) -> str:
+    """Flink's levels: ok up to 10 % of the time backpressured, low up to 50 %, else high."""
+    return "ok" if ratio <= 0.10 else ("low" if ratio <= 0.5 else "high")
+
+
+def vertex_backpressure(job_master: JobMaster, vertex_id: int) -> dict[str, Any]:
+    """Flink's ``JobVertexBackPressureInfo`` from the subtasks' backpressured, idle and busy
+    time per second (Flink 1.13+ measures it the same way, no stack sampling)."""
+    subtasks = []
+    for subtask in subtasks_of(job_master, vertex_id):
+        metrics = subtask["metrics"]
+        ratio = metrics["backPressuredTimeMsPerSecond"] / 1000
+        subtasks.append(
+            {
+                "subtask": subtask["subtask_index"],
+                "attempt-number": subtask["attempt_number"],
+                "backpressure-level": backpressure_level(ratio),
+                "ratio": ratio,
+                "idleRatio": metrics["idleTimeMsPerSecond"] / 1000,
+                "busyRatio": metrics["busyTimeMsPerSecond"] / 1000,
+            }
+        )
+    if not subtasks:
+        return {"status": "deprecated"}  # Flink's answer while no statistics exist yet
+    worst = max(s["ratio"] for s in subtasks)
+    return {
+        "status": "ok",
+        "backpressure-level": backpressure_level(worst),
+        "end-timestamp": now_ms(),
+        "subtasks": subtasks,
+    }
