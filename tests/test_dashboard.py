@@ -63,23 +63,25 @@ def add(a: tuple[str, int, int], b: tuple[str, int, int]) -> tuple[str, int, int
 
 
 def start_orders_job(
-    directory: Path, config: dict[str, Any] | None = None, records_per_second: float = 2000
+    directory: Path,
+    config: dict[str, Any] | None = None,
+    records_per_second: float = 2000,
+    savepoint_dir: bool = True,
 ) -> tuple[StreamExecutionEnvironment, JobClient]:
     """Orders → revenue per product in 1 s tumbling event-time windows → FileSink, running
     until stopped; the REST server on a free port. Also used to take the README's screenshot."""
     env = StreamExecutionEnvironment.get_execution_environment(executor="local")
     env.set_parallelism(2)
     env.enable_checkpointing(150)
-    env.configure(
-        {
-            "rest.port": 0,
-            "execution.checkpointing.dir": str(directory / "checkpoints"),
-            "execution.checkpointing.savepoint-dir": str(directory / "savepoints"),
-            # A history long enough that a clicked row still has its details a few polls later.
-            "web.checkpoints.history": 40,
-            **(config or {}),
-        }
-    )
+    settings: dict[str, Any] = {
+        "rest.port": 0,
+        "execution.checkpointing.dir": str(directory / "checkpoints"),
+        # A history long enough that a clicked row still has its details a few polls later.
+        "web.checkpoints.history": 40,
+    }
+    if savepoint_dir:
+        settings["execution.checkpointing.savepoint-dir"] = str(directory / "savepoints")
+    env.configure({**settings, **(config or {})})
     orders = env.from_source(
         DataGeneratorSource(order, None, records_per_second=records_per_second),
         WatermarkStrategy.for_bounded_out_of_orderness(200).with_timestamp_assigner(event_time),
@@ -127,19 +129,24 @@ def page(browser: Browser) -> Iterator[Page]:
     assert not errors, f"the page raised JavaScript errors: {errors}"
 
 
+def end(env: StreamExecutionEnvironment, client: JobClient) -> None:
+    """Cancel the job if it still runs, wait for its end, stop the REST server."""
+    if not client.get_job_status().is_globally_terminal:
+        client.cancel()
+    try:
+        client.get_job_execution_result(timeout=60)
+    except Exception:  # noqa: BLE001 - a cancelled job ends with an error; the tests assert the rest
+        pass
+    env.close()
+
+
 @pytest.fixture
 def orders_job(tmp_path: Path) -> Iterator[tuple[StreamExecutionEnvironment, JobClient]]:
     env, client = start_orders_job(tmp_path)
     try:
         yield env, client
     finally:
-        if client.get_job_status() is JobStatus.RUNNING:
-            client.cancel()
-        try:
-            client.get_job_execution_result(timeout=60)
-        except Exception:  # noqa: BLE001 - the test's own assertions say what went wrong
-            pass
-        env.close()
+        end(env, client)
 
 
 def job_row(page: Page, job_id: str) -> Any:
@@ -283,11 +290,44 @@ def test_with_a_token_the_page_asks_for_it_once_and_keeps_it_for_the_tab(page: P
         cancel.click()
         expect(page.get_by_test_id("job-status")).to_have_text("CANCELED", timeout=WAIT_MS)
     finally:
-        if client.get_job_status() is JobStatus.RUNNING:
-            client.cancel()
-        try:
-            client.get_job_execution_result(timeout=60)
-        except Exception:  # noqa: BLE001 - a cancelled job ends with an error
-            pass
-        env.close()
+        end(env, client)
     assert client.get_job_status() is JobStatus.CANCELED
+
+
+@pytest.mark.slow
+def test_a_failed_savepoint_or_stop_shows_the_reason_and_the_job_runs_on(page: Page, tmp_path: Path) -> None:
+    env, client = start_orders_job(tmp_path, records_per_second=200, savepoint_dir=False)
+    try:
+        url = env.rest_url
+        assert url is not None
+        job_id = client.get_job_id()
+        page.goto(f"{url}/#/jobs/{job_id}")
+        expect(page.get_by_test_id("job-status")).to_have_text("RUNNING", timeout=WAIT_MS)
+
+        # No directory typed in and none configured: the error names the setting.
+        page.get_by_test_id("btn-savepoint").click()
+        expect(page.get_by_test_id("action-error")).to_contain_text(
+            "execution.checkpointing.savepoint-dir", timeout=WAIT_MS
+        )
+        expect(page.get_by_test_id("action-result")).to_have_attribute("data-state", "error")
+
+        # A stop whose savepoint cannot be written (its directory would be under a file):
+        # the reason is shown, the job keeps running, and it can still be stopped.
+        blocker = tmp_path / "a-file"
+        blocker.write_text("not a directory\n")
+        page.get_by_test_id("savepoint-dir").fill(str(blocker / "savepoints"))
+        page.get_by_test_id("btn-stop").click()
+        expect(page.get_by_test_id("action-error")).to_be_visible(timeout=WAIT_MS)
+        expect(page.get_by_test_id("action-result")).to_contain_text("the job keeps running")
+        page.screenshot(path=str(tmp_path / "failed-stop.png"), full_page=True)
+        expect(page.get_by_test_id("job-status")).to_have_text("RUNNING", timeout=WAIT_MS)
+        expect(page.get_by_test_id("btn-stop")).to_be_enabled(timeout=WAIT_MS)
+        assert client.get_job_status() is JobStatus.RUNNING
+
+        page.get_by_test_id("savepoint-dir").fill(str(tmp_path / "savepoints"))
+        page.get_by_test_id("btn-stop").click()
+        expect(page.get_by_test_id("savepoint-path")).to_be_visible(timeout=WAIT_MS)
+        expect(page.get_by_test_id("job-status")).to_have_text("FINISHED", timeout=WAIT_MS)
+        assert (local_path(page.get_by_test_id("savepoint-path").inner_text()) / "_metadata").is_file()
+    finally:
+        end(env, client)

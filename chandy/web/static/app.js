@@ -510,12 +510,19 @@
     el.replaceChildren(...content);
   }
 
+  /** One line for a failed operation's ``failure-cause`` (Flink's SerializedThrowable JSON). */
   function failureText(operation) {
     const cause = operation && operation["failure-cause"];
     if (!cause) return "unknown failure";
-    const trace = String(cause["stack-trace"] || "");
-    const first = trace.split("\n").find((line) => line.trim()) || "";
-    return first || cause.class || "unknown failure";
+    const shortClass = cause.class ? String(cause.class).split(".").pop() : "";
+    if (cause.message) return `${shortClass ? `${shortClass}: ` : ""}${cause.message}`;
+    const lines = String(cause["stack-trace"] || "")
+      .split("\n")
+      .map((line) => line.trim())
+      .filter(Boolean);
+    // A Python traceback names the exception on its last line, a Java stack trace on its first.
+    const line = lines.length && lines[0].startsWith("Traceback") ? lines[lines.length - 1] : lines[0];
+    return line || cause.class || "unknown failure";
   }
 
   /** POSTs a savepoint or stop request, then follows Flink's async operation until it ends. */
@@ -549,12 +556,10 @@
               h("code", { "data-testid": "savepoint-path" }, operation.location),
             );
           } else {
-            showActionResult(
-              "error",
-              `${what} failed: `,
-              h("span", { "data-testid": "action-error" }, failureText(operation)),
-              stop ? " — the job keeps running." : "",
-            );
+            const reason = failureText(operation);
+            // Flink's stop: a failed savepoint leaves the job running (the badge shows it).
+            const note = stop && !/keeps running/.test(reason) ? " — the job keeps running." : "";
+            showActionResult("error", `${what} failed: `, h("span", { "data-testid": "action-error" }, reason), note);
           }
           break;
         }
