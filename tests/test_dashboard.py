@@ -22,11 +22,13 @@ from playwright.sync_api import Browser, Page, expect, sync_playwright
 
 from chandy import StreamExecutionEnvironment
 from chandy.connectors import DataGeneratorSource, Encoder, FileSink
+from chandy.core.functions import MapFunction, RuntimeContext
 from chandy.core.time import Time
 from chandy.core.watermark_strategy import WatermarkStrategy
 from chandy.core.windows import TumblingEventTimeWindows
 from chandy.messages.status import JobStatus
 from chandy.runtime.job_client import JobClient
+from tests.probes import Probe
 
 CHROMIUM = Path("/usr/bin/chromium")
 CHROMIUM_ARGS = [
@@ -62,11 +64,30 @@ def add(a: tuple[str, int, int], b: tuple[str, int, int]) -> tuple[str, int, int
     return a[0], a[1] + b[1], max(a[2], b[2])
 
 
+class RejectOrderOnce(MapFunction):
+    """Raises on order ``at`` of subtask 0, once across restarts (the probe counts it)."""
+
+    def __init__(self, probe: Probe, at: int) -> None:
+        self.probe = probe
+        self.at = at
+        self.seen = 0
+
+    def open(self, runtime_context: RuntimeContext) -> None:
+        self.subtask = runtime_context.get_index_of_this_subtask()
+
+    def map(self, value: Any) -> Any:
+        self.seen += 1
+        if self.subtask == 0 and self.seen == self.at and self.probe.add("failures") == 1:
+            raise ValueError(f"order {value!r} has no customer")
+        return value
+
+
 def start_orders_job(
     directory: Path,
     config: dict[str, Any] | None = None,
     records_per_second: float = 2000,
     savepoint_dir: bool = True,
+    reject_order_at: int | None = None,
 ) -> tuple[StreamExecutionEnvironment, JobClient]:
     """Orders → revenue per product in 1 s tumbling event-time windows → FileSink, running
     until stopped; the REST server on a free port. Also used to take the README's screenshot."""
@@ -87,6 +108,8 @@ def start_orders_job(
         WatermarkStrategy.for_bounded_out_of_orderness(200).with_timestamp_assigner(event_time),
         "orders",
     )
+    if reject_order_at is not None:
+        orders = orders.map(RejectOrderOnce(Probe(str(directory / "probe")), reject_order_at))
     (
         orders.key_by(product)
         .window(TumblingEventTimeWindows.of(Time.seconds(1)))
@@ -329,5 +352,33 @@ def test_a_failed_savepoint_or_stop_shows_the_reason_and_the_job_runs_on(page: P
         expect(page.get_by_test_id("savepoint-path")).to_be_visible(timeout=WAIT_MS)
         expect(page.get_by_test_id("job-status")).to_have_text("FINISHED", timeout=WAIT_MS)
         assert (local_path(page.get_by_test_id("savepoint-path").inner_text()) / "_metadata").is_file()
+    finally:
+        end(env, client)
+
+
+@pytest.mark.slow
+def test_a_failover_shows_in_the_exceptions_tab_and_as_the_latest_restore(page: Page, tmp_path: Path) -> None:
+    env, client = start_orders_job(
+        tmp_path,
+        {"restart-strategy.fixed-delay.delay": 100},
+        records_per_second=400,
+        reject_order_at=400,  # about 2 s in: a few checkpoints completed before
+    )
+    try:
+        url = env.rest_url
+        assert url is not None
+        page.goto(f"{url}/#/jobs/{client.get_job_id()}/exceptions")
+        exception = page.get_by_test_id("exception")
+        expect(exception).to_have_count(1, timeout=WAIT_MS)
+        expect(exception).to_contain_text("ValueError")
+        expect(exception.get_by_test_id("exception-message")).to_contain_text("has no customer")
+        expect(page.get_by_test_id("tab-exceptions")).to_contain_text("(1)")
+        # The job restarted from its latest checkpoint and runs on.
+        expect(page.get_by_test_id("job-status")).to_have_text("RUNNING", timeout=WAIT_MS)
+        page.screenshot(path=str(tmp_path / "exceptions.png"), full_page=True)
+        page.get_by_test_id("tab-checkpoints").click()
+        expect(page.get_by_test_id("ckpt-count-restored")).to_have_text("1", timeout=WAIT_MS)
+        expect(page.get_by_test_id("ckpt-latest-restored")).to_contain_text("from checkpoint")
+        expect(page.get_by_test_id("ckpt-latest-restored")).to_contain_text("chk-")
     finally:
         end(env, client)

@@ -516,13 +516,7 @@
     if (!cause) return "unknown failure";
     const shortClass = cause.class ? String(cause.class).split(".").pop() : "";
     if (cause.message) return `${shortClass ? `${shortClass}: ` : ""}${cause.message}`;
-    const lines = String(cause["stack-trace"] || "")
-      .split("\n")
-      .map((line) => line.trim())
-      .filter(Boolean);
-    // A Python traceback names the exception on its last line, a Java stack trace on its first.
-    const line = lines.length && lines[0].startsWith("Traceback") ? lines[lines.length - 1] : lines[0];
-    return line || cause.class || "unknown failure";
+    return exceptionMessage(cause["stack-trace"]) || cause.class || "unknown failure";
   }
 
   /** POSTs a savepoint or stop request, then follows Flink's async operation until it ends. */
@@ -1186,7 +1180,7 @@
     $("exceptions-count").textContent = entries.length ? `(${entries.length})` : "";
     $("exceptions").replaceChildren(
       ...(entries.length
-        ? entries.map((e) =>
+        ? entries.map((e, index) =>
             h(
               "div",
               { class: "exception", "data-testid": "exception" },
@@ -1197,11 +1191,28 @@
                 h("span", { class: "where" }, fmtTime(e.timestamp, true)),
                 h("span", { class: "where" }, e.where),
               ),
-              h("pre", {}, e.trace || ""),
+              h("div", { class: "message", "data-testid": "exception-message" }, exceptionMessage(e.trace)),
+              h("details", { open: index === 0 }, h("summary", {}, "Stack trace"), h("pre", {}, e.trace || "")),
             ),
           )
         : [h("div", { class: "empty", "data-testid": "no-exceptions" }, "No exceptions: the job has not failed.")]),
     );
+    // A Python traceback ends with what happened: show its end.
+    requestAnimationFrame(() => {
+      for (const pre of $("exceptions").querySelectorAll("pre")) pre.scrollTop = pre.scrollHeight;
+    });
+  }
+
+  /** The line that says what happened: a Python traceback's last, a Java stack trace's first. */
+  function exceptionMessage(trace) {
+    const lines = String(trace || "")
+      .split("\n")
+      .map((line) => line.trim())
+      .filter(Boolean);
+    if (!lines.length) return "";
+    const line = lines[0].startsWith("Traceback") ? lines[lines.length - 1] : lines[0];
+    const match = line.match(/^([\w.]+\.)(\w+: .*)$/);
+    return match ? match[2] : line;
   }
 
   // ---------------------------------------------------------------- start
