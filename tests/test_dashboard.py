@@ -324,6 +324,10 @@ def test_a_failed_savepoint_or_stop_shows_the_reason_and_the_job_runs_on(page: P
         url = env.rest_url
         assert url is not None
         job_id = client.get_job_id()
+        # A job id this driver does not know (an old link) says so, with its buttons off.
+        page.goto(f"{url}/#/jobs/{'0' * 32}")
+        expect(page.get_by_test_id("job-name")).to_have_text("Job not found on this driver", timeout=WAIT_MS)
+        expect(page.get_by_test_id("btn-stop")).to_be_disabled()
         page.goto(f"{url}/#/jobs/{job_id}")
         expect(page.get_by_test_id("job-status")).to_have_text("RUNNING", timeout=WAIT_MS)
 

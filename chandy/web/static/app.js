@@ -45,6 +45,7 @@
     detailStatus: null,
     rendered: new Map(),
     polling: false,
+    pollAgain: false,
     action: null,
   };
 
@@ -309,19 +310,43 @@
   // ---------------------------------------------------------------- polling
 
   async function poll() {
-    if (state.polling) return;
+    if (state.polling) {
+      // A view changed during a poll: poll again right after it, not a period later.
+      state.pollAgain = true;
+      return;
+    }
     state.polling = true;
     try {
       const overview = await api("jobs/overview");
       state.jobs = (overview && overview.jobs) || [];
       renderJobs();
-      if (state.jobId) await pollJob(state.jobId);
+      if (state.jobId) {
+        try {
+          await pollJob(state.jobId);
+        } catch (error) {
+          if (!(error instanceof ApiError) || error.status !== 404) throw error;
+          renderMissingJob(state.jobId);
+        }
+      }
       setConnection(true, `updated ${fmtClock(Date.now())}`);
     } catch (error) {
       setConnection(false, `API unreachable: ${error.message}`);
     } finally {
       state.polling = false;
+      if (state.pollAgain) {
+        state.pollAgain = false;
+        poll();
+      }
     }
+  }
+
+  /** A job id this driver does not know (a link from another driver, or an old bookmark). */
+  function renderMissingJob(jobId) {
+    $("job-name").textContent = "Job not found on this driver";
+    $("job-status").textContent = "UNKNOWN";
+    $("job-status").className = "badge";
+    $("job-id").textContent = jobId;
+    for (const id of ["btn-savepoint", "btn-stop", "btn-cancel"]) $(id).disabled = true;
   }
 
   async function pollJob(jobId) {
