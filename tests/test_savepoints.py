@@ -44,6 +44,7 @@ from chandy.state.handles import (
 from chandy.state.snapshot import OperatorSubtaskState, TaskStateSnapshot
 from chandy.storage.checkpoint_storage import METADATA_FILE_NAME, CheckpointStorage, read_verified
 from tests.test_checkpoint_coordinator import (
+    FlakyIDCounter,
     Harness,
     R,
     ack,
@@ -191,6 +192,17 @@ def test_a_savepoint_directory_that_cannot_be_created_fails_before_any_task_is_a
     assert failure_reason(future) is R.IO_EXCEPTION
     assert "a-file/savepoints" in str(future.exception()) and "choose a directory" in str(future.exception())
     assert h.gateway.triggered == [] and pending_ids(h) == []
+
+
+def test_a_savepoint_whose_id_cannot_be_drawn_leaves_no_directory(tmp_path: Path) -> None:
+    h = make_coordinator(
+        make_plan([A1], [A1]), tmp_path=tmp_path / "checkpoints", id_counter=FlakyIDCounter([1])
+    )
+
+    future = h.coordinator.trigger_savepoint(str(tmp_path / "savepoints"))
+
+    assert failure_reason(future) is R.TRIGGER_CHECKPOINT_FAILURE
+    assert os.listdir(tmp_path / "savepoints") == [] and h.gateway.triggered == []
 
 
 def test_the_synchronous_savepoint_stops_the_scheduler_is_stored_and_confirmed(tmp_path: Path) -> None:

@@ -434,6 +434,8 @@ class CheckpointCoordinator:
         try:
             checkpoint_id = self.id_counter.get_and_increment()
         except Exception as exc:  # noqa: BLE001 - any counter failure fails this trigger only
+            if location is not None:  # the savepoint's directory is empty: nothing to keep
+                self._io(lambda: self.storage.discard_checkpoint(-1, location))
             request.fail(CheckpointException(CheckpointFailureReason.TRIGGER_CHECKPOINT_FAILURE, exc))
             return
         if self._first_own_checkpoint_id is None:
