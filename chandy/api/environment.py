@@ -301,6 +301,7 @@ class StreamExecutionEnvironment:
                 default_max_parallelism=config.get(PipelineOptions.MAX_PARALLELISM),
                 chaining_enabled=config.get(PipelineOptions.OPERATOR_CHAINING),
                 config=config.to_dict(),
+                job_id=config.get(PipelineOptions.FIXED_JOB_ID),
             )
         finally:
             if clear:

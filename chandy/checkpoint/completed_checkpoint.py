@@ -3,14 +3,17 @@
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
-from chandy.checkpoint.metadata import MasterState
+from chandy.checkpoint.metadata import CheckpointMetadata, MasterState
 from chandy.checkpoint.operator_state import OperatorState
 from chandy.checkpoint.properties import CheckpointProperties
+from chandy.messages.checkpoint import CheckpointType
 from chandy.messages.status import JobStatus
+from chandy.state.handles import FileStateHandle
 from chandy.storage.checkpoint_storage import CheckpointStorage
+from chandy.storage.filesystem import resolve
 
 log = logging.getLogger(__name__)
 
@@ -40,12 +43,29 @@ class CompletedCheckpoint:
         return self.completion_timestamp - self.timestamp
 
     def discard(self) -> None:
-        """Delete the checkpoint's directory (its exclusive state and ``_metadata``)."""
+        """Delete the checkpoint's directory (its exclusive state and ``_metadata``).
+
+        A checkpoint of this job lives in its storage's ``chk-N``. One the job was restored
+        from and claimed (CLAIM mode: a retained checkpoint of another run, or a savepoint)
+        lives wherever it was: then its directory and every state file it references go.
+        """
         if self.discarded:
             return
         self.discarded = True
-        if self.storage is not None:
+        if self._in_own_storage():
+            assert self.storage is not None
             self.storage.discard_checkpoint(self.checkpoint_id)
+        elif self.external_pointer is not None:
+            discard_location(self.external_pointer, self.operator_states.values())
+
+    def _in_own_storage(self) -> bool:
+        storage = self.storage
+        if storage is None:
+            return False
+        if not storage.is_persistent or self.external_pointer is None:
+            return True
+        own = storage.checkpoint_dir(self.checkpoint_id).rstrip("/")
+        return self.external_pointer.rstrip("/") == own
 
     def discard_on_subsume(self) -> bool:
         if self.props.discard_subsumed:
@@ -68,6 +88,66 @@ class CompletedCheckpoint:
 
     def __repr__(self) -> str:
         return f"CompletedCheckpoint({self.checkpoint_id}, {self.external_pointer})"
+
+
+def discard_location(directory: str, operator_states: Iterable[OperatorState]) -> None:
+    """Delete a checkpoint or savepoint outside the job's storage: every state file it
+    references (some may lie outside its directory), then the directory with ``_metadata``."""
+    fs, path = resolve(directory)
+    for operator in operator_states:
+        for subtask in operator.subtask_states.values():
+            for handle in subtask.stream_handles():
+                if isinstance(handle, FileStateHandle):
+                    handle_fs, handle_path = resolve(handle.path)
+                    handle_fs.delete(handle_path)
+    fs.delete(path, recursive=True)
+    log.info("Deleted the claimed checkpoint at %s.", directory)
+
+
+def unclaimed_properties(checkpoint_type: CheckpointType) -> CheckpointProperties:
+    """A snapshot the job was restored from without claiming it (Flink's
+    ``forUnclaimedSnapshot``): never subsumed away from disk, never deleted at the job's end."""
+    return CheckpointProperties(
+        checkpoint_type,
+        forced=False,
+        discard_subsumed=False,
+        discard_finished=False,
+        discard_cancelled=False,
+        discard_failed=False,
+    )
+
+
+def restored_checkpoint(
+    metadata: CheckpointMetadata,
+    directory: str,
+    props: CheckpointProperties,
+    storage: CheckpointStorage | None = None,
+) -> CompletedCheckpoint:
+    """The completed checkpoint a job starts from, read from its ``_metadata``.
+
+    ``props`` decide whether the job may delete it: :func:`unclaimed_properties` (NO_CLAIM)
+    or the job's own checkpoint properties (CLAIM, and a driver restart's own checkpoints).
+    ``storage`` is the job's storage when the checkpoint lies in it (a driver restart).
+    """
+    return CompletedCheckpoint(
+        job_id=metadata.job_id,
+        checkpoint_id=metadata.checkpoint_id,
+        timestamp=metadata.timestamp,
+        completion_timestamp=metadata.timestamp,
+        operator_states={s.operator_id: s for s in metadata.operator_states},
+        props=props,
+        external_pointer=directory,
+        storage=storage,
+        master_states=list(metadata.master_states),
+    )
+
+
+def checkpoint_type_of(metadata: CheckpointMetadata) -> CheckpointType:
+    """The type ``_metadata`` records (an unknown one, from a newer chandy, counts as a savepoint)."""
+    try:
+        return CheckpointType(metadata.checkpoint_type)
+    except ValueError:
+        return CheckpointType.SAVEPOINT
 
 
 class CompletedCheckpointStore:

@@ -16,6 +16,39 @@ size, SHA-256) or inline bytes (base64) for small state. File paths inside the
 checkpoint's own directory are stored relative to it, so a retained checkpoint
 or savepoint can be moved and still restored.
 
+The body, field by field (``?`` marks optional fields)::
+
+    checkpoint_id, job_id, timestamp (ms), checkpoint_type ("CHECKPOINT", "SAVEPOINT", ...)
+    operators: [
+      { operator_id, parallelism, max_parallelism,
+        uid?        the uid() the user set (absent: none was set, or an older file)
+        name?       the operator's name when it was checkpointed (absent in older files)
+        subtasks: { "<index>": {
+            finished,
+            keyed: [ { key_group_range: [start, end] (inclusive), ranges: [[from, to], ...],
+                       delegate: <handle>,
+                       states?: { "<state name>": "<kind>" } } ],
+            operator: [ { states: { "<name>": { mode, elements: [[from, to], ...] } },
+                          delegate: <handle> } ] } } } ]
+    master_states: [ { name, data (base64) } ]
+
+    <handle> = { type: "file", path, size, sha256 } | { type: "bytes", name, data (base64) }
+
+A keyed handle's ``states`` maps every state in it to its kind as the heap
+backend names it: ``value``, ``list``, ``map``, ``reducing``, ``aggregating``,
+the same with a ``namespaced`` prefix for per-window state, and ``timers`` for
+timer tables (names starting with ``_timer_state/``). In memory these are
+:attr:`OperatorState.uid`, :attr:`OperatorState.name` and
+:attr:`KeyGroupsStateHandle.state_kinds`; read them through
+:func:`chandy.checkpoint.loader.load_checkpoint_metadata` or :func:`deserialize`.
+
+Compatibility: optional fields are added without a new version, because a
+reader of version 1 ignores fields it does not know and restores correctly
+without them; files written before they existed read as before (the fields are
+``None`` / empty). The version changes only when an older reader could not
+restore a newer file correctly, and then this module refuses a version it does
+not know, naming it.
+
 Why not pickle: ``_metadata`` is read before anything else of a checkpoint, often
 from shared storage, and must be safe to load. JSON reads no code; the checksum
 turns a flipped byte into a clear error instead of a wrong restore; the version
@@ -95,17 +128,35 @@ def _handle_to_json(handle: StreamStateHandle, base: str | None) -> dict[str, An
     raise TypeError(f"cannot write state handle {handle!r} into metadata")
 
 
+def _keyed_to_json(handle: KeyGroupsStateHandle, base: str | None) -> dict[str, Any]:
+    data: dict[str, Any] = {
+        "key_group_range": [handle.key_group_range.start, handle.key_group_range.end],
+        "ranges": [list(r) for r in handle.ranges],
+        "delegate": _handle_to_json(handle.delegate, base),
+    }
+    if handle.state_kinds:
+        data["states"] = dict(handle.state_kinds)
+    return data
+
+
+def _operator_to_json(op: OperatorState, base: str | None) -> dict[str, Any]:
+    data: dict[str, Any] = {
+        "operator_id": op.operator_id,
+        "parallelism": op.parallelism,
+        "max_parallelism": op.max_parallelism,
+        "subtasks": {str(i): _subtask_to_json(s, base) for i, s in sorted(op.subtask_states.items())},
+    }
+    if op.uid is not None:
+        data["uid"] = op.uid
+    if op.name is not None:
+        data["name"] = op.name
+    return data
+
+
 def _subtask_to_json(state: OperatorSubtaskState, base: str | None) -> dict[str, Any]:
     return {
         "finished": state.finished,
-        "keyed": [
-            {
-                "key_group_range": [h.key_group_range.start, h.key_group_range.end],
-                "ranges": [list(r) for r in h.ranges],
-                "delegate": _handle_to_json(h.delegate, base),
-            }
-            for h in state.managed_keyed_state
-        ],
+        "keyed": [_keyed_to_json(h, base) for h in state.managed_keyed_state],
         "operator": [
             {
                 "states": {
@@ -126,17 +177,7 @@ def serialize(metadata: CheckpointMetadata, base_dir: str | None = None) -> byte
         "job_id": metadata.job_id,
         "timestamp": metadata.timestamp,
         "checkpoint_type": metadata.checkpoint_type,
-        "operators": [
-            {
-                "operator_id": op.operator_id,
-                "parallelism": op.parallelism,
-                "max_parallelism": op.max_parallelism,
-                "subtasks": {
-                    str(i): _subtask_to_json(s, base_dir) for i, s in sorted(op.subtask_states.items())
-                },
-            }
-            for op in metadata.operator_states
-        ],
+        "operators": [_operator_to_json(op, base_dir) for op in metadata.operator_states],
         "master_states": [
             {"name": m.name, "data": base64.b64encode(m.data).decode("ascii")} for m in metadata.master_states
         ],
@@ -157,6 +198,13 @@ def _absolute(path: str, base: str | None) -> str:
     return base.rstrip("/") + "/" + path
 
 
+def _optional_str(data: dict[str, Any], key: str) -> str | None:
+    value = data.get(key)
+    if value is not None and not isinstance(value, str):
+        raise TypeError(f"'{key}' must be a string, got {type(value).__name__}")
+    return value
+
+
 def _handle_from_json(data: dict[str, Any], base: str | None) -> StreamStateHandle:
     kind = data["type"]
     if kind == "file":
@@ -172,6 +220,7 @@ def _subtask_from_json(data: dict[str, Any], base: str | None) -> OperatorSubtas
             KeyGroupRange(*h["key_group_range"]),
             tuple((int(a), int(b)) for a, b in h["ranges"]),
             _handle_from_json(h["delegate"], base),
+            tuple(sorted((str(name), str(kind)) for name, kind in h.get("states", {}).items())),
         )
         for h in data["keyed"]
     )
@@ -220,7 +269,13 @@ def deserialize(data: bytes, source: str, base_dir: str | None = None) -> Checkp
         body = json.loads(data[_HEADER.size : end].decode("utf-8"))
         operators = []
         for op in body["operators"]:
-            state = OperatorState(op["operator_id"], int(op["parallelism"]), int(op["max_parallelism"]))
+            state = OperatorState(
+                op["operator_id"],
+                int(op["parallelism"]),
+                int(op["max_parallelism"]),
+                uid=_optional_str(op, "uid"),
+                name=_optional_str(op, "name"),
+            )
             for index, subtask in op["subtasks"].items():
                 state.put_state(int(index), _subtask_from_json(subtask, base_dir))
             operators.append(state)

@@ -15,6 +15,20 @@ class OperatorState:
     parallelism: int
     max_parallelism: int
     subtask_states: dict[int, OperatorSubtaskState] = field(default_factory=dict)
+    #: The ``uid()`` the user gave the operator (``None``: unset, or an older checkpoint).
+    uid: str | None = None
+    #: The operator's name when it was checkpointed (``None`` in older checkpoints).
+    name: str | None = None
+
+    def describe(self) -> str:
+        """The operator as a user recognizes it: name, uid and operator id, as far as known."""
+        parts = [f"operator '{self.name}'" if self.name else "operator"]
+        if self.uid is not None:
+            parts.append(f"uid '{self.uid}'")
+        else:
+            parts.append("no uid")
+        parts.append(f"operator id {self.operator_id}")
+        return f"{parts[0]} ({', '.join(parts[1:])})"
 
     def put_state(self, subtask_index: int, state: OperatorSubtaskState) -> None:
         if not 0 <= subtask_index < self.parallelism:

@@ -42,6 +42,10 @@ class TaskToAck:
     parallelism: int
     max_parallelism: int
     operator_ids: tuple[str, ...]
+    #: The operators' ``uid()`` (``None``: unset) and names, parallel to ``operator_ids``;
+    #: recorded in ``_metadata`` so a restore error or an inspection can name them.
+    operator_uids: tuple[str | None, ...] = ()
+    operator_names: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -145,8 +149,13 @@ class PendingCheckpoint:
     def _operator_state(self, task: TaskToAck, operator_id: str) -> OperatorState:
         operator_state = self.operator_states.get(operator_id)
         if operator_state is None:
+            index = task.operator_ids.index(operator_id)
             operator_state = self.operator_states[operator_id] = OperatorState(
-                operator_id, task.parallelism, task.max_parallelism
+                operator_id,
+                task.parallelism,
+                task.max_parallelism,
+                uid=task.operator_uids[index] if index < len(task.operator_uids) else None,
+                name=task.operator_names[index] if index < len(task.operator_names) else None,
             )
         return operator_state
 

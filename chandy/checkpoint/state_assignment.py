@@ -10,6 +10,7 @@ each subtask reads its own.
 
 from __future__ import annotations
 
+import logging
 from collections import defaultdict
 from dataclasses import dataclass
 
@@ -26,6 +27,8 @@ from chandy.state.handles import (
 from chandy.state.key_groups import KeyGroupRange
 from chandy.state.snapshot import OperatorSubtaskState, TaskStateSnapshot
 
+log = logging.getLogger(__name__)
+
 
 @dataclass(frozen=True)
 class VertexToRestore:
@@ -35,6 +38,16 @@ class VertexToRestore:
     max_parallelism: int
     operator_ids: tuple[str, ...]
     operator_names: tuple[str, ...]
+    #: Parallel to ``operator_ids``: the user's ``uid()`` (``None`` where unset) and whether
+    #: the operator runs on a keyed stream (empty: unknown, nothing is checked).
+    operator_uids: tuple[str | None, ...] = ()
+    operator_keyed: tuple[bool, ...] = ()
+
+    def describe(self, index: int) -> str:
+        """Operator ``index`` of this vertex as the user knows it: name and uid."""
+        uid = self.operator_uids[index] if index < len(self.operator_uids) else None
+        named = f"uid '{uid}'" if uid is not None else "no uid"
+        return f"operator '{self.operator_names[index]}' ({named})"
 
 
 def repartition_operator_state(
@@ -114,27 +127,36 @@ def assign_states(
         if op_id not in known and s.subtask_states and s.state_size > 0
     ]
     if unclaimed and not allow_non_restored_state:
-        raise InvalidCheckpointError(
-            f"{source} holds state for {len(unclaimed)} operator(s) that the job no longer has "
-            f"(operator ids {', '.join(s.operator_id for s in unclaimed)}). If you removed or "
-            "re-identified those operators on purpose, set "
-            "execution.state-recovery.ignore-unclaimed-state: true to skip their state; otherwise "
-            "keep their uid() as it was."
-        )
+        raise InvalidCheckpointError(_unclaimed_message(unclaimed, source))
+    for skipped in unclaimed:
+        log.info("%s: skipping the state of %s (ignore-unclaimed-state).", source, skipped.describe())
     result: dict[tuple[int, int], TaskStateSnapshot] = {}
     for vertex in vertices:
         per_subtask: list[dict[str, OperatorSubtaskState]] = [{} for _ in range(vertex.parallelism)]
-        for operator_id, operator_name in zip(vertex.operator_ids, vertex.operator_names, strict=True):
+        for operator_id in vertex.operator_ids:
             state = operator_states.get(operator_id)
             if state is None or not state.subtask_states:
                 continue
             keyed_handles = [h for s in state.subtask_states.values() for h in s.managed_keyed_state]
+            position = vertex.operator_ids.index(operator_id)
             if keyed_handles and state.max_parallelism != vertex.max_parallelism:
                 raise InvalidCheckpointError(
-                    f"{source}: operator '{operator_name}' was checkpointed with max parallelism "
+                    f"{source}: {vertex.describe(position)} was checkpointed with max parallelism "
                     f"{state.max_parallelism} and now has {vertex.max_parallelism}. Keyed state "
                     "is split into max-parallelism key groups, so it cannot change: set "
-                    f"set_max_parallelism({state.max_parallelism}) on it (or on the environment)."
+                    f"set_max_parallelism({state.max_parallelism}) on it (or "
+                    f"pipeline.max-parallelism: {state.max_parallelism} for the whole job)."
+                )
+            if (
+                keyed_handles
+                and position < len(vertex.operator_keyed)
+                and not vertex.operator_keyed[position]
+            ):
+                raise InvalidCheckpointError(
+                    f"{source}: {vertex.describe(position)} has keyed state in the checkpoint but "
+                    "no longer runs on a keyed stream, so its state cannot be restored. Put it "
+                    "after key_by(...) again, or give it a new uid() and set "
+                    "execution.state-recovery.ignore-unclaimed-state: true to start it without state."
                 )
             old_operator = [
                 list(state.subtask_states[i].managed_operator_state) if i in state.subtask_states else []
@@ -153,3 +175,23 @@ def assign_states(
         for i in range(vertex.parallelism):
             result[(vertex.vertex_id, i)] = TaskStateSnapshot(per_subtask[i])
     return result
+
+
+def _unclaimed_message(unclaimed: list[OperatorState], source: str) -> str:
+    """One error for every operator whose state has no place in the new job, with both fixes."""
+    listed = "; ".join(state.describe() for state in unclaimed)
+    uids = [state.uid for state in unclaimed if state.uid is not None]
+    keep = (
+        f"otherwise keep each operator's uid as it was (e.g. .uid('{uids[0]}')), so its state finds it again"
+        if uids
+        else "otherwise give the operators the uid() they had; an operator without a uid is "
+        "matched by its position in the pipeline, which changed (set uid() on every stateful "
+        "operator you mean to keep across changes)"
+    )
+    return (
+        f"{source} holds state of {len(unclaimed)} operator(s) that the job no longer has: "
+        f"{listed}. If you removed them (or changed their uid) on purpose, set "
+        "execution.state-recovery.ignore-unclaimed-state: true (chandy run "
+        "--allow-non-restored-state) to start without their state; "
+        f"{keep}."
+    )

@@ -20,7 +20,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from chandy.errors import InvalidProgramError
+from chandy.errors import ConfigurationError, InvalidProgramError
 from chandy.graph.stream_graph import ChainingStrategy, StreamEdge, StreamGraph, StreamNode
 from chandy.state.key_groups import UPPER_BOUND_MAX_PARALLELISM, compute_default_max_parallelism
 from chandy.task.deployment import OperatorSpec
@@ -60,6 +60,10 @@ class JobVertex:
     is_source: bool
     inputs: list[JobEdge] = field(default_factory=list)
     outputs: list[JobEdge] = field(default_factory=list)
+    #: The ``uid()`` the user set on each operator (``None`` where unset), parallel to
+    #: ``operators``: written into checkpoints so that errors and ``chandy checkpoint
+    #: inspect`` can name an operator by what the user wrote rather than by its hash.
+    operator_uids: list[str | None] = field(default_factory=list)
 
 
 @dataclass(eq=False)
@@ -178,6 +182,7 @@ def create_job_graph(
             operators=[],
             operator_ids=[operator_ids[m.id] for m in members],
             is_source=head.is_source,
+            operator_uids=[m.uid for m in members],
         )
 
     job_edges: list[JobEdge] = []
@@ -243,16 +248,34 @@ def create_job_graph(
                     chained_outputs=chained,
                     network_outputs=tuple(network_outputs[member.id]),
                     side_outputs=side_outputs,
+                    uid=member.uid,
                 )
             )
 
     return JobGraph(
-        job_id=job_id or uuid.uuid4().hex,
+        job_id=validate_job_id(job_id) if job_id is not None else uuid.uuid4().hex,
         job_name=job_name,
         vertices=list(vertices.values()),
         edges=job_edges,
         config=dict(config),
     )
+
+
+def validate_job_id(job_id: str) -> str:
+    """A fixed job id, checked as Flink's ``JobID.fromHexString`` checks it (32 hex digits,
+    16 bytes), in lower case as Flink prints it.
+
+    Checked before anything runs: the id names the job's checkpoint directory, and a
+    resubmission finds its checkpoints only under exactly the same id.
+    """
+    value = job_id.strip().lower()
+    if len(value) != 32 or any(c not in "0123456789abcdef" for c in value):
+        raise ConfigurationError(
+            f"$internal.pipeline.job-id (chandy.job-id) must be 32 hexadecimal digits, like Flink's "
+            f"JobID (e.g. {uuid.uuid4().hex}), got {job_id!r}. Generate one once "
+            "(python -c 'import uuid; print(uuid.uuid4().hex)') and submit the job with it every time."
+        )
+    return value
 
 
 def _resolve_partitioner(edge: StreamEdge) -> StreamPartitioner:

@@ -50,9 +50,9 @@ from typing import Any, TypeVar
 from chandy.checkpoint.completed_checkpoint import CompletedCheckpoint, CompletedCheckpointStore
 from chandy.checkpoint.coordinator import CheckpointCoordinator, CheckpointCoordinatorConfiguration
 from chandy.checkpoint.id_counter import CheckpointIDCounter
-from chandy.checkpoint.loader import load_checkpoint_metadata
 from chandy.checkpoint.operator_state import OperatorState
 from chandy.checkpoint.pending_checkpoint import CheckpointPlan, TaskToAck
+from chandy.checkpoint.recovery import choose_starting_point
 from chandy.checkpoint.state_assignment import VertexToRestore, assign_states
 from chandy.checkpoint.stats import CheckpointStatsTracker
 from chandy.config import Configuration
@@ -603,6 +603,8 @@ class JobMaster:
                 vertex.parallelism,
                 vertex.max_parallelism,
                 tuple(vertex.operator_ids),
+                tuple(vertex.operator_uids),
+                tuple(op.name for op in vertex.operators),
             )
             if execution.state is ExecutionState.FINISHED:
                 finished.append(task)
@@ -719,22 +721,28 @@ class JobMaster:
         )
         if self.checkpoint_storage is not None:
             self.checkpoint_storage.initialize()
-        path = self.config.get(StateRecoveryOptions.PATH)
-        if path is None:
-            return
-        metadata, directory = load_checkpoint_metadata(path)
-        restore = RestoreSource(
-            metadata.checkpoint_id, {s.operator_id: s for s in metadata.operator_states}, f"{directory}"
+        # A driver restart's own checkpoints, else execution.state-recovery.path (claim mode).
+        start = choose_starting_point(
+            self.config,
+            self.checkpoint_storage,
+            self.coordinator.checkpoint_props if self.coordinator is not None else None,
         )
+        if start is None:
+            return
+        checkpoint = start.checkpoint
+        directory = checkpoint.external_pointer or f"checkpoint {checkpoint.checkpoint_id}"
+        restore = RestoreSource(checkpoint.checkpoint_id, checkpoint.operator_states, directory)
         self._assignments(restore)  # refuse an incompatible checkpoint now, with a clear error
         if self.coordinator is not None:
             self.coordinator.restore_from(
-                metadata.checkpoint_id,
-                metadata.master_states,
-                is_savepoint=metadata.checkpoint_type != "CHECKPOINT",
-                external_pointer=directory,
+                checkpoint.checkpoint_id,
+                checkpoint.master_states,
+                is_savepoint=start.is_savepoint,
+                external_pointer=checkpoint.external_pointer,
+                restored=start.to_store,
+                next_checkpoint_id=start.next_checkpoint_id,
             )
-        log.info("Job %s starts from checkpoint %d at %s.", self.job_id, metadata.checkpoint_id, directory)
+        log.info("Job %s starts from checkpoint %d at %s.", self.job_id, checkpoint.checkpoint_id, directory)
         self._initial_restore = restore
 
     def _assignments(self, restore: RestoreSource) -> dict[tuple[int, int], Any]:
@@ -746,6 +754,8 @@ class JobMaster:
                 v.max_parallelism,
                 tuple(v.operator_ids),
                 tuple(op.name for op in v.operators),
+                tuple(v.operator_uids),
+                tuple(op.keyed for op in v.operators),
             )
             for v in self.job_graph.vertices
         ]

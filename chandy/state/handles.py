@@ -62,6 +62,9 @@ class KeyGroupsStateHandle:
     key_group_range: KeyGroupRange
     ranges: tuple[Range, ...]
     delegate: StreamStateHandle
+    #: ``(state name, kind)`` of every state the snapshot holds (kinds as the backend names
+    #: them: "value", "list", ..., "timers"); empty in checkpoints that did not record them.
+    state_kinds: tuple[tuple[str, str], ...] = ()
 
     def __post_init__(self) -> None:
         if len(self.ranges) != self.key_group_range.number_of_key_groups:
@@ -80,7 +83,7 @@ class KeyGroupsStateHandle:
             return None
         first = common.start - self.key_group_range.start
         return KeyGroupsStateHandle(
-            common, self.ranges[first : first + common.number_of_key_groups], self.delegate
+            common, self.ranges[first : first + common.number_of_key_groups], self.delegate, self.state_kinds
         )
 
     @property

@@ -49,6 +49,7 @@ from chandy.core.state import (
     ValueState,
     ValueStateDescriptor,
 )
+from chandy.errors import InvalidCheckpointError, UnrecoverableError
 from chandy.state.backend import KeyedStateBackend
 from chandy.state.handles import KeyGroupsStateHandle, Range, StreamStateHandle
 from chandy.state.key_groups import KeyGroupRange
@@ -71,6 +72,33 @@ def is_immutable(value: Any) -> bool:
     if t is tuple or t is frozenset:
         return all(is_immutable(v) for v in value)
     return False
+
+
+class IncompatibleStateError(UnrecoverableError, ValueError):
+    """A state is requested as another kind than the one it holds under its name.
+
+    Unrecoverable: a restarted task would declare its state the same way and fail
+    again, so the job fails at once instead of restarting in a loop.
+    """
+
+
+class IncompatibleRestoredStateError(InvalidCheckpointError, IncompatibleStateError):
+    """The job declares a restored state as another kind than the checkpoint holds
+    (``ValueState`` became ``ListState``, ...): the checkpoint cannot be used as it is."""
+
+
+def _describe_kind(kind: str) -> str:
+    """How a user declares state of ``kind`` (a window's state is declared by its function)."""
+    if kind.startswith(NAMESPACED):
+        return f"{kind} state (a window's contents: keep the window function's kind)"
+    descriptor = {
+        "value": "ValueStateDescriptor",
+        "list": "ListStateDescriptor",
+        "map": "MapStateDescriptor",
+        "reducing": "ReducingStateDescriptor",
+        "aggregating": "AggregatingStateDescriptor",
+    }.get(kind)
+    return f"{kind} state ({descriptor})" if descriptor else f"{kind} state"
 
 
 class StateTable:
@@ -116,9 +144,15 @@ class StateTable:
 class HeapKeyedStateBackend(KeyedStateBackend):
     """Keyed state on the Python heap."""
 
-    def __init__(self, key_group_range: KeyGroupRange, max_parallelism: int) -> None:
+    def __init__(
+        self, key_group_range: KeyGroupRange, max_parallelism: int, *, owner: str = "the operator"
+    ) -> None:
         super().__init__(key_group_range, max_parallelism)
+        #: Who holds this state, for errors: "operator 'Counter' (uid 'counter')".
+        self.owner = owner
         self.tables: dict[str, StateTable] = {}
+        #: The kind of every state a restore brought back, by name.
+        self._restored_kinds: dict[str, str] = {}
         self._handles: dict[str, State] = {}
         self.current_key: Any = None
         self.current_index = key_group_range.start  # the key group of the current key
@@ -171,8 +205,17 @@ class HeapKeyedStateBackend(KeyedStateBackend):
         if table is None:
             table = self.tables[name] = StateTable(name, kind, self.key_group_range, self.max_parallelism)
         elif table.kind != kind:
-            raise ValueError(
-                f"state '{name}' holds {table.kind} state and is now requested as "
+            if self._restored_kinds.get(name) == table.kind:
+                raise IncompatibleRestoredStateError(
+                    f"{self.owner} cannot restore state '{name}': the checkpoint holds it as "
+                    f"{table.kind} state and the job now declares it as {kind} state. A state "
+                    f"keeps its kind across restores. Declare it as {_describe_kind(table.kind)} "
+                    f"again, or give the {kind} state a new name (the old state is then left "
+                    "unused), or start the operator without state: give it a new uid() and "
+                    "restore with execution.state-recovery.ignore-unclaimed-state: true"
+                )
+            raise IncompatibleStateError(
+                f"{self.owner}: state '{name}' holds {table.kind} state and is now requested as "
                 f"{kind} state; use a different name for each state"
             )
         return table
@@ -229,6 +272,7 @@ class HeapKeyedStateBackend(KeyedStateBackend):
                             f"restored state '{name}' is {kind} state in one "
                             f"snapshot and {table.kind} state in another"
                         )
+                    self._restored_kinds[name] = kind
                     target = table.maps[kg]
                     assert target is not None
                     target.update(values)
@@ -543,6 +587,8 @@ class SerializedKeyedState:
     key_group_range: KeyGroupRange
     payload: bytes
     ranges: tuple[Range, ...]
+    #: ``(name, kind)`` of every state in the snapshot, recorded in ``_metadata`` for inspection.
+    state_kinds: tuple[tuple[str, str], ...] = ()
 
 
 class HeapSnapshot:
@@ -592,6 +638,7 @@ class KeyGroupSerializer:
 
     def __init__(self, snapshot: HeapSnapshot) -> None:
         self._snapshot = snapshot
+        self._state_kinds = tuple(sorted((name, kind) for name, (kind, _) in snapshot._copies.items()))
         self._key_groups = iter(snapshot.key_group_range)
         self._parts: list[bytes] = []
         self._ranges: list[Range] = []
@@ -619,7 +666,10 @@ class KeyGroupSerializer:
         if not self.done:
             raise RuntimeError("serialization is not finished")
         return SerializedKeyedState(
-            self._snapshot.key_group_range, b"".join(self._parts), tuple(self._ranges)
+            self._snapshot.key_group_range,
+            b"".join(self._parts),
+            tuple(self._ranges),
+            self._state_kinds,
         )
 
 

@@ -259,7 +259,11 @@ class SubtaskCheckpointCoordinator:
                     delegate = storage.write_state(checkpoint_id, state.payload, checkpoint.target_location)
                     if isinstance(delegate, FileStateHandle):
                         written.append(delegate)
-                    keyed = (KeyGroupsStateHandle(state.key_group_range, state.ranges, delegate),)
+                    keyed = (
+                        KeyGroupsStateHandle(
+                            state.key_group_range, state.ranges, delegate, state.state_kinds
+                        ),
+                    )
                     size += len(state.payload)
                 operator: tuple[OperatorStateHandle, ...] = ()
                 if snapshot.operator is not None:

@@ -33,6 +33,8 @@ class OperatorSpec:
     network_outputs: tuple[int, ...] = ()
     #: Side outputs: ``(tag_id, chained node ids, network output indexes)`` per consumed tag.
     side_outputs: tuple[tuple[str, tuple[int, ...], tuple[int, ...]], ...] = ()
+    #: The ``uid()`` the user set (``None``: unset), to name the operator in errors.
+    uid: str | None = None
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,440 @@
+"""Restoring a job: claim modes (NO_CLAIM keeps the snapshot, CLAIM owns it), what is refused at
+submit and why, ``_metadata``'s descriptive fields, fixed job ids and the discovery of a job's
+own checkpoints for a driver restart (the restart itself: tests/test_driver_restart.py)."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import shutil
+import struct
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from chandy import (
+    ConfigurationError,
+    InvalidCheckpointError,
+    JobExecutionError,
+    StreamExecutionEnvironment,
+)
+from chandy.checkpoint.loader import load_checkpoint_metadata
+from chandy.checkpoint.metadata import MAGIC, VERSION, deserialize, serialize
+from chandy.checkpoint.recovery import find_job_checkpoints
+from chandy.core.functions import KeyedProcessFunction, MapFunction, RuntimeContext
+from chandy.core.state import ListStateDescriptor, ValueStateDescriptor
+from chandy.graph.job_graph import validate_job_id
+from chandy.state.heap import IncompatibleRestoredStateError
+from chandy.storage.checkpoint_storage import CheckpointStorage
+from tests.jobs import KeyedCounter, Throttle
+from tests.test_checkpointing_e2e import checkpointing_env, drain, latest_checkpoint_dir, wait_for_checkpoints
+
+N, KEYS = 6_000, 6
+#: Every state in a file of its own, so that a deleted snapshot cannot go unnoticed.
+#: Small batches, so that a barrier waits behind a few throttled records rather than 1024.
+FILES = {"execution.checkpointing.data-inline-threshold": 0, "chandy.network.batch-size": 20}
+
+
+class ListCounter(KeyedProcessFunction):
+    """KeyedCounter with its "count" declared as list state (a changed descriptor kind)."""
+
+    def open(self, runtime_context: RuntimeContext) -> None:
+        self.count = runtime_context.get_list_state(ListStateDescriptor("count"))
+
+    def process_element(self, value: Any, ctx: KeyedProcessFunction.Context) -> Any:
+        self.count.add(1)
+        yield ctx.get_current_key(), sum(self.count.get())
+
+
+class PassThrough(KeyedProcessFunction):
+    """Keeps a keyed value state (so it has state to claim) and emits every record."""
+
+    def open(self, runtime_context: RuntimeContext) -> None:
+        self.seen = runtime_context.get_state(ValueStateDescriptor("seen"))
+
+    def process_element(self, value: Any, ctx: KeyedProcessFunction.Context) -> Any:
+        self.seen.update((self.seen.value() or 0) + 1)
+        yield value
+
+
+class OpenCounter(MapFunction):
+    """Counts how often subtask 0 opened (once per attempt) in a file: restarts show."""
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+
+    def open(self, runtime_context: RuntimeContext) -> None:
+        if runtime_context.get_index_of_this_subtask() == 0:
+            with open(self.path, "a") as f:
+                f.write("open\n")
+
+    def map(self, value: Any) -> Any:
+        return value
+
+
+def counter_job(
+    env: StreamExecutionEnvironment, throttle: float, *, uid: str = "counter", extra: bool = False
+) -> Any:
+    """A throttled sequence into a keyed count; ``extra`` adds a second stateful operator."""
+    stream = env.from_sequence(0, N - 1).uid("source").map(Throttle(throttle)).uid("throttle")
+    if extra:
+        stream = stream.key_by(lambda x: x % 2).process(PassThrough()).uid("extra")
+    return stream.key_by(lambda x: x % KEYS).process(KeyedCounter(N // KEYS)).uid(uid)
+
+
+def retained_run(base: Path, *, extra: bool = False, **config: Any) -> tuple[list[Any], Path]:
+    """Run the counter job, cancel it after its second checkpoint; its output and retained checkpoint."""
+    env = checkpointing_env(
+        interval_ms=30,
+        **{
+            "execution.checkpointing.dir": str(base),
+            "execution.checkpointing.externalized-checkpoint-retention": "RETAIN_ON_CANCELLATION",
+            **FILES,
+            **config,
+        },
+    )
+    results = counter_job(env, 0.0005, extra=extra).execute_and_collect("first run")
+    out, reader = drain(results)
+    wait_for_checkpoints(base, 1)
+    time.sleep(0.1)
+    results.close()
+    reader.join(30)
+    return out, latest_checkpoint_dir(base)
+
+
+def contents(directory: Path) -> dict[str, str]:
+    """Every file under ``directory`` with the SHA-256 of its bytes."""
+    return {
+        str(p.relative_to(directory)): hashlib.sha256(p.read_bytes()).hexdigest()
+        for p in sorted(directory.rglob("*"))
+        if p.is_file()
+    }
+
+
+def expected() -> list[tuple[int, int]]:
+    return [(k, N // KEYS) for k in range(KEYS)]
+
+
+def restored_env(
+    base: Path, restore: Path, parallelism: int = 2, **config: Any
+) -> StreamExecutionEnvironment:
+    env = checkpointing_env(
+        parallelism=parallelism,
+        interval_ms=20,
+        **{"execution.checkpointing.dir": str(base), **FILES, **config},
+    )
+    env.set_restore_path(str(restore))
+    return env
+
+
+# ---------------------------------------------------------------------- claim modes
+
+
+@pytest.mark.slow
+def test_no_claim_never_deletes_the_restored_checkpoint_and_the_next_one_stands_alone(tmp_path: Path) -> None:
+    first, retained = retained_run(tmp_path / "a")
+    before = contents(retained)
+
+    # A run that finishes after many checkpoints of its own (one retained at a time).
+    env = restored_env(tmp_path / "b", retained)
+    results = counter_job(env, 0.0002).execute_and_collect("finishes")
+    second = list(results)
+    stats = results.job_client.get_checkpoint_statistics()
+    assert stats["counts"]["completed"] >= 5, stats["counts"]
+    assert stats["latest"]["restored"]["external_path"] == str(retained)
+    assert sorted(first + second) == expected()
+    assert contents(retained) == before, "the job deleted or changed files of the snapshot it started from"
+
+    # A run that is cancelled after checkpoints of its own, its last one retained.
+    env = restored_env(
+        tmp_path / "c",
+        retained,
+        **{"execution.checkpointing.externalized-checkpoint-retention": "RETAIN_ON_CANCELLATION"},
+    )
+    results = counter_job(env, 0.0005).execute_and_collect("cancelled")
+    third, reader = drain(results)
+    wait_for_checkpoints(tmp_path / "c", 1)
+    while results.job_client.get_checkpoint_statistics()["counts"]["completed"] < 3:
+        time.sleep(0.01)
+    results.close()
+    reader.join(30)
+    assert contents(retained) == before
+
+    # That run's checkpoint needs nothing of the snapshot the run started from.
+    shutil.rmtree(retained.parent.parent)
+    own = latest_checkpoint_dir(tmp_path / "c")
+    env = restored_env(tmp_path / "d", own)
+    fourth = list(counter_job(env, 0.0).execute_and_collect("from the restored run's checkpoint"))
+    assert sorted(first + third + fourth) == expected()
+
+
+@pytest.mark.slow
+def test_claim_deletes_the_restored_checkpoint_once_subsumed(tmp_path: Path) -> None:
+    first, retained = retained_run(tmp_path / "a")
+    env = restored_env(tmp_path / "b", retained, **{"execution.state-recovery.claim-mode": "CLAIM"})
+    results = counter_job(env, 0.0002).execute_and_collect("claims")
+    second = list(results)
+    assert sorted(first + second) == expected()
+    assert results.job_client.get_checkpoint_statistics()["counts"]["completed"] >= 2
+    assert not retained.exists(), "a claimed checkpoint is deleted once a newer one subsumed it"
+
+
+def as_savepoint(checkpoint: Path, target: Path) -> Path:
+    """A copy of a retained checkpoint that says it is a savepoint (what a savepoint is on disk)."""
+    shutil.copytree(checkpoint, target)
+    metadata, _ = load_checkpoint_metadata(str(target))
+    metadata.checkpoint_type = "SAVEPOINT"
+    (target / "_metadata").write_bytes(serialize(metadata, str(target)))
+    return target
+
+
+@pytest.mark.slow
+def test_claim_owns_even_a_savepoint_and_no_claim_keeps_it_also_at_another_parallelism(
+    tmp_path: Path,
+) -> None:
+    first, retained = retained_run(tmp_path / "a")
+    kept = as_savepoint(retained, tmp_path / "savepoints" / "savepoint-000001-kept")
+    claimed = as_savepoint(retained, tmp_path / "savepoints" / "savepoint-000002-claimed")
+    before = contents(kept)
+
+    env = restored_env(tmp_path / "b", kept, parallelism=3)
+    results = counter_job(env, 0.0002).execute_and_collect("no claim, rescaled")
+    assert sorted(first + list(results)) == expected()
+    assert results.job_client.get_checkpoint_statistics()["latest"]["restored"]["is_savepoint"] is True
+    assert contents(kept) == before
+
+    env = restored_env(
+        tmp_path / "c", claimed, parallelism=3, **{"execution.savepoint-restore-mode": "CLAIM"}
+    )
+    assert sorted(first + list(counter_job(env, 0.0002).execute_and_collect("claim, rescaled"))) == expected()
+    assert not claimed.exists()
+
+
+# ---------------------------------------------------------------------- refused at submit
+
+
+def test_state_of_a_removed_operator_is_refused_naming_it_and_both_fixes(tmp_path: Path) -> None:
+    _, retained = retained_run(tmp_path / "a", extra=True)
+    env = restored_env(tmp_path / "b", retained)
+    counter_job(env, 0.0).print()
+    with pytest.raises(InvalidCheckpointError) as info:
+        env.execute()
+    message = str(info.value)
+    assert str(retained) in message
+    assert "uid 'extra'" in message and "KeyedProcess" in message
+    assert "execution.state-recovery.ignore-unclaimed-state: true" in message
+    assert "--allow-non-restored-state" in message
+    assert ".uid('extra')" in message
+    assert "uid 'counter'" not in message  # only what has no place in the new job
+
+
+def test_with_ignore_unclaimed_state_a_removed_operators_state_is_skipped(tmp_path: Path) -> None:
+    first, retained = retained_run(tmp_path / "a", extra=True)
+    env = restored_env(tmp_path / "b", retained, **{"execution.state-recovery.ignore-unclaimed-state": True})
+    second = list(counter_job(env, 0.0).execute_and_collect())
+    assert sorted(first + second) == expected()  # the kept operator's state came back
+
+
+def test_a_changed_max_parallelism_is_refused_naming_operator_uid_and_fix(tmp_path: Path) -> None:
+    _, retained = retained_run(tmp_path / "a")
+    env = restored_env(tmp_path / "b", retained)
+    env.set_max_parallelism(256)
+    counter_job(env, 0.0).print()
+    with pytest.raises(InvalidCheckpointError) as info:
+        env.execute()
+    message = str(info.value)
+    assert "uid 'counter'" in message and "max parallelism 128" in message and "now has 256" in message
+    assert "set_max_parallelism(128)" in message
+
+
+def test_keyed_state_for_an_operator_no_longer_keyed_is_refused_at_submit(tmp_path: Path) -> None:
+    _, retained = retained_run(tmp_path / "a")
+    env = restored_env(tmp_path / "b", retained)
+    env.from_sequence(0, 10).uid("source").map(Throttle(0.0)).uid("throttle").map(lambda x: x).uid(
+        "counter"
+    ).print()
+    with pytest.raises(InvalidCheckpointError) as info:
+        env.execute()
+    assert "uid 'counter'" in str(info.value) and "keyed stream" in str(info.value)
+
+
+def test_a_state_that_changed_kind_fails_the_job_at_once_naming_everything(
+    tmp_path: Path, executor: str
+) -> None:
+    _, retained = retained_run(tmp_path / "a")
+    env = restored_env(tmp_path / "b", retained, executor=executor)
+    opened = tmp_path / "opened"
+    (
+        env.from_sequence(0, N - 1)
+        .uid("source")
+        .map(OpenCounter(str(opened)))
+        .uid("throttle")
+        .key_by(lambda x: x % KEYS)
+        .process(ListCounter())
+        .uid("counter")
+        .print()
+    )
+    client = env.execute_async()
+    with pytest.raises(JobExecutionError) as info:
+        client.get_job_execution_result(timeout=120)
+    message = str(info.value)
+    for part in ("uid 'counter'", "state 'count'", "as value state", "as list state", "ValueStateDescriptor"):
+        assert part in message, (part, message)
+    assert "ignore-unclaimed-state" in message  # the way to start the operator without its state
+    if executor == "local":
+        assert isinstance(info.value.__cause__, IncompatibleRestoredStateError)
+    assert client.restarts == 0, "an incompatible state kind must fail the job, not restart it"
+    assert opened.read_text().count("open") == 1
+
+
+# ---------------------------------------------------------------------- _metadata
+
+
+def test_metadata_names_uids_operators_and_state_kinds(tmp_path: Path) -> None:
+    _, retained = retained_run(tmp_path / "a")
+    metadata, _ = load_checkpoint_metadata(str(retained))
+    by_uid = {op.uid: op for op in metadata.operator_states}
+    counter = by_uid["counter"]
+    assert counter.name is not None and "KeyedProcess" in counter.name
+    kinds = {
+        kind for s in counter.subtask_states.values() for h in s.managed_keyed_state for kind in h.state_kinds
+    }
+    assert ("count", "value") in kinds
+    assert by_uid["source"].name is not None
+
+
+def _v1_file(body: dict[str, Any]) -> bytes:
+    payload = json.dumps(body).encode()
+    head = struct.pack(">8sIQ", MAGIC, 1, len(payload)) + payload
+    return head + hashlib.sha256(head).digest()
+
+
+def test_metadata_written_before_the_optional_fields_existed_still_reads() -> None:
+    assert VERSION == 1  # optional fields did not need a new version
+    old = {
+        "checkpoint_id": 7,
+        "job_id": "j",
+        "timestamp": 1,
+        "checkpoint_type": "CHECKPOINT",
+        "operators": [
+            {
+                "operator_id": "op",
+                "parallelism": 1,
+                "max_parallelism": 128,
+                "subtasks": {
+                    "0": {
+                        "finished": False,
+                        "keyed": [
+                            {
+                                "key_group_range": [0, 1],
+                                "ranges": [[0, 1], [1, 2]],
+                                "delegate": {"type": "bytes", "name": "x", "data": "AAA="},
+                            }
+                        ],
+                        "operator": [],
+                    }
+                },
+            }
+        ],
+        "master_states": [],
+    }
+    metadata = deserialize(_v1_file(old), "old/_metadata")
+    (operator,) = metadata.operator_states
+    assert operator.uid is None and operator.name is None
+    assert operator.subtask_states[0].managed_keyed_state[0].state_kinds == ()
+    # written again, it reads back the same, and with the fields set they round-trip
+    operator.uid, operator.name = "u", "Map"
+    again = deserialize(serialize(metadata), "new/_metadata")
+    assert (again.operator_states[0].uid, again.operator_states[0].name) == ("u", "Map")
+    assert again.operator_states[0].describe() == "operator 'Map' (uid 'u', operator id op)"
+
+
+# ---------------------------------------------------------------------- job ids and driver restart discovery
+
+
+def test_a_fixed_job_id_must_be_32_hex_digits() -> None:
+    assert validate_job_id("ABCDEF0123456789abcdef0123456789") == "abcdef0123456789abcdef0123456789"
+    for bad in ("", "abc", "g" * 32, "0" * 33, "my-job"):
+        with pytest.raises(ConfigurationError, match=r"32 hexadecimal digits.*python -c"):
+            validate_job_id(bad)
+    env = StreamExecutionEnvironment.get_execution_environment(executor="local")
+    env.configure({"$internal.pipeline.job-id": "not-a-job-id"})
+    env.from_sequence(0, 3).print()
+    with pytest.raises(ConfigurationError, match="job-id"):
+        env.execute()
+    env.configure({"$internal.pipeline.job-id": "0123456789ABCDEF0123456789abcdef"})
+    collected = env.from_sequence(0, 3).execute_and_collect()
+    assert sorted(collected) == [0, 1, 2, 3]
+    assert collected.job_client.get_job_id() == "0123456789abcdef0123456789abcdef"
+
+
+def test_discovery_takes_the_latest_valid_checkpoint_and_ids_go_on_after_all_on_disk(tmp_path: Path) -> None:
+    _, retained = retained_run(tmp_path / "a")
+    job_dir = retained.parent
+    storage = CheckpointStorage(str(tmp_path / "a"), job_dir.name)
+    source_id = int(retained.name.split("-")[1])
+    good = [source_id + 1, source_id + 2]
+    for checkpoint_id in good:  # copies of the retained one, renumbered: valid checkpoints
+        target = job_dir / f"chk-{checkpoint_id}"
+        shutil.copytree(retained, target)
+        metadata, _ = load_checkpoint_metadata(str(target))
+        metadata.checkpoint_id = checkpoint_id
+        (target / "_metadata").write_bytes(serialize(metadata, str(target)))
+    corrupt = job_dir / f"chk-{source_id + 3}"
+    shutil.copytree(job_dir / f"chk-{good[-1]}", corrupt)
+    data = bytearray((corrupt / "_metadata").read_bytes())
+    data[40] ^= 1
+    (corrupt / "_metadata").write_bytes(bytes(data))
+    missing_file = job_dir / f"chk-{source_id + 4}"
+    shutil.copytree(job_dir / f"chk-{good[-1]}", missing_file)
+    metadata, _ = load_checkpoint_metadata(str(missing_file))
+    metadata.checkpoint_id = source_id + 4
+    (missing_file / "_metadata").write_bytes(serialize(metadata, str(missing_file)))
+    next(p for p in missing_file.iterdir() if p.name != "_metadata").unlink()
+    (job_dir / f"chk-{source_id + 5}").mkdir()  # a checkpoint the driver never completed
+
+    found = find_job_checkpoints(storage)
+    assert [c.metadata.checkpoint_id for c in found.completed] == [source_id, *good]
+    assert found.latest is not None and found.latest.directory == str(job_dir / f"chk-{good[-1]}")
+    assert {s.checkpoint_id: s for s in found.skipped}.keys() == {source_id + 3, source_id + 4}
+    reasons = {s.checkpoint_id: s.reason for s in found.skipped}
+    assert "corrupt" in reasons[source_id + 3] and "missing" in reasons[source_id + 4]
+    assert found.incomplete == (source_id + 5,)
+    assert found.next_checkpoint_id == source_id + 6
+
+
+@pytest.mark.slow
+def test_a_job_submitted_again_under_its_id_owns_its_checkpoints_and_skips_broken_ones(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    job_id = "feedc0de" * 4
+    fixed = {"$internal.pipeline.job-id": job_id}
+    first, retained = retained_run(tmp_path, **fixed)
+    job_dir = tmp_path / job_id
+    assert retained.parent == job_dir
+    newest = int(retained.name.split("-")[1])
+    broken = job_dir / f"chk-{newest + 1}"
+    shutil.copytree(retained, broken)
+    (broken / "_metadata").write_bytes(b"CHANDYCK" + b"\0" * 10)  # truncated
+    (job_dir / f"chk-{newest + 2}").mkdir()
+
+    # A path given as well is overridden by the job's own, newer checkpoints (Flink's HA).
+    _, elsewhere = retained_run(tmp_path / "other")
+    env = restored_env(tmp_path, elsewhere, **fixed)
+    results = counter_job(env, 0.0002).execute_and_collect("again")
+    second = list(results)
+    assert sorted(first + second) == expected()
+    stats = results.job_client.get_checkpoint_statistics()
+    assert stats["latest"]["restored"]["id"] == newest
+    assert min(c["id"] for c in stats["history"]) > newest + 2
+    messages = [r.getMessage() for r in caplog.records]
+    resumed = next(i for i, m in enumerate(messages) if "was submitted again" in m)
+    assert f"ids continue at {newest + 3}" in messages[resumed]
+    first_trigger = next(m for m in messages[resumed:] if m.startswith("Triggering checkpoint"))
+    assert first_trigger.startswith(f"Triggering checkpoint {newest + 3} ")  # after every chk-N on disk
+    assert str(broken) in caplog.text and "truncated" in caplog.text
+    assert not retained.exists()  # its own: deleted once subsumed
+    assert not (job_dir / f"chk-{newest + 2}").exists()  # never completed: deleted
+    assert broken.exists()  # unusable but complete-looking: left for inspection
