@@ -42,11 +42,13 @@ def test_flink_metric_names_with_their_labels_while_the_job_runs() -> None:
         families = scrape(url)
         completed = families.get("flink_jobmanager_job_numberOfCompletedCheckpoints", [])
         records = families.get("flink_taskmanager_job_task_operator_numRecordsIn", [])
-        if completed and completed[0].value >= 1 and any(s.value > 0 for s in records):
+        into_sum = sum(s.value for s in records if s.labels["operator_name"] == "Sum")
+        # every operator of every subtask reported (2 x 5), and records reached the keyed vertex
+        if completed and completed[0].value >= 1 and len(records) == 10 and into_sum > 0:
             return families
         return None
 
-    families = wait_for(ready, "a completed checkpoint and counted records in a scrape")
+    families = wait_for(ready, "a completed checkpoint and every subtask's records in a scrape")
 
     (running,) = families["flink_jobmanager_numRunningJobs"]
     assert running.value == 1
