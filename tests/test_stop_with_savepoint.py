@@ -186,14 +186,14 @@ def blocking_counting_job(
     return env
 
 
-def test_a_stop_whose_savepoint_fails_leaves_the_job_running(tmp_path: Path) -> None:
+def test_a_stop_whose_savepoint_fails_leaves_the_job_running(tmp_path: Path, executor: str) -> None:
     """Two failed stops, then one that works: the directory cannot be created (no task was
     asked: the job simply goes on), then a task cannot write its state (declined after the
     sources stopped: the job fails over to its latest checkpoint, which the restart
     strategy "none" would refuse were it counted). The output stays exactly once."""
     out, control, sp = tmp_path / "out", tmp_path / "control", tmp_path / "sp"
     control.mkdir()
-    env = checkpointing_env(tmp_path, 2, **{"restart-strategy.type": "none"})
+    env = checkpointing_env(tmp_path, 2, executor, **{"restart-strategy.type": "none"})
     client = blocking_counting_job(env, out, control).execute_async("failing stops")
     wait_for(lambda: len(committed(out)) > 200, 60, "the first committed records")
 
