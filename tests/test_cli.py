@@ -5,11 +5,15 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
+import signal
 import socket
 import subprocess
 import sys
 import textwrap
+import time
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -23,17 +27,18 @@ from chandy.errors import ConfigurationError
 CHANDY = shutil.which("chandy") or os.path.join(os.path.dirname(sys.executable), "chandy")
 
 #: A keyed count over 0..N-1 (uids on every stateful operator). ``first``: paced, cancels
-#: itself once a checkpoint is retained; ``second``: runs to the end and writes what it saw.
-#: The program sets no parallelism and no restore path: those come from ``chandy run``.
+#: itself once a checkpoint is retained; ``serve``: slowly paced, with its REST API (logged at
+#: start), until it is stopped or cancelled from outside; ``second``: runs to the end and writes
+#: what it saw. The program sets no parallelism and no restore path: those come from ``chandy run``.
 COUNT_JOB = textwrap.dedent(
     """
-    import glob, json, sys, time
+    import glob, json, logging, sys, time
 
     from chandy import StreamExecutionEnvironment
     from chandy.core.functions import KeyedProcessFunction
     from chandy.core.state import ValueStateDescriptor
 
-    N, KEYS = 3000, 30
+    N, KEYS = 30000, 30
 
 
     class Count(KeyedProcessFunction):
@@ -53,13 +58,15 @@ COUNT_JOB = textwrap.dedent(
     env.configure({
         "execution.checkpointing.dir": directory,
         "execution.checkpointing.externalized-checkpoint-retention": "RETAIN_ON_CANCELLATION",
-        "chandy.rest.enabled": False,
+        "chandy.rest.enabled": mode == "serve",
     })
+    if mode == "serve":
+        logging.basicConfig(level=logging.INFO)  # the log names the REST API's address
+    PAUSE = {"first": 0.002, "serve": 0.01}.get(mode, 0)
 
 
     def pace(x):
-        if mode == "first":
-            time.sleep(0.005)
+        time.sleep(PAUSE)
         return x
 
 
@@ -67,6 +74,11 @@ COUNT_JOB = textwrap.dedent(
         env.from_sequence(0, N - 1).uid("numbers").map(pace).uid("pace")
         .key_by(lambda x: x % KEYS).process(Count()).uid("count")
     )
+    if mode == "serve":
+        # execute() keeps the REST API up after the job ended until the outcome of a stop was fetched
+        stream.filter(lambda r: False).print()
+        env.execute()
+        sys.exit(0)
     results = stream.execute_and_collect()
     if mode == "first":
         next(results)
@@ -85,11 +97,16 @@ COUNT_JOB = textwrap.dedent(
 
 
 def chandy(
-    *args: str, env: dict[str, str] | None = None, timeout: float = 300
+    *args: str, env: dict[str, str] | None = None, timeout: float = 300, cwd: Path | None = None
 ) -> subprocess.CompletedProcess[str]:
     """Run the installed ``chandy`` command."""
     return subprocess.run(
-        [CHANDY, *args], capture_output=True, text=True, timeout=timeout, env={**os.environ, **(env or {})}
+        [CHANDY, *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env={**os.environ, **(env or {})},
+        cwd=cwd,
     )
 
 
@@ -151,6 +168,7 @@ def test_run_passes_settings_arguments_and_exit_code(tmp_path: Path) -> None:
     result = chandy(
         "run", str(job), "3", "--input", "x", "-p", "4", "-s", "/some/chk-7", "--allow-non-restored-state",
         "--claim-mode", "claim", "-D", "pipeline.name=from cli", "-D", "a.b=c=d", "--", "-p", "9",
+        env={CONFIG_ENV_VAR: json.dumps({"parallelism.default": 7, "from.shell": "kept"})},
     )  # fmt: skip
     assert result.returncode == 3, result.stderr
     shown = json.loads(result.stdout.strip().splitlines()[-1])
@@ -168,6 +186,7 @@ def test_run_passes_settings_arguments_and_exit_code(tmp_path: Path) -> None:
         "execution.state-recovery.claim-mode": "CLAIM",
         "pipeline.name": "from cli",
         "a.b": "c=d",
+        "from.shell": "kept",  # CHANDY_CONFIG from the shell is the base, the options override it
         "execution.target": "local",
     }
     assert "JobID" not in result.stdout  # not fixed, so not known before the job starts
@@ -191,8 +210,32 @@ def test_run_restores_from_a_retained_checkpoint_at_another_parallelism(tmp_path
     assert result["subtasks"] == [0, 1, 2]
     # -s reached it: the source resumed (fewer than N records this time) and every count
     # continued from the checkpoint to exactly N / KEYS
-    assert 0 < result["records"] < 3000
-    assert result["final"] == {str(k): 100 for k in range(30)}
+    assert 0 < result["records"] < 30000
+    assert result["final"] == {str(k): 1000 for k in range(30)}
+
+
+@pytest.mark.slow
+def test_run_with_master_submits_through_spark_submit(tmp_path: Path) -> None:
+    job = tmp_path / "on_spark.py"
+    job.write_text(
+        textwrap.dedent(
+            """
+            import json, sys
+            from pyspark.sql import SparkSession
+            from chandy import StreamExecutionEnvironment
+            env = StreamExecutionEnvironment.get_execution_environment()  # spark-submit's session
+            env.configure({"chandy.rest.enabled": False})
+            doubled = sorted(env.from_sequence(1, 100).map(lambda x: x * 2).execute_and_collect())
+            master = SparkSession.builder.getOrCreate().sparkContext.master
+            with open(sys.argv[1], "w") as f:
+                json.dump({"master": master, "sum": sum(doubled), "parallelism": env.get_parallelism()}, f)
+            """
+        )
+    )
+    out = tmp_path / "out.json"
+    result = chandy("run", "--master", "local[2]", str(job), str(out), "-p", "2")
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert json.loads(out.read_text()) == {"master": "local[2]", "sum": 10100, "parallelism": 2}
 
 
 def test_run_usage_errors_are_one_line(tmp_path: Path) -> None:
@@ -205,6 +248,13 @@ def test_run_usage_errors_are_one_line(tmp_path: Path) -> None:
     assert missing.exit_code == 2 and "does not exist" in missing.output
     bad_p = runner.invoke(cli, ["run", str(job), "-p", "0"])
     assert bad_p.exit_code == 2 and "0 is not in the range x>=1" in bad_p.output
+    bad_shell = runner.invoke(cli, ["run", str(job)], env={CONFIG_ENV_VAR: "{oops"})
+    assert bad_shell.exit_code == 1 and "CHANDY_CONFIG is not valid JSON" in bad_shell.output
+    log_without_detached = runner.invoke(cli, ["run", str(job), "--log-file", str(tmp_path / "x.log")])
+    assert (
+        log_without_detached.exit_code == 1
+        and "--log-file is for --detached runs" in log_without_detached.output
+    )
 
 
 # ---------------------------------------------------------------------- REST commands: errors
@@ -225,3 +275,277 @@ def test_job_ids_and_addresses_are_checked_before_any_request() -> None:
     assert bad_id.exit_code == 1 and "'not-a-job-id' is not a job id" in bad_id.output
     bad_address = runner.invoke(cli, ["list", "-m", "localhost"])
     assert bad_address.exit_code == 1 and "-m/--jobmanager takes HOST:PORT" in bad_address.output
+
+
+# ---------------------------------------------------------------------- REST commands against a running job
+
+
+@dataclass(frozen=True)
+class DetachedJob:
+    job_id: str
+    pid: int
+    log: Path
+    address: str
+
+
+def run_detached(tmp_path: Path, *args: str) -> DetachedJob:
+    """``chandy run --detached`` of ``COUNT_JOB serve`` with ``rest.port: 0``; its REST address
+    is read from the job's log."""
+    job = tmp_path / "count.py"
+    job.write_text(COUNT_JOB)
+    log = tmp_path / "job.log"
+    result = chandy(
+        "run", "--detached", "--log-file", str(log), "-D", "rest.port=0", "-D", "pipeline.name=cli test",
+        "-p", "2", *args, str(job), "serve", str(tmp_path / "ck"), str(tmp_path / "unused.json"),
+        timeout=60,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    submitted = re.search(r"^Job has been submitted with JobID ([0-9a-f]{32})$", result.stdout, re.M)
+    process = re.search(
+        rf"^Its output goes to {re.escape(str(log))} \(process (\d+)\)\.$", result.stdout, re.M
+    )
+    assert submitted and process, result.stdout
+    pid = int(process.group(1))
+    deadline = time.monotonic() + 180
+    while True:
+        served = re.search(r"REST API at http://(127\.0\.0\.1:\d+)/", log.read_text())
+        if served:
+            return DetachedJob(submitted.group(1), pid, log, served.group(1))
+        assert alive(pid), f"the job ended before serving its REST API:\n{log.read_text()}"
+        assert time.monotonic() < deadline, log.read_text()
+        time.sleep(0.1)
+
+
+def alive(pid: int) -> bool:
+    return Path(f"/proc/{pid}").exists() and "zombie" not in Path(f"/proc/{pid}/status").read_text()
+
+
+def wait_for_exit(job: DetachedJob, timeout: float = 120) -> None:
+    deadline = time.monotonic() + timeout
+    while alive(job.pid):
+        assert time.monotonic() < deadline, job.log.read_text()
+        time.sleep(0.1)
+
+
+def wait_until_running(job: DetachedJob, *extra: str, env: dict[str, str] | None = None) -> str:
+    """``chandy list``'s line of the job once it shows RUNNING."""
+    deadline = time.monotonic() + 120
+    while True:
+        listed = chandy("list", "-m", job.address, *extra, env=env, timeout=60)
+        assert listed.returncode == 0, listed.stderr
+        line = next((ln for ln in listed.stdout.splitlines() if job.job_id in ln), "")
+        if line.endswith("(RUNNING)"):
+            return line
+        assert time.monotonic() < deadline, listed.stdout
+        time.sleep(0.2)
+
+
+def test_a_detached_job_is_listed_savepointed_and_cancelled_with_a_token(tmp_path: Path) -> None:
+    savepoints = tmp_path / "savepoints"
+    job = run_detached(
+        tmp_path, "-D", "rest.auth.token=s3cret", "-D", f"execution.checkpointing.savepoint-dir={savepoints}"
+    )
+    try:
+        no_token = chandy("list", "-m", job.address, timeout=60)
+        assert no_token.returncode == 1
+        assert f"Error: the REST API at {job.address} requires a token (401 Unauthorized): pass --token" in (
+            no_token.stderr
+        )
+        wrong = chandy("cancel", "-m", job.address, "--token", "guess", job.job_id, timeout=60)
+        assert wrong.returncode == 1 and "rejected the token" in wrong.stderr
+
+        token = {"CHANDY_REST_TOKEN": "s3cret"}
+        line = wait_until_running(job, env=token)  # the token from the environment
+        assert re.fullmatch(
+            rf"\d\d\.\d\d\.\d{{4}} \d\d:\d\d:\d\d : {job.job_id} : cli test \(RUNNING\)", line
+        )
+
+        taken = chandy("savepoint", "-m", job.address, "--token", "s3cret", job.job_id, timeout=300)
+        assert taken.returncode == 0, taken.stderr
+        path = re.search(r"^Savepoint completed\. Path: (.+)$", taken.stdout, re.M)
+        assert path and Path(path.group(1)).parent == savepoints, taken.stdout
+        inspected = chandy("checkpoint", "inspect", path.group(1), "--json", timeout=60)
+        assert inspected.returncode == 0, inspected.stderr
+        report = json.loads(inspected.stdout)
+        assert (report["checkpoint_type"], report["job_id"], report["valid"]) == (
+            "SAVEPOINT",
+            job.job_id,
+            True,
+        )
+
+        unknown = chandy("cancel", "-m", job.address, "--token", "s3cret", "f" * 32, timeout=60)
+        assert unknown.returncode == 1 and f"Error: no job {'f' * 32} at {job.address}" in unknown.stderr
+
+        cancelled = chandy("cancel", "-m", job.address, "--token", "s3cret", job.job_id, timeout=60)
+        assert cancelled.returncode == 0, cancelled.stderr
+        assert cancelled.stdout.splitlines() == [
+            f"Cancelling job {job.job_id}.",
+            f"Cancelled job {job.job_id}.",
+        ]
+        wait_for_exit(job)
+        assert "was cancelled" in job.log.read_text()
+    finally:
+        if alive(job.pid):
+            os.kill(job.pid, signal.SIGKILL)
+    gone = chandy("list", "-m", job.address, timeout=60)
+    assert gone.returncode == 1 and f"Error: no chandy REST API at {job.address}" in gone.stderr
+
+
+def test_stop_with_a_savepoint_then_run_from_it_at_another_parallelism(tmp_path: Path) -> None:
+    job = run_detached(tmp_path)
+    try:
+        wait_until_running(job)
+        # no directory given and none configured: the API's reason, in one line
+        refused = chandy("savepoint", "-m", job.address, job.job_id, timeout=60)
+        assert refused.returncode == 1 and "execution.checkpointing.savepoint-dir" in refused.stderr
+        assert len(refused.stderr.strip().splitlines()) == 1
+        # a savepoint that fails once triggered (its directory cannot be created): the job's reason
+        (tmp_path / "a-file").write_text("")
+        unwritable = str(tmp_path / "a-file" / "savepoints")
+        failed = chandy("savepoint", "-m", job.address, job.job_id, unwritable)
+        assert failed.returncode == 1
+        assert failed.stderr.startswith(f"Error: the savepoint of job {job.job_id} failed: ")
+        assert "Not a directory" in failed.stderr and len(failed.stderr.strip().splitlines()) == 1
+        failed_stop = chandy("stop", "-m", job.address, "--savepoint-path", unwritable, job.job_id)
+        assert failed_stop.returncode == 1
+        assert (
+            f"could not stop job {job.job_id}, it keeps running: the savepoint failed: " in failed_stop.stderr
+        )
+        assert "Not a directory" in failed_stop.stderr
+        wait_until_running(job)  # it does
+
+        # a relative directory is relative to this command's working directory, not to the job's
+        stopped = chandy("stop", "-m", job.address, "--savepoint-path", "sp", job.job_id, cwd=tmp_path)
+        assert stopped.returncode == 0, stopped.stderr
+        assert stopped.stdout.startswith(f'Suspending job "{job.job_id}" with a CANONICAL savepoint.')
+        path = re.search(r"^Savepoint completed\. Path: (.+)$", stopped.stdout, re.M)
+        assert path and Path(path.group(1)).parent == tmp_path / "sp", stopped.stdout
+        wait_for_exit(job)
+    finally:
+        if alive(job.pid):
+            os.kill(job.pid, signal.SIGKILL)
+    inspected = chandy("checkpoint", "inspect", path.group(1), timeout=60)
+    assert inspected.returncode == 0, inspected.stderr
+    assert "type:            SYNC_SAVEPOINT, CANONICAL format" in inspected.stdout
+
+    out = tmp_path / "second.json"
+    second = chandy(
+        "run",
+        "-p",
+        "3",
+        "-s",
+        path.group(1),
+        str(tmp_path / "count.py"),
+        "second",
+        str(tmp_path / "ck2"),
+        str(out),
+    )
+    assert second.returncode == 0, second.stderr
+    result = json.loads(out.read_text())
+    assert result["subtasks"] == [0, 1, 2] and 0 < result["records"] < 30000
+    assert result["final"] == {str(k): 1000 for k in range(30)}
+
+
+# ---------------------------------------------------------------------- chandy checkpoint
+
+
+@pytest.fixture(scope="module")
+def retained(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A retained checkpoint of a keyed job (uids "src" and "counter", state in files)."""
+    from tests.test_checkpointing_e2e import retained_checkpoint_of_cancelled_job
+
+    return retained_checkpoint_of_cancelled_job(
+        tmp_path_factory.mktemp("retained"),
+        **{"execution.checkpointing.data-inline-threshold": 0, "chandy.rest.enabled": False},
+    )
+
+
+def copy_checkpoint(source: Path, target: Path) -> Path:
+    shutil.copytree(source, target)
+    return target
+
+
+def test_inspect_shows_operators_uids_state_kinds_key_groups_and_files(retained: Path) -> None:
+    result = chandy("checkpoint", "inspect", str(retained), "--json", timeout=60)
+    assert result.returncode == 0, result.stderr
+    report = json.loads(result.stdout)
+    assert report["checkpoint_id"] == int(retained.name.removeprefix("chk-"))
+    assert report["job_id"] == retained.parent.name and report["checkpoint_type"] == "CHECKPOINT"
+    assert report["format_version"] == 1 and report["checksum"].startswith("ok") and report["valid"]
+    operators = {op["uid"]: op for op in report["operators"]}
+    counter = operators["counter"]
+    assert counter["name"] and (counter["parallelism"], counter["max_parallelism"]) == (2, 128)
+    assert counter["keyed_states"] == {"count": "value"}
+    # the subtasks' key-group ranges partition all 128 key groups
+    covered = sorted(g for sub in counter["subtasks"] for a, b in sub["key_groups"] for g in range(a, b + 1))
+    assert covered == list(range(128))
+    assert counter["state_size"] == sum(sub["state_size"] for sub in counter["subtasks"]) > 0
+    source_states = operators["src"]["subtasks"][0]["operator_states"]
+    assert source_states["SourceReaderState"] == {"mode": "SPLIT_DISTRIBUTE", "elements": 1}
+    assert report["state_files"] and all(f["status"] == "present" for f in report["state_files"])
+
+    text = chandy("checkpoint", "inspect", str(retained / "_metadata"), "--verify", timeout=60)
+    assert text.returncode == 0, text.stderr
+    assert f"Checkpoint {report['checkpoint_id']} of job {report['job_id']}" in text.stdout
+    assert "uid 'counter'" in text.stdout and "count (value)" in text.stdout
+    assert "checksum:        ok" in text.stdout and "(all present)" in text.stdout
+
+
+@pytest.mark.parametrize("damage", ["flip", "truncate"])
+def test_inspect_refuses_a_corrupt_metadata_naming_the_file(
+    retained: Path, tmp_path: Path, damage: str
+) -> None:
+    broken = copy_checkpoint(retained, tmp_path / retained.name)
+    metadata = broken / "_metadata"
+    data = bytearray(metadata.read_bytes())
+    if damage == "flip":
+        data[len(data) // 2] ^= 0x01
+    else:
+        del data[len(data) - 40 :]
+    metadata.write_bytes(bytes(data))
+    result = chandy("checkpoint", "inspect", str(broken), timeout=60)
+    assert result.returncode == 1 and result.stdout == ""
+    assert result.stderr.strip() == result.stderr.strip().splitlines()[0]  # one line
+    assert result.stderr.startswith(f"Error: {metadata} is corrupt")
+
+
+def test_inspect_reports_missing_state_files_and_exits_1(retained: Path, tmp_path: Path) -> None:
+    broken = copy_checkpoint(retained, tmp_path / retained.name)
+    victim = next(p for p in sorted(broken.iterdir()) if p.name != "_metadata")
+    victim.unlink()
+    result = chandy("checkpoint", "inspect", str(broken), timeout=60)
+    assert result.returncode == 1
+    assert "MISSING" in result.stdout and victim.name in result.stdout
+    assert "state files of" in result.stderr and "a restore from it would be refused" in result.stderr
+
+
+def test_checkpoint_list_shows_valid_and_broken_checkpoints(retained: Path, tmp_path: Path) -> None:
+    root = tmp_path / "checkpoints"
+    job_dir = root / retained.parent.name
+    good = copy_checkpoint(retained, job_dir / "chk-5")
+    corrupt = copy_checkpoint(retained, job_dir / "chk-6")
+    (corrupt / "_metadata").write_bytes((corrupt / "_metadata").read_bytes()[:-1] + b"\0")
+    incomplete = job_dir / "chk-7"
+    incomplete.mkdir()
+    (incomplete / "some-state-file").write_bytes(b"x")
+    partial = copy_checkpoint(retained, job_dir / "chk-12")
+    next(p for p in partial.iterdir() if p.name != "_metadata").unlink()
+    (job_dir / "shared").mkdir()
+
+    for directory in (root, job_dir):  # a checkpoint root, or one job's directory
+        result = chandy("checkpoint", "list", str(directory), "--json", timeout=60)
+        assert result.returncode == 0, result.stderr
+        entries = {Path(e["path"]).name: e for e in json.loads(result.stdout)}
+        assert list(entries) == ["chk-5", "chk-6", "chk-7", "chk-12"]  # by id, not by name
+        assert entries["chk-5"]["valid"] and entries["chk-5"]["checkpoint_type"] == "CHECKPOINT"
+        assert entries["chk-5"]["state_size"] > 0 and entries["chk-5"]["timestamp"] > 0
+        assert entries["chk-6"]["problem"] == "_metadata is corrupt (checksum mismatch)"
+        assert entries["chk-7"]["problem"] == "_metadata does not exist"
+        assert entries["chk-12"]["problem"].startswith("1 of ") and "missing" in entries["chk-12"]["problem"]
+        assert not any(entries[name]["valid"] for name in ("chk-6", "chk-7", "chk-12"))
+
+    text = chandy("checkpoint", "list", str(root), timeout=60)
+    lines = text.stdout.splitlines()
+    assert lines[0].split() == ["PATH", "ID", "TYPE", "TIME", "SIZE", "STATUS"]
+    assert lines[1].startswith(f"{good.parent.name}/chk-5 ") and lines[1].endswith("valid")
+    assert "INVALID: _metadata is corrupt (checksum mismatch)" in lines[2]

@@ -7,6 +7,7 @@ it, and scripts written for Flink's CLI find what they look for.
 from __future__ import annotations
 
 import datetime
+import os
 from collections.abc import Callable
 from typing import Any, TypeVar
 
@@ -143,6 +144,7 @@ def savepoint(
     The job keeps running. Prints the savepoint's path, to restore from with `chandy run -s PATH`.
     """
     job_id = check_job_id(job_id)
+    directory = _absolute(directory)
     click.echo(f"Triggering savepoint for job {job_id}.")
     click.echo("Waiting for response...")
     with RestClient(address, token) as client:
@@ -188,6 +190,7 @@ def stop(
     FINISHED. If the savepoint fails the job keeps running and this prints why.
     """
     job_id = check_job_id(job_id)
+    directory = _absolute(directory)
     verb = "Draining" if drain else "Suspending"
     click.echo(f'{verb} job "{job_id}" with a {format_type.upper()} savepoint.')
     with RestClient(address, token) as client:
@@ -198,6 +201,14 @@ def stop(
             f"could not stop job {job_id}, it keeps running: the savepoint failed: {outcome.failure}"
         )
     click.echo(f"Savepoint completed. Path: {outcome.location}")
+
+
+def _absolute(directory: str | None) -> str | None:
+    """A relative local path made absolute here: the job's process has a working directory of
+    its own, where a relative path would mean something else (URIs are left alone)."""
+    if directory is None or "://" in directory or os.path.isabs(directory):
+        return directory
+    return os.path.abspath(directory)
 
 
 @click.command("cancel")

@@ -6,6 +6,7 @@ import logging
 
 import click
 
+from chandy.cli.checkpoints import checkpoint
 from chandy.cli.jobs import cancel, list_jobs, savepoint, stop
 from chandy.cli.run import run
 
@@ -21,13 +22,15 @@ def cli(verbose: bool) -> None:
     chandy savepoint JOBID [DIR]       take a savepoint; the job keeps running
     chandy stop [--drain] JOBID        stop with a savepoint (-p DIR)
     chandy cancel JOBID                cancel without a savepoint
+    chandy checkpoint inspect PATH     what a checkpoint or savepoint holds
+    chandy checkpoint list DIR         every checkpoint and savepoint under DIR, valid or not
     """
     logging.basicConfig(
         level=logging.INFO if verbose else logging.WARNING, format="%(levelname)s %(message)s"
     )
 
 
-for command in (run, list_jobs, savepoint, stop, cancel):
+for command in (run, list_jobs, savepoint, stop, cancel, checkpoint):
     cli.add_command(command)
 
 

@@ -170,17 +170,23 @@ class RestClient:
 
 
 def failure_reason(cause: Any) -> str:
-    """The reason in Flink's ``failure-cause`` (a serialized throwable: class and stack trace)."""
+    """The reason in Flink's ``failure-cause`` (a serialized throwable): its message (chandy sends
+    it), else the outermost exception's line of the stack trace (the first of a Java trace, the
+    last of a Python traceback)."""
     if not isinstance(cause, dict):
         return "the server gave no reason"
+    message = str(cause.get("message") or "").strip()
+    if message:
+        return " ".join(message.split())
     trace = str(cause.get("stack-trace") or "").strip()
-    if trace:
-        # Java's "Class: message" first, then "Caused by: ..."; Python's traceback ends with it.
-        lines = [line for line in trace.splitlines() if line.strip() and not line.startswith(("\t", " "))]
+    lines = [line for line in trace.splitlines() if line.strip() and not line.startswith(("\t", " "))]
+    if trace.startswith("Traceback"):
         lines = [
             line for line in lines if not line.startswith(("Traceback ", "During handling", "The above"))
         ]
-        return " / ".join(lines[:3]) if lines else trace.splitlines()[0]
+        return lines[-1] if lines else trace
+    if lines:
+        return lines[0]
     return str(cause.get("class") or "the server gave no reason")
 
 

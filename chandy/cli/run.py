@@ -22,9 +22,10 @@ from typing import Any
 
 import click
 
-from chandy.api.environment import CONFIG_ENV_VAR
+from chandy.api.environment import CONFIG_ENV_VAR, configuration_from_environment
 from chandy.cli.errors import CliError
 from chandy.config.options import CoreOptions, PipelineOptions, StateRecoveryOptions
+from chandy.errors import ConfigurationError
 
 _JOB_ID_KEY = PipelineOptions.FIXED_JOB_ID.key
 
@@ -131,7 +132,12 @@ def run(
     `spark-submit --master URL JOB_FILE ARGS`. Options may come before or after JOB_FILE;
     arguments after `--` go to the job untouched. The exit code is the job's.
     """
-    config = job_config(parallelism, restore_path, allow_non_restored_state, claim_mode, dynamic)
+    try:
+        # CHANDY_CONFIG set in the shell is the base; the command line's options override it
+        config = configuration_from_environment().to_dict()
+    except ConfigurationError as exc:
+        raise CliError(str(exc)) from None
+    config.update(job_config(parallelism, restore_path, allow_non_restored_state, claim_mode, dynamic))
     if log_file is not None and not detached:
         raise CliError("--log-file is for --detached runs (an attached run's output is this terminal's)")
     if detached:
@@ -148,8 +154,6 @@ def _environment(config: dict[str, Any]) -> dict[str, str]:
     env = dict(os.environ)
     if config:
         env[CONFIG_ENV_VAR] = json.dumps(config)
-    else:
-        env.pop(CONFIG_ENV_VAR, None)  # an outer chandy run's settings are not this job's
     return env
 
 

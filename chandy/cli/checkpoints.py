@@ -1,0 +1,480 @@
+"""``chandy checkpoint inspect | list``: what a retained checkpoint or savepoint holds, without running it.
+
+Both read ``_metadata`` through :mod:`chandy.checkpoint.metadata`, the reader a restore
+uses, so a checkpoint this command calls valid is one a restore accepts, and one it
+refuses (bad checksum, truncated, unknown version) is refused with the same reason.
+"""
+
+from __future__ import annotations
+
+import datetime
+import hashlib
+import json
+import re
+import sys
+from dataclasses import asdict, dataclass, field
+
+import click
+
+from chandy.checkpoint.metadata import CheckpointMetadata, deserialize
+from chandy.checkpoint.operator_state import OperatorState
+from chandy.cli.errors import CliError
+from chandy.errors import InvalidCheckpointError, StorageError
+from chandy.state.handles import FileStateHandle
+from chandy.state.key_groups import KeyGroupRange
+from chandy.storage.checkpoint_storage import CHECKPOINT_DIR_PREFIX, METADATA_FILE_NAME
+from chandy.storage.filesystem import FileSystem, resolve
+
+#: Directory names of snapshots: Flink's ``chk-<id>`` and ``savepoint-<job id prefix>-<random>``.
+_SNAPSHOT_DIR = re.compile(r"^(chk-\d+|savepoint-.+)$")
+#: Where ``_metadata`` keeps its format version: after the 8 magic bytes, 4 bytes big-endian.
+_VERSION_OFFSET = 8
+
+
+# ---------------------------------------------------------------------- the report
+
+
+@dataclass
+class StateFile:
+    """A state file ``_metadata`` references, and what was found on disk."""
+
+    path: str
+    size: int
+    #: "present", "missing", "size mismatch (N bytes on disk)", "checksum mismatch"
+    status: str
+
+    @property
+    def ok(self) -> bool:
+        return self.status == "present"
+
+
+@dataclass
+class OperatorStateSummary:
+    """One named operator (non-keyed) state of a subtask: how it is redistributed, how many elements."""
+
+    mode: str
+    elements: int
+
+
+@dataclass
+class SubtaskReport:
+    index: int
+    #: False for a subtask the checkpoint holds no state of.
+    has_state: bool
+    finished: bool
+    #: Inclusive ``[start, end]`` key-group ranges of its keyed state (for a keyed operator's
+    #: subtask without state: the range it owned).
+    key_groups: list[list[int]]
+    state_size: int
+    operator_states: dict[str, OperatorStateSummary]
+
+
+@dataclass
+class OperatorReport:
+    operator_id: str
+    uid: str | None
+    name: str | None
+    parallelism: int
+    max_parallelism: int
+    state_size: int
+    #: ``state name -> kind`` of its keyed state, when the checkpoint recorded them.
+    keyed_states: dict[str, str]
+    subtasks: list[SubtaskReport]
+
+
+@dataclass
+class CheckpointReport:
+    path: str
+    metadata_file: str
+    checkpoint_id: int
+    checkpoint_type: str
+    #: A savepoint's format (CANONICAL / NATIVE); ``None`` for a checkpoint.
+    savepoint_format: str | None
+    job_id: str
+    timestamp: int
+    format_version: int
+    checksum: str
+    state_size: int
+    inline_handles: int
+    master_states: list[str]
+    operators: list[OperatorReport]
+    state_files: list[StateFile] = field(default_factory=list)
+
+    @property
+    def broken_files(self) -> list[StateFile]:
+        return [f for f in self.state_files if not f.ok]
+
+
+# ---------------------------------------------------------------------- reading
+
+
+def _locate(path: str) -> tuple[FileSystem, str, str]:
+    """The filesystem, the snapshot's directory and its ``_metadata`` path, for a directory or the file."""
+    try:
+        fs, resolved = resolve(path)
+    except StorageError as exc:
+        raise CliError(str(exc)) from None
+    resolved = resolved.rstrip("/") or "/"
+    if resolved.endswith("/" + METADATA_FILE_NAME) or resolved == METADATA_FILE_NAME:
+        directory = resolved.rsplit("/", 1)[0] if "/" in resolved else "."
+        return fs, directory, resolved
+    return fs, resolved, fs.join(resolved, METADATA_FILE_NAME)
+
+
+def read_checkpoint(path: str, *, verify: bool = False) -> CheckpointReport:
+    """Read and check the checkpoint or savepoint at ``path``; an unusable ``_metadata`` is a
+    :class:`CliError` naming the file. Missing or damaged state files are reported, not raised."""
+    fs, directory, metadata_file = _locate(path)
+    if not fs.exists(directory):
+        raise CliError(f"{directory} does not exist")
+    if not fs.exists(metadata_file):
+        name = directory.rstrip("/").rsplit("/", 1)[-1]
+        if not _SNAPSHOT_DIR.match(name) and fs.is_dir(directory) and _snapshots_under(fs, directory):
+            raise CliError(
+                f"{directory} holds checkpoints or savepoints but is not one itself (it has no "
+                f"{METADATA_FILE_NAME}): `chandy checkpoint list {path}` lists them"
+            )
+        raise CliError(
+            f"{metadata_file} does not exist: {directory} is not a complete checkpoint or savepoint "
+            "(it was still being written, or was aborted)"
+        )
+    try:
+        data = fs.read(metadata_file)
+    except OSError as exc:
+        raise CliError(f"cannot read {metadata_file}: {exc}") from None
+    try:
+        metadata = deserialize(data, metadata_file, directory)
+    except InvalidCheckpointError as exc:
+        raise CliError(str(exc)) from None
+    report = _report(metadata, directory, metadata_file, data)
+    report.state_files = _check_files(metadata, verify)
+    return report
+
+
+def _report(
+    metadata: CheckpointMetadata, directory: str, metadata_file: str, data: bytes
+) -> CheckpointReport:
+    operators = [_operator_report(op) for op in metadata.operator_states]
+    inline = sum(
+        1
+        for op in metadata.operator_states
+        for subtask in op.subtask_states.values()
+        for handle in subtask.stream_handles()
+        if not isinstance(handle, FileStateHandle)
+    )
+    return CheckpointReport(
+        path=directory,
+        metadata_file=metadata_file,
+        checkpoint_id=metadata.checkpoint_id,
+        checkpoint_type=metadata.checkpoint_type,
+        savepoint_format=metadata.savepoint_format,
+        job_id=metadata.job_id,
+        timestamp=metadata.timestamp,
+        format_version=int.from_bytes(data[_VERSION_OFFSET : _VERSION_OFFSET + 4], "big"),
+        checksum=f"ok (SHA-256 of {len(data) - 32} bytes matches)",
+        state_size=sum(op.state_size for op in operators),
+        inline_handles=inline,
+        master_states=[m.name for m in metadata.master_states],
+        operators=operators,
+    )
+
+
+def _operator_report(op: OperatorState) -> OperatorReport:
+    keyed_states: dict[str, str] = {}
+    keyed = any(state.managed_keyed_state for state in op.subtask_states.values())
+    subtasks = []
+    for index in range(op.parallelism):
+        state = op.subtask_states.get(index)
+        if state is None:
+            # Subtasks without state are not written; a keyed one still owned its key groups.
+            owned = KeyGroupRange.of_operator(op.max_parallelism, op.parallelism, index) if keyed else None
+            ranges = [[owned.start, owned.end]] if owned is not None else []
+            subtasks.append(SubtaskReport(index, False, False, ranges, 0, {}))
+            continue
+        operator_states: dict[str, OperatorStateSummary] = {}
+        for handle in state.managed_operator_state:
+            for name, meta in handle.states.items():
+                summary = operator_states.setdefault(name, OperatorStateSummary(meta.mode.value, 0))
+                summary.elements += len(meta.elements)
+        for keyed_handle in state.managed_keyed_state:
+            keyed_states.update(keyed_handle.state_kinds)
+        subtasks.append(
+            SubtaskReport(
+                index=index,
+                has_state=True,
+                finished=state.finished,
+                key_groups=[
+                    [h.key_group_range.start, h.key_group_range.end] for h in state.managed_keyed_state
+                ],
+                state_size=state.state_size,
+                operator_states=operator_states,
+            )
+        )
+    return OperatorReport(
+        operator_id=op.operator_id,
+        uid=op.uid,
+        name=op.name,
+        parallelism=op.parallelism,
+        max_parallelism=op.max_parallelism,
+        state_size=op.state_size,
+        keyed_states=dict(sorted(keyed_states.items())),
+        subtasks=subtasks,
+    )
+
+
+def _check_files(metadata: CheckpointMetadata, verify: bool) -> list[StateFile]:
+    """Each referenced state file once: present with its recorded size (and SHA-256 with ``verify``)."""
+    handles: dict[str, FileStateHandle] = {}
+    for op in metadata.operator_states:
+        for subtask in op.subtask_states.values():
+            for handle in subtask.stream_handles():
+                if isinstance(handle, FileStateHandle):
+                    handles.setdefault(handle.path, handle)
+    files = []
+    for path, handle in sorted(handles.items()):
+        files.append(StateFile(path, handle.size, _file_status(handle, verify)))
+    return files
+
+
+def _file_status(handle: FileStateHandle, verify: bool) -> str:
+    try:
+        fs, path = resolve(handle.path)
+        size = fs.size(path)
+        if size != handle.size:
+            return f"size mismatch ({size} bytes on disk)"
+        if verify and hashlib.sha256(fs.read(path)).hexdigest() != handle.sha256:
+            return "checksum mismatch"
+    except FileNotFoundError:
+        return "missing"
+    except (OSError, StorageError) as exc:
+        return f"unreadable ({exc})"
+    return "present"
+
+
+# ---------------------------------------------------------------------- finding snapshots
+
+
+def _snapshots_under(fs: FileSystem, root: str) -> list[str]:
+    """Snapshot directories at ``root`` itself, directly under it, or one level further
+    (a checkpoint root holds ``<job id>/chk-N``; a job directory ``chk-N``; a savepoint root
+    ``savepoint-*``)."""
+    name = root.rstrip("/").rsplit("/", 1)[-1]
+    if _SNAPSHOT_DIR.match(name):
+        return [root]
+    found = []
+    for child in sorted(fs.list_dir(root)):
+        path = fs.join(root, child)
+        if not fs.is_dir(path):
+            continue
+        if _SNAPSHOT_DIR.match(child):
+            found.append(path)
+            continue
+        for grandchild in sorted(fs.list_dir(path)):
+            if _SNAPSHOT_DIR.match(grandchild) and fs.is_dir(fs.join(path, grandchild)):
+                found.append(fs.join(path, grandchild))
+    return found
+
+
+@dataclass
+class ListEntry:
+    path: str
+    checkpoint_id: int | None
+    checkpoint_type: str | None
+    job_id: str | None
+    timestamp: int | None
+    state_size: int | None
+    valid: bool
+    problem: str | None
+
+
+def _list_entry(path: str) -> ListEntry:
+    try:
+        report = read_checkpoint(path)
+    except CliError as exc:
+        return ListEntry(path, None, None, None, None, None, False, _short_reason(exc.message, path))
+    broken = report.broken_files
+    problem = None
+    if broken:
+        kinds = sorted({f.status.split(" (")[0] for f in broken})
+        problem = f"{len(broken)} of {len(report.state_files)} state files {' or '.join(kinds)}"
+    return ListEntry(
+        path,
+        report.checkpoint_id,
+        report.checkpoint_type,
+        report.job_id,
+        report.timestamp,
+        report.state_size,
+        not broken,
+        problem,
+    )
+
+
+def _entry_order(entry: ListEntry) -> tuple[str, int, int, str]:
+    """By directory, then id (``chk-N`` by its N; a savepoint, whose name is random, by the id in
+    its metadata), then time."""
+    parent, _, name = entry.path.rstrip("/").rpartition("/")
+    number = name.removeprefix(CHECKPOINT_DIR_PREFIX)
+    if number.isdigit():
+        checkpoint_id = int(number)
+    else:
+        checkpoint_id = entry.checkpoint_id if entry.checkpoint_id is not None else sys.maxsize
+    return (parent, checkpoint_id, entry.timestamp or 0, name)
+
+
+def _short_reason(message: str, path: str) -> str:
+    """The first clause of an error about the snapshot at ``path``, with the path shortened."""
+    metadata_file = path.rstrip("/") + "/" + METADATA_FILE_NAME
+    text = message.replace(metadata_file, METADATA_FILE_NAME).replace(path.rstrip("/"), "the directory")
+    for separator in (": ", ". "):
+        text = text.split(separator, 1)[0]
+    return text
+
+
+# ---------------------------------------------------------------------- rendering
+
+
+def _size(n: int | None) -> str:
+    if n is None:
+        return "-"
+    value = float(n)
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if value < 1024 or unit == "GiB":
+            return f"{n} B" if unit == "B" else f"{value:.1f} {unit}"
+        value /= 1024
+    raise AssertionError("unreachable")
+
+
+def _time(millis: int | None) -> str:
+    if millis is None:
+        return "-"
+    local = datetime.datetime.fromtimestamp(millis / 1000, tz=datetime.UTC).astimezone()
+    return local.strftime("%Y-%m-%d %H:%M:%S.") + f"{millis % 1000:03d} " + local.strftime("%Z")
+
+
+def _shorten(path: str, base: str) -> str:
+    prefix = base.rstrip("/") + "/"
+    return path[len(prefix) :] if path.startswith(prefix) else path
+
+
+def _render(report: CheckpointReport) -> list[str]:
+    kind = "Savepoint" if "SAVEPOINT" in report.checkpoint_type else "Checkpoint"
+    broken = report.broken_files
+    files = f"{len(report.state_files)} state files" if report.state_files else "no state files"
+    if broken:
+        files += f", {len(broken)} of them MISSING or damaged"
+    elif report.state_files:
+        files += " (all present)"
+    lines = [
+        f"{kind} {report.checkpoint_id} of job {report.job_id}",
+        f"  path:            {report.path}",
+        f"  type:            {report.checkpoint_type}"
+        + (f", {report.savepoint_format} format" if report.savepoint_format else ""),
+        f"  taken:           {_time(report.timestamp)} (timestamp {report.timestamp})",
+        f"  format version:  {report.format_version}",
+        f"  checksum:        {report.checksum}",
+        f"  state:           {_size(report.state_size)}: {files}, {report.inline_handles} inline handles",
+        f"  master states:   {', '.join(report.master_states) or 'none'}",
+        f"  operators:       {len(report.operators)}",
+    ]
+    for op in report.operators:
+        title = f"'{op.name}'" if op.name else "(name not recorded)"
+        uid = f"uid '{op.uid}'" if op.uid is not None else "no uid"
+        lines += [
+            "",
+            f"Operator {title}, {uid}, operator id {op.operator_id}",
+            f"  parallelism {op.parallelism}, max parallelism {op.max_parallelism}, "
+            f"state {_size(op.state_size)}",
+        ]
+        if op.keyed_states:
+            kinds = ", ".join(f"{name} ({kind})" for name, kind in op.keyed_states.items())
+            lines.append(f"  keyed state:     {kinds}")
+        for sub in op.subtasks:
+            text = f"  subtask {sub.index}: "
+            if sub.key_groups:
+                text += "key groups " + ", ".join(f"{a}-{b}" for a, b in sub.key_groups) + ", "
+            text += _size(sub.state_size) if sub.has_state else "no state"
+            lines.append(text + (", finished" if sub.finished else ""))
+            for name, summary in sub.operator_states.items():
+                count = f"{summary.elements} element" + ("" if summary.elements == 1 else "s")
+                lines.append(f"    operator state '{name}': {summary.mode}, {count}")
+    if report.state_files:
+        lines += ["", "State files:"]
+        for f in report.state_files:
+            status = f.status if f.ok else f.status.upper()
+            lines.append(f"  {status:<10} {f.size:>12} B  {_shorten(f.path, report.path)}")
+    return lines
+
+
+# ---------------------------------------------------------------------- commands
+
+
+@click.group("checkpoint")
+def checkpoint() -> None:
+    """Inspect retained checkpoints and savepoints on disk (nothing is run or changed)."""
+
+
+@checkpoint.command("inspect")
+@click.argument("path")
+@click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
+@click.option("--verify", is_flag=True, help="Also read every state file and check its SHA-256.")
+def inspect(path: str, as_json: bool, verify: bool) -> None:
+    """Show what the checkpoint or savepoint at PATH (a chk-N or savepoint directory, or its
+    _metadata file) holds: operators, uids, state kinds and sizes, key-group ranges, files.
+
+    Exits 1 if _metadata is unusable (corrupt, truncated, unknown version) or state files
+    are missing or damaged: a restore from it would be refused.
+    """
+    report = read_checkpoint(path, verify=verify)
+    if as_json:
+        data = asdict(report)
+        data["valid"] = not report.broken_files
+        click.echo(json.dumps(data, indent=2))
+    else:
+        for line in _render(report):
+            click.echo(line)
+    broken = report.broken_files
+    if broken:
+        raise CliError(
+            f"{len(broken)} of {len(report.state_files)} state files of {report.path} are missing or "
+            f"damaged ({broken[0].path}: {broken[0].status}): a restore from it would be refused"
+        )
+
+
+@checkpoint.command("list")
+@click.argument("directory")
+@click.option("--json", "as_json", is_flag=True, help="Print the list as JSON.")
+def list_checkpoints(directory: str, as_json: bool) -> None:
+    """List the checkpoints and savepoints under DIRECTORY (a checkpoint root holding job
+    directories, one job's directory, or a savepoint directory): id, type, time, size, and
+    whether each is valid (and why not)."""
+    try:
+        fs, root = resolve(directory)
+    except StorageError as exc:
+        raise CliError(str(exc)) from None
+    if not fs.is_dir(root):
+        raise CliError(f"{directory} is not a directory")
+    entries = sorted((_list_entry(path) for path in _snapshots_under(fs, root)), key=_entry_order)
+    if as_json:
+        click.echo(json.dumps([asdict(e) for e in entries], indent=2))
+        return
+    if not entries:
+        click.echo(f"No checkpoints or savepoints under {directory}.")
+        return
+    rows = [("PATH", "ID", "TYPE", "TIME", "SIZE", "STATUS")]
+    for e in entries:
+        status = "valid" if e.valid else f"INVALID: {e.problem}"
+        rows.append(
+            (
+                _shorten(e.path, root),
+                "-" if e.checkpoint_id is None else str(e.checkpoint_id),
+                e.checkpoint_type or "-",
+                _time(e.timestamp),
+                _size(e.state_size),
+                status,
+            )
+        )
+    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]) - 1)]
+    for row in rows:
+        click.echo(
+            "  ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=False)) + "  " + row[-1]
+        )
