@@ -176,6 +176,13 @@ def job_row(page: Page, job_id: str) -> Any:
     return page.locator(f'[data-testid="job-row"][data-job-id="{job_id}"]')
 
 
+def checkpoint_number(text: str) -> int:
+    """The checkpoint id in a text such as "#12 · 2026-11-24 ..."."""
+    found = re.search(r"#(\d+)", text)
+    assert found is not None, f"no checkpoint id in {text!r}"
+    return int(found.group(1))
+
+
 def local_path(location: str) -> Path:
     """A savepoint location as the API reports it (``file:`` URI or plain path)."""
     return Path(re.sub(r"^file:(//)?", "", location))
@@ -379,10 +386,18 @@ def test_a_failover_shows_in_the_exceptions_tab_and_as_the_latest_restore(page: 
         expect(page.get_by_test_id("tab-exceptions")).to_contain_text("(1)")
         # The job restarted from its latest checkpoint and runs on.
         expect(page.get_by_test_id("job-status")).to_have_text("RUNNING", timeout=WAIT_MS)
+        expect(page.get_by_test_id("job-restarts")).to_have_text("1")
         page.screenshot(path=str(tmp_path / "exceptions.png"), full_page=True)
         page.get_by_test_id("tab-checkpoints").click()
         expect(page.get_by_test_id("ckpt-count-restored")).to_have_text("1", timeout=WAIT_MS)
         expect(page.get_by_test_id("ckpt-latest-restored")).to_contain_text("from checkpoint")
         expect(page.get_by_test_id("ckpt-latest-restored")).to_contain_text("chk-")
+        # "details" on the latest completed checkpoint opens its subtask detail (a later
+        # checkpoint may have become the latest between reading and clicking).
+        latest = page.get_by_test_id("ckpt-latest-completed")
+        before = checkpoint_number(latest.inner_text())
+        latest.get_by_test_id("latest-details").click()
+        expect(page.get_by_test_id("subtask-row").first).to_be_visible(timeout=WAIT_MS)
+        assert checkpoint_number(page.get_by_test_id("ckpt-detail-title").inner_text()) >= before
     finally:
         end(env, client)

@@ -515,6 +515,7 @@
     const ended = TERMINAL.has(job.state);
     $("job-uptime-label").textContent = ended ? "Duration" : "Uptime";
     $("job-uptime").textContent = fmtDuration(job.duration);
+    $("job-restarts").textContent = job.restarts !== undefined ? job.restarts : "–";
     const busy = state.action !== null;
     const running = job.state === "RUNNING";
     $("btn-savepoint").disabled = !running || busy;
@@ -849,6 +850,19 @@
     const box = (testid) => byTestId(document, testid).querySelector(".body");
     const line = (...parts) => h("div", { class: "line" }, ...parts);
     const path = (p) => (p ? h("div", { class: "path", "data-testid": "latest-path" }, p) : null);
+    const more = (entry) =>
+      h(
+        "a",
+        {
+          href: "#",
+          "data-testid": "latest-details",
+          onclick: (event) => {
+            event.preventDefault();
+            openDetail(entry.id, entry.status);
+          },
+        },
+        "details",
+      );
     const c = latest.completed;
     if (changed("latest-completed", c)) {
       box("ckpt-latest-completed").replaceChildren(
@@ -856,7 +870,7 @@
           ? h(
               "div",
               {},
-              line(`#${c.id} · `, fmtTime(c.latest_ack_timestamp), ` · ${fmtDuration(c.end_to_end_duration)} · `, fmtBytes(c.checkpointed_size)),
+              line(`#${c.id} · `, fmtTime(c.latest_ack_timestamp), ` · ${fmtDuration(c.end_to_end_duration)} · `, fmtBytes(c.checkpointed_size), " · ", more(c)),
               path(c.external_path),
             )
           : h("span", { class: "empty" }, "none yet"),
@@ -869,7 +883,7 @@
           ? h(
               "div",
               {},
-              line(`#${f.id} · failed `, fmtTime(f.failure_timestamp)),
+              line(`#${f.id} · failed `, fmtTime(f.failure_timestamp), " · ", more(f)),
               h("div", { class: "path" }, f.failure_message || ""),
             )
           : h("span", { class: "empty" }, "none"),
@@ -882,7 +896,7 @@
           ? h(
               "div",
               {},
-              line(`#${sp.id} · ${sp.checkpoint_type || "SAVEPOINT"} · `, fmtTime(sp.latest_ack_timestamp), ` · ${fmtBytes(sp.checkpointed_size)}`),
+              line(`#${sp.id} · ${sp.checkpoint_type || "SAVEPOINT"} · `, fmtTime(sp.latest_ack_timestamp), ` · ${fmtBytes(sp.checkpointed_size)} · `, more(sp)),
               path(sp.external_path),
             )
           : h("span", { class: "empty" }, "none"),
