@@ -25,6 +25,7 @@ import pytest
 
 from chandy import StreamExecutionEnvironment
 from chandy.checkpoint.loader import load_checkpoint_metadata
+from chandy.checkpoint.properties import CheckpointProperties
 from chandy.config.options import SavepointFormatType
 from chandy.connectors.data_generator import DataGeneratorSource
 from chandy.connectors.file_sink import Encoder, FileSink
@@ -259,6 +260,24 @@ def test_savepoints_survive_later_checkpoints_and_the_end_of_the_job(
         [METADATA_FILE_NAME, *(Path(p).name for p in file_paths_in(metadata_body(directory)))]
     )
     load_checkpoint_metadata(directory)  # still restorable
+
+
+def test_a_savepoint_without_a_directory_of_its_own_survives_the_end_of_the_job(tmp_path: Path) -> None:
+    """Through ``trigger_checkpoint(props=savepoint)`` with no target a savepoint lands in the
+    job's ``chk-N``; the end of the job, which tidies ``chk-N`` directories no retained
+    checkpoint owns, must still leave it alone."""
+    h = make_coordinator(make_plan([A1], [A1]), tmp_path=tmp_path, retained=1)
+    future = h.coordinator.trigger_checkpoint(props=CheckpointProperties.for_savepoint())
+    assert ack(h, A1, 1, file_state(h.storage, 1, A1))
+    savepoint = succeeded(future)
+    checkpoint = h.coordinator.trigger_checkpoint()
+    assert ack(h, A1, 2, file_state(h.storage, 2, A1))
+    succeeded(checkpoint)
+
+    h.coordinator.shutdown(JobStatus.FINISHED)
+
+    assert os.path.isfile(os.path.join(str(savepoint.external_pointer), METADATA_FILE_NAME))
+    load_checkpoint_metadata(str(savepoint.external_pointer))
 
 
 # ---------------------------------------------------------------------- jobs

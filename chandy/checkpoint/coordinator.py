@@ -195,6 +195,8 @@ class CheckpointCoordinator:
         #: Directories of savepoints that failed: deleted when they failed, and again at
         #: shutdown in case a task that was still writing brought a file back.
         self._failed_savepoint_locations: list[tuple[int, str]] = []
+        #: Completed savepoints: the user's, whatever the store and the end of the job tidy.
+        self._completed_savepoint_ids: set[int] = set()
         self.shutdown_called = False
 
     # ------------------------------------------------------------------ scheduler
@@ -711,6 +713,8 @@ class CheckpointCoordinator:
         # requests, and the min pause must count from this completion.
         self._last_completion_ms = self.clock.now_ms()
         self.failure_manager.handle_checkpoint_success(checkpoint_id)
+        if pending.props.is_savepoint:
+            self._completed_savepoint_ids.add(checkpoint_id)
         pending.mark_stored(completed)
         if used_for_recovery:
             self._drop_subsumed_checkpoints(checkpoint_id)
@@ -926,7 +930,8 @@ class CheckpointCoordinator:
         self.shutdown_called = True
         kept = self.completed_store.get_all_checkpoints()  # a copy: shutdown clears the store
         self.completed_store.shutdown(job_status)
-        self._discard_orphaned_checkpoint_dirs({c.checkpoint_id for c in kept if not c.discarded})
+        retained = {c.checkpoint_id for c in kept if not c.discarded} | self._completed_savepoint_ids
+        self._discard_orphaned_checkpoint_dirs(retained)
         for checkpoint_id, location in self._failed_savepoint_locations:
             self.storage.discard_checkpoint(checkpoint_id, location)
         self._failed_savepoint_locations.clear()
