@@ -9,6 +9,9 @@ Field names are asserted against Flink's REST model classes (``JobDetails``,
 from __future__ import annotations
 
 import base64
+import signal
+import subprocess
+import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -24,6 +27,7 @@ from chandy.core.functions import MapFunction
 from chandy.errors import JobCancelledError
 from chandy.messages.status import JobStatus
 from chandy.runtime.job_client import JobClient
+from tests.jobs import Throttle
 
 JOB_NAME = "rest api test job"
 
@@ -39,17 +43,6 @@ FLINK_EXECUTION_STATES = {
     "reconciling",
     "initializing",
 }
-
-
-class Throttle(MapFunction):
-    """Keeps the job running for the test's lifetime (a record every ``delay_s``)."""
-
-    def __init__(self, delay_s: float) -> None:
-        self.delay_s = delay_s
-
-    def map(self, value: Any) -> Any:
-        time.sleep(self.delay_s)
-        return value
 
 
 class FailOnce(MapFunction):
@@ -524,3 +517,34 @@ def test_execute_stops_waiting_for_unfetched_results_after_the_timeout(
     assert any(
         trigger_id in r.getMessage() and "await-results-timeout" in r.getMessage() for r in caplog.records
     )
+
+
+def test_a_second_ctrl_c_while_execute_awaits_results_still_stops_the_server(tmp_path: Path) -> None:
+    """Ctrl-C cancels the job; execute() then waits for a savepoint's outcome nobody fetched;
+    a second Ctrl-C ends that wait, and must still close the port (a notebook or a
+    supervising loop that catches KeyboardInterrupt goes on running)."""
+    process = subprocess.Popen(
+        [sys.executable, "-m", "tests.scripts.rest_interrupted_job"],
+        cwd=Path(__file__).parent.parent,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert process.stdout is not None
+        url = process.stdout.readline().split()[1]
+        with httpx.Client(base_url=url, timeout=30) as http:
+            job_id = wait_for(
+                lambda: [j["id"] for j in http.get("/jobs").json()["jobs"] if j["status"] == "RUNNING"], "job"
+            )[0]
+            trigger = http.post(f"/jobs/{job_id}/savepoints", json={"target-directory": str(tmp_path)})
+            wait_for(lambda: any(tmp_path.glob("savepoint-*/_metadata")), "the savepoint")
+            process.send_signal(signal.SIGINT)  # cancels the job; its savepoint is still unfetched
+            wait_for(lambda: http.get("/jobs").json()["jobs"][0]["status"] == "CANCELED", "the job cancelled")
+            assert process.poll() is None  # waiting for the result to be fetched
+            assert trigger.status_code == 202
+        process.send_signal(signal.SIGINT)
+        assert process.stdout.readline().split() == ["AFTER", "None"]
+        assert process.wait(60) == 0
+    finally:
+        process.kill()
+        process.wait()

@@ -389,8 +389,10 @@ class StreamExecutionEnvironment:
                 executor.close()
         finally:
             if dispatcher is not None:
-                dispatcher.await_results(config.get(RestOptions.AWAIT_RESULTS_TIMEOUT) / 1000)
-                self._release_rest_server()
+                try:
+                    dispatcher.await_results(config.get(RestOptions.AWAIT_RESULTS_TIMEOUT) / 1000)
+                finally:  # a second Ctrl-C while waiting still closes the port
+                    self._release_rest_server()
 
     def _start_job(self, job_name: str | None, results: CollectResultQueue | None = None) -> JobClient:
         """Start a job on a thread of its own; the REST server serves it until :meth:`close`."""
