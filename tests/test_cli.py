@@ -214,6 +214,27 @@ def test_run_restores_from_a_retained_checkpoint_at_another_parallelism(tmp_path
     assert result["final"] == {str(k): 1000 for k in range(30)}
 
 
+def test_a_sigterm_to_chandy_run_reaches_the_job(tmp_path: Path) -> None:
+    pid_file = tmp_path / "pid"
+    job = tmp_path / "sleeper.py"
+    job.write_text(
+        f"import os, time\nopen({str(pid_file)!r}, 'w').write(str(os.getpid()))\ntime.sleep(600)\n"
+    )
+    runner = subprocess.Popen([CHANDY, "run", str(job)])
+    deadline = time.monotonic() + 60
+    while not pid_file.exists() or not pid_file.read_text():
+        assert runner.poll() is None and time.monotonic() < deadline
+        time.sleep(0.05)
+    job_pid = int(pid_file.read_text())
+    try:
+        runner.send_signal(signal.SIGTERM)
+        assert runner.wait(timeout=60) == 128 + signal.SIGTERM  # the job's exit status, as a shell reports it
+        assert not alive(job_pid)
+    finally:
+        if alive(job_pid):
+            os.kill(job_pid, signal.SIGKILL)
+
+
 @pytest.mark.slow
 def test_run_with_master_submits_through_spark_submit(tmp_path: Path) -> None:
     job = tmp_path / "on_spark.py"
@@ -427,6 +448,10 @@ def test_stop_with_a_savepoint_then_run_from_it_at_another_parallelism(tmp_path:
     inspected = chandy("checkpoint", "inspect", path.group(1), timeout=60)
     assert inspected.returncode == 0, inspected.stderr
     assert "type:            SYNC_SAVEPOINT, CANONICAL format" in inspected.stdout
+    listed = chandy("checkpoint", "list", str(tmp_path / "sp"), "--json", timeout=60)  # a savepoint directory
+    assert [(e["path"], e["checkpoint_type"], e["valid"]) for e in json.loads(listed.stdout)] == [
+        (path.group(1), "SYNC_SAVEPOINT", True)
+    ]
 
     out = tmp_path / "second.json"
     second = chandy(

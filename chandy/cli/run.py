@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -158,14 +159,26 @@ def _environment(config: dict[str, Any]) -> dict[str, str]:
 
 
 def _run_attached(command: list[str], config: dict[str, Any]) -> int:
-    """Run the job in the foreground; Ctrl-C reaches it too (same process group), so wait for
-    it to cancel its job and end, and report its exit code."""
+    """Run the job in the foreground and report its exit code.
+
+    Ctrl-C reaches the job too (same process group): it cancels its job, and this waits for
+    it to end. A SIGTERM sent to this process alone (a supervisor stopping it, ``timeout``)
+    is passed on to the job, which would otherwise run on without anyone waiting for it.
+    """
     process = subprocess.Popen(command, env=_environment(config))
-    while True:
-        try:
-            return _exit_code(process.wait())
-        except KeyboardInterrupt:
-            continue  # the job got the same SIGINT and is shutting down: wait for it
+
+    def forward(signum: int, frame: object) -> None:
+        process.send_signal(signum)
+
+    previous = signal.signal(signal.SIGTERM, forward)
+    try:
+        while True:
+            try:
+                return _exit_code(process.wait())
+            except KeyboardInterrupt:
+                continue  # the job got the same SIGINT and is shutting down: wait for it
+    finally:
+        signal.signal(signal.SIGTERM, previous)
 
 
 def _run_detached(command: list[str], config: dict[str, Any], job_id: str, log_file: Path | None) -> None:
