@@ -88,10 +88,11 @@ def start_orders_job(
     records_per_second: float = 2000,
     savepoint_dir: bool = True,
     reject_order_at: int | None = None,
+    executor: str = "local",
 ) -> tuple[StreamExecutionEnvironment, JobClient]:
     """Orders → revenue per product in 1 s tumbling event-time windows → FileSink, running
     until stopped; the REST server on a free port. Also used to take the README's screenshot."""
-    env = StreamExecutionEnvironment.get_execution_environment(executor="local")
+    env = StreamExecutionEnvironment.get_execution_environment(executor=executor)
     env.set_parallelism(2)
     env.enable_checkpointing(150)
     settings: dict[str, Any] = {
@@ -164,8 +165,10 @@ def end(env: StreamExecutionEnvironment, client: JobClient) -> None:
 
 
 @pytest.fixture
-def orders_job(tmp_path: Path) -> Iterator[tuple[StreamExecutionEnvironment, JobClient]]:
-    env, client = start_orders_job(tmp_path)
+def orders_job(tmp_path: Path, executor: str) -> Iterator[tuple[StreamExecutionEnvironment, JobClient]]:
+    """The orders job on each executor: threads, or Spark slots (whose metrics reach the
+    driver over their control connections)."""
+    env, client = start_orders_job(tmp_path, executor=executor)
     try:
         yield env, client
     finally:
