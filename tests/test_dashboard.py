@@ -122,12 +122,17 @@ def start_orders_job(
     return env, client
 
 
-def launch_chromium(playwright: Any) -> Browser:
+def launch_chromium(playwright: Any, executable: Path = CHROMIUM) -> Browser:
     """Debian's chromium; a missing one fails the test (setup.sh installs it), never skips it."""
-    if not CHROMIUM.exists():
-        pytest.fail(f"Debian's chromium is not installed ({CHROMIUM} is missing): run ./setup.sh")
-    browser: Browser = playwright.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS)
+    if not executable.exists():
+        pytest.fail(f"Debian's chromium is not installed ({executable} is missing): run ./setup.sh")
+    browser: Browser = playwright.chromium.launch(executable_path=str(executable), args=CHROMIUM_ARGS)
     return browser
+
+
+def test_without_chromium_the_dashboard_tests_fail_naming_setup_sh(tmp_path: Path) -> None:
+    with pytest.raises(pytest.fail.Exception, match=r"no-chromium is missing\): run \./setup\.sh"):
+        launch_chromium(None, tmp_path / "no-chromium")
 
 
 @pytest.fixture(scope="module")
