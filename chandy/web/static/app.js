@@ -182,6 +182,8 @@
   }
 
   let tokenPrompt = null;
+  // Where the token lives when sessionStorage is disabled (until the page is reloaded).
+  let memoryToken = null;
 
   function storedToken() {
     try {
@@ -212,7 +214,6 @@
         try {
           window.sessionStorage.setItem(TOKEN_KEY, token);
         } catch (_) {
-          /* storage disabled: the token lives until the page is reloaded */
           memoryToken = token;
         }
         overlay.hidden = true;
@@ -223,8 +224,6 @@
     });
     return tokenPrompt;
   }
-
-  let memoryToken = null;
 
   async function api(path, options = {}) {
     const headers = Object.assign({ Accept: "application/json" }, options.headers || {});
@@ -242,7 +241,9 @@
       cache: "no-store",
     });
     if (response.status === 401) {
-      await askToken(Boolean(token));
+      // A request sent before a new token was entered retries with it, asking nothing.
+      const current = storedToken() || memoryToken;
+      if (!current || current === token) await askToken(Boolean(token));
       return api(path, options);
     }
     const text = await response.text();
