@@ -412,6 +412,66 @@ def test_a_detached_job_is_listed_savepointed_and_cancelled_with_a_token(tmp_pat
     assert gone.returncode == 1 and f"Error: no chandy REST API at {job.address}" in gone.stderr
 
 
+TWO_JOBS = textwrap.dedent(
+    """
+    import logging, time
+    from chandy import StreamExecutionEnvironment
+
+    logging.basicConfig(level=logging.INFO)  # the log names the REST API's address
+    env = StreamExecutionEnvironment.get_execution_environment(executor="local")
+    env.from_sequence(0, 9).filter(lambda x: False).print()
+    env.execute_async("short").get_job_execution_result()
+
+
+    def pace(x):
+        time.sleep(0.01)
+        return x
+
+
+    env.from_sequence(0, 10**6).map(pace).filter(lambda x: False).print()
+    env.execute_async("endless").get_job_execution_result()  # raises once it is cancelled
+    """
+)
+
+
+def test_list_shows_running_and_terminated_jobs_and_run_passes_the_exit_code(tmp_path: Path) -> None:
+    job = tmp_path / "two_jobs.py"
+    job.write_text(TWO_JOBS)
+    log = tmp_path / "out.log"
+    with open(log, "wb") as out:  # an attached run: its output is this command's
+        runner = subprocess.Popen([CHANDY, "run", str(job), "-D", "rest.port=0"], stdout=out, stderr=out)
+    try:
+        deadline = time.monotonic() + 180
+        while not (served := re.search(r"REST API at http://(127\.0\.0\.1:\d+)/", log.read_text())):
+            assert runner.poll() is None and time.monotonic() < deadline, log.read_text()
+            time.sleep(0.1)
+        address = served.group(1)
+        while True:
+            listed = chandy("list", "-m", address, timeout=60)
+            assert listed.returncode == 0, listed.stderr
+            if "endless (RUNNING)" in listed.stdout:
+                break
+            assert time.monotonic() < deadline, listed.stdout
+            time.sleep(0.2)
+        lines = listed.stdout.splitlines()
+        assert lines[:2] == ["Waiting for response...", "-" * 18 + " Running/Restarting Jobs " + "-" * 19]
+        assert lines[2].endswith(" : endless (RUNNING)") and lines[3] == "-" * 62
+        assert lines[4] == "No scheduled jobs."
+        assert lines[5] == "-" * 22 + " Terminated Jobs " + "-" * 23
+        assert lines[6].endswith(" : short (FINISHED)") and lines[7] == "-" * 62
+        endless_id = lines[2].split(" : ")[1]
+
+        running_only = chandy("list", "-m", address, "--running", timeout=60)
+        assert "endless (RUNNING)" in running_only.stdout and "short" not in running_only.stdout
+
+        assert chandy("cancel", "-m", address, endless_id, timeout=60).returncode == 0
+        assert runner.wait(timeout=120) == 1  # the program's exit code: its job was cancelled
+    finally:
+        if runner.poll() is None:
+            runner.terminate()  # chandy run passes it on to the job
+            runner.wait(timeout=60)
+
+
 def test_stop_with_a_savepoint_then_run_from_it_at_another_parallelism(tmp_path: Path) -> None:
     job = run_detached(tmp_path)
     try:
