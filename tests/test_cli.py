@@ -271,6 +271,8 @@ def test_run_usage_errors_are_one_line(tmp_path: Path) -> None:
     assert bad_p.exit_code == 2 and "0 is not in the range x>=1" in bad_p.output
     bad_shell = runner.invoke(cli, ["run", str(job)], env={CONFIG_ENV_VAR: "{oops"})
     assert bad_shell.exit_code == 1 and "CHANDY_CONFIG is not valid JSON" in bad_shell.output
+    bad_id = runner.invoke(cli, ["run", str(job), "-D", "$internal.pipeline.job-id=42"])
+    assert bad_id.exit_code == 1 and "'42' is not a job id" in bad_id.output
     log_without_detached = runner.invoke(cli, ["run", str(job), "--log-file", str(tmp_path / "x.log")])
     assert (
         log_without_detached.exit_code == 1

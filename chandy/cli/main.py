@@ -12,6 +12,7 @@ from chandy.cli.run import run
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(package_name="chandy", prog_name="chandy")
 @click.option("-v", "--verbose", is_flag=True, help="Log what the command does (to stderr).")
 def cli(verbose: bool) -> None:
     """Run chandy jobs and operate them: Flink's CLI for chandy.

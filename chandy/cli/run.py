@@ -25,6 +25,7 @@ import click
 
 from chandy.api.environment import CONFIG_ENV_VAR, configuration_from_environment
 from chandy.cli.errors import CliError
+from chandy.cli.rest import check_job_id
 from chandy.config.options import CoreOptions, PipelineOptions, StateRecoveryOptions
 from chandy.errors import ConfigurationError
 
@@ -139,6 +140,8 @@ def run(
     except ConfigurationError as exc:
         raise CliError(str(exc)) from None
     config.update(job_config(parallelism, restore_path, allow_non_restored_state, claim_mode, dynamic))
+    if config.get(_JOB_ID_KEY) is not None:
+        config[_JOB_ID_KEY] = check_job_id(str(config[_JOB_ID_KEY]))
     if log_file is not None and not detached:
         raise CliError("--log-file is for --detached runs (an attached run's output is this terminal's)")
     if detached:
