@@ -124,6 +124,13 @@ def _locate(path: str) -> tuple[FileSystem, str, str]:
 def read_checkpoint(path: str, *, verify: bool = False) -> CheckpointReport:
     """Read and check the checkpoint or savepoint at ``path``; an unusable ``_metadata`` is a
     :class:`CliError` naming the file. Missing or damaged state files are reported, not raised."""
+    try:
+        return _read_checkpoint(path, verify)
+    except OSError as exc:
+        raise CliError(f"cannot read the checkpoint at {path}: {exc}") from None
+
+
+def _read_checkpoint(path: str, verify: bool) -> CheckpointReport:
     fs, directory, metadata_file = _locate(path)
     if not fs.exists(directory):
         raise CliError(f"{directory} does not exist")
@@ -138,10 +145,7 @@ def read_checkpoint(path: str, *, verify: bool = False) -> CheckpointReport:
             f"{metadata_file} does not exist: {directory} is not a complete checkpoint or savepoint "
             "(it was still being written, or was aborted)"
         )
-    try:
-        data = fs.read(metadata_file)
-    except OSError as exc:
-        raise CliError(f"cannot read {metadata_file}: {exc}") from None
+    data = fs.read(metadata_file)
     try:
         metadata = deserialize(data, metadata_file, directory)
     except InvalidCheckpointError as exc:
@@ -451,9 +455,12 @@ def list_checkpoints(directory: str, as_json: bool) -> None:
         fs, root = resolve(directory)
     except StorageError as exc:
         raise CliError(str(exc)) from None
-    if not fs.is_dir(root):
-        raise CliError(f"{directory} is not a directory")
-    entries = sorted((_list_entry(path) for path in _snapshots_under(fs, root)), key=_entry_order)
+    try:
+        if not fs.is_dir(root):
+            raise CliError(f"{directory} is not a directory (or does not exist)")
+        entries = sorted((_list_entry(path) for path in _snapshots_under(fs, root)), key=_entry_order)
+    except OSError as exc:
+        raise CliError(f"cannot list {directory}: {exc}") from None
     if as_json:
         click.echo(json.dumps([asdict(e) for e in entries], indent=2))
         return
