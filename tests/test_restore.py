@@ -438,3 +438,28 @@ def test_a_job_submitted_again_under_its_id_owns_its_checkpoints_and_skips_broke
     assert not retained.exists()  # its own: deleted once subsumed
     assert not (job_dir / f"chk-{newest + 2}").exists()  # never completed: deleted
     assert broken.exists()  # unusable but complete-looking: left for inspection
+
+
+@pytest.mark.slow
+def test_a_real_savepoint_is_kept_by_no_claim_and_deleted_by_claim_once_subsumed(tmp_path: Path) -> None:
+    env = checkpointing_env(interval_ms=30, **{"execution.checkpointing.dir": str(tmp_path / "a"), **FILES})
+    results = counter_job(env, 0.0005).execute_and_collect("stopped with a savepoint")
+    first, reader = drain(results)
+    wait_for_checkpoints(tmp_path / "a", 1)
+    savepoint = Path(
+        results.job_client.stop_with_savepoint(savepoint_directory=str(tmp_path / "savepoints")).result(60)
+    )
+    reader.join(30)
+    before = contents(savepoint)
+
+    env = restored_env(tmp_path / "b", savepoint, parallelism=3)
+    assert sorted(first + list(counter_job(env, 0.0002).execute_and_collect())) == expected()
+    assert contents(savepoint) == before
+
+    env = restored_env(
+        tmp_path / "c", savepoint, parallelism=1, **{"execution.state-recovery.claim-mode": "CLAIM"}
+    )
+    results = counter_job(env, 0.0002).execute_and_collect()
+    assert sorted(first + list(results)) == expected()
+    assert results.job_client.get_checkpoint_statistics()["latest"]["restored"]["is_savepoint"] is True
+    assert not savepoint.exists()
