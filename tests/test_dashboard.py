@@ -235,6 +235,16 @@ def test_the_dashboard_follows_a_running_job_and_stops_it_with_a_savepoint(
         expect(box.get_by_test_id("vertex-watermark")).to_have_text(
             re.compile(r"^watermark (\d{4}-\d\d-\d\d )?\d\d:\d\d:\d\d\.\d{3}$"), timeout=WAIT_MS
         )
+    # A click on a box lists its subtasks, each with its own rate (skew shows here).
+    source = next(v for v in job["vertices"] if v["id"] in sources)
+    page.locator(f'[data-testid="vertex"][data-vertex-id="{source["id"]}"]').click()
+    expect(page.get_by_test_id("vertex-detail-title")).to_contain_text(source["name"])
+    subtask_rows = page.get_by_test_id("vertex-subtask-row")
+    expect(subtask_rows).to_have_count(source["parallelism"])
+    for index in range(source["parallelism"]):
+        expect(subtask_rows.nth(index).locator("td").nth(2)).to_have_text(
+            re.compile(r"^[1-9]"), timeout=WAIT_MS
+        )
     page.screenshot(path=str(tmp_path / "1-graph.png"), full_page=True)
 
     # The checkpoint tab fills in: counts and a history of completed checkpoints.

@@ -18,7 +18,7 @@
   const TERMINAL = new Set(["FINISHED", "CANCELED", "FAILED", "SUSPENDED"]);
   // Metrics the graph shows, as Flink names them (task scope, per subtask "<index>.<name>").
   const RATE_METRICS = ["numRecordsInPerSecond", "numRecordsOutPerSecond"];
-  const MAX_METRICS = ["backPressuredTimeMsPerSecond", "busyTimeMsPerSecond"];
+  const MAX_METRICS = ["backPressuredTimeMsPerSecond", "busyTimeMsPerSecond", "idleTimeMsPerSecond"];
   const WATERMARK_METRICS = ["currentInputWatermark", "currentOutputWatermark"];
   const WANTED_METRICS = [...RATE_METRICS, ...MAX_METRICS, ...WATERMARK_METRICS];
   // Flink's Long.MIN_VALUE / Long.MAX_VALUE watermarks ("no watermark yet" / "end of input").
@@ -43,6 +43,8 @@
     chartJobId: null,
     detailId: null,
     detailStatus: null,
+    // the graph's vertex whose subtasks are shown, or null
+    vertexId: null,
     rendered: new Map(),
     polling: false,
     pollAgain: false,
@@ -291,6 +293,7 @@
       state.metricIds.clear();
       state.metricIdsAge.clear();
       state.detailId = null;
+      state.vertexId = null;
       state.rendered.clear();
       showActionResult(null);
       $("ckpt-detail").hidden = true;
@@ -419,13 +422,18 @@
           state.metricIdsAge.set(vertex.id, now);
         }
         const values = {};
+        // subtask index -> {metric name -> value}
+        const subtasks = {};
         if (ids.length) {
           try {
             const got = await api(`${base}/metrics?get=${ids.map(encodeURIComponent).join(",")}`);
             for (const metric of got || []) {
               const name = wantedMetric(metric.id);
               if (name === null) continue;
-              (values[name] = values[name] || []).push(Number(metric.value));
+              const value = Number(metric.value);
+              (values[name] = values[name] || []).push(value);
+              const index = subtaskOf(metric.id);
+              if (index !== null) (subtasks[index] = subtasks[index] || {})[name] = value;
             }
           } catch (_) {
             /* keep the vertex without metrics this round */
@@ -443,6 +451,8 @@
           watermark: isSource ? min("currentOutputWatermark") : min("currentInputWatermark"),
           level: null,
           ratio: null,
+          subtasks,
+          bpSubtasks: [],
         };
         try {
           const bp = await api(`${base}/backpressure`);
@@ -451,6 +461,7 @@
             metrics.level = String(level).toLowerCase();
             const ratios = (bp.subtasks || []).map((st) => Number(st.ratio)).filter((r) => !Number.isNaN(r));
             metrics.ratio = ratios.length ? Math.max(...ratios) : null;
+            metrics.bpSubtasks = bp.subtasks || [];
           }
         } catch (_) {
           /* fall back on backPressuredTimeMsPerSecond below */
@@ -460,6 +471,12 @@
         state.vertexMetrics.set(vertex.id, metrics);
       }),
     );
+  }
+
+  /** The subtask index of a metric id ("3.numRecordsIn" -> 3), or null for a vertex-wide one. */
+  function subtaskOf(id) {
+    const match = String(id).match(/^(\d+)\./);
+    return match ? Number(match[1]) : null;
   }
 
   /** The Flink metric name an id stands for ("0.numRecordsInPerSecond" or the bare name), or null. */
@@ -659,7 +676,7 @@
     const job = state.job;
     if (!job) return;
     const metrics = Object.fromEntries(state.vertexMetrics);
-    if (!changed("graph", { v: job.vertices, p: job.plan, m: metrics })) return;
+    if (!changed("graph", { v: job.vertices, p: job.plan, m: metrics, selected: state.vertexId })) return;
     const { vertices, inputs, depth } = graphModel(job);
     const W = 250;
     const H = 112;
@@ -745,12 +762,13 @@
         s(
           "g",
           {
-            class: `node ${v.status || ""} bp-${level}`,
+            class: `node ${v.status || ""} bp-${level} ${v.id === state.vertexId ? "selected" : ""}`,
             "data-testid": "vertex",
             "data-vertex-id": v.id,
             "data-vertex-name": name,
             "data-backpressure": level,
             transform: `translate(${x},${y})`,
+            onclick: () => selectVertex(v.id),
           },
           s("title", {}, `${name}\n${v.id}`),
           s("rect", { class: "box", width: W, height: H, rx: 6 }),
@@ -779,6 +797,47 @@
     }
     $("graph-wrap").replaceChildren(svg);
     renderVertexTable(vertices);
+    renderVertexDetail();
+  }
+
+  function selectVertex(id) {
+    state.vertexId = state.vertexId === id ? null : id;
+    renderGraph();
+  }
+
+  /** One vertex's subtasks side by side: where a skewed key or a slow subtask shows. */
+  function renderVertexDetail() {
+    const panel = $("vertex-detail");
+    const vertex = ((state.job && state.job.vertices) || []).find((v) => v.id === state.vertexId);
+    panel.hidden = !vertex;
+    if (!vertex) return;
+    const m = state.vertexMetrics.get(vertex.id) || { subtasks: {}, bpSubtasks: [] };
+    const bp = new Map((m.bpSubtasks || []).map((st) => [st.subtask, st]));
+    const percent = (msPerSecond) =>
+      msPerSecond === undefined || msPerSecond === null ? "–" : `${Math.round(msPerSecond / 10)}%`;
+    $("vertex-detail-title").textContent = `${vertex.name} · ${vertex.parallelism} subtasks`;
+    const rows = [];
+    for (let index = 0; index < vertex.parallelism; index += 1) {
+      const st = (m.subtasks || {})[index] || {};
+      const pressure = bp.get(index);
+      const ratio = st.backPressuredTimeMsPerSecond === undefined ? null : st.backPressuredTimeMsPerSecond / 1000;
+      const level = pressure ? String(pressure["backpressure-level"]).toLowerCase() : backpressureLevel(ratio);
+      rows.push(
+        h(
+          "tr",
+          { "data-testid": "vertex-subtask-row", "data-subtask": index },
+          h("td", { class: "mono" }, index),
+          h("td", { class: "num" }, fmtRate(st.numRecordsInPerSecond)),
+          h("td", { class: "num" }, fmtRate(st.numRecordsOutPerSecond)),
+          h("td", {}, level ? badge(level) : "–", ` ${percent(st.backPressuredTimeMsPerSecond)}`),
+          h("td", { class: "num" }, percent(st.busyTimeMsPerSecond)),
+          h("td", { class: "num" }, percent(st.idleTimeMsPerSecond)),
+          h("td", {}, fmtWatermark(st.currentInputWatermark)),
+          h("td", {}, fmtWatermark(st.currentOutputWatermark)),
+        ),
+      );
+    }
+    $("vertex-detail-table").querySelector("tbody").replaceChildren(...rows);
   }
 
   function renderVertexTable(vertices) {
@@ -790,7 +849,12 @@
           const vm = v.metrics || {};
           return h(
             "tr",
-            { "data-testid": "vertex-row", "data-vertex-id": v.id },
+            {
+              class: `clickable ${v.id === state.vertexId ? "selected" : ""}`,
+              "data-testid": "vertex-row",
+              "data-vertex-id": v.id,
+              onclick: () => selectVertex(v.id),
+            },
             h("td", { class: "wrap-text" }, v.name),
             h("td", {}, badge(v.status || "–")),
             h("td", { class: "num" }, v.parallelism),
@@ -1277,6 +1341,7 @@
     $("btn-savepoint").addEventListener("click", () => runSavepointOperation("savepoint"));
     $("btn-stop").addEventListener("click", () => runSavepointOperation("stop"));
     $("btn-cancel").addEventListener("click", cancelJob);
+    $("vertex-detail-close").addEventListener("click", () => selectVertex(null));
     $("ckpt-detail-close").addEventListener("click", () => {
       state.detailId = null;
       state.rendered.delete("history");
