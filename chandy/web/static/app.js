@@ -1351,7 +1351,13 @@
     window.addEventListener("hashchange", onRoute);
     onRoute();
     loadVersion();
-    setInterval(poll, REFRESH_MS);
+    // A tab in the background asks the driver nothing; it catches up when shown again.
+    setInterval(() => {
+      if (!document.hidden) poll();
+    }, REFRESH_MS);
+    document.addEventListener("visibilitychange", () => {
+      if (!document.hidden) poll();
+    });
   }
 
   start();
