@@ -1169,7 +1169,7 @@
       detail.is_savepoint ? h("span", { class: "badge savepoint" }, detail.checkpoint_type) : "",
       h(
         "span",
-        { style: "text-transform:none;font-weight:400;margin-left:8px" },
+        { class: "note" },
         `${detail.num_acknowledged_subtasks}/${detail.num_subtasks} acknowledged · ${fmtDuration(detail.end_to_end_duration)} · ${fmtBytes(detail.checkpointed_size)}`,
       ),
     );
