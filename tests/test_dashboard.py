@@ -376,8 +376,12 @@ def test_a_failed_savepoint_or_stop_shows_the_reason_and_the_job_runs_on(page: P
         expect(page.get_by_test_id("btn-stop")).to_be_enabled(timeout=WAIT_MS)
         assert client.get_job_status() is JobStatus.RUNNING
 
+        # Stopped for good, draining: the page sends Flink's stop request with drain on.
         page.get_by_test_id("savepoint-dir").fill(str(tmp_path / "savepoints"))
-        page.get_by_test_id("btn-stop").click()
+        page.get_by_test_id("stop-drain").check()
+        with page.expect_request(lambda request: request.method == "POST" and "/stop" in request.url) as sent:
+            page.get_by_test_id("btn-stop").click()
+        assert sent.value.post_data_json == {"targetDirectory": str(tmp_path / "savepoints"), "drain": True}
         expect(page.get_by_test_id("savepoint-path")).to_be_visible(timeout=WAIT_MS)
         expect(page.get_by_test_id("job-status")).to_have_text("FINISHED", timeout=WAIT_MS)
         assert (local_path(page.get_by_test_id("savepoint-path").inner_text()) / "_metadata").is_file()
