@@ -533,6 +533,52 @@ def test_stop_with_a_savepoint_then_run_from_it_at_another_parallelism(tmp_path:
     assert result["final"] == {str(k): 1000 for k in range(30)}
 
 
+def test_stop_of_a_program_that_exits_at_once_finds_the_savepoint_on_disk(tmp_path: Path) -> None:
+    """A program that collects its job's results ends (and its REST API with it) as soon as the
+    stop finished, before the outcome was fetched: the completed savepoint is found on disk."""
+    job = tmp_path / "collecting.py"
+    job.write_text(
+        textwrap.dedent(
+            """
+            import logging, time
+            from chandy import StreamExecutionEnvironment
+            logging.basicConfig(level=logging.INFO)  # the log names the REST API's address
+            env = StreamExecutionEnvironment.get_execution_environment(executor="local")
+            def pace(x):
+                time.sleep(0.01)
+                return x
+            for _ in env.from_sequence(0, 10**6).map(pace).execute_and_collect():
+                pass
+            """
+        )
+    )
+    log = tmp_path / "job.log"
+    started = chandy("run", "-d", "--log-file", str(log), "-D", "rest.port=0", str(job), timeout=60)
+    assert started.returncode == 0, started.stderr
+    submitted = re.search(r"JobID ([0-9a-f]{32})", started.stdout)
+    process = re.search(r"\(process (\d+)\)", started.stdout)
+    assert submitted and process
+    detached = DetachedJob(submitted.group(1), int(process.group(1)), log, "")
+    try:
+        deadline = time.monotonic() + 180
+        while not (served := re.search(r"REST API at http://(127\.0\.0\.1:\d+)/", log.read_text())):
+            assert alive(detached.pid) and time.monotonic() < deadline, log.read_text()
+            time.sleep(0.1)
+        detached = DetachedJob(detached.job_id, detached.pid, log, served.group(1))
+        wait_until_running(detached)
+        stopped = chandy("stop", "-m", detached.address, "-p", str(tmp_path / "sp"), detached.job_id)
+        assert stopped.returncode == 0, stopped.stderr
+        path = re.search(r"^Savepoint completed\. Path: (.+)$", stopped.stdout, re.M)
+        assert path and Path(path.group(1)).parent == tmp_path / "sp", stopped.stdout
+        if "went away" in stopped.stderr:  # the usual case; the API may also have been quick enough
+            assert "the savepoint below was found complete on disk" in stopped.stderr
+        wait_for_exit(detached)
+    finally:
+        if alive(detached.pid):
+            os.kill(detached.pid, signal.SIGKILL)
+    assert chandy("checkpoint", "inspect", path.group(1), timeout=60).returncode == 0
+
+
 # ---------------------------------------------------------------------- chandy checkpoint
 
 

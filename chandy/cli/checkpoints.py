@@ -279,6 +279,33 @@ def _snapshots_under(fs: FileSystem, root: str) -> list[str]:
     return found
 
 
+def find_savepoint(directory: str, job_id: str, since_ms: int) -> str | None:
+    """The newest complete, valid savepoint of ``job_id`` directly under ``directory`` taken at
+    or after ``since_ms``, or ``None``."""
+    try:
+        fs, root = resolve(directory)
+        names = fs.list_dir(root) if fs.is_dir(root) else []
+    except (OSError, StorageError):
+        return None
+    best: CheckpointReport | None = None
+    for name in names:
+        if not name.startswith("savepoint-"):
+            continue
+        try:
+            report = read_checkpoint(fs.join(root, name))
+        except CliError:
+            continue
+        if (
+            report.job_id == job_id
+            and "SAVEPOINT" in report.checkpoint_type
+            and report.timestamp >= since_ms
+            and not report.broken_files
+            and (best is None or report.timestamp > best.timestamp)
+        ):
+            best = report
+    return best.path if best is not None else None
+
+
 @dataclass
 class ListEntry:
     path: str

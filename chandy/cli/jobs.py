@@ -8,13 +8,22 @@ from __future__ import annotations
 
 import datetime
 import os
+import time
 from collections.abc import Callable
 from typing import Any, TypeVar
 
 import click
 
+from chandy.cli.checkpoints import find_savepoint
 from chandy.cli.errors import CliError
-from chandy.cli.rest import DEFAULT_ADDRESS, TOKEN_ENV_VAR, RestClient, check_job_id
+from chandy.cli.rest import (
+    DEFAULT_ADDRESS,
+    TOKEN_ENV_VAR,
+    ApiUnreachable,
+    RestClient,
+    SavepointOutcome,
+    check_job_id,
+)
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -148,8 +157,9 @@ def savepoint(
     click.echo(f"Triggering savepoint for job {job_id}.")
     click.echo("Waiting for response...")
     with RestClient(address, token) as client:
+        since = time.time()
         trigger = client.trigger_savepoint(job_id, directory, format_type.upper())
-        outcome = client.await_savepoint(job_id, trigger, timeout)
+        outcome = _await_outcome(client, job_id, trigger, timeout, directory, since, "savepoint")
     if outcome.location is None:
         raise CliError(f"the savepoint of job {job_id} failed: {outcome.failure}")
     click.echo(f"Savepoint completed. Path: {outcome.location}")
@@ -194,13 +204,45 @@ def stop(
     verb = "Draining" if drain else "Suspending"
     click.echo(f'{verb} job "{job_id}" with a {format_type.upper()} savepoint.')
     with RestClient(address, token) as client:
+        since = time.time()
         trigger = client.stop_with_savepoint(job_id, directory, drain, format_type.upper())
-        outcome = client.await_savepoint(job_id, trigger, timeout)
+        outcome = _await_outcome(client, job_id, trigger, timeout, directory, since, "stop")
     if outcome.location is None:
         raise CliError(
             f"could not stop job {job_id}, it keeps running: the savepoint failed: {outcome.failure}"
         )
     click.echo(f"Savepoint completed. Path: {outcome.location}")
+
+
+def _await_outcome(
+    client: RestClient,
+    job_id: str,
+    trigger: str,
+    timeout: float,
+    directory: str | None,
+    since: float,
+    operation: str,
+) -> SavepointOutcome:
+    """The outcome the API reports; if the API goes away first (the job's process ended once the
+    job stopped, before anyone fetched the outcome), the savepoint the job wrote into
+    ``directory`` since ``since``: a complete one on disk is proof it succeeded."""
+    try:
+        return client.await_savepoint(job_id, trigger, timeout)
+    except ApiUnreachable:
+        found = find_savepoint(directory, job_id, int(since * 1000)) if directory is not None else None
+        if found is None:
+            where = f"under {directory}" if directory is not None else "in the job's savepoint directory"
+            raise CliError(
+                f"the REST API at {client.address} went away before it reported how the {operation} of "
+                f"job {job_id} ended (the job's process exited); a savepoint that completed is a "
+                f"savepoint-* directory {where}: `chandy checkpoint list` shows it"
+            ) from None
+        click.echo(
+            f"Warning: the REST API at {client.address} went away before it reported the outcome (the "
+            "job's process exited); the savepoint below was found complete on disk.",
+            err=True,
+        )
+        return SavepointOutcome(found, None)
 
 
 def _absolute(directory: str | None) -> str | None:

@@ -41,6 +41,10 @@ def base_url(address: str) -> str:
     return f"http://{address}"
 
 
+class ApiUnreachable(CliError):
+    """Nothing answers at the address (never did, or the job's process ended meanwhile)."""
+
+
 @dataclass(frozen=True)
 class SavepointOutcome:
     """The end of an asynchronous savepoint or stop operation: its path, or why it failed."""
@@ -84,7 +88,7 @@ class RestClient:
         try:
             response = self._client.request(method, "/v1" + path, json=json, params=params)
         except httpx.ConnectError as exc:
-            raise CliError(
+            raise ApiUnreachable(
                 f"no chandy REST API at {self.address} ({_reason(exc)}): start a job there "
                 "(`chandy run job.py`), or pass -m/--jobmanager HOST:PORT of a running job's REST API"
             ) from None
@@ -92,6 +96,11 @@ class RestClient:
             raise CliError(
                 f"the REST API at {self.address} did not answer {method} {path} in time: the job's "
                 "driver may be overloaded or stuck; try again, or check the job's log"
+            ) from None
+        except (httpx.ReadError, httpx.WriteError, httpx.RemoteProtocolError) as exc:
+            raise ApiUnreachable(
+                f"the REST API at {self.address} dropped the connection during {method} {path} "
+                f"({_reason(exc)}): the job's process may have ended; `chandy list -m {self.address}` tells"
             ) from None
         except httpx.HTTPError as exc:
             raise CliError(f"{method} {path} at {self.address} failed: {_reason(exc)}") from None
