@@ -20,9 +20,12 @@ from chandy import (
     JobExecutionError,
     StreamExecutionEnvironment,
 )
+from chandy.checkpoint.completed_checkpoint import restored_checkpoint
 from chandy.checkpoint.loader import load_checkpoint_metadata
-from chandy.checkpoint.metadata import MAGIC, VERSION, deserialize, serialize
+from chandy.checkpoint.metadata import MAGIC, VERSION, CheckpointMetadata, deserialize, serialize
+from chandy.checkpoint.properties import CheckpointProperties
 from chandy.checkpoint.recovery import find_job_checkpoints
+from chandy.config.options import ExternalizedCheckpointRetention
 from chandy.core.functions import KeyedProcessFunction, MapFunction, RuntimeContext
 from chandy.core.state import ListStateDescriptor, ValueStateDescriptor
 from chandy.graph.job_graph import validate_job_id
@@ -463,3 +466,13 @@ def test_a_real_savepoint_is_kept_by_no_claim_and_deleted_by_claim_once_subsumed
     assert sorted(first + list(results)) == expected()
     assert results.job_client.get_checkpoint_statistics()["latest"]["restored"]["is_savepoint"] is True
     assert not savepoint.exists()
+
+
+def test_deleting_a_claimed_checkpoint_that_cannot_be_deleted_is_logged_not_raised(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    props = CheckpointProperties.for_checkpoint(ExternalizedCheckpointRetention.NO_EXTERNALIZED_CHECKPOINTS)
+    metadata = CheckpointMetadata(3, "j", 1, "CHECKPOINT", [])
+    claimed = restored_checkpoint(metadata, "nosuchscheme://bucket/chk-3", props)
+    assert claimed.discard_on_subsume()  # the store's subsumption and the job's end must go on
+    assert "Could not delete the claimed checkpoint at nosuchscheme://bucket/chk-3" in caplog.text

@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from chandy.checkpoint.metadata import CheckpointMetadata, MasterState
 from chandy.checkpoint.operator_state import OperatorState
 from chandy.checkpoint.properties import CheckpointProperties
+from chandy.errors import StorageError
 from chandy.messages.checkpoint import CheckpointType
 from chandy.messages.status import JobStatus
 from chandy.state.handles import FileStateHandle
@@ -92,15 +93,25 @@ class CompletedCheckpoint:
 
 def discard_location(directory: str, operator_states: Iterable[OperatorState]) -> None:
     """Delete a checkpoint or savepoint outside the job's storage: every state file it
-    references (some may lie outside its directory), then the directory with ``_metadata``."""
-    fs, path = resolve(directory)
-    for operator in operator_states:
-        for subtask in operator.subtask_states.values():
-            for handle in subtask.stream_handles():
-                if isinstance(handle, FileStateHandle):
-                    handle_fs, handle_path = resolve(handle.path)
-                    handle_fs.delete(handle_path)
-    fs.delete(path, recursive=True)
+    references (some may lie outside its directory), then the directory with ``_metadata``.
+
+    Best effort, as deleting the job's own checkpoints is: a failure is logged with what
+    is left behind, and never fails the job.
+    """
+    try:
+        fs, path = resolve(directory)
+        for operator in operator_states:
+            for subtask in operator.subtask_states.values():
+                for handle in subtask.stream_handles():
+                    if isinstance(handle, FileStateHandle):
+                        handle_fs, handle_path = resolve(handle.path)
+                        handle_fs.delete(handle_path)
+        fs.delete(path, recursive=True)
+    except (OSError, StorageError) as exc:
+        log.warning(
+            "Could not delete the claimed checkpoint at %s; its files may be left: %s", directory, exc
+        )
+        return
     log.info("Deleted the claimed checkpoint at %s.", directory)
 
 
