@@ -476,3 +476,13 @@ def test_deleting_a_claimed_checkpoint_that_cannot_be_deleted_is_logged_not_rais
     claimed = restored_checkpoint(metadata, "nosuchscheme://bucket/chk-3", props)
     assert claimed.discard_on_subsume()  # the store's subsumption and the job's end must go on
     assert "Could not delete the claimed checkpoint at nosuchscheme://bucket/chk-3" in caplog.text
+
+
+def test_a_fixed_job_id_with_nothing_of_its_own_on_disk_starts_from_the_restore_path(tmp_path: Path) -> None:
+    first, retained = retained_run(tmp_path / "a")
+    env = restored_env(tmp_path / "b", retained, **{"$internal.pipeline.job-id": "ab" * 16})
+    results = counter_job(env, 0.0).execute_and_collect()
+    assert sorted(first + list(results)) == expected()
+    assert results.job_client.get_checkpoint_statistics()["latest"]["restored"]["external_path"] == str(
+        retained
+    )
