@@ -6,6 +6,7 @@ import difflib
 import json
 import logging
 import os
+import weakref
 from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
@@ -38,8 +39,7 @@ from chandy.runtime.status_line import show_status_line
 from chandy.task.operators.source import SourceOperator
 
 if TYPE_CHECKING:
-    from chandy.web.dispatcher import Dispatcher
-    from chandy.web.server import RestServer
+    from chandy.web.service import WebService
 
 log = logging.getLogger(__name__)
 
@@ -94,12 +94,9 @@ class StreamExecutionEnvironment:
         # last execute: without checkpointing such a job never commits its output.
         self._unbounded_sources: list[str] = []
         self._two_phase_sinks: list[str] = []
-        # The REST server (Flink's API, dashboard, /metrics) over this environment's jobs:
-        # started by the first job, stopped by close() or once execute()'s job ended and
-        # nothing else holds it (execute_async and collect hold it until close()).
-        self._dispatcher: Dispatcher | None = None
-        self._rest_server: RestServer | None = None
-        self._rest_holds = 0
+        # The REST server (Flink's API, dashboard, /metrics) over this environment's jobs,
+        # created with the first job; chandy.web.service says how long it lives.
+        self._web: WebService | None = None
 
     @staticmethod
     def get_execution_environment(
@@ -320,41 +317,31 @@ class StreamExecutionEnvironment:
             return SparkExecutor(config, dashboard_url=self.rest_url)
         raise ConfigurationError(f"unknown executor '{target}'; use one of {', '.join(_EXECUTORS)}")
 
-    def _acquire_rest_server(self, config: Configuration) -> Dispatcher | None:
-        """The dispatcher to register a job with, the REST server serving it (started now if
-        it is not running; a non-loopback address without a token is refused here, before
-        the job starts); ``None`` with ``chandy.rest.enabled: false``."""
+    def _web_service(self, config: Configuration) -> WebService | None:
+        """The REST server's owner (``None`` with ``chandy.rest.enabled: false``)."""
         if not config.get(RestOptions.ENABLED):
             return None
-        from chandy.web.dispatcher import Dispatcher
-        from chandy.web.server import RestServer
+        if self._web is None:
+            from chandy.web.service import WebService
 
-        if self._dispatcher is None:
-            self._dispatcher = Dispatcher()
-        if self._rest_server is None:
-            self._rest_server = RestServer(config, self._dispatcher).start()
-        self._rest_holds += 1
-        return self._dispatcher
-
-    def _release_rest_server(self) -> None:
-        self._rest_holds -= 1
-        if self._rest_holds <= 0:
-            self._stop_rest_server()
-
-    def _stop_rest_server(self) -> None:
-        server, self._rest_server, self._rest_holds = self._rest_server, None, 0
-        if server is not None:
-            server.stop()
+            self._web = WebService()
+            # A forgotten environment must not keep its port open for the rest of the process.
+            weakref.finalize(self, self._web.release_environment)
+        return self._web
 
     @property
     def rest_url(self) -> str | None:
         """Where the REST API and the dashboard of this environment's jobs are served
         (``None`` while no server runs)."""
-        return self._rest_server.url if self._rest_server is not None else None
+        return self._web.url if self._web is not None else None
 
     def close(self) -> None:
-        """Stop the REST server (running jobs go on; their clients still work)."""
-        self._stop_rest_server()
+        """Stop the REST server now (running jobs go on; their clients still work).
+
+        Without it the server stops once every job of the environment ended and the
+        environment is no longer referenced (``chandy.web.service``)."""
+        if self._web is not None:
+            self._web.close()
 
     def __enter__(self) -> StreamExecutionEnvironment:
         return self
@@ -376,50 +363,53 @@ class StreamExecutionEnvironment:
         """
         job_graph = self._build_job_graph(job_name)
         config = Configuration(job_graph.config)
-        dispatcher = self._acquire_rest_server(config)
+        web = self._web_service(config)
+        hold = web.acquire(config) if web is not None else None
         try:
             executor = self._create_executor(config)
             try:
                 job_master = JobMaster(job_graph, executor)
-                if dispatcher is not None:
-                    dispatcher.submit(job_master)
+                if web is not None:
+                    web.dispatcher.submit(job_master)
                 with show_status_line(job_master, config, self.rest_url):  # on a terminal only
                     return job_master.run()
             finally:
                 executor.close()
         finally:
-            if dispatcher is not None:
-                try:
-                    dispatcher.await_results(config.get(RestOptions.AWAIT_RESULTS_TIMEOUT) / 1000)
-                finally:  # a second Ctrl-C while waiting still closes the port
-                    self._release_rest_server()
+            if hold is not None:
+                hold.release()
 
     def _start_job(self, job_name: str | None, results: CollectResultQueue | None = None) -> JobClient:
-        """Start a job on a thread of its own; the REST server serves it until :meth:`close`."""
+        """Start a job on a thread of its own; the REST server serves it until it ended and
+        the environment is closed or gone (``chandy.web.service``)."""
         job_graph = self._build_job_graph(job_name)
         config = Configuration(job_graph.config)
-        dispatcher = self._acquire_rest_server(config)
+        web = self._web_service(config)
+        hold = web.acquire(config, for_environment=True) if web is not None else None
         try:
             executor = self._create_executor(config)
         except BaseException:
-            if dispatcher is not None:
-                self._release_rest_server()
+            if hold is not None:
+                hold.release()
             raise
         job_master = JobMaster(job_graph, executor, results=results)
-        if dispatcher is not None:
-            dispatcher.submit(job_master)
+        if web is not None:
+            web.dispatcher.submit(job_master)
 
         def ended(error: BaseException | None) -> None:
             executor.close()  # release the executor before the reader sees the end
             if results is not None:
                 results.end(error)
+            if hold is not None:
+                hold.release_in_background()
 
         return JobClient(job_master, on_end=ended)
 
     def execute_async(self, job_name: str | None = None) -> JobClient:
         """Start the pipeline defined so far and return at once with a :class:`JobClient`
         (status, checkpoint statistics, savepoints, cancel, result). The REST server serves
-        the job until :meth:`close`."""
+        it, and keeps it listed after its end, until :meth:`close` (or until the environment
+        is no longer referenced and its jobs ended)."""
         return self._start_job(job_name)
 
     def _execute_and_collect(self, job_name: str | None) -> CollectIterator:
