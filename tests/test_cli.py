@@ -254,7 +254,11 @@ def test_run_with_master_submits_through_spark_submit(tmp_path: Path) -> None:
         )
     )
     out = tmp_path / "out.json"
-    result = chandy("run", "--master", "local[2]", str(job), str(out), "-p", "2")
+    # with a bare PATH: spark-submit is the one beside chandy's interpreter, and the driver runs on
+    # that interpreter (not on a `python3` from PATH, which may lack chandy and PySpark)
+    result = chandy(
+        "run", "--master", "local[2]", str(job), str(out), "-p", "2", env={"PATH": "/usr/bin:/bin"}
+    )
     assert result.returncode == 0, result.stderr[-3000:]
     assert json.loads(out.read_text()) == {"master": "local[2]", "sum": 10100, "parallelism": 2}
 

@@ -60,11 +60,14 @@ def job_config(
 def _command(job_file: Path, args: tuple[str, ...], master: str | None) -> list[str]:
     if master is None:
         return [sys.executable, str(job_file), *args]
-    submit = shutil.which("spark-submit")
+    # The one installed beside this interpreter first (pip's pyspark puts it there): it runs the
+    # job on the Python chandy is installed in, where another on PATH might not.
+    beside = Path(sys.executable).parent / "spark-submit"
+    submit = str(beside) if os.access(beside, os.X_OK) else shutil.which("spark-submit")
     if submit is None:
         raise CliError(
-            "--master needs spark-submit, which is not on PATH: install Spark (pip install pyspark "
-            "puts it in the environment's bin directory), or run without --master"
+            f"--master needs spark-submit, which is neither in {beside.parent} nor on PATH: install "
+            "Spark (pip install pyspark puts it beside python), or run without --master"
         )
     return [submit, "--master", master, str(job_file), *args]
 
@@ -154,10 +157,13 @@ def run(
     sys.exit(_run_attached(_command(job_file, args, master), config))
 
 
-def _environment(config: dict[str, Any]) -> dict[str, str]:
+def _environment(command: list[str], config: dict[str, Any]) -> dict[str, str]:
     env = dict(os.environ)
     if config:
         env[CONFIG_ENV_VAR] = json.dumps(config)
+    if Path(command[0]).name == "spark-submit":
+        # it would start the driver on whatever `python3` is on PATH, maybe one without chandy
+        env.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
     return env
 
 
@@ -168,7 +174,7 @@ def _run_attached(command: list[str], config: dict[str, Any]) -> int:
     it to end. A SIGTERM sent to this process alone (a supervisor stopping it, ``timeout``)
     is passed on to the job, which would otherwise run on without anyone waiting for it.
     """
-    process = subprocess.Popen(command, env=_environment(config))
+    process = subprocess.Popen(command, env=_environment(command, config))
 
     def forward(signum: int, frame: object) -> None:
         process.send_signal(signum)
@@ -198,7 +204,7 @@ def _run_detached(command: list[str], config: dict[str, Any], job_id: str, log_f
     with log:
         process = subprocess.Popen(
             command,
-            env=_environment(config),
+            env=_environment(command, config),
             stdin=subprocess.DEVNULL,
             stdout=log,
             stderr=subprocess.STDOUT,
