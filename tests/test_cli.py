@@ -624,7 +624,7 @@ def test_inspect_shows_operators_uids_state_kinds_key_groups_and_files(retained:
     text = chandy("checkpoint", "inspect", str(retained / "_metadata"), "--verify", timeout=60)
     assert text.returncode == 0, text.stderr
     assert f"Checkpoint {report['checkpoint_id']} of job {report['job_id']}" in text.stdout
-    assert "uid 'counter'" in text.stdout and "count (value)" in text.stdout
+    assert "uid 'counter'" in text.stdout and "    'count': value" in text.stdout
     assert "checksum:        ok" in text.stdout and "(all present)" in text.stdout
 
 

@@ -417,8 +417,8 @@ def _render(report: CheckpointReport) -> list[str]:
             f"state {_size(op.state_size)}",
         ]
         if op.keyed_states:
-            kinds = ", ".join(f"{name} ({kind})" for name, kind in op.keyed_states.items())
-            lines.append(f"  keyed state:     {kinds}")
+            lines.append("  keyed state:")
+            lines += [f"    '{name}': {kind}" for name, kind in op.keyed_states.items()]
         for sub in op.subtasks:
             text = f"  subtask {sub.index}: "
             if sub.key_groups:
