@@ -519,7 +519,10 @@ class JobMaster:
             )
             failure.__cause__ = error
             outcome = self._failover(failure, None, counted=False)
-            what = "the job keeps running: it restarts from its latest completed checkpoint"
+            what = (
+                "the job keeps running: it restarts from its latest completed checkpoint "
+                "(from its start if it has none)"
+            )
         elif eg.state is JobStatus.RUNNING and self.coordinator is not None:
             self.coordinator.restart_checkpoint_scheduler_if_configured()
             what = "the job keeps running, no task was stopped"
