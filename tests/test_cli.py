@@ -344,7 +344,10 @@ def run_detached(tmp_path: Path, *args: str) -> DetachedJob:
 
 
 def alive(pid: int) -> bool:
-    return Path(f"/proc/{pid}").exists() and "zombie" not in Path(f"/proc/{pid}/status").read_text()
+    try:
+        return "zombie" not in Path(f"/proc/{pid}/status").read_text()
+    except FileNotFoundError:
+        return False
 
 
 def wait_for_exit(job: DetachedJob, timeout: float = 120) -> None:
