@@ -60,6 +60,7 @@ rest_options = _all_of(
         "--token",
         envvar=TOKEN_ENV_VAR,
         default=None,
+        metavar="TOKEN",
         help=f"Bearer token of the REST API (its rest.auth.token); default: ${TOKEN_ENV_VAR}.",
     ),
 )
