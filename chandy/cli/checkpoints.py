@@ -29,6 +29,8 @@ from chandy.storage.filesystem import FileSystem, resolve
 _SNAPSHOT_DIR = re.compile(r"^(chk-\d+|savepoint-.+)$")
 #: Where ``_metadata`` keeps its format version: after the 8 magic bytes, 4 bytes big-endian.
 _VERSION_OFFSET = 8
+#: The SHA-256 that ends ``_metadata`` and covers everything before it.
+_CHECKSUM_LEN = hashlib.sha256().digest_size
 
 
 # ---------------------------------------------------------------------- the report
@@ -175,7 +177,7 @@ def _report(
         job_id=metadata.job_id,
         timestamp=metadata.timestamp,
         format_version=int.from_bytes(data[_VERSION_OFFSET : _VERSION_OFFSET + 4], "big"),
-        checksum=f"ok (SHA-256 of {len(data) - 32} bytes matches)",
+        checksum=f"ok (SHA-256 of {len(data) - _CHECKSUM_LEN} bytes matches)",
         state_size=sum(op.state_size for op in operators),
         inline_handles=inline,
         master_states=[m.name for m in metadata.master_states],
