@@ -26,12 +26,18 @@ from chandy.checkpoint.metadata import MAGIC, VERSION, CheckpointMetadata, deser
 from chandy.checkpoint.properties import CheckpointProperties
 from chandy.checkpoint.recovery import find_job_checkpoints
 from chandy.config.options import ExternalizedCheckpointRetention
-from chandy.core.functions import KeyedProcessFunction, MapFunction, RuntimeContext
+from chandy.core.functions import (
+    FunctionInitializationContext,
+    KeyedProcessFunction,
+    MapFunction,
+    RuntimeContext,
+)
 from chandy.core.state import ListStateDescriptor, ValueStateDescriptor
 from chandy.graph.job_graph import validate_job_id
 from chandy.state.heap import IncompatibleRestoredStateError
 from chandy.storage.checkpoint_storage import CheckpointStorage
-from tests.jobs import KeyedCounter, Throttle
+from tests.jobs import CountingMap, KeyedCounter, Throttle
+from tests.probes import Probe
 from tests.test_checkpointing_e2e import checkpointing_env, drain, latest_checkpoint_dir, wait_for_checkpoints
 
 N, KEYS = 6_000, 6
@@ -263,6 +269,18 @@ def test_keyed_state_for_an_operator_no_longer_keyed_is_refused_at_submit(tmp_pa
     assert "uid 'counter'" in str(info.value) and "keyed stream" in str(info.value)
 
 
+def fails_at_once(env: StreamExecutionEnvironment, *parts: str) -> JobExecutionError:
+    """Run the job: it must fail without a single restart, with every one of ``parts`` in the error."""
+    client = env.execute_async()
+    with pytest.raises(JobExecutionError) as info:
+        client.get_job_execution_result(timeout=120)
+    message = str(info.value)
+    for part in parts:
+        assert part in message, (part, message)
+    assert client.restarts == 0, "an incompatible state must fail the job, not restart it"
+    return info.value
+
+
 def test_a_state_that_changed_kind_fails_the_job_at_once_naming_everything(
     tmp_path: Path, executor: str
 ) -> None:
@@ -279,16 +297,17 @@ def test_a_state_that_changed_kind_fails_the_job_at_once_naming_everything(
         .uid("counter")
         .print()
     )
-    client = env.execute_async()
-    with pytest.raises(JobExecutionError) as info:
-        client.get_job_execution_result(timeout=120)
-    message = str(info.value)
-    for part in ("uid 'counter'", "state 'count'", "as value state", "as list state", "ValueStateDescriptor"):
-        assert part in message, (part, message)
-    assert "ignore-unclaimed-state" in message  # the way to start the operator without its state
+    error = fails_at_once(
+        env,
+        "uid 'counter'",
+        "state 'count'",
+        "as value state",
+        "as list state",
+        "ValueStateDescriptor",
+        "ignore-unclaimed-state",  # the way to start the operator without its state
+    )
     if executor == "local":
-        assert isinstance(info.value.__cause__, IncompatibleRestoredStateError)
-    assert client.restarts == 0, "an incompatible state kind must fail the job, not restart it"
+        assert isinstance(error.__cause__, IncompatibleRestoredStateError)
     assert opened.read_text().count("open") == 1
 
 
@@ -486,3 +505,44 @@ def test_a_fixed_job_id_with_nothing_of_its_own_on_disk_starts_from_the_restore_
     assert results.job_client.get_checkpoint_statistics()["latest"]["restored"]["external_path"] == str(
         retained
     )
+
+
+class UnionCountingMap(CountingMap):
+    """CountingMap with its operator state declared as a union list instead of a split list."""
+
+    def initialize_state(self, context: FunctionInitializationContext) -> None:
+        self.state = context.get_operator_state_store().get_union_list_state(
+            ListStateDescriptor(f"{self.name}-count")
+        )
+        self.count = sum(self.state.get())
+
+
+def test_operator_state_that_changed_distribution_mode_fails_the_job_at_once(tmp_path: Path) -> None:
+    def job(env: StreamExecutionEnvironment, counting: CountingMap) -> Any:
+        return (
+            env.from_sequence(0, N - 1)
+            .uid("source")
+            .map(Throttle(0.0005))
+            .uid("throttle")
+            .map(counting)
+            .uid("map")
+            .key_by(lambda x: x % KEYS)
+            .process(KeyedCounter(N // KEYS))
+            .uid("counter")
+        )
+
+    base = tmp_path / "a"
+    retain = {"execution.checkpointing.externalized-checkpoint-retention": "RETAIN_ON_CANCELLATION"}
+    env = checkpointing_env(interval_ms=30, **{"execution.checkpointing.dir": str(base), **FILES, **retain})
+    results = job(env, CountingMap("map", Probe())).execute_and_collect()
+    _, reader = drain(results)
+    wait_for_checkpoints(base, 1)
+    results.close()
+    reader.join(30)
+
+    env = restored_env(tmp_path / "b", latest_checkpoint_dir(base))
+    job(env, UnionCountingMap("map", Probe())).print()
+    error = fails_at_once(
+        env, "uid 'map'", "operator state 'map-count'", "SPLIT_DISTRIBUTE", "get_list_state", "UNION"
+    )
+    assert isinstance(error.__cause__, IncompatibleRestoredStateError)

@@ -25,6 +25,14 @@ from chandy.state.handles import (
     Range,
     StreamStateHandle,
 )
+from chandy.state.heap import IncompatibleRestoredStateError, IncompatibleStateError
+
+#: How a function declares operator state of each mode.
+_ACCESSORS = {
+    OperatorStateDistributionMode.SPLIT_DISTRIBUTE: "get_list_state",
+    OperatorStateDistributionMode.UNION: "get_union_list_state",
+    OperatorStateDistributionMode.BROADCAST: "a broadcast state",
+}
 
 
 class OperatorListState(ListState):
@@ -62,6 +70,10 @@ class OperatorStateBackend:
 
     def __init__(self) -> None:
         self.states: dict[str, OperatorListState] = {}
+        #: Who holds this state, for errors: "operator 'Sink' (uid 'files')".
+        self.owner = "the operator"
+        #: The mode of every state a restore brought back, by name.
+        self._restored_modes: dict[str, OperatorStateDistributionMode] = {}
 
     def _get(self, descriptor: ListStateDescriptor, mode: OperatorStateDistributionMode) -> OperatorListState:
         if not isinstance(descriptor, ListStateDescriptor):
@@ -70,8 +82,18 @@ class OperatorStateBackend:
         if state is None:
             state = self.states[descriptor.name] = OperatorListState(descriptor.name, mode)
         elif state.mode is not mode:
-            raise ValueError(
-                f"operator state '{descriptor.name}' was registered as "
+            if self._restored_modes.get(descriptor.name) is state.mode:
+                raise IncompatibleRestoredStateError(
+                    f"{self.owner} cannot restore operator state '{descriptor.name}': the checkpoint "
+                    f"holds it as {state.mode.value} list state and the job now declares it as "
+                    f"{mode.value} ({_ACCESSORS[mode]}). A state keeps its kind across restores. "
+                    f"Declare it with {_ACCESSORS[state.mode]} again, or give the new state another "
+                    "name (the old one is then left unused), or start the operator without state: "
+                    "give it a new uid() and restore with "
+                    "execution.state-recovery.ignore-unclaimed-state: true"
+                )
+            raise IncompatibleStateError(
+                f"{self.owner}: operator state '{descriptor.name}' was registered as "
                 f"{state.mode.value} and is now requested as {mode.value}"
             )
         return state
@@ -115,5 +137,6 @@ class OperatorStateBackend:
                 state = self.states.get(name)
                 if state is None:
                     state = self.states[name] = OperatorListState(name, meta.mode)
+                    self._restored_modes[name] = meta.mode
                 for byte_range in meta.elements:
                     state.elements.append(pickle.loads(read(delegate, byte_range)))

@@ -108,6 +108,7 @@ class OperatorChain:
             operator = spec.factory()
             operator.name = spec.name
             operator.operator_id = spec.operator_id
+            operator.operator_state_backend.owner = _describe_operator(spec)
             self.operators[spec.node_id] = operator
         #: Records and watermarks in and out of each operator, counted per batch (see task.metrics).
         self.counters = {spec.node_id: OperatorCounters(spec.operator_id, spec.name) for spec in self.specs}
