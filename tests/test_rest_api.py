@@ -195,6 +195,7 @@ def test_job_details_has_vertices_with_stable_32_hex_ids_and_the_plan(job: Runni
         assert vertex["status"] == "RUNNING" and vertex["parallelism"] == 2
         assert {"read-records", "write-records", "accumulated-backpressured-time"} <= set(vertex["metrics"])
     source, keyed = info["vertices"]
+    assert job.get(f"/jobs/{job.job_id}/plan") == {"plan": info["plan"]}
     nodes = {n["id"]: n for n in info["plan"]["nodes"]}
     assert nodes[keyed["id"]]["inputs"] == [
         {"num": 0, "id": source["id"], "ship_strategy": "HASH", "exchange": "pipelined_bounded"}
@@ -548,3 +549,20 @@ def test_a_second_ctrl_c_while_execute_awaits_results_still_stops_the_server(tmp
     finally:
         process.kill()
         process.wait()
+
+
+def test_savepoint_with_cancel_job_cancels_once_the_savepoint_completed(tmp_path: Path) -> None:
+    env = StreamExecutionEnvironment.get_execution_environment({"rest.port": 0}, executor="local")
+    client = running_job(env, name="cancel with savepoint")
+    assert env.rest_url is not None
+    with httpx.Client(base_url=env.rest_url, timeout=30) as http:
+        wait_for(lambda: client.get_job_status() is JobStatus.RUNNING, "the job running")
+        response = http.post(
+            f"/jobs/{client.get_job_id()}/savepoints",
+            json={"target-directory": str(tmp_path), "cancel-job": True},
+        )
+        operation = poll_trigger(http, client.get_job_id(), response.json()["request-id"])
+        assert (Path(operation["location"]) / "_metadata").is_file()
+        with pytest.raises(JobCancelledError, match="cancelled with savepoint"):
+            client.get_job_execution_result(timeout=60)
+    env.close()
