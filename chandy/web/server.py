@@ -188,8 +188,15 @@ class RestServer:
         sock = bind_socket(self.settings)
         self._port = sock.getsockname()[1]
         app = create_app(self.dispatcher, token=self.settings.token)
+        # log_config=None leaves the program's logging alone; uvicorn's own INFO lines ("Started
+        # server process", "Shutting down") would repeat ours at every job, so warnings only.
         config = uvicorn.Config(
-            app, log_config=None, access_log=False, lifespan="off", timeout_graceful_shutdown=2
+            app,
+            log_config=None,
+            log_level="warning",
+            access_log=False,
+            lifespan="off",
+            timeout_graceful_shutdown=2,
         )
         server = _Uvicorn(config)
         self._server = server
