@@ -296,6 +296,26 @@ def test_rest_commands_without_a_server_name_the_address(tmp_path: Path) -> None
         assert error.startswith(f"Error: no chandy REST API at {address}") and "-m/--jobmanager" in error
 
 
+def test_an_address_that_is_not_a_rest_api_is_named_as_such() -> None:
+    """Some other HTTP server at -m (here a static file server): its 404 page is no job list."""
+    import http.server
+    import threading
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), http.server.SimpleHTTPRequestHandler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        address = f"127.0.0.1:{server.server_address[1]}"
+        result = chandy("list", "-m", address, timeout=60)
+    finally:
+        server.shutdown()
+        server.server_close()
+    assert result.returncode == 1
+    assert result.stderr.strip() == (
+        f"Error: GET /jobs/overview at {address} failed (404) without a JSON error: is this the REST API "
+        "of a chandy job (its rest.port)?"
+    )
+
+
 def test_job_ids_and_addresses_are_checked_before_any_request() -> None:
     runner = CliRunner()
     bad_id = runner.invoke(cli, ["cancel", "not-a-job-id"])

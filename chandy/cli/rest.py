@@ -130,6 +130,11 @@ class RestClient:
                 "there (a job's REST API lives as long as the process that runs it)"
             )
         if status >= 400:
+            if not isinstance(body, dict):
+                raise CliError(
+                    f"{method} {path} at {self.address} failed ({status}) without a JSON error: is "
+                    "this the REST API of a chandy job (its rest.port)?"
+                )
             raise CliError(f"{method} {path} at {self.address} failed ({status}): {_server_errors(body)}")
         if body is None and response.content:
             raise CliError(
