@@ -22,6 +22,7 @@ from click.testing import CliRunner
 from chandy import StreamExecutionEnvironment
 from chandy.api.environment import CONFIG_ENV_VAR
 from chandy.cli.main import cli
+from chandy.config.options import RecoveryClaimMode, StateRecoveryOptions
 from chandy.errors import ConfigurationError
 
 CHANDY = shutil.which("chandy") or os.path.join(os.path.dirname(sys.executable), "chandy")
@@ -134,6 +135,23 @@ def test_chandy_config_is_the_base_configuration_and_the_program_wins(
     assert env.get_configuration().get_string("execution.state-recovery.path") == "/program/path"
     # a configuration given to the constructor is the program's too
     assert StreamExecutionEnvironment({"parallelism.default": 3}).get_parallelism() == 3
+
+
+def test_the_program_wins_over_chandy_config_under_any_spelling_of_a_key(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv(
+        CONFIG_ENV_VAR,
+        json.dumps(
+            {"execution.state-recovery.path": "/cli/new-name", "execution.savepoint-restore-mode": "CLAIM"}
+        ),
+    )
+    env = StreamExecutionEnvironment.get_execution_environment(executor="local")
+    env.configure({"execution.savepoint.path": "/program/old-name"})  # the key's deprecated alias
+    env.configure({"execution.state-recovery.claim-mode": "NO_CLAIM"})  # the new name of the CLI's alias
+    config = env.get_configuration()
+    assert config.get(StateRecoveryOptions.PATH) == "/program/old-name"
+    assert config.get(StateRecoveryOptions.CLAIM_MODE) is RecoveryClaimMode.NO_CLAIM
 
 
 @pytest.mark.parametrize(

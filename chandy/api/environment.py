@@ -76,6 +76,25 @@ def configuration_from_environment() -> Configuration:
     return Configuration(values)
 
 
+def _override_base_spellings(
+    config: Configuration, base_keys: frozenset[str], given: Configuration | Mapping[str, Any]
+) -> None:
+    """Make a key the program sets win over another spelling of the same option (its new name
+    or a deprecated alias) that came from ``CHANDY_CONFIG``: a lookup prefers the new name, so
+    ``configure({"execution.savepoint.path": ...})`` would otherwise lose to ``chandy run -s``."""
+    if not base_keys:
+        return
+    items = given.to_dict() if isinstance(given, Configuration) else dict(given)
+    for option in all_options():
+        spellings = (option.key, *option.deprecated_keys)
+        chosen = next((k for k in spellings if k in items), None)
+        if chosen is None:
+            continue
+        for key in spellings:
+            if key in base_keys and key not in items:
+                config.set(key, items[chosen])
+
+
 class StreamExecutionEnvironment:
     """The context in which a streaming job is defined and executed.
 
@@ -87,6 +106,7 @@ class StreamExecutionEnvironment:
     def __init__(self, configuration: Configuration | Mapping[str, Any] | None = None) -> None:
         # What `chandy run` passed (-p, -s, -D ...) is the base; the program's own settings win.
         self._config = configuration_from_environment()
+        self._base_keys = frozenset(self._config.to_dict())
         if configuration is not None:
             self.configure(configuration)
         self._stream_graph = StreamGraph()
@@ -119,6 +139,7 @@ class StreamExecutionEnvironment:
                 f"configure() takes a dict or a Configuration, got {type(configuration).__name__}"
             )
         self._config.update(configuration)
+        _override_base_spellings(self._config, self._base_keys, configuration)
         return self
 
     def get_configuration(self) -> Configuration:
