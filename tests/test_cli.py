@@ -27,6 +27,13 @@ from chandy.errors import ConfigurationError
 
 CHANDY = shutil.which("chandy") or os.path.join(os.path.dirname(sys.executable), "chandy")
 
+
+@pytest.fixture(autouse=True)
+def _chandy_installed() -> None:
+    if not os.access(CHANDY, os.X_OK):
+        pytest.fail("the chandy command is not installed: run ./setup.sh (or pip install -e .)")
+
+
 #: A keyed count over 0..N-1 (uids on every stateful operator). ``first``: paced, cancels
 #: itself once a checkpoint is retained; ``serve``: slowly paced, with its REST API (logged at
 #: start), until it is stopped or cancelled from outside; ``second``: runs to the end and writes
