@@ -193,6 +193,9 @@ def test_job_details_has_vertices_with_stable_32_hex_ids_and_the_plan(job: Runni
         assert len(vertex["id"]) == 32 and int(vertex["id"], 16) >= 0
         assert {"id", "name", "parallelism", "maxParallelism", "status", "tasks", "metrics"} <= set(vertex)
         assert vertex["status"] == "RUNNING" and vertex["parallelism"] == 2
+        assert vertex["tasks"]["RUNNING"] == 2 and set(vertex["tasks"]) == {
+            s.upper() for s in FLINK_EXECUTION_STATES
+        }
         assert {"read-records", "write-records", "accumulated-backpressured-time"} <= set(vertex["metrics"])
     source, keyed = info["vertices"]
     assert job.get(f"/jobs/{job.job_id}/plan") == {"plan": info["plan"]}
@@ -438,9 +441,16 @@ def test_vertex_metrics_by_flink_ids_and_backpressure(job: RunningJob) -> None:
     assert pressure["status"] == "ok" and pressure["backpressure-level"] in ("ok", "low", "high")
     assert [s["subtask"] for s in pressure["subtasks"]] == [0, 1]
     for subtask in pressure["subtasks"]:
-        assert {"subtask", "attempt-number", "backpressure-level", "ratio", "idleRatio", "busyRatio"} == set(
-            subtask
-        )
+        assert set(subtask) == {
+            "subtask",
+            "attempt-number",
+            "backpressure-level",
+            "backpressureLevel",
+            "ratio",
+            "idleRatio",
+            "busyRatio",
+        }
+        assert subtask["backpressure-level"] == subtask["backpressureLevel"]
         assert 0 <= subtask["ratio"] <= 1
     detail = job.get(f"/jobs/{job.job_id}")["vertices"][1]["metrics"]
     assert detail["read-records"] > 0 and detail["read-records-complete"] is True

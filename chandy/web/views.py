@@ -154,7 +154,9 @@ def job_detail_info(job: DispatchedJob, io_metrics: dict[int, dict[str, int]]) -
                 "start-time": start,
                 "end-time": end,
                 "duration": duration,
-                "tasks": {name: count for name, count in _task_counts(states).items()},
+                # JobVertexDetailsInfo keys its counts by ExecutionState (upper case), unlike
+                # the overview's JobDetails (lower case)
+                "tasks": {name.upper(): count for name, count in _task_counts(states).items()},
                 "metrics": _io_metrics(io_metrics.get(vertex.id, {})),
             }
         )
@@ -366,6 +368,7 @@ def vertex_backpressure(job_master: JobMaster, vertex_id: int) -> dict[str, Any]
                 "subtask": subtask["subtask_index"],
                 "attempt-number": subtask["attempt_number"],
                 "backpressure-level": backpressure_level(ratio),
+                "backpressureLevel": backpressure_level(ratio),  # Flink writes both spellings
                 "ratio": ratio,
                 "idleRatio": metrics["idleTimeMsPerSecond"] / 1000,
                 "busyRatio": metrics["busyTimeMsPerSecond"] / 1000,
@@ -377,6 +380,7 @@ def vertex_backpressure(job_master: JobMaster, vertex_id: int) -> dict[str, Any]
     return {
         "status": "ok",
         "backpressure-level": backpressure_level(worst),
+        "backpressureLevel": backpressure_level(worst),
         "end-timestamp": now_ms(),
         "subtasks": subtasks,
     }
