@@ -14,7 +14,7 @@ import functools
 import importlib.metadata
 import json
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 from concurrent.futures import Future
 from pathlib import Path
 from typing import Any, TypeVar
@@ -48,8 +48,6 @@ STATIC_DIR = Path(__file__).parent / "static"
 
 #: How long a request waits for a JobMaster busy elsewhere (deploying Spark slots, say).
 CALL_TIMEOUT_S = 30.0
-
-Handler = Callable[[Request], Awaitable[Response]]
 
 
 def chandy_version() -> str:
