@@ -14,7 +14,13 @@ from contextlib import contextmanager
 from typing import Any
 
 from chandy import StreamExecutionEnvironment
-from chandy.core.functions import KeyedProcessFunction
+from chandy.core.functions import (
+    CheckpointedFunction,
+    FunctionInitializationContext,
+    FunctionSnapshotContext,
+    KeyedProcessFunction,
+    MapFunction,
+)
 from chandy.core.time import MAX_WATERMARK, MIN_TIMESTAMP
 from chandy.core.watermark_strategy import WatermarkStrategy
 from chandy.runtime.job_master import JobMaster
@@ -275,3 +281,33 @@ def test_watermarks_are_reported_per_task_and_operator() -> None:
         thread.join(120)
     assert input_watermark(job_master, downstream) == MAX_WATERMARK  # the end of input
     assert job_master.metrics.vertex_metrics(downstream)["currentOutputWatermark"] == MAX_WATERMARK
+
+
+class SlowSnapshot(MapFunction, CheckpointedFunction):
+    """Passes records on; its part of every checkpoint takes ``seconds``."""
+
+    def __init__(self, seconds: float) -> None:
+        self.seconds = seconds
+
+    def initialize_state(self, context: FunctionInitializationContext) -> None:
+        pass
+
+    def snapshot_state(self, context: FunctionSnapshotContext) -> None:
+        time.sleep(self.seconds)
+
+    def map(self, value: Any) -> Any:
+        return value
+
+
+def test_a_source_waiting_for_the_final_checkpoint_is_idle_not_busy() -> None:
+    env = local_env(1)
+    env.enable_checkpointing(2000)
+    env.from_collection(list(range(10))).name("numbers").rebalance().map(SlowSnapshot(0.8)).name(
+        "slow snapshot"
+    ).add_sink(lambda value: None)
+    job_master = run_to_end(env, "final checkpoint")
+    totals = job_master.metrics.vertex_metrics(vertex_named(job_master, "numbers"))
+    # the source read its ten records at once, then waited (serving mails) for a checkpoint
+    # taken after its end of input to complete: at least the 0.8 s of the slow snapshot
+    assert totals["accumulateIdleTimeMs"] >= 600, totals
+    assert totals["accumulateBusyTimeMs"] < 400, totals

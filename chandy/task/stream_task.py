@@ -229,7 +229,7 @@ class StreamTask:
             if not done():
                 for writer in self.writers:
                     writer.flush()
-                self.wakeup.wait(0.1)
+                self.metrics.wait_idle(self.wakeup, 0.1)  # the input ended: waiting is idling
 
     def _finish_after_sync_savepoint(self) -> None:
         """Stopped with a savepoint: no end_input/finish (the input did not end; the job
