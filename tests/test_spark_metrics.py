@@ -117,3 +117,44 @@ def test_execute_names_the_rest_servers_dashboard_in_the_spark_job(spark_session
         expected = job_description("described", client.get_job_id(), url)
         assert url in expected
         assert any(text == expected for _, text in spark_jobs(spark_session)), spark_jobs(spark_session)
+
+
+def test_a_slot_closes_while_its_metrics_report_is_stuck_on_a_driver_that_reads_nothing() -> None:
+    """A driver that is hung (alive, not reading) must not keep a slot process from ending:
+    the report stuck in ``sendall`` is left to the connection's close."""
+    import socket
+
+    from chandy.messages.ids import ExecutionAttemptID
+    from chandy.network.auth import new_secret
+    from chandy.network.framing import FramedSocket
+    from chandy.network.tcp import DataPlane, bind_data_listener
+    from chandy.runtime.spark.slot import SlotBootstrap, SlotRuntime
+    from chandy.task.metrics import OperatorCounters, TaskMetrics
+
+    with socket.create_server(("127.0.0.1", 0)) as server:
+        slot_end = socket.create_connection(server.getsockname())
+        driver_end, _ = server.accept()
+    secret = new_secret()
+    listener, address = bind_data_listener("127.0.0.1")
+    data = DataPlane(0, secret, listener, address, {})
+    runtime = SlotRuntime(
+        0, SlotBootstrap("job-1", 1, "127.0.0.1:1", secret, None), FramedSocket(slot_end), data
+    )
+    closer = threading.Thread(target=runtime.close)
+    try:
+        # a report of some megabytes fills the socket's buffers at once: its send blocks
+        metrics = TaskMetrics(ExecutionAttemptID(1, 0, 0), [])
+        metrics.bind_chain([OperatorCounters(f"op-{i}", "x" * 40) for i in range(100_000)], [])
+        runtime._metrics_reporter("job-1", {"chandy.metrics.report-interval": "10 ms"}).register(metrics)
+        time.sleep(0.5)  # a few reports: the first is stuck
+        started = time.monotonic()
+        closer.start()
+        closer.join(30)
+        assert not closer.is_alive(), "close() hangs behind the stuck metrics report"
+        assert time.monotonic() - started < 20
+    finally:
+        driver_end.close()  # unsticks the send if close() hung
+        if closer.ident is not None:
+            closer.join(30)
+        data.close()
+        listener.close()

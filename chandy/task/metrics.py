@@ -264,8 +264,11 @@ class MetricsReporter:
             if not self.report_now() and self._stop_when_empty:
                 return
 
-    def stop(self) -> None:
-        """Stop reporting and join the thread (any thread but its own)."""
+    def stop(self, timeout_s: float | None = None) -> bool:
+        """Stop reporting and join the thread (any thread but its own); False if it is still
+        in a ``send`` after ``timeout_s`` (a connection that takes nothing: its owner closes
+        it, which ends the send)."""
         self._stopped.set()
         if self._thread.is_alive() and threading.current_thread() is not self._thread:
-            self._thread.join()
+            self._thread.join(timeout_s)
+        return not self._thread.is_alive()

@@ -718,7 +718,7 @@ class SlotRuntime:
     def close(self) -> None:
         self._closed.set()
         if self._metrics is not None:
-            self._metrics.stop()
+            self._metrics.stop(5)  # a send stuck on a dead driver ends when the connection closes
         gc.unfreeze()  # a reused Python worker's next task collects them again
         logging.getLogger().removeHandler(self._log_handler)
         for task, _, _ in self._tasks.values():
