@@ -561,6 +561,37 @@ def test_a_second_ctrl_c_while_execute_awaits_results_still_stops_the_server(tmp
         process.wait()
 
 
+def test_a_program_that_exits_after_its_async_job_ended_waits_for_the_stop_result(tmp_path: Path) -> None:
+    """A program using execute_async() (or execute_and_collect()) ends when its job ends; the
+    interpreter must not take the REST server down before the client that stopped the job
+    fetched the savepoint's path (Flink's CLI polls for it after the job finished)."""
+    process = subprocess.Popen(
+        [sys.executable, "-m", "tests.scripts.rest_async_job"],
+        cwd=Path(__file__).parent.parent,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert process.stdout is not None
+        url = process.stdout.readline().split()[1]
+        with httpx.Client(base_url=url, timeout=30) as http:
+            job_id = wait_for(
+                lambda: [j["id"] for j in http.get("/jobs").json()["jobs"] if j["status"] == "RUNNING"], "job"
+            )[0]
+            trigger_id = http.post(f"/jobs/{job_id}/stop", json={"targetDirectory": str(tmp_path)}).json()[
+                "request-id"
+            ]
+            assert process.stdout.readline().split() == ["ENDED", "FINISHED"]
+            time.sleep(0.5)  # the program's main() has returned: the interpreter is exiting
+            assert process.poll() is None  # ...but waits for the stop's outcome to be fetched
+            operation = poll_trigger(http, job_id, trigger_id)
+            assert (Path(operation["location"]) / "_metadata").is_file()
+        assert process.wait(60) == 0
+    finally:
+        process.kill()
+        process.wait()
+
+
 def test_savepoint_with_cancel_job_cancels_once_the_savepoint_completed(tmp_path: Path) -> None:
     env = StreamExecutionEnvironment.get_execution_environment({"rest.port": 0}, executor="local")
     client = running_job(env, name="cancel with savepoint")

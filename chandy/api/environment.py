@@ -419,10 +419,10 @@ class StreamExecutionEnvironment:
 
         def ended(error: BaseException | None) -> None:
             executor.close()  # release the executor before the reader sees the end
+            if hold is not None:  # before the end is seen: the program may exit at once
+                hold.release_in_background()
             if results is not None:
                 results.end(error)
-            if hold is not None:
-                hold.release_in_background()
 
         return JobClient(job_master, on_end=ended)
 

@@ -107,5 +107,11 @@ class ServerHold:
             self._service.release(self._server)
 
     def release_in_background(self) -> None:
-        """:meth:`release` without blocking the caller (a job's own thread)."""
-        threading.Thread(target=self.release, name="chandy-rest-release", daemon=True).start()
+        """:meth:`release` without blocking the caller (a job's own thread).
+
+        Not a daemon thread: a program that ends with its ``execute_async`` or
+        ``execute_and_collect`` job (the usual shape) would otherwise take the server down
+        at exit before the client that stopped the job fetched the savepoint's path; the
+        interpreter waits for this thread, which waits at most
+        ``chandy.rest.await-results-timeout`` and only while a result is unfetched."""
+        threading.Thread(target=self.release, name="chandy-rest-release", daemon=False).start()
