@@ -400,3 +400,32 @@ def test_requests_after_the_job_ended_are_answered_at_once() -> None:
     job_master = JobMaster(env._build_job_graph("short"), LocalExecutor())
     job_master.run()
     assert job_master.call(lambda: job_master.execution_graph.state).result(1) is JobStatus.FINISHED
+
+
+class SlowToOpen(MapFunction):
+    """A map whose task takes ``seconds`` to start: a small bounded source ends before it runs."""
+
+    def __init__(self, seconds: float) -> None:
+        self.seconds = seconds
+
+    def open(self, runtime_context: Any) -> None:
+        time.sleep(self.seconds)
+
+    def map(self, value: Any) -> Any:
+        return value
+
+
+def test_a_source_that_ends_before_every_task_runs_still_gets_its_final_checkpoint_at_once() -> None:
+    """The final checkpoint is asked for when every source ended; a task downstream still
+    opening refuses it (not all tasks running). It must be asked for again once every task
+    runs, not at the next periodic tick (ten minutes here: the job hung that long)."""
+    env = StreamExecutionEnvironment.get_execution_environment({"rest.port": 0}, executor="local")
+    env.enable_checkpointing(600_000)
+    env.from_collection(list(range(100))).rebalance().map(SlowToOpen(1.0)).print()
+    client = env.execute_async("final checkpoint after a slow open")
+    try:
+        result = client.get_job_execution_result(timeout=60)
+    finally:
+        client.cancel()
+    assert result.get_job_id() == client.get_job_id()
+    assert client.get_job_status() is JobStatus.FINISHED

@@ -229,6 +229,8 @@ class JobMaster:
         self.restart_strategy = restart_strategy_from(self.config)
         self.restarts = 0
         self._ended_sources: set[ExecutionAttemptID] = set()
+        #: Every source ended but the final checkpoint was refused while a task still started.
+        self._final_checkpoint_awaits_tasks = False
         self._deployment: Deployment | None = None
         self._initial_restore: RestoreSource | None = None
         self._async_executor: ThreadPoolExecutor | None = None
@@ -839,6 +841,15 @@ class JobMaster:
             if message.state is ExecutionState.FINISHED and eg.all_in_state(ExecutionState.FINISHED):
                 eg.transition_state(JobStatus.RUNNING, JobStatus.FINISHED)
                 return None
+            if (
+                message.state is ExecutionState.RUNNING
+                and self._final_checkpoint_awaits_tasks
+                and all(
+                    e.state in (ExecutionState.RUNNING, ExecutionState.FINISHED)
+                    for e in eg.current_executions()
+                )
+            ):
+                self._trigger_final_checkpoint()
             return _CONTINUE
         if isinstance(message, AcknowledgeCheckpoint):
             if self.coordinator is not None:
@@ -886,7 +897,20 @@ class JobMaster:
         self._ended_sources.add(attempt_id)
         sources = [ev.current_execution for ev in eg.all_execution_vertices() if ev.job_vertex.is_source]
         if all(e.attempt_id in self._ended_sources or e.state is ExecutionState.FINISHED for e in sources):
-            self.coordinator.trigger_checkpoint(is_periodic=False)
+            self._trigger_final_checkpoint()
+
+    def _trigger_final_checkpoint(self) -> None:
+        """Ask for the final checkpoint. A task still starting (its ``open()`` is slow, a
+        small source ended first) refuses it before any task is asked; it is then asked
+        for again once every task runs (see :meth:`_handle`), not at the next periodic
+        tick, which may be minutes away."""
+        assert self.coordinator is not None
+        future = self.coordinator.trigger_checkpoint(is_periodic=False)
+        error = future.exception() if future.done() else None
+        self._final_checkpoint_awaits_tasks = (
+            isinstance(error, CheckpointException)
+            and error.reason is CheckpointFailureReason.NOT_ALL_REQUIRED_TASKS_RUNNING
+        )
 
     # -- failure and restart -----------------------------------------------------
 
@@ -931,6 +955,7 @@ class JobMaster:
         if self.coordinator is not None:
             self.coordinator.abort_pending_checkpoints(CheckpointFailureReason.JOB_FAILOVER_REGION)
         self._cancel_tasks()
+        self._final_checkpoint_awaits_tasks = False  # new attempts report their own ends
         self.restarts += 1
         self.timer.schedule(
             self.restart_strategy.get_backoff_time_ms(), lambda: self._inbox.put(_RestartDue())
