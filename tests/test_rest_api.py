@@ -15,6 +15,7 @@ import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -530,15 +531,12 @@ def test_execute_stops_waiting_for_unfetched_results_after_the_timeout(
     )
 
 
-def test_a_second_ctrl_c_while_execute_awaits_results_still_stops_the_server(tmp_path: Path) -> None:
-    """Ctrl-C cancels the job; execute() then waits for a savepoint's outcome nobody fetched;
-    a second Ctrl-C ends that wait, and must still close the port (a notebook or a
-    supervising loop that catches KeyboardInterrupt goes on running)."""
+@contextmanager
+def driver_program(module: str) -> Iterator[tuple[subprocess.Popen[str], httpx.Client, str]]:
+    """A driver program of tests/scripts run as a process (killed at the end), a client of
+    its REST server (the program prints ``URL <url>`` first) and its running job's id."""
     process = subprocess.Popen(
-        [sys.executable, "-m", "tests.scripts.rest_interrupted_job"],
-        cwd=Path(__file__).parent.parent,
-        stdout=subprocess.PIPE,
-        text=True,
+        [sys.executable, "-m", module], cwd=Path(__file__).parent.parent, stdout=subprocess.PIPE, text=True
     )
     try:
         assert process.stdout is not None
@@ -547,49 +545,44 @@ def test_a_second_ctrl_c_while_execute_awaits_results_still_stops_the_server(tmp
             job_id = wait_for(
                 lambda: [j["id"] for j in http.get("/jobs").json()["jobs"] if j["status"] == "RUNNING"], "job"
             )[0]
-            trigger = http.post(f"/jobs/{job_id}/savepoints", json={"target-directory": str(tmp_path)})
-            wait_for(lambda: any(tmp_path.glob("savepoint-*/_metadata")), "the savepoint")
-            process.send_signal(signal.SIGINT)  # cancels the job; its savepoint is still unfetched
-            wait_for(lambda: http.get("/jobs").json()["jobs"][0]["status"] == "CANCELED", "the job cancelled")
-            assert process.poll() is None  # waiting for the result to be fetched
-            assert trigger.status_code == 202
-        process.send_signal(signal.SIGINT)
-        assert process.stdout.readline().split() == ["AFTER", "None"]
-        assert process.wait(60) == 0
+            yield process, http, job_id
     finally:
         process.kill()
         process.wait()
+
+
+def test_a_second_ctrl_c_while_execute_awaits_results_still_stops_the_server(tmp_path: Path) -> None:
+    """Ctrl-C cancels the job; execute() then waits for a savepoint's outcome nobody fetched;
+    a second Ctrl-C ends that wait, and must still close the port (a notebook or a
+    supervising loop that catches KeyboardInterrupt goes on running)."""
+    with driver_program("tests.scripts.rest_interrupted_job") as (process, http, job_id):
+        trigger = http.post(f"/jobs/{job_id}/savepoints", json={"target-directory": str(tmp_path)})
+        wait_for(lambda: any(tmp_path.glob("savepoint-*/_metadata")), "the savepoint")
+        process.send_signal(signal.SIGINT)  # cancels the job; its savepoint is still unfetched
+        wait_for(lambda: http.get("/jobs").json()["jobs"][0]["status"] == "CANCELED", "the job cancelled")
+        assert process.poll() is None  # waiting for the result to be fetched
+        assert trigger.status_code == 202
+        process.send_signal(signal.SIGINT)
+        assert process.stdout is not None
+        assert process.stdout.readline().split() == ["AFTER", "None"]
+        assert process.wait(60) == 0
 
 
 def test_a_program_that_exits_after_its_async_job_ended_waits_for_the_stop_result(tmp_path: Path) -> None:
     """A program using execute_async() (or execute_and_collect()) ends when its job ends; the
     interpreter must not take the REST server down before the client that stopped the job
     fetched the savepoint's path (Flink's CLI polls for it after the job finished)."""
-    process = subprocess.Popen(
-        [sys.executable, "-m", "tests.scripts.rest_async_job"],
-        cwd=Path(__file__).parent.parent,
-        stdout=subprocess.PIPE,
-        text=True,
-    )
-    try:
+    with driver_program("tests.scripts.rest_async_job") as (process, http, job_id):
+        trigger_id = http.post(f"/jobs/{job_id}/stop", json={"targetDirectory": str(tmp_path)}).json()[
+            "request-id"
+        ]
         assert process.stdout is not None
-        url = process.stdout.readline().split()[1]
-        with httpx.Client(base_url=url, timeout=30) as http:
-            job_id = wait_for(
-                lambda: [j["id"] for j in http.get("/jobs").json()["jobs"] if j["status"] == "RUNNING"], "job"
-            )[0]
-            trigger_id = http.post(f"/jobs/{job_id}/stop", json={"targetDirectory": str(tmp_path)}).json()[
-                "request-id"
-            ]
-            assert process.stdout.readline().split() == ["ENDED", "FINISHED"]
-            time.sleep(0.5)  # the program's main() has returned: the interpreter is exiting
-            assert process.poll() is None  # ...but waits for the stop's outcome to be fetched
-            operation = poll_trigger(http, job_id, trigger_id)
-            assert (Path(operation["location"]) / "_metadata").is_file()
+        assert process.stdout.readline().split() == ["ENDED", "FINISHED"]
+        time.sleep(0.5)  # the program's main() has returned: the interpreter is exiting
+        assert process.poll() is None  # ...but waits for the stop's outcome to be fetched
+        operation = poll_trigger(http, job_id, trigger_id)
+        assert (Path(operation["location"]) / "_metadata").is_file()
         assert process.wait(60) == 0
-    finally:
-        process.kill()
-        process.wait()
 
 
 def test_savepoint_with_cancel_job_cancels_once_the_savepoint_completed(tmp_path: Path) -> None:

@@ -9,29 +9,11 @@ stop's outcome, as Flink's CLI does after the job finished.
 
 from __future__ import annotations
 
-import logging
-import threading
-import time
-
-from chandy import StreamExecutionEnvironment
-from tests.jobs import Throttle
-
-
-def announce(env: StreamExecutionEnvironment) -> None:
-    while env.rest_url is None:
-        time.sleep(0.01)
-    print("URL", env.rest_url, flush=True)
+from tests.scripts.rest_interrupted_job import endless_job_announced
 
 
 def main() -> None:
-    logging.basicConfig(level=logging.WARNING)
-    env = StreamExecutionEnvironment.get_execution_environment(
-        {"rest.port": 0, "chandy.rest.await-results-timeout": "120 s", "chandy.status-line.enabled": False},
-        executor="local",
-    )
-    env.from_sequence(0, 10_000_000).map(Throttle(0.002)).filter(lambda _: False).print()
-    threading.Thread(target=announce, args=(env,), daemon=True).start()
-    client = env.execute_async("stopped, then the program exits")
+    client = endless_job_announced().execute_async("stopped, then the program exits")
     client.get_job_execution_result()
     print("ENDED", client.get_job_status().name, flush=True)
 

@@ -22,7 +22,9 @@ def announce(env: StreamExecutionEnvironment) -> None:
     print("URL", env.rest_url, flush=True)
 
 
-def main() -> None:
+def endless_job_announced() -> StreamExecutionEnvironment:
+    """An environment with an endless, quiet job defined; ``URL <rest url>`` is printed once
+    its server is up (the job starts with the caller's execute)."""
     logging.basicConfig(level=logging.WARNING)
     env = StreamExecutionEnvironment.get_execution_environment(
         {"rest.port": 0, "chandy.rest.await-results-timeout": "120 s", "chandy.status-line.enabled": False},
@@ -30,6 +32,11 @@ def main() -> None:
     )
     env.from_sequence(0, 10_000_000).map(Throttle(0.002)).filter(lambda _: False).print()
     threading.Thread(target=announce, args=(env,), daemon=True).start()
+    return env
+
+
+def main() -> None:
+    env = endless_job_announced()
     try:
         env.execute("interrupted")
     except KeyboardInterrupt:
