@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import gc
 import logging
 import os
+import threading
 from collections.abc import Iterator
 from typing import Any
 
@@ -20,6 +22,17 @@ SPARK_SLOTS = 4
 @pytest.fixture(autouse=True)
 def _chandy_logging(caplog: pytest.LogCaptureFixture) -> None:
     caplog.set_level(logging.INFO, logger="chandy")
+
+
+@pytest.fixture(autouse=True)
+def _rest_servers_of_dropped_environments_stop() -> Iterator[None]:
+    """An environment that ran ``execute_async``/``execute_and_collect`` keeps its REST server
+    until ``close()`` or until it is garbage-collected (chandy.web.service). Most tests drop
+    theirs unclosed, inside reference cycles only a full collection frees; collect after such a
+    test, so that a long run does not hold dozens of ports (rest.port falls back over 100)."""
+    yield
+    if any(t.name.startswith("chandy-rest-") for t in threading.enumerate()):
+        gc.collect()
 
 
 @pytest.fixture(scope="session")
