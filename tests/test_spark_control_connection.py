@@ -46,6 +46,10 @@ def test_sends_to_a_slot_that_stopped_reading_never_block_and_declare_it_lost() 
         slot.close()
         slot_end.close()
     assert not slot._sender.is_alive()  # the connection's owner joined its sender
+    # Closing the connection failed the blocked send: that is the loss's consequence, not a
+    # second loss (it raced the first reason to on_lost, and after another job had run in the
+    # process it won, as "sending failed (Broken pipe)").
+    assert len(lost) == 1
 
 
 def test_a_send_stuck_in_the_socket_shows_as_a_stall_the_heartbeat_watch_can_see() -> None:

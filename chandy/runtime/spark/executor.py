@@ -109,6 +109,8 @@ class SlotConnection:
         self._capacity = queue_capacity
         self._sending_since: float | None = None
         self._closed = False
+        self._lost_lock = threading.Lock()
+        self._lost_reason: str | None = None
         self._sender = threading.Thread(
             target=self._send_loop, daemon=True, name=f"chandy sender slot {info.slot_index}"
         )
@@ -146,6 +148,13 @@ class SlotConnection:
                 self._sending_since = None
 
     def _lost(self, reason: str) -> None:
+        """Declare the slot lost, once, for the first reason. Closing the connection makes a
+        send blocked on it fail: that failure is a consequence, not a second loss (it used to
+        race the first reason to ``on_lost`` and could win)."""
+        with self._lost_lock:
+            if self._lost_reason is not None:
+                return
+            self._lost_reason = reason
         self.connection.close()  # the slot process sees its driver go, and is replaced
         self._on_lost(self, reason)
 
