@@ -28,10 +28,11 @@ def _chandy_logging(caplog: pytest.LogCaptureFixture) -> None:
 def _rest_servers_of_dropped_environments_stop() -> Iterator[None]:
     """An environment that ran ``execute_async``/``execute_and_collect`` keeps its REST server
     until ``close()`` or until it is garbage-collected (chandy.web.service). Most tests drop
-    theirs unclosed, inside reference cycles only a full collection frees; collect after such a
-    test, so that a long run does not hold dozens of ports (rest.port falls back over 100)."""
+    theirs unclosed, inside reference cycles only a full collection frees; once more than a few
+    such servers are up, collect, so that a long run does not hold dozens of ports (rest.port
+    falls back over 100). Not after every test: a full collection costs ~0.1 s with Spark loaded."""
     yield
-    if any(t.name.startswith("chandy-rest-") for t in threading.enumerate()):
+    if sum(t.name.startswith("chandy-rest-") for t in threading.enumerate()) > 8:
         gc.collect()
 
 
