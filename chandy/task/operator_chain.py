@@ -19,6 +19,7 @@ from chandy.state.heap import HeapKeyedStateBackend, HeapSnapshot
 from chandy.state.key_groups import KeyGroupRange
 from chandy.storage.checkpoint_storage import StateReader
 from chandy.task.deployment import OperatorSpec, TaskDeploymentDescriptor
+from chandy.task.mailbox import Mailbox
 from chandy.task.metrics import (
     OperatorCounters,
     TaskMetrics,
@@ -99,6 +100,7 @@ class OperatorChain:
         should_abort: Callable[[], bool],
         processing_time_service: ProcessingTimeService | None = None,
         metrics: TaskMetrics | None = None,
+        mailbox: Mailbox | None = None,
     ) -> None:
         self.tdd = tdd
         self.processing_time_service = processing_time_service or ProcessingTimeService(services.clock)
@@ -171,6 +173,7 @@ class OperatorChain:
                 + [_broadcast_status(w) for w in network]
             )
             operator.processing_time_service = self.processing_time_service
+            operator.mailbox = mailbox
             operator.bind_task_services(services, should_abort)
         self.head = self.operators[self.specs[0].node_id]
         if metrics is not None:

@@ -322,7 +322,13 @@ class StreamTask:
         failure: TaskFailure | None = None
         try:
             self.chain = OperatorChain(
-                tdd, self.writers, self.services, self.is_cancelled, self.processing_time, self.metrics
+                tdd,
+                self.writers,
+                self.services,
+                self.is_cancelled,
+                self.processing_time,
+                self.metrics,
+                mailbox=self.mailbox,
             )
             self.checkpoints = SubtaskCheckpointCoordinator(
                 tdd,

@@ -41,6 +41,7 @@ from chandy.core.functions import (
 from chandy.core.state import ListStateDescriptor
 from chandy.core.time import MIN_TIMESTAMP
 from chandy.state.operator_state import OperatorListState, OperatorStateBackend
+from chandy.task.mailbox import Mailbox
 from chandy.task.processing_time import ProcessingTimeService
 from chandy.task.runtime_context import StreamingRuntimeContext
 
@@ -118,6 +119,10 @@ class StreamOperator:
         self.current_watermark = MIN_TIMESTAMP
         #: The task's processing-time service (set by the chain before ``open``).
         self.processing_time_service: ProcessingTimeService | None = None
+        #: The task's mailbox (set by the chain before ``open``): an operator that learns of
+        #: work on another thread (an async I/O result) puts a mail here, and the task thread
+        #: runs it between batches, never concurrently with records or snapshots.
+        self.mailbox: Mailbox | None = None
         self.runtime_context: StreamingRuntimeContext | None = None
         self.operator_state_backend = OperatorStateBackend()
 
