@@ -160,6 +160,25 @@ class DataStream(_NodeHandle):
             graph.add_edge(source, node, partitioner, tag)
         return node
 
+    def _add_two_input_operator(
+        self,
+        second: list[_Input],
+        name: str,
+        factory: Callable[[], StreamOperator],
+        *,
+        keyed: bool = False,
+        output_type: Any = None,
+    ) -> StreamNode:
+        """A node reading this stream as its first input and ``second`` as its second (the
+        node's operator is a ``TwoInputStreamOperator``): what ``connect`` builds on."""
+        graph = self._env._stream_graph
+        node = graph.add_node(name, factory, keyed=keyed)
+        node.output_type = output_type
+        for type_number, inputs in ((1, self._inputs), (2, second)):
+            for source, partitioner, tag in inputs:
+                graph.add_edge(source, node, partitioner, tag, type_number)
+        return node
+
     def map(self, func: MapFunction | Callable[[Any], Any], output_type: Any = None) -> DataStream:
         """One output per input record."""
         func = _check_function(func, MapFunction, "map", "map")

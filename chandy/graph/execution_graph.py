@@ -190,6 +190,12 @@ class ExecutionGraph:
             result.extend(ChannelID(edge.index, p, subtask) for p in producers)
         return result
 
+    def input_types(self, vertex: JobVertex, subtask: int) -> tuple[int, ...]:
+        """For each channel of :meth:`input_channel_ids` (same order), the input of the head
+        operator it feeds (``JobEdge.type_number``)."""
+        by_edge = {edge.index: edge.type_number for edge in vertex.inputs}
+        return tuple(by_edge[c.edge_index] for c in self.input_channel_ids(vertex, subtask))
+
     def deployment_descriptor(self, ev: ExecutionVertex) -> TaskDeploymentDescriptor:
         vertex = ev.job_vertex
         outputs = tuple(
@@ -216,4 +222,5 @@ class ExecutionGraph:
             outputs=outputs,
             num_input_channels=len(self.input_channel_ids(vertex, ev.subtask_index)),
             config=self.job_graph.config,
+            input_types=self.input_types(vertex, ev.subtask_index),
         )

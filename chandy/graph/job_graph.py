@@ -46,6 +46,9 @@ class JobEdge:
     source_node_id: int
     partitioner: StreamPartitioner
     pattern: DistributionPattern
+    #: Which input of the target's head operator the edge feeds: 0 (its only input), or
+    #: 1 / 2 for a two-input operator (see ``StreamEdge.type_number``).
+    type_number: int = 0
 
 
 @dataclass(eq=False)
@@ -129,6 +132,7 @@ def create_job_graph(
     for node in order:
         if node.parallelism is None:
             node.parallelism = default_parallelism
+        _check_inputs(node)
     timestamped = stream_graph.timestamped_nodes()
     edges = {
         id(e): _resolve_partitioner(e).with_timestamps(n.id in timestamped)
@@ -204,7 +208,13 @@ def create_job_graph(
                 DistributionPattern.POINTWISE if partitioner.is_pointwise else DistributionPattern.ALL_TO_ALL
             )
             job_edge = JobEdge(
-                len(job_edges), source_vertex.id, target_vertex.id, node.id, partitioner, pattern
+                len(job_edges),
+                source_vertex.id,
+                target_vertex.id,
+                node.id,
+                partitioner,
+                pattern,
+                edge.type_number,
             )
             job_edges.append(job_edge)
             source_vertex.outputs.append(job_edge)
@@ -276,6 +286,18 @@ def validate_job_id(job_id: str) -> str:
             "(python -c 'import uuid; print(uuid.uuid4().hex)') and submit the job with it every time."
         )
     return value
+
+
+def _check_inputs(node: StreamNode) -> None:
+    """A node's in-edges either all feed its one input (type 0) or feed inputs 1 and 2 of a
+    two-input operator, each at least once: anything else is a bug in a builder, named here
+    rather than found as a record reaching the wrong input."""
+    types = {e.type_number for e in node.in_edges}
+    if types and types not in ({0}, {1, 2}):
+        raise InvalidProgramError(
+            f"operator '{node.name}' has in-edges for inputs {sorted(types)}: a one-input operator "
+            "takes input 0 only, a two-input operator (connect) inputs 1 and 2, each at least once"
+        )
 
 
 def _resolve_partitioner(edge: StreamEdge) -> StreamPartitioner:

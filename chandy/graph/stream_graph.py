@@ -57,10 +57,14 @@ class StreamEdge:
     partitioner: StreamPartitioner | None
     #: The edge carries the source's side output with this tag id, not its main output.
     side_output_tag: str | None = None
+    #: Which input of the target it feeds (Flink's ``typeNumber``): 0 for a one-input
+    #: operator, 1 or 2 for the first or second input of a two-input operator (``connect``).
+    type_number: int = 0
 
     def __repr__(self) -> str:
         side = f"[{self.side_output_tag}]" if self.side_output_tag else ""
-        return f"{self.source.id}{side} -{self.partitioner or 'default'}-> {self.target.id}"
+        into = f"#{self.type_number}" if self.type_number else ""
+        return f"{self.source.id}{side} -{self.partitioner or 'default'}-> {self.target.id}{into}"
 
 
 class StreamGraph:
@@ -99,8 +103,9 @@ class StreamGraph:
         target: StreamNode,
         partitioner: StreamPartitioner | None,
         side_output_tag: str | None = None,
+        type_number: int = 0,
     ) -> StreamEdge:
-        edge = StreamEdge(source, target, partitioner, side_output_tag)
+        edge = StreamEdge(source, target, partitioner, side_output_tag, type_number)
         source.out_edges.append(edge)
         target.in_edges.append(edge)
         return edge

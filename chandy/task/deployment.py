@@ -72,6 +72,9 @@ class TaskDeploymentDescriptor:
     config: Mapping[str, Any] = field(default_factory=dict)
     #: ``None`` on a fresh start.
     task_restore: TaskRestore | None = None
+    #: For each input channel, in the order of the task's input gate, which input of the head
+    #: operator it feeds: 1 or 2 for a two-input operator; empty (or all 0) for one input.
+    input_types: tuple[int, ...] = ()
 
     @property
     def attempt_id(self) -> ExecutionAttemptID:

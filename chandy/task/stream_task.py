@@ -70,7 +70,7 @@ from chandy.task.deployment import TaskDeploymentDescriptor
 from chandy.task.mailbox import Mailbox
 from chandy.task.metrics import TaskMetrics
 from chandy.task.operator_chain import OperatorChain
-from chandy.task.operators.base import StreamOperator
+from chandy.task.operators.base import StreamOperator, TwoInputStreamOperator
 from chandy.task.operators.source import InputStatus, SourceOperator
 from chandy.task.processing_time import ProcessingTimeService
 from chandy.task.record_writer import RecordWriter
@@ -98,6 +98,10 @@ class StreamTask:
             raise ValueError("one list of output channels per output edge is required")
         if len(input_channels) != tdd.num_input_channels:
             raise ValueError("input channel count does not match the deployment")
+        #: Which input of a two-input head each input channel feeds (1 or 2).
+        self._input_types = tdd.input_types
+        if any(tdd.input_types) and len(tdd.input_types) != len(input_channels):
+            raise ValueError("a two-input task needs the input of every channel (input_types)")
         self.tdd = tdd
         self.services = services
         self.listener = listener
@@ -390,6 +394,9 @@ class StreamTask:
         else:
             source = None
             idle_wait = 1.0
+        process_input = (
+            self._process_two_inputs if isinstance(head, TwoInputStreamOperator) else self._process_input
+        )
         batch_size = self.batch_size
         timers = self.processing_time
         clock = timers.clock
@@ -410,7 +417,7 @@ class StreamTask:
             if source is not None:
                 status = source.emit_next(batch_size)
             else:
-                status = self._process_input(head)
+                status = process_input(head)
             if status is _MORE:
                 if timeout_ns:
                     now = 0
@@ -462,6 +469,30 @@ class StreamTask:
             return _MORE
         self.metrics.head.records_in += len(item)
         head.process_batch(item)
+        return _MORE
+
+    def _process_two_inputs(self, head: StreamOperator) -> InputStatus:
+        """As :meth:`_process_input`, for a two-input head: a batch goes to the input its
+        channel belongs to. Events are the same for both inputs: the gate aligns barriers
+        across every channel and the valve takes the minimum watermark over all of them."""
+        checkpointed_input = self.checkpointed_input
+        assert checkpointed_input is not None
+        polled = checkpointed_input.poll_next()
+        if polled is None:
+            return _END if checkpointed_input.is_finished() else _NOTHING
+        channel, item = polled
+        if isinstance(item, RuntimeEvent):
+            if type(item) is Watermark:
+                self.metrics.head.input_watermark = item.timestamp
+                head.process_watermark(item.timestamp)
+            else:
+                head.process_watermark_status(item.idle)  # type: ignore[attr-defined]
+            return _MORE
+        self.metrics.head.records_in += len(item)
+        if self._input_types[channel] == 1:
+            head.process_batch1(item)  # type: ignore[attr-defined]
+        else:
+            head.process_batch2(item)  # type: ignore[attr-defined]
         return _MORE
 
 

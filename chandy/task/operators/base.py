@@ -176,6 +176,32 @@ class StreamOperator:
         """Release resources; runs on success, failure and cancellation alike."""
 
 
+class TwoInputStreamOperator(StreamOperator):
+    """An operator with two inputs (``connect``): Flink's ``TwoInputStreamOperator``.
+
+    The task reads the channels of both inputs from one input gate in one mailbox loop and
+    hands each batch to ``process_batch1`` or ``process_batch2`` by the channel it came from.
+    Everything else is shared: one barrier alignment over the channels of both inputs (so a
+    checkpoint cuts both streams consistently), one watermark (the minimum over the active
+    channels of both inputs, which is Flink's minimum of the two inputs' watermarks), one keyed
+    state backend and one timer service when the operator is keyed. ``end_input`` runs once,
+    when both inputs have ended.
+    """
+
+    def process_batch(self, records: list[Any]) -> None:
+        raise TypeError(
+            f"{type(self).__name__} has two inputs: a batch must go to process_batch1 or process_batch2"
+        )
+
+    def process_batch1(self, records: Any) -> None:
+        """One batch of the first input (a list, a TimestampedBatch, or a KeyedBatch when keyed)."""
+        raise NotImplementedError(f"{type(self).__name__} must implement process_batch1")
+
+    def process_batch2(self, records: Any) -> None:
+        """One batch of the second input."""
+        raise NotImplementedError(f"{type(self).__name__} must implement process_batch2")
+
+
 class UdfOperator(StreamOperator):
     """An operator around a user function (a :class:`Function` or a plain callable)."""
 
