@@ -21,6 +21,7 @@ from chandy.core.functions import (
     KeyedProcessFunction,
     KeySelector,
     MapFunction,
+    Partitioner,
     ProcessFunction,
     ReduceFunction,
     SinkFunction,
@@ -31,9 +32,14 @@ from chandy.errors import InvalidProgramError
 from chandy.graph.stream_graph import ChainingStrategy, StreamNode
 from chandy.task.operators.base import StreamOperator
 from chandy.task.operators.keyed import (
+    FieldAggregation,
     KeyedFilter,
     KeyedFlatMap,
     KeyedMap,
+    MaxByFunction,
+    MaxFunction,
+    MinByFunction,
+    MinFunction,
     StreamGroupedReduce,
     SumFunction,
 )
@@ -43,9 +49,11 @@ from chandy.task.operators.timestamps import TimestampsAndWatermarksOperator
 from chandy.task.operators.udf import StreamFilter, StreamFlatMap, StreamMap
 from chandy.task.partitioners import (
     BroadcastPartitioner,
+    CustomPartitionerWrapper,
     ForwardPartitioner,
     KeyGroupStreamPartitioner,
     RebalancePartitioner,
+    RescalePartitioner,
     ShufflePartitioner,
     StreamPartitioner,
 )
@@ -271,6 +279,24 @@ class DataStream(_NodeHandle):
         """Subtask i to subtask i; the next operator must have the same parallelism."""
         return self._repartition(ForwardPartitioner())
 
+    def rescale(self) -> DataStream:
+        """Round-robin over a subset of the next operator's subtasks (Flink's pointwise
+        distribution): with parallelism 2 here and 4 there, each subtask feeds two; with 4
+        here and 2 there, two subtasks feed each. Fewer connections than ``rebalance``."""
+        return self._repartition(RescalePartitioner())
+
+    def partition_custom(
+        self,
+        partitioner: Partitioner | Callable[[Any, int], int],
+        key_selector: KeySelector | Callable[[Any], Any],
+    ) -> DataStream:
+        """Send each record to the subtask ``partitioner.partition(key, num_partitions)``
+        chooses for its key (``key_selector``); ``num_partitions`` is the next operator's
+        parallelism. Unlike ``key_by`` the stream is not keyed afterwards."""
+        partitioner = _check_function(partitioner, Partitioner, "partition", "partition_custom")
+        key_selector = _check_function(key_selector, KeySelector, "get_key", "partition_custom")
+        return self._repartition(CustomPartitionerWrapper(partitioner, key_selector))
+
     def union(self, *streams: DataStream) -> DataStream:
         """One stream with the records of this and every other stream."""
         inputs = list(self._inputs)
@@ -404,11 +430,30 @@ class KeyedStream(DataStream):
     def sum(self, position_to_sum: int | str = 0) -> DataStream:
         """A running sum per key of one field (tuple index, dict key or attribute);
         for plain numbers, of the records themselves."""
-        return self._keyed(
-            "Keyed Sum",
-            functools.partial(StreamGroupedReduce, SumFunction(position_to_sum)),
-            self._output_type(),
-        )
+        return self._aggregate("Keyed Sum", SumFunction(position_to_sum))
+
+    def min(self, position_to_min: int | str = 0) -> DataStream:
+        """A running minimum per key of one field; the other fields stay those of the key's
+        first record (use ``min_by`` for the record holding the minimum)."""
+        return self._aggregate("Keyed Min", MinFunction(position_to_min))
+
+    def max(self, position_to_max: int | str = 0) -> DataStream:
+        """A running maximum per key of one field; the other fields stay those of the key's
+        first record (use ``max_by`` for the record holding the maximum)."""
+        return self._aggregate("Keyed Max", MaxFunction(position_to_max))
+
+    def min_by(self, position_to_min_by: int | str = 0) -> DataStream:
+        """Per key, the record with the smallest value of one field so far (the first such
+        record on a tie)."""
+        return self._aggregate("Keyed MinBy", MinByFunction(position_to_min_by))
+
+    def max_by(self, position_to_max_by: int | str = 0) -> DataStream:
+        """Per key, the record with the largest value of one field so far (the first such
+        record on a tie)."""
+        return self._aggregate("Keyed MaxBy", MaxByFunction(position_to_max_by))
+
+    def _aggregate(self, name: str, aggregation: FieldAggregation) -> DataStream:
+        return self._keyed(name, functools.partial(StreamGroupedReduce, aggregation), self._output_type())
 
     def window(self, window_assigner: WindowAssigner[Any, Any]) -> WindowedStream:
         """Windows per key: records are grouped by key and by the windows the assigner puts

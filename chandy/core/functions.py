@@ -157,6 +157,19 @@ class KeySelector(Function):
     def get_key(self, value: Any) -> Any: ...
 
 
+class Partitioner(Function):
+    """Chooses the subtask of the next operator for a key (``DataStream.partition_custom``).
+
+    ``partition`` runs in the producing task for every record, so keep it cheap. Unlike
+    PyFlink's, ``open`` and ``close`` are not called: the partitioner runs in the network
+    output, outside any operator (as Flink's Java ``Partitioner``, which has neither).
+    """
+
+    @abstractmethod
+    def partition(self, key: Any, num_partitions: int) -> int:
+        """The partition (an int in ``[0, num_partitions)``) of ``key``."""
+
+
 class ProcessFunction(Function):
     """A function over every record of a (non-keyed) stream.
 

@@ -40,6 +40,32 @@ class ChannelID:
     consumer_subtask: int
 
 
+def pointwise_consumers(producer: int, producers: int, consumers: int) -> range:
+    """The consumer subtasks producer ``producer`` feeds on a POINTWISE edge (Flink's
+    ``EdgeManagerBuildUtil.connectPointwise``): subtask i to subtask i at equal parallelism
+    (forward); with more producers, consumer j reads producers ``[j*p//c, (j+1)*p//c)``;
+    with more consumers, producer i feeds ``[ceil(i*c/p), ceil((i+1)*c/p))``. Contiguous
+    ranges, so every producer feeds at least one consumer and every consumer reads at
+    least one producer."""
+    if producers == consumers:
+        return range(producer, producer + 1)
+    if producers > consumers:
+        consumer = ((producer + 1) * consumers - 1) // producers
+        return range(consumer, consumer + 1)
+    return range(-(-producer * consumers // producers), -(-(producer + 1) * consumers // producers))
+
+
+def pointwise_producers(consumer: int, producers: int, consumers: int) -> range:
+    """The producer subtasks consumer ``consumer`` reads on a POINTWISE edge (the inverse of
+    :func:`pointwise_consumers`)."""
+    if producers == consumers:
+        return range(consumer, consumer + 1)
+    if producers > consumers:
+        return range(consumer * producers // consumers, (consumer + 1) * producers // consumers)
+    producer = (consumer * producers) // consumers
+    return range(producer, producer + 1)
+
+
 class Execution:
     """One attempt to run one subtask."""
 
@@ -172,10 +198,12 @@ class ExecutionGraph:
         """For each output edge of ``vertex``, the channels subtask ``subtask`` writes."""
         result = []
         for edge in vertex.outputs:
+            source = self.job_graph.vertex(edge.source_vertex_id)
             target = self.job_graph.vertex(edge.target_vertex_id)
-            consumers = (
-                [subtask] if edge.pattern is DistributionPattern.POINTWISE else range(target.parallelism)
-            )
+            if edge.pattern is DistributionPattern.POINTWISE:
+                consumers = pointwise_consumers(subtask, source.parallelism, target.parallelism)
+            else:
+                consumers = range(target.parallelism)
             result.append([ChannelID(edge.index, subtask, c) for c in consumers])
         return result
 
@@ -184,9 +212,10 @@ class ExecutionGraph:
         result: list[ChannelID] = []
         for edge in vertex.inputs:
             source = self.job_graph.vertex(edge.source_vertex_id)
-            producers = (
-                [subtask] if edge.pattern is DistributionPattern.POINTWISE else range(source.parallelism)
-            )
+            if edge.pattern is DistributionPattern.POINTWISE:
+                producers = pointwise_producers(subtask, source.parallelism, vertex.parallelism)
+            else:
+                producers = range(source.parallelism)
             result.extend(ChannelID(edge.index, p, subtask) for p in producers)
         return result
 

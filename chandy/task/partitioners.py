@@ -12,11 +12,14 @@ here, once, saves hashing every record twice.
 
 from __future__ import annotations
 
+import copy
+import operator
 import random
 from abc import ABC, abstractmethod
 from collections.abc import Callable
 from typing import Any
 
+from chandy.core.functions import KeySelector, Partitioner
 from chandy.state.key_groups import KeyGroupAssigner
 from chandy.task.batches import KeyedBatch, TimestampedBatch
 
@@ -26,7 +29,8 @@ class StreamPartitioner(ABC):
 
     #: Name shown in plans and the web UI (Flink's names).
     name = "?"
-    #: Pointwise: producer subtask i talks only to consumer subtask i.
+    #: Pointwise (Flink's POINTWISE distribution): a producer subtask talks only to a contiguous
+    #: range of consumer subtasks (subtask i to subtask i when the parallelisms are equal).
     is_pointwise = False
     #: The edge carries event timestamps (set by the job graph): buffers hold a timestamp column.
     timestamped = False
@@ -111,6 +115,25 @@ class RebalancePartitioner(StreamPartitioner):
             buffer.values.extend(records[offset::n])
             buffer.timestamps.extend(timestamps[offset::n])
         self._position = (position + len(records)) % n
+
+
+class RescalePartitioner(RebalancePartitioner):
+    """Round-robin over the few consumers this producer is wired to (Flink's RESCALE).
+
+    The edge is pointwise: with parallelism 2 upstream and 4 downstream, producer 0 feeds
+    consumers 0 and 1 and producer 1 feeds 2 and 3; with 4 upstream and 2 downstream,
+    producers 0 and 1 feed consumer 0. Each producer therefore has only a few channels
+    (and a consumer only a few inputs), which keeps connections and barrier alignment
+    local where rebalance would connect every pair. Like Flink's, each producer starts
+    at its first channel.
+    """
+
+    name = "RESCALE"
+    is_pointwise = True
+
+    def setup(self, num_channels: int, subtask_index: int) -> None:
+        StreamPartitioner.setup(self, num_channels, subtask_index)
+        self._position = 0
 
 
 class ShufflePartitioner(StreamPartitioner):
@@ -267,3 +290,84 @@ class KeyGroupStreamPartitioner(StreamPartitioner):
                 channel = channel_of[kg]
                 value_appenders[channel](value)
                 time_appenders[channel](timestamp)
+
+
+class CustomPartitionerWrapper(StreamPartitioner):
+    """``partition_custom``: the user's ``Partitioner.partition(key, num_partitions)`` picks
+    the channel of each record by its key (Flink's CUSTOM edge, all-to-all).
+
+    ``num_partitions`` is the number of consumer subtasks. A return value that is not an
+    int in ``[0, num_partitions)`` fails the task with an error naming the partitioner,
+    the key and the value: Python would otherwise index a negative channel from the end
+    and route the record silently to the wrong subtask.
+    """
+
+    name = "CUSTOM"
+
+    def __init__(self, partitioner: Partitioner | Callable[[Any, int], Any], key_selector: Any) -> None:
+        self.partitioner = partitioner
+        self.key_selector = key_selector
+
+    def setup(self, num_channels: int, subtask_index: int) -> None:
+        super().setup(num_channels, subtask_index)
+        # Each producing subtask gets its own copy of the user's objects, as of its functions.
+        partitioner = copy.deepcopy(self.partitioner)
+        selector = copy.deepcopy(self.key_selector)
+        self.partition_function: Callable[[Any, int], Any] = (
+            partitioner.partition if isinstance(partitioner, Partitioner) else partitioner
+        )
+        self._select: Callable[[Any], Any] = (
+            selector.get_key if isinstance(selector, KeySelector) else selector
+        )
+
+    def _channel(self, channel: Any, key: Any) -> int:
+        """``channel`` as a valid channel index (an int-like, e.g. numpy's), else the error."""
+        n = self.num_channels
+        if not isinstance(channel, bool):
+            try:
+                index = operator.index(channel)
+            except TypeError:
+                pass
+            else:
+                if 0 <= index < n:
+                    return index
+        raise ValueError(
+            f"partition_custom: {_callable_name(self.partition_function)} returned {channel!r} for key "
+            f"{key!r}, but the partition must be an int in [0, {n}) (num_partitions is {n}, the "
+            "parallelism of the next operator): return key_hash % num_partitions or similar"
+        )
+
+    def partition(self, records: list[Any], buffers: list[list[Any]]) -> None:
+        select = self._select
+        partition = self.partition_function
+        n = self.num_channels
+        appenders = [b.append for b in buffers]
+        for record in records:
+            key = select(record)
+            channel = partition(key, n)
+            if channel.__class__ is not int or not 0 <= channel < n:
+                channel = self._channel(channel, key)
+            appenders[channel](record)
+
+    def partition_timestamped(
+        self, records: list[Any], timestamps: list[int | None], buffers: list[TimestampedBatch]
+    ) -> None:
+        select = self._select
+        partition = self.partition_function
+        n = self.num_channels
+        for record, timestamp in zip(records, timestamps, strict=True):
+            key = select(record)
+            channel = partition(key, n)
+            if channel.__class__ is not int or not 0 <= channel < n:
+                channel = self._channel(channel, key)
+            buffer = buffers[channel]
+            buffer.values.append(record)
+            buffer.timestamps.append(timestamp)
+
+
+def _callable_name(function: Any) -> str:
+    """How an error names a user's function: its class for a bound method, else its name."""
+    owner = getattr(function, "__self__", None)
+    if owner is not None:
+        return f"{type(owner).__name__}.{function.__name__}"
+    return getattr(function, "__qualname__", repr(function))

@@ -8,6 +8,7 @@ the function reads that key's value.
 from __future__ import annotations
 
 import copy
+from abc import ABC, abstractmethod
 from collections.abc import Callable
 from typing import Any, cast
 
@@ -168,44 +169,121 @@ class StreamGroupedReduce(KeyedOperator):
         self.output(out if timestamps is None else TimestampedBatch(out, timestamps))
 
 
-class SumFunction:
-    """The fold behind ``KeyedStream.sum(position)``: adds one field, keeps the others
-    from the first record (Flink's semantics). Plain numbers are added directly."""
+class FieldAggregation(ABC):
+    """The folds behind ``KeyedStream.sum/min/max/min_by/max_by(position)``: they read one
+    field of a record (tuple or list index, ``Row`` position or name, dict key, attribute
+    name) and build new records rather than changing the one they got, which may also have
+    gone elsewhere (Flink's object-reuse contract). A record of a basic type (a number, a
+    string, ...) is its own field 0, as in PyFlink; any other position on it is an error."""
+
+    operation = "?"
 
     def __init__(self, position: int | str) -> None:
+        if isinstance(position, bool) or not isinstance(position, (int, str)):
+            raise TypeError(
+                f"{self.operation}() takes a field position (int) or name (str), got {position!r}"
+            )
         self.position = position
 
-    def __call__(self, acc: Any, value: Any) -> Any:
-        position = self.position
-        if isinstance(acc, (int, float, complex)) and not isinstance(acc, bool):
-            return acc + value
-        if isinstance(acc, tuple):
-            if not isinstance(position, int):
-                raise TypeError(f"sum({position!r}): a tuple field is chosen by an int position")
-            summed = acc[position] + value[position]
-            if hasattr(acc, "_replace") and hasattr(acc, "_fields"):  # named tuple
-                return acc._replace(**{acc._fields[position]: summed})
-            return (*acc[:position], summed, *acc[position + 1 :])
-        if isinstance(acc, list):
-            if not isinstance(position, int):
-                raise TypeError(f"sum({position!r}): a list field is chosen by an int position")
-            items = list(acc)
-            items[position] = acc[position] + value[position]
-            return items
-        if isinstance(acc, Row):  # PyFlink's rows: by position or field name, a new row
-            row = copy.copy(acc)
-            row[position] = acc[position] + value[position]
-            return row
-        if isinstance(acc, dict):
-            fields = dict(acc)
-            fields[position] = acc[position] + value[position]
-            return fields
-        if isinstance(position, str) and hasattr(acc, position):
-            result = copy.copy(acc)
-            setattr(result, position, getattr(acc, position) + getattr(value, position))
-            return result
-        raise TypeError(
-            f"sum({position!r}) cannot add records of type {type(acc).__name__}: "
-            "use a number, a tuple/list with an int position, a dict with a key, "
-            "or an object with an attribute name"
+    def _error(self, record: Any, why: str) -> TypeError:
+        return TypeError(
+            f"{self.operation}({self.position!r}) on a record of type {type(record).__name__}: {why}. "
+            "Use a tuple/list with an int position, a Row or dict with a position or name, an object "
+            "with an attribute name, or a plain value with position 0"
         )
+
+    def field(self, record: Any) -> Any:
+        """The aggregated field of ``record``."""
+        position = self.position
+        if isinstance(record, (tuple, list)):
+            if not isinstance(position, int):
+                raise self._error(record, "a tuple or list field is chosen by an int position")
+            return record[position]
+        if isinstance(record, (Row, dict)):
+            return record[position]
+        if isinstance(position, str) and hasattr(record, position):
+            return getattr(record, position)
+        if position == 0:
+            return record
+        raise self._error(record, "a plain value has only field 0 (itself)")
+
+    def replaced(self, record: Any, value: Any) -> Any:
+        """A copy of ``record`` whose aggregated field is ``value``."""
+        position = self.position
+        if isinstance(record, tuple):
+            assert isinstance(position, int)  # field() checked it
+            if hasattr(record, "_replace") and hasattr(record, "_fields"):  # named tuple
+                return record._replace(**{record._fields[position]: value})
+            return (*record[:position], value, *record[position + 1 :])
+        if isinstance(record, (list, dict)):
+            fields = copy.copy(record)
+            fields[position] = value  # type: ignore[index]
+            return fields
+        if isinstance(record, Row):  # PyFlink's rows: by position or field name, a new row
+            row = copy.copy(record)
+            row[position] = value
+            return row
+        if isinstance(position, str) and hasattr(record, position):
+            result = copy.copy(record)
+            setattr(result, position, value)
+            return result
+        return value  # a plain value is its own field
+
+    @abstractmethod
+    def __call__(self, acc: Any, value: Any) -> Any:
+        """The key's new aggregate from its aggregate so far and the next record."""
+
+
+class SumFunction(FieldAggregation):
+    """``sum(position)``: adds the field, keeps the other fields from the first record
+    (Flink's semantics). Plain numbers are added directly."""
+
+    operation = "sum"
+
+    def __call__(self, acc: Any, value: Any) -> Any:
+        if type(acc) is int or type(acc) is float:  # the common case, without the field lookups
+            if self.position != 0:
+                raise self._error(acc, "a plain value has only field 0 (itself)")
+            return acc + value
+        return self.replaced(acc, self.field(acc) + self.field(value))
+
+
+class MinFunction(FieldAggregation):
+    """``min(position)``: the smallest value of the field so far; the other fields stay
+    those of the key's first record (Flink's semantics: it is not the record holding the
+    minimum, for that use ``min_by``)."""
+
+    operation = "min"
+
+    def __call__(self, acc: Any, value: Any) -> Any:
+        new = self.field(value)
+        return self.replaced(acc, new) if new < self.field(acc) else acc
+
+
+class MaxFunction(FieldAggregation):
+    """``max(position)``: :class:`MinFunction` for the largest value."""
+
+    operation = "max"
+
+    def __call__(self, acc: Any, value: Any) -> Any:
+        new = self.field(value)
+        return self.replaced(acc, new) if new > self.field(acc) else acc
+
+
+class MinByFunction(FieldAggregation):
+    """``min_by(position)``: the whole record with the smallest field so far; on a tie the
+    first such record stays (Flink's default)."""
+
+    operation = "min_by"
+
+    def __call__(self, acc: Any, value: Any) -> Any:
+        return value if self.field(value) < self.field(acc) else acc
+
+
+class MaxByFunction(FieldAggregation):
+    """``max_by(position)``: :class:`MinByFunction` for the largest field."""
+
+    operation = "max_by"
+
+    def __call__(self, acc: Any, value: Any) -> Any:
+        return value if self.field(value) > self.field(acc) else acc
