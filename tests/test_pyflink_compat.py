@@ -78,6 +78,7 @@ EVENT_TIME_IMPORTS: dict[str, list[str]] = {
         "WindowFunction",
     ],
     "datastream.state": ["ListStateDescriptor", "MapStateDescriptor", "ReducingStateDescriptor"],
+    "metrics": ["MetricGroup", "Metric", "Counter", "Meter", "Distribution"],
     "datastream.window": [
         "TumblingProcessingTimeWindows",
         "SlidingProcessingTimeWindows",
@@ -113,6 +114,8 @@ HOME = {
     "ValueStateDescriptor": "chandy.core.state",
     "TumblingEventTimeWindows": "chandy.core.windows",
     "TimeWindow": "chandy.core.windows",
+    "MetricGroup": "chandy.core.metrics",
+    "Counter": "chandy.core.metrics",
 }
 
 
@@ -156,6 +159,7 @@ def test_a_pyflink_import_resolves_under_chandy(module: str, name: str) -> None:
         "chandy.datastream.connectors.file_system",
         "chandy.datastream.connectors.kafka",
         "chandy.datastream.connectors.number_seq",
+        "chandy.metrics",
     ],
 )
 def test_every_name_a_module_exports_resolves(module: str) -> None:

@@ -14,6 +14,7 @@ from abc import ABC, abstractmethod
 from collections.abc import Iterable
 from typing import Any, Generic, TypeVar
 
+from chandy.core.metrics import MetricGroup
 from chandy.core.state import (
     AggregatingState,
     AggregatingStateDescriptor,
@@ -119,6 +120,12 @@ class RuntimeContext(KeyedStateStore):
     @abstractmethod
     def get_job_parameter(self, key: str, default_value: str | None = None) -> str | None:
         """A value from the job's configuration, or ``default_value``."""
+
+    @abstractmethod
+    def get_metrics_group(self) -> MetricGroup:
+        """The operator's metric group: counters, gauges, meters, distributions and
+        histograms registered in it are reported with the task's metrics (REST API,
+        Prometheus), under ``<subtask>.<operator>.<groups...>.<name>``."""
 
 
 class Function:

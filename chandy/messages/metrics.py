@@ -16,9 +16,37 @@ any two reports of the same attempt.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Literal, Protocol
 
 from chandy.messages.ids import ExecutionAttemptID
+
+#: What a user metric is; it decides how the driver shows it (``UserMetric.value``).
+UserMetricKind = Literal["counter", "gauge", "meter", "histogram", "distribution"]
+
+
+@dataclass(frozen=True, slots=True)
+class UserMetric:
+    """A metric a user function registered (``runtime_context.get_metrics_group()``), as of
+    one report. The description travels with every value: a handful of metrics per
+    operator, and the driver then needs no registration protocol (a new attempt's
+    metrics simply appear in its reports)."""
+
+    #: The groups from the operator down to the metric, as Flink's metric identifier spells
+    #: them (``add_group(key, value)`` contributes both its key and its value).
+    scope: tuple[str, ...]
+    name: str
+    kind: UserMetricKind
+    #: A counter's count, a gauge's value (a number, or its ``str`` when it is not one), a
+    #: meter's events per second, a histogram's or a distribution's count of values.
+    value: int | float | str
+    #: A histogram's statistics (``min``, ``max``, ``mean``, ``median``, ``stddev``, ``p75``
+    #: ... ``p999``) or a distribution's (``sum``, ``min``, ``max``, ``mean``).
+    statistics: tuple[tuple[str, float], ...] = ()
+    #: The scope's key-value groups, as (key, value): Prometheus labels (Flink's variables).
+    variables: tuple[tuple[str, str], ...] = ()
+    #: The scope without the values of its key-value groups (Flink's logical scope): what
+    #: Prometheus names the metric by, the values being labels.
+    logical_scope: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -35,6 +63,8 @@ class OperatorMetrics:
     input_watermark: int
     #: The last watermark it emitted (``currentOutputWatermark``).
     output_watermark: int
+    #: The metrics its user functions registered, in the order they were registered.
+    user: tuple[UserMetric, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)

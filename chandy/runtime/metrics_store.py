@@ -77,7 +77,7 @@ from typing import Any
 from chandy.checkpoint.stats import CheckpointStatsTracker
 from chandy.core.time import MIN_TIMESTAMP
 from chandy.graph.execution_graph import ExecutionGraph
-from chandy.messages.metrics import MetricsReport, OperatorMetrics, SubtaskMetrics
+from chandy.messages.metrics import MetricsReport, OperatorMetrics, SubtaskMetrics, UserMetric
 from chandy.messages.status import JobStatus
 from chandy.util.clock import Clock
 
@@ -249,7 +249,9 @@ class JobMetricsStore:
                 "numRecordsOutPerSecond": rate_out,
                 "currentInputWatermark": operator.input_watermark,
                 "currentOutputWatermark": operator.output_watermark,
+                **user_metric_values(operator.user),
             },
+            "user_metrics": list(operator.user),
         }
 
     def _vertex_values(self, vertex_id: int) -> list[dict[str, Any]]:
@@ -321,6 +323,26 @@ class JobMetricsStore:
             }
         )
         return metrics
+
+
+def user_metric_values(metrics: tuple[UserMetric, ...]) -> dict[str, Any]:
+    """User metrics by Flink's ids below the operator (``<groups...>.<name>``), valued as
+    Flink's REST API values them: a counter its count, a gauge its value, a meter its rate,
+    a histogram ``<name>_min`` ... ``<name>_p999`` (no count, as Flink's), a distribution
+    ``<name>_count``, ``_sum``, ``_min``, ``_max``, ``_mean``."""
+    values: dict[str, Any] = {}
+    for metric in metrics:
+        identifier = ".".join((*metric.scope, metric.name))
+        if metric.kind == "histogram":
+            for statistic, value in metric.statistics:
+                values[f"{identifier}_{statistic}"] = value
+        elif metric.kind == "distribution":
+            values[f"{identifier}_count"] = metric.value
+            for statistic, value in metric.statistics:
+                values[f"{identifier}_{statistic}"] = value
+        else:
+            values[identifier] = metric.value
+    return values
 
 
 def _start_of(snapshot: SubtaskMetrics) -> SubtaskMetrics:

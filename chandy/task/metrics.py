@@ -39,6 +39,7 @@ from chandy.core.time import MIN_TIMESTAMP
 from chandy.messages.ids import ExecutionAttemptID
 from chandy.messages.metrics import MetricsReport, OperatorMetrics, SubtaskMetrics
 from chandy.network.wakeup import Wakeup
+from chandy.task.user_metrics import OperatorMetricGroup
 
 if TYPE_CHECKING:
     from chandy.task.record_writer import RecordWriter
@@ -47,9 +48,18 @@ log = logging.getLogger(__name__)
 
 
 class OperatorCounters:
-    """The live counters of one operator of a chain (written by the task thread)."""
+    """The live counters of one operator of a chain (written by the task thread), and the
+    metrics its user functions register (:mod:`chandy.task.user_metrics`)."""
 
-    __slots__ = ("operator_id", "name", "records_in", "records_out", "input_watermark", "output_watermark")
+    __slots__ = (
+        "operator_id",
+        "name",
+        "records_in",
+        "records_out",
+        "input_watermark",
+        "output_watermark",
+        "user_metrics",
+    )
 
     def __init__(self, operator_id: str, name: str) -> None:
         self.operator_id = operator_id
@@ -58,6 +68,8 @@ class OperatorCounters:
         self.records_out = 0
         self.input_watermark = MIN_TIMESTAMP
         self.output_watermark = MIN_TIMESTAMP
+        #: What ``runtime_context.get_metrics_group()`` returns to the operator's functions.
+        self.user_metrics = OperatorMetricGroup(name)
 
     def snapshot(self) -> OperatorMetrics:
         return OperatorMetrics(
@@ -67,6 +79,7 @@ class OperatorCounters:
             self.records_out,
             self.input_watermark,
             self.output_watermark,
+            self.user_metrics.snapshot(),
         )
 
 

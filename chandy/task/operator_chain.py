@@ -158,6 +158,7 @@ class OperatorChain:
                 attempt_number=tdd.attempt_number,
                 job_parameters=tdd.config,
                 keyed_state_backend=backend,
+                metric_group=mine.user_metrics,
             )
             operator.setup(context, counting_output(_fan_out(targets), mine))
             operator.side_outputs = side

@@ -6,6 +6,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from chandy.core.functions import RuntimeContext
+from chandy.core.metrics import MetricGroup
 from chandy.core.state import (
     AggregatingState,
     AggregatingStateDescriptor,
@@ -22,6 +23,7 @@ from chandy.core.state import (
 )
 from chandy.errors import InvalidProgramError
 from chandy.state.backend import KeyedStateBackend
+from chandy.task.user_metrics import OperatorMetricGroup
 
 
 class StreamingRuntimeContext(RuntimeContext):
@@ -40,7 +42,10 @@ class StreamingRuntimeContext(RuntimeContext):
         attempt_number: int,
         job_parameters: Mapping[str, Any],
         keyed_state_backend: KeyedStateBackend | None = None,
+        metric_group: OperatorMetricGroup | None = None,
     ) -> None:
+        """``metric_group``: the operator's, which its task reports; without one (a test
+        harness), a group of its own that nobody reports."""
         self.job_id = job_id
         self.job_name = job_name
         self._task_name = task_name
@@ -51,6 +56,7 @@ class StreamingRuntimeContext(RuntimeContext):
         self._attempt_number = attempt_number
         self._job_parameters = dict(job_parameters)
         self.keyed_state_backend = keyed_state_backend
+        self._metric_group = metric_group
 
     def get_task_name(self) -> str:
         return self._task_name
@@ -70,6 +76,11 @@ class StreamingRuntimeContext(RuntimeContext):
     def get_job_parameter(self, key: str, default_value: str | None = None) -> str | None:
         value = self._job_parameters.get(key)
         return default_value if value is None else str(value)
+
+    def get_metrics_group(self) -> MetricGroup:
+        if self._metric_group is None:
+            self._metric_group = OperatorMetricGroup(self.operator_name)
+        return self._metric_group
 
     def _keyed(self, descriptor: StateDescriptor) -> State:
         if self.keyed_state_backend is None:

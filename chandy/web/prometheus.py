@@ -19,9 +19,11 @@ from concurrent.futures import TimeoutError as FutureTimeoutError
 from typing import Any
 
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
-from prometheus_client.core import GaugeMetricFamily, Metric
+from prometheus_client.core import Metric
 from prometheus_client.registry import Collector
 
+from chandy.messages.metrics import UserMetric
+from chandy.runtime.metrics_store import user_metric_values
 from chandy.web import views
 from chandy.web.dispatcher import DispatchedJob, Dispatcher
 
@@ -29,14 +31,36 @@ log = logging.getLogger(__name__)
 
 _INVALID = re.compile(r"[^a-zA-Z0-9:_]")
 
-JOB_LABELS = ("job_id", "job_name")
-TASK_LABELS = (*JOB_LABELS, "task_id", "task_name", "subtask_index")
-OPERATOR_LABELS = (*TASK_LABELS, "operator_id", "operator_name")
+
+OPERATOR_SCOPE = "taskmanager_job_task_operator"
+
+#: The quantiles Flink's reporter gives a histogram (its summary's ``quantile`` label), and the
+#: statistic of chandy's report that holds each.
+HISTOGRAM_QUANTILES = (
+    ("0.5", "median"),
+    ("0.75", "p75"),
+    ("0.95", "p95"),
+    ("0.98", "p98"),
+    ("0.99", "p99"),
+    ("0.999", "p999"),
+)
 
 
 def metric_name(scope: str, name: str) -> str:
     """Flink's Prometheus name: ``flink_<scope>_<name>``, other characters replaced by ``_``."""
     return _INVALID.sub("_", f"flink_{scope}_{name}")
+
+
+def label_name(name: str) -> str:
+    """A user variable's label (the key of ``add_group(key, value)``), as Flink's reporter
+    makes it: characters Prometheus does not allow replaced by ``_``."""
+    return _INVALID.sub("_", name).replace(":", "_")
+
+
+def _number(value: object) -> float | None:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return None  # Flink's reporter leaves out gauges that are not numbers (an external path)
+    return float(value)
 
 
 class _JobsCollector(Collector):
@@ -58,46 +82,96 @@ class _JobsCollector(Collector):
         return values
 
     def collect(self) -> Iterator[Metric]:
-        families: dict[str, GaugeMetricFamily] = {}
-
-        def gauge(
-            scope: str, name: str, labels: tuple[str, ...], values: tuple[str, ...], value: Any
-        ) -> None:
-            if isinstance(value, bool) or not isinstance(value, (int, float)):
-                return  # Flink's reporter leaves out gauges that are not numbers (an external path)
-            full = metric_name(scope, name)
-            family = families.get(full)
-            if family is None:
-                family = families[full] = GaugeMetricFamily(
-                    full, f"{name} (Flink's {scope} scope)", labels=labels
-                )
-            family.add_metric(values, value)
-
+        scrape = _Scrape()
+        gauge = scrape.gauge
         live = [
             job
             for job in self._dispatcher.jobs()
             if not job.job_master.execution_graph.state.is_globally_terminal
         ]
-        gauge("jobmanager", "numRunningJobs", (), (), len(live))
+        gauge(metric_name("jobmanager", "numRunningJobs"), {}, len(live))
         for job in live:
-            job_labels = (job.job_id, job.job_name)
+            job_labels = {"job_id": job.job_id, "job_name": job.job_name}
             for name, value in (self._ask_job_metrics(job) or {}).items():
-                gauge("jobmanager_job", name, JOB_LABELS, job_labels, value)
+                gauge(metric_name("jobmanager_job", name), job_labels, value)
             vertex_ids = {v.id: views.vertex_rest_id(v) for v in job.job_master.job_graph.vertices}
             for subtask in job.job_master.metrics.subtask_metrics():
-                task_labels = (
-                    *job_labels,
-                    vertex_ids[subtask["vertex_id"]],
-                    subtask["vertex_name"],
-                    str(subtask["subtask_index"]),
-                )
+                task_labels = {
+                    **job_labels,
+                    "task_id": vertex_ids[subtask["vertex_id"]],
+                    "task_name": subtask["vertex_name"],
+                    "subtask_index": str(subtask["subtask_index"]),
+                }
                 for name, value in subtask["metrics"].items():
-                    gauge("taskmanager_job_task", name, TASK_LABELS, task_labels, value)
+                    gauge(metric_name("taskmanager_job_task", name), task_labels, value)
                 for operator in subtask["operators"]:
-                    operator_labels = (*task_labels, operator["operator_id"], operator["operator_name"])
-                    for name, value in operator["metrics"].items():
-                        gauge("taskmanager_job_task_operator", name, OPERATOR_LABELS, operator_labels, value)
-        yield from families.values()
+                    operator_labels = {
+                        **task_labels,
+                        "operator_id": operator["operator_id"],
+                        "operator_name": operator["operator_name"],
+                    }
+                    user: list[UserMetric] = operator.get("user_metrics", [])
+                    metrics = operator["metrics"]
+                    users_ids = user_metric_values(tuple(user)).keys()
+                    for name, value in metrics.items():
+                        if name not in users_ids:
+                            gauge(metric_name(OPERATOR_SCOPE, name), operator_labels, value)
+                    for metric in user:
+                        scrape.user_metric(metric, operator_labels)
+        yield from scrape.families.values()
+
+
+class _Scrape:
+    """The families of one scrape. A family has one set of label names; a sample that would
+    give it another (two metrics that differ only in their key-value groups) is left out."""
+
+    def __init__(self) -> None:
+        self.families: dict[str, Metric] = {}
+        self._labels: dict[str, tuple[str, ...]] = {}
+
+    def _family(self, name: str, kind: str, labels: dict[str, str]) -> Metric | None:
+        family = self.families.get(name)
+        if family is None:
+            family = self.families[name] = Metric(name, f"{name} (Flink's metric)", kind)
+            self._labels[name] = tuple(labels)
+        elif family.type != kind or self._labels[name] != tuple(labels):
+            log.debug("%s: another metric's name, with other labels or of another type; left out", name)
+            return None
+        return family
+
+    def gauge(self, name: str, labels: dict[str, str], value: object) -> None:
+        number = _number(value)
+        family = self._family(name, "gauge", labels) if number is not None else None
+        if family is not None and number is not None:
+            family.add_sample(name, labels, number)
+
+    def user_metric(self, metric: UserMetric, operator_labels: dict[str, str]) -> None:
+        """A user metric as Flink's PrometheusReporter shows it: named by its logical scope
+        (its key-value groups' values are labels, named by their keys); a counter, a gauge and
+        a meter (its rate) as gauges, a histogram as a summary (``quantile`` samples and
+        ``_count``), a distribution as gauges ``_count``, ``_sum``, ``_min``, ``_max``,
+        ``_mean`` (Flink's reporter leaves PyFlink's distributions out: not a number)."""
+        labels = dict(operator_labels)
+        for key, value in metric.variables:
+            label = label_name(key)
+            if label in labels:
+                log.debug("user metric %s: label %r is the operator's own; left out", metric.name, label)
+                continue
+            labels[label] = value
+        full = metric_name(OPERATOR_SCOPE, "_".join((*metric.logical_scope, metric.name)))
+        if metric.kind == "histogram":
+            summary = self._family(full, "summary", labels)
+            if summary is not None:
+                statistics = dict(metric.statistics)
+                summary.add_sample(f"{full}_count", labels, float(metric.value))
+                for quantile, statistic in HISTOGRAM_QUANTILES:
+                    summary.add_sample(full, {**labels, "quantile": quantile}, statistics[statistic])
+        elif metric.kind == "distribution":
+            self.gauge(f"{full}_count", labels, metric.value)
+            for statistic, number in metric.statistics:
+                self.gauge(f"{full}_{statistic}", labels, number)
+        else:
+            self.gauge(full, labels, metric.value)
 
 
 class PrometheusExporter:
