@@ -780,3 +780,30 @@ def test_a_value_that_does_not_fit_its_declared_type_prints_as_str(
     """PyFlink would fail to serialize it; chandy never converts, so the job runs, and
     printing it must not be what fails."""
     assert format_as_flink(value, type_info) == str(value)
+
+
+#: The operators and partitionings of issue 14's "more operators" part, with PyFlink 2.3's
+#: parameter names (copied from pyflink/datastream/data_stream.py): a ported job that passes
+#: them by keyword must run unchanged.
+OPERATOR_SIGNATURES: list[tuple[str, str, list[str]]] = [
+    ("KeyedStream", "min", ["position_to_min"]),
+    ("KeyedStream", "max", ["position_to_max"]),
+    ("KeyedStream", "min_by", ["position_to_min_by"]),
+    ("KeyedStream", "max_by", ["position_to_max_by"]),
+    ("KeyedStream", "sum", ["position_to_sum"]),
+    ("DataStream", "rescale", []),
+    ("DataStream", "partition_custom", ["partitioner", "key_selector"]),
+]
+
+
+@pytest.mark.parametrize(("cls", "method", "parameters"), OPERATOR_SIGNATURES, ids=lambda v: str(v))
+def test_more_operators_have_pyflinks_parameter_names(cls: str, method: str, parameters: list[str]) -> None:
+    stream_class = getattr(importlib.import_module("chandy.datastream"), cls)
+    assert list(inspect.signature(getattr(stream_class, method)).parameters)[1:] == parameters
+
+
+@pytest.mark.parametrize("module", ["chandy.datastream", "chandy.datastream.functions"])
+def test_partitioner_resolves_under_pyflinks_paths(module: str) -> None:
+    from chandy.core.functions import Partitioner
+
+    assert getattr(importlib.import_module(module), "Partitioner") is Partitioner
