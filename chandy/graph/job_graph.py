@@ -33,7 +33,8 @@ from chandy.task.partitioners import (
 
 
 class DistributionPattern(enum.Enum):
-    POINTWISE = "POINTWISE"  # producer i -> consumer i
+    #: Producer i -> consumer i at equal parallelism, else contiguous ranges (pointwise_consumers).
+    POINTWISE = "POINTWISE"
     ALL_TO_ALL = "ALL_TO_ALL"
 
 
