@@ -16,7 +16,8 @@ Read API
          "attempt_number": int, "finished": bool,
          "metrics": {<task metrics>},
          "operators": [{"operator_id": str, "operator_name": str,
-                        "metrics": {<operator metrics>}}, ...]}   # head first
+                        "metrics": {<operator metrics>},
+                        "user_metrics": [UserMetric, ...]}, ...]}   # head first
 
     Task metrics: ``numRecordsIn``, ``numRecordsOut`` (counts since the attempt
     started), ``numRecordsInPerSecond``, ``numRecordsOutPerSecond``,
@@ -29,7 +30,10 @@ Read API
     ``numRecordsOut`` what it sent to other tasks (0 for a sink).
     Operator metrics: ``numRecordsIn``, ``numRecordsOut`` (side outputs
     included), ``numRecordsInPerSecond``, ``numRecordsOutPerSecond``,
-    ``currentInputWatermark``, ``currentOutputWatermark``.
+    ``currentInputWatermark``, ``currentOutputWatermark``, and the metrics the
+    operator's user functions registered, by Flink's ids below the operator
+    (``<groups...>.<name>``, see :func:`user_metric_values`); ``user_metrics`` holds
+    the same as reported (kind, groups, labels), for Prometheus.
 
 ``vertex_metrics(vertex_id) -> dict``
     The task metrics aggregated over the vertex's subtasks as Flink's web UI

@@ -5,7 +5,9 @@ Flink's PrometheusReporter names a metric by its scope and name joined with
 ``flink_taskmanager_job_task_operator_numRecordsIn``) and puts the scope's
 variables into labels (``job_id``, ``job_name``, ``task_name``,
 ``subtask_index``, ``operator_name``, ...), so dashboards and alerts written for
-Flink read chandy's. A custom collector reads the live values at each scrape
+Flink read chandy's. User metrics (``get_metrics_group()``) are named as Flink's
+reporter names them: by their groups (a key-value group's key only, its value a
+label), a histogram as a summary. A custom collector reads the live values at each scrape
 (no registry of gauges to keep in step with jobs that come and go); the
 registry is the server's own, not prometheus-client's global one.
 """
