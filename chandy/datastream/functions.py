@@ -1,8 +1,10 @@
 """PyFlink's ``pyflink.datastream.functions``: the function classes a job implements."""
 
+from chandy.core.async_retry import AsyncRetryPredicate, AsyncRetryStrategy
 from chandy.core.functions import (
     AggregateFunction,
     AllWindowFunction,
+    AsyncFunction,
     CheckpointedFunction,
     CheckpointListener,
     FilterFunction,
@@ -26,6 +28,9 @@ from chandy.core.functions import (
 __all__ = [
     "AggregateFunction",
     "AllWindowFunction",
+    "AsyncFunction",
+    "AsyncRetryPredicate",
+    "AsyncRetryStrategy",
     "CheckpointListener",
     "CheckpointedFunction",
     "FilterFunction",
