@@ -140,7 +140,8 @@ class KeyedOperatorHarness(OperatorHarness):
     ) -> None:
         self.key_selector = key_selector
         self.key_group_range = KeyGroupRange.of_operator(MAX_PARALLELISM, parallelism, subtask)
-        self.backend = HeapKeyedStateBackend(self.key_group_range, MAX_PARALLELISM)
+        self.clock = clock or ManualClock(start_ms=1_000)
+        self.backend = HeapKeyedStateBackend(self.key_group_range, MAX_PARALLELISM, clock=self.clock)
         self.batches: list[Any] = []
         super().__init__(
             operator,
@@ -151,7 +152,6 @@ class KeyedOperatorHarness(OperatorHarness):
             keyed_state_backend=self.backend,
             output=self.batches.append,
         )
-        self.clock = clock or ManualClock(start_ms=1_000)
         self.processing_time = ProcessingTimeService(self.clock)
         operator.processing_time_service = self.processing_time
         self.watermarks: list[int] = []

@@ -18,7 +18,6 @@ from chandy.datastream.functions import KeySelector, MapFunction, RuntimeContext
 from chandy.graph.execution_graph import ExecutionGraph
 from chandy.graph.job_graph import DistributionPattern
 from chandy.task.operators.keyed import MaxByFunction, MaxFunction, MinByFunction, MinFunction, SumFunction
-from chandy.task.partitioners import CustomPartitionerWrapper, RescalePartitioner
 from tests.jobs import CountingMap, KeyedCounter, Throttle, final_counts
 from tests.probes import Probe
 from tests.test_checkpointing_e2e import checkpointing_env, drain, latest_checkpoint_dir, wait_for_checkpoints
@@ -291,24 +290,6 @@ def test_rescale_at_equal_parallelism_is_pointwise_but_not_chained() -> None:
     assert graph.job_graph.edges[0].partitioner.name == "RESCALE"
 
 
-def test_the_rescale_partitioner_round_robins_from_its_first_channel_across_batches() -> None:
-    partitioner = RescalePartitioner()
-    partitioner.setup(2, 5)
-    buffers: list[list[int]] = [[], []]
-    partitioner.partition([0, 1, 2], buffers)
-    partitioner.partition([3, 4], buffers)
-    assert buffers == [[0, 2, 4], [1, 3]]  # Flink's RescalePartitioner starts at channel 0
-    timed = RescalePartitioner().with_timestamps(True)
-    timed.setup(3, 0)
-    batches = [timed.new_buffer() for _ in range(3)]
-    timed.partition_timestamped(["a", "b", "c", "d"], [10, None, 30, 40], batches)
-    assert [(b.values, b.timestamps) for b in batches] == [
-        (["a", "d"], [10, 40]),
-        (["b"], [None]),
-        (["c"], [30]),
-    ]
-
-
 class Tag(MapFunction):
     """Appends the index of the subtask the record passed through."""
 
@@ -451,41 +432,6 @@ def test_partition_custom_sends_each_record_where_the_partitioner_says() -> None
         .execute_and_collect(limit=1000)
     )
     assert sorted(out) == [(x, (x // 10) % 4) for x in range(100)]
-
-
-class CountingPartitioner(Partitioner):
-    """Counts its calls in itself: shows whose copy a subtask uses."""
-
-    def __init__(self) -> None:
-        self.calls = 0
-
-    def partition(self, key: Any, num_partitions: int) -> int:
-        self.calls += 1
-        return key % num_partitions
-
-
-def test_each_producing_subtask_partitions_with_its_own_copy_of_the_partitioner() -> None:
-    prototype = CountingPartitioner()
-    wrapper = CustomPartitionerWrapper(prototype, lambda x: x)
-    first, second = wrapper.copy(), wrapper.copy()
-    first.setup(2, 0)
-    second.setup(2, 1)
-    buffers: list[list[int]] = [[], []]
-    first.partition([0, 1, 2], buffers)
-    second.partition([3], buffers)
-    assert buffers == [[0, 2], [1, 3]]
-    assert prototype.calls == 0
-    owners = [f.partition_function.__self__ for f in (first, second)]  # type: ignore[attr-defined]
-    assert [o.calls for o in owners] == [3, 1]
-
-
-def test_a_bad_partition_on_a_timestamped_edge_is_the_same_error() -> None:
-    wrapper = CustomPartitionerWrapper(lambda key, n: -1, lambda x: x).with_timestamps(True)
-    wrapper.setup(2, 0)
-    with pytest.raises(
-        ValueError, match=r"returned -1 for key 7, but the partition must be an int in \[0, 2\)"
-    ):
-        wrapper.partition_timestamped([7], [70], [wrapper.new_buffer(), wrapper.new_buffer()])
 
 
 class Index:

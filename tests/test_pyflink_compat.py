@@ -35,9 +35,8 @@ from chandy.errors import ConfigurationError
 
 ROOT = Path(__file__).resolve().parent.parent
 
-#: What PyFlink 2.3's examples ``event_time_timer.py`` and ``windowing/*.py`` import (copied
-#: here, so the test runs without PyFlink installed). ``StateTtlConfig`` is left out: state
-#: TTL is not in chandy yet.
+#: What PyFlink 2.3's examples ``event_time_timer.py``, ``state_access.py`` and ``windowing/*.py``
+#: import (copied here, so the test runs without PyFlink installed).
 EXAMPLE_IMPORTS: dict[str, list[str]] = {
     "common": ["Types", "WatermarkStrategy", "Time", "Duration", "Encoder"],
     "common.typeinfo": ["Types"],
@@ -48,7 +47,7 @@ EXAMPLE_IMPORTS: dict[str, list[str]] = {
         "WindowFunction",
     ],
     "datastream.functions": ["KeyedProcessFunction", "RuntimeContext"],
-    "datastream.state": ["ValueStateDescriptor"],
+    "datastream.state": ["ValueStateDescriptor", "StateTtlConfig"],
     "datastream.window": [
         "TumblingEventTimeWindows",
         "SlidingEventTimeWindows",
@@ -112,6 +111,7 @@ HOME = {
     "KeyedProcessFunction": "chandy.core.functions",
     "ProcessWindowFunction": "chandy.core.functions",
     "ValueStateDescriptor": "chandy.core.state",
+    "StateTtlConfig": "chandy.core.state",
     "TumblingEventTimeWindows": "chandy.core.windows",
     "TimeWindow": "chandy.core.windows",
     "MetricGroup": "chandy.core.metrics",
@@ -172,10 +172,11 @@ def test_every_name_a_module_exports_resolves(module: str) -> None:
 def test_an_unknown_name_is_an_attribute_error_naming_the_module() -> None:
     import chandy.datastream
 
+    # PyFlink has StateTtlConfig in pyflink.datastream.state only, not in pyflink.datastream.
     with pytest.raises(AttributeError, match=r"'chandy.datastream' has no attribute 'StateTtlConfig'"):
         _ = chandy.datastream.StateTtlConfig  # type: ignore[attr-defined]
     with pytest.raises(ImportError):
-        from chandy.datastream.state import StateTtlConfig  # type: ignore[attr-defined]  # noqa: F401
+        from chandy.datastream.state import TtlValue  # type: ignore[attr-defined]  # noqa: F401
 
 
 def test_importing_a_function_class_does_not_import_the_runtime() -> None:

@@ -5,13 +5,313 @@ Names and methods follow PyFlink (``ValueStateDescriptor``, ``state.value()``,
 it into a handle scoped to the key of the record being processed. Type
 information is optional: values are Python objects, serialized with pickle
 when a snapshot is written.
+
+A descriptor may carry a :class:`StateTtlConfig` (``enable_time_to_live``): its
+values then expire a fixed time after they were last written (or read), with
+Flink's semantics; ``docs/state-ttl.md`` explains them.
 """
 
 from __future__ import annotations
 
+import enum
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterable, Iterator
-from typing import Any
+from typing import Any, TypeVar
+
+from chandy.core.time import Duration, Time
+
+
+class StateTtlConfig:
+    """Time-to-live of keyed state (PyFlink's ``StateTtlConfig``), built with
+    ``StateTtlConfig.new_builder(ttl)...build()`` and given to a descriptor's
+    ``enable_time_to_live``.
+
+    A value's *last access timestamp* is set when it is written (and, with
+    ``OnReadAndWrite``, when it is read); once ``ttl`` has passed since then, in
+    processing time, the value is expired. Expired values are removed when they are
+    read, by incremental cleanup, and never written into a checkpoint.
+    """
+
+    class UpdateType(enum.Enum):
+        """When the last access timestamp is refreshed (which prolongs the value's life)."""
+
+        #: TTL is disabled: the state does not expire (the descriptor behaves as without TTL).
+        Disabled = 0
+        #: On creation and on every write.
+        OnCreateAndWrite = 1
+        #: As ``OnCreateAndWrite``, and on every read too.
+        OnReadAndWrite = 2
+
+    class StateVisibility(enum.Enum):
+        """Whether an expired value that is still stored may be returned."""
+
+        #: Returned by the read that finds it expired (which also removes it).
+        ReturnExpiredIfNotCleanedUp = 0
+        #: Never returned.
+        NeverReturnExpired = 1
+
+    class TtlTimeCharacteristic(enum.Enum):
+        """The time TTL is measured in: processing time only, as in Flink."""
+
+        ProcessingTime = 0
+
+    class CleanupStrategies:
+        """Which cleanups of expired state run, besides the removal on read that always runs."""
+
+        class Strategies(enum.Enum):
+            FULL_STATE_SCAN_SNAPSHOT = 0
+            INCREMENTAL_CLEANUP = 1
+            ROCKSDB_COMPACTION_FILTER = 2
+
+        class CleanupStrategy(ABC):  # noqa: B024 (PyFlink's marker base class has no methods)
+            """Base of the cleanup strategies' settings."""
+
+        class EmptyCleanupStrategy(CleanupStrategy):
+            """A strategy without settings (the full-snapshot cleanup)."""
+
+        class IncrementalCleanupStrategy(CleanupStrategy):
+            """Check ``cleanup_size`` entries of the state for expiry on every access to it
+            (and, with ``run_cleanup_for_every_record``, for every record the operator processes)."""
+
+            def __init__(self, cleanup_size: int, run_cleanup_for_every_record: bool) -> None:
+                if isinstance(cleanup_size, bool) or not isinstance(cleanup_size, int) or cleanup_size <= 0:
+                    raise ValueError(
+                        f"cleanup_incrementally: cleanup_size is how many state entries each access "
+                        f"checks for expiry and must be a positive int, got {cleanup_size!r}"
+                    )
+                self._cleanup_size = cleanup_size
+                self._run_cleanup_for_every_record = bool(run_cleanup_for_every_record)
+
+            def get_cleanup_size(self) -> int:
+                return self._cleanup_size
+
+            def run_cleanup_for_every_record(self) -> bool:
+                return self._run_cleanup_for_every_record
+
+        class RocksdbCompactFilterCleanupStrategy(CleanupStrategy):
+            """Cleanup in RocksDB's compaction. Accepted for compatibility: chandy keeps keyed
+            state on the heap, where (as in Flink's heap backend) it has no effect."""
+
+            def __init__(
+                self, query_time_after_num_entries: int, periodic_compaction_time: Duration | None = None
+            ) -> None:
+                self._query_time_after_num_entries = query_time_after_num_entries
+                self._periodic_compaction_time = periodic_compaction_time or Duration.of_days(30)
+
+            def get_query_time_after_num_entries(self) -> int:
+                return self._query_time_after_num_entries
+
+            def get_periodic_compaction_time(self) -> Duration:
+                return self._periodic_compaction_time
+
+        EMPTY_STRATEGY = EmptyCleanupStrategy()
+
+        def __init__(
+            self,
+            strategies: dict[
+                StateTtlConfig.CleanupStrategies.Strategies, StateTtlConfig.CleanupStrategies.CleanupStrategy
+            ],
+            is_cleanup_in_background: bool,
+        ) -> None:
+            self._strategies = dict(strategies)
+            self._is_cleanup_in_background = is_cleanup_in_background
+
+        def is_cleanup_in_background(self) -> bool:
+            return self._is_cleanup_in_background
+
+        def in_full_snapshot(self) -> bool:
+            return StateTtlConfig.CleanupStrategies.Strategies.FULL_STATE_SCAN_SNAPSHOT in self._strategies
+
+        def get_incremental_cleanup_strategy(
+            self,
+        ) -> StateTtlConfig.CleanupStrategies.IncrementalCleanupStrategy | None:
+            """The incremental cleanup that runs: the configured one, else (cleanup in background
+            being on, the default) Flink's default of 5 entries per access, else none."""
+            strategies = StateTtlConfig.CleanupStrategies
+            configured = self._strategies.get(strategies.Strategies.INCREMENTAL_CLEANUP)
+            if isinstance(configured, strategies.IncrementalCleanupStrategy):
+                return configured
+            return strategies.IncrementalCleanupStrategy(5, False) if self._is_cleanup_in_background else None
+
+        def get_rocksdb_compact_filter_cleanup_strategy(
+            self,
+        ) -> StateTtlConfig.CleanupStrategies.RocksdbCompactFilterCleanupStrategy | None:
+            strategies = StateTtlConfig.CleanupStrategies
+            configured = self._strategies.get(strategies.Strategies.ROCKSDB_COMPACTION_FILTER)
+            if isinstance(configured, strategies.RocksdbCompactFilterCleanupStrategy):
+                return configured
+            return (
+                strategies.RocksdbCompactFilterCleanupStrategy(1000)
+                if self._is_cleanup_in_background
+                else None
+            )
+
+    def __init__(
+        self,
+        update_type: StateTtlConfig.UpdateType,
+        state_visibility: StateTtlConfig.StateVisibility,
+        ttl_time_characteristic: StateTtlConfig.TtlTimeCharacteristic,
+        ttl: Time | Duration,
+        cleanup_strategies: StateTtlConfig.CleanupStrategies,
+    ) -> None:
+        self._update_type = update_type
+        self._state_visibility = state_visibility
+        self._ttl_time_characteristic = ttl_time_characteristic
+        self._ttl = ttl
+        self._cleanup_strategies = cleanup_strategies
+
+    @staticmethod
+    def new_builder(ttl: Time | Duration) -> StateTtlConfig.Builder:
+        return StateTtlConfig.Builder(ttl)
+
+    def get_update_type(self) -> StateTtlConfig.UpdateType:
+        return self._update_type
+
+    def get_state_visibility(self) -> StateTtlConfig.StateVisibility:
+        return self._state_visibility
+
+    def get_ttl(self) -> Time | Duration:
+        return self._ttl
+
+    def get_ttl_time_characteristic(self) -> StateTtlConfig.TtlTimeCharacteristic:
+        return self._ttl_time_characteristic
+
+    def is_enabled(self) -> bool:
+        return self._update_type is not StateTtlConfig.UpdateType.Disabled
+
+    def get_cleanup_strategies(self) -> StateTtlConfig.CleanupStrategies:
+        return self._cleanup_strategies
+
+    def ttl_milliseconds(self) -> int:
+        """The time to live in milliseconds."""
+        return self._ttl.to_milliseconds()
+
+    def __repr__(self) -> str:
+        return (
+            f"StateTtlConfig<update_type={self._update_type}, state_visibility={self._state_visibility}, "
+            f"ttl_time_characteristic={self._ttl_time_characteristic}, ttl={self._ttl}>"
+        )
+
+    class Builder:
+        """Builds a :class:`StateTtlConfig`; every setter returns the builder (PyFlink's)."""
+
+        def __init__(self, ttl: Time | Duration) -> None:
+            self._ttl = _checked_ttl(ttl)
+            self._update_type = StateTtlConfig.UpdateType.OnCreateAndWrite
+            self._state_visibility = StateTtlConfig.StateVisibility.NeverReturnExpired
+            self._ttl_time_characteristic = StateTtlConfig.TtlTimeCharacteristic.ProcessingTime
+            self._is_cleanup_in_background = True
+            self._strategies: dict[
+                StateTtlConfig.CleanupStrategies.Strategies, StateTtlConfig.CleanupStrategies.CleanupStrategy
+            ] = {}
+
+        def set_update_type(self, update_type: StateTtlConfig.UpdateType) -> StateTtlConfig.Builder:
+            """When the last access timestamp is refreshed."""
+            self._update_type = _setting("set_update_type", update_type, StateTtlConfig.UpdateType)
+            return self
+
+        def update_ttl_on_create_and_write(self) -> StateTtlConfig.Builder:
+            return self.set_update_type(StateTtlConfig.UpdateType.OnCreateAndWrite)
+
+        def update_ttl_on_read_and_write(self) -> StateTtlConfig.Builder:
+            return self.set_update_type(StateTtlConfig.UpdateType.OnReadAndWrite)
+
+        def set_state_visibility(
+            self, state_visibility: StateTtlConfig.StateVisibility
+        ) -> StateTtlConfig.Builder:
+            """Whether an expired value not yet cleaned up may be returned."""
+            self._state_visibility = _setting(
+                "set_state_visibility", state_visibility, StateTtlConfig.StateVisibility
+            )
+            return self
+
+        def return_expired_if_not_cleaned_up(self) -> StateTtlConfig.Builder:
+            return self.set_state_visibility(StateTtlConfig.StateVisibility.ReturnExpiredIfNotCleanedUp)
+
+        def never_return_expired(self) -> StateTtlConfig.Builder:
+            return self.set_state_visibility(StateTtlConfig.StateVisibility.NeverReturnExpired)
+
+        def set_ttl_time_characteristic(
+            self, ttl_time_characteristic: StateTtlConfig.TtlTimeCharacteristic
+        ) -> StateTtlConfig.Builder:
+            self._ttl_time_characteristic = _setting(
+                "set_ttl_time_characteristic", ttl_time_characteristic, StateTtlConfig.TtlTimeCharacteristic
+            )
+            return self
+
+        def use_processing_time(self) -> StateTtlConfig.Builder:
+            return self.set_ttl_time_characteristic(StateTtlConfig.TtlTimeCharacteristic.ProcessingTime)
+
+        def cleanup_full_snapshot(self) -> StateTtlConfig.Builder:
+            """Leave expired entries out of full snapshots. Chandy's heap snapshots always
+            leave them out, so this changes nothing there; it is kept for PyFlink's API."""
+            strategies = StateTtlConfig.CleanupStrategies
+            self._strategies[strategies.Strategies.FULL_STATE_SCAN_SNAPSHOT] = strategies.EMPTY_STRATEGY
+            return self
+
+        def cleanup_incrementally(
+            self, cleanup_size: int, run_cleanup_for_every_record: bool
+        ) -> StateTtlConfig.Builder:
+            """On every access to the state, check ``cleanup_size`` of its entries (all keys,
+            round-robin) and remove the expired ones; with ``run_cleanup_for_every_record``,
+            also for every record the operator processes, whatever state it touches."""
+            strategies = StateTtlConfig.CleanupStrategies
+            self._strategies[strategies.Strategies.INCREMENTAL_CLEANUP] = (
+                strategies.IncrementalCleanupStrategy(cleanup_size, run_cleanup_for_every_record)
+            )
+            return self
+
+        def cleanup_in_rocksdb_compact_filter(
+            self, query_time_after_num_entries: int, periodic_compaction_time: Duration | None = None
+        ) -> StateTtlConfig.Builder:
+            """Accepted for PyFlink's API; chandy's heap state has no compaction, so this has no
+            effect (Flink's heap backend ignores it too)."""
+            strategies = StateTtlConfig.CleanupStrategies
+            self._strategies[strategies.Strategies.ROCKSDB_COMPACTION_FILTER] = (
+                strategies.RocksdbCompactFilterCleanupStrategy(
+                    query_time_after_num_entries, periodic_compaction_time
+                )
+            )
+            return self
+
+        def disable_cleanup_in_background(self) -> StateTtlConfig.Builder:
+            """Turn off the default incremental cleanup (5 entries per access). A cleanup
+            configured explicitly (``cleanup_incrementally``) still runs."""
+            self._is_cleanup_in_background = False
+            return self
+
+        def set_ttl(self, ttl: Time | Duration) -> StateTtlConfig.Builder:
+            self._ttl = _checked_ttl(ttl)
+            return self
+
+        def build(self) -> StateTtlConfig:
+            return StateTtlConfig(
+                self._update_type,
+                self._state_visibility,
+                self._ttl_time_characteristic,
+                self._ttl,
+                StateTtlConfig.CleanupStrategies(self._strategies, self._is_cleanup_in_background),
+            )
+
+
+_E = TypeVar("_E", bound=enum.Enum)
+
+
+def _setting(setter: str, value: _E, kind: type[_E]) -> _E:
+    """``value`` if it is a member of ``kind`` (a string such as "OnReadAndWrite" is not)."""
+    if not isinstance(value, kind):
+        raise TypeError(f"{setter} needs a StateTtlConfig.{kind.__name__}, got {value!r}")
+    return value
+
+
+def _checked_ttl(ttl: Time | Duration) -> Time | Duration:
+    if not isinstance(ttl, (Time, Duration)):
+        raise TypeError(
+            f"a state TTL is a Time or a Duration (Time.seconds(1), Duration.of_minutes(5)), got {ttl!r}"
+        )
+    if ttl.to_milliseconds() <= 0:
+        raise ValueError(f"a state TTL must be positive, got {ttl.to_milliseconds()} ms")
+    return ttl
 
 
 class StateDescriptor:
@@ -22,9 +322,24 @@ class StateDescriptor:
             raise ValueError("a state descriptor needs a non-empty string name")
         self.name = name
         self.type_info = type_info
+        self._ttl_config: StateTtlConfig | None = None
 
     def get_name(self) -> str:
         return self.name
+
+    def enable_time_to_live(self, ttl_config: StateTtlConfig) -> None:
+        """Let this state's values expire as ``ttl_config`` says (PyFlink's). Only keyed
+        state expires; operator state ignores it, as in Flink."""
+        if not isinstance(ttl_config, StateTtlConfig):
+            raise TypeError(
+                f"enable_time_to_live needs a StateTtlConfig (StateTtlConfig.new_builder(ttl).build()), "
+                f"got {ttl_config!r}"
+            )
+        self._ttl_config = ttl_config
+
+    def get_ttl_config(self) -> StateTtlConfig | None:
+        """The TTL given to ``enable_time_to_live``, or ``None`` (Flink's ``getTtlConfig``)."""
+        return self._ttl_config
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}({self.name!r})"

@@ -19,8 +19,6 @@ _EXPORTS = {
     **exports_of("chandy.api.datastream", "DataStream", "KeyedStream", "DataStreamSink"),
     **exports_of("chandy.api.windowed_stream", "WindowedStream", "AllWindowedStream"),
     **exports_of("chandy.api.checkpoint_config", "CheckpointConfig"),
-    **exports_of("chandy.api.async_data_stream", "AsyncDataStream"),
-    **exports_of("chandy.core.async_retry", "AsyncRetryStrategy", "AsyncRetryPredicate"),
     **exports_of("chandy.config.options", "CheckpointingMode", "ExternalizedCheckpointRetention"),
     **exports_of(
         "chandy.core.functions",
@@ -34,7 +32,6 @@ _EXPORTS = {
         "KeyedProcessFunction",
         "SinkFunction",
         "AggregateFunction",
-        "AsyncFunction",
         "WindowFunction",
         "AllWindowFunction",
         "ProcessWindowFunction",
@@ -61,10 +58,6 @@ __all__ = [
     "AggregateFunction",
     "AllWindowFunction",
     "AllWindowedStream",
-    "AsyncDataStream",
-    "AsyncFunction",
-    "AsyncRetryPredicate",
-    "AsyncRetryStrategy",
     "CheckpointConfig",
     "CheckpointingMode",
     "CountWindow",
@@ -105,17 +98,14 @@ def __getattr__(name: str) -> Any:
 
 
 if TYPE_CHECKING:
-    from chandy.api.async_data_stream import AsyncDataStream
     from chandy.api.checkpoint_config import CheckpointConfig
     from chandy.api.datastream import DataStream, DataStreamSink, KeyedStream
     from chandy.api.environment import StreamExecutionEnvironment
     from chandy.api.windowed_stream import AllWindowedStream, WindowedStream
     from chandy.config.options import CheckpointingMode, ExternalizedCheckpointRetention
-    from chandy.core.async_retry import AsyncRetryPredicate, AsyncRetryStrategy
     from chandy.core.functions import (
         AggregateFunction,
         AllWindowFunction,
-        AsyncFunction,
         FilterFunction,
         FlatMapFunction,
         KeyedProcessFunction,

@@ -1,10 +1,8 @@
 """PyFlink's ``pyflink.datastream.functions``: the function classes a job implements."""
 
-from chandy.core.async_retry import AsyncRetryPredicate, AsyncRetryStrategy
 from chandy.core.functions import (
     AggregateFunction,
     AllWindowFunction,
-    AsyncFunction,
     CheckpointedFunction,
     CheckpointListener,
     FilterFunction,
@@ -28,9 +26,6 @@ from chandy.core.functions import (
 __all__ = [
     "AggregateFunction",
     "AllWindowFunction",
-    "AsyncFunction",
-    "AsyncRetryPredicate",
-    "AsyncRetryStrategy",
     "CheckpointListener",
     "CheckpointedFunction",
     "FilterFunction",

@@ -18,6 +18,7 @@ from chandy.core.state import (
     ReducingStateDescriptor,
     State,
     StateDescriptor,
+    StateTtlConfig,
     ValueState,
     ValueStateDescriptor,
 )
@@ -36,6 +37,7 @@ __all__ = [
     "ReducingStateDescriptor",
     "State",
     "StateDescriptor",
+    "StateTtlConfig",
     "ValueState",
     "ValueStateDescriptor",
 ]

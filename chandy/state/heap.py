@@ -23,6 +23,10 @@ tables too (:meth:`HeapKeyedStateBackend.get_timer_table`, kind ``"timers"``,
 names under :data:`TIMER_STATE_PREFIX`): a timer set before a barrier is in that
 barrier's snapshot and comes back, after rescaling, on the subtask that owns
 its key group. User code cannot reach them through a state descriptor.
+
+State with a time-to-live (a descriptor with ``enable_time_to_live``) gets the
+handles of :mod:`chandy.state.ttl`, chosen when the handle is created; the
+handles here, which every state without TTL uses, know nothing of it.
 """
 
 from __future__ import annotations
@@ -53,6 +57,7 @@ from chandy.errors import InvalidCheckpointError, UnrecoverableError
 from chandy.state.backend import KeyedStateBackend
 from chandy.state.handles import KeyGroupsStateHandle, Range, StreamStateHandle
 from chandy.state.key_groups import KeyGroupRange
+from chandy.util.clock import Clock, SystemClock
 
 #: Names of the tables that hold timers (Flink's ``_timer_state/`` prefix): reserved, not user state.
 TIMER_STATE_PREFIX = "_timer_state/"
@@ -91,6 +96,8 @@ def _describe_kind(kind: str) -> str:
     """How a user declares state of ``kind`` (a window's state is declared by its function)."""
     if kind.startswith(NAMESPACED):
         return f"{kind} state (a window's contents: keep the window function's kind)"
+    if kind.startswith("ttl "):
+        return f"{_describe_kind(kind[4:])[:-1]} with enable_time_to_live)"
     descriptor = {
         "value": "ValueStateDescriptor",
         "list": "ListStateDescriptor",
@@ -109,7 +116,7 @@ class StateTable:
     costs little and saves a subtraction on every state access.
     """
 
-    __slots__ = ("name", "kind", "maps", "key_group_range", "cow")
+    __slots__ = ("name", "kind", "maps", "key_group_range", "cow", "expire")
 
     def __init__(self, name: str, kind: str, key_group_range: KeyGroupRange, max_parallelism: int) -> None:
         self.name = name
@@ -120,6 +127,9 @@ class StateTable:
             self.maps[kg] = {}
         #: Keys privatized since the latest snapshot; ``None`` while no snapshot is in flight.
         self.cow: set[Any] | None = None
+        #: For state with TTL, ``(value, now) -> its unexpired part or None`` (what a snapshot
+        #: keeps, see :func:`chandy.state.ttl.expiry_filter`); ``None`` for state without TTL.
+        self.expire: Callable[[Any, int], Any] | None = None
 
     def privatize(self, m: dict[Any, Any], key: Any) -> Any:
         """The value of ``key``, copied first if a snapshot may still share it."""
@@ -142,12 +152,22 @@ class StateTable:
 
 
 class HeapKeyedStateBackend(KeyedStateBackend):
-    """Keyed state on the Python heap."""
+    """Keyed state on the Python heap.
+
+    ``clock`` is the processing time state TTL is measured in (the task's clock, which
+    tests replace by a ``ManualClock``).
+    """
 
     def __init__(
-        self, key_group_range: KeyGroupRange, max_parallelism: int, *, owner: str = "the operator"
+        self,
+        key_group_range: KeyGroupRange,
+        max_parallelism: int,
+        *,
+        owner: str = "the operator",
+        clock: Clock | None = None,
     ) -> None:
         super().__init__(key_group_range, max_parallelism)
+        self.clock: Clock = clock if clock is not None else SystemClock()
         #: Who holds this state, for errors: "operator 'Counter' (uid 'counter')".
         self.owner = owner
         self.tables: dict[str, StateTable] = {}
@@ -184,6 +204,11 @@ class HeapKeyedStateBackend(KeyedStateBackend):
                 f"(names starting with '{TIMER_STATE_PREFIX}'); choose another name"
             )
         kind_name, handle_type, namespaced_type = kind
+        ttl_config = descriptor.get_ttl_config()
+        if ttl_config is not None and ttl_config.is_enabled():
+            from chandy.state.ttl import ttl_state  # deferred: it builds on this module's handles
+
+            return ttl_state(self, descriptor, ttl_config, kind_name, handle_type, namespaced)
         if namespaced:
             kind_name, handle_type = NAMESPACED + kind_name, namespaced_type
         table = self._table(descriptor.name, kind_name)
@@ -240,6 +265,10 @@ class HeapKeyedStateBackend(KeyedStateBackend):
             name: (table.kind, {kg: dict(m) for kg, m in table.key_group_maps() if m})
             for name, table in self.tables.items()
         }
+        # State with TTL: entries expired at the barrier are left out when serialized.
+        expiring = {name: table.expire for name, table in self.tables.items() if table.expire is not None}
+        if expiring:
+            return HeapSnapshot(self, self.key_group_range, copies, expiring, self.clock.now_ms())
         return HeapSnapshot(self, self.key_group_range, copies)
 
     def _release(self) -> None:
@@ -599,10 +628,15 @@ class HeapSnapshot:
         backend: HeapKeyedStateBackend,
         key_group_range: KeyGroupRange,
         copies: dict[str, tuple[str, dict[int, dict[Any, Any]]]],
+        expiring: dict[str, Callable[[Any, int], Any]] | None = None,
+        now_ms: int = 0,
     ) -> None:
         self._backend: HeapKeyedStateBackend | None = backend
         self.key_group_range = key_group_range
         self._copies = copies
+        #: The TTL states' expiry filters, by name, and the time (at the barrier) they apply.
+        self._expiring = expiring or {}
+        self._now_ms = now_ms
 
     @property
     def is_empty(self) -> bool:
@@ -648,8 +682,11 @@ class KeyGroupSerializer:
     def step(self, deadline_ns: int | None) -> bool:
         """Serialize key groups until ``deadline_ns`` (monotonic) passes; True when done."""
         copies = self._snapshot._copies
+        expiring = self._snapshot._expiring
         for kg in self._key_groups:
             group = {name: (kind, by_kg[kg]) for name, (kind, by_kg) in copies.items() if kg in by_kg}
+            if expiring:
+                group = self._unexpired(group, expiring)
             if group:
                 blob = pickle.dumps(group, protocol=pickle.HIGHEST_PROTOCOL)
                 self._parts.append(blob)
@@ -661,6 +698,31 @@ class KeyGroupSerializer:
                 return False
         self.done = True
         return True
+
+    def _unexpired(
+        self,
+        group: dict[str, tuple[str, dict[Any, Any]]],
+        expiring: dict[str, Callable[[Any, int], Any]],
+    ) -> dict[str, tuple[str, dict[Any, Any]]]:
+        """``group`` without the entries of TTL states that had expired at the barrier.
+
+        Builds new dictionaries and values, never changes the copies: their values may
+        still be shared with the live state (copy-on-write)."""
+        now = self._snapshot._now_ms
+        kept: dict[str, tuple[str, dict[Any, Any]]] = {}
+        for name, (kind, values) in group.items():
+            expire = expiring.get(name)
+            if expire is None:
+                kept[name] = (kind, values)
+                continue
+            unexpired = {}
+            for key, stored in values.items():
+                part = expire(stored, now)
+                if part is not None:
+                    unexpired[key] = part
+            if unexpired:
+                kept[name] = (kind, unexpired)
+        return kept
 
     def result(self) -> SerializedKeyedState:
         if not self.done:

@@ -143,7 +143,9 @@ class OperatorChain:
             if not consumers:
                 tails.append(mine)
             backend = (
-                HeapKeyedStateBackend(key_group_range, tdd.max_parallelism, owner=_describe_operator(spec))
+                HeapKeyedStateBackend(
+                    key_group_range, tdd.max_parallelism, owner=_describe_operator(spec), clock=services.clock
+                )
                 if spec.keyed
                 else None
             )
