@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import os
 import random
+from pathlib import Path
 from typing import Any
 
 from chandy.core.functions import (
@@ -120,13 +122,33 @@ class SlowMap(MapFunction):
 
 
 class Throttle(MapFunction):
-    """Sleeps ``delay_s`` per record (a source that cannot finish before the test acts)."""
+    """Sleeps ``delay_s`` per record (a source that cannot finish before the test acts).
 
-    def __init__(self, delay_s: float) -> None:
+    With ``until`` (a file's path), only until that file exists: a test that needs the job
+    running while it kills or stops something calls :func:`release` once it is done, and
+    the rest of the input runs at full speed instead of being paced for nothing (in every
+    process and attempt: the file is the signal, looked for at most every 10 ms)."""
+
+    def __init__(self, delay_s: float, until: str | None = None) -> None:
         self.delay_s = delay_s
+        self.until = until
+        self.released = False
+        self._next_look = 0.0
 
     def map(self, value: Any) -> Any:
         import time
 
-        time.sleep(self.delay_s)
+        if self.until is not None:
+            now = time.monotonic()
+            if now >= self._next_look:
+                if os.path.exists(self.until):
+                    self.released, self.until = True, None  # for good: no more looking
+                self._next_look = now + 0.01
+        if not self.released:
+            time.sleep(self.delay_s)
         return value
+
+
+def release(until: str) -> None:
+    """Lets every :class:`Throttle` waiting ``until`` this file run at full speed."""
+    Path(until).touch()

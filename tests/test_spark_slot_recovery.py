@@ -14,7 +14,7 @@ import pytest
 from chandy import StreamExecutionEnvironment
 from chandy.errors import JobCancelledError
 from chandy.runtime.job_client import JobClient
-from tests.jobs import CountingFilter, KeyedCounter, Throttle, final_counts
+from tests.jobs import CountingFilter, KeyedCounter, Throttle, final_counts, release
 from tests.probes import Probe
 from tests.test_spark_executor import pid_alive, wait_for
 
@@ -22,6 +22,7 @@ pytestmark = pytest.mark.usefixtures("spark_session")
 
 
 def start_counting_job(n: int, keys: int, probe: Probe, delay_s: float) -> tuple[JobClient, list[Any], Any]:
+    """Paced by ``delay_s`` per record until the test releases :func:`throttle_gate`."""
     env = StreamExecutionEnvironment.get_execution_environment(executor="spark")
     env.set_parallelism(2)
     env.enable_checkpointing(100)
@@ -31,7 +32,7 @@ def start_counting_job(n: int, keys: int, probe: Probe, delay_s: float) -> tuple
         .uid("source")
         .filter(CountingFilter("filter", probe))
         .uid("filter")
-        .map(Throttle(delay_s))
+        .map(Throttle(delay_s, until=throttle_gate(probe)))
         .uid("throttle")
         .key_by(lambda x: x % keys)
         .process(KeyedCounter(n // keys))
@@ -51,6 +52,11 @@ def start_counting_job(n: int, keys: int, probe: Probe, delay_s: float) -> tuple
     return results.job_client, out, reader
 
 
+def throttle_gate(probe: Probe) -> str:
+    """The file that ends the pacing of the job ``probe`` belongs to."""
+    return os.path.join(probe.directory, "release-throttle")
+
+
 def running_job(
     n: int, keys: int, delay_s: float, checkpoints: int
 ) -> tuple[JobClient, list[Any], threading.Thread, Probe]:
@@ -67,6 +73,8 @@ def running_job(
 def assert_finished_exactly_once(
     client: JobClient, out: list[Any], reader: threading.Thread, probe: Probe, n: int, keys: int
 ) -> None:
+    """Once the test has done what needed the job running: the rest of its input unpaced."""
+    release(throttle_gate(probe))
     reader.join(180)
     assert not reader.is_alive()
     assert client.get_job_status().name == "FINISHED"
