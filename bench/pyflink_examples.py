@@ -1,7 +1,8 @@
-"""PyFlink's own event-time examples, run by chandy with only their imports changed.
+"""PyFlink's own event-time and state examples, run by chandy with only their imports changed.
 
 ``python -m bench.pyflink_examples`` takes the window examples PyFlink 2.3 ships
-(``pyflink/examples/datastream/windowing/*.py``, from the PyFlink the benchmarks
+(``pyflink/examples/datastream/windowing/*.py``) and its state TTL example
+(``state_access.py``), both from the PyFlink the benchmarks
 install under ``bench/.cache/venvs/pyflink``), replaces ``pyflink`` by ``chandy``
 in them, runs each, and compares what it prints with what PyFlink printed
 (``tests/pyflink_outputs/``). It also checks that every name those examples
@@ -62,10 +63,38 @@ def run_window_example(examples: Path, original: str, kind: str) -> str | None:
     return None
 
 
+def run_state_access_example(examples: Path) -> str | None:
+    """``None`` if chandy prints what PyFlink printed: the same records in the same order.
+    PyFlink ran at parallelism 2 and prefixed its lines with the subtask (``1> ``); chandy's
+    default parallelism is 1, which prints none, so the prefixes are not compared."""
+    ported = (
+        (examples / "state_access.py")
+        .read_text(encoding="utf-8")
+        .replace("pyflink", "chandy")
+        .replace("get_execution_environment()", 'get_execution_environment(executor="local")')
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", ported], check=False, capture_output=True, text=True, timeout=300, cwd=ROOT
+    )
+    if done.returncode != 0:
+        return f"exit {done.returncode}: {done.stderr[-2000:]}"
+    unprefixed = [line.split("> ", 1)[-1] for line in done.stdout.splitlines()]
+    expected = [
+        line.split("> ", 1)[-1]
+        for line in (OUTPUTS / "state-access.txt").read_text(encoding="utf-8").splitlines()
+    ]
+    if unprefixed != expected:
+        return f"printed {done.stdout.splitlines()!r}, PyFlink printed {expected!r}"
+    return None
+
+
 def unresolved_imports(examples: Path) -> list[str]:
-    """Names PyFlink's event-time and window examples import that chandy lacks (state TTL,
-    a later issue, is left out)."""
-    files = [examples / "event_time_timer.py", *sorted((examples / "windowing").glob("*.py"))]
+    """Names PyFlink's event-time, window and state examples import that chandy lacks."""
+    files = [
+        examples / "event_time_timer.py",
+        examples / "state_access.py",
+        *sorted((examples / "windowing").glob("*.py")),
+    ]
     missing = []
     for path in files:
         for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
@@ -73,8 +102,6 @@ def unresolved_imports(examples: Path) -> list[str]:
                 continue
             module = (node.module or "").replace("pyflink.", "chandy.", 1)
             for alias in node.names:
-                if alias.name == "StateTtlConfig":
-                    continue
                 try:
                     getattr(importlib.import_module(module), alias.name)
                 except (ImportError, AttributeError) as error:
@@ -93,6 +120,9 @@ def main() -> int:
             f"{'ok  ' if problem is None else 'FAIL'} windowing/{original}.py"
             + (f": {problem}" if problem else "")
         )
+    problem = run_state_access_example(examples)
+    failed += problem is not None
+    print(f"{'ok  ' if problem is None else 'FAIL'} state_access.py" + (f": {problem}" if problem else ""))
     missing = unresolved_imports(examples)
     failed += bool(missing)
     print("ok   every import resolves" if not missing else "FAIL imports: " + "; ".join(missing))

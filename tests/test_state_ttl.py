@@ -5,7 +5,11 @@ without TTL (window contents included) untouched."""
 
 from __future__ import annotations
 
+import re
+import subprocess
+import sys
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -679,3 +683,25 @@ def test_a_tasks_keyed_state_measures_ttl_in_the_tasks_clock() -> None:
         op.runtime_context.keyed_state_backend for op in chain.in_order() if op.runtime_context is not None
     ]
     assert [b.clock for b in backends if b is not None] == [clock]
+
+
+# ---------------------------------------------------------------------------- PyFlink's example
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def test_the_state_access_example_prints_what_pyflink_prints() -> None:
+    """``examples/state_access.py`` is PyFlink 2.3's ``examples/datastream/state_access.py``
+    with its imports changed; ``tests/pyflink_outputs/state-access.txt`` is what PyFlink
+    printed, run as shipped on 2 cores (parallelism 2; both keys landed on subtask 1, hence
+    the ``1>``). Chandy's default parallelism is 1, which prints no prefix; the records are
+    the same, in the same order (the FLOAT amounts rounded to 32 bits, the sums in 64)."""
+    done = subprocess.run(
+        [sys.executable, str(ROOT / "examples" / "state_access.py"), "--executor", "local"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    expected = (ROOT / "tests" / "pyflink_outputs" / "state-access.txt").read_text(encoding="utf-8")
+    assert done.stdout.splitlines() == [re.sub(r"^\d+> ", "", line) for line in expected.splitlines()]
