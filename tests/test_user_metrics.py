@@ -12,11 +12,15 @@ from __future__ import annotations
 import logging
 import pickle
 import statistics
+from collections.abc import Iterator
 from typing import Any
 
 import httpx
 import pytest
+from prometheus_client import CollectorRegistry, generate_latest
+from prometheus_client.core import Metric
 from prometheus_client.parser import text_string_to_metric_families
+from prometheus_client.registry import Collector
 
 from chandy import StreamExecutionEnvironment
 from chandy.core.functions import MapFunction, RuntimeContext
@@ -28,6 +32,7 @@ from chandy.task.metrics import OperatorCounters
 from chandy.task.runtime_context import StreamingRuntimeContext
 from chandy.task.user_metrics import OperatorMetricGroup
 from chandy.util.clock import ManualClock
+from chandy.web.prometheus import _Scrape
 from tests.jobs import Throttle
 from tests.test_rest_api import wait_for
 
@@ -377,3 +382,39 @@ def test_a_running_jobs_user_metrics_in_prometheus_with_flinks_names_and_labels(
     # the operator's own metrics are still there once per operator, and user ids are not among them
     assert len(families[f"{prefix}numRecordsIn"]) == 2 * 5  # source, Throttle, Metered, Filter, Print
     assert not any(name.startswith(f"{prefix}records.") for name in families)
+
+
+def test_user_metrics_whose_prometheus_names_coincide_never_give_a_sample_twice() -> None:
+    """Prometheus rejects a whole scrape that holds one sample twice (same name and labels):
+    user metrics that Flink's naming maps onto one name must not break every job's metrics."""
+    group = OperatorMetricGroup("Map")
+    group.add_group("a").counter("b_c").inc(1)
+    group.add_group("a_b").counter("c").inc(2)  # also ..._a_b_c
+    group.histogram("h").update(1)
+    group.counter("h_count").inc(3)  # the histogram's summary has a sample h_count
+    group.add_group("region").counter("orders").inc(4)
+    group.add_group("region", "eu").counter("orders").inc(5)  # the same name, one more label
+    registry = CollectorRegistry(auto_describe=False)
+    scrape = _Scrape()
+    labels = {"operator_name": "Map", "subtask_index": "0"}
+    for metric in group.snapshot():
+        scrape.user_metric(metric, labels)
+
+    class Families(Collector):
+        def collect(self) -> Iterator[Metric]:
+            yield from scrape.families.values()
+
+    registry.register(Families())
+    text = generate_latest(registry).decode()
+    samples = [
+        (s.name, tuple(sorted(s.labels.items())))
+        for family in text_string_to_metric_families(text)
+        for s in family.samples
+    ]
+    assert len(samples) == len(set(samples)), text
+    prefix = "flink_taskmanager_job_task_operator_"
+    families = {family.name: family for family in text_string_to_metric_families(text)}
+    # the first registered keeps the name; the later ones are left out, not the scrape
+    assert [s.value for s in families[f"{prefix}a_b_c"].samples] == [1.0]
+    assert families[f"{prefix}h"].type == "summary" and f"{prefix}h_count" not in families
+    assert [(s.labels, s.value) for s in families[f"{prefix}region_orders"].samples] == [(labels, 4.0)]

@@ -124,28 +124,48 @@ class _JobsCollector(Collector):
 
 
 class _Scrape:
-    """The families of one scrape. A family has one set of label names; a sample that would
-    give it another (two metrics that differ only in their key-value groups) is left out."""
+    """The families of one scrape, kept valid for Prometheus whatever names users choose.
+
+    Flink's naming can map two user metrics onto one name (``add_group("a").counter("b_c")``
+    and ``add_group("a_b").counter("c")``; a counter ``h_count`` beside a histogram ``h``,
+    whose summary has a sample ``h_count``). Prometheus rejects a whole scrape that holds a
+    sample twice, so a sample goes in only if no other family owns its name and no sample
+    with its name and labels is in yet, and a family keeps one set of label names (Flink's
+    reporter cannot register a second); what is left out is logged (debug)."""
 
     def __init__(self) -> None:
         self.families: dict[str, Metric] = {}
         self._labels: dict[str, tuple[str, ...]] = {}
+        #: Sample name -> the family it belongs to.
+        self._owner: dict[str, str] = {}
+        self._samples: set[tuple[str, frozenset[tuple[str, str]]]] = set()
 
-    def _family(self, name: str, kind: str, labels: dict[str, str]) -> Metric | None:
-        family = self.families.get(name)
+    def _add(self, family_name: str, kind: str, samples: list[tuple[str, dict[str, str], float]]) -> None:
+        """``samples`` (name, labels, value) into the family, all or none."""
+        family = self.families.get(family_name)
+        label_names = tuple(samples[0][1])
+        keys = [(name, frozenset(labels.items())) for name, labels, _ in samples]
+        clash = (
+            family is not None and (family.type != kind or self._labels[family_name] != label_names)
+        ) or any(
+            self._owner.get(name, family_name) != family_name or key in self._samples
+            for (name, _, _), key in zip(samples, keys, strict=True)
+        )
+        if clash:
+            log.debug("%s: its name is another metric's (or its sample is there); left out", family_name)
+            return
         if family is None:
-            family = self.families[name] = Metric(name, f"{name} (Flink's metric)", kind)
-            self._labels[name] = tuple(labels)
-        elif family.type != kind or self._labels[name] != tuple(labels):
-            log.debug("%s: another metric's name, with other labels or of another type; left out", name)
-            return None
-        return family
+            family = self.families[family_name] = Metric(family_name, f"{family_name} (Flink's metric)", kind)
+            self._labels[family_name] = label_names
+        for (name, labels, value), key in zip(samples, keys, strict=True):
+            family.add_sample(name, labels, value)
+            self._owner[name] = family_name
+            self._samples.add(key)
 
     def gauge(self, name: str, labels: dict[str, str], value: object) -> None:
         number = _number(value)
-        family = self._family(name, "gauge", labels) if number is not None else None
-        if family is not None and number is not None:
-            family.add_sample(name, labels, number)
+        if number is not None:
+            self._add(name, "gauge", [(name, labels, number)])
 
     def user_metric(self, metric: UserMetric, operator_labels: dict[str, str]) -> None:
         """A user metric as Flink's PrometheusReporter shows it: named by its logical scope
@@ -162,12 +182,13 @@ class _Scrape:
             labels[label] = value
         full = metric_name(OPERATOR_SCOPE, "_".join((*metric.logical_scope, metric.name)))
         if metric.kind == "histogram":
-            summary = self._family(full, "summary", labels)
-            if summary is not None:
-                statistics = dict(metric.statistics)
-                summary.add_sample(f"{full}_count", labels, float(metric.value))
-                for quantile, statistic in HISTOGRAM_QUANTILES:
-                    summary.add_sample(full, {**labels, "quantile": quantile}, statistics[statistic])
+            statistics = dict(metric.statistics)
+            self._add(
+                full,
+                "summary",
+                [(f"{full}_count", labels, float(metric.value))]
+                + [(full, {**labels, "quantile": q}, statistics[stat]) for q, stat in HISTOGRAM_QUANTILES],
+            )
         elif metric.kind == "distribution":
             self.gauge(f"{full}_count", labels, metric.value)
             for statistic, number in metric.statistics:
