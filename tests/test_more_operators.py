@@ -18,6 +18,7 @@ from chandy.datastream.functions import KeySelector, MapFunction, RuntimeContext
 from chandy.graph.execution_graph import ExecutionGraph
 from chandy.graph.job_graph import DistributionPattern
 from chandy.task.operators.keyed import MaxByFunction, MaxFunction, MinByFunction, MinFunction, SumFunction
+from chandy.task.partitioners import CustomPartitionerWrapper, RescalePartitioner
 from tests.jobs import CountingMap, KeyedCounter, Throttle, final_counts
 from tests.probes import Probe
 from tests.test_checkpointing_e2e import checkpointing_env, drain, latest_checkpoint_dir, wait_for_checkpoints
@@ -290,6 +291,24 @@ def test_rescale_at_equal_parallelism_is_pointwise_but_not_chained() -> None:
     assert graph.job_graph.edges[0].partitioner.name == "RESCALE"
 
 
+def test_the_rescale_partitioner_round_robins_from_its_first_channel_across_batches() -> None:
+    partitioner = RescalePartitioner()
+    partitioner.setup(2, 5)
+    buffers: list[list[int]] = [[], []]
+    partitioner.partition([0, 1, 2], buffers)
+    partitioner.partition([3, 4], buffers)
+    assert buffers == [[0, 2, 4], [1, 3]]  # Flink's RescalePartitioner starts at channel 0
+    timed = RescalePartitioner().with_timestamps(True)
+    timed.setup(3, 0)
+    batches = [timed.new_buffer() for _ in range(3)]
+    timed.partition_timestamped(["a", "b", "c", "d"], [10, None, 30, 40], batches)
+    assert [(b.values, b.timestamps) for b in batches] == [
+        (["a", "d"], [10, 40]),
+        (["b"], [None]),
+        (["c"], [30]),
+    ]
+
+
 class Tag(MapFunction):
     """Appends the index of the subtask the record passed through."""
 
@@ -348,13 +367,15 @@ def test_rescale_between_parallelism_2_and_3_on_spark(spark_session: Any) -> Non
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("new_parallelism", [2, 4])
+@pytest.mark.parametrize(("on", "new_parallelism"), [("local", 2), ("local", 4), ("spark", 4)])
 def test_restore_of_a_job_whose_rescale_edge_changed_parallelism(
-    tmp_path: Path, new_parallelism: int
+    tmp_path: Path, on: str, new_parallelism: int, request: pytest.FixtureRequest
 ) -> None:
     """Cut at a checkpoint of source(2) -rescale-> map(3), then run on with the map at another
     parallelism (the edge is wired anew: 2 -> 2 is one channel each, 2 -> 4 two): the map's
     operator state and the keyed counts continue exactly once."""
+    if on == "spark":
+        request.getfixturevalue("spark_session")
     n, keys = 20_000, 20
 
     def job(env: StreamExecutionEnvironment, delay: float, map_parallelism: int, probe: Probe) -> Any:
@@ -376,14 +397,15 @@ def test_restore_of_a_job_whose_rescale_edge_changed_parallelism(
         "execution.checkpointing.dir": str(tmp_path),
         "execution.checkpointing.externalized-checkpoint-retention": "RETAIN_ON_CANCELLATION",
     }
-    results = job(checkpointing_env(interval_ms=50, **retain), 0.0005, 3, Probe()).execute_and_collect(
-        "first run"
-    )
+    first_env = checkpointing_env(interval_ms=50, executor=on, **retain)
+    results = job(first_env, 0.0005, 3, Probe()).execute_and_collect("first run")
     first, reader = drain(results)
     wait_for_checkpoints(tmp_path, 1)
     results.close()
     reader.join(30)
-    env = checkpointing_env(interval_ms=100, **{"execution.checkpointing.dir": str(tmp_path / "second")})
+    env = checkpointing_env(
+        interval_ms=100, executor=on, **{"execution.checkpointing.dir": str(tmp_path / "second")}
+    )
     env.set_restore_path(str(latest_checkpoint_dir(tmp_path)))
     probe = Probe()
     second = job(env, 0.0, new_parallelism, probe).execute_and_collect("second run", limit=10**6)
@@ -432,6 +454,41 @@ def test_partition_custom_sends_each_record_where_the_partitioner_says() -> None
         .execute_and_collect(limit=1000)
     )
     assert sorted(out) == [(x, (x // 10) % 4) for x in range(100)]
+
+
+class CountingPartitioner(Partitioner):
+    """Counts its calls in itself: shows whose copy a subtask uses."""
+
+    def __init__(self) -> None:
+        self.calls = 0
+
+    def partition(self, key: Any, num_partitions: int) -> int:
+        self.calls += 1
+        return key % num_partitions
+
+
+def test_each_producing_subtask_partitions_with_its_own_copy_of_the_partitioner() -> None:
+    prototype = CountingPartitioner()
+    wrapper = CustomPartitionerWrapper(prototype, lambda x: x)
+    first, second = wrapper.copy(), wrapper.copy()
+    first.setup(2, 0)
+    second.setup(2, 1)
+    buffers: list[list[int]] = [[], []]
+    first.partition([0, 1, 2], buffers)
+    second.partition([3], buffers)
+    assert buffers == [[0, 2], [1, 3]]
+    assert prototype.calls == 0
+    owners = [f.partition_function.__self__ for f in (first, second)]  # type: ignore[attr-defined]
+    assert [o.calls for o in owners] == [3, 1]
+
+
+def test_a_bad_partition_on_a_timestamped_edge_is_the_same_error() -> None:
+    wrapper = CustomPartitionerWrapper(lambda key, n: -1, lambda x: x).with_timestamps(True)
+    wrapper.setup(2, 0)
+    with pytest.raises(
+        ValueError, match=r"returned -1 for key 7, but the partition must be an int in \[0, 2\)"
+    ):
+        wrapper.partition_timestamped([7], [70], [wrapper.new_buffer(), wrapper.new_buffer()])
 
 
 class Index:
