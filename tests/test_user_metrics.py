@@ -394,6 +394,7 @@ def test_user_metrics_whose_prometheus_names_coincide_never_give_a_sample_twice(
     group.counter("h_count").inc(3)  # the histogram's summary has a sample h_count
     group.add_group("region").counter("orders").inc(4)
     group.add_group("region", "eu").counter("orders").inc(5)  # the same name, one more label
+    group.add_group("2nd region", "us").counter("orders").inc(6)  # a label may not start with a digit
     registry = CollectorRegistry(auto_describe=False)
     scrape = _Scrape()
     labels = {"operator_name": "Map", "subtask_index": "0"}
@@ -418,3 +419,6 @@ def test_user_metrics_whose_prometheus_names_coincide_never_give_a_sample_twice(
     assert [s.value for s in families[f"{prefix}a_b_c"].samples] == [1.0]
     assert families[f"{prefix}h"].type == "summary" and f"{prefix}h_count" not in families
     assert [(s.labels, s.value) for s in families[f"{prefix}region_orders"].samples] == [(labels, 4.0)]
+    assert [(s.labels, s.value) for s in families[f"{prefix}2nd_region_orders"].samples] == [
+        ({**labels, "_2nd_region": "us"}, 6.0)
+    ]

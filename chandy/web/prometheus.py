@@ -55,8 +55,10 @@ def metric_name(scope: str, name: str) -> str:
 
 def label_name(name: str) -> str:
     """A user variable's label (the key of ``add_group(key, value)``), as Flink's reporter
-    makes it: characters Prometheus does not allow replaced by ``_``."""
-    return _INVALID.sub("_", name).replace(":", "_")
+    makes it: characters Prometheus does not allow replaced by ``_``, and ``_`` before a
+    leading digit (which Flink's leaves, and Prometheus rejects with the whole scrape)."""
+    label = _INVALID.sub("_", name).replace(":", "_")
+    return f"_{label}" if label[0].isdigit() else label
 
 
 def _number(value: object) -> float | None:
