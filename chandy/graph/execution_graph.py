@@ -198,10 +198,9 @@ class ExecutionGraph:
         """For each output edge of ``vertex``, the channels subtask ``subtask`` writes."""
         result = []
         for edge in vertex.outputs:
-            source = self.job_graph.vertex(edge.source_vertex_id)
             target = self.job_graph.vertex(edge.target_vertex_id)
             if edge.pattern is DistributionPattern.POINTWISE:
-                consumers = pointwise_consumers(subtask, source.parallelism, target.parallelism)
+                consumers = pointwise_consumers(subtask, vertex.parallelism, target.parallelism)
             else:
                 consumers = range(target.parallelism)
             result.append([ChannelID(edge.index, subtask, c) for c in consumers])
