@@ -33,7 +33,7 @@ from chandy import StreamExecutionEnvironment
 from chandy.connectors import Encoder, FileSink
 from chandy.messages.status import JobStatus
 from chandy.runtime.job_client import JobClient
-from tests.jobs import Throttle
+from tests.jobs import Throttle, release
 from tests.test_end_to_end_exactly_once import RunningCount
 from tests.test_file_sink import committed_lines
 from tests.test_spark_executor import pid_alive, wait_for
@@ -44,7 +44,8 @@ N = 60_000
 KEYS = 30
 
 
-def start_job(output: Path) -> JobClient:
+def start_job(output: Path, gate: str) -> JobClient:
+    """The job, paced until the test creates ``gate`` (once its kills are done)."""
     env = StreamExecutionEnvironment.get_execution_environment(executor="spark")
     env.set_parallelism(2)
     env.enable_checkpointing(300)
@@ -52,7 +53,7 @@ def start_job(output: Path) -> JobClient:
     (
         env.from_sequence(0, N - 1)
         .uid("source")
-        .map(Throttle(0.0001))
+        .map(Throttle(0.0001, until=gate))
         .uid("throttle")
         .key_by(lambda i: i % KEYS)
         .process(RunningCount())
@@ -145,8 +146,8 @@ def assert_exactly_once(lines: list[str]) -> None:
 def test_a_slot_killed_while_the_job_restarts_is_one_more_failover(
     tmp_path: Path, process: str, moment: str
 ) -> None:
-    output = tmp_path / "out"
-    client = start_job(output)
+    output, gate = tmp_path / "out", str(tmp_path / "release-throttle")
+    client = start_job(output, gate)
     wait_for(
         lambda: (
             len(client.get_task_slots()) == 2
@@ -163,6 +164,7 @@ def test_a_slot_killed_while_the_job_restarts_is_one_more_failover(
         second = kill_at_fork(client, spark_workers_parent, known, old_supervisors, process)
     else:
         second = kill_once_registered(client, known, process)
+    release(gate)  # the second kill is done: the rest of the input need not be paced
 
     client.get_job_execution_result(timeout=180)  # raises if the job did not finish
     assert client.get_job_status() is JobStatus.FINISHED
