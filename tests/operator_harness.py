@@ -20,6 +20,7 @@ from chandy.task.operators.base import (
     StateInitializationContext,
     StateSnapshotContext,
     StreamOperator,
+    TwoInputStreamOperator,
 )
 from chandy.task.processing_time import ProcessingTimeService
 from chandy.task.runtime_context import StreamingRuntimeContext
@@ -180,9 +181,12 @@ class KeyedOperatorHarness(OperatorHarness):
             self.open()
         return self
 
-    def process_records(self, values: Iterable[Any], timestamps: Iterable[int | None] | None = None) -> None:
+    def process_records(
+        self, values: Iterable[Any], timestamps: Iterable[int | None] | None = None, input_number: int = 0
+    ) -> None:
         """One KeyedBatch of ``values`` (all must belong to this subtask), with a timestamp
-        column if ``timestamps`` is given."""
+        column if ``timestamps`` is given; to input 1 or 2 of a two-input operator if
+        ``input_number`` says so (its key selector then takes the records of both)."""
         batch = KeyedBatch() if timestamps is None else KeyedBatch.with_timestamps()
         for value in values:
             key = self.key_selector(value)
@@ -195,7 +199,11 @@ class KeyedOperatorHarness(OperatorHarness):
         if timestamps is not None:
             assert batch.timestamps is not None
             batch.timestamps.extend(timestamps)
-        self.operator.process_batch(batch)  # type: ignore[arg-type]
+        if input_number == 0:
+            self.operator.process_batch(batch)  # type: ignore[arg-type]
+        else:
+            assert isinstance(self.operator, TwoInputStreamOperator)
+            (self.operator.process_batch1 if input_number == 1 else self.operator.process_batch2)(batch)
 
     def watermark(self, timestamp: int) -> None:
         self.operator.process_watermark(timestamp)

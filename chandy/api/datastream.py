@@ -59,6 +59,7 @@ from chandy.task.partitioners import (
 )
 
 if TYPE_CHECKING:
+    from chandy.api.connected_streams import ConnectedStreams
     from chandy.api.environment import StreamExecutionEnvironment
     from chandy.api.windowed_stream import AllWindowedStream, WindowedStream
     from chandy.core.windows import WindowAssigner
@@ -307,6 +308,15 @@ class DataStream(_NodeHandle):
                 raise InvalidProgramError("union() of streams from different environments")
             inputs.extend(stream._inputs)
         return DataStream(self._env, None, inputs)
+
+    def connect(self, ds: DataStream) -> ConnectedStreams:
+        """Connect this stream (the first input) and ``ds`` (the second), possibly of different
+        types, for one operator that sees both (``map(CoMapFunction)``, ``flat_map``,
+        ``process``) and may share state between them. Two keyed streams connect keyed."""
+        from chandy.api.connected_streams import ConnectedStreams
+
+        # connect(BroadcastStream) -> BroadcastConnectedStream (chandy.api.broadcast_stream) goes here.
+        return ConnectedStreams(self, ds)
 
     def window_all(self, window_assigner: WindowAssigner[Any, Any]) -> AllWindowedStream:
         """Windows over the whole stream (not per key), evaluated by one subtask."""

@@ -229,6 +229,76 @@ class KeyedProcessFunction(Function):
         return None
 
 
+class CoMapFunction(Function):
+    """A map over two connected streams (``ds1.connect(ds2).map(f)``): ``map1`` for each
+    record of the first, ``map2`` for each of the second, one instance for both, so the two
+    may share state. A ``None`` result emits nothing (PyFlink's behaviour). On connected
+    keyed streams both may use keyed state, scoped to the record's key."""
+
+    @abstractmethod
+    def map1(self, value: Any) -> Any: ...
+
+    @abstractmethod
+    def map2(self, value: Any) -> Any: ...
+
+
+class CoFlatMapFunction(Function):
+    """A flat map over two connected streams: ``flat_map1`` / ``flat_map2`` yield (or return
+    an iterable of) any number of outputs for a record of the first / second stream."""
+
+    @abstractmethod
+    def flat_map1(self, value: Any) -> Iterable[Any] | None: ...
+
+    @abstractmethod
+    def flat_map2(self, value: Any) -> Iterable[Any] | None: ...
+
+
+class CoProcessFunction(Function):
+    """A function over the records of two connected streams (``connect(...).process(f)``).
+
+    Its context is a :class:`ProcessFunction`'s (``timestamp()``, ``timer_service()``);
+    setting timers needs keyed inputs. On two keyed streams it runs as keyed (keyed state
+    works, as in PyFlink), though only a :class:`KeyedCoProcessFunction` has ``on_timer``.
+    Yield ``(output_tag, value)`` to emit ``value`` to a side output.
+    """
+
+    #: The context of ``process_element1/2``: the same as a ProcessFunction's.
+    Context = ProcessFunction.Context
+
+    @abstractmethod
+    def process_element1(self, value: Any, ctx: ProcessFunction.Context) -> Iterable[Any] | None:
+        """A record of the first stream; yield outputs."""
+
+    @abstractmethod
+    def process_element2(self, value: Any, ctx: ProcessFunction.Context) -> Iterable[Any] | None:
+        """A record of the second stream; yield outputs."""
+
+
+class KeyedCoProcessFunction(Function):
+    """A function over two connected keyed streams (``ds1.connect(ds2).key_by(k1, k2)``, or
+    the connection of two ``KeyedStream``\\ s) with keyed state and timers shared by both:
+    a record of either input, and a timer, sees the state of its key, whichever input set it.
+
+    Yield ``(output_tag, value)`` to emit ``value`` to a side output.
+    """
+
+    #: The contexts are a KeyedProcessFunction's: they offer the same.
+    Context = KeyedProcessFunction.Context
+    OnTimerContext = KeyedProcessFunction.OnTimerContext
+
+    @abstractmethod
+    def process_element1(self, value: Any, ctx: KeyedProcessFunction.Context) -> Iterable[Any] | None:
+        """A record of the first stream; yield outputs."""
+
+    @abstractmethod
+    def process_element2(self, value: Any, ctx: KeyedProcessFunction.Context) -> Iterable[Any] | None:
+        """A record of the second stream; yield outputs."""
+
+    def on_timer(self, timestamp: int, ctx: KeyedProcessFunction.OnTimerContext) -> Iterable[Any] | None:
+        """A timer set through ``ctx.timer_service()`` (for either input) fired; yield outputs."""
+        return None
+
+
 class SinkFunction(Function):
     """Writes records somewhere outside the job (``ds.add_sink(f)``)."""
 

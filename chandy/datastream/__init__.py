@@ -18,6 +18,7 @@ _EXPORTS = {
     **exports_of("chandy.api.environment", "StreamExecutionEnvironment"),
     **exports_of("chandy.api.datastream", "DataStream", "KeyedStream", "DataStreamSink"),
     **exports_of("chandy.api.windowed_stream", "WindowedStream", "AllWindowedStream"),
+    **exports_of("chandy.api.connected_streams", "ConnectedStreams"),
     **exports_of("chandy.api.checkpoint_config", "CheckpointConfig"),
     **exports_of("chandy.config.options", "CheckpointingMode", "ExternalizedCheckpointRetention"),
     **exports_of(
@@ -30,6 +31,10 @@ _EXPORTS = {
         "Partitioner",
         "ProcessFunction",
         "KeyedProcessFunction",
+        "CoMapFunction",
+        "CoFlatMapFunction",
+        "CoProcessFunction",
+        "KeyedCoProcessFunction",
         "SinkFunction",
         "AggregateFunction",
         "WindowFunction",
@@ -60,6 +65,10 @@ __all__ = [
     "AllWindowedStream",
     "CheckpointConfig",
     "CheckpointingMode",
+    "CoFlatMapFunction",
+    "CoMapFunction",
+    "CoProcessFunction",
+    "ConnectedStreams",
     "CountWindow",
     "DataStream",
     "DataStreamSink",
@@ -68,6 +77,7 @@ __all__ = [
     "FlatMapFunction",
     "GlobalWindow",
     "KeySelector",
+    "KeyedCoProcessFunction",
     "KeyedProcessFunction",
     "KeyedStream",
     "MapFunction",
@@ -99,6 +109,7 @@ def __getattr__(name: str) -> Any:
 
 if TYPE_CHECKING:
     from chandy.api.checkpoint_config import CheckpointConfig
+    from chandy.api.connected_streams import ConnectedStreams
     from chandy.api.datastream import DataStream, DataStreamSink, KeyedStream
     from chandy.api.environment import StreamExecutionEnvironment
     from chandy.api.windowed_stream import AllWindowedStream, WindowedStream
@@ -106,8 +117,12 @@ if TYPE_CHECKING:
     from chandy.core.functions import (
         AggregateFunction,
         AllWindowFunction,
+        CoFlatMapFunction,
+        CoMapFunction,
+        CoProcessFunction,
         FilterFunction,
         FlatMapFunction,
+        KeyedCoProcessFunction,
         KeyedProcessFunction,
         KeySelector,
         MapFunction,

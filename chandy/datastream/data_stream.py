@@ -9,10 +9,12 @@ from chandy.common._lazy import exports_of, load_export
 _EXPORTS = {
     **exports_of("chandy.api.datastream", "DataStream", "KeyedStream", "DataStreamSink"),
     **exports_of("chandy.api.windowed_stream", "WindowedStream", "AllWindowedStream"),
+    **exports_of("chandy.api.connected_streams", "ConnectedStreams"),
 }
 
 __all__ = [
     "AllWindowedStream",
+    "ConnectedStreams",
     "DataStream",
     "DataStreamSink",
     "KeyedStream",
@@ -25,5 +27,6 @@ def __getattr__(name: str) -> Any:
 
 
 if TYPE_CHECKING:
+    from chandy.api.connected_streams import ConnectedStreams
     from chandy.api.datastream import DataStream, DataStreamSink, KeyedStream
     from chandy.api.windowed_stream import AllWindowedStream, WindowedStream

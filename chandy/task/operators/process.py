@@ -22,11 +22,11 @@ a pair is examined value by value in Python.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from operator import itemgetter
 from typing import Any
 
-from chandy.core.functions import KeyedProcessFunction, ProcessFunction, TimerService
+from chandy.core.functions import KeyedCoProcessFunction, KeyedProcessFunction, ProcessFunction, TimerService
 from chandy.core.output_tag import OutputTag
 from chandy.core.time import TimeDomain
 from chandy.errors import InvalidProgramError
@@ -38,6 +38,9 @@ from chandy.task.timers import InternalTimer, InternalTimerService
 
 #: The name of a process function's timer service (Flink's).
 USER_TIMERS = "user-timers"
+
+#: The ``on_timer`` methods that do nothing: a function that keeps one needs no timer tables.
+_DEFAULT_ON_TIMERS = (KeyedProcessFunction.on_timer, KeyedCoProcessFunction.on_timer)
 
 
 def _processing_time_service(operator: StreamOperator) -> ProcessingTimeService:
@@ -153,7 +156,9 @@ class _NonKeyedTimerService(_TimeQueries):
     def _refuse(self) -> InvalidProgramError:
         return InvalidProgramError(
             f"Setting timers is only supported on a keyed stream (operator '{self._operator.name}' "
-            "is not keyed): call key_by(...) before process(...) and use a KeyedProcessFunction"
+            "is not keyed): call key_by(...) before process(...) and use a KeyedProcessFunction "
+            "(connected streams: connect two keyed streams, or key_by(k1, k2), and use a "
+            "KeyedCoProcessFunction)"
         )
 
     def register_processing_time_timer(self, timestamp: int) -> None:
@@ -188,12 +193,20 @@ class ProcessOperator(UdfOperator):
 
     def open(self) -> None:
         super().open()
-        self._call = resolve_call(self.user_function, "process_element")
+        self._resolve_calls()
         self._context = _ProcessContext(_NonKeyedTimerService(self))
         self._router = _SideOutputRouter(self)
 
+    def _resolve_calls(self) -> None:
+        """Find the user function's element method(s); the two-input operators (``connect``)
+        override this and share everything else."""
+        self._call = resolve_call(self.user_function, "process_element")
+
     def process_batch(self, records: list[Any]) -> None:
-        call, ctx = self._call, self._context
+        self._process(self._call, records)
+
+    def _process(self, call: Callable[[Any, Any], Any], records: list[Any]) -> None:
+        ctx = self._context
         if type(records) is not list:
             timed: TimestampedBatch = records  # type: ignore[assignment]
             out, out_ts = _run_timestamped(call, ctx, timed.values, timed.timestamps)
@@ -262,13 +275,13 @@ class KeyedProcessOperator(KeyedOperator):
 
     def open(self) -> None:
         super().open()
-        self._call = resolve_call(self.user_function, "process_element")
+        self._resolve_calls()
         timer_service = _KeyedTimerService(self)
         self._context = _KeyedContext(self.backend, timer_service)
         self._timer_context = _KeyedContext(self.backend, timer_service)
         self._router = _SideOutputRouter(self)
         on_timer = getattr(self.user_function, "on_timer", None)
-        if getattr(type(self.user_function), "on_timer", None) is KeyedProcessFunction.on_timer:
+        if getattr(type(self.user_function), "on_timer", None) in _DEFAULT_ON_TIMERS:
             on_timer = None  # the default does nothing
         self._on_timer = on_timer
         #: Outputs of event-time timers firing in one watermark, emitted as one batch.
@@ -287,12 +300,19 @@ class KeyedProcessOperator(KeyedOperator):
             )
         return timers
 
+    def _resolve_calls(self) -> None:
+        """As :meth:`ProcessOperator._resolve_calls`."""
+        self._call = resolve_call(self.user_function, "process_element")
+
     def process_batch(self, records: KeyedBatch) -> None:  # type: ignore[override]
+        self._process(self._call, records)
+
+    def _process(self, call: Callable[[Any, Any], Any], records: KeyedBatch) -> None:
         if records.timestamps is not None:
-            self._process_timestamped(records, records.timestamps)
+            self._process_timestamped(call, records, records.timestamps)
             return
         backend = self.backend
-        call, ctx = self._call, self._context
+        ctx = self._context
         ctx._timestamp = None
         out: list[Any] = []
         extend = out.extend
@@ -305,9 +325,11 @@ class KeyedProcessOperator(KeyedOperator):
         if out:
             self._router.emit(out, None)
 
-    def _process_timestamped(self, records: KeyedBatch, timestamps: list[int | None]) -> None:
+    def _process_timestamped(
+        self, call: Callable[[Any, Any], Any], records: KeyedBatch, timestamps: list[int | None]
+    ) -> None:
         backend = self.backend
-        call, ctx = self._call, self._context
+        ctx = self._context
         out: list[Any] = []
         out_ts: list[int | None] = []
         extend, extend_ts = out.extend, out_ts.extend
