@@ -705,3 +705,16 @@ def test_the_state_access_example_prints_what_pyflink_prints() -> None:
     assert done.returncode == 0, done.stderr[-3000:]
     expected = (ROOT / "tests" / "pyflink_outputs" / "state-access.txt").read_text(encoding="utf-8")
     assert done.stdout.splitlines() == [re.sub(r"^\d+> ", "", line) for line in expected.splitlines()]
+
+
+def test_the_guides_example_prints_what_it_says() -> None:
+    """docs/state-ttl.md's example runs as printed (on the local executor) and prints the
+    lines the page shows after it."""
+    page = (ROOT / "docs" / "state-ttl.md").read_text(encoding="utf-8")
+    (language, code), (shown_language, shown) = re.findall(r"```(\w+)\n(.*?)```", page, re.S)[:2]
+    assert (language, shown_language) == ("python", "text")
+    code = code.replace("get_execution_environment()", 'get_execution_environment(executor="local")')
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300, cwd=ROOT)
+    assert done.returncode == 0, done.stderr[-3000:]
+    printed = [re.sub(r"^\d+> ", "", line) for line in done.stdout.splitlines()]
+    assert sorted(printed) == sorted(shown.splitlines())
