@@ -30,7 +30,7 @@ import math
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 from chandy.core.metrics import (
     Counter,
@@ -45,6 +45,8 @@ from chandy.messages.metrics import UserMetric, UserMetricKind
 from chandy.util.clock import Clock, SystemClock
 
 log = logging.getLogger(__name__)
+
+_M = TypeVar("_M", bound=Metric)
 
 #: The operator's own metrics (``docs/metrics.md``): a user metric may not take their names.
 SYSTEM_OPERATOR_METRICS = frozenset(
@@ -268,60 +270,50 @@ class UserMetricGroup(MetricGroup):
         return group
 
     def counter(self, name: str) -> Counter:
-        counter = self._register(name, SimpleCounter, SimpleCounter)
-        assert isinstance(counter, SimpleCounter)
-        return counter
+        return self._register(name, SimpleCounter, SimpleCounter)
 
     def gauge(self, name: str, obj: Callable[[], Any]) -> None:
         if not callable(obj):
             raise TypeError(f"gauge '{name}' needs a function that returns its value, got {obj!r}")
         gauge = self._register(name, _Gauge, lambda: _Gauge(obj))
-        assert isinstance(gauge, _Gauge)
         gauge.obj = obj  # registered again: the new function replaces the old (PyFlink's)
 
     def meter(self, name: str, time_span_in_seconds: int = 60) -> Meter:
         clock = self._root.clock
-        meter = self._register(name, MeterView, lambda: MeterView(time_span_in_seconds, clock))
-        assert isinstance(meter, MeterView)
-        return meter
+        return self._register(name, MeterView, lambda: MeterView(time_span_in_seconds, clock))
 
     def distribution(self, name: str) -> Distribution:
-        distribution = self._register(name, ValueDistribution, ValueDistribution)
-        assert isinstance(distribution, ValueDistribution)
-        return distribution
+        return self._register(name, ValueDistribution, ValueDistribution)
 
     def histogram(self, name: str, window_size: int = 1000) -> Histogram:
-        histogram = self._register(name, WindowHistogram, lambda: WindowHistogram(window_size))
-        assert isinstance(histogram, WindowHistogram)
-        return histogram
+        return self._register(name, WindowHistogram, lambda: WindowHistogram(window_size))
 
-    def _register(self, name: str, kind: type[Metric], create: Callable[[], Metric]) -> Metric:
+    def _register(self, name: str, kind: type[_M], create: Callable[[], _M]) -> _M:
+        """The metric registered as ``name`` if it is of ``kind``, else a new one: registered,
+        or not (a warning) when the name is taken."""
         name = _checked_name(name, "metric")
         existing = self._metrics.get(name)
-        if existing is not None and type(existing.metric) is kind:
+        if existing is not None and isinstance(existing.metric, kind):
             return existing.metric
         metric = create()
-        taken = (
-            f"a {existing.kind}"
-            if existing is not None
-            else "a metric of the operator itself"
-            if not self._place.scope and name in SYSTEM_OPERATOR_METRICS
-            else None
-        )
-        if taken is not None:
-            log.warning(
-                "Operator '%s': %s already has %s named '%s'; the new %s works but is not reported "
-                "(Flink's name collision). Give it another name.",
-                self._root.operator_name,
-                self._place.describe(),
-                taken,
-                name,
-                _KINDS[kind],
-            )
+        if existing is not None:
+            taken = f"a {existing.kind}"
+        elif not self._place.scope and name in SYSTEM_OPERATOR_METRICS:
+            taken = "a metric of the operator itself"
+        else:
+            registered = _Registered(self._place, name, _KINDS[kind], metric)
+            self._metrics[name] = registered
+            self._root._add(registered)
             return metric
-        registered = _Registered(self._place, name, _KINDS[kind], metric)
-        self._metrics[name] = registered
-        self._root._add(registered)
+        log.warning(
+            "Operator '%s': %s already has %s named '%s'; the new %s works but is not reported "
+            "(Flink's name collision). Give it another name.",
+            self._root.operator_name,
+            self._place.describe(),
+            taken,
+            name,
+            _KINDS[kind],
+        )
         return metric
 
 
