@@ -469,6 +469,32 @@ def test_cleanup_while_a_snapshot_is_in_flight_does_not_change_the_snapshot(c: C
     assert list(restored_items.get()) == ["first", "second"]
 
 
+def test_values_a_cleanup_kept_are_still_copied_before_user_code_changes_them(c: Clocked) -> None:
+    """Incremental cleanup trims a list into a new list that still holds the element objects
+    a snapshot in flight holds; user code that then changes a read element in place must
+    not reach the snapshot (copy-on-write as for state without TTL)."""
+    config = StateTtlConfig.new_builder(Time.milliseconds(TTL_MS)).cleanup_incrementally(1000, False).build()
+    items = c.state(with_ttl(ListStateDescriptor("l"), config))
+    c.at("k")
+    items.add({"n": "old"})
+    c.advance(500)
+    items.add({"n": 1})
+    snapshot = c.backend.snapshot()
+    c.advance(500)  # the first element expires
+    c.at("other")
+    items.get()  # the cleanup trims k's list
+    c.at("k")
+    (element,) = items.get()
+    element["n"] = 2  # in place, as user code may
+    serialized = snapshot.serialize()
+    snapshot.release()
+    assert [v for v, _ in stored(restore([serialized], clock=ManualClock()), "l")["k"]] == [
+        {"n": "old"},
+        {"n": 1},
+    ]
+    assert list(items.get()) == [{"n": 2}]
+
+
 # ---------------------------------------------------------------------------- snapshots and restore
 
 
@@ -626,6 +652,28 @@ def test_a_keyed_process_function_forgets_a_key_idle_for_longer_than_the_ttl() -
     )
     back.process_records([("a", 100), ("b", 100)])
     assert back.values() == [("a", 100), ("b", 120)], "a (stamped at 999) expired, b (at 1,000) lives"
+
+
+def test_acceptance_expired_values_are_invisible_and_a_checkpoint_after_expiry_lacks_them() -> None:
+    """The issue's acceptance test, on the real operator and the real snapshot bytes, with a
+    processing-time ManualClock: keys idle for the TTL read as absent, and the checkpoint
+    taken then restores only the live key."""
+    h = KeyedOperatorHarness(KeyedProcessOperator(Sum()), lambda v: v[0], clock=ManualClock(0)).open_keyed()
+    h.process_records([("live", 1), ("idle", 10), ("idle-too", 100)])
+    h.clock.advance_ms(600)
+    h.process_records([("live", 1)])
+    h.clock.advance_ms(400)  # "idle" and "idle-too" untouched for 1 s: expired
+    checkpoint = h.snapshot_keyed(1)
+    assert checkpoint.keyed is not None
+    back = restore([checkpoint.keyed], clock=ManualClock(start_ms=1_000))
+    assert stored(back, "state") == {"live": (2, 600)}
+    h.process_records([("idle", 5), ("live", 1)])
+    assert h.values()[-2:] == [("idle", 5), ("live", 3)]
+    restored = KeyedOperatorHarness(
+        KeyedProcessOperator(Sum()), lambda v: v[0], clock=ManualClock(start_ms=1_000)
+    ).open_keyed([checkpoint])
+    restored.process_records([("idle-too", 1), ("live", 1)])
+    assert restored.values() == [("idle-too", 1), ("live", 3)]
 
 
 class PerKeyAndWindow(ProcessWindowFunction):

@@ -113,11 +113,9 @@ class IncrementalCleanup:
             if kept is None:
                 del m[key]
             else:
-                # A new object: a snapshot in flight keeps the old one, never sees this one.
+                # A new list or dict, but of the elements a snapshot in flight may share: the key
+                # is not marked private, so the handle's next read copies it first.
                 m[key] = kept
-                cow = table.cow
-                if cow is not None:
-                    cow.add(key)
 
 
 class _TtlState(_HeapState):
