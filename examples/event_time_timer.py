@@ -11,8 +11,9 @@ of the input (``pipeline.auto-watermark-interval: 0``), so every timer fires
 then, in timestamp order, and each prints the final sum. With periodic
 watermarks (the default, every 200 ms) a timer may fire while records are still
 arriving and print the sum so far. ``tests/test_examples.py`` compares the output
-with PyFlink's (PyFlink's example also sets a state TTL, which chandy does not
-have yet; the run it is compared with leaves it out).
+with PyFlink's (PyFlink's example also sets a one-second state TTL, which
+changes nothing in a run this short; the run it is compared with leaves it out,
+and ``examples/state_access.py`` shows TTL).
 """
 
 from __future__ import annotations
