@@ -163,9 +163,13 @@ def test_a_field_a_record_does_not_have_fails_the_job_naming_the_operation_and_t
     )
 
 
-def test_sum_of_plain_numbers_refuses_a_field_other_than_0_as_pyflink_does() -> None:
+def test_a_missing_field_is_named_and_plain_numbers_have_only_field_0_as_in_pyflink() -> None:
     with pytest.raises(TypeError, match=r"sum\(1\) on a record of type int"):
         SumFunction(1)(1, 2)
+    with pytest.raises(TypeError, match=r"max\('weight'\) on a record of type Box: it has no attribute"):
+        MaxFunction("weight")(Box("a", 1), Box("a", 2))
+    # a named tuple's field is also taken by name
+    assert SumFunction("value")(Reading("s", 1.0, "x"), Reading("s", 2.0, "y")) == Reading("s", 3.0, "x")
     assert SumFunction(0)(1, 2) == 3 and SumFunction(0)(1.5, 2) == 3.5
 
 

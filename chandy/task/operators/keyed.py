@@ -171,8 +171,8 @@ class StreamGroupedReduce(KeyedOperator):
 
 class FieldAggregation(ABC):
     """The folds behind ``KeyedStream.sum/min/max/min_by/max_by(position)``: they read one
-    field of a record (tuple or list index, ``Row`` position or name, dict key, attribute
-    name) and build new records rather than changing the one they got, which may also have
+    field of a record (tuple or list index, named tuple or ``Row`` position or name, dict
+    key, attribute name) and build new records rather than changing the one they got, which may also have
     gone elsewhere (Flink's object-reuse contract). A record of a basic type (a number, a
     string, ...) is its own field 0, as in PyFlink; any other position on it is an error."""
 
@@ -196,24 +196,29 @@ class FieldAggregation(ABC):
         """The aggregated field of ``record``."""
         position = self.position
         if isinstance(record, (tuple, list)):
-            if not isinstance(position, int):
-                raise self._error(record, "a tuple or list field is chosen by an int position")
-            return record[position]
+            if isinstance(position, int):
+                return record[position]
+            if position in getattr(record, "_fields", ()):  # a named tuple's field by name
+                return getattr(record, position)
+            raise self._error(record, "a tuple or list field is chosen by an int position")
         if isinstance(record, (Row, dict)):
             return record[position]
         if isinstance(position, str) and hasattr(record, position):
             return getattr(record, position)
         if position == 0:
             return record
+        if isinstance(position, str):
+            raise self._error(record, f"it has no attribute {position!r}")
         raise self._error(record, "a plain value has only field 0 (itself)")
 
     def replaced(self, record: Any, value: Any) -> Any:
         """A copy of ``record`` whose aggregated field is ``value``."""
         position = self.position
         if isinstance(record, tuple):
-            assert isinstance(position, int)  # field() checked it
             if hasattr(record, "_replace") and hasattr(record, "_fields"):  # named tuple
-                return record._replace(**{record._fields[position]: value})
+                name = position if isinstance(position, str) else record._fields[position]
+                return record._replace(**{name: value})
+            assert isinstance(position, int)  # field() checked it
             return (*record[:position], value, *record[position + 1 :])
         if isinstance(record, (list, dict)):
             fields = copy.copy(record)
