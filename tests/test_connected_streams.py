@@ -7,7 +7,10 @@ outputs, timestamps, snapshots), then in local jobs (the API, both ways of keyin
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from collections import Counter
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -339,3 +342,27 @@ def test_a_timer_in_a_non_keyed_co_process_function_fails_the_job_with_the_fix(
     with pytest.raises(JobExecutionError) as failure:
         numbers.connect(numbers).process(SetsTimer()).execute_and_collect(limit=1)
     assert "key_by(k1, k2)" in str(failure.value.__cause__)
+
+
+def test_the_connected_streams_example_prints_each_payment_at_the_rate_of_its_time() -> None:
+    """examples/connected_streams.py, as a user runs it (on the local executor)."""
+    root = Path(__file__).resolve().parent.parent
+    done = subprocess.run(
+        [sys.executable, str(root / "examples" / "connected_streams.py"), "--executor", "local"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    lines = [line.split("> ", 1) for line in done.stdout.splitlines()]
+    assert sorted((prefix.split(":")[0], value) for prefix, value in lines) == [
+        ("converted", "(p2,GBP,20.0,1.3,26.0)"),
+        ("converted", "(p3,USD,50.0,0.9,45.0)"),
+        ("converted", "(p5,USD,10.0,0.92,9.2)"),
+        ("converted", "(p6,GBP,40.0,1.3,52.0)"),
+        ("converted", "(p7,GBP,8.0,1.25,10.0)"),
+        ("converted", "(p8,USD,200.0,0.88,176.0)"),
+        ("converted", "(p9,USD,30.0,0.9,27.0)"),  # out of order: the rate of its time
+        ("no rate", "(p1,USD,100.0)"),
+        ("no rate", "(p4,CHF,5.0)"),
+    ]
