@@ -808,3 +808,66 @@ def test_partitioner_resolves_under_pyflinks_paths(module: str) -> None:
     from chandy.core.functions import Partitioner
 
     assert getattr(importlib.import_module(module), "Partitioner") is Partitioner
+
+
+#: Issue 14's broadcast state, under PyFlink 2.3's paths (pyflink/datastream/__init__.py,
+#: functions.py, state.py and data_stream.py export these).
+BROADCAST_IMPORTS: dict[str, list[str]] = {
+    "datastream": [
+        "BroadcastStream",
+        "BroadcastConnectedStream",
+        "BroadcastProcessFunction",
+        "KeyedBroadcastProcessFunction",
+    ],
+    "datastream.functions": [
+        "BaseBroadcastProcessFunction",
+        "BroadcastProcessFunction",
+        "KeyedBroadcastProcessFunction",
+    ],
+    "datastream.state": ["ReadOnlyBroadcastState", "BroadcastState", "MapStateDescriptor"],
+    "datastream.data_stream": ["BroadcastStream", "BroadcastConnectedStream"],
+}
+BROADCAST_HOME = {
+    "BroadcastStream": "chandy.api.broadcast_stream",
+    "BroadcastConnectedStream": "chandy.api.broadcast_stream",
+    "BaseBroadcastProcessFunction": "chandy.core.functions",
+    "BroadcastProcessFunction": "chandy.core.functions",
+    "KeyedBroadcastProcessFunction": "chandy.core.functions",
+    "ReadOnlyBroadcastState": "chandy.core.state",
+    "BroadcastState": "chandy.core.state",
+    "MapStateDescriptor": "chandy.core.state",
+}
+
+
+@pytest.mark.parametrize(("module", "name"), _imports(BROADCAST_IMPORTS), ids=lambda v: v)
+def test_broadcast_state_names_resolve_under_pyflinks_paths(module: str, name: str) -> None:
+    home = importlib.import_module(BROADCAST_HOME[name])
+    assert getattr(importlib.import_module(module), name) is getattr(home, name)
+
+
+#: PyFlink 2.3's parameter names of the broadcast API (pyflink/datastream/data_stream.py and
+#: functions.py): a ported job that passes them by keyword runs unchanged.
+BROADCAST_SIGNATURES: list[tuple[str, str, str, list[str]]] = [
+    (
+        "chandy.datastream",
+        "DataStream",
+        "broadcast",
+        ["broadcast_state_descriptor", "other_broadcast_state_descriptors"],
+    ),
+    ("chandy.datastream", "DataStream", "connect", ["ds"]),
+    ("chandy.datastream", "BroadcastConnectedStream", "process", ["func", "output_type"]),
+    ("chandy.datastream", "BroadcastProcessFunction", "process_element", ["value", "ctx"]),
+    ("chandy.datastream", "BroadcastProcessFunction", "process_broadcast_element", ["value", "ctx"]),
+    ("chandy.datastream", "KeyedBroadcastProcessFunction", "on_timer", ["timestamp", "ctx"]),
+    ("chandy.datastream.state", "OperatorStateStore", "get_broadcast_state", ["state_descriptor"]),
+]
+
+
+@pytest.mark.parametrize(
+    ("module", "cls", "method", "parameters"), BROADCAST_SIGNATURES, ids=lambda v: str(v)
+)
+def test_the_broadcast_api_has_pyflinks_parameter_names(
+    module: str, cls: str, method: str, parameters: list[str]
+) -> None:
+    owner = getattr(importlib.import_module(module), cls)
+    assert list(inspect.signature(getattr(owner, method)).parameters)[1:] == parameters

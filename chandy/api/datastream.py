@@ -11,7 +11,7 @@ from __future__ import annotations
 import functools
 import uuid
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, overload
 
 from chandy.core.connector import Sink, TwoPhaseCommittingSink
 from chandy.core.functions import (
@@ -27,6 +27,7 @@ from chandy.core.functions import (
     SinkFunction,
 )
 from chandy.core.output_tag import OutputTag
+from chandy.core.state import MapStateDescriptor
 from chandy.core.watermark_strategy import WatermarkStrategy
 from chandy.errors import InvalidProgramError
 from chandy.graph.stream_graph import ChainingStrategy, StreamNode
@@ -59,6 +60,7 @@ from chandy.task.partitioners import (
 )
 
 if TYPE_CHECKING:
+    from chandy.api.broadcast_stream import BroadcastConnectedStream, BroadcastStream
     from chandy.api.connected_streams import ConnectedStreams
     from chandy.api.environment import StreamExecutionEnvironment
     from chandy.api.windowed_stream import AllWindowedStream, WindowedStream
@@ -272,9 +274,37 @@ class DataStream(_NodeHandle):
         """A random subtask per record."""
         return self._repartition(ShufflePartitioner())
 
-    def broadcast(self) -> DataStream:
-        """Every record to every subtask of the next operator."""
-        return self._repartition(BroadcastPartitioner())
+    @overload
+    def broadcast(self) -> DataStream: ...
+
+    @overload
+    def broadcast(
+        self,
+        broadcast_state_descriptor: MapStateDescriptor,
+        *other_broadcast_state_descriptors: MapStateDescriptor,
+    ) -> BroadcastStream: ...
+
+    def broadcast(
+        self,
+        broadcast_state_descriptor: MapStateDescriptor | None = None,
+        *other_broadcast_state_descriptors: MapStateDescriptor,
+    ) -> DataStream | BroadcastStream:
+        """Every record to every subtask of the next operator. With ``MapStateDescriptor``s
+        (PyFlink's overload): a :class:`BroadcastStream` to ``connect`` a stream to, whose
+        operator keeps one broadcast state per descriptor."""
+        stream = self._repartition(BroadcastPartitioner())
+        if broadcast_state_descriptor is None and not other_broadcast_state_descriptors:
+            return stream
+        from chandy.api.broadcast_stream import BroadcastStream
+
+        descriptors = [broadcast_state_descriptor, *other_broadcast_state_descriptors]
+        for descriptor in descriptors:
+            if not isinstance(descriptor, MapStateDescriptor):
+                raise InvalidProgramError(
+                    "broadcast() takes MapStateDescriptors (a broadcast state is a map), got "
+                    f"{type(descriptor).__name__}"
+                )
+        return BroadcastStream(stream, descriptors)  # type: ignore[arg-type]
 
     def forward(self) -> DataStream:
         """Subtask i to subtask i; the next operator must have the same parallelism."""
@@ -309,13 +339,23 @@ class DataStream(_NodeHandle):
             inputs.extend(stream._inputs)
         return DataStream(self._env, None, inputs)
 
-    def connect(self, ds: DataStream) -> ConnectedStreams:
+    @overload
+    def connect(self, ds: DataStream) -> ConnectedStreams: ...
+
+    @overload
+    def connect(self, ds: BroadcastStream) -> BroadcastConnectedStream: ...
+
+    def connect(self, ds: DataStream | BroadcastStream) -> ConnectedStreams | BroadcastConnectedStream:
         """Connect this stream (the first input) and ``ds`` (the second), possibly of different
         types, for one operator that sees both (``map(CoMapFunction)``, ``flat_map``,
-        ``process``) and may share state between them. Two keyed streams connect keyed."""
+        ``process``) and may share state between them. Two keyed streams connect keyed.
+        With a :class:`BroadcastStream` (``rules.broadcast(descriptor)``): a
+        :class:`BroadcastConnectedStream`, processed by a broadcast process function."""
+        from chandy.api.broadcast_stream import BroadcastConnectedStream, BroadcastStream
         from chandy.api.connected_streams import ConnectedStreams
 
-        # connect(BroadcastStream) -> BroadcastConnectedStream (chandy.api.broadcast_stream) goes here.
+        if isinstance(ds, BroadcastStream):
+            return BroadcastConnectedStream(self, ds, ds.broadcast_state_descriptors)
         return ConnectedStreams(self, ds)
 
     def window_all(self, window_assigner: WindowAssigner[Any, Any]) -> AllWindowedStream:

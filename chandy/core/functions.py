@@ -11,19 +11,22 @@ an iterable, or return ``None`` for no output.
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import Any, Generic, TypeVar
 
 from chandy.core.metrics import MetricGroup
 from chandy.core.state import (
     AggregatingState,
     AggregatingStateDescriptor,
+    BroadcastState,
     ListState,
     ListStateDescriptor,
     MapState,
     MapStateDescriptor,
+    ReadOnlyBroadcastState,
     ReducingState,
     ReducingStateDescriptor,
+    StateDescriptor,
     ValueState,
     ValueStateDescriptor,
 )
@@ -35,6 +38,9 @@ IN = TypeVar("IN")
 OUT = TypeVar("OUT")
 KEY = TypeVar("KEY")
 W2 = TypeVar("W2")
+#: The broadcast process functions' input types (PyFlink's; they only document).
+IN1 = TypeVar("IN1")
+IN2 = TypeVar("IN2")
 
 
 class KeyedStateStore(ABC):
@@ -324,6 +330,12 @@ class OperatorStateStore(ABC):
     def get_union_list_state(self, state_descriptor: ListStateDescriptor) -> ListState:
         """Union: on restore, every subtask gets every element of every subtask."""
 
+    @abstractmethod
+    def get_broadcast_state(self, state_descriptor: MapStateDescriptor) -> BroadcastState:
+        """Broadcast (PyFlink's only operator state): a map of which each subtask keeps its
+        own copy; on restore, every subtask gets one old subtask's copy. A function must
+        change it alike on every subtask (from broadcast input only) to keep them equal."""
+
 
 class FunctionInitializationContext(ABC):
     """What :meth:`CheckpointedFunction.initialize_state` gets."""
@@ -472,3 +484,131 @@ class ProcessAllWindowFunction(Function, Generic[IN, OUT, W]):
 
     def clear(self, context: ProcessAllWindowFunction.Context[Any]) -> None:
         """The window is purged: drop what ``window_state`` holds for it."""
+
+
+class BaseBroadcastProcessFunction(Function):
+    """What both broadcast process functions share (PyFlink's ``BaseBroadcastProcessFunction``).
+
+    A broadcast process function runs on ``stream.connect(rules.broadcast(descriptor))``:
+    every subtask receives every element of the broadcast side and stores what it needs in
+    broadcast state (a map per :class:`MapStateDescriptor` given to ``broadcast``), which
+    the elements of the other side read. Only the broadcast side may write the state, so
+    every subtask keeps the same copy; a checkpoint stores it per subtask and a restore, at
+    any parallelism, gives each subtask one copy. Yield ``(output_tag, value)`` from either
+    side to emit ``value`` to a side output.
+    """
+
+    class BaseContext(ABC):
+        @abstractmethod
+        def timestamp(self) -> int | None:
+            """The element's (or firing timer's) event timestamp, or ``None``."""
+
+        @abstractmethod
+        def current_processing_time(self) -> int:
+            """Wall-clock milliseconds since the epoch."""
+
+        @abstractmethod
+        def current_watermark(self) -> int:
+            """The operator's current event-time watermark (the minimum of both inputs')."""
+
+    class Context(BaseContext):
+        """The broadcast side's context: read and write access to the broadcast state."""
+
+        @abstractmethod
+        def get_broadcast_state(self, state_descriptor: MapStateDescriptor) -> BroadcastState:
+            """The broadcast state ``state_descriptor`` names (one given to ``broadcast``)."""
+
+    class ReadOnlyContext(BaseContext):
+        """The element side's context: read-only access to the broadcast state."""
+
+        @abstractmethod
+        def get_broadcast_state(self, state_descriptor: MapStateDescriptor) -> ReadOnlyBroadcastState:
+            """A read-only view of the broadcast state ``state_descriptor`` names."""
+
+
+class BroadcastProcessFunction(BaseBroadcastProcessFunction, Generic[IN1, IN2, OUT]):
+    """A function over a non-keyed stream connected with a broadcast stream (PyFlink's
+    ``BroadcastProcessFunction``): ``process_element`` for each element of the non-keyed
+    stream, with read-only broadcast state; ``process_broadcast_element`` for each
+    broadcast element, on every subtask, with read and write access."""
+
+    class Context(BaseBroadcastProcessFunction.Context, ABC):
+        """The context of ``process_broadcast_element``."""
+
+    class ReadOnlyContext(BaseBroadcastProcessFunction.ReadOnlyContext, ABC):
+        """The context of ``process_element``."""
+
+    @abstractmethod
+    def process_element(
+        self, value: Any, ctx: BroadcastProcessFunction.ReadOnlyContext
+    ) -> Iterable[Any] | None: ...
+
+    @abstractmethod
+    def process_broadcast_element(
+        self, value: Any, ctx: BroadcastProcessFunction.Context
+    ) -> Iterable[Any] | None: ...
+
+
+class KeyedBroadcastProcessFunction(BaseBroadcastProcessFunction, Generic[KEY, IN1, IN2, OUT]):
+    """A function over a keyed stream connected with a broadcast stream (PyFlink's
+    ``KeyedBroadcastProcessFunction``).
+
+    ``process_element`` runs per element of the keyed stream with keyed state and timers
+    (through the runtime context and ``ctx.timer_service()``) and read-only broadcast state;
+    ``process_broadcast_element`` runs per broadcast element on every subtask, writes the
+    broadcast state and reaches keyed state through ``ctx.apply_to_keyed_state`` (Java
+    Flink's ``applyToKeyedState``, which PyFlink lacks): it has no current key, so it must
+    not read keyed state handles directly. ``on_timer`` runs when a timer fires, with the
+    timer's key current.
+    """
+
+    class Context(BaseBroadcastProcessFunction.Context, ABC):
+        """The context of ``process_broadcast_element``."""
+
+        @abstractmethod
+        def apply_to_keyed_state(
+            self, state_descriptor: StateDescriptor, function: Callable[[Any, Any], Any]
+        ) -> None:
+            """Call ``function(key, state)`` for every key of this subtask that has a value of
+            the keyed state ``state_descriptor`` describes, with ``state`` scoped to that key
+            (it may update or clear it). Keys are in this subtask's key groups only: every
+            subtask runs this for the same broadcast element, so together they cover all keys."""
+
+    class ReadOnlyContext(BaseBroadcastProcessFunction.ReadOnlyContext, ABC):
+        """The context of ``process_element``."""
+
+        @abstractmethod
+        def timer_service(self) -> TimerService:
+            """Query time and set timers for the current key."""
+
+        @abstractmethod
+        def get_current_key(self) -> Any:
+            """The key of the element being processed."""
+
+    class OnTimerContext(ReadOnlyContext, ABC):
+        """The context of ``on_timer``."""
+
+        @abstractmethod
+        def time_domain(self) -> TimeDomain:
+            """Whether the firing timer was set in event time or processing time."""
+
+        @abstractmethod
+        def get_current_key(self) -> Any:
+            """The key of the firing timer."""
+
+    @abstractmethod
+    def process_element(
+        self, value: Any, ctx: KeyedBroadcastProcessFunction.ReadOnlyContext
+    ) -> Iterable[Any] | None: ...
+
+    @abstractmethod
+    def process_broadcast_element(
+        self, value: Any, ctx: KeyedBroadcastProcessFunction.Context
+    ) -> Iterable[Any] | None: ...
+
+    def on_timer(
+        self, timestamp: int, ctx: KeyedBroadcastProcessFunction.OnTimerContext
+    ) -> Iterable[Any] | None:
+        """A timer set through ``ctx.timer_service()`` fired; yield outputs as in
+        ``process_element``."""
+        return None

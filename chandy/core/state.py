@@ -438,18 +438,11 @@ class ListState(State):
         """Replace all values for the current key."""
 
 
-class MapState(State):
+class _ReadableMap(State):
+    """The reading half of a map state, shared by :class:`MapState` and the broadcast states."""
+
     @abstractmethod
     def get(self, key: Any) -> Any: ...
-
-    @abstractmethod
-    def put(self, key: Any, value: Any) -> None: ...
-
-    @abstractmethod
-    def put_all(self, dict_value: dict[Any, Any]) -> None: ...
-
-    @abstractmethod
-    def remove(self, key: Any) -> None: ...
 
     @abstractmethod
     def contains(self, key: Any) -> bool: ...
@@ -469,17 +462,34 @@ class MapState(State):
     def __getitem__(self, key: Any) -> Any:
         return self.get(key)
 
+    def __contains__(self, key: Any) -> bool:
+        return self.contains(key)
+
+    def __iter__(self) -> Iterator[Any]:
+        return iter(list(self.keys()))
+
+
+class _WritableMap(_ReadableMap):
+    """The writing half of a map state."""
+
+    @abstractmethod
+    def put(self, key: Any, value: Any) -> None: ...
+
+    @abstractmethod
+    def put_all(self, dict_value: dict[Any, Any]) -> None: ...
+
+    @abstractmethod
+    def remove(self, key: Any) -> None: ...
+
     def __setitem__(self, key: Any, value: Any) -> None:
         self.put(key, value)
 
     def __delitem__(self, key: Any) -> None:
         self.remove(key)
 
-    def __contains__(self, key: Any) -> bool:
-        return self.contains(key)
 
-    def __iter__(self) -> Iterator[Any]:
-        return iter(list(self.keys()))
+class MapState(_WritableMap):
+    """A map per key (PyFlink's ``MapState``)."""
 
 
 class ReducingState(State):
@@ -503,3 +513,26 @@ class AggregatingState(State):
     @abstractmethod
     def add(self, value: Any) -> None:
         """Add ``value`` to the current key's accumulator."""
+
+
+class ReadOnlyBroadcastState(_ReadableMap):
+    """A read-only view of a :class:`BroadcastState` (PyFlink's ``ReadOnlyBroadcastState``):
+    what the element side of a broadcast process function sees, so that only the broadcast
+    side, which every subtask receives in full, can change the state (and the copies on
+    every subtask stay identical).
+
+    ``get`` returns ``None`` for an absent key. Values are not copied: do not modify what
+    ``get`` or ``items`` return.
+    """
+
+
+class BroadcastState(ReadOnlyBroadcastState, _WritableMap):
+    """A map every subtask of a broadcast process function holds a copy of (PyFlink's
+    ``BroadcastState``), written on the broadcast side.
+
+    The copies stay identical only if ``process_broadcast_element`` changes the state in
+    the same way on every subtask (every subtask receives every broadcast element, in the
+    same order per upstream subtask): the state must not depend on the subtask or on the
+    element side. A checkpoint stores every subtask's copy; a restore gives each new
+    subtask one copy (new subtask ``i`` that of old subtask ``i mod old parallelism``).
+    """

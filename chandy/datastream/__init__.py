@@ -19,6 +19,7 @@ _EXPORTS = {
     **exports_of("chandy.api.datastream", "DataStream", "KeyedStream", "DataStreamSink"),
     **exports_of("chandy.api.windowed_stream", "WindowedStream", "AllWindowedStream"),
     **exports_of("chandy.api.connected_streams", "ConnectedStreams"),
+    **exports_of("chandy.api.broadcast_stream", "BroadcastStream", "BroadcastConnectedStream"),
     **exports_of("chandy.api.checkpoint_config", "CheckpointConfig"),
     **exports_of("chandy.config.options", "CheckpointingMode", "ExternalizedCheckpointRetention"),
     **exports_of(
@@ -35,6 +36,8 @@ _EXPORTS = {
         "CoFlatMapFunction",
         "CoProcessFunction",
         "KeyedCoProcessFunction",
+        "BroadcastProcessFunction",
+        "KeyedBroadcastProcessFunction",
         "SinkFunction",
         "AggregateFunction",
         "WindowFunction",
@@ -63,6 +66,9 @@ __all__ = [
     "AggregateFunction",
     "AllWindowFunction",
     "AllWindowedStream",
+    "BroadcastConnectedStream",
+    "BroadcastProcessFunction",
+    "BroadcastStream",
     "CheckpointConfig",
     "CheckpointingMode",
     "CoFlatMapFunction",
@@ -77,6 +83,7 @@ __all__ = [
     "FlatMapFunction",
     "GlobalWindow",
     "KeySelector",
+    "KeyedBroadcastProcessFunction",
     "KeyedCoProcessFunction",
     "KeyedProcessFunction",
     "KeyedStream",
@@ -108,6 +115,7 @@ def __getattr__(name: str) -> Any:
 
 
 if TYPE_CHECKING:
+    from chandy.api.broadcast_stream import BroadcastConnectedStream, BroadcastStream
     from chandy.api.checkpoint_config import CheckpointConfig
     from chandy.api.connected_streams import ConnectedStreams
     from chandy.api.datastream import DataStream, DataStreamSink, KeyedStream
@@ -117,11 +125,13 @@ if TYPE_CHECKING:
     from chandy.core.functions import (
         AggregateFunction,
         AllWindowFunction,
+        BroadcastProcessFunction,
         CoFlatMapFunction,
         CoMapFunction,
         CoProcessFunction,
         FilterFunction,
         FlatMapFunction,
+        KeyedBroadcastProcessFunction,
         KeyedCoProcessFunction,
         KeyedProcessFunction,
         KeySelector,

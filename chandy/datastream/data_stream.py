@@ -10,10 +10,13 @@ _EXPORTS = {
     **exports_of("chandy.api.datastream", "DataStream", "KeyedStream", "DataStreamSink"),
     **exports_of("chandy.api.windowed_stream", "WindowedStream", "AllWindowedStream"),
     **exports_of("chandy.api.connected_streams", "ConnectedStreams"),
+    **exports_of("chandy.api.broadcast_stream", "BroadcastStream", "BroadcastConnectedStream"),
 }
 
 __all__ = [
     "AllWindowedStream",
+    "BroadcastConnectedStream",
+    "BroadcastStream",
     "ConnectedStreams",
     "DataStream",
     "DataStreamSink",
@@ -27,6 +30,7 @@ def __getattr__(name: str) -> Any:
 
 
 if TYPE_CHECKING:
+    from chandy.api.broadcast_stream import BroadcastConnectedStream, BroadcastStream
     from chandy.api.connected_streams import ConnectedStreams
     from chandy.api.datastream import DataStream, DataStreamSink, KeyedStream
     from chandy.api.windowed_stream import AllWindowedStream, WindowedStream

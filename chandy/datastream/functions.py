@@ -3,6 +3,8 @@
 from chandy.core.functions import (
     AggregateFunction,
     AllWindowFunction,
+    BaseBroadcastProcessFunction,
+    BroadcastProcessFunction,
     CheckpointedFunction,
     CheckpointListener,
     CoFlatMapFunction,
@@ -11,6 +13,7 @@ from chandy.core.functions import (
     FilterFunction,
     FlatMapFunction,
     Function,
+    KeyedBroadcastProcessFunction,
     KeyedCoProcessFunction,
     KeyedProcessFunction,
     KeyedStateStore,
@@ -30,6 +33,8 @@ from chandy.core.functions import (
 __all__ = [
     "AggregateFunction",
     "AllWindowFunction",
+    "BaseBroadcastProcessFunction",
+    "BroadcastProcessFunction",
     "CheckpointListener",
     "CheckpointedFunction",
     "CoFlatMapFunction",
@@ -39,6 +44,7 @@ __all__ = [
     "FlatMapFunction",
     "Function",
     "KeySelector",
+    "KeyedBroadcastProcessFunction",
     "KeyedCoProcessFunction",
     "KeyedProcessFunction",
     "KeyedStateStore",

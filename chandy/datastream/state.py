@@ -10,10 +10,12 @@ from typing import TYPE_CHECKING, Any
 from chandy.common._lazy import exports_of, load_export
 from chandy.core.functions import OperatorStateStore
 from chandy.core.state import (
+    BroadcastState,
     ListState,
     ListStateDescriptor,
     MapState,
     MapStateDescriptor,
+    ReadOnlyBroadcastState,
     ReducingState,
     ReducingStateDescriptor,
     State,
@@ -28,11 +30,13 @@ _EXPORTS = exports_of("chandy.core.state", "AggregatingState", "AggregatingState
 __all__ = [
     "AggregatingState",
     "AggregatingStateDescriptor",
+    "BroadcastState",
     "ListState",
     "ListStateDescriptor",
     "MapState",
     "MapStateDescriptor",
     "OperatorStateStore",
+    "ReadOnlyBroadcastState",
     "ReducingState",
     "ReducingStateDescriptor",
     "State",

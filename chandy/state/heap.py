@@ -249,6 +249,25 @@ class HeapKeyedStateBackend(KeyedStateBackend):
         table = self.tables.get(state_name)
         return 0 if table is None else len(table)
 
+    def apply_to_all_keys(self, descriptor: StateDescriptor, function: Callable[[Any, State], Any]) -> None:
+        """Call ``function(key, state)`` for every key of this backend that has a value of
+        ``descriptor``'s state, with ``state`` scoped to that key (Flink's ``applyToAllKeys``,
+        behind ``KeyedBroadcastProcessFunction``'s ``ctx.apply_to_keyed_state``).
+
+        The keys are listed before the first call, so ``function`` may update or clear the
+        state as it goes; the current key is the same afterwards as before."""
+        state = self.get_partitioned_state(descriptor)
+        table = self.tables[descriptor.name]
+        keys = [(kg, key) for kg, m in table.key_group_maps() for key in m]
+        current_key, current_index = self.current_key, self.current_index
+        try:
+            for kg, key in keys:
+                self.current_key = key
+                self.current_index = kg
+                function(key, state)
+        finally:
+            self.current_key, self.current_index = current_key, current_index
+
     # ------------------------------------------------------------------ snapshots
 
     def snapshot(self) -> HeapSnapshot:

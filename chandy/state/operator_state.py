@@ -6,10 +6,17 @@ the elements of all subtasks are dealt round-robin to the new subtasks) and
 ``get_union_list_state`` (every new subtask gets every element). Source readers
 keep their splits here; two-phase-commit sinks their pending transactions.
 
+Broadcast state (``get_broadcast_state``, Flink's ``BroadcastState``) is a map
+per name that every subtask holds a copy of, written only by the broadcast side
+of a broadcast process function. Each subtask snapshots its own copy, one element
+per entry, in ``BROADCAST`` mode; a restore gives every new subtask exactly one
+copy, whatever the old and new parallelism (see
+:func:`chandy.checkpoint.state_assignment.repartition_operator_state`).
+
 Elements are pickled one by one in the synchronous part of a checkpoint
-(operator state is small: offsets, transaction ids), so the snapshot can never
-see a later change; the handle records each element's byte range, which lets
-the JobMaster redistribute elements without reading them.
+(operator state is small: offsets, transaction ids, rules), so the snapshot can
+never see a later change; the handle records each element's byte range, which
+lets the JobMaster redistribute elements without reading them.
 """
 
 from __future__ import annotations
@@ -18,7 +25,13 @@ import pickle
 from collections.abc import Callable, Iterable
 from typing import Any
 
-from chandy.core.state import ListState, ListStateDescriptor
+from chandy.core.state import (
+    BroadcastState,
+    ListState,
+    ListStateDescriptor,
+    MapStateDescriptor,
+    ReadOnlyBroadcastState,
+)
 from chandy.state.handles import (
     OperatorStateDistributionMode,
     OperatorStateMeta,
@@ -31,8 +44,10 @@ from chandy.state.heap import IncompatibleRestoredStateError, IncompatibleStateE
 _ACCESSORS = {
     OperatorStateDistributionMode.SPLIT_DISTRIBUTE: "get_list_state",
     OperatorStateDistributionMode.UNION: "get_union_list_state",
-    OperatorStateDistributionMode.BROADCAST: "a broadcast state",
+    OperatorStateDistributionMode.BROADCAST: "DataStream.broadcast(MapStateDescriptor)",
 }
+_SPLIT = OperatorStateDistributionMode.SPLIT_DISTRIBUTE
+_BROADCAST = OperatorStateDistributionMode.BROADCAST
 
 
 class OperatorListState(ListState):
@@ -65,11 +80,95 @@ class OperatorListState(ListState):
         self.elements = []
 
 
+class HeapBroadcastState(BroadcastState):
+    """One broadcast state of one subtask: a plain dict.
+
+    ``items``, ``keys`` and ``values`` return lists, so a function may remove entries
+    while it iterates (dropping outdated rules is the common case)."""
+
+    __slots__ = ("name", "entries", "read_only")
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+        self.entries: dict[Any, Any] = {}
+        #: The view the element side gets (one object, made once).
+        self.read_only = ImmutableBroadcastState(self)
+
+    def get(self, key: Any) -> Any:
+        return self.entries.get(key)
+
+    def contains(self, key: Any) -> bool:
+        return key in self.entries
+
+    def items(self) -> list[tuple[Any, Any]]:
+        return list(self.entries.items())
+
+    def keys(self) -> list[Any]:
+        return list(self.entries)
+
+    def values(self) -> list[Any]:
+        return list(self.entries.values())
+
+    def is_empty(self) -> bool:
+        return not self.entries
+
+    def put(self, key: Any, value: Any) -> None:
+        self.entries[key] = value
+
+    def put_all(self, dict_value: dict[Any, Any]) -> None:
+        self.entries.update(dict_value)
+
+    def remove(self, key: Any) -> None:
+        self.entries.pop(key, None)
+
+    def clear(self) -> None:
+        self.entries.clear()
+
+
+class ImmutableBroadcastState(ReadOnlyBroadcastState):
+    """The element side's view of a broadcast state: reads go to the state, writes are
+    refused (Flink's ``ImmutableMapState``), since only the broadcast side sees the same
+    elements on every subtask and may therefore change the state."""
+
+    __slots__ = ("_state",)
+
+    def __init__(self, state: HeapBroadcastState) -> None:
+        self._state = state
+
+    def get(self, key: Any) -> Any:
+        return self._state.entries.get(key)
+
+    def contains(self, key: Any) -> bool:
+        return key in self._state.entries
+
+    def items(self) -> list[tuple[Any, Any]]:
+        return self._state.items()
+
+    def keys(self) -> list[Any]:
+        return self._state.keys()
+
+    def values(self) -> list[Any]:
+        return self._state.values()
+
+    def is_empty(self) -> bool:
+        return not self._state.entries
+
+    def _refuse(self, *args: Any) -> None:
+        raise TypeError(
+            f"broadcast state '{self._state.name}' is read-only in process_element (and "
+            "on_timer): change it in process_broadcast_element, which every subtask runs for "
+            "every broadcast element, so that all subtasks keep the same state"
+        )
+
+    clear = put = put_all = remove = __setitem__ = __delitem__ = _refuse
+
+
 class OperatorStateBackend:
     """All operator state of one operator in one subtask."""
 
     def __init__(self) -> None:
         self.states: dict[str, OperatorListState] = {}
+        self.broadcast_states: dict[str, HeapBroadcastState] = {}
         #: Who holds this state, for errors: "operator 'Sink' (uid 'files')".
         self.owner = "the operator"
         #: The mode of every state a restore brought back, by name.
@@ -78,25 +177,34 @@ class OperatorStateBackend:
     def _get(self, descriptor: ListStateDescriptor, mode: OperatorStateDistributionMode) -> OperatorListState:
         if not isinstance(descriptor, ListStateDescriptor):
             raise TypeError("operator state is a list: use a ListStateDescriptor")
-        state = self.states.get(descriptor.name)
+        name = descriptor.name
+        state = self.states.get(name)
         if state is None:
-            state = self.states[descriptor.name] = OperatorListState(descriptor.name, mode)
+            if name in self.broadcast_states:
+                raise self._incompatible(name, _BROADCAST, mode)
+            state = self.states[name] = OperatorListState(name, mode)
         elif state.mode is not mode:
-            if self._restored_modes.get(descriptor.name) is state.mode:
-                raise IncompatibleRestoredStateError(
-                    f"{self.owner} cannot restore operator state '{descriptor.name}': the checkpoint "
-                    f"holds it as {state.mode.value} list state and the job now declares it as "
-                    f"{mode.value} ({_ACCESSORS[mode]}). A state keeps its kind across restores. "
-                    f"Declare it with {_ACCESSORS[state.mode]} again, or give the new state another "
-                    "name (the old one is then left unused), or start the operator without state: "
-                    "give it a new uid() and restore with "
-                    "execution.state-recovery.ignore-unclaimed-state: true"
-                )
-            raise IncompatibleStateError(
-                f"{self.owner}: operator state '{descriptor.name}' was registered as "
-                f"{state.mode.value} and is now requested as {mode.value}"
-            )
+            raise self._incompatible(name, state.mode, mode)
         return state
+
+    def _incompatible(
+        self, name: str, held: OperatorStateDistributionMode, requested: OperatorStateDistributionMode
+    ) -> IncompatibleStateError:
+        """The error for state ``name`` held in mode ``held`` and now declared as ``requested``."""
+        if self._restored_modes.get(name) is held:
+            return IncompatibleRestoredStateError(
+                f"{self.owner} cannot restore operator state '{name}': the checkpoint "
+                f"holds it as {held.value} state and the job now declares it as "
+                f"{requested.value} ({_ACCESSORS[requested]}). A state keeps its kind across restores. "
+                f"Declare it with {_ACCESSORS[held]} again, or give the new state another "
+                "name (the old one is then left unused), or start the operator without state: "
+                "give it a new uid() and restore with "
+                "execution.state-recovery.ignore-unclaimed-state: true"
+            )
+        return IncompatibleStateError(
+            f"{self.owner}: operator state '{name}' was registered as "
+            f"{held.value} and is now requested as {requested.value}"
+        )
 
     def get_list_state(self, descriptor: ListStateDescriptor) -> OperatorListState:
         """Split-distribute list state (Flink's ``getListState``)."""
@@ -106,24 +214,48 @@ class OperatorStateBackend:
         """Union list state: after a restore every subtask sees all elements."""
         return self._get(descriptor, OperatorStateDistributionMode.UNION)
 
+    def get_broadcast_state(self, descriptor: MapStateDescriptor) -> HeapBroadcastState:
+        """The subtask's copy of broadcast state ``descriptor.name`` (created empty, or as
+        restored): Flink's ``OperatorStateStore.getBroadcastState``."""
+        if not isinstance(descriptor, MapStateDescriptor):
+            raise TypeError(
+                f"broadcast state is a map: use a MapStateDescriptor, got {type(descriptor).__name__}"
+            )
+        name = descriptor.name
+        state = self.broadcast_states.get(name)
+        if state is None:
+            listed = self.states.get(name)
+            if listed is not None:
+                raise self._incompatible(name, listed.mode, _BROADCAST)
+            state = self.broadcast_states[name] = HeapBroadcastState(name)
+        return state
+
     def get_registered_state_names(self) -> set[str]:
         return set(self.states)
 
+    def get_registered_broadcast_state_names(self) -> set[str]:
+        return set(self.broadcast_states)
+
     def snapshot(self) -> tuple[bytes, dict[str, OperatorStateMeta]] | None:
         """Every element pickled now, with its byte range; ``None`` if there is no state."""
-        if not self.states:
+        if not self.states and not self.broadcast_states:
             return None
         parts: list[bytes] = []
         metas: dict[str, OperatorStateMeta] = {}
         offset = 0
-        for name, state in self.states.items():
+        named: list[tuple[str, OperatorStateDistributionMode, Iterable[Any]]] = [
+            (name, state.mode, state.elements) for name, state in self.states.items()
+        ]
+        # a broadcast state is a map: one (key, value) element per entry
+        named += [(name, _BROADCAST, state.entries.items()) for name, state in self.broadcast_states.items()]
+        for name, mode, elements in named:
             ranges: list[Range] = []
-            for element in state.elements:
+            for element in elements:
                 blob = pickle.dumps(element, protocol=pickle.HIGHEST_PROTOCOL)
                 parts.append(blob)
                 ranges.append((offset, offset + len(blob)))
                 offset += len(blob)
-            metas[name] = OperatorStateMeta(state.mode, tuple(ranges))
+            metas[name] = OperatorStateMeta(mode, tuple(ranges))
         return b"".join(parts), metas
 
     def restore(
@@ -131,9 +263,17 @@ class OperatorStateBackend:
         handles: Iterable[tuple[dict[str, OperatorStateMeta], StreamStateHandle]],
         read: Callable[[StreamStateHandle, Range], bytes],
     ) -> None:
-        """Load the elements assigned to this subtask (already redistributed)."""
+        """Load the elements assigned to this subtask (already redistributed): for a
+        broadcast state, one old subtask's copy."""
         for metas, delegate in handles:
             for name, meta in metas.items():
+                if meta.mode is _BROADCAST:
+                    self._restored_modes[name] = meta.mode
+                    entries = self.get_broadcast_state(MapStateDescriptor(name)).entries
+                    for byte_range in meta.elements:
+                        key, value = pickle.loads(read(delegate, byte_range))
+                        entries[key] = value
+                    continue
                 state = self.states.get(name)
                 if state is None:
                     state = self.states[name] = OperatorListState(name, meta.mode)

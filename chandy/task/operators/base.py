@@ -38,9 +38,9 @@ from chandy.core.functions import (
     FunctionSnapshotContext,
     OperatorStateStore,
 )
-from chandy.core.state import ListStateDescriptor
+from chandy.core.state import ListStateDescriptor, MapStateDescriptor
 from chandy.core.time import MIN_TIMESTAMP
-from chandy.state.operator_state import OperatorListState, OperatorStateBackend
+from chandy.state.operator_state import HeapBroadcastState, OperatorListState, OperatorStateBackend
 from chandy.task.mailbox import Mailbox
 from chandy.task.processing_time import ProcessingTimeService
 from chandy.task.runtime_context import StreamingRuntimeContext
@@ -84,6 +84,9 @@ class StateInitializationContext(FunctionInitializationContext, OperatorStateSto
 
     def get_union_list_state(self, state_descriptor: ListStateDescriptor) -> OperatorListState:
         return self._backend.get_union_list_state(state_descriptor)
+
+    def get_broadcast_state(self, state_descriptor: MapStateDescriptor) -> HeapBroadcastState:
+        return self._backend.get_broadcast_state(state_descriptor)
 
 
 class StateSnapshotContext(FunctionSnapshotContext):

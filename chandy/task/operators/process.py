@@ -26,7 +26,13 @@ from collections.abc import Callable, Iterable
 from operator import itemgetter
 from typing import Any
 
-from chandy.core.functions import KeyedCoProcessFunction, KeyedProcessFunction, ProcessFunction, TimerService
+from chandy.core.functions import (
+    KeyedBroadcastProcessFunction,
+    KeyedCoProcessFunction,
+    KeyedProcessFunction,
+    ProcessFunction,
+    TimerService,
+)
 from chandy.core.output_tag import OutputTag
 from chandy.core.time import TimeDomain
 from chandy.errors import InvalidProgramError
@@ -40,7 +46,11 @@ from chandy.task.timers import InternalTimer, InternalTimerService
 USER_TIMERS = "user-timers"
 
 #: The ``on_timer`` methods that do nothing: a function that keeps one needs no timer tables.
-_DEFAULT_ON_TIMERS = (KeyedProcessFunction.on_timer, KeyedCoProcessFunction.on_timer)
+_DEFAULT_ON_TIMERS = (
+    KeyedProcessFunction.on_timer,
+    KeyedCoProcessFunction.on_timer,
+    KeyedBroadcastProcessFunction.on_timer,
+)
 
 
 def _processing_time_service(operator: StreamOperator) -> ProcessingTimeService:
@@ -129,6 +139,28 @@ def _run_timestamped(
     return out, out_ts
 
 
+def run_process(call: Callable[[Any, Any], Any], ctx: Any, records: Any, router: _SideOutputRouter) -> None:
+    """``call(value, ctx)`` over a non-keyed batch, the outputs emitted through ``router``: a
+    plain list takes the plain loop, a timestamped batch the loop that sets the context's
+    timestamp and keeps it on the outputs. ``DataStream.process`` runs its function through
+    this, and so does the broadcast side of a broadcast process function (with its context)."""
+    if type(records) is not list:
+        timed: TimestampedBatch = records
+        out, out_ts = _run_timestamped(call, ctx, timed.values, timed.timestamps)
+        if out:
+            router.emit(out, out_ts)
+        return
+    ctx._timestamp = None
+    out = []
+    extend = out.extend
+    for r in records:
+        produced = call(r, ctx)
+        if produced is not None:
+            extend(produced)
+    if out:
+        router.emit(out, None)
+
+
 # ---------------------------------------------------------------------- non-keyed
 
 
@@ -194,8 +226,12 @@ class ProcessOperator(UdfOperator):
     def open(self) -> None:
         super().open()
         self._resolve_calls()
-        self._context = _ProcessContext(_NonKeyedTimerService(self))
+        self._context = self._make_context()
         self._router = _SideOutputRouter(self)
+
+    def _make_context(self) -> Any:
+        """The context of ``process_element`` (the broadcast operator's offers more)."""
+        return _ProcessContext(_NonKeyedTimerService(self))
 
     def _resolve_calls(self) -> None:
         """Find the user function's element method(s); the two-input operators (``connect``)
@@ -206,22 +242,7 @@ class ProcessOperator(UdfOperator):
         self._process(self._call, records)
 
     def _process(self, call: Callable[[Any, Any], Any], records: list[Any]) -> None:
-        ctx = self._context
-        if type(records) is not list:
-            timed: TimestampedBatch = records  # type: ignore[assignment]
-            out, out_ts = _run_timestamped(call, ctx, timed.values, timed.timestamps)
-            if out:
-                self._router.emit(out, out_ts)
-            return
-        ctx._timestamp = None
-        out = []
-        extend = out.extend
-        for r in records:
-            produced = call(r, ctx)
-            if produced is not None:
-                extend(produced)
-        if out:
-            self._router.emit(out, None)
+        run_process(call, self._context, records, self._router)
 
 
 # ---------------------------------------------------------------------- keyed
@@ -277,8 +298,8 @@ class KeyedProcessOperator(KeyedOperator):
         super().open()
         self._resolve_calls()
         timer_service = _KeyedTimerService(self)
-        self._context = _KeyedContext(self.backend, timer_service)
-        self._timer_context = _KeyedContext(self.backend, timer_service)
+        self._context = self._make_context(timer_service)
+        self._timer_context = self._make_context(timer_service)
         self._router = _SideOutputRouter(self)
         on_timer = getattr(self.user_function, "on_timer", None)
         if getattr(type(self.user_function), "on_timer", None) in _DEFAULT_ON_TIMERS:
@@ -290,6 +311,11 @@ class KeyedProcessOperator(KeyedOperator):
         self._timers: InternalTimerService | None = None
         if on_timer is not None or InternalTimerService.has_timers(self.backend, USER_TIMERS):
             self.internal_timer_service()
+
+    def _make_context(self, timer_service: TimerService) -> _KeyedContext:
+        """The context of ``process_element`` and ``on_timer`` (the keyed broadcast
+        operator's offers more)."""
+        return _KeyedContext(self.backend, timer_service)
 
     def internal_timer_service(self) -> InternalTimerService:
         """The operator's timers, created on first use (restored ones at ``open``)."""
