@@ -46,7 +46,10 @@ from chandy.task.operators.process import KeyedProcessOperator
 from chandy.task.operators.window import WINDOW_STATE_NAME, ProcessWindowFunctionCall, WindowOperator
 from chandy.task.services import TaskServices
 from chandy.util.clock import ManualClock
+from tests.jobs import FailOnceMap, KeyedCounter
 from tests.operator_harness import KeyedOperatorHarness
+from tests.probes import Probe
+from tests.test_checkpointing_e2e import checkpointing_env
 
 TTL_MS = 1_000
 NEVER = StateTtlConfig.StateVisibility.NeverReturnExpired
@@ -766,3 +769,34 @@ def test_the_guides_example_prints_what_it_says() -> None:
     assert done.returncode == 0, done.stderr[-3000:]
     printed = [re.sub(r"^\d+> ", "", line) for line in done.stdout.splitlines()]
     assert sorted(printed) == sorted(shown.splitlines())
+
+
+# ---------------------------------------------------------------------------- in a job
+
+
+class TtlKeyedCounter(KeyedCounter):
+    """KeyedCounter whose count has a TTL (an hour: nothing expires in the test) with a
+    cleanup step for every record, so the real tasks run the TTL handles, the key listener
+    and the snapshot filter through checkpoints, a failure and a restore."""
+
+    def open(self, runtime_context: RuntimeContext) -> None:
+        count = ValueStateDescriptor("count")
+        count.enable_time_to_live(
+            StateTtlConfig.new_builder(Time.hours(1)).cleanup_incrementally(5, True).build()
+        )
+        self.counter = runtime_context.get_state(count)
+
+
+def test_state_with_ttl_is_exactly_once_through_a_failure(executor: str) -> None:
+    n, keys = 100_000, 100
+    probe = Probe()
+    env = checkpointing_env(executor=executor, interval_ms=100)
+    out = (
+        env.from_sequence(0, n - 1)
+        .map(FailOnceMap("failing", probe, n // 2, seed=7))
+        .key_by(lambda x: x % keys)
+        .process(TtlKeyedCounter(n // keys))
+        .execute_and_collect("ttl exactly once", limit=10**6)
+    )
+    assert probe.get("failures") >= 1  # the failure happened (a restore passes the point again)
+    assert sorted(out) == [(k, n // keys) for k in range(keys)]  # no overflow, no key short
