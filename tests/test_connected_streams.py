@@ -23,7 +23,6 @@ from chandy.core.functions import (
     CoProcessFunction,
     KeyedCoProcessFunction,
     KeyedProcessFunction,
-    MapFunction,
     ProcessFunction,
     RuntimeContext,
 )
@@ -45,8 +44,9 @@ def key_of(value: Any) -> Any:
 
 class PriceJoin(KeyedCoProcessFunction):
     """Input 1: orders ``(product, qty)``; input 2: prices ``(product, price)``. An order is
-    priced with its product's latest price; without one it waits, and a timer ``wait_ms`` of
-    processing time (or, with timestamps, ``ts + 10`` of event time) sends it to MISSING."""
+    priced with its product's latest price; without one it waits for the price, until a
+    timer ``wait_ms`` of processing time (or, with timestamps, ``ts + 10`` of event time)
+    sends it to MISSING. Every order is priced once whichever input is read first."""
 
     def __init__(self, wait_ms: int = 100) -> None:
         self.wait_ms = wait_ms
@@ -70,8 +70,13 @@ class PriceJoin(KeyedCoProcessFunction):
             timers.register_processing_time_timer(due)
 
     def process_element2(self, value: Any, ctx: KeyedCoProcessFunction.Context) -> Any:
-        self.price.update(value[1])
-        yield ("price", ctx.get_current_key(), value[1], ctx.timestamp())
+        key, price = ctx.get_current_key(), value[1]
+        self.price.update(price)
+        yield ("price", key, price, ctx.timestamp())
+        for quantities in self.waiting.values():  # their timers find nothing left
+            for qty in quantities:
+                yield ("priced", key, qty * price, ctx.timestamp())
+        self.waiting.clear()
 
     def on_timer(self, timestamp: int, ctx: KeyedCoProcessFunction.OnTimerContext) -> Any:
         for qty in self.waiting.get(timestamp) or []:
@@ -96,10 +101,11 @@ def test_keyed_state_written_by_one_input_is_read_by_the_other_for_the_same_key_
     h.process_records([("apple", 3)], input_number=2)
     h.process_records([("apple", 2), ("pear", 5)], input_number=1)
     assert h.values() == [("price", "apple", 3, None), ("priced", "apple", 6, None)]
-    h.process_records([("pear", 4)], input_number=2)
+    h.process_records([("pear", 4)], input_number=2)  # prices the waiting order too
     h.process_records([("pear", 1), ("apple", 1)], input_number=1)
     assert h.values()[2:] == [
         ("price", "pear", 4, None),
+        ("priced", "pear", 20, None),
         ("priced", "pear", 4, None),
         ("priced", "apple", 3, None),
     ]
@@ -118,14 +124,12 @@ def test_outputs_keep_the_timestamp_of_the_record_of_either_input() -> None:
 def test_an_event_time_timer_of_input_one_fires_for_its_key_on_the_watermark_and_to_a_side_output() -> None:
     h = keyed_join()
     h.process_records([("apple", 2), ("pear", 5)], timestamps=[100, 103], input_number=1)
-    h.process_records([("pear", 4)], timestamps=[104], input_number=2)  # pear's order still waits
+    h.process_records([("pear", 4)], timestamps=[104], input_number=2)  # prices pear's order
     h.watermark(109)
     assert h.side_records(MISSING.tag_id) == []
     h.watermark(113)
-    assert h.side_records(MISSING.tag_id) == [
-        (("apple", 2, TimeDomain.EVENT_TIME, 110), 110),
-        (("pear", 5, TimeDomain.EVENT_TIME, 113), 113),
-    ]
+    assert h.side_records(MISSING.tag_id) == [(("apple", 2, TimeDomain.EVENT_TIME, 110), 110)]
+    assert h.records() == [(("price", "pear", 4, 104), 104), (("priced", "pear", 20, 104), 104)]
     assert h.watermarks == [109, 113], "the watermark is forwarded after the timers it fired"
 
 
@@ -169,6 +173,69 @@ def test_state_and_timers_of_both_inputs_survive_a_snapshot_and_restore() -> Non
     restored.watermark(110)
     assert restored.values() == [("priced", "apple", 3, None)]
     assert restored.side_records(MISSING.tag_id) == [(("pear", 5, TimeDomain.EVENT_TIME, 110), 110)]
+
+
+def test_after_rescaling_each_subtask_restores_the_state_and_timers_of_its_keys_from_both_inputs() -> None:
+    products = [f"p{i}" for i in range(12)]
+    h = keyed_join()
+    h.process_records([(p, i) for i, p in enumerate(products) if i % 2 == 0], input_number=2)  # prices
+    h.process_records([(p, 1) for p in products], timestamps=[100] * len(products), input_number=1)
+    snapshot = h.snapshot_keyed(1)
+
+    owned: list[str] = []
+    per_subtask: list[int] = []
+    for subtask in range(2):
+        restored = KeyedOperatorHarness(
+            KeyedCoProcessOperator(PriceJoin()),
+            key_of,
+            subtask=subtask,
+            parallelism=2,
+            side_output_tags=[MISSING.tag_id],
+        ).open_keyed([snapshot])
+        mine = [p for p in products if restored.owns(p)]
+        owned += mine
+        per_subtask.append(len(mine))
+        restored.process_records([(p, 2) for p in mine], input_number=1)
+        restored.watermark(110)
+        assert sorted(restored.values()) == sorted(
+            ("priced", p, 2 * int(p[1:]), None) for p in mine if int(p[1:]) % 2 == 0
+        )
+        assert sorted(v for v, _ in restored.side_records(MISSING.tag_id)) == sorted(
+            (p, 1, TimeDomain.EVENT_TIME, 110) for p in mine if int(p[1:]) % 2 == 1
+        )
+    assert sorted(owned) == sorted(products), "every key restored on exactly one subtask"
+    assert all(per_subtask), "both subtasks own keys (else the test proves little)"
+
+
+def test_a_co_process_function_on_keyed_inputs_runs_keyed_and_needs_no_timer_tables() -> None:
+    """As in PyFlink, a CoProcessFunction on two keyed streams gets keyed state; a function
+    that keeps the default on_timer (here: none at all) creates no timer service."""
+
+    class Count(CoProcessFunction):
+        def open(self, runtime_context: RuntimeContext) -> None:
+            self.count = runtime_context.get_state(ValueStateDescriptor("count"))
+
+        def process_element1(self, value: Any, ctx: ProcessFunction.Context) -> Any:
+            self.count.update((self.count.value() or 0) + 1)
+            return None
+
+        def process_element2(self, value: Any, ctx: ProcessFunction.Context) -> Any:
+            yield value[0], self.count.value()
+
+    class Quiet(KeyedCoProcessFunction):
+        def process_element1(self, value: Any, ctx: KeyedCoProcessFunction.Context) -> Any:
+            return None
+
+        def process_element2(self, value: Any, ctx: KeyedCoProcessFunction.Context) -> Any:
+            return None
+
+    h = keyed_join(Count())
+    h.process_records([("a", 0), ("a", 0), ("b", 0)], input_number=1)
+    h.process_records([("a", 0), ("b", 0), ("c", 0)], input_number=2)
+    assert h.values() == [("a", 2), ("b", 1), ("c", None)]
+    for function in (Count(), Quiet()):
+        assert keyed_join(function).operator._timers is None  # type: ignore[attr-defined]
+    assert keyed_join(PriceJoin()).operator._timers is not None  # type: ignore[attr-defined]
 
 
 def test_a_co_map_on_keyed_inputs_uses_keyed_state_and_a_none_result_emits_nothing() -> None:
@@ -256,17 +323,6 @@ ORDERS = [(f"p{i % 7}", i) for i in range(200)]
 PRICES = [(f"p{k}", 10 + k) for k in range(7)]
 
 
-class Gate(MapFunction):
-    """Holds the orders back until every price went through (a test of the join, not of
-    arrival races): the prices source is tiny, so a short wait is enough."""
-
-    def map(self, value: Any) -> Any:
-        import time
-
-        time.sleep(0.002)
-        return value
-
-
 def _priced(out: list[Any]) -> Counter[Any]:
     return Counter((o[1], o[2]) for o in out if o[0] == "priced")
 
@@ -277,7 +333,7 @@ def test_a_keyed_co_process_join_prices_every_order_on_the_subtask_of_its_key(
 ) -> None:
     local_env.set_parallelism(3)
     prices = local_env.from_collection(PRICES)
-    orders = local_env.from_collection(ORDERS).map(Gate())
+    orders = local_env.from_collection(ORDERS)
     if how == "two keyed streams":
         connected = orders.key_by(key_of).connect(prices.key_by(key_of))
     else:
@@ -286,6 +342,16 @@ def test_a_keyed_co_process_join_prices_every_order_on_the_subtask_of_its_key(
     assert joined.get_name() == "Keyed Co-Process"
     out = joined.execute_and_collect(limit=len(ORDERS) + len(PRICES))
     assert sorted(o[1:3] for o in out if o[0] == "price") == sorted(PRICES)
+    assert _priced(out) == Counter((key, qty * (10 + int(key[1:]))) for key, qty in ORDERS)
+
+
+def test_key_by_on_connected_keyed_streams_keys_both_anew(local_env: StreamExecutionEnvironment) -> None:
+    """Keyed by the wrong field first; the connected streams' key_by replaces both keys."""
+    local_env.set_parallelism(3)
+    prices = local_env.from_collection(PRICES).key_by(lambda v: v[1])
+    orders = local_env.from_collection(ORDERS).key_by(lambda v: v[1])
+    joined = orders.connect(prices).key_by(key_of, key_of).process(PriceJoin(wait_ms=60_000))
+    out = joined.execute_and_collect(limit=len(ORDERS) + len(PRICES))
     assert _priced(out) == Counter((key, qty * (10 + int(key[1:]))) for key, qty in ORDERS)
 
 
