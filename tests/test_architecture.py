@@ -31,6 +31,7 @@ LAYERS: list[tuple[int, tuple[str, ...]]] = [
     (1, ("chandy.core.watermark_strategy",)),
     (1, ("chandy.config",)),
     (1, ("chandy.core.state",)),
+    (1, ("chandy.core.async_retry",)),
     (1, ("chandy.core.metrics",)),
     (2, ("chandy.core.functions",)),
     (2, ("chandy.core.connector",)),

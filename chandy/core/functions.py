@@ -319,6 +319,26 @@ class SinkFunction(Function):
         """Called once when the input has ended (a bounded job), before ``close()``."""
 
 
+class AsyncFunction(Function, Generic[IN, OUT]):
+    """A request to another system per record, without waiting for it (PyFlink's
+    ``AsyncFunction``; apply it with ``AsyncDataStream.unordered_wait``/``ordered_wait``).
+
+    ``async_invoke`` is a coroutine run on an asyncio event loop the operator owns (one
+    thread per subtask), so up to ``capacity`` requests are in flight at once. It returns
+    the record's outputs as a list (``[]`` for none); raising fails the job, which then
+    restarts from its latest checkpoint, where the requests that were in flight are kept
+    and are sent again. ``open``, ``close`` and ``timeout`` run on the task's thread.
+    """
+
+    @abstractmethod
+    async def async_invoke(self, value: IN) -> list[OUT]:
+        """Send the request for ``value`` and return its outputs."""
+
+    def timeout(self, value: IN) -> list[OUT]:
+        """The outputs of a request that did not complete in time; by default the job fails."""
+        raise TimeoutError("Async function call has timed out for input: " + str(value))
+
+
 class OperatorStateStore(ABC):
     """Operator (non-keyed) state of a function: lists redistributed on rescaling."""
 

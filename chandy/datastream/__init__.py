@@ -21,6 +21,8 @@ _EXPORTS = {
     **exports_of("chandy.api.connected_streams", "ConnectedStreams"),
     **exports_of("chandy.api.broadcast_stream", "BroadcastStream", "BroadcastConnectedStream"),
     **exports_of("chandy.api.checkpoint_config", "CheckpointConfig"),
+    **exports_of("chandy.api.async_data_stream", "AsyncDataStream"),
+    **exports_of("chandy.core.async_retry", "AsyncRetryStrategy", "AsyncRetryPredicate"),
     **exports_of("chandy.config.options", "CheckpointingMode", "ExternalizedCheckpointRetention"),
     **exports_of(
         "chandy.core.functions",
@@ -40,6 +42,7 @@ _EXPORTS = {
         "KeyedBroadcastProcessFunction",
         "SinkFunction",
         "AggregateFunction",
+        "AsyncFunction",
         "WindowFunction",
         "AllWindowFunction",
         "ProcessWindowFunction",
@@ -66,6 +69,10 @@ __all__ = [
     "AggregateFunction",
     "AllWindowFunction",
     "AllWindowedStream",
+    "AsyncDataStream",
+    "AsyncFunction",
+    "AsyncRetryPredicate",
+    "AsyncRetryStrategy",
     "BroadcastConnectedStream",
     "BroadcastProcessFunction",
     "BroadcastStream",
@@ -115,6 +122,7 @@ def __getattr__(name: str) -> Any:
 
 
 if TYPE_CHECKING:
+    from chandy.api.async_data_stream import AsyncDataStream
     from chandy.api.broadcast_stream import BroadcastConnectedStream, BroadcastStream
     from chandy.api.checkpoint_config import CheckpointConfig
     from chandy.api.connected_streams import ConnectedStreams
@@ -122,9 +130,11 @@ if TYPE_CHECKING:
     from chandy.api.environment import StreamExecutionEnvironment
     from chandy.api.windowed_stream import AllWindowedStream, WindowedStream
     from chandy.config.options import CheckpointingMode, ExternalizedCheckpointRetention
+    from chandy.core.async_retry import AsyncRetryPredicate, AsyncRetryStrategy
     from chandy.core.functions import (
         AggregateFunction,
         AllWindowFunction,
+        AsyncFunction,
         BroadcastProcessFunction,
         CoFlatMapFunction,
         CoMapFunction,

@@ -1,8 +1,10 @@
 """PyFlink's ``pyflink.datastream.functions``: the function classes a job implements."""
 
+from chandy.core.async_retry import AsyncRetryPredicate, AsyncRetryStrategy
 from chandy.core.functions import (
     AggregateFunction,
     AllWindowFunction,
+    AsyncFunction,
     BaseBroadcastProcessFunction,
     BroadcastProcessFunction,
     CheckpointedFunction,
@@ -33,6 +35,9 @@ from chandy.core.functions import (
 __all__ = [
     "AggregateFunction",
     "AllWindowFunction",
+    "AsyncFunction",
+    "AsyncRetryPredicate",
+    "AsyncRetryStrategy",
     "BaseBroadcastProcessFunction",
     "BroadcastProcessFunction",
     "CheckpointListener",
