@@ -94,6 +94,24 @@ EVENT_TIME_IMPORTS: dict[str, list[str]] = {
     ],
 }
 
+#: The names of connected streams (``DataStream.connect``), under PyFlink's paths.
+CONNECT_IMPORTS: dict[str, list[str]] = {
+    "datastream": [
+        "ConnectedStreams",
+        "CoMapFunction",
+        "CoFlatMapFunction",
+        "CoProcessFunction",
+        "KeyedCoProcessFunction",
+    ],
+    "datastream.data_stream": ["ConnectedStreams"],
+    "datastream.functions": [
+        "CoMapFunction",
+        "CoFlatMapFunction",
+        "CoProcessFunction",
+        "KeyedCoProcessFunction",
+    ],
+}
+
 #: Where each name is defined in chandy (the re-export must be that very object).
 HOME = {
     "Types": "chandy.core.types",
@@ -109,6 +127,9 @@ HOME = {
     "OutputTag": "chandy.core.output_tag",
     "StreamExecutionEnvironment": "chandy.api.environment",
     "KeyedProcessFunction": "chandy.core.functions",
+    "KeyedCoProcessFunction": "chandy.core.functions",
+    "CoMapFunction": "chandy.core.functions",
+    "ConnectedStreams": "chandy.api.connected_streams",
     "ProcessWindowFunction": "chandy.core.functions",
     "ValueStateDescriptor": "chandy.core.state",
     "StateTtlConfig": "chandy.core.state",
@@ -124,7 +145,9 @@ def _imports(table: dict[str, list[str]]) -> list[tuple[str, str]]:
 
 
 @pytest.mark.parametrize(
-    ("module", "name"), _imports(EXAMPLE_IMPORTS) + _imports(EVENT_TIME_IMPORTS), ids=lambda v: v
+    ("module", "name"),
+    _imports(EXAMPLE_IMPORTS) + _imports(EVENT_TIME_IMPORTS) + _imports(CONNECT_IMPORTS),
+    ids=lambda v: v,
 )
 def test_a_pyflink_import_resolves_under_chandy(module: str, name: str) -> None:
     value = getattr(importlib.import_module(module), name)
