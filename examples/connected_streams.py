@@ -88,14 +88,8 @@ class ConvertAtTheRateOfTheTime(KeyedCoProcessFunction):
         yield payment_id, currency, amount, rate, round(amount * rate, 2)
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
-    parser.add_argument("--executor", choices=["spark", "local"], default="spark")
-    args = parser.parse_args()
-
-    env = StreamExecutionEnvironment.get_execution_environment(executor=args.executor)
+def run(executor: str) -> None:
+    env = StreamExecutionEnvironment.get_execution_environment(executor=executor)
     env.set_parallelism(2)
     strategy = WatermarkStrategy.for_bounded_out_of_orderness(Duration.of_seconds(5)).with_timestamp_assigner(
         FirstFieldIsTheTime()
@@ -123,4 +117,11 @@ def main() -> None:
 
 if __name__ == "__main__":
     logging.basicConfig(level=logging.WARNING)
-    main()
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument(
+        "--executor",
+        choices=["spark", "local"],
+        default="spark",
+        help="local: threads; spark: a local session",
+    )
+    run(parser.parse_args().executor)
