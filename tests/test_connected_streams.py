@@ -432,3 +432,32 @@ def test_the_connected_streams_example_prints_each_payment_at_the_rate_of_its_ti
         ("no rate", "(p1,USD,100.0)"),
         ("no rate", "(p4,CHF,5.0)"),
     ]
+
+
+def test_a_user_function_annotated_with_the_co_contexts_type_checks(tmp_path: Path) -> None:
+    """``KeyedCoProcessFunction.Context`` and its siblings are PyFlink's names for the
+    contexts; a user's strictly type-checked job annotates with them."""
+    from tests.test_typing import mypy
+
+    job = tmp_path / "job.py"
+    job.write_text(
+        "from typing import Any\n"
+        "from chandy.datastream.functions import CoProcessFunction, KeyedCoProcessFunction\n"
+        "from chandy.datastream import TimeDomain\n\n\n"
+        "class Join(KeyedCoProcessFunction):\n"
+        "    def process_element1(self, value: Any, ctx: KeyedCoProcessFunction.Context) -> Any:\n"
+        "        return [ctx.get_current_key(), ctx.timestamp()]\n\n"
+        "    def process_element2(self, value: Any, ctx: KeyedCoProcessFunction.Context) -> Any:\n"
+        "        return None\n\n"
+        "    def on_timer(self, timestamp: int, ctx: KeyedCoProcessFunction.OnTimerContext) -> Any:\n"
+        "        domain: TimeDomain = ctx.time_domain()\n"
+        "        return [domain]\n\n\n"
+        "class Tag(CoProcessFunction):\n"
+        "    def process_element1(self, value: Any, ctx: CoProcessFunction.Context) -> Any:\n"
+        "        return [ctx.timer_service().current_watermark()]\n\n"
+        "    def process_element2(self, value: Any, ctx: CoProcessFunction.Context) -> Any:\n"
+        "        return None\n",
+        encoding="utf-8",
+    )
+    result = mypy("--strict", str(job))
+    assert result.returncode == 0, result.stdout + result.stderr

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterable
-from typing import Any, Generic, TypeVar
+from typing import Any, Generic, TypeAlias, TypeVar
 
 from chandy.core.metrics import MetricGroup
 from chandy.core.state import (
@@ -269,7 +269,7 @@ class CoProcessFunction(Function):
     """
 
     #: The context of ``process_element1/2``: the same as a ProcessFunction's.
-    Context = ProcessFunction.Context
+    Context: TypeAlias = ProcessFunction.Context
 
     @abstractmethod
     def process_element1(self, value: Any, ctx: ProcessFunction.Context) -> Iterable[Any] | None:
@@ -289,8 +289,8 @@ class KeyedCoProcessFunction(Function):
     """
 
     #: The contexts are a KeyedProcessFunction's: they offer the same.
-    Context = KeyedProcessFunction.Context
-    OnTimerContext = KeyedProcessFunction.OnTimerContext
+    Context: TypeAlias = KeyedProcessFunction.Context
+    OnTimerContext: TypeAlias = KeyedProcessFunction.OnTimerContext
 
     @abstractmethod
     def process_element1(self, value: Any, ctx: KeyedProcessFunction.Context) -> Iterable[Any] | None:
