@@ -8,7 +8,10 @@ keyed state, timers, side outputs, timestamps, restore), then the API in local j
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from collections import Counter
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -52,6 +55,7 @@ from chandy.task.processing_time import ProcessingTimeService
 from chandy.util.clock import ManualClock
 from tests.operator_harness import MAX_PARALLELISM, KeyedOperatorHarness, KeyedSnapshot, OperatorHarness
 
+ROOT = Path(__file__).resolve().parent.parent
 RULES = MapStateDescriptor("rules")
 LIMITS = MapStateDescriptor("limits")
 COUNT = ValueStateDescriptor("count")
@@ -507,3 +511,22 @@ def test_keyed_process_function_contexts_are_unchanged(local_env: StreamExecutio
 
     result = local_env.from_collection([1]).key_by(lambda x: x).process(Plain()).execute_and_collect(limit=5)
     assert result == [("_KeyedContext", False, 1)]
+
+
+def test_the_example_prints_the_alerts_its_comments_promise() -> None:
+    """examples/broadcast_rules.py: the transactions wait for their period's limits (paced
+    late) and are checked in order all the same; the subtask of each account is fixed."""
+    done = subprocess.run(
+        [sys.executable, str(ROOT / "examples" / "broadcast_rules.py"), "--executor", "local"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert sorted(done.stdout.splitlines()) == [
+        "1> ('alert', 't08', 'dave', 2, 'games', 25, 20)",
+        "1> ('alert', 't14', 'dave', 3, 'groceries', 81, 80)",
+        "2> ('alert', 't03', 'alice', 1, 'groceries', 110, 100)",
+        "2> ('alert', 't05', 'bob', 1, 'travel', 330, 300)",
+        "2> ('alert', 't11', 'alice', 2, 'groceries', 65, 60)",
+    ]
