@@ -139,13 +139,13 @@ def run(executor: str) -> None:
     env.execute("spending limits")
 
 
+def main(argv: list[str] | None = None) -> None:
+    """``--executor local`` runs the job on threads; the default, ``spark``, on a local Spark session."""
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--executor", choices=["spark", "local"], default="spark")
+    run(parser.parse_args(argv).executor)
+
+
 if __name__ == "__main__":
     logging.basicConfig(level=logging.WARNING)
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument(
-        "--executor",
-        choices=["spark", "local"],
-        default="spark",
-        help="local: threads; spark: a local session",
-    )
-    run(parser.parse_args().executor)
+    main()
