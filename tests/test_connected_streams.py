@@ -355,6 +355,35 @@ def test_key_by_on_connected_keyed_streams_keys_both_anew(local_env: StreamExecu
     assert _priced(out) == Counter((key, qty * (10 + int(key[1:]))) for key, qty in ORDERS)
 
 
+def test_a_keyed_stream_connected_with_a_non_keyed_one_runs_non_keyed_partitioned_by_key(
+    local_env: StreamExecutionEnvironment,
+) -> None:
+    """As in Flink: the connection is keyed only when both are; the keyed input still goes
+    by key (each key to one subtask), as plain records."""
+
+    class Where(CoProcessFunction):
+        def open(self, runtime_context: RuntimeContext) -> None:
+            self.subtask = runtime_context.get_index_of_this_subtask()
+
+        def process_element1(self, value: Any, ctx: ProcessFunction.Context) -> Any:
+            yield "keyed", value, self.subtask
+
+        def process_element2(self, value: Any, ctx: ProcessFunction.Context) -> Any:
+            yield "plain", value, self.subtask
+
+    local_env.set_parallelism(3)
+    keyed = local_env.from_sequence(0, 299).key_by(lambda v: v % 10)
+    plain = local_env.from_sequence(1000, 1049)
+    out = keyed.connect(plain).process(Where()).execute_and_collect(limit=350)
+    assert sorted(v for side, v, _ in out if side == "keyed") == list(range(300))
+    assert sorted(v for side, v, _ in out if side == "plain") == list(range(1000, 1050))
+    subtasks: dict[int, set[int]] = {}
+    for side, v, subtask in out:
+        if side == "keyed":
+            subtasks.setdefault(v % 10, set()).add(subtask)
+    assert all(len(s) == 1 for s in subtasks.values()), subtasks
+
+
 def test_side_outputs_of_a_connected_operator_are_a_stream(local_env: StreamExecutionEnvironment) -> None:
     orders = local_env.from_collection([("none", 1), ("none", 2)])
     strategy = WatermarkStrategy.for_monotonous_timestamps().with_timestamp_assigner(lambda v, t: v[1])
