@@ -10,10 +10,15 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import json
+import re
+import subprocess
+import sys
 import threading
 import time
 from collections import Counter
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -522,3 +527,52 @@ def test_ten_thousand_requests_ordered_and_unordered_exactly_once_across_a_failu
     check_results(results, "ordered")
     check_results(results, "unordered")
     assert sum(requests.values()) > 2 * N, "no request was sent again after the failure"
+
+
+class CancelledInside(AsyncFunction[int, Any]):
+    """A request whose own future was cancelled (not the operator's doing)."""
+
+    async def async_invoke(self, value: int) -> list[Any]:
+        future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        future.cancel()
+        await future
+        return []
+
+
+def test_a_request_cancelled_by_the_function_itself_fails_the_task_instead_of_hanging() -> None:
+    h = AsyncHarness(CancelledInside()).open()
+    try:
+        h.harness.process(1)
+        with pytest.raises(RuntimeError, match="async_invoke failed for input 1") as info:
+            h.run_mails_until(lambda: False, timeout_s=10)
+        assert isinstance(info.value.__cause__, asyncio.CancelledError)
+    finally:
+        h.harness.close()
+
+
+def test_the_remote_inference_example_gives_each_comment_one_result() -> None:
+    """examples/async_inference.py (PyFlink's remote_model_inference.py), as a user runs it:
+    a third of the first attempts time out and are retried a second later; every row's
+    result is printed once."""
+    root = Path(__file__).resolve().parent.parent
+    done = subprocess.run(
+        [
+            sys.executable,
+            str(root / "examples" / "async_inference.py"),
+            "--executor",
+            "local",
+            "--records",
+            "30",
+            "--rows-per-second",
+            "1000",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    lines = done.stdout.splitlines()
+    assert lines[0] == "Printing result to stdout. Use --output to specify output path."
+    results = [json.loads(re.sub(r"^\d+> ", "", line)) for line in lines[1:]]  # "2> ": print's subtask
+    assert sorted(r["user_id"] for r in results) == list(range(30))
+    assert {r["analysis_result"] for r in results} == {"positive"}

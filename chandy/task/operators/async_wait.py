@@ -389,6 +389,14 @@ class AsyncWaitOperator(UdfOperator):
         except TimeoutError:  # _attempts catches the function's own exceptions: this is the timeout
             self._complete(entry, None, None, timed_out=True)
             return
+        except asyncio.CancelledError as cancelled:
+            task = asyncio.current_task()
+            if task is not None and task.cancelling():
+                raise  # the operator closes: the request ends with its loop
+            # A future of the function's own was cancelled: an error of this request, not
+            # the end of it without an outcome (finish() would wait for it forever).
+            self._complete(entry, None, cancelled, timed_out=False)
+            return
         except Exception as exc:  # noqa: BLE001 - a retry predicate raised: the task fails with it
             self._complete(entry, None, exc, timed_out=False)
             return
