@@ -327,10 +327,19 @@ def test_a_seeded_chaos_run_is_exact(runner: Runner, name: str) -> None:
 
 @pytest.mark.slow
 def test_python_m_chaos_kills_an_executor_jvm_and_reports_the_run() -> None:
+    # Two executor JVMs of two cores (the default for kill-jvm is four of one: twice the JVMs
+    # to start on a 2-core machine) and seed 15, one of the shortest kill-jvm runs (5 s, one
+    # kill, parallelism 2): the same path, a whole executor lost, at half the cost.
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     env.pop("PYSPARK_PYTHON", None)
+    master = "local-cluster[2,2,1024]"
     done = subprocess.run(
-        [sys.executable, "-m", "chaos", "--only-seed", "25", "--faults", "kill-jvm", "--timeout", "200"],
+        [
+            sys.executable,
+            *"-m chaos --only-seed 15 --faults kill-jvm --timeout 200".split(),
+            "--master",
+            master,
+        ],
         capture_output=True,
         text=True,
         timeout=280,
