@@ -18,7 +18,6 @@ without them its events would wait forever and be missing from the output.
 from __future__ import annotations
 
 import threading
-import time
 from pathlib import Path
 from typing import Any
 
@@ -31,12 +30,13 @@ from chandy.core.functions import (
     FunctionInitializationContext,
     FunctionSnapshotContext,
     KeyedBroadcastProcessFunction,
-    MapFunction,
     RuntimeContext,
 )
 from chandy.core.state import ListStateDescriptor, MapStateDescriptor
+from tests.jobs import Throttle
 from tests.probes import Probe
 from tests.test_checkpointing_e2e import latest_checkpoint_dir
+from tests.test_timers_e2e import wait_for
 
 N = 4_000
 KEYS = 24
@@ -138,41 +138,28 @@ class DynamicFilter(KeyedBroadcastProcessFunction, CheckpointedFunction, Checkpo
         return released
 
 
-class Pace(MapFunction):
+class Pace(Throttle):
     """Sleeps ``delay_s`` per record in the first attempt of a run (so the job is still running
     when rules arrive, when it fails or when the test cancels it); full speed after a restart."""
-
-    def __init__(self, delay_s: float) -> None:
-        self.delay_s = delay_s
 
     def open(self, runtime_context: RuntimeContext) -> None:
         if runtime_context.get_attempt_number() > 0:
             self.delay_s = 0.0
 
-    def map(self, value: Any) -> Any:
-        if self.delay_s:
-            time.sleep(self.delay_s)
-        return value
-
 
 def rules_job(
-    executor: str,
-    probe: Probe,
-    parallelism: int,
-    run: int,
-    event_delay_s: float,
-    rule_delay_s: float,
-    fail: bool = False,
-    **config: Any,
+    executor: str, probe: Probe, parallelism: int, run: int, *, pace: tuple[float, float], fail: bool = False
 ) -> Any:
+    """The dynamic filter over paced events and rules (``pace``: seconds per event and per
+    rule in a run's first attempt)."""
     env = StreamExecutionEnvironment.get_execution_environment(executor=executor)
     env.set_parallelism(parallelism)
     env.enable_checkpointing(100)
-    env.configure({"restart-strategy.fixed-delay.delay": 50, "chandy.network.batch-size": 50, **config})
+    env.configure({"restart-strategy.fixed-delay.delay": 50, "chandy.network.batch-size": 50})
     events = (
         env.from_sequence(0, N - 1)
         .uid("events")
-        .map(Pace(event_delay_s))
+        .map(Pace(pace[0]))
         .uid("pace events")
         .map(lambda seq: (seq % KEYS, seq))
         .uid("event")
@@ -180,7 +167,7 @@ def rules_job(
     rules = (
         env.from_collection(sorted(THRESHOLDS.items()))
         .uid("rules")
-        .map(Pace(rule_delay_s))
+        .map(Pace(pace[1]))
         .uid("pace rules")
         .set_parallelism(1)
     )
@@ -195,7 +182,7 @@ def rules_job(
 @pytest.mark.slow
 def test_rules_that_change_mid_job_filter_exactly_once_across_a_failure(executor: str) -> None:
     probe = Probe()
-    job = rules_job(executor, probe, 2, run=1, event_delay_s=0.001, rule_delay_s=0.25, fail=True)
+    job = rules_job(executor, probe, 2, run=1, pace=(0.001, 0.25), fail=True)
     out = job.execute_and_collect("dynamic filtering", limit=10**6)
     assert probe.get("failures") == 1, "the job failed once"
     assert sorted(out) == expected()
@@ -214,13 +201,6 @@ def test_rules_that_change_mid_job_filter_exactly_once_across_a_failure(executor
         )
 
 
-def wait_for(condition: Any, what: str, timeout_s: float = 120) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not condition():
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.02)
-
-
 @pytest.mark.slow
 @pytest.mark.parametrize(
     ("executor", "old", "new"), [("local", 2, 3), ("local", 3, 1), ("spark", 2, 3)], ids=str
@@ -232,18 +212,14 @@ def test_a_restore_at_another_parallelism_gives_every_subtask_the_broadcast_stat
         request.getfixturevalue("spark_session")
     probe = Probe()
     first_dir = tmp_path / "first"
-    results = rules_job(
-        executor,
-        probe,
-        old,
-        run=1,
-        event_delay_s=0.004,
-        rule_delay_s=0.0,
-        **{
+    first_job = rules_job(executor, probe, old, run=1, pace=(0.004, 0.0))
+    first_job.get_execution_environment().configure(
+        {
             "execution.checkpointing.dir": str(first_dir),
             "execution.checkpointing.externalized-checkpoint-retention": "RETAIN_ON_CANCELLATION",
-        },
-    ).execute_and_collect("rules before rescaling")
+        }
+    )
+    results = first_job.execute_and_collect("rules before rescaling")
     first: list[Any] = []
     reader = threading.Thread(target=lambda: first.extend(results), daemon=True)
     reader.start()
@@ -254,14 +230,9 @@ def test_a_restore_at_another_parallelism_gives_every_subtask_the_broadcast_stat
     reader.join(60)
     assert len(first) < len(expected()), "the first run was cancelled before its end"
 
-    second_job = rules_job(
-        executor,
-        probe,
-        new,
-        run=2,
-        event_delay_s=0.0,
-        rule_delay_s=0.0,
-        **{"execution.checkpointing.dir": str(tmp_path / "second")},
+    second_job = rules_job(executor, probe, new, run=2, pace=(0.0, 0.0))
+    second_job.get_execution_environment().configure(
+        {"execution.checkpointing.dir": str(tmp_path / "second")}
     )
     second_job.get_execution_environment().set_restore_path(str(latest_checkpoint_dir(first_dir)))
     second = second_job.execute_and_collect("rules after rescaling", limit=10**6)
