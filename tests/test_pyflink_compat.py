@@ -112,6 +112,26 @@ CONNECT_IMPORTS: dict[str, list[str]] = {
     ],
 }
 
+#: The names of async I/O, under PyFlink's paths (PyFlink's examples/datastream/asyncio/
+#: remote_model_inference.py imports the ``datastream`` ones).
+ASYNC_IMPORTS: dict[str, list[str]] = {
+    "datastream": ["AsyncDataStream", "AsyncFunction", "AsyncRetryStrategy", "AsyncRetryPredicate"],
+    "datastream.async_data_stream": ["AsyncDataStream"],
+    "datastream.functions": ["AsyncFunction", "AsyncRetryStrategy", "AsyncRetryPredicate"],
+    "datastream.async_retry_strategies": [
+        "NO_RETRY_STRATEGY",
+        "NoRetryStrategy",
+        "FixedDelayRetryStrategy",
+        "ExponentialBackoffDelayRetryStrategy",
+        "RetryPredicate",
+    ],
+    "datastream.async_retry_predicates": [
+        "empty_result_predicate",
+        "has_exception_predicate",
+        "exception_type_predicate",
+    ],
+}
+
 #: Where each name is defined in chandy (the re-export must be that very object).
 HOME = {
     "Types": "chandy.core.types",
@@ -137,6 +157,11 @@ HOME = {
     "TimeWindow": "chandy.core.windows",
     "MetricGroup": "chandy.core.metrics",
     "Counter": "chandy.core.metrics",
+    "AsyncDataStream": "chandy.api.async_data_stream",
+    "AsyncFunction": "chandy.core.functions",
+    "AsyncRetryStrategy": "chandy.core.async_retry",
+    "NO_RETRY_STRATEGY": "chandy.core.async_retry",
+    "exception_type_predicate": "chandy.core.async_retry",
 }
 
 
@@ -146,7 +171,10 @@ def _imports(table: dict[str, list[str]]) -> list[tuple[str, str]]:
 
 @pytest.mark.parametrize(
     ("module", "name"),
-    _imports(EXAMPLE_IMPORTS) + _imports(EVENT_TIME_IMPORTS) + _imports(CONNECT_IMPORTS),
+    _imports(EXAMPLE_IMPORTS)
+    + _imports(EVENT_TIME_IMPORTS)
+    + _imports(CONNECT_IMPORTS)
+    + _imports(ASYNC_IMPORTS),
     ids=lambda v: v,
 )
 def test_a_pyflink_import_resolves_under_chandy(module: str, name: str) -> None:
@@ -182,6 +210,9 @@ def test_a_pyflink_import_resolves_under_chandy(module: str, name: str) -> None:
         "chandy.datastream.connectors.file_system",
         "chandy.datastream.connectors.kafka",
         "chandy.datastream.connectors.number_seq",
+        "chandy.datastream.async_data_stream",
+        "chandy.datastream.async_retry_strategies",
+        "chandy.datastream.async_retry_predicates",
         "chandy.metrics",
     ],
 )
@@ -190,6 +221,14 @@ def test_every_name_a_module_exports_resolves(module: str) -> None:
     loaded = importlib.import_module(module)
     for name in loaded.__all__:
         assert getattr(loaded, name) is not None, f"{module}.{name}"
+
+
+def test_the_async_retry_modules_import_from_the_package_as_in_pyflink() -> None:
+    """PyFlink's asyncio example: ``from pyflink.datastream import async_retry_predicates``."""
+    namespace: dict[str, Any] = {}
+    exec("from chandy.datastream import async_retry_predicates, async_retry_strategies", namespace)
+    assert namespace["async_retry_predicates"].exception_type_predicate(TimeoutError(), TimeoutError)
+    assert namespace["async_retry_strategies"].NO_RETRY_STRATEGY.can_retry(1) is False
 
 
 def test_an_unknown_name_is_an_attribute_error_naming_the_module() -> None:
