@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import time
 from collections import Counter
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -38,6 +39,7 @@ from chandy.core.output_tag import OutputTag
 from chandy.core.state import MapStateDescriptor
 from chandy.core.watermark_strategy import WatermarkStrategy
 from tests.probes import Probe
+from tests.test_checkpointing_e2e import drain, latest_checkpoint_dir, wait_for_checkpoints
 
 ORDERS = 6_000
 PRICE_UPDATES = 600
@@ -77,10 +79,12 @@ def expected() -> list[tuple[Any, ...]]:
 
 
 class PriceJoin(KeyedCoProcessFunction, CheckpointedFunction, CheckpointListener):
-    """The event-time join; fails once (subtask 0, first attempt) after two checkpoints."""
+    """The event-time join; with ``fail``, fails once (subtask 0, first attempt) after two
+    completed checkpoints."""
 
-    def __init__(self, probe: Probe) -> None:
+    def __init__(self, probe: Probe, fail: bool = True) -> None:
         self.probe = probe
+        self.fail = fail
 
     def initialize_state(self, context: FunctionInitializationContext) -> None:
         if context.is_restored():
@@ -95,9 +99,8 @@ class PriceJoin(KeyedCoProcessFunction, CheckpointedFunction, CheckpointListener
     def open(self, runtime_context: RuntimeContext) -> None:
         self.orders = runtime_context.get_map_state(MapStateDescriptor("orders"))
         self.prices = runtime_context.get_map_state(MapStateDescriptor("prices"))
-        self.may_fail = (
-            runtime_context.get_attempt_number() == 0 and runtime_context.get_index_of_this_subtask() == 0
-        )
+        first_attempt = runtime_context.get_attempt_number() == 0
+        self.may_fail = self.fail and first_attempt and runtime_context.get_index_of_this_subtask() == 0
         self.completed = 0
 
     def process_element1(self, value: tuple[int, int], ctx: KeyedCoProcessFunction.Context) -> Any:
@@ -133,11 +136,14 @@ class PriceJoin(KeyedCoProcessFunction, CheckpointedFunction, CheckpointListener
 
 
 class Pace(MapFunction):
-    """Slows the first attempt down so that checkpoints complete before the failure; a
-    restarted attempt runs at full speed."""
+    """Slows the first attempt down so that checkpoints complete before the failure (or the
+    cancel); a restarted attempt, and a job started with ``delay_s`` 0, run at full speed."""
+
+    def __init__(self, delay_s: float = 0.0005) -> None:
+        self.first_attempt_delay_s = delay_s
 
     def open(self, runtime_context: RuntimeContext) -> None:
-        self.delay_s = 0.0005 if runtime_context.get_attempt_number() == 0 else 0.0
+        self.delay_s = self.first_attempt_delay_s if runtime_context.get_attempt_number() == 0 else 0.0
 
     def map(self, value: int) -> int:
         if self.delay_s:
@@ -149,23 +155,25 @@ def strategy(timestamp_of: Any) -> WatermarkStrategy:
     return WatermarkStrategy.for_monotonous_timestamps().with_timestamp_assigner(lambda v, t: timestamp_of(v))
 
 
-@pytest.mark.slow
-def test_a_keyed_co_process_join_of_orders_and_prices_is_exactly_once_across_a_failure(executor: str) -> None:
-    probe = Probe()
+def join_job(
+    executor: str, probe: Probe, parallelism: int, *, fail: bool, delay_s: float = 0.0005, **config: Any
+) -> Any:
+    """Orders and prices joined by product, the join's main and side output as one stream."""
     env = StreamExecutionEnvironment.get_execution_environment(executor=executor)
-    env.set_parallelism(2)
+    env.set_parallelism(parallelism)
     env.enable_checkpointing(100)
     env.configure(
         {
             "restart-strategy.fixed-delay.delay": 50,
             "pipeline.auto-watermark-interval": "20 ms",
             "chandy.network.batch-size": 100,
+            **config,
         }
     )
     orders = (
         env.from_source(NumberSequenceSource(0, ORDERS - 1), strategy(lambda i: i), "orders")
         .uid("orders")
-        .map(Pace())
+        .map(Pace(delay_s))
         .uid("pace-orders")
         .map(order)
         .uid("order")
@@ -173,20 +181,66 @@ def test_a_keyed_co_process_join_of_orders_and_prices_is_exactly_once_across_a_f
     prices = (
         env.from_source(NumberSequenceSource(0, PRICE_UPDATES - 1), strategy(update_time), "prices")
         .uid("prices")
-        .map(Pace())
+        .map(Pace(delay_s))
         .uid("pace-prices")
         .map(price_update)
         .uid("price")
     )
     joined = (
-        orders.key_by(product_of).connect(prices.key_by(product_of)).process(PriceJoin(probe)).uid("join")
+        orders.key_by(product_of)
+        .connect(prices.key_by(product_of))
+        .process(PriceJoin(probe, fail))
+        .uid("join")
     )
-    results = joined.union(joined.get_side_output(UNPRICED)).execute_and_collect(
-        "orders x prices", limit=10**6
-    )
+    return joined.union(joined.get_side_output(UNPRICED))
 
-    assert probe.get("failures") == 1
-    assert probe.get("restored") >= 1, "the restarted join restored its state from a checkpoint"
+
+def check_exactly_once(results: list[Any]) -> None:
     counts = Counter(r[1] for r in results)
     assert {i: c for i, c in counts.items() if c != 1} == {}, "orders joined more than once"
     assert sorted(results) == sorted(expected())
+
+
+@pytest.mark.slow
+def test_a_keyed_co_process_join_of_orders_and_prices_is_exactly_once_across_a_failure(executor: str) -> None:
+    probe = Probe()
+    results = join_job(executor, probe, 2, fail=True).execute_and_collect("orders x prices", limit=10**6)
+    assert probe.get("failures") == 1
+    assert probe.get("restored") >= 1, "the restarted join restored its state from a checkpoint"
+    check_exactly_once(results)
+
+
+@pytest.mark.slow
+def test_the_join_restored_at_a_higher_parallelism_finishes_exactly_once(tmp_path: Path) -> None:
+    """Cancelled after two checkpoints at parallelism 2, restored from the retained one at 3:
+    each product's waiting orders, prices and timers (written by both inputs) move with its
+    key group, and the two runs' outputs together are the exact join."""
+    probe = Probe()
+    first_dir = tmp_path / "first"
+    retain = {
+        "execution.checkpointing.dir": str(first_dir),
+        "execution.checkpointing.externalized-checkpoint-retention": "RETAIN_ON_CANCELLATION",
+    }
+    results = join_job("local", probe, 2, fail=False, delay_s=0.002, **retain).execute_and_collect("first")
+    first, reader = drain(results)
+    wait_for_checkpoints(first_dir, 1)
+    deadline = time.monotonic() + 60
+    while int(latest_checkpoint_dir(first_dir).name.split("-")[1]) < 2:  # one retained at a time
+        assert time.monotonic() < deadline, "no second checkpoint completed in time"
+        time.sleep(0.02)
+    results.close()  # cancel: the retained checkpoint is what the second run starts from
+    reader.join(60)
+    assert len(first) < ORDERS, "the first run was cancelled before it ended"
+
+    second_job = join_job(
+        "local",
+        probe,
+        3,
+        fail=False,
+        delay_s=0.0,
+        **{"execution.checkpointing.dir": str(tmp_path / "second")},
+    )
+    second_job.get_execution_environment().set_restore_path(str(latest_checkpoint_dir(first_dir)))
+    second = second_job.execute_and_collect("second", limit=10**6)
+    assert probe.get("restored") >= 3, "every subtask of the second run restored"
+    check_exactly_once(first + second)
