@@ -124,6 +124,9 @@ def test_state_of_the_wrong_kind_is_refused_by_name() -> None:
 
 def test_sum_of_list_records_by_field_name_is_refused_by_name() -> None:
     """A list's field is chosen by position: ``sum("amount")`` says so, as it does for tuples."""
-    with pytest.raises(TypeError, match=r"sum\('amount'\) on a record of type list: a tuple or list field is chosen by an int position"):
+    with pytest.raises(
+        TypeError,
+        match=r"sum\('amount'\) on a record of type list: a tuple or list field is chosen by an int",
+    ):
         SumFunction("amount")([1, 2], [3, 4])
     assert SumFunction(1)(["a", 2], ["a", 3]) == ["a", 5]
