@@ -18,6 +18,7 @@ without them its events would wait forever and be missing from the output.
 from __future__ import annotations
 
 import threading
+import time
 from pathlib import Path
 from typing import Any
 
@@ -44,6 +45,7 @@ THRESHOLDS = {1: 10, 2: 50, 3: 25, 4: 80}
 VERSIONS = len(THRESHOLDS)
 RULES = MapStateDescriptor("rules")
 PENDING = ListStateDescriptor("pending")
+READY_TO_FAIL = "ready to fail"
 
 
 def version_of(seq: int) -> int:
@@ -91,8 +93,10 @@ class DynamicFilter(KeyedBroadcastProcessFunction, CheckpointedFunction, Checkpo
 
     def notify_checkpoint_complete(self, checkpoint_id: int) -> None:
         held = max((n for c, n in self.checkpoint_with.items() if c <= checkpoint_id), default=0)
-        if held >= self.fail_after_rules:
+        if held >= self.fail_after_rules and not self.ready_for_failure:
             self.ready_for_failure = True
+            if self.fail and self.attempt == 0 and self.subtask == 0:
+                self.probe.add(READY_TO_FAIL)
         if held == VERSIONS and not self.reported_ready:
             self.reported_ready = True
             self.probe.add(f"ready-{self.run}")
@@ -140,18 +144,45 @@ class DynamicFilter(KeyedBroadcastProcessFunction, CheckpointedFunction, Checkpo
 
 class Pace(Throttle):
     """Sleeps ``delay_s`` per record in the first attempt of a run (so the job is still running
-    when rules arrive, when it fails or when the test cancels it); full speed after a restart."""
+    when rules arrive, when it fails or when the test cancels it); full speed after a restart.
+    With ``hold``, ``(records, counter, value)``: after that many records, waits until the
+    probe's counter reaches the value, so that a slow machine cannot run out of input before
+    the failure or the checkpoint the test waits for."""
+
+    def __init__(self, delay_s: float, probe: Probe, hold: tuple[int, str, int] | None = None) -> None:
+        super().__init__(delay_s)
+        self.probe = probe
+        self.hold = hold
+        self.seen = 0
 
     def open(self, runtime_context: RuntimeContext) -> None:
         if runtime_context.get_attempt_number() > 0:
             self.delay_s = 0.0
+            self.hold = None
+
+    def map(self, value: Any) -> Any:
+        self.seen += 1
+        if self.hold is not None and self.seen == self.hold[0]:
+            _, counter, target = self.hold
+            deadline = time.monotonic() + 60
+            while self.probe.get(counter) < target and time.monotonic() < deadline:
+                time.sleep(0.02)
+        return super().map(value)
 
 
 def rules_job(
-    executor: str, probe: Probe, parallelism: int, run: int, *, pace: tuple[float, float], fail: bool = False
+    executor: str,
+    probe: Probe,
+    parallelism: int,
+    run: int,
+    *,
+    pace: tuple[float, float],
+    hold: tuple[str, int] | None = None,
+    fail: bool = False,
 ) -> Any:
     """The dynamic filter over paced events and rules (``pace``: seconds per event and per
-    rule in a run's first attempt)."""
+    rule in a run's first attempt); with ``hold``, ``(counter, value)``, the events halfway
+    wait for that probe counter."""
     env = StreamExecutionEnvironment.get_execution_environment(executor=executor)
     env.set_parallelism(parallelism)
     env.enable_checkpointing(100)
@@ -159,7 +190,7 @@ def rules_job(
     events = (
         env.from_sequence(0, N - 1)
         .uid("events")
-        .map(Pace(pace[0]))
+        .map(Pace(pace[0], probe, None if hold is None else (N // parallelism // 2, *hold)))
         .uid("pace events")
         .map(lambda seq: (seq % KEYS, seq))
         .uid("event")
@@ -167,7 +198,7 @@ def rules_job(
     rules = (
         env.from_collection(sorted(THRESHOLDS.items()))
         .uid("rules")
-        .map(Pace(pace[1]))
+        .map(Pace(pace[1], probe))
         .uid("pace rules")
         .set_parallelism(1)
     )
@@ -182,7 +213,7 @@ def rules_job(
 @pytest.mark.slow
 def test_rules_that_change_mid_job_filter_exactly_once_across_a_failure(executor: str) -> None:
     probe = Probe()
-    job = rules_job(executor, probe, 2, run=1, pace=(0.001, 0.25), fail=True)
+    job = rules_job(executor, probe, 2, run=1, pace=(0.001, 0.25), hold=(READY_TO_FAIL, 1), fail=True)
     out = job.execute_and_collect("dynamic filtering", limit=10**6)
     assert probe.get("failures") == 1, "the job failed once"
     assert sorted(out) == expected()
@@ -212,7 +243,7 @@ def test_a_restore_at_another_parallelism_gives_every_subtask_the_broadcast_stat
         request.getfixturevalue("spark_session")
     probe = Probe()
     first_dir = tmp_path / "first"
-    first_job = rules_job(executor, probe, old, run=1, pace=(0.004, 0.0))
+    first_job = rules_job(executor, probe, old, run=1, pace=(0.004, 0.0), hold=("ready-1", old))
     first_job.get_execution_environment().configure(
         {
             "execution.checkpointing.dir": str(first_dir),
