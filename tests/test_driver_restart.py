@@ -23,6 +23,8 @@ from typing import Any
 
 import pytest
 
+from tests.jobs import release
+
 ROOT = Path(__file__).resolve().parent.parent
 SCRIPT = ROOT / "tests" / "scripts" / "driver_restart_job.py"
 RECORDS = 6_000
@@ -53,13 +55,16 @@ def _completed_ids(job_dir: Path) -> list[int]:
     return sorted(int(p.parent.name.split("-")[1]) for p in job_dir.glob("chk-*/_metadata"))
 
 
-def _start(executor: str, out: Path, checkpoints: Path, job_id: str, log: Path) -> subprocess.Popen[str]:
-    """The driver, its log into ``log`` (a pipe nobody reads while waiting would fill and stall it)."""
+def _start(
+    executor: str, out: Path, checkpoints: Path, job_id: str, log: Path, gate: Path
+) -> subprocess.Popen[str]:
+    """The driver, its log into ``log`` (a pipe nobody reads while waiting would fill and stall it),
+    paced until ``gate`` exists."""
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     env.pop("PYSPARK_PYTHON", None)
     with log.open("w") as stderr:
         return subprocess.Popen(
-            [sys.executable, str(SCRIPT), executor, str(out), str(checkpoints), job_id, str(RECORDS)],
+            [sys.executable, str(SCRIPT), executor, *map(str, (out, checkpoints, job_id, RECORDS, gate))],
             stdout=subprocess.PIPE,
             stderr=stderr,
             text=True,
@@ -102,8 +107,8 @@ def _kill_then_resume(tmp_path: Path, executor: str) -> tuple[list[int], dict[st
     out, checkpoints = tmp_path / "out", tmp_path / "checkpoints"
     job_id = uuid.uuid4().hex
     job_dir = checkpoints / job_id
-    first_log = tmp_path / "first.log"
-    first = _start(executor, out, checkpoints, job_id, first_log)
+    first_log, gate = tmp_path / "first.log", tmp_path / "release-throttle"
+    first = _start(executor, out, checkpoints, job_id, first_log, gate)
     slots: list[dict[str, Any]] = []
 
     def reached_checkpoint_3() -> bool:
@@ -136,8 +141,9 @@ def _kill_then_resume(tmp_path: Path, executor: str) -> tuple[list[int], dict[st
     committed = _output(out)
     assert 0 < len(committed) < RECORDS, f"the first run committed {len(committed)} records before the kill"
 
+    release(str(gate))  # the first run is gone: the second, which resumes it, need not be paced
     second_log = tmp_path / "second.log"
-    second = _start(executor, out, checkpoints, job_id, second_log)
+    second = _start(executor, out, checkpoints, job_id, second_log, gate)
     stdout, _ = second.communicate(timeout=600)
     log = second_log.read_text()
     assert second.returncode == 0, log[-8000:]

@@ -1,13 +1,15 @@
 """A bounded job with a fixed job id, run (and killed, and run again) by tests/test_driver_restart.py.
 
-``python driver_restart_job.py EXECUTOR OUT_DIR CHECKPOINT_DIR JOB_ID RECORDS``
+``python driver_restart_job.py EXECUTOR OUT_DIR CHECKPOINT_DIR JOB_ID RECORDS GATE``
 
-A throttled sequence -> a keyed running count (ValueState) -> a JSON-lines FileSink, with
-checkpoints every 200 ms. Each output record is ``{"x": x, "key": k, "count": c}``: with
-exactly-once output every ``x`` appears once, and per key the counts are 1..n with no gap
-(state restored) and no repeat (no record processed twice into the output). On Spark
-it prints ``SLOTS <json>`` once a checkpoint completed, so the test knows which processes
-belong to this run; at the end ``SUMMARY <json>`` with the checkpoints it restored and completed.
+A sequence, throttled until the file GATE exists (the test creates it once it killed the
+first run: the run it submits again need not be paced) -> a keyed running count (ValueState)
+-> a JSON-lines FileSink, with checkpoints every 200 ms. Each output record is
+``{"x": x, "key": k, "count": c}``: with exactly-once output every ``x`` appears once, and
+per key the counts are 1..n with no gap (state restored) and no repeat (no record processed
+twice into the output). On Spark it prints ``SLOTS <json>`` once a checkpoint completed, so
+the test knows which processes belong to this run; at the end ``SUMMARY <json>`` with the
+checkpoints it restored and completed.
 """
 
 from __future__ import annotations
@@ -45,7 +47,7 @@ def _has_completed_a_checkpoint(client: Any) -> bool:
 
 
 def main() -> None:
-    executor, out_dir, checkpoint_dir, job_id, records = sys.argv[1:6]
+    executor, out_dir, checkpoint_dir, job_id, records, gate = sys.argv[1:7]
     logging.basicConfig(level=logging.INFO, stream=sys.stderr, format="%(name)s %(levelname)s %(message)s")
     env = StreamExecutionEnvironment.get_execution_environment(executor=executor)
     env.set_parallelism(2)
@@ -63,7 +65,7 @@ def main() -> None:
     (
         env.from_sequence(0, int(records) - 1)
         .uid("source")
-        .map(Throttle(0.002))
+        .map(Throttle(0.002, until=gate))
         .uid("throttle")
         .key_by(lambda x: x % KEYS)
         .process(CountPerKey())
