@@ -17,7 +17,7 @@ import pytest
 
 from chandy import ConfigurationError, JobExecutionError, StreamExecutionEnvironment
 from chandy.core.functions import MapFunction, RuntimeContext
-from tests.jobs import CountingFilter, CountingMap, KeyedCounter, Throttle, final_counts
+from tests.jobs import CountingFilter, CountingMap, KeyedCounter, Throttle, final_counts, release
 from tests.probes import Probe
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -54,6 +54,7 @@ def pid_alive(pid: int) -> bool:
 def test_exactly_once_when_a_slot_process_is_killed() -> None:
     n, keys = 200_000, 100
     probe = Probe()
+    gate = os.path.join(probe.directory, "release-throttle")
     env = spark_env(2, **{"restart-strategy.fixed-delay.delay": 0})
     env.enable_checkpointing(100)
     results = (
@@ -61,7 +62,7 @@ def test_exactly_once_when_a_slot_process_is_killed() -> None:
         .uid("source")
         .filter(CountingFilter("filter", probe))
         .uid("filter")
-        .map(Throttle(0.00002))
+        .map(Throttle(0.00002, until=gate))
         .uid("throttle")
         .shuffle()
         .map(CountingMap("map", probe))
@@ -82,6 +83,8 @@ def test_exactly_once_when_a_slot_process_is_killed() -> None:
     )
     victim = client.get_task_slots()[1]["pid"]
     os.kill(victim, signal.SIGKILL)
+    wait_for(lambda: client.restarts >= 1, what="the failover")
+    release(gate)  # the rest, replayed from the checkpoint, need not be paced
     reader.join(180)
     assert not reader.is_alive()
     assert client.restarts >= 1
@@ -137,12 +140,15 @@ def test_a_local_checkpoint_path_is_refused_on_a_multi_host_cluster(
         check_storage_reachable(master, directory)
 
 
-def test_a_peer_without_the_secret_is_refused_and_the_job_goes_on(caplog: pytest.LogCaptureFixture) -> None:
+def test_a_peer_without_the_secret_is_refused_and_the_job_goes_on(
+    caplog: pytest.LogCaptureFixture, tmp_path: Path
+) -> None:
     n, keys = 100_000, 10
+    gate = str(tmp_path / "release-throttle")
     env = spark_env(2)
     results = (
         env.from_sequence(0, n - 1)
-        .map(Throttle(0.00005))
+        .map(Throttle(0.00005, until=gate))  # running while the intruders knock
         .key_by(lambda x: x % keys)
         .process(KeyedCounter(n // keys))
         .execute_and_collect("secrets")
@@ -161,6 +167,7 @@ def test_a_peer_without_the_secret_is_refused_and_the_job_goes_on(caplog: pytest
             intruder.sendall(os.urandom(64))  # a wrong answer (and a pickle bomb, if it were read)
             intruder.settimeout(10)
             assert intruder.recv(1) == b""  # disconnected
+    release(gate)
     reader.join(120)
     assert sorted(out) == [(k, n // keys) for k in range(keys)]  # unaffected
     text = "\n".join(r.getMessage() for r in caplog.records)

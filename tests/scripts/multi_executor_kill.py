@@ -7,6 +7,7 @@ import json
 import os
 import signal
 import sys
+import tempfile
 import threading
 import time
 
@@ -15,11 +16,12 @@ os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
 
 from chandy import StreamExecutionEnvironment
 from chandy.runtime.spark.session import get_or_create_session
-from tests.jobs import KeyedCounter, Throttle
+from tests.jobs import KeyedCounter, Throttle, release
 
 session = get_or_create_session(4, {"spark.master": "local-cluster[2,2,1024]"})
 session.sparkContext.setLogLevel("ERROR")
 n, keys = 100_000, 50
+gate = os.path.join(tempfile.mkdtemp(prefix="multi-executor-"), "release-throttle")
 env = StreamExecutionEnvironment.get_execution_environment(executor="spark")
 env.set_parallelism(4)
 env.enable_checkpointing(200)
@@ -27,7 +29,7 @@ env.configure({"restart-strategy.fixed-delay.delay": 0, "chandy.spark.slot-wait"
 results = (
     env.from_sequence(0, n - 1)
     .uid("source")
-    .map(Throttle(0.0001))
+    .map(Throttle(0.0001, until=gate))  # paced until both kills are done
     .uid("throttle")
     .key_by(lambda x: x % keys)
     .process(KeyedCounter(n // keys))
@@ -57,6 +59,7 @@ while not (
 same_stage = executor._pool is pool
 jvms = sorted({s["jvm_pid"] for s in client.get_task_slots()})
 os.kill(jvms[-1], signal.SIGKILL)  # one whole executor JVM, with its slots
+release(gate)
 reader.join(400)
 print(
     json.dumps(

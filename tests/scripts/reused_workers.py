@@ -8,6 +8,7 @@ import json
 import os
 import signal
 import sys
+import tempfile
 import threading
 import time
 
@@ -16,7 +17,7 @@ os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
 
 from chandy import StreamExecutionEnvironment
 from chandy.runtime.spark.session import get_or_create_session
-from tests.jobs import KeyedCounter, Throttle
+from tests.jobs import KeyedCounter, Throttle, release
 
 session = get_or_create_session(2, {"spark.master": "local[2]", "spark.python.worker.reuse": "true"})
 session.sparkContext.setLogLevel("ERROR")
@@ -24,13 +25,14 @@ n, keys = 60_000, 20
 
 
 def run(kill: bool) -> dict[str, object]:
+    gate = os.path.join(tempfile.mkdtemp(prefix="reused-workers-"), "release-throttle")
     env = StreamExecutionEnvironment.get_execution_environment(executor="spark")
     env.set_parallelism(2)
     env.enable_checkpointing(100)
     env.configure({"restart-strategy.fixed-delay.delay": 0})
     results = (
         env.from_sequence(0, n - 1)
-        .map(Throttle(0.00005))
+        .map(Throttle(0.00005, until=gate))  # paced until its slots are known (and one killed)
         .key_by(lambda x: x % keys)
         .process(KeyedCounter(n // keys))
         .execute_and_collect("reused workers")
@@ -47,6 +49,10 @@ def run(kill: bool) -> dict[str, object]:
     pool = client._job_master.executor._pool
     if kill:
         os.kill(slots[1]["pid"], signal.SIGKILL)
+        while client.restarts < 1:
+            assert time.monotonic() < deadline, "the killed slot process was not noticed"
+            time.sleep(0.05)
+    release(gate)
     reader.join(120)
     return {
         "exact": sorted(out) == [(k, n // keys) for k in range(keys)],
