@@ -61,16 +61,18 @@ COUNT_JOB = textwrap.dedent(
 
 
     mode, directory, out = sys.argv[1:4]
+    PAUSE = {"first": 0.002, "serve": 0.01}.get(mode, 0)
     env = StreamExecutionEnvironment.get_execution_environment(executor="local")
     env.enable_checkpointing(50)
     env.configure({
         "execution.checkpointing.dir": directory,
         "execution.checkpointing.externalized-checkpoint-retention": "RETAIN_ON_CANCELLATION",
         "chandy.rest.enabled": mode == "serve",
+        # paced: a barrier (and a cancel) waits behind one batch of 10 paced records, not 1024
+        "chandy.network.batch-size": 10 if PAUSE else 1024,
     })
     if mode == "serve":
         logging.basicConfig(level=logging.INFO)  # the log names the REST API's address
-    PAUSE = {"first": 0.002, "serve": 0.01}.get(mode, 0)
 
 
     def pace(x):
@@ -473,6 +475,7 @@ TWO_JOBS = textwrap.dedent(
 
     logging.basicConfig(level=logging.INFO)  # the log names the REST API's address
     env = StreamExecutionEnvironment.get_execution_environment(executor="local")
+    env.configure({"chandy.network.batch-size": 10})  # a cancel waits behind 10 paced records, not 1024
     env.from_sequence(0, 9).filter(lambda x: False).print()
     env.execute_async("short").get_job_execution_result()
 
@@ -596,6 +599,7 @@ def test_stop_of_a_program_that_exits_at_once_finds_the_savepoint_on_disk(tmp_pa
             from chandy import StreamExecutionEnvironment
             logging.basicConfig(level=logging.INFO)  # the log names the REST API's address
             env = StreamExecutionEnvironment.get_execution_environment(executor="local")
+            env.configure({"chandy.network.batch-size": 10})  # the stop waits behind 10 paced records
             def pace(x):
                 time.sleep(0.01)
                 return x
