@@ -412,6 +412,8 @@ class SparkExecutor(Executor):
         self._services: TaskServices | None = None
         self._generation = 0
         self._closed = False
+        #: Set with ``_closed``: wakes the heartbeat watch, so that close() does not wait out its pause.
+        self._closing = threading.Event()
         self._lock = threading.Lock()
         self._server: socket.socket | None = None
         self._threads: list[threading.Thread] = []
@@ -664,8 +666,7 @@ class SparkExecutor(Executor):
         """A slot process that is silent, or does not take what is sent to it, for the
         heartbeat timeout is hung: only cancelling its stage ends it."""
         timeout = self.config.get(SparkOptions.HEARTBEAT_TIMEOUT) / 1000
-        while not self._closed:
-            time.sleep(1.0)
+        while not self._closing.wait(1.0):
             pool = self._pool
             if pool is None or not pool.alive:
                 continue
@@ -739,6 +740,7 @@ class SparkExecutor(Executor):
             if self._closed:
                 return
             self._closed = True
+            self._closing.set()
         if self._pool is not None:
             self._pool.stop()
         if self._server is not None:
