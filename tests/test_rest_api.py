@@ -61,6 +61,8 @@ class FailOnce(MapFunction):
 
 
 def running_job(env: StreamExecutionEnvironment, name: str = JOB_NAME, fail_once: bool = False) -> JobClient:
+    # batches of 10 paced records: a savepoint's barrier or a cancel waits 20 ms behind one, not 2 s
+    env.configure({"chandy.network.batch-size": 10})
     stream = env.from_sequence(0, 10_000_000).map(Throttle(0.002)).name("Throttle")
     if fail_once:
         stream = stream.map(FailOnce()).name("FailOnce")
@@ -484,7 +486,8 @@ def test_execute_keeps_serving_until_the_stop_result_was_fetched(tmp_path: Path)
     """Flink's CLI polls for a stop's outcome after the job finished: execute() must not take
     the server down before it got it (at most chandy.rest.await-results-timeout)."""
     env = StreamExecutionEnvironment.get_execution_environment(
-        {"rest.port": 0, "chandy.rest.await-results-timeout": "60 s"}, executor="local"
+        {"rest.port": 0, "chandy.rest.await-results-timeout": "60 s", "chandy.network.batch-size": 10},
+        executor="local",
     )
     env.set_parallelism(2)
     env.from_sequence(0, 10_000_000).map(Throttle(0.002)).print()
@@ -512,7 +515,8 @@ def test_execute_stops_waiting_for_unfetched_results_after_the_timeout(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
     env = StreamExecutionEnvironment.get_execution_environment(
-        {"rest.port": 0, "chandy.rest.await-results-timeout": "200 ms"}, executor="local"
+        {"rest.port": 0, "chandy.rest.await-results-timeout": "200 ms", "chandy.network.batch-size": 10},
+        executor="local",
     )
     env.from_sequence(0, 10_000_000).map(Throttle(0.002)).print()
     runner = threading.Thread(target=lambda: env.execute("nobody fetches"))
