@@ -29,6 +29,7 @@ from tests.jobs import (
     SlowMap,
     Throttle,
     final_counts,
+    release,
 )
 from tests.probes import Probe
 
@@ -166,14 +167,16 @@ class CheckpointRecorder(SinkFunction, CheckpointListener):
 
 def test_checkpoint_listeners_hear_completed_checkpoints_and_stats_are_flinks_shape(executor: str) -> None:
     probe = Probe()
+    gate = os.path.join(probe.directory, "release-throttle")
     env = checkpointing_env(executor=executor, parallelism=1, interval_ms=30)
-    env.from_sequence(0, 50_000).map(Throttle(0.00005)).add_sink(CheckpointRecorder(probe))
+    env.from_sequence(0, 50_000).map(Throttle(0.00005, until=gate)).add_sink(CheckpointRecorder(probe))
     client = env.execute_async("listener")
     deadline = time.monotonic() + 60
     while len(probe.items) < 3:
         assert time.monotonic() < deadline
         time.sleep(0.02)
     stats = client.get_checkpoint_statistics()
+    release(gate)  # three were heard while it ran: the rest of the input need not be paced
     client.get_job_execution_result(timeout=120)
     ids = list(probe.items)
     assert ids == sorted(ids) and len(set(ids)) == len(ids)
@@ -226,6 +229,7 @@ def test_restore_a_retained_checkpoint_after_cancel(
     retain = {
         "execution.checkpointing.dir": str(tmp_path),
         "execution.checkpointing.externalized-checkpoint-retention": "RETAIN_ON_CANCELLATION",
+        "chandy.network.batch-size": 20,  # the first run's barriers and cancel wait behind 20 paced records
     }
     env = checkpointing_env(executor=executor, interval_ms=50, **retain)
     results = (
@@ -453,6 +457,7 @@ def test_a_retained_checkpoint_can_be_moved_and_still_restores(tmp_path: Path, e
         "execution.checkpointing.dir": str(tmp_path / "original"),
         "execution.checkpointing.data-inline-threshold": 0,
         "execution.checkpointing.externalized-checkpoint-retention": "RETAIN_ON_CANCELLATION",
+        "chandy.network.batch-size": 20,  # the first run's barriers and cancel wait behind 20 paced records
     }
     env = checkpointing_env(executor=executor, interval_ms=50, **retain)
     results = (
