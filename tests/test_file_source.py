@@ -338,18 +338,28 @@ def test_an_empty_directory_is_an_empty_bounded_stream(
     assert "no files to read" in caplog.text
 
 
-@pytest.mark.parametrize(
-    ("name", "content", "fmt", "line", "what"),
-    [
-        ("bad.jsonl", '{"a": 1}\n\n{"a": 2,}\n{"a": 3}\n', JsonLinesFormat(), 3, "malformed JSON"),
-        ("bad.csv", "a,b\n1,2\n3,4\n5,6,7\n", CsvFormat(), 4, "3 fields but there are 2 columns"),
-        ("quote.csv", 'a,b\n1,"x"y\n', CsvFormat(), 2, "malformed CSV row"),
-        ("latin.txt", b"ok\ncaf\xe9\n", StreamFormat.text_line_format(), 2, "not valid utf-8"),
-    ],
-)
-def test_malformed_input_fails_the_job_naming_file_and_line(
-    tmp_path: Path, executor: str, name: str, content: str | bytes, fmt: Any, line: int, what: str
-) -> None:
+MALFORMED = {
+    "bad.jsonl": ('{"a": 1}\n\n{"a": 2,}\n{"a": 3}\n', JsonLinesFormat(), 3, "malformed JSON"),
+    "bad.csv": ("a,b\n1,2\n3,4\n5,6,7\n", CsvFormat(), 4, "3 fields but there are 2 columns"),
+    "quote.csv": ('a,b\n1,"x"y\n', CsvFormat(), 2, "malformed CSV row"),
+    "latin.txt": (b"ok\ncaf\xe9\n", StreamFormat.text_line_format(), 2, "not valid utf-8"),
+}
+
+
+@pytest.mark.parametrize("name", list(MALFORMED))
+def test_malformed_input_fails_the_job_naming_file_and_line(tmp_path: Path, name: str) -> None:
+    assert_malformed_input_fails_the_job(tmp_path, "local", name)
+
+
+def test_malformed_input_fails_a_spark_job_naming_file_and_line(tmp_path: Path, spark_session: Any) -> None:
+    # One format is enough on Spark: what Spark adds (the error crossing from a slot process
+    # to the driver, no restart) is the same for every format; the formats' own errors are
+    # the local cases above.
+    assert_malformed_input_fails_the_job(tmp_path, "spark", "bad.csv")
+
+
+def assert_malformed_input_fails_the_job(tmp_path: Path, executor: str, name: str) -> None:
+    content, fmt, line, what = MALFORMED[name]
     path = tmp_path / name
     if isinstance(content, bytes):
         path.write_bytes(content)
