@@ -87,10 +87,13 @@ class KafkaBroker:
             time.sleep(0.01)
         return name
 
-    def partitions(self, topic: str) -> list[int]:
+    def partitions(self, topic: str, client: Any = None) -> list[int]:
+        """The topic's partitions, from the metadata of ``client`` (a consumer at hand) or of
+        a new admin client."""
         from confluent_kafka.admin import AdminClient
 
-        metadata = AdminClient(self._config()).list_topics(timeout=REQUEST_TIMEOUT_S)
+        client = client or AdminClient(self._config())
+        metadata = client.list_topics(timeout=REQUEST_TIMEOUT_S)
         found = metadata.topics.get(topic)
         return sorted(found.partitions) if found is not None and found.error is None else []
 
@@ -153,6 +156,7 @@ class KafkaBroker:
             self._config(
                 **{
                     "group.id": f"tests-end-{uuid.uuid4().hex}",
+                    "fetch.wait.max.ms": 10,
                     "enable.auto.commit": False,
                     "enable.partition.eof": True,
                 }
@@ -163,14 +167,14 @@ class KafkaBroker:
                 p: consumer.get_watermark_offsets(
                     TopicPartition(topic, p), timeout=REQUEST_TIMEOUT_S, cached=False
                 )[1]
-                for p in self.partitions(topic)
+                for p in self.partitions(topic, consumer)
             }
             ends: dict[int, int] = {}
             consumer.assign([TopicPartition(topic, p, max(start - 1, 0)) for p, start in starts.items()])
             deadline = time.monotonic() + REQUEST_TIMEOUT_S
             while len(ends) < len(starts):
                 assert time.monotonic() < deadline, f"no end of {topic} found: {starts}"
-                for message in consumer.consume(10_000, 0.1):
+                for message in _arrived(consumer):
                     error = message.error()
                     if error is not None and error.code() == KafkaError._PARTITION_EOF:
                         ends[message.partition()] = message.offset()
@@ -180,15 +184,17 @@ class KafkaBroker:
         finally:
             consumer.close()
 
-    def committed_offsets(self, group_id: str, topic: str) -> dict[int, int]:
-        """The offsets ``group_id`` committed for ``topic`` (partitions without one left out)."""
+    def committed_offsets(
+        self, group_id: str, topic: str, partitions: list[int] | None = None
+    ) -> dict[int, int]:
+        """The offsets ``group_id`` committed for ``topic`` (``partitions``, or all of them;
+        partitions without one left out)."""
         from confluent_kafka import Consumer, TopicPartition
 
         consumer = Consumer(self._config(**{"group.id": group_id, "enable.auto.commit": False}))
         try:
-            found = consumer.committed(
-                [TopicPartition(topic, p) for p in self.partitions(topic)], timeout=REQUEST_TIMEOUT_S
-            )
+            asked = partitions if partitions is not None else self.partitions(topic, consumer)
+            found = consumer.committed([TopicPartition(topic, p) for p in asked], timeout=REQUEST_TIMEOUT_S)
             return {tp.partition: tp.offset for tp in found if tp.offset >= 0}
         finally:
             consumer.close()
@@ -203,6 +209,7 @@ class KafkaBroker:
             self._config(
                 **{
                     "group.id": f"tests-consume-{uuid.uuid4().hex}",
+                    "fetch.wait.max.ms": 10,
                     "enable.auto.commit": False,
                     "enable.partition.eof": True,
                     "isolation.level": isolation_level,
@@ -216,7 +223,7 @@ class KafkaBroker:
             deadline = time.monotonic() + 60
             while pending:
                 assert time.monotonic() < deadline, f"could not read {topic} to its end {ends}"
-                for message in consumer.consume(10_000, 0.1):
+                for message in _arrived(consumer):
                     partition = message.partition()
                     error = message.error()
                     if error is not None:
@@ -244,6 +251,14 @@ class KafkaBroker:
         finally:
             consumer.close()
         return sorted(out, key=lambda r: (r.partition, r.offset))
+
+
+def _arrived(consumer: Any, timeout_s: float = 0.1) -> list[Any]:
+    """The messages ``consumer`` has: it waits at most ``timeout_s`` for the first one, then takes
+    whatever else is already there. (``consume(n, timeout)`` alone waits out the whole timeout
+    unless ``n`` messages come: 0.1 s per call, many per test.)"""
+    first = consumer.poll(timeout_s)
+    return [] if first is None else [first, *consumer.consume(10_000, 0)]
 
 
 def start_broker() -> KafkaBroker:

@@ -76,7 +76,9 @@ def values(broker: KafkaBroker, topic: str) -> list[str]:
 def marker(broker: KafkaBroker, kafka_sink: KafkaSink, subtask: int = 0, job: str = "job") -> int:
     """The checkpoint id of the last transaction committed by ``subtask`` of ``job``."""
     return max(
-        broker.committed_offsets(kafka_sink.marker_group(job, subtask, slot), kafka_sink.topic).get(0, -1)
+        broker.committed_offsets(kafka_sink.marker_group(job, subtask, slot), kafka_sink.topic, [0]).get(
+            0, -1
+        )
         for slot in range(TRANSACTION_POOL_SIZE)
     )
 
