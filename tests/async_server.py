@@ -103,6 +103,15 @@ class RequestServer:
         """Let the held requests of ``values`` (and later ones) be answered."""
         self._loop.call_soon_threadsafe(self._release, values)
 
+    def release_all(self) -> None:
+        """Answer every request from now on, the held ones too."""
+        self._loop.call_soon_threadsafe(self._release_all)
+
+    def _release_all(self) -> None:
+        self.hold = False
+        for gate in self._gates.values():
+            gate.set()
+
     def _release(self, values: tuple[int, ...]) -> None:
         for value in values:
             self._released.add(value)

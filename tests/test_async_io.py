@@ -25,6 +25,7 @@ import pytest
 
 from chandy import StreamExecutionEnvironment
 from chandy.api.async_data_stream import AsyncDataStream
+from chandy.connectors import DataGeneratorSource
 from chandy.core.async_retry import (
     NO_RETRY_STRATEGY,
     AsyncRetryStrategy,
@@ -45,6 +46,7 @@ from chandy.task.operators.async_wait import AsyncWaitOperator, InFlightRecord, 
 from tests.async_server import DoublingClient, RequestServer, ServiceError
 from tests.operator_harness import OperatorHarness, Snapshot
 from tests.probes import Probe
+from tests.test_checkpointing_e2e import latest_checkpoint_dir
 
 
 class AsyncHarness:
@@ -609,3 +611,91 @@ def test_event_time_windows_after_unordered_wait_on_a_keyed_stream_lose_no_resul
         )
         out = list(counts.execute_and_collect("windows after async I/O"))
     assert sorted(out) == sorted((k, 25) for k in range(4) for _ in range(n // 100))
+
+
+class CountingCheckpoints(DoublingClient, CheckpointListener):
+    """The service's client; counts the checkpoints its subtask saw complete, in the probe."""
+
+    def __init__(self, port: int, probe: Probe) -> None:
+        super().__init__(port)
+        self.probe = probe
+
+    def notify_checkpoint_complete(self, checkpoint_id: int) -> None:
+        self.probe.add(f"completed-{self.subtask}")
+
+
+def test_requests_in_flight_in_a_retained_checkpoint_are_sent_again_at_a_higher_parallelism(
+    tmp_path: Path,
+) -> None:
+    """A job whose requests of every fifth value hang is cancelled once a checkpoint holds
+    all 100 records that did not leave (ordered_wait: the answered ones wait behind the
+    first hanging one of their subtask). Restored at parallelism 3 from 2, the queued
+    records are split between the new subtasks, their requests are sent again, and each
+    result arrives once over both runs.
+
+    The source never ends (numbers past 100 are filtered out): a subtask whose input ended
+    waits in finish() for its requests and takes no checkpoint meanwhile."""
+    n = 100
+    probe = Probe()
+    with RequestServer(hold=True) as server:
+        server.release(*(v for v in range(n) if v % 5))
+
+        def job(parallelism: int, directory: Path) -> Any:
+            env = StreamExecutionEnvironment.get_execution_environment(executor="local")
+            env.set_parallelism(parallelism)
+            env.enable_checkpointing(50)
+            env.configure(
+                {
+                    "execution.checkpointing.dir": str(directory),
+                    "execution.checkpointing.externalized-checkpoint-retention": "RETAIN_ON_CANCELLATION",
+                }
+            )
+            numbers = env.from_source(DataGeneratorSource(int, None, 5_000), source_name="numbers").uid(
+                "numbers"
+            )
+            return AsyncDataStream.ordered_wait(
+                numbers.filter(lambda v: v < n).uid("first"),
+                CountingCheckpoints(server.port, probe),
+                Time.seconds(60),
+                capacity=n,
+            ).uid("lookups")
+
+        def completed() -> int:
+            return min(probe.get("completed-0"), probe.get("completed-1"))
+
+        first_results = job(2, tmp_path / "first").execute_and_collect("async I/O before rescaling")
+        first: list[Any] = []
+        reader = threading.Thread(target=lambda: first.extend(first_results), daemon=True)
+        reader.start()
+        try:
+            server.wait_for_requests(n)
+            # Every record is queued now; a checkpoint triggered after the next completion holds them all.
+            baseline = completed()
+            deadline = time.monotonic() + 60
+            while completed() < baseline + 2:
+                assert time.monotonic() < deadline, "no checkpoint completed"
+                time.sleep(0.01)
+        finally:
+            first_results.close()  # cancel: the retained checkpoint holds the queued records
+            reader.join(60)
+        # each subtask emitted its results up to its first hanging request (1 and 3 on subtask 1)
+        assert 0 < len(first) < n // 2
+
+        server.release_all()
+        second_job = job(3, tmp_path / "second")
+        second_job.get_execution_environment().set_restore_path(
+            str(latest_checkpoint_dir(tmp_path / "first"))
+        )
+        second: list[Any] = []
+        with second_job.execute_and_collect("async I/O after rescaling") as results:
+            give_up = threading.Timer(60, results.close)  # a lost result fails the test, not hangs it
+            give_up.start()
+            for result in results:
+                second.append(result)
+                if len(first) + len(second) == n:
+                    break
+            give_up.cancel()
+        requests = server.requests()
+    assert sorted(first + second) == [(v, 2 * v) for v in range(n)]
+    emitted_before = {v for v, _ in first}
+    assert requests == Counter({v: 1 if v in emitted_before else 2 for v in range(n)})
