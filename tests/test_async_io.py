@@ -443,6 +443,7 @@ def test_a_local_job_gets_every_result_once() -> None:
         results = list(out.execute_and_collect("async local"))
     assert sorted(v for _, v, _ in results) == list(range(500))
     assert all(a == 2 * v for _, v, a in results)
+    assert loop_threads() == [], "a finished task left its event loop thread running"
 
 
 # ---------------------------------------------------------------------- acceptance: whole jobs
@@ -528,6 +529,7 @@ def test_ten_thousand_requests_ordered_and_unordered_exactly_once_across_a_failu
         results = list(ordered.union(unordered).execute_and_collect("async I/O exactly once", limit=10**6))
         requests = server.requests()
     assert probe.get(FAILURE_PROBE) == 1, "the job did not fail (it ended before a checkpoint completed?)"
+    assert loop_threads() == [], "a failed or finished task left its event loop thread running"
     check_results(results, "ordered")
     check_results(results, "unordered")
     assert sum(requests.values()) > 2 * N, "no request was sent again after the failure"
