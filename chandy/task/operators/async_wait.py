@@ -278,12 +278,12 @@ class AsyncWaitOperator(UdfOperator):
             self._recovered = list(self._state.get())
 
     def open(self) -> None:
-        super().open()
         if self.mailbox is None:
             raise RuntimeError(
                 f"operator '{self.name}' has no mailbox: the operator chain sets it before open "
                 "(a test harness must set operator.mailbox too)"
             )
+        super().open()
         function = self.user_function
         self._invoke = function.async_invoke
         self._timeout_function = function.timeout
