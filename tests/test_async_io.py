@@ -299,6 +299,24 @@ def test_retries_on_an_empty_result_stop_after_max_attempts() -> None:
             h.harness.close()
 
 
+def test_the_timeout_covers_every_attempt_of_a_retried_request() -> None:
+    """Flink's rule: a request still retrying when its timeout expires ends in timeout()."""
+    with RequestServer(fail_first_attempts=10**6) as server:
+        retry = AsyncRetryStrategy.fixed_delay(
+            1000, 20, None, functools.partial(exception_type_predicate, expected_error_type=ServiceError)
+        )
+        h = AsyncHarness(TimeoutAware(server.port), retry=retry, timeout_ms=500).open()
+        try:
+            started = time.monotonic()
+            h.harness.process(9)
+            h.run_mails_until(lambda: len(h.outputs()) == 1)
+            assert h.outputs() == [(9, "timed out")]
+            assert time.monotonic() - started < 5
+            assert 2 <= server.requests()[9] <= 26  # at most one attempt every 20 ms for 500 ms
+        finally:
+            h.harness.close()
+
+
 def test_exponential_backoff_is_pyflinks_arithmetic() -> None:
     strategy = ExponentialBackoffDelayRetryStrategy(5, 10, 45, 2.0, None, None)
     assert [strategy.get_backoff_time_millis(n) for n in range(1, 6)] == [10, 20, 40, 45, 45]
