@@ -332,8 +332,10 @@ def test_a_functions_metrics_are_exact_in_the_rest_api_once_the_job_ended(execut
 
 
 def test_a_running_jobs_user_metrics_in_prometheus_with_flinks_names_and_labels() -> None:
+    # batches of 10 paced records: Metered counts within 20 ms, and the cancel waits as long (not 2 s)
     env = StreamExecutionEnvironment.get_execution_environment(
-        {"rest.port": 0, "chandy.metrics.report-interval": 100}, executor="local"
+        {"rest.port": 0, "chandy.metrics.report-interval": 100, "chandy.network.batch-size": 10},
+        executor="local",
     )
     env.set_parallelism(2)
     env.from_sequence(0, 10_000_000).map(Throttle(0.002)).name("Throttle").map(Metered()).name(
