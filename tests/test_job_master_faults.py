@@ -88,7 +88,9 @@ def task_threads() -> set[threading.Thread]:
 
 
 def start_endless_job(env: StreamExecutionEnvironment, flag: str | None = None) -> JobClient:
-    """A job that runs until cancelled (1 ms per record); fails once ``flag`` exists."""
+    """A job that runs until cancelled (1 ms per record); fails once ``flag`` exists. Batches of
+    10 records: a cancel (or the flag) takes effect after 10 paced records, not 1024."""
+    env.configure({"chandy.network.batch-size": 10})
     stream = env.from_sequence(0, 10**9).map(Throttle(0.001))
     if flag is not None:
         stream = stream.map(FailWhenFlagged(flag))
@@ -180,7 +182,7 @@ def test_a_cancel_during_the_restart_delay_ends_the_job(tmp_path: Path) -> None:
 
 
 def test_cancel_inside_a_collect_iterator_then_leaving_the_with_block_ends_the_job() -> None:
-    env = local_env(2)
+    env = local_env(2, **{"chandy.network.batch-size": 10})  # the first result and the cancel: 10 ms, not 1 s
     iterators: list[Any] = []
 
     def read_one_then_cancel() -> None:
