@@ -186,9 +186,14 @@ def one_task_env() -> StreamExecutionEnvironment:
     return env
 
 
+#: For a paced source: a triggered checkpoint's barrier waits behind 10 records, not 1024.
+SMALL_BATCHES = {"chandy.network.batch-size": 10}
+
+
 def test_a_failing_snapshot_state_fails_the_task_and_declines_the_checkpoint() -> None:
     probe = Probe()
     env = one_task_env()
+    env.configure(SMALL_BATCHES)
     env.from_sequence(0, 10**9).map(Throttle(0.0005)).map(SnapshotFailsOnce(probe)).add_sink(lambda v: None)
     responder = RecordingResponder()
     with running_source_task(env, TaskServices(checkpoint_responder=responder)) as (task, listener):
@@ -214,6 +219,7 @@ def test_a_checkpoint_whose_asynchronous_part_cannot_start_is_declined_and_logge
     was neither acknowledged nor declined, and nothing was logged."""
     probe = Probe()
     env = one_task_env()
+    env.configure(SMALL_BATCHES)
     env.from_sequence(0, 10**9).map(Throttle(0.0005)).map(SnapshotFailsOnce(probe, 10**9)).add_sink(
         lambda v: None
     )
