@@ -16,6 +16,7 @@ env.configure(
     {
         "execution.checkpointing.dir": sys.argv[1],
         "execution.checkpointing.externalized-checkpoint-retention": "RETAIN_ON_CANCELLATION",
+        "chandy.network.batch-size": 10,  # barriers and the cancel wait behind 10 paced records, not 1024
     }
 )
 env.from_sequence(0, 10**9).map(Throttle(0.0005)).key_by(lambda x: x % 10).process(
