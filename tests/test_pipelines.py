@@ -53,9 +53,19 @@ def final_counts(pairs: Sequence[tuple[str, int]]) -> dict[str, int]:
     return counts
 
 
-@pytest.mark.parametrize("parallelism", [1, 2, 4])
-def test_word_count_is_the_same_at_every_parallelism(parallelism: int, executor: str) -> None:
-    env = env_with(parallelism, executor)
+@pytest.mark.parametrize(
+    ("on", "parallelism"),
+    # On Spark, 2 and 4 take the same path (slot processes exchanging the keyed stream over
+    # TCP, 4 just with more of them); 1 is the case without an exchange between slots.
+    [("local", 1), ("local", 2), ("local", 4), ("spark", 1), ("spark", 4)],
+    ids=["local-1", "local-2", "local-4", "spark-1", "spark-4"],
+)
+def test_word_count_is_the_same_at_every_parallelism(
+    on: str, parallelism: int, request: pytest.FixtureRequest
+) -> None:
+    if on == "spark":
+        request.getfixturevalue("spark_session")
+    env = env_with(parallelism, on)
     result = (
         env.from_collection(TEXT * 50)
         .flat_map(lambda line: line.split())
