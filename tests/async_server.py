@@ -58,7 +58,9 @@ class RequestServer:
     def start(self) -> RequestServer:
         self._thread.start()
         self._server = asyncio.run_coroutine_threadsafe(
-            asyncio.start_server(self._handle, "127.0.0.1", 0), self._loop
+            # backlog: hundreds of clients connect at once (capacity 100 per subtask)
+            asyncio.start_server(self._handle, "127.0.0.1", 0, backlog=1024),
+            self._loop,
         ).result(10)
         self.port = self._server.sockets[0].getsockname()[1]
         return self
