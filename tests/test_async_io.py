@@ -391,9 +391,11 @@ class Lingering(AsyncFunction[int, Any]):
     """A request that never ends by itself; records whether it was cancelled."""
 
     def __init__(self) -> None:
+        self.started = threading.Event()
         self.cancelled = threading.Event()
 
     async def async_invoke(self, value: int) -> list[Any]:
+        self.started.set()
         try:
             await asyncio.Event().wait()
         except asyncio.CancelledError:
@@ -407,7 +409,7 @@ def test_close_cancels_the_requests_in_flight_and_joins_the_loop_thread() -> Non
     h = AsyncHarness(function).open()
     assert len(loop_threads()) == 1
     h.harness.process(1)
-    time.sleep(0)  # nothing to wait for: close must not depend on the request
+    assert function.started.wait(30)  # a request cancelled before it started runs no code
     h.harness.close()
     assert function.cancelled.is_set()
     assert loop_threads() == []
