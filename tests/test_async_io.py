@@ -528,19 +528,11 @@ def test_ten_thousand_requests_ordered_and_unordered_exactly_once_across_a_failu
         env.set_parallelism(2)
         env.enable_checkpointing(100)
         # Batches of 100 records: a barrier waits behind at most one batch of requests, so
-        # checkpoints complete well before the middle of the run. The short checkpoint timeout
-        # works around a gap of the runtime (not of this operator): a checkpoint triggered
-        # while a non-source task is still finishing after all its inputs ended (here: the
-        # unordered operator waiting for its last requests) waits for that task's
-        # acknowledgement, which never comes, until it expires (10 min by default).
-        env.configure(
-            {
-                "restart-strategy.fixed-delay.delay": 0,
-                "chandy.network.batch-size": 100,
-                "execution.checkpointing.timeout": "2 s",
-                "execution.checkpointing.tolerable-failed-checkpoints": 10,
-            }
-        )
+        # checkpoints complete well before the middle of the run. A checkpoint triggered while
+        # the unordered operator still waits for its last requests after its input ended is
+        # taken by it once they are done (the default timeout and no tolerated failure: a
+        # checkpoint left waiting for it would fail the test).
+        env.configure({"restart-strategy.fixed-delay.delay": 0, "chandy.network.batch-size": 100})
         numbers = env.from_sequence(0, N - 1).uid("numbers")
         ordered = AsyncDataStream.ordered_wait(
             numbers, FailOnceClient(server.port, "ordered", probe, N // 2), Time.seconds(60), capacity=100

@@ -69,7 +69,7 @@ from chandy.errors import (
     JobExecutionError,
     UnrecoverableError,
 )
-from chandy.graph.execution_graph import ExecutionGraph
+from chandy.graph.execution_graph import ExecutionGraph, ExecutionVertex
 from chandy.graph.job_graph import JobGraph
 from chandy.messages.checkpoint import (
     AcknowledgeCheckpoint,
@@ -594,7 +594,13 @@ class JobMaster:
 
     def _checkpoint_plan(self) -> CheckpointPlan:
         """Running sources are triggered, running tasks acknowledge; finished tasks (they
-        read and committed all their input) are recorded as finished."""
+        read and committed all their input) are recorded as finished.
+
+        A running task whose every upstream task has finished is triggered too (Flink's
+        FLIP-147 plan): no barrier can reach it any more, and it may still be busy ending
+        its input (a slow ``finish()``, async requests in flight), so without a trigger of
+        its own the checkpoint would wait for it until its timeout. The task takes such a
+        checkpoint once its input has ended, after the records already in its channels."""
         self._main_thread.assert_main_thread()
         eg = self.execution_graph
         to_trigger, to_wait, finished = [], [], []
@@ -619,7 +625,7 @@ class JobMaster:
                     CheckpointFailureReason.NOT_ALL_REQUIRED_TASKS_RUNNING,
                     f"task {ev.name_with_subtask} is {execution.state.value}",
                 )
-            if vertex.is_source:
+            if vertex.is_source or self._upstream_finished(ev):
                 to_trigger.append(execution.attempt_id)
             to_wait.append(task)
         if not to_trigger:
@@ -629,6 +635,17 @@ class JobMaster:
         return CheckpointPlan(
             tuple(to_trigger), tuple(to_wait), tuple(t.attempt_id for t in to_wait), tuple(finished)
         )
+
+    def _upstream_finished(self, ev: ExecutionVertex) -> bool:
+        """Every subtask that feeds ``ev``'s input channels has finished."""
+        eg = self.execution_graph
+        job_graph = eg.job_graph
+        for channel in eg.input_channel_ids(ev.job_vertex, ev.subtask_index):
+            producer_vertex = job_graph.edges[channel.edge_index].source_vertex_id
+            producer = eg.vertices[producer_vertex][channel.producer_subtask]
+            if producer.current_execution.state is not ExecutionState.FINISHED:
+                return False
+        return True
 
     # -- the JobMaster thread ----------------------------------------------------
 

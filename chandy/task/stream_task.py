@@ -146,6 +146,10 @@ class StreamTask:
         self._sync_savepoint_done = False
         #: A source task stops polling its reader once it took a synchronous savepoint.
         self._stop_polling = False
+        #: Checkpoints triggered directly (every upstream task finished) while the input had
+        #: not ended yet: taken once it has (see ``_on_trigger``).
+        self._deferred_triggers: list[tuple[int, int, CheckpointOptions]] = []
+        self._input_ended = False
         self.writers: list[RecordWriter] = []
         for spec, channels in zip(tdd.outputs, output_channels, strict=True):
             partitioner = spec.partitioner.copy()
@@ -175,10 +179,31 @@ class StreamTask:
     ) -> None:
         """The coordinator asks this (source) task to checkpoint; runs as a mail."""
         self.mailbox.put(
-            lambda: self.perform_checkpoint(checkpoint_id, timestamp, options, AlignmentMetrics()),
+            lambda: self._on_trigger(checkpoint_id, timestamp, options),
             f"checkpoint {checkpoint_id}",
             on_drop=lambda: self._decline_closed(checkpoint_id),
         )
+
+    def _on_trigger(self, checkpoint_id: int, timestamp: int, options: CheckpointOptions) -> None:
+        """A trigger from the coordinator. A source checkpoints now. A task with inputs is
+        triggered only once every task upstream has finished (no barrier can reach it any
+        more); records those tasks sent may still wait in its channels, and the snapshot
+        must come after them, so it is taken once the input has ended (after ``finish``),
+        before the end of the stream goes downstream."""
+        if self.checkpointed_input is not None and not self._input_ended:
+            self._deferred_triggers.append((checkpoint_id, timestamp, options))
+            return
+        self.perform_checkpoint(checkpoint_id, timestamp, options, AlignmentMetrics())
+
+    def _take_deferred_checkpoints(self) -> None:
+        """The input has ended: take the checkpoints triggered while it was being read, and
+        those whose triggers arrived while the operators finished."""
+        self._input_ended = True
+        deferred, self._deferred_triggers = self._deferred_triggers, []
+        for checkpoint_id, timestamp, options in deferred:
+            self.perform_checkpoint(checkpoint_id, timestamp, options, AlignmentMetrics())
+        if self.mailbox.has_mail():
+            self._process_mails()
 
     def notify_checkpoint_complete_async(self, checkpoint_id: int) -> None:
         self.mailbox.put(lambda: self._notify_complete(checkpoint_id), f"checkpoint {checkpoint_id} complete")
@@ -356,6 +381,8 @@ class StreamTask:
                 self._finish_after_sync_savepoint()
             else:
                 self.chain.end_input()
+                if self.checkpointed_input is not None:
+                    self._take_deferred_checkpoints()
                 if self._needs_final_checkpoint:
                     self._wait_for_final_checkpoint()
             for writer in self.writers:
