@@ -60,3 +60,26 @@ class InvalidCheckpointError(UnrecoverableError):
 
 class StorageError(ChandyError):
     """Checkpoint storage cannot be reached, read or written; the message names the path."""
+
+
+def to_raise_again(error: BaseException) -> BaseException:
+    """A copy of a kept exception (a job's failure, kept by its client) to raise to a caller.
+
+    Raising the kept object itself would add the caller's frames to its traceback, and a
+    finished frame keeps its caller's frame, so every local variable up the caller's stack
+    (a program's environment, and through it the REST server it owns) would live as long
+    as the job is kept. The copy has the same type, message, cause and traceback up to
+    the raise; an exception that cannot be copied is raised as it is.
+    """
+    import copy
+
+    try:
+        fresh = copy.copy(error)
+    except Exception:  # noqa: BLE001 - a class whose arguments do not rebuild it
+        return error
+    if type(fresh) is not type(error) or fresh.args != error.args:
+        return error
+    fresh.__cause__ = error.__cause__
+    fresh.__context__ = error.__context__
+    fresh.__suppress_context__ = error.__suppress_context__
+    return fresh.with_traceback(error.__traceback__)

@@ -13,7 +13,7 @@ import pytest
 
 from chandy import StreamExecutionEnvironment
 from chandy.config import Configuration
-from chandy.errors import ConfigurationError, JobCancelledError
+from chandy.errors import ConfigurationError, JobCancelledError, JobExecutionError
 from chandy.web.dispatcher import Dispatcher
 from chandy.web.server import RestServer
 from tests.jobs import Throttle
@@ -128,6 +128,33 @@ def test_a_forgotten_environment_stops_its_server_once_its_jobs_ended() -> None:
     client.cancel()
     with pytest.raises(JobCancelledError):
         client.get_job_execution_result(timeout=60)
+    wait_for(lambda: port_closed(url), "the port closed", timeout_s=15)
+
+
+def _fail(value: int) -> int:
+    raise ValueError(f"bad record {value}")
+
+
+def _collect_from_a_failing_job_and_forget_its_environment() -> str:
+    env = StreamExecutionEnvironment.get_execution_environment(
+        {"rest.port": 0, "restart-strategy.type": "none"}, executor="local"
+    )
+    results = env.from_collection([1, 2, 3]).map(_fail).execute_and_collect("fails")
+    url = env.rest_url
+    assert url is not None
+    with pytest.raises(JobExecutionError, match="bad record"):
+        list(results)
+    return url
+
+
+def test_asking_a_failed_job_for_its_result_does_not_keep_the_environment_alive() -> None:
+    """The job's error, kept for the readers of its results, used to be raised as it was: the
+    raise added the caller's frames to its traceback, a finished frame keeps its caller's,
+    and so the environment in the caller's locals lived as long as the job, which its own
+    REST server kept listed. The server never stopped; a full test run held 90 of rest.port's 101 ports
+    and later jobs could not start. Now a copy is raised."""
+    url = _collect_from_a_failing_job_and_forget_its_environment()
+    gc.collect()
     wait_for(lambda: port_closed(url), "the port closed", timeout_s=15)
 
 

@@ -15,7 +15,7 @@ from collections import deque
 from collections.abc import Callable, Iterator
 from typing import Any
 
-from chandy.errors import JobCancelledError
+from chandy.errors import JobCancelledError, to_raise_again
 from chandy.network.cancellation import TaskCancelledError
 from chandy.runtime.job_client import JobClient
 
@@ -70,7 +70,7 @@ class CollectResultQueue:
             while not self._batches:
                 if self._ended:
                     if self._error is not None:
-                        raise self._error
+                        raise to_raise_again(self._error)
                     return None
                 self._cond.wait()
             batch = self._batches.popleft()

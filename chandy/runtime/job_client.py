@@ -8,6 +8,7 @@ from concurrent.futures import Future
 from typing import Any, TypeVar
 
 from chandy.config.options import SavepointFormatType
+from chandy.errors import to_raise_again
 from chandy.messages.status import JobStatus
 from chandy.runtime.job_master import JobMaster
 from chandy.runtime.job_result import JobExecutionResult
@@ -101,7 +102,7 @@ class JobClient:
         if not self._done.wait(timeout):
             raise TimeoutError(f"job {self.get_job_id()} still runs after {timeout} s")
         if self._error is not None:
-            raise self._error
+            raise to_raise_again(self._error)
         assert self._result is not None
         return self._result
 
