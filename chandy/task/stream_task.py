@@ -487,16 +487,21 @@ class StreamTask:
         if polled is None:
             return _END if checkpointed_input.is_finished() else _NOTHING
         item = polled[1]
-        if isinstance(item, RuntimeEvent):  # what the watermark valve forwards
-            if type(item) is Watermark:
-                self.metrics.head.input_watermark = item.timestamp
-                head.process_watermark(item.timestamp)
-            else:
-                head.process_watermark_status(item.idle)  # type: ignore[attr-defined]
+        if isinstance(item, RuntimeEvent):
+            self._forward_event(head, item)
             return _MORE
         self.metrics.head.records_in += len(item)
         head.process_batch(item)
         return _MORE
+
+    def _forward_event(self, head: StreamOperator, event: RuntimeEvent) -> None:
+        """What the watermark valve forwards (a watermark, or the input going idle or
+        active again) goes to the head operator."""
+        if type(event) is Watermark:
+            self.metrics.head.input_watermark = event.timestamp
+            head.process_watermark(event.timestamp)
+        else:
+            head.process_watermark_status(event.idle)  # type: ignore[attr-defined]
 
     def _process_two_inputs(self, head: StreamOperator) -> InputStatus:
         """As :meth:`_process_input`, for a two-input head: a batch goes to the input its
@@ -509,11 +514,7 @@ class StreamTask:
             return _END if checkpointed_input.is_finished() else _NOTHING
         channel, item = polled
         if isinstance(item, RuntimeEvent):
-            if type(item) is Watermark:
-                self.metrics.head.input_watermark = item.timestamp
-                head.process_watermark(item.timestamp)
-            else:
-                head.process_watermark_status(item.idle)  # type: ignore[attr-defined]
+            self._forward_event(head, item)
             return _MORE
         self.metrics.head.records_in += len(item)
         if self._input_types[channel] == 1:
