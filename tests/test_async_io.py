@@ -321,6 +321,10 @@ def test_exponential_backoff_is_pyflinks_arithmetic() -> None:
     strategy = ExponentialBackoffDelayRetryStrategy(5, 10, 45, 2.0, None, None)
     assert [strategy.get_backoff_time_millis(n) for n in range(1, 6)] == [10, 20, 40, 45, 45]
     assert strategy.can_retry(5) and not strategy.can_retry(6)
+    # one strategy serves every request in flight: interleaved requests each get their own
+    # sequence (a delay kept on the strategy made B's second wait 40, A's third 80 -> 45)
+    interleaved = [strategy.get_backoff_time_millis(n) for n in (1, 1, 2, 2, 3)]
+    assert interleaved == [10, 10, 20, 20, 40]
     with pytest.raises(ValueError, match="multiplier"):
         ExponentialBackoffDelayRetryStrategy(5, 10, 45, 0, None, None)
 

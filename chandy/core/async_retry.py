@@ -182,16 +182,16 @@ class ExponentialBackoffDelayRetryStrategy(_BoundedRetryStrategy[OUT]):
         self._max_retry_delay = max_retry_delay
         self._multiplier = multiplier
         self._initial_delay = initial_delay
-        self._last_retry_delay = initial_delay
 
     def get_backoff_time_millis(self, current_attempts: int) -> int:
-        # PyFlink's (and Flink's) arithmetic: the last delay is kept on the strategy.
-        if current_attempts <= 1:
-            self._last_retry_delay = self._initial_delay
-            return self._last_retry_delay
-        backoff = int(min(self._last_retry_delay * self._multiplier, self._max_retry_delay))
-        self._last_retry_delay = backoff
-        return backoff
+        # Flink's sequence for one request (initial, then times the multiplier up to the
+        # maximum, truncated at each step), derived from the attempt number rather than kept
+        # on the strategy as PyFlink and Flink do: one strategy serves every request in
+        # flight, and a kept last delay would make each request's backoff grow from another's.
+        delay = self._initial_delay
+        for _ in range(current_attempts - 1):
+            delay = int(min(delay * self._multiplier, self._max_retry_delay))
+        return delay
 
 
 #: The strategy of ``unordered_wait``/``ordered_wait``: no retries.
