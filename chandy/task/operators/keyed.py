@@ -219,6 +219,8 @@ class FieldAggregation(ABC):
                 name = position if isinstance(position, str) else record._fields[position]
                 return record._replace(**{name: value})
             assert isinstance(position, int)  # field() checked it
+            if position < 0:  # counted from the end, as field() reads it
+                position += len(record)
             return (*record[:position], value, *record[position + 1 :])
         if isinstance(record, (list, dict)):
             fields = copy.copy(record)
