@@ -47,12 +47,7 @@ class BroadcastConnectedStream:
     """A stream (keyed or not) connected with a :class:`BroadcastStream` (PyFlink's
     ``BroadcastConnectedStream``): ``process`` applies a broadcast process function."""
 
-    def __init__(
-        self,
-        non_broadcast_stream: DataStream,
-        broadcast_stream: BroadcastStream,
-        broadcast_state_descriptors: list[MapStateDescriptor],
-    ) -> None:
+    def __init__(self, non_broadcast_stream: DataStream, broadcast_stream: BroadcastStream) -> None:
         if non_broadcast_stream._env is not broadcast_stream.input_stream._env:
             raise InvalidProgramError(
                 "connect() of streams from different environments: build both streams "
@@ -60,7 +55,7 @@ class BroadcastConnectedStream:
             )
         self.non_broadcast_stream = non_broadcast_stream
         self.broadcast_stream = broadcast_stream
-        self.broadcast_state_descriptors = broadcast_state_descriptors
+        self.broadcast_state_descriptors = broadcast_stream.broadcast_state_descriptors
 
     def _is_keyed_stream(self) -> bool:
         return isinstance(self.non_broadcast_stream, KeyedStream)

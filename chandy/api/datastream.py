@@ -355,7 +355,7 @@ class DataStream(_NodeHandle):
         from chandy.api.connected_streams import ConnectedStreams
 
         if isinstance(ds, BroadcastStream):
-            return BroadcastConnectedStream(self, ds, ds.broadcast_state_descriptors)
+            return BroadcastConnectedStream(self, ds)
         return ConnectedStreams(self, ds)
 
     def window_all(self, window_assigner: WindowAssigner[Any, Any]) -> AllWindowedStream:

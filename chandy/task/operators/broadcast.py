@@ -154,11 +154,7 @@ class _BroadcastSide(TwoInputStreamOperator):
     _process: Callable[[Callable[[Any, Any], Any], Any], None]
 
     def _declare(self, descriptors: Sequence[MapStateDescriptor]) -> None:
-        for descriptor in descriptors:
-            if not isinstance(descriptor, MapStateDescriptor):
-                raise InvalidProgramError(
-                    f"broadcast state is declared with MapStateDescriptors, got {type(descriptor).__name__}"
-                )
+        # DataStream.broadcast checked that they are MapStateDescriptors.
         self.descriptors = tuple(descriptors)
         #: The operator's broadcast states by name (declared in ``initialize_state``).
         self.broadcast_states: dict[str, HeapBroadcastState] = {}
