@@ -54,7 +54,7 @@ def test_a_two_input_operator_heads_its_task_and_knows_the_input_of_every_channe
     graph = ExecutionGraph(job)
     for subtask in range(2):
         channels = graph.input_channel_ids(tag, subtask)
-        types = graph.input_types(tag, subtask)
+        types = graph.input_types(tag, channels)
         by_edge = {e.index: e.type_number for e in tag.inputs}
         assert types == tuple(by_edge[c.edge_index] for c in channels)
         # three producers of the first input (rebalance), one of the second (rebalance: 1 -> 2)

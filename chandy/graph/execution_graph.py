@@ -218,14 +218,16 @@ class ExecutionGraph:
             result.extend(ChannelID(edge.index, p, subtask) for p in producers)
         return result
 
-    def input_types(self, vertex: JobVertex, subtask: int) -> tuple[int, ...]:
-        """For each channel of :meth:`input_channel_ids` (same order), the input of the head
-        operator it feeds (``JobEdge.type_number``)."""
+    @staticmethod
+    def input_types(vertex: JobVertex, channels: list[ChannelID]) -> tuple[int, ...]:
+        """For each of ``channels`` (:meth:`input_channel_ids`, in its order), the input of the
+        head operator it feeds (``JobEdge.type_number``)."""
         by_edge = {edge.index: edge.type_number for edge in vertex.inputs}
-        return tuple(by_edge[c.edge_index] for c in self.input_channel_ids(vertex, subtask))
+        return tuple(by_edge[c.edge_index] for c in channels)
 
     def deployment_descriptor(self, ev: ExecutionVertex) -> TaskDeploymentDescriptor:
         vertex = ev.job_vertex
+        channels = self.input_channel_ids(vertex, ev.subtask_index)
         outputs = tuple(
             OutputSpec(
                 edge.target_vertex_id,
@@ -248,7 +250,7 @@ class ExecutionGraph:
             attempt_number=ev.current_execution.attempt_id.attempt_number,
             operators=tuple(vertex.operators),
             outputs=outputs,
-            num_input_channels=len(self.input_channel_ids(vertex, ev.subtask_index)),
+            num_input_channels=len(channels),
             config=self.job_graph.config,
-            input_types=self.input_types(vertex, ev.subtask_index),
+            input_types=self.input_types(vertex, channels),
         )

@@ -49,7 +49,7 @@ Expiry = Callable[[Any, int], Any]
 
 def expiry_filter(kind: str, ttl_ms: int) -> Expiry:
     """How to drop the expired parts of a value of a TTL table of ``kind``."""
-    base = kind.removeprefix("namespaced ").removeprefix(TTL)
+    base = kind.removeprefix(NAMESPACED).removeprefix(TTL)
 
     def pair(stored: tuple[Any, int], now: int) -> Any:
         return None if stored[1] + ttl_ms <= now else stored
