@@ -14,6 +14,7 @@ from typing import Any
 from chandy.state.handles import ByteStreamStateHandle, KeyGroupsStateHandle
 from chandy.state.heap import HeapKeyedStateBackend, SerializedKeyedState
 from chandy.state.key_groups import KeyGroupRange, assign_to_key_group
+from chandy.storage.checkpoint_storage import StateReader
 from chandy.task.batches import KeyedBatch, TimestampedBatch
 from chandy.task.operators.base import (
     Emit,
@@ -73,7 +74,7 @@ class OperatorHarness:
                 if snapshot is not None
                 for payload, metas in [snapshot]
             ]
-            self.operator.operator_state_backend.restore(handles, lambda h, r: h.data[r[0] : r[1]])
+            self.operator.operator_state_backend.restore(handles, StateReader())
         self.operator.initialize_state(
             StateInitializationContext(
                 self.operator.operator_state_backend,
@@ -175,7 +176,7 @@ class KeyedOperatorHarness(OperatorHarness):
                 for snapshot in restore_from
                 if (s := snapshot.keyed) is not None
             ]
-            self.backend.restore(handles, lambda h, r: h.data[r[0] : r[1]])  # type: ignore[attr-defined]
+            self.backend.restore(handles, StateReader())  # type: ignore[attr-defined]
             self.open([s.operator for s in restore_from], restored_checkpoint_id or 1)
         else:
             self.open()

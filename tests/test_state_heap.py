@@ -16,6 +16,7 @@ from chandy.core.state import (
 )
 from chandy.state.heap import HeapKeyedStateBackend
 from chandy.state.key_groups import KeyGroupRange, assign_to_key_group
+from chandy.storage.checkpoint_storage import StateReader
 
 
 @pytest.fixture
@@ -129,7 +130,7 @@ def restore_into(
         KeyGroupsStateHandle(s.key_group_range, s.ranges, ByteStreamStateHandle("x", s.payload))
         for s in snapshot_bytes_by_backend
     ]
-    fresh.restore(handles, lambda h, r: h.data[r[0] : r[1]])
+    fresh.restore(handles, StateReader())
     return fresh
 
 

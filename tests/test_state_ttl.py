@@ -41,6 +41,7 @@ from chandy.state.heap import (
     SerializedKeyedState,
 )
 from chandy.state.key_groups import KeyGroupRange, assign_to_key_group
+from chandy.storage.checkpoint_storage import StateReader
 from chandy.task.operator_chain import OperatorChain
 from chandy.task.operators.process import KeyedProcessOperator
 from chandy.task.operators.window import WINDOW_STATE_NAME, ProcessWindowFunctionCall, WindowOperator
@@ -509,7 +510,7 @@ def restore(
         KeyGroupsStateHandle(s.key_group_range, s.ranges, ByteStreamStateHandle("x", s.payload))
         for s in serialized
     ]
-    backend.restore(handles, lambda h, r: h.data[r[0] : r[1]])  # type: ignore[attr-defined]
+    backend.restore(handles, StateReader())  # type: ignore[attr-defined]
     return backend
 
 

@@ -12,6 +12,7 @@ from chandy.core.time import MIN_TIMESTAMP
 from chandy.state.handles import ByteStreamStateHandle, KeyGroupsStateHandle
 from chandy.state.heap import HeapKeyedStateBackend, SerializedKeyedState
 from chandy.state.key_groups import KeyGroupRange, assign_to_key_group
+from chandy.storage.checkpoint_storage import StateReader
 from chandy.task.processing_time import ProcessingTimeService
 from chandy.task.timers import InternalTimer, InternalTimerService
 from chandy.util.clock import ManualClock
@@ -234,7 +235,7 @@ def restored(states: list[SerializedKeyedState], key_group_range: KeyGroupRange,
         KeyGroupsStateHandle(s.key_group_range, s.ranges, ByteStreamStateHandle("x", s.payload))
         for s in states
     ]
-    setup.backend.restore(handles, lambda h, r: h.data[r[0] : r[1]])
+    setup.backend.restore(handles, StateReader())
     setup.clock = clock
     setup.pts = ProcessingTimeService(clock)
     setup.recorder = Recorder(setup.backend)

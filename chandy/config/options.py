@@ -180,6 +180,14 @@ class CheckpointingOptions:
         maximum=1 << 20,
         deprecated_keys=("state.storage.fs.memory-threshold",),
     )
+    INCREMENTAL = ConfigOption.boolean(
+        "execution.checkpointing.incremental",
+        False,
+        "Checkpoints write only what changed since the last completed one (the RocksDB state "
+        "backend: new SST files go to shared/ once and later checkpoints reference them). The "
+        "hashmap backend ignores it.",
+        deprecated_keys=("state.backend.incremental",),
+    )
     CHECKPOINTS_AFTER_TASKS_FINISH = ConfigOption.boolean(
         "execution.checkpointing.checkpoints-after-tasks-finish",
         True,
@@ -189,6 +197,46 @@ class CheckpointingOptions:
         "Off: an input that ends during alignment aborts that checkpoint, and sinks commit their "
         "last records at end of input.",
         deprecated_keys=("execution.checkpointing.checkpoints-after-tasks-finish.enabled",),
+    )
+
+
+class StateBackendOptions:
+    TYPE = ConfigOption.string(
+        "state.backend.type",
+        "hashmap",
+        "Where keyed state lives: 'hashmap' keeps Python objects on the heap (fast, bounded by "
+        "memory); 'rocksdb' keeps serialized state in an embedded RocksDB per operator subtask "
+        "(larger than memory, incremental checkpoints).",
+        choices=("hashmap", "rocksdb"),
+        deprecated_keys=("state.backend",),
+    )
+
+
+class RocksDBOptions:
+    MEMORY_MANAGED = ConfigOption.boolean(
+        "state.backend.rocksdb.memory.managed",
+        True,
+        "Bound the RocksDB state of each slot (block cache, write buffers and chandy's cache of "
+        "decoded values together) by taskmanager.memory.managed.size.",
+    )
+    MANAGED_SIZE = ConfigOption.memory_size(
+        "taskmanager.memory.managed.size",
+        128 * 1024 * 1024,
+        "Memory for RocksDB state per slot (one Spark task, or one parallel slice of the job "
+        "under the local executor) when state.backend.rocksdb.memory.managed is true.",
+        maximum=1 << 42,
+    )
+    FIXED_PER_SLOT = ConfigOption.memory_size(
+        "state.backend.rocksdb.memory.fixed-per-slot",
+        0,
+        "A fixed memory budget for RocksDB state per slot; overrides the managed size when set (0: not set).",
+        maximum=1 << 42,
+    )
+    LOCAL_DIRECTORIES = ConfigOption.string(
+        "state.backend.rocksdb.localdir",
+        None,
+        "Local working directory of the RocksDB instances (default: the system's temporary "
+        "directory). Fast local disk: every state access may read it.",
     )
 
 
@@ -358,6 +406,8 @@ def all_options() -> list[ConfigOption[Any]]:
         ExecutionOptions,
         NetworkOptions,
         CheckpointingOptions,
+        StateBackendOptions,
+        RocksDBOptions,
         StateRecoveryOptions,
         RestartStrategyOptions,
         WebOptions,

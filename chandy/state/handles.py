@@ -91,6 +91,72 @@ class KeyGroupsStateHandle:
         return sum(end - start for start, end in self.ranges)
 
 
+@dataclass(frozen=True)
+class IncrementalKeyedStateHandle:
+    """Keyed state of a key-group range as a RocksDB checkpoint (Flink's
+    ``IncrementalRemoteKeyedStateHandle``): the database's files, not a byte stream.
+
+    ``shared`` holds its SST files, each uploaded once into the storage's ``shared/``
+    directory and referenced by every later checkpoint of the same backend that still
+    contains it; the JobMaster's ``SharedStateRegistry`` counts those references and deletes
+    a shared file once no retained checkpoint holds it. ``private`` holds the files that
+    change with every checkpoint (``MANIFEST-*``, ``CURRENT``, ``OPTIONS-*``): exclusive to
+    this checkpoint, in its ``chk-N`` directory or inline. Both map the file's name in the
+    local RocksDB directory to where it is stored, so a restore lays the files out again
+    and opens the database as it was.
+
+    ``uploaded`` names the shared files (by local name) that *this* checkpoint uploaded: if
+    the checkpoint is aborted, only those are deleted; the others belong to earlier,
+    completed checkpoints.
+
+    The handle is not split by key group: a restore after rescaling opens the whole
+    database and clips it to its own range (``intersection`` only says whether it overlaps).
+    """
+
+    key_group_range: KeyGroupRange
+    #: The backend instance that wrote it (a restore starts a new one).
+    backend_id: str
+    checkpoint_id: int
+    shared: tuple[tuple[str, FileStateHandle], ...]
+    private: tuple[tuple[str, StreamStateHandle], ...]
+    uploaded: frozenset[str] = frozenset()
+    #: As :attr:`KeyGroupsStateHandle.state_kinds`.
+    state_kinds: tuple[tuple[str, str], ...] = ()
+
+    def intersection(self, other: KeyGroupRange) -> IncrementalKeyedStateHandle | None:
+        """This handle if its range overlaps ``other`` (the restore clips), else ``None``."""
+        if self.key_group_range.intersection(other).number_of_key_groups == 0:
+            return None
+        return self
+
+    @property
+    def state_size(self) -> int:
+        """The size of the whole database (every file it needs)."""
+        return sum(h.state_size for _, h in self.shared) + sum(h.state_size for _, h in self.private)
+
+    @property
+    def checkpointed_size(self) -> int:
+        """What this checkpoint wrote: its private files and the shared files it uploaded."""
+        uploaded = self.uploaded
+        return sum(h.state_size for name, h in self.shared if name in uploaded) + sum(
+            h.state_size for _, h in self.private
+        )
+
+    def exclusive_handles(self) -> Iterator[StreamStateHandle]:
+        """The handles this checkpoint owns alone: private files and the shared files it
+        uploaded (nothing else references them until it completes)."""
+        for _, handle in self.private:
+            yield handle
+        uploaded = self.uploaded
+        for name, handle in self.shared:
+            if name in uploaded:
+                yield handle
+
+
+#: Keyed state of a key-group range in either form.
+KeyedStateHandle = KeyGroupsStateHandle | IncrementalKeyedStateHandle
+
+
 class OperatorStateDistributionMode(enum.Enum):
     """How a list of operator state is spread over subtasks on restore (Flink's modes)."""
 

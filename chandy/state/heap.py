@@ -54,8 +54,14 @@ from chandy.core.state import (
     ValueStateDescriptor,
 )
 from chandy.errors import InvalidCheckpointError, UnrecoverableError
-from chandy.state.backend import KeyedStateBackend
-from chandy.state.handles import KeyGroupsStateHandle, Range, StreamStateHandle
+from chandy.state.backend import KeyedStateBackend, StateFileReader, StateWriter, WrittenKeyedState
+from chandy.state.handles import (
+    FileStateHandle,
+    IncrementalKeyedStateHandle,
+    KeyedStateHandle,
+    KeyGroupsStateHandle,
+    Range,
+)
 from chandy.state.key_groups import KeyGroupRange
 from chandy.util.clock import Clock, SystemClock
 
@@ -245,6 +251,9 @@ class HeapKeyedStateBackend(KeyedStateBackend):
             )
         return table
 
+    def has_state(self) -> bool:
+        return bool(self.tables)
+
     def num_keys(self, state_name: str) -> int:
         table = self.tables.get(state_name)
         return 0 if table is None else len(table)
@@ -270,8 +279,9 @@ class HeapKeyedStateBackend(KeyedStateBackend):
 
     # ------------------------------------------------------------------ snapshots
 
-    def snapshot(self) -> HeapSnapshot:
+    def snapshot(self, checkpoint_id: int = 0, *, canonical: bool = False) -> HeapSnapshot:
         """The synchronous part: shallow copies of every key group, copy-on-write from now on.
+        The heap's only format is the canonical one, whatever ``canonical`` asks.
 
         Call :meth:`HeapSnapshot.serialize` (off the task thread) and then
         :meth:`HeapSnapshot.release`.
@@ -297,12 +307,18 @@ class HeapKeyedStateBackend(KeyedStateBackend):
                 for table in self.tables.values():
                     table.cow = None
 
-    def restore(
-        self, handles: Iterable[KeyGroupsStateHandle], read: Callable[[StreamStateHandle, Range], bytes]
-    ) -> None:
+    def restore(self, handles: Iterable[KeyedStateHandle], reader: StateFileReader) -> None:
         """Load every key group of this backend's range from ``handles`` (which may
         cover other ranges too: a restore after rescaling)."""
+        read = reader.read
         for handle in handles:
+            if isinstance(handle, IncrementalKeyedStateHandle):
+                raise IncompatibleRestoredStateError(
+                    f"{self.owner} cannot restore checkpoint {handle.checkpoint_id}: it holds the "
+                    "RocksDB state backend's native (incremental) snapshot and this job uses the "
+                    "heap (hashmap) state backend. Restore it with state.backend.type: rocksdb, or "
+                    "take a savepoint in the CANONICAL format and restore from that to switch backends"
+                )
             part = handle.intersection(self.key_group_range)
             if part is None:
                 continue
@@ -637,6 +653,18 @@ class SerializedKeyedState:
     ranges: tuple[Range, ...]
     #: ``(name, kind)`` of every state in the snapshot, recorded in ``_metadata`` for inspection.
     state_kinds: tuple[tuple[str, str], ...] = ()
+
+    def write(
+        self, writer: StateWriter, checkpoint_id: int, target_location: str | None
+    ) -> WrittenKeyedState:
+        """Store the bytes as one stream (nothing when there are none)."""
+        if not self.payload:
+            return WrittenKeyedState()
+        delegate = writer.write_state(checkpoint_id, self.payload, target_location)
+        handle = KeyGroupsStateHandle(self.key_group_range, self.ranges, delegate, self.state_kinds)
+        size = len(self.payload)
+        written = [delegate] if isinstance(delegate, FileStateHandle) else []
+        return WrittenKeyedState((handle,), written, size, size)
 
 
 class HeapSnapshot:

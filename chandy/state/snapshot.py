@@ -7,7 +7,8 @@ from dataclasses import dataclass, field
 
 from chandy.state.handles import (
     FileStateHandle,
-    KeyGroupsStateHandle,
+    IncrementalKeyedStateHandle,
+    KeyedStateHandle,
     OperatorStateHandle,
     StreamStateHandle,
 )
@@ -17,7 +18,7 @@ from chandy.state.handles import (
 class OperatorSubtaskState:
     """The state of one operator in one subtask."""
 
-    managed_keyed_state: tuple[KeyGroupsStateHandle, ...] = ()
+    managed_keyed_state: tuple[KeyedStateHandle, ...] = ()
     managed_operator_state: tuple[OperatorStateHandle, ...] = ()
     #: The subtask had finished (all its input read and committed) before this checkpoint:
     #: a restore gives it no state and, being restored, it reads nothing again.
@@ -30,8 +31,32 @@ class OperatorSubtaskState:
         )
 
     def stream_handles(self) -> Iterator[StreamStateHandle]:
+        """Every handle this state owns alone (deleted with its checkpoint): keyed and
+        operator state streams, and an incremental snapshot's private files. Shared files
+        are not among them (see :meth:`shared_handles`)."""
         for keyed in self.managed_keyed_state:
-            yield keyed.delegate
+            if isinstance(keyed, IncrementalKeyedStateHandle):
+                yield from (handle for _, handle in keyed.private)
+            else:
+                yield keyed.delegate
+        for operator in self.managed_operator_state:
+            yield operator.delegate
+
+    def shared_handles(self) -> Iterator[FileStateHandle]:
+        """The shared files of incremental keyed state, which several checkpoints may
+        reference: the ``SharedStateRegistry`` decides when one may be deleted."""
+        for keyed in self.managed_keyed_state:
+            if isinstance(keyed, IncrementalKeyedStateHandle):
+                yield from (handle for _, handle in keyed.shared)
+
+    def uploaded_handles(self) -> Iterator[StreamStateHandle]:
+        """What the checkpoint that produced this state wrote: every exclusive handle and
+        the shared files it uploaded itself (to delete when the checkpoint never completes)."""
+        for keyed in self.managed_keyed_state:
+            if isinstance(keyed, IncrementalKeyedStateHandle):
+                yield from keyed.exclusive_handles()
+            else:
+                yield keyed.delegate
         for operator in self.managed_operator_state:
             yield operator.delegate
 
@@ -50,10 +75,11 @@ class TaskStateSnapshot:
         return sum(s.state_size for s in self.subtask_states.values())
 
     def file_handles(self) -> list[FileStateHandle]:
-        """Every file this snapshot references (to discard an unused snapshot)."""
+        """Every file this snapshot wrote (to discard an unused snapshot): its exclusive files
+        and the shared files it uploaded, never shared files of earlier checkpoints."""
         found: dict[str, FileStateHandle] = {}
         for state in self.subtask_states.values():
-            for handle in state.stream_handles():
+            for handle in state.uploaded_handles():
                 if isinstance(handle, FileStateHandle):
                     found[handle.path] = handle
         return list(found.values())

@@ -45,8 +45,8 @@ from chandy.messages.checkpoint import (
 )
 from chandy.network.barrier_handler import AlignmentMetrics
 from chandy.network.events import CancelCheckpointMarker, CheckpointBarrier
-from chandy.state.handles import FileStateHandle, KeyGroupsStateHandle, OperatorStateHandle
-from chandy.state.heap import SerializedKeyedState
+from chandy.state.backend import SnapshotResult
+from chandy.state.handles import FileStateHandle, KeyedStateHandle, OperatorStateHandle
 from chandy.state.snapshot import OperatorSubtaskState, TaskStateSnapshot
 from chandy.storage.checkpoint_storage import CheckpointStorage
 from chandy.task.deployment import TaskDeploymentDescriptor
@@ -124,8 +124,10 @@ class SubtaskCheckpointCoordinator:
             self.chain.prepare_snapshot_pre_barrier(checkpoint_id)
         self._broadcast(CheckpointBarrier(checkpoint_id, timestamp, options))
         started = time.monotonic_ns()
+        # A savepoint in the CANONICAL format must restore on any state backend.
+        canonical = options.checkpoint_type.is_savepoint and options.format_type != "NATIVE"
         with self._synchronous_phase(checkpoint_id):
-            snapshots = self.chain.snapshot_state(checkpoint_id, timestamp)
+            snapshots = self.chain.snapshot_state(checkpoint_id, timestamp, canonical=canonical)
         metrics = CheckpointMetrics(
             bytes_processed_during_alignment=alignment.bytes_processed_during_alignment,
             alignment_duration_ns=alignment.alignment_duration_ns,
@@ -243,28 +245,23 @@ class SubtaskCheckpointCoordinator:
             f"task {self.tdd.name_with_subtask} ended before its state was written",
         )
 
-    def _write_and_acknowledge(
-        self, checkpoint: _InFlight, serialized: dict[int, SerializedKeyedState]
-    ) -> None:
+    def _write_and_acknowledge(self, checkpoint: _InFlight, serialized: dict[int, SnapshotResult]) -> None:
         checkpoint_id = checkpoint.checkpoint_id
         written: list[FileStateHandle] = []
         storage = self.storage
         try:
             subtask_states: dict[str, OperatorSubtaskState] = {}
-            size = 0
+            checkpointed_size = 0
+            state_size = 0
             for index, snapshot in enumerate(checkpoint.snapshots):
-                keyed: tuple[KeyGroupsStateHandle, ...] = ()
+                keyed: tuple[KeyedStateHandle, ...] = ()
                 state = serialized.get(index)
-                if state is not None and state.payload:
-                    delegate = storage.write_state(checkpoint_id, state.payload, checkpoint.target_location)
-                    if isinstance(delegate, FileStateHandle):
-                        written.append(delegate)
-                    keyed = (
-                        KeyGroupsStateHandle(
-                            state.key_group_range, state.ranges, delegate, state.state_kinds
-                        ),
-                    )
-                    size += len(state.payload)
+                if state is not None:
+                    stored = state.write(storage, checkpoint_id, checkpoint.target_location)
+                    written.extend(stored.written)
+                    keyed = stored.handles
+                    checkpointed_size += stored.checkpointed_size
+                    state_size += stored.state_size
                 operator: tuple[OperatorStateHandle, ...] = ()
                 if snapshot.operator is not None:
                     payload, metas = snapshot.operator
@@ -272,7 +269,8 @@ class SubtaskCheckpointCoordinator:
                     if isinstance(delegate, FileStateHandle):
                         written.append(delegate)
                     operator = (OperatorStateHandle(metas, delegate),)
-                    size += len(payload)
+                    checkpointed_size += len(payload)
+                    state_size += len(payload)
                 if keyed or operator:
                     subtask_states[snapshot.operator_id] = OperatorSubtaskState(keyed, operator)
             if self.is_cancelled():
@@ -285,8 +283,8 @@ class SubtaskCheckpointCoordinator:
                 return
             metrics = checkpoint.metrics
             metrics.async_duration_ms = (time.monotonic_ns() - checkpoint.started_ns) // 1_000_000
-            metrics.checkpointed_size = size
-            metrics.state_size = size
+            metrics.checkpointed_size = checkpointed_size
+            metrics.state_size = state_size
             if self.responder is not None:
                 self.responder.acknowledge_checkpoint(
                     AcknowledgeCheckpoint(

@@ -14,8 +14,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from chandy.network.events import ACTIVE, IDLE, Watermark
+from chandy.state.backend import KeyedStateBackend, KeyedStateSnapshot
+from chandy.state.factory import keyed_state_backend_factory
 from chandy.state.handles import OperatorStateMeta
-from chandy.state.heap import HeapKeyedStateBackend, HeapSnapshot
 from chandy.state.key_groups import KeyGroupRange
 from chandy.storage.checkpoint_storage import StateReader
 from chandy.task.deployment import OperatorSpec, TaskDeploymentDescriptor
@@ -81,7 +82,7 @@ class OperatorSnapshot:
     """The synchronous part of one operator's checkpoint, to be written asynchronously."""
 
     operator_id: str
-    keyed: HeapSnapshot | None
+    keyed: KeyedStateSnapshot | None
     operator: tuple[bytes, dict[str, OperatorStateMeta]] | None
 
     def release(self) -> None:
@@ -120,6 +121,7 @@ class OperatorChain:
             return counting_input(self.operators[node_id].process_batch, counters[node_id])
 
         key_group_range = KeyGroupRange.of_operator(tdd.max_parallelism, tdd.parallelism, tdd.subtask_index)
+        create_backend = keyed_state_backend_factory(tdd.config, services.state_resources, tdd.subtask_index)
         tails: list[OperatorCounters] = []
         # Wire from the tail so that every target exists before its source is set up.
         for spec in reversed(self.specs):
@@ -143,9 +145,7 @@ class OperatorChain:
             if not consumers:
                 tails.append(mine)
             backend = (
-                HeapKeyedStateBackend(
-                    key_group_range, tdd.max_parallelism, owner=_describe_operator(spec), clock=services.clock
-                )
+                create_backend(key_group_range, tdd.max_parallelism, _describe_operator(spec), services.clock)
                 if spec.keyed
                 else None
             )
@@ -189,7 +189,7 @@ class OperatorChain:
         """Load this subtask's share of the restored checkpoint into every operator."""
         assert tdd.task_restore is not None
         states = tdd.task_restore.state.subtask_states
-        read = StateReader().read
+        reader = StateReader()
         for spec in self.specs:
             state = states.get(spec.operator_id)
             if state is None:
@@ -197,14 +197,14 @@ class OperatorChain:
             operator = self.operators[spec.node_id]
             backend = operator.runtime_context.keyed_state_backend if operator.runtime_context else None
             if state.managed_keyed_state:
-                if not isinstance(backend, HeapKeyedStateBackend):
+                if not isinstance(backend, KeyedStateBackend):
                     raise RuntimeError(
                         f"operator '{spec.name}' has keyed state in the checkpoint "
                         "but is not on a keyed stream any more"
                     )
-                backend.restore(state.managed_keyed_state, read)
+                backend.restore(state.managed_keyed_state, reader)
             operator.operator_state_backend.restore(
-                [(h.states, h.delegate) for h in state.managed_operator_state], read
+                [(h.states, h.delegate) for h in state.managed_operator_state], reader.read
             )
 
     def in_order(self) -> list[StreamOperator]:
@@ -226,9 +226,12 @@ class OperatorChain:
         for operator in self.in_order():
             operator.prepare_snapshot_pre_barrier(checkpoint_id)
 
-    def snapshot_state(self, checkpoint_id: int, timestamp: int) -> list[OperatorSnapshot]:
-        """The synchronous part: each operator's own snapshot hook, then copy-on-write
-        copies of keyed state and serialized operator state."""
+    def snapshot_state(
+        self, checkpoint_id: int, timestamp: int, *, canonical: bool = False
+    ) -> list[OperatorSnapshot]:
+        """The synchronous part: each operator's own snapshot hook, then the keyed state
+        backend's synchronous snapshot (``canonical`` for a savepoint any backend restores)
+        and serialized operator state."""
         context = StateSnapshotContext(checkpoint_id, timestamp)
         taken: list[OperatorSnapshot] = []
         try:
@@ -237,8 +240,8 @@ class OperatorChain:
                 operator.snapshot_state(context)
                 backend = operator.runtime_context.keyed_state_backend if operator.runtime_context else None
                 keyed = (
-                    backend.snapshot()
-                    if isinstance(backend, HeapKeyedStateBackend) and backend.tables
+                    backend.snapshot(checkpoint_id, canonical=canonical)
+                    if isinstance(backend, KeyedStateBackend) and backend.has_state()
                     else None
                 )
                 taken.append(
@@ -252,11 +255,22 @@ class OperatorChain:
 
     def notify_checkpoint_complete(self, checkpoint_id: int) -> None:
         for operator in self.in_order():
+            backend = self._keyed_backend(operator)
+            if backend is not None:  # first: an incremental backend confirms its uploads
+                backend.notify_checkpoint_complete(checkpoint_id)
             operator.notify_checkpoint_complete(checkpoint_id)
 
     def notify_checkpoint_aborted(self, checkpoint_id: int) -> None:
         for operator in self.in_order():
+            backend = self._keyed_backend(operator)
+            if backend is not None:
+                backend.notify_checkpoint_aborted(checkpoint_id)
             operator.notify_checkpoint_aborted(checkpoint_id)
+
+    @staticmethod
+    def _keyed_backend(operator: StreamOperator) -> KeyedStateBackend | None:
+        context = operator.runtime_context
+        return context.keyed_state_backend if context is not None else None
 
     def end_input(self) -> None:
         """Input ended: tell the head, then let every operator flush, head first."""

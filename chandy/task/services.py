@@ -87,3 +87,5 @@ class TaskServices:
     clock: Clock = field(default_factory=SystemClock)
     #: Where the tasks' metrics reports go (the JobMaster), when the executor reports by call.
     metrics: MetricsListener | None = None
+    #: What the state backends of a slot share (RocksDB's cache and write buffers), by slot.
+    state_resources: dict[Any, Any] = field(default_factory=dict)
