@@ -1,0 +1,1 @@
+"""The embedded RocksDB keyed state backend (``state.backend.type: rocksdb``)."""

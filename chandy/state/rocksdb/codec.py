@@ -1,0 +1,127 @@
+"""Bytes for keys and values in RocksDB: fast for the common types, pickle for the rest.
+
+Why not pickle everything: a state access on RocksDB encodes its key every time,
+and the common keys (ints, strings, tuples of them) encode faster by hand. And
+why self-delimiting: a map state's entry key is the encoded state key followed by
+the encoded map key, so a prefix scan over one state key must never pick up the
+entries of another key whose encoding happens to start with the same bytes. Every
+encoding here says where it ends (a fixed width or a length), which rules that out.
+
+Equal values must encode to equal bytes (RocksDB compares keys as bytes): that holds
+for the hand-encoded types and for pickle of values whose pickle is deterministic.
+``1`` and ``True`` and ``1.0`` encode differently although Python finds them equal;
+state keyed by a mix of them is keyed by type too.
+
+Format: one tag byte, then::
+
+    0x00 None | 0x01 False | 0x02 True
+    0x10 int in [-2**63, 2**63): 8 bytes big-endian of value + 2**63 (ordered)
+    0x20 float: 8 bytes IEEE 754 big-endian
+    0x30 str: varint length, UTF-8 bytes | 0x31 bytes: varint length, bytes
+    0x40 tuple: varint count, items
+    0x7f anything else: varint length, pickle (highest protocol)
+"""
+
+from __future__ import annotations
+
+import pickle
+import struct
+from typing import Any
+
+_NONE, _FALSE, _TRUE = b"\x00", b"\x01", b"\x02"
+_INT, _FLOAT, _STR, _BYTES, _TUPLE, _PICKLE = 0x10, 0x20, 0x30, 0x31, 0x40, 0x7F
+_INT_TAG, _FLOAT_TAG, _STR_TAG, _BYTES_TAG, _TUPLE_TAG, _PICKLE_TAG = (
+    bytes([t]) for t in (_INT, _FLOAT, _STR, _BYTES, _TUPLE, _PICKLE)
+)
+_OFFSET = 1 << 63
+_DOUBLE = struct.Struct(">d")
+_UNPACK_DOUBLE = _DOUBLE.unpack_from
+
+
+def _varint(n: int) -> bytes:
+    if n < 0x80:
+        return bytes((n,))
+    out = bytearray()
+    while n >= 0x80:
+        out.append((n & 0x7F) | 0x80)
+        n >>= 7
+    out.append(n)
+    return bytes(out)
+
+
+def _read_varint(data: bytes, pos: int) -> tuple[int, int]:
+    b = data[pos]
+    if b < 0x80:
+        return b, pos + 1
+    result = 0
+    shift = 0
+    while True:
+        b = data[pos]
+        pos += 1
+        result |= (b & 0x7F) << shift
+        if b < 0x80:
+            return result, pos
+        shift += 7
+
+
+def encode(value: Any) -> bytes:
+    """The bytes of ``value`` (self-delimiting; equal values of one type give equal bytes)."""
+    t = type(value)
+    if t is int:
+        if -_OFFSET <= value < _OFFSET:
+            return _INT_TAG + (value + _OFFSET).to_bytes(8, "big")
+    elif t is str:
+        data = value.encode("utf-8", "surrogatepass")
+        return _STR_TAG + _varint(len(data)) + data
+    elif t is tuple:
+        return _TUPLE_TAG + _varint(len(value)) + b"".join([encode(v) for v in value])
+    elif value is None:
+        return _NONE
+    elif t is float:
+        return _FLOAT_TAG + _DOUBLE.pack(value)
+    elif t is bytes:
+        return _BYTES_TAG + _varint(len(value)) + value
+    elif t is bool:
+        return _TRUE if value else _FALSE
+    data = pickle.dumps(value, protocol=pickle.HIGHEST_PROTOCOL)
+    return _PICKLE_TAG + _varint(len(data)) + data
+
+
+def decode_from(data: bytes, pos: int = 0) -> tuple[Any, int]:
+    """The value encoded at ``data[pos:]`` and the position after it."""
+    tag = data[pos]
+    if tag == _INT:
+        return int.from_bytes(data[pos + 1 : pos + 9], "big") - _OFFSET, pos + 9
+    if tag == _STR:
+        n, start = _read_varint(data, pos + 1)
+        return data[start : start + n].decode("utf-8", "surrogatepass"), start + n
+    if tag == _TUPLE:
+        count, pos = _read_varint(data, pos + 1)
+        items = []
+        for _ in range(count):
+            item, pos = decode_from(data, pos)
+            items.append(item)
+        return tuple(items), pos
+    if tag == 0x00:
+        return None, pos + 1
+    if tag == 0x01:
+        return False, pos + 1
+    if tag == 0x02:
+        return True, pos + 1
+    if tag == _FLOAT:
+        return _UNPACK_DOUBLE(data, pos + 1)[0], pos + 9
+    if tag == _BYTES:
+        n, start = _read_varint(data, pos + 1)
+        return data[start : start + n], start + n
+    if tag == _PICKLE:
+        n, start = _read_varint(data, pos + 1)
+        return pickle.loads(data[start : start + n]), start + n
+    raise ValueError(f"corrupt state bytes: unknown tag 0x{tag:02x} at offset {pos}")
+
+
+def decode(data: bytes) -> Any:
+    """The value ``data`` holds (exactly one encoded value)."""
+    value, end = decode_from(data, 0)
+    if end != len(data):
+        raise ValueError(f"corrupt state bytes: {len(data) - end} bytes after the value")
+    return value
