@@ -117,7 +117,7 @@ class IncrementalKeyedStateHandle:
     #: The backend instance that wrote it (a restore starts a new one).
     backend_id: str
     checkpoint_id: int
-    shared: tuple[tuple[str, FileStateHandle], ...]
+    shared: tuple[tuple[str, StreamStateHandle], ...]
     private: tuple[tuple[str, StreamStateHandle], ...]
     uploaded: frozenset[str] = frozenset()
     #: As :attr:`KeyGroupsStateHandle.state_kinds`.

@@ -42,7 +42,7 @@ class OperatorSubtaskState:
         for operator in self.managed_operator_state:
             yield operator.delegate
 
-    def shared_handles(self) -> Iterator[FileStateHandle]:
+    def shared_handles(self) -> Iterator[StreamStateHandle]:
         """The shared files of incremental keyed state, which several checkpoints may
         reference: the ``SharedStateRegistry`` decides when one may be deleted."""
         for keyed in self.managed_keyed_state:
