@@ -30,9 +30,8 @@ from typing import Any
 
 _NONE, _FALSE, _TRUE = b"\x00", b"\x01", b"\x02"
 _INT, _FLOAT, _STR, _BYTES, _TUPLE, _PICKLE = 0x10, 0x20, 0x30, 0x31, 0x40, 0x7F
-_INT_TAG, _FLOAT_TAG, _STR_TAG, _BYTES_TAG, _TUPLE_TAG, _PICKLE_TAG = (
-    bytes([t]) for t in (_INT, _FLOAT, _STR, _BYTES, _TUPLE, _PICKLE)
-)
+_INT_TAG, _FLOAT_TAG, _STR_TAG = b"\x10", b"\x20", b"\x30"
+_BYTES_TAG, _TUPLE_TAG, _PICKLE_TAG = b"\x31", b"\x40", b"\x7f"
 _OFFSET = 1 << 63
 _DOUBLE = struct.Struct(">d")
 _UNPACK_DOUBLE = _DOUBLE.unpack_from
