@@ -68,9 +68,9 @@ def encode(value: Any) -> bytes:
     t = type(value)
     if t is int:
         if -_OFFSET <= value < _OFFSET:
-            return _INT_TAG + (value + _OFFSET).to_bytes(8, "big")
+            return _INT_TAG + int.to_bytes(value + _OFFSET, 8, "big")
     elif t is str:
-        data = value.encode("utf-8", "surrogatepass")
+        data: bytes = value.encode("utf-8", "surrogatepass")
         return _STR_TAG + _varint(len(data)) + data
     elif t is tuple:
         return _TUPLE_TAG + _varint(len(value)) + b"".join([encode(v) for v in value])
@@ -79,11 +79,12 @@ def encode(value: Any) -> bytes:
     elif t is float:
         return _FLOAT_TAG + _DOUBLE.pack(value)
     elif t is bytes:
-        return _BYTES_TAG + _varint(len(value)) + value
+        raw: bytes = value
+        return _BYTES_TAG + _varint(len(raw)) + raw
     elif t is bool:
         return _TRUE if value else _FALSE
-    data = pickle.dumps(value, protocol=pickle.HIGHEST_PROTOCOL)
-    return _PICKLE_TAG + _varint(len(data)) + data
+    pickled = pickle.dumps(value, protocol=pickle.HIGHEST_PROTOCOL)
+    return _PICKLE_TAG + _varint(len(pickled)) + pickled
 
 
 def decode_from(data: bytes, pos: int = 0) -> tuple[Any, int]:
