@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 from chandy.api.checkpoint_config import CheckpointConfig
 from chandy.api.datastream import DataStream
 from chandy.api.execution_config import ExecutionConfig
+from chandy.api.state_backend import StateBackend, state_backend_of
 from chandy.config import Configuration
 from chandy.config.options import (
     CheckpointingMode,
@@ -203,6 +204,30 @@ class StreamExecutionEnvironment:
 
     def get_checkpointing_mode(self) -> CheckpointingMode:
         return self.get_checkpoint_config().get_checkpointing_mode()
+
+    # ------------------------------------------------------------------ state backend
+
+    def set_state_backend(self, state_backend: StateBackend) -> StreamExecutionEnvironment:
+        """Where the job's keyed state lives: ``HashMapStateBackend()`` (the default, Python
+        objects in memory) or ``EmbeddedRocksDBStateBackend(...)`` (RocksDB on local disk, for
+        state larger than memory, with incremental checkpoints). Writes ``state.backend.type``
+        and the backend's other keys into the configuration, as a config file would; see
+        docs/state-backends.md."""
+        if not isinstance(state_backend, StateBackend):
+            raise TypeError(
+                "set_state_backend() takes a state backend, HashMapStateBackend() or "
+                "EmbeddedRocksDBStateBackend() from chandy.datastream.state_backend, got "
+                f"{state_backend!r} ({type(state_backend).__name__}); to name one by its key, "
+                'use env.configure({"state.backend.type": "rocksdb"})'
+            )
+        state_backend._write_to(self._config)
+        return self
+
+    def get_state_backend(self) -> StateBackend | None:
+        """The state backend the configuration sets (by :meth:`set_state_backend` or the
+        ``state.backend.type`` key), or ``None`` when none is set and the default,
+        the hashmap backend, applies."""
+        return state_backend_of(self._config)
 
     def set_restore_path(self, path: str) -> StreamExecutionEnvironment:
         """Start the next job from a retained checkpoint or savepoint (a ``chk-N``

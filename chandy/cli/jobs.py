@@ -74,7 +74,11 @@ _savepoint_options = _all_of(
         type=_FORMATS,
         default="canonical",
         show_default=True,
-        help="Savepoint format (NATIVE is the same as CANONICAL for chandy's heap state backend).",
+        help=(
+            "Savepoint format: CANONICAL restores on either state backend (switch backends "
+            "through it); NATIVE is the backend's own (on RocksDB its database files, faster "
+            "to take and restore, and only on RocksDB; the same as CANONICAL on the hashmap backend)."
+        ),
     ),
     click.option(
         "--timeout",

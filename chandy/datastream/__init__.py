@@ -2,7 +2,7 @@
 
 ``from chandy.datastream import StreamExecutionEnvironment, KeyedProcessFunction``
 gives chandy's own classes under PyFlink's names; the submodules mirror PyFlink's
-(``functions``, ``window``, ``state``, ``output_tag``, ``time_domain``,
+(``functions``, ``window``, ``state``, ``state_backend``, ``output_tag``, ``time_domain``,
 ``timerservice``, ``data_stream``, ``stream_execution_environment``,
 ``connectors``). Names load on first use, so importing a function class does
 not import the job runtime.
@@ -21,6 +21,13 @@ _EXPORTS = {
     **exports_of("chandy.api.connected_streams", "ConnectedStreams"),
     **exports_of("chandy.api.broadcast_stream", "BroadcastStream", "BroadcastConnectedStream"),
     **exports_of("chandy.api.checkpoint_config", "CheckpointConfig"),
+    **exports_of(
+        "chandy.api.state_backend",
+        "StateBackend",
+        "HashMapStateBackend",
+        "EmbeddedRocksDBStateBackend",
+        "RocksDBStateBackend",
+    ),
     **exports_of("chandy.api.async_data_stream", "AsyncDataStream"),
     **exports_of("chandy.core.async_retry", "AsyncRetryStrategy", "AsyncRetryPredicate"),
     **exports_of("chandy.config.options", "CheckpointingMode", "ExternalizedCheckpointRetention"),
@@ -85,10 +92,12 @@ __all__ = [
     "CountWindow",
     "DataStream",
     "DataStreamSink",
+    "EmbeddedRocksDBStateBackend",
     "ExternalizedCheckpointRetention",
     "FilterFunction",
     "FlatMapFunction",
     "GlobalWindow",
+    "HashMapStateBackend",
     "KeySelector",
     "KeyedBroadcastProcessFunction",
     "KeyedCoProcessFunction",
@@ -102,8 +111,10 @@ __all__ = [
     "ProcessFunction",
     "ProcessWindowFunction",
     "ReduceFunction",
+    "RocksDBStateBackend",
     "RuntimeContext",
     "SinkFunction",
+    "StateBackend",
     "StreamExecutionEnvironment",
     "TimeDomain",
     "TimeWindow",
@@ -128,6 +139,12 @@ if TYPE_CHECKING:
     from chandy.api.connected_streams import ConnectedStreams
     from chandy.api.datastream import DataStream, DataStreamSink, KeyedStream
     from chandy.api.environment import StreamExecutionEnvironment
+    from chandy.api.state_backend import (
+        EmbeddedRocksDBStateBackend,
+        HashMapStateBackend,
+        RocksDBStateBackend,
+        StateBackend,
+    )
     from chandy.api.windowed_stream import AllWindowedStream, WindowedStream
     from chandy.config.options import CheckpointingMode, ExternalizedCheckpointRetention
     from chandy.core.async_retry import AsyncRetryPredicate, AsyncRetryStrategy

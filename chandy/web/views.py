@@ -19,7 +19,7 @@ import time
 from typing import Any
 
 from chandy.checkpoint.stats import CheckpointStats
-from chandy.config.options import CheckpointingOptions, ExternalizedCheckpointRetention
+from chandy.config.options import CheckpointingOptions, ExternalizedCheckpointRetention, StateBackendOptions
 from chandy.graph.execution_graph import ExecutionGraph
 from chandy.graph.job_graph import JobVertex
 from chandy.messages.status import ExecutionState, JobStatus
@@ -299,7 +299,9 @@ def checkpoint_config(job_master: JobMaster) -> dict[str, Any]:
             "enabled": retention is not ExternalizedCheckpointRetention.NO_EXTERNALIZED_CHECKPOINTS,
             "delete_on_cancellation": retention is not ExternalizedCheckpointRetention.RETAIN_ON_CANCELLATION,
         },
-        "state_backend": "HashMapStateBackend",
+        "state_backend": "EmbeddedRocksDBStateBackend"
+        if job_master.config.get(StateBackendOptions.TYPE) == "rocksdb"
+        else "HashMapStateBackend",
         "checkpoint_storage": "FileSystemCheckpointStorage"
         if storage is not None and storage.base_uri
         else "JobManagerCheckpointStorage",
