@@ -22,6 +22,7 @@ checks a few entries of the state, round-robin over every key, on each access
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any, cast
 
@@ -416,7 +417,7 @@ class KeySelectionListeners(HeapKeyedStateBackend):
     def add(backend: HeapKeyedStateBackend, listener: Callable[[], None]) -> None:
         if not isinstance(backend, KeySelectionListeners):
             key = backend.current_key
-            backend.__class__ = KeySelectionListeners
+            backend.__class__ = _with_key_listeners(type(backend))
             assert isinstance(backend, KeySelectionListeners)
             del backend.__dict__["current_key"]
             backend._key = key
@@ -432,6 +433,15 @@ class KeySelectionListeners(HeapKeyedStateBackend):
         self._key = key
         for listener in self._key_listeners:
             listener()
+
+
+@functools.cache
+def _with_key_listeners(backend_type: type[HeapKeyedStateBackend]) -> type[KeySelectionListeners]:
+    """``backend_type`` with key selection listeners (a subclass of the heap backend, such as
+    the RocksDB one, keeps its own methods)."""
+    if backend_type is HeapKeyedStateBackend:
+        return KeySelectionListeners
+    return type(f"{backend_type.__name__}WithKeyListeners", (KeySelectionListeners, backend_type), {})
 
 
 #: plain handle type -> (TTL handle type, namespaced TTL handle type)

@@ -1,0 +1,95 @@
+"""Builds the RocksDB keyed state backends of one slot (``state.backend.type: rocksdb``).
+
+Each backend (one per keyed operator subtask) gets a directory of its own under
+``state.backend.rocksdb.localdir`` (several directories, comma-separated, are used
+round-robin by slot, as Flink spreads instances over its local directories), or under
+the system's temporary directory; :meth:`RocksDBKeyedStateBackend.dispose` deletes it.
+The slot's backends share one memory budget (:mod:`chandy.state.rocksdb.resources`).
+
+Both things a user's setup can get wrong fail here, before any record, with the cause
+and the fix: ``rocksdict`` missing, and a local directory that cannot be written.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from collections.abc import Callable, MutableMapping
+from typing import Any
+
+from chandy.config.configuration import Configuration
+from chandy.config.options import CheckpointingOptions, RocksDBOptions
+from chandy.errors import ConfigurationError, UnrecoverableError
+from chandy.state.backend import KeyedStateBackend
+from chandy.state.key_groups import KeyGroupRange
+from chandy.util.clock import Clock
+
+
+class RocksDBSetupError(UnrecoverableError, ConfigurationError):
+    """The RocksDB state backend cannot start here: a restart would fail the same way."""
+
+
+def _require_rocksdict() -> None:
+    try:
+        import rocksdict  # noqa: F401
+    except ImportError as e:
+        raise RocksDBSetupError(
+            f"state.backend.type is 'rocksdb' but the RocksDB binding 'rocksdict' cannot be imported "
+            f"({e}). Install it where the tasks run (pip install rocksdict), or set "
+            "state.backend.type: hashmap"
+        ) from e
+
+
+def local_directories(configuration: Configuration) -> list[str]:
+    """The directories backends may put their databases in (the temp dir by default)."""
+    configured = configuration.get(RocksDBOptions.LOCAL_DIRECTORIES)
+    if not configured:
+        return [tempfile.gettempdir()]
+    return [path.strip() for path in str(configured).split(",") if path.strip()]
+
+
+def backend_directory(root: str) -> str:
+    """A new directory for one backend under ``root``, created now (so an unwritable
+    ``root`` fails here, naming the option to change)."""
+    try:
+        os.makedirs(root, exist_ok=True)
+        return tempfile.mkdtemp(prefix="chandy-rocksdb-", dir=root)
+    except OSError as e:
+        raise RocksDBSetupError(
+            f"the RocksDB state backend cannot create its working directory under '{root}' "
+            f"({e.strerror or e}). Set {RocksDBOptions.LOCAL_DIRECTORIES.key} to a writable "
+            "local directory (fast local disk: every state access may read it)"
+        ) from e
+
+
+def rocksdb_backend_factory(
+    configuration: Configuration, shared_resources: MutableMapping[Any, Any], slot_index: int
+) -> Callable[[KeyGroupRange, int, str, Clock], KeyedStateBackend]:
+    """The factory of RocksDB backends for the tasks of slot ``slot_index`` (see
+    :func:`chandy.state.factory.keyed_state_backend_factory`)."""
+    _require_rocksdict()
+    from chandy.state.rocksdb.backend import RocksDBKeyedStateBackend
+    from chandy.state.rocksdb.resources import SlotMemory, memory_budget, slot_memory
+
+    directories = local_directories(configuration)
+    root = directories[slot_index % len(directories)]
+    backend_directory_check = backend_directory(root)  # fail before the first record, not at it
+    os.rmdir(backend_directory_check)
+    memory = slot_memory(configuration, shared_resources, slot_index)
+    budget, _ = memory_budget(configuration)
+    incremental = bool(configuration.get(CheckpointingOptions.INCREMENTAL))
+
+    def create(
+        key_group_range: KeyGroupRange, max_parallelism: int, owner: str, clock: Clock
+    ) -> KeyedStateBackend:
+        return RocksDBKeyedStateBackend(
+            key_group_range,
+            max_parallelism,
+            directory=backend_directory(root),
+            memory=memory if memory is not None else SlotMemory.of(budget),
+            incremental=incremental,
+            owner=owner,
+            clock=clock,
+        )
+
+    return create

@@ -1,0 +1,121 @@
+"""Map state on RocksDB: one RocksDB key per map entry (Flink's ``RocksDBMapState``).
+
+A map's entries live under ``key group | state id | encode(table key) | encode(map key)``
+(:mod:`chandy.state.rocksdb.layout`), so ``get``, ``put``, ``remove`` and ``contains`` are
+point operations and iterating a map is a prefix scan: a map of millions of entries is
+never loaded whole, unlike a map held as one value. The table key is the current key, or
+``(key, namespace)`` for a window's map state, as on the heap.
+
+Nothing is cached: the handles read and write RocksDB directly (without a WAL), so a
+snapshot's flush has nothing to do for them. Iteration returns what the map held when it
+was called (a list), so the caller may change the map while it walks it, as on the heap.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import TYPE_CHECKING, Any
+
+from rocksdict import WriteBatch
+
+from chandy.core.state import MapState
+from chandy.state.heap import StateTable
+from chandy.state.rocksdb.codec import decode, decode_from, encode
+from chandy.state.rocksdb.layout import state_id, table_prefix
+from chandy.state.rocksdb.views import scan_items, scan_keys
+
+if TYPE_CHECKING:
+    from chandy.state.rocksdb.backend import RocksDBKeyedStateBackend
+
+
+class RocksDBMapState(MapState):
+    """The map of the backend's current key, entry by entry in RocksDB."""
+
+    __slots__ = ("_backend", "_table", "_prefixes", "_namespace")
+
+    def __init__(self, backend: RocksDBKeyedStateBackend, table: StateTable) -> None:
+        self._backend = backend
+        self._table = table
+        sid = state_id(table.name)
+        #: The key-group-and-state prefix of every key group, indexed by key group.
+        self._prefixes: list[bytes] = [b""] * backend.max_parallelism
+        for kg in backend.key_group_range:
+            self._prefixes[kg] = table_prefix(kg, sid)
+        self._namespace: Any = None
+
+    def _table_key(self) -> Any:
+        return self._backend.current_key
+
+    def _map_prefix(self) -> bytes:
+        b = self._backend
+        return self._prefixes[b.current_index] + encode(self._table_key())
+
+    def _entries(self) -> list[tuple[bytes, bytes]]:
+        """The current map's ``(RocksDB key, encoded value)`` pairs, taken at once."""
+        prefix = self._map_prefix()
+        return list(scan_items(self._backend.db, prefix))
+
+    def get(self, key: Any) -> Any:
+        data = self._backend.db.get(self._map_prefix() + encode(key))
+        return None if data is None else decode(data)
+
+    def put(self, key: Any, value: Any) -> None:
+        self._backend.db.put(self._map_prefix() + encode(key), encode(value))
+
+    def put_all(self, dict_value: dict[Any, Any]) -> None:
+        if not dict_value:
+            return
+        prefix = self._map_prefix()
+        batch = WriteBatch(raw_mode=True)
+        for key, value in dict_value.items():
+            batch.put(prefix + encode(key), encode(value))
+        self._backend.db.write(batch)
+
+    def remove(self, key: Any) -> None:
+        self._backend.db.delete(self._map_prefix() + encode(key))
+
+    def contains(self, key: Any) -> bool:
+        return self._backend.db.get(self._map_prefix() + encode(key)) is not None
+
+    def items(self) -> Iterator[tuple[Any, Any]]:
+        start = len(self._map_prefix())
+        return iter([(decode_from(k, start)[0], decode(v)) for k, v in self._entries()])
+
+    def keys(self) -> Iterator[Any]:
+        prefix = self._map_prefix()
+        start = len(prefix)
+        return iter([decode_from(k, start)[0] for k in scan_keys(self._backend.db, prefix)])
+
+    def values(self) -> Iterator[Any]:
+        return iter([decode(v) for _, v in self._entries()])
+
+    def is_empty(self) -> bool:
+        prefix = self._map_prefix()
+        return next(scan_keys(self._backend.db, prefix), None) is None
+
+    def clear(self) -> None:
+        # Point deletes, not a range delete: a range tombstone per cleared map (one per
+        # window fired, say) would slow every later read that crosses it.
+        prefix = self._map_prefix()
+        db = self._backend.db
+        batch = WriteBatch(raw_mode=True)
+        for key in scan_keys(db, prefix):
+            batch.delete(key)
+        if not batch.is_empty():
+            db.write(batch)
+
+
+class RocksDBNamespacedMapState(RocksDBMapState):
+    """A map per key *and* namespace (a window's map state)."""
+
+    __slots__ = ()
+
+    def set_current_namespace(self, namespace: Any) -> None:
+        """Scope the following operations to ``namespace`` (for example a window)."""
+        self._namespace = namespace
+
+    def get_current_namespace(self) -> Any:
+        return self._namespace
+
+    def _table_key(self) -> Any:
+        return (self._backend.current_key, self._namespace)

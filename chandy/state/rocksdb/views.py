@@ -1,0 +1,556 @@
+"""Key-group views: one state's entries of one key group in RocksDB, seen as a ``dict``.
+
+Why a ``dict``: every piece of chandy that reaches into a state table
+(``table.maps[key_group]``: the heap's state handles, timers, the window fast path,
+``StreamGroupedReduce``, TTL cleanup) was written against dictionaries. A view *is* a
+dictionary subclass whose own storage is a **write-back cache of decoded values**, so
+that code runs unchanged on RocksDB, and a hot key costs what it costs on the heap plus
+one Python call: ``get`` is ``dict.get`` and two identity checks when the key is cached.
+
+What the cache holds, per view (a view never holds a stale value):
+
+- ``key -> value`` for cached entries, clean or dirty; ``key -> _ABSENT`` for keys known
+  to be absent (a miss is cached too, so ``timer in timers`` after a delete is a dict
+  lookup);
+- ``_dirty``: the keys whose cached value is newer than RocksDB. A write marks its key
+  dirty; so does a read that returns a value which is not immutable
+  (:func:`chandy.state.heap.is_immutable`), because the heap's handles change such values
+  in place (``ListState.add`` appends to the list it read) and nothing tells the view.
+  Such a key stays dirty after a flush for the same reason.
+
+Deletes go to RocksDB at once (so RocksDB never holds an entry the cache has deleted),
+writes wait for :meth:`ValueCache.flush`, which writes every dirty entry of every view
+of the backend in one ``WriteBatch``: at every snapshot and whenever the cache must make
+room. The cache is bounded by an entry count (:attr:`ValueCache.limit`, from the slot's
+memory budget): each view takes *room* from a shared pool in grants before it adds keys,
+so the hot path counts nothing but its own slot; when the pool is empty the cache
+flushes, recounts, and evicts the oldest half of its entries if it is over the limit.
+
+Map state keeps one RocksDB key per map entry (:mod:`chandy.state.rocksdb.map_state`
+reads and writes them directly); its tables get a :class:`MapKeyGroupView`, which lists,
+counts and deletes whole maps for the code that walks tables (``apply_to_all_keys``,
+``num_keys``).
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Callable, Iterator, Mapping
+from typing import Any
+
+from rocksdict import Rdict, ReadOptions, WriteBatch
+
+from chandy.state.heap import is_immutable
+from chandy.state.rocksdb.codec import decode, decode_from, encode
+
+
+class _Marker:
+    __slots__ = ("name",)
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+
+    def __repr__(self) -> str:
+        return self.name
+
+
+#: Not in the cache (look in RocksDB).
+_MISS: Any = _Marker("<miss>")
+#: In the cache as absent: RocksDB has no such entry.
+_ABSENT: Any = _Marker("<absent>")
+#: ``pop`` without a default.
+_RAISE: Any = _Marker("<raise>")
+
+_dget = dict.get
+_dset = dict.__setitem__
+_ddel = dict.__delitem__
+_dlen = dict.__len__
+_diter = dict.__iter__
+_dclear = dict.clear
+
+
+def prefix_end(prefix: bytes) -> bytes:
+    """The smallest byte string greater than every string that starts with ``prefix``."""
+    stripped = prefix.rstrip(b"\xff")
+    if not stripped:
+        return b"\xff" * (len(prefix) + 1)
+    return stripped[:-1] + bytes((stripped[-1] + 1,))
+
+
+def prefix_read_options(prefix: bytes) -> ReadOptions:
+    """Read options that confine an iterator to the keys starting with ``prefix``."""
+    options = ReadOptions()
+    options.set_iterate_lower_bound(prefix)
+    options.set_iterate_upper_bound(prefix_end(prefix))
+    return options
+
+
+def scan_keys(db: Rdict, prefix: bytes) -> Iterator[bytes]:
+    """The RocksDB keys starting with ``prefix``, in order.
+
+    A generator so that the read options live as long as the iteration: rocksdict's
+    iterator does not keep them alive, and bounds freed under it read garbage."""
+    options = prefix_read_options(prefix)
+    keys: Iterator[bytes] = db.keys(from_key=prefix, read_opt=options)  # type: ignore[assignment]
+    yield from keys
+    del options
+
+
+def scan_items(db: Rdict, prefix: bytes) -> Iterator[tuple[bytes, bytes]]:
+    """The ``(key, value)`` pairs whose key starts with ``prefix``, in order (see :func:`scan_keys`)."""
+    options = prefix_read_options(prefix)
+    items: Iterator[tuple[bytes, bytes]] = db.items(from_key=prefix, read_opt=options)  # type: ignore[assignment]
+    yield from items
+    del options
+
+
+class ValueCache:
+    """The write-back cache of one backend: its views, the room they may still fill, flushes.
+
+    ``limit`` is an entry count; :attr:`limit_for` (set by the backend from the slot's
+    budget) turns the measured average entry size into it at every recount, so a state of
+    large values (a window's lists) caches fewer entries than a state of ints.
+    """
+
+    #: What a cached entry costs beside its encoded size (the dict slot, the key and value
+    #: objects' headers): a measured order of magnitude, not an exact figure.
+    ENTRY_OVERHEAD = 160
+    #: Decoded objects take more memory than their encoding; a value's cost is this many
+    #: times its encoded size plus the overhead.
+    DECODED_FACTOR = 3
+
+    def __init__(self, db: Rdict, limit_for: Callable[[int], int]) -> None:
+        self.db = db
+        self._limit_for = limit_for
+        self.views: list[KeyGroupView] = []
+        #: Views holding room or dirty keys since the last recount (the ones a flush visits).
+        self.active: list[KeyGroupView] = []
+        self._encoded_bytes = 0
+        self._encoded_entries = 0
+        self.limit = limit_for(self.entry_cost())
+        self.pool = self.limit
+        #: How often the cache evicted (for tests and metrics).
+        self.evictions = 0
+
+    def entry_cost(self) -> int:
+        """The estimated bytes one cached entry takes, from the sizes seen so far."""
+        average = self._encoded_bytes // self._encoded_entries if self._encoded_entries else 16
+        return self.DECODED_FACTOR * average + self.ENTRY_OVERHEAD
+
+    def seen(self, size: int) -> None:
+        """An entry of ``size`` encoded bytes was read or written (the sizes steer the limit)."""
+        self._encoded_bytes += size
+        self._encoded_entries += 1
+        if self._encoded_entries >= 1 << 20:  # keep it a recent average
+            self._encoded_bytes >>= 1
+            self._encoded_entries >>= 1
+
+    def register(self, view: KeyGroupView) -> None:
+        self.views.append(view)
+
+    def activate(self, view: KeyGroupView) -> None:
+        if not view._active:
+            view._active = True
+            self.active.append(view)
+
+    def grant(self, view: KeyGroupView) -> None:
+        """Give ``view`` room for new keys (making room first when the pool is empty)."""
+        if self.pool <= 0:
+            self.make_room()
+        # Small grants (a share of the pool per view), so that room given to views that
+        # stop writing strands little of the pool; make_room takes all of it back.
+        grant = max(16, self.pool // (2 * len(self.views)))
+        self.pool -= grant
+        view._room += grant
+        self.activate(view)
+
+    def take_one(self) -> None:
+        """A key is about to be loaded into a view's cache."""
+        self.pool -= 1
+        if self.pool < 0:
+            self.make_room()
+            self.pool -= 1
+
+    def size(self) -> int:
+        """The number of cached entries (absent markers included)."""
+        return sum(map(_dlen, self.views))
+
+    def flush(self) -> None:
+        """Write every dirty entry in one batch (no WAL: the checkpoint is the durability).
+
+        A key whose value is not immutable stays dirty: code that read it may change it in
+        place later, and the next flush must write that too."""
+        batch: WriteBatch | None = None
+        for view in self.active:
+            dirty = view._dirty
+            if not dirty:
+                continue
+            if batch is None:
+                batch = WriteBatch(raw_mode=True)
+            prefix = view._prefix
+            put = batch.put
+            sticky = []
+            size = 0
+            for key in dirty:
+                value = _dget(view, key)
+                data = encode(value)
+                size += len(data)
+                put(prefix + encode(key), data)
+                if not is_immutable(value):
+                    sticky.append(key)
+            self._encoded_bytes += size
+            self._encoded_entries += len(dirty)
+            dirty.clear()
+            dirty.update(sticky)
+        if batch is not None:
+            self.db.write(batch)
+            if self._encoded_entries >= 1 << 20:  # keep it a recent average
+                self._encoded_bytes >>= 1
+                self._encoded_entries >>= 1
+
+    def make_room(self) -> None:
+        """Flush, recount, and evict the oldest half of the entries if over the limit.
+
+        Eviction order is insertion order (a dict's), per view, in proportion to each
+        view's size: no bookkeeping on the hit path, which an LRU would need."""
+        self.flush()
+        for view in self.active:
+            view._room = 0
+            view._active = False
+        self.active = [view for view in self.active if view._dirty]
+        for view in self.active:
+            view._active = True
+        self.limit = max(16, self._limit_for(self.entry_cost()))
+        total = self.size()
+        if total > self.limit * 3 // 4:
+            self.evictions += 1
+            keep = self.limit // 2
+            for view in self.views:
+                n = _dlen(view)
+                drop = n - n * keep // total
+                if drop <= 0:
+                    continue
+                dirty = view._dirty
+                for key in list(itertools.islice(_diter(view), drop)):
+                    _ddel(view, key)
+                    dirty.discard(key)  # written by the flush above
+            total = self.size()
+        self.pool = self.limit - total
+
+    def drop(self) -> None:
+        """Forget every cached entry, dirty or not (the database was replaced or closed)."""
+        for view in self.views:
+            _dclear(view)
+            view._dirty.clear()
+            view._room = 0
+            view._active = False
+        self.active = []
+        self.pool = self.limit
+
+
+class _DictView(dict[Any, Any]):
+    """What both views build on their own ``items()`` and ``__setitem__``: a dict's
+    comparisons, copies, updates, printing and pickling (as a plain dict of the entries)."""
+
+    __slots__ = ()
+
+    def update(self, other: Any = (), /, **kwargs: Any) -> None:
+        items = other.items() if isinstance(other, Mapping) else other
+        for key, value in itertools.chain(items, kwargs.items()):
+            self[key] = value
+
+    def copy(self) -> dict[Any, Any]:
+        return dict(self.items())
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, _DictView):
+            return dict(self.items()) == dict(other.items())
+        return dict(self.items()) == other
+
+    def __ne__(self, other: object) -> bool:
+        return not self == other
+
+    __hash__ = None
+
+    def __or__(self, other: Any) -> dict[Any, Any]:
+        merged: dict[Any, Any] = dict(self.items())
+        merged.update(other)
+        return merged
+
+    def __ior__(self, other: Any) -> _DictView:
+        self.update(other)
+        return self
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({dict(self.items())!r})"
+
+    def __reduce__(self) -> tuple[type, tuple[dict[Any, Any]]]:
+        # a copy of the entries, never the view (it holds a database)
+        return dict, (dict(self.items()),)
+
+
+class KeyGroupView(_DictView):
+    """One state table's entries of one key group: RocksDB behind a cache of decoded values.
+
+    Behaves as the ``dict`` the heap backend keeps there (see the module docstring). Keys
+    are encoded with :func:`chandy.state.rocksdb.codec.encode` after the view's prefix
+    (key group and state id, :func:`chandy.state.rocksdb.layout.table_prefix`).
+    """
+
+    __slots__ = ("_cache", "_prefix", "_dirty", "_room", "_active")
+
+    def __init__(self, cache: ValueCache, prefix: bytes) -> None:
+        super().__init__()
+        self._cache = cache
+        self._prefix = prefix
+        self._dirty: set[Any] = set()
+        self._room = 0
+        self._active = False
+        cache.register(self)
+
+    # ---------------------------------------------------------------- the hot path
+
+    def get(self, key: Any, default: Any = None) -> Any:
+        value = _dget(self, key, _MISS)
+        if value is _MISS:
+            value = self._load(key)
+        return default if value is _ABSENT else value
+
+    def __setitem__(self, key: Any, value: Any) -> None:
+        dirty = self._dirty
+        if key not in dirty:
+            if self._room <= 0:
+                self._cache.grant(self)
+            self._room -= 1
+            dirty.add(key)
+        _dset(self, key, value)
+
+    def _load(self, key: Any) -> Any:
+        """Read ``key`` from RocksDB into the cache (a miss is cached as absent)."""
+        cache = self._cache
+        data = cache.db.get(self._prefix + encode(key))
+        cache.take_one()
+        if data is None:
+            _dset(self, key, _ABSENT)
+            return _ABSENT
+        cache.seen(len(data))
+        value = decode(data)
+        _dset(self, key, value)
+        if not is_immutable(value):
+            # code that reads it may change it in place: write it back at the next flush
+            self._dirty.add(key)
+            cache.activate(self)
+        return value
+
+    # ---------------------------------------------------------------- the rest of a dict
+
+    def __getitem__(self, key: Any) -> Any:
+        value = _dget(self, key, _MISS)
+        if value is _MISS:
+            value = self._load(key)
+        if value is _ABSENT:
+            raise KeyError(key)
+        return value
+
+    def __contains__(self, key: object) -> bool:
+        value = _dget(self, key, _MISS)
+        if value is _MISS:
+            value = self._load(key)
+        return value is not _ABSENT
+
+    def pop(self, key: Any, default: Any = _RAISE) -> Any:
+        value = _dget(self, key, _MISS)
+        if value is _MISS:
+            value = self._load(key)
+        if value is _ABSENT:
+            if default is _RAISE:
+                raise KeyError(key)
+            return default
+        self._cache.db.delete(self._prefix + encode(key))
+        _dset(self, key, _ABSENT)
+        self._dirty.discard(key)
+        return value
+
+    def __delitem__(self, key: Any) -> None:
+        self.pop(key)
+
+    def setdefault(self, key: Any, default: Any = None) -> Any:
+        value = self.get(key, _MISS)
+        if value is _MISS:
+            self[key] = value = default
+        return value
+
+    def clear(self) -> None:
+        self._cache.db.delete_range(self._prefix, prefix_end(self._prefix))
+        _dclear(self)
+        self._dirty.clear()
+
+    def popitem(self) -> tuple[Any, Any]:
+        keys = self._keys()
+        if not keys:
+            raise KeyError("popitem(): the state is empty")
+        key = keys[-1]
+        return key, self.pop(key)
+
+    def _db_items(self) -> Iterator[tuple[bytes, bytes]]:
+        return scan_items(self._cache.db, self._prefix)
+
+    def items(self) -> list[tuple[Any, Any]]:  # type: ignore[override]
+        """Every entry: RocksDB's, with the cached (newer) values over them, then the dirty
+        entries RocksDB does not have yet. A list, taken at once: the caller may change the
+        view while it walks it."""
+        start = len(self._prefix)
+        result: list[tuple[Any, Any]] = []
+        listed: set[Any] = set()
+        for db_key, data in self._db_items():
+            key = decode_from(db_key, start)[0]
+            listed.add(key)
+            value = _dget(self, key, _MISS)
+            result.append((key, decode(data) if value is _MISS else value))
+        for key in self._dirty:
+            if key not in listed:
+                result.append((key, _dget(self, key)))
+        return result
+
+    def _keys(self) -> list[Any]:
+        start = len(self._prefix)
+        keys = [decode_from(db_key, start)[0] for db_key in self._db_keys()]
+        dirty = self._dirty
+        if dirty:
+            listed = set(keys)
+            keys.extend(key for key in dirty if key not in listed)
+        return keys
+
+    def _db_keys(self) -> Iterator[bytes]:
+        return scan_keys(self._cache.db, self._prefix)
+
+    def keys(self) -> list[Any]:  # type: ignore[override]
+        return self._keys()
+
+    def values(self) -> list[Any]:  # type: ignore[override]
+        return [value for _, value in self.items()]
+
+    def __iter__(self) -> Iterator[Any]:
+        return iter(self._keys())
+
+    def __reversed__(self) -> Iterator[Any]:
+        return iter(self._keys()[::-1])
+
+    def __len__(self) -> int:
+        count = 0
+        for _ in self._db_keys():
+            count += 1
+        dirty = self._dirty
+        if dirty:
+            prefix = self._prefix
+            get = self._cache.db.get
+            # a dirty key RocksDB does not have yet is an entry too
+            count += sum(1 for key in dirty if get(prefix + encode(key)) is None)
+        return count
+
+    def __bool__(self) -> bool:
+        if any(value is not _ABSENT for value in dict.values(self)):
+            return True
+        return next(self._db_keys(), None) is not None
+
+    def cached(self) -> int:
+        """How many entries this view's cache holds (absent markers included)."""
+        return _dlen(self)
+
+
+class MapKeyGroupView(_DictView):
+    """A map state's entries of one key group, one RocksDB key per map entry, seen as
+    ``{table key: {map key: value}}``.
+
+    The map state handles read and write entries directly; this view serves the code that
+    walks a table: listing and counting the keys that hold a map, reading or deleting a
+    whole map. Nothing is cached, so its own dict storage stays empty.
+    """
+
+    __slots__ = ("_cache", "_prefix")
+
+    def __init__(self, cache: ValueCache, prefix: bytes) -> None:
+        super().__init__()
+        self._cache = cache  # for its database, which a restore replaces
+        self._prefix = prefix
+
+    @property
+    def _db(self) -> Rdict:
+        return self._cache.db
+
+    def _map_prefix(self, key: Any) -> bytes:
+        return self._prefix + encode(key)
+
+    def _entries(self, key: Any) -> dict[Any, Any]:
+        prefix = self._map_prefix(key)
+        start = len(prefix)
+        return {decode_from(db_key, start)[0]: decode(data) for db_key, data in scan_items(self._db, prefix)}
+
+    def _keys(self) -> list[Any]:
+        start = len(self._prefix)
+        keys: list[Any] = []
+        last: bytes | None = None
+        for db_key in scan_keys(self._db, self._prefix):
+            key, end = decode_from(db_key, start)
+            encoded = db_key[start:end]
+            if encoded != last:  # a map's entries are contiguous: its key encodes first
+                keys.append(key)
+                last = encoded
+        return keys
+
+    def get(self, key: Any, default: Any = None) -> Any:
+        entries = self._entries(key)
+        return entries if entries else default
+
+    def __getitem__(self, key: Any) -> Any:
+        entries = self._entries(key)
+        if not entries:
+            raise KeyError(key)
+        return entries
+
+    def __contains__(self, key: object) -> bool:
+        prefix = self._map_prefix(key)
+        return next(scan_keys(self._db, prefix), None) is not None
+
+    def __setitem__(self, key: Any, value: Any) -> None:
+        """Replace the map of ``key`` by ``value`` (a mapping)."""
+        prefix = self._map_prefix(key)
+        self._db.delete_range(prefix, prefix_end(prefix))
+        batch = WriteBatch(raw_mode=True)
+        for map_key, map_value in dict(value).items():
+            batch.put(prefix + encode(map_key), encode(map_value))
+        self._db.write(batch)
+
+    def pop(self, key: Any, default: Any = _RAISE) -> Any:
+        entries = self._entries(key)
+        if not entries:
+            if default is _RAISE:
+                raise KeyError(key)
+            return default
+        prefix = self._map_prefix(key)
+        self._db.delete_range(prefix, prefix_end(prefix))
+        return entries
+
+    def __delitem__(self, key: Any) -> None:
+        self.pop(key)
+
+    def clear(self) -> None:
+        self._db.delete_range(self._prefix, prefix_end(self._prefix))
+
+    def items(self) -> list[tuple[Any, Any]]:  # type: ignore[override]
+        return [(key, self._entries(key)) for key in self._keys()]
+
+    def keys(self) -> list[Any]:  # type: ignore[override]
+        return self._keys()
+
+    def values(self) -> list[Any]:  # type: ignore[override]
+        return [self._entries(key) for key in self._keys()]
+
+    def __iter__(self) -> Iterator[Any]:
+        return iter(self._keys())
+
+    def __len__(self) -> int:
+        return len(self._keys())
+
+    def __bool__(self) -> bool:
+        return next(scan_keys(self._db, self._prefix), None) is not None

@@ -1,0 +1,503 @@
+"""The RocksDB keyed state backend's core: views over real RocksDB files, the write-back
+cache, every state kind, timers, TTL, snapshots and restores, memory bounds, setup errors.
+
+Each test opens real databases in pytest's tmp dir. Where the heap backend defines what is
+right, a test runs the same operations on both and compares (the RocksDB backend must be a
+heap backend whose dictionaries happen to live in RocksDB)."""
+
+from __future__ import annotations
+
+import os
+import random
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from chandy.config.configuration import Configuration
+from chandy.core.functions import AggregateFunction
+from chandy.core.state import (
+    AggregatingStateDescriptor,
+    ListStateDescriptor,
+    MapStateDescriptor,
+    ReducingStateDescriptor,
+    StateTtlConfig,
+    ValueStateDescriptor,
+)
+from chandy.core.time import Time
+from chandy.state.backend import KeyedStateBackend
+from chandy.state.factory import keyed_state_backend_factory
+from chandy.state.handles import KeyedStateHandle
+from chandy.state.heap import (
+    HeapKeyedStateBackend,
+    IncompatibleRestoredStateError,
+    IncompatibleStateError,
+)
+from chandy.state.key_groups import KeyGroupRange, assign_to_key_group
+from chandy.state.rocksdb.backend import RocksDBKeyedStateBackend
+from chandy.state.rocksdb.factory import RocksDBSetupError, rocksdb_backend_factory
+from chandy.state.rocksdb.layout import state_id, table_prefix
+from chandy.state.rocksdb.resources import SlotMemory
+from chandy.state.rocksdb.views import KeyGroupView, scan_keys
+from chandy.storage.checkpoint_storage import CheckpointStorage, StateReader
+from chandy.util.clock import ManualClock
+
+MAX_PARALLELISM = 16
+
+
+@pytest.fixture
+def make_backend(tmp_path: Path) -> Iterator[Any]:
+    """``make_backend(range=..., budget=..., clock=...)``: a RocksDB backend in tmp_path,
+    disposed at the end of the test."""
+    made: list[RocksDBKeyedStateBackend] = []
+
+    def make(
+        key_group_range: KeyGroupRange = KeyGroupRange(0, MAX_PARALLELISM - 1),
+        budget: int = 64 << 20,
+        clock: ManualClock | None = None,
+        incremental: bool = False,
+    ) -> RocksDBKeyedStateBackend:
+        directory = tmp_path / f"backend-{len(made)}"
+        directory.mkdir()
+        backend = RocksDBKeyedStateBackend(
+            key_group_range,
+            MAX_PARALLELISM,
+            directory=str(directory),
+            memory=SlotMemory.of(budget),
+            incremental=incremental,
+            owner="operator 'test'",
+            clock=clock,
+        )
+        made.append(backend)
+        return backend
+
+    yield make
+    for backend in made:
+        backend.dispose()
+
+
+def at(backend: KeyedStateBackend, key: Any) -> None:
+    backend.set_current_key(key, assign_to_key_group(key, MAX_PARALLELISM))
+
+
+def cold(backend: RocksDBKeyedStateBackend) -> None:
+    """Write the cache back and forget it: the next reads come from RocksDB files."""
+    backend.flush()
+    backend.cache.drop()
+
+
+def snapshot_handles(
+    backend: KeyedStateBackend, storage: CheckpointStorage, checkpoint_id: int, *, canonical: bool = False
+) -> tuple[KeyedStateHandle, ...]:
+    """The whole snapshot protocol: synchronous part, serializer steps, write, release."""
+    snapshot = backend.snapshot(checkpoint_id, canonical=canonical)
+    try:
+        serializer = snapshot.serializer()
+        while not serializer.step(None):
+            pass
+        written = serializer.result().write(storage, checkpoint_id, None)
+    finally:
+        snapshot.release()
+    backend.notify_checkpoint_complete(checkpoint_id)
+    return written.handles
+
+
+class Average(AggregateFunction):
+    def create_accumulator(self) -> list[int]:
+        return [0, 0]
+
+    def add(self, value: int, accumulator: list[int]) -> list[int]:
+        accumulator[0] += value  # in place, as user code may
+        accumulator[1] += 1
+        return accumulator
+
+    def get_result(self, accumulator: list[int]) -> float:
+        return accumulator[0] / accumulator[1]
+
+    def merge(self, a: list[int], b: list[int]) -> list[int]:
+        return [a[0] + b[0], a[1] + b[1]]
+
+
+def descriptors() -> dict[str, Any]:
+    return {
+        "value": ValueStateDescriptor("value"),
+        "list": ListStateDescriptor("list"),
+        "map": MapStateDescriptor("map"),
+        "reducing": ReducingStateDescriptor("reducing", lambda a, b: a + b),
+        "aggregating": AggregatingStateDescriptor("aggregating", Average()),
+    }
+
+
+def random_operations(
+    backend: KeyedStateBackend, seed: int, steps: int, namespaced: bool = False, drop: Any = None
+) -> list[Any]:
+    """Seeded random operations on every state kind; what each read returned, in order."""
+    rng = random.Random(seed)
+    states = {
+        name: backend.get_partitioned_state(d, namespaced=namespaced)  # type: ignore[call-arg]
+        for name, d in descriptors().items()
+    }
+    seen: list[Any] = []
+    for step in range(steps):
+        at(backend, rng.choice([rng.randrange(50), f"k{rng.randrange(20)}", (rng.randrange(5), "t")]))
+        namespace = rng.randrange(3)
+        if namespaced:
+            for state in states.values():
+                state.set_current_namespace(namespace)  # type: ignore[attr-defined]
+        name = rng.choice(sorted(states))
+        state: Any = states[name]
+        op = rng.randrange(4)
+        value = rng.randrange(100)
+        if name == "value":
+            if op == 0:
+                state.update(value)
+            elif op == 1:
+                state.clear()
+            else:
+                seen.append(state.value())
+        elif name == "list":
+            if op == 0:
+                state.add(value)
+            elif op == 1:
+                state.update([value, value + 1])
+            elif op == 2 and namespaced:
+                state.merge_namespaces(namespace, [(namespace + 1) % 3, (namespace + 2) % 3])
+            else:
+                seen.append(list(state.get()))
+        elif name == "map":
+            if op == 0:
+                state.put(value % 7, [value])
+            elif op == 1:
+                state.remove(value % 7)
+            elif op == 2:
+                seen.append((state.get(value % 7), state.contains(value % 7), state.is_empty()))
+            else:
+                seen.append(sorted(state.items()))
+                seen.append(
+                    (
+                        sorted(state.keys()),
+                        sorted(state.values()),
+                    )
+                )
+        elif name in ("reducing", "aggregating"):
+            if op in (0, 1):
+                state.add(value)
+            elif op == 2 and namespaced:
+                state.merge_namespaces(namespace, [(namespace + 1) % 3])
+            elif op == 2:
+                state.clear()
+            else:
+                seen.append(state.get())
+        if drop is not None and step % 37 == 0:
+            drop()
+    return seen
+
+
+@pytest.mark.parametrize("namespaced", [False, True], ids=["plain", "namespaced"])
+def test_every_state_kind_behaves_as_on_the_heap(make_backend: Any, namespaced: bool) -> None:
+    """2,000 seeded operations on value, list, map, reducing and aggregating state (in windows'
+    namespaces with merges too) read the same on RocksDB as on the heap, with the cache written
+    back and dropped now and then so reads come from the RocksDB files."""
+    heap = HeapKeyedStateBackend(KeyGroupRange(0, MAX_PARALLELISM - 1), MAX_PARALLELISM)
+    rocks = make_backend()
+    expected = random_operations(heap, seed=7, steps=2000, namespaced=namespaced)
+    actual = random_operations(rocks, seed=7, steps=2000, namespaced=namespaced, drop=lambda: cold(rocks))
+    assert actual == expected
+    assert len(expected) > 500
+    cold(rocks)
+    for name in descriptors():
+        assert rocks.num_keys(name) == heap.num_keys(name), name
+        for kg in range(MAX_PARALLELISM):
+            assert sorted(map(repr, rocks.tables[name].maps[kg])) == sorted(  # type: ignore[union-attr]
+                map(repr, heap.tables[name].maps[kg])  # type: ignore[union-attr]
+            )
+
+
+def test_map_entries_are_separate_rocksdb_keys(make_backend: Any) -> None:
+    backend = make_backend()
+    state = backend.get_partitioned_state(MapStateDescriptor("m"))
+    at(backend, "k")
+    state.put_all({i: str(i) for i in range(100)})
+    state.remove(5)
+    kg = assign_to_key_group("k", MAX_PARALLELISM)
+    keys = list(scan_keys(backend.db, table_prefix(kg, state_id("m"))))
+    assert len(keys) == 99  # one RocksDB key per entry, no whole-map value
+    assert state.get(7) == "7" and state.get(5) is None
+    assert backend.num_keys("m") == 1
+    assert list(backend.tables["m"].maps[kg]) == ["k"]
+    state.clear()
+    assert state.is_empty() and backend.num_keys("m") == 0
+
+
+def test_values_changed_in_place_reach_rocksdb_after_every_flush(make_backend: Any) -> None:
+    """ListState.add appends to the list it read; an aggregate changes its accumulator: the
+    view cannot see it, so such values stay dirty and every flush writes them again."""
+    backend = make_backend()
+    items = backend.get_partitioned_state(ListStateDescriptor("l"))
+    average = backend.get_partitioned_state(AggregatingStateDescriptor("a", Average()))
+    at(backend, 1)
+    for i in range(3):
+        items.add(i)
+        average.add(i)
+        backend.flush()  # a checkpoint between the additions
+    cold(backend)
+    assert list(items.get()) == [0, 1, 2]
+    assert average.get() == 1.0
+
+
+def test_the_view_is_a_dict_for_code_that_reaches_into_tables(make_backend: Any) -> None:
+    backend = make_backend()
+    table = backend.get_timer_table("_timer_state/t")
+    m = table.maps[3]
+    assert isinstance(m, KeyGroupView) and isinstance(m, dict)
+    m[(10, "a", None)] = None
+    assert (10, "a", None) in m and m.get((10, "a", None), "x") is None
+    cold(backend)
+    assert (10, "a", None) in m and (11, "a", None) not in m
+    assert m.pop((10, "a", None), "gone") is None
+    assert m.pop((10, "a", None), "gone") == "gone"
+    with pytest.raises(KeyError):
+        del m[(10, "a", None)]
+    m.update({(1, "b", None): None, (2, "c", None): None})
+    m.setdefault((3, "d", None))
+    assert len(m) == 3 and bool(m) and sorted(m) == [(1, "b", None), (2, "c", None), (3, "d", None)]
+    assert dict(m) == {(1, "b", None): None, (2, "c", None): None, (3, "d", None): None} == m
+    cold(backend)
+    assert len(m) == 3 and m.copy() == dict(m)
+    m.clear()
+    assert not m and len(m) == 0 and list(m) == [] and len(table) == 0
+
+
+def test_timers_fire_from_rocksdb(make_backend: Any) -> None:
+    """The timer service keeps its tables as it does on the heap; a restore after the cache
+    was dropped finds every timer, and deleted ones never fire."""
+    from chandy.task.processing_time import ProcessingTimeService
+    from chandy.task.timers import InternalTimer, InternalTimerService
+
+    fired: list[tuple[int, Any]] = []
+
+    class Triggerable:
+        def on_event_time(self, timer: InternalTimer) -> None:
+            fired.append((timer.timestamp, timer.key))
+
+        def on_processing_time(self, timer: InternalTimer) -> None:
+            raise AssertionError("no processing-time timers here")
+
+    backend = make_backend()
+    service = InternalTimerService("t", backend, ProcessingTimeService(ManualClock()), Triggerable())
+    for key in range(40):
+        at(backend, key)
+        service.register_event_time_timer(None, 100 + key)
+    at(backend, 7)
+    service.delete_event_time_timer(None, 107)
+    cold(backend)
+    again = InternalTimerService("t", backend, ProcessingTimeService(ManualClock()), Triggerable())
+    assert again.num_event_time_timers() == 39
+    again.advance_watermark(120)
+    assert fired == [(100 + k, k) for k in range(21) if k != 7]
+    cold(backend)
+    assert backend.num_keys("_timer_state/event_t") == 19
+
+
+def test_apply_to_all_keys_and_num_keys(make_backend: Any) -> None:
+    backend = make_backend()
+    state = backend.get_partitioned_state(ValueStateDescriptor("v"))
+    for key in range(30):
+        at(backend, key)
+        state.update(key)
+    seen: dict[Any, Any] = {}
+
+    def visit(key: Any, s: Any) -> None:
+        seen[key] = s.value()
+        if key % 2:
+            s.clear()
+        else:
+            s.update(s.value() * 10)
+
+    backend.apply_to_all_keys(ValueStateDescriptor("v"), visit)
+    assert seen == {k: k for k in range(30)}
+    assert backend.num_keys("v") == 15
+    cold(backend)
+    at(backend, 4)
+    assert state.value() == 40
+    assert backend.num_keys("v") == 15 and backend.num_keys("nothing") == 0
+
+
+def test_kind_conflicts_raise_the_heaps_errors(make_backend: Any, tmp_path: Path) -> None:
+    backend = make_backend()
+    assert not backend.has_state()
+    backend.get_partitioned_state(ValueStateDescriptor("s"))
+    assert backend.has_state()
+    with pytest.raises(IncompatibleStateError, match="holds value state"):
+        backend.get_partitioned_state(ListStateDescriptor("s"))
+    with pytest.raises(IncompatibleStateError, match="holds value state"):
+        backend.get_partitioned_state(MapStateDescriptor("s"))
+    with pytest.raises(ValueError, match="reserved for timers"):
+        backend.get_partitioned_state(MapStateDescriptor("_timer_state/x"))
+    at(backend, 1)
+    backend.get_partitioned_state(ValueStateDescriptor("s")).update(1)
+    storage = CheckpointStorage(str(tmp_path / "checkpoints"), "job")
+    handles = snapshot_handles(backend, storage, 1, canonical=True)
+    restored = make_backend()
+    restored.restore(handles, StateReader(storage))
+    assert restored.has_state()
+    with pytest.raises(IncompatibleRestoredStateError, match="cannot restore state 's'"):
+        restored.get_partitioned_state(ListStateDescriptor("s"))
+
+
+@pytest.mark.parametrize("canonical", [True, False], ids=["canonical", "native"])
+def test_snapshot_and_restore_every_kind(make_backend: Any, tmp_path: Path, canonical: bool) -> None:
+    """A snapshot taken with values still in the cache holds them (the flush comes first),
+    and does not see what is written after it; the restored backend reads the same, on the
+    heap too for the canonical format."""
+    backend = make_backend(incremental=not canonical)
+    expected = random_operations(backend, seed=3, steps=600, namespaced=False)
+    storage = CheckpointStorage(str(tmp_path / "checkpoints"), "job")
+    snapshot = backend.snapshot(1, canonical=canonical)
+    random_operations(backend, seed=4, steps=300)  # after the barrier: not in the snapshot
+    serializer = snapshot.serializer()
+    while not serializer.step(None):
+        pass
+    handles = serializer.result().write(storage, 1, None).handles
+    snapshot.release()
+    targets: list[KeyedStateBackend] = [make_backend()]
+    if canonical:
+        targets.append(HeapKeyedStateBackend(KeyGroupRange(0, MAX_PARALLELISM - 1), MAX_PARALLELISM))
+    for target in targets:
+        target.restore(handles, StateReader(storage))
+        # the same reads from the restored state as from a heap that ran only the first part
+        reference = HeapKeyedStateBackend(KeyGroupRange(0, MAX_PARALLELISM - 1), MAX_PARALLELISM)
+        assert random_operations(reference, seed=3, steps=600) == expected
+        assert random_operations(target, seed=5, steps=400) == random_operations(reference, seed=5, steps=400)
+
+
+def test_state_with_ttl_expires_and_snapshots_clean_it_up(make_backend: Any, tmp_path: Path) -> None:
+    clock = ManualClock()
+    backend = make_backend(clock=clock)
+    ttl = StateTtlConfig.new_builder(Time.milliseconds(1000)).build()
+    value = ValueStateDescriptor("v")
+    value.enable_time_to_live(ttl)
+    items = ListStateDescriptor("l")
+    items.enable_time_to_live(ttl)
+    v = backend.get_partitioned_state(value)
+    lst = backend.get_partitioned_state(items)
+    for key in range(200):
+        at(backend, key)
+        v.update(key)
+        lst.add(key)
+    clock.advance_ms(600)
+    for key in range(100):
+        at(backend, key)
+        v.update(-key)  # refreshed: lives 1000 ms from now
+    clock.advance_ms(600)
+    cold(backend)
+    at(backend, 150)
+    assert v.value() is None and list(lst.get()) == []  # expired: invisible
+    at(backend, 50)
+    assert v.value() == -50
+    kg_tables = [backend.tables["v"], backend.tables["l"]]
+    before = sum(len(list(scan_keys(backend.db, t.maps[kg]._prefix))) for t in kg_tables for kg in range(16))  # type: ignore[union-attr]
+    storage = CheckpointStorage(str(tmp_path / "checkpoints"), "job")
+    handles = snapshot_handles(backend, storage, 1, canonical=True)
+    after = sum(len(list(scan_keys(backend.db, t.maps[kg]._prefix))) for t in kg_tables for kg in range(16))  # type: ignore[union-attr]
+    assert before > 100 + 0 and after == 100  # the pass dropped the expired entries from RocksDB
+    restored = HeapKeyedStateBackend(KeyGroupRange(0, 15), MAX_PARALLELISM, clock=clock)
+    restored.restore(handles, StateReader(storage))
+    assert restored.num_keys("v") == 100 and restored.num_keys("l") == 0
+
+
+def test_the_cache_stays_bounded_while_far_more_state_is_written(make_backend: Any) -> None:
+    """With a 1 MB budget (a 256 KB share for decoded values), 50,000 keys of 100-byte
+    values (several MB) are written and read back: the cache evicts, every value survives."""
+    backend = make_backend(budget=1 << 20)
+    state = backend.get_partitioned_state(ValueStateDescriptor("v"))
+    peak = 0
+    for key in range(50_000):
+        at(backend, key)
+        state.update("x" * 90 + str(key))
+        if key % 500 == 0:
+            peak = max(peak, backend.cached_entries())
+    limit = backend.cache.limit
+    assert backend.cache.evictions > 0
+    assert limit < 5_000 and peak <= limit  # the state is 10x more than what is cached
+    for key in range(0, 50_000, 7):
+        at(backend, key)
+        assert state.value() == "x" * 90 + str(key)
+        peak = max(peak, backend.cached_entries())
+    assert peak <= backend.cache.limit
+    assert backend.num_keys("v") == 50_000
+
+
+def test_dispose_closes_the_database_and_deletes_its_directory(tmp_path: Path) -> None:
+    factory = keyed_state_backend_factory(
+        {"state.backend.type": "rocksdb", "state.backend.rocksdb.localdir": str(tmp_path / "local")}, {}, 0
+    )
+    backend = factory(KeyGroupRange(0, 3), 4, "op", ManualClock())
+    assert isinstance(backend, RocksDBKeyedStateBackend)
+    directory = backend.directory
+    assert directory.startswith(str(tmp_path / "local")) and os.path.isdir(backend.db_path)
+    backend.get_partitioned_state(ValueStateDescriptor("v"))
+    backend.dispose()
+    assert not os.path.exists(directory)
+
+
+def test_backends_of_a_slot_share_one_memory_budget(tmp_path: Path) -> None:
+    resources: dict[Any, Any] = {}
+    config = Configuration(
+        {
+            "state.backend.rocksdb.localdir": str(tmp_path),
+            "state.backend.rocksdb.memory.fixed-per-slot": "8 mb",
+        }
+    )
+    create = rocksdb_backend_factory(config, resources, 0)
+    a = create(KeyGroupRange(0, 3), 4, "a", ManualClock())
+    b = create(KeyGroupRange(0, 3), 4, "b", ManualClock())
+    other_slot = rocksdb_backend_factory(config, resources, 1)(KeyGroupRange(0, 3), 4, "c", ManualClock())
+    try:
+        assert isinstance(a, RocksDBKeyedStateBackend) and isinstance(b, RocksDBKeyedStateBackend)
+        assert isinstance(other_slot, RocksDBKeyedStateBackend)
+        assert a.memory is b.memory and a.memory is not other_slot.memory
+        assert a.memory.budget == 8 << 20
+        assert a.memory.value_cache_share() == (8 << 20) // 4 // 2  # two backends share a quarter
+    finally:
+        for backend in (a, b, other_slot):
+            backend.dispose()
+
+
+def test_an_unwritable_local_directory_is_named_with_its_option(tmp_path: Path) -> None:
+    blocker = tmp_path / "a-file"
+    blocker.write_text("not a directory")
+    config = Configuration({"state.backend.rocksdb.localdir": str(blocker / "rocksdb")})
+    with pytest.raises(RocksDBSetupError, match="state.backend.rocksdb.localdir"):
+        rocksdb_backend_factory(config, {}, 0)
+
+
+def test_a_missing_rocksdict_is_a_clear_error(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setitem(sys.modules, "rocksdict", None)  # what an uninstalled package looks like
+    with pytest.raises(RocksDBSetupError, match=r"pip install rocksdict.*state.backend.type: hashmap"):
+        keyed_state_backend_factory({"state.backend.type": "rocksdb"}, {}, 0)
+
+
+def test_ttl_cleanup_for_every_record_keeps_the_rocksdb_backend(make_backend: Any) -> None:
+    """Incremental cleanup on every record makes the backend call listeners when the key is
+    set, by changing its class: it must stay a RocksDB backend (it became a heap one)."""
+    clock = ManualClock()
+    backend = make_backend(clock=clock)
+    descriptor = ValueStateDescriptor("v")
+    descriptor.enable_time_to_live(
+        StateTtlConfig.new_builder(Time.milliseconds(100)).cleanup_incrementally(5, True).build()
+    )
+    state = backend.get_partitioned_state(descriptor)
+    assert isinstance(backend, RocksDBKeyedStateBackend)
+    for key in range(20):
+        at(backend, key)
+        state.update(key)
+    clock.advance_ms(200)
+    for key in range(100, 140):  # each key set runs 5 cleanup steps
+        at(backend, key)
+    cold(backend)
+    assert backend.num_keys("v") == 0  # the expired entries are gone from RocksDB
+    backend.dispose()
+    assert not os.path.exists(backend.directory)
