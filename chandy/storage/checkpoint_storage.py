@@ -2,7 +2,7 @@
 
 ```
 <execution.checkpointing.dir>/<job-id>/
-    shared/      state referenced by several checkpoints (incremental snapshots, later)
+    shared/      files referenced by several checkpoints (SST files of incremental snapshots)
     taskowned/   state owned by the tasks, never deleted by the JobMaster
     chk-1/       exclusive state files of checkpoint 1, then _metadata
     chk-2/
@@ -39,8 +39,9 @@ from __future__ import annotations
 
 import hashlib
 import logging
+import os
 import uuid
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
 from chandy.errors import InvalidCheckpointError, StorageError
@@ -54,6 +55,8 @@ CHECKPOINT_DIR_PREFIX = "chk-"
 SAVEPOINT_DIR_PREFIX = "savepoint-"
 SHARED_DIR = "shared"
 TASK_OWNED_DIR = "taskowned"
+#: Files are copied in chunks of this size: an SST file of hundreds of MB never sits in memory.
+COPY_CHUNK_BYTES = 1 << 20
 
 
 class CheckpointStorage:
@@ -150,17 +153,60 @@ class CheckpointStorage:
         else:
             fs, directory = resolve(target_location)
         path = fs.join(directory, uuid.uuid4().hex)
-        try:
-            fs.write_new(path, data)  # referenced only once _metadata (atomic, last) is written
-        except BaseException:
-            # Flink's stream deletes its file on failure too: a write that fails after its
-            # checkpoint was discarded (a late, cancelled attempt) would leave the part for good
-            try:
-                fs.delete(path)
-            except OSError as exc:
-                log.warning("could not delete the partial state file %s: %s", path, exc)
-            raise
+        # referenced only once _metadata (atomic, last) is written
+        _create_or_delete(fs, path, lambda: fs.write_new(path, data))
         return FileStateHandle(path, len(data), hashlib.sha256(data).hexdigest())
+
+    def upload_file(
+        self, checkpoint_id: int, local_path: str, shared: bool, target_location: str | None = None
+    ) -> StreamStateHandle:
+        """Copy a local file (an incremental snapshot's SST or metadata file) into storage.
+
+        ``shared`` files go to ``<job dir>/shared/<uuid>``, always as files: later
+        checkpoints reference them by path and the JobMaster's shared state registry deletes
+        them once no retained checkpoint does. The others are exclusive to this checkpoint:
+        inline when small, else in ``chk-N``, or in ``target_location`` (a savepoint's
+        directory, which takes every file, shared or not, so it is self-contained). In-memory
+        storage inlines everything (there is no directory), which also means nothing uploaded
+        there can be referenced again.
+
+        The file is streamed in chunks while its SHA-256 is computed; a failed copy deletes
+        the partial file (nothing references it, and a late copy of a discarded checkpoint
+        would otherwise leave it for good).
+        """
+        if target_location is None and not self.is_persistent:
+            return self._inline_file(local_path)
+        if shared and target_location is None:
+            fs = self.fs
+            directory = fs.join(self.job_dir, SHARED_DIR)
+        elif os.path.getsize(local_path) <= self.inline_threshold:
+            return self._inline_file(local_path)
+        elif target_location is None:
+            fs = self.fs
+            directory = self.checkpoint_dir(checkpoint_id)
+        else:
+            fs, directory = resolve(target_location)  # created by the JobMaster, as in write_state
+        if target_location is None:
+            self._mkdirs_once(directory)
+        path = fs.join(directory, uuid.uuid4().hex)
+        digest = hashlib.sha256()
+        size = 0
+
+        def chunks() -> Iterator[bytes]:
+            nonlocal size
+            with open(local_path, "rb") as source:
+                while chunk := source.read(COPY_CHUNK_BYTES):
+                    digest.update(chunk)  # releases the interpreter lock for large chunks
+                    size += len(chunk)
+                    yield chunk
+
+        _create_or_delete(fs, path, lambda: fs.write_new_from(path, chunks()))
+        return FileStateHandle(path, size, digest.hexdigest())
+
+    @staticmethod
+    def _inline_file(local_path: str) -> ByteStreamStateHandle:
+        with open(local_path, "rb") as source:
+            return ByteStreamStateHandle(uuid.uuid4().hex, source.read())
 
     def reader(self) -> StateReader:
         return StateReader(self)
@@ -254,6 +300,21 @@ class CheckpointStorage:
             log.debug("could not tidy %s: %s", self.job_dir, exc)
 
 
+def _create_or_delete(fs: FileSystem, path: str, create: Callable[[], None]) -> None:
+    """Run ``create`` (which writes the new file ``path``); if it fails, delete the part.
+
+    Flink's stream deletes its file on failure too: a write that fails after its checkpoint
+    was discarded (a late, cancelled attempt) would leave the part for good."""
+    try:
+        create()
+    except BaseException:
+        try:
+            fs.delete(path)
+        except OSError as exc:
+            log.warning("could not delete the partial state file %s: %s", path, exc)
+        raise
+
+
 class StateReader:
     """Reads byte ranges of state handles, each file once, verified against its SHA-256."""
 
@@ -272,6 +333,50 @@ class StateReader:
             return data[start:end]
         raise TypeError(f"cannot read state handle {handle!r}")
 
+    def copy_to(self, handle: StreamStateHandle, local_path: str) -> None:
+        """Write the handle's content to the new file ``local_path``, streamed in chunks and
+        verified: a missing file, or one whose size or SHA-256 differ from the checkpoint's
+        record, raises :class:`InvalidCheckpointError` naming it (and leaves no local file)."""
+        if isinstance(handle, ByteStreamStateHandle):
+            with open(local_path, "xb") as out:
+                out.write(handle.data)
+            return
+        if not isinstance(handle, FileStateHandle):
+            raise TypeError(f"cannot copy state handle {handle!r}")
+        fs, path = resolve(handle.path)
+        digest = hashlib.sha256()
+        size = 0
+        out = open(local_path, "xb")  # closed below, deleted on failure
+        try:
+            with out:
+                for chunk in fs.read_chunks(path, COPY_CHUNK_BYTES):
+                    digest.update(chunk)
+                    size += len(chunk)
+                    out.write(chunk)
+            if size != handle.size or digest.hexdigest() != handle.sha256:
+                raise _corrupt(handle)
+        except BaseException as exc:
+            os.remove(local_path)
+            if isinstance(exc, FileNotFoundError):
+                raise _missing(handle) from None
+            if isinstance(exc, OSError):
+                raise StorageError(f"cannot copy state file {handle.path} to {local_path}: {exc}") from None
+            raise
+
+
+def _missing(handle: FileStateHandle) -> InvalidCheckpointError:
+    return InvalidCheckpointError(
+        f"state file {handle.path} is missing: the checkpoint that references it was "
+        "deleted or moved. Restore from another checkpoint."
+    )
+
+
+def _corrupt(handle: FileStateHandle) -> InvalidCheckpointError:
+    return InvalidCheckpointError(
+        f"state file {handle.path} is corrupt (size or checksum does not match the checkpoint "
+        "metadata). Restore from another checkpoint."
+    )
+
 
 def read_verified(handle: FileStateHandle) -> bytes:
     """The bytes of a state file, refused unless size and SHA-256 match the checkpoint's record."""
@@ -279,15 +384,9 @@ def read_verified(handle: FileStateHandle) -> bytes:
     try:
         data = fs.read(path)
     except FileNotFoundError:
-        raise InvalidCheckpointError(
-            f"state file {handle.path} is missing: the checkpoint that references it was "
-            "deleted or moved. Restore from another checkpoint."
-        ) from None
+        raise _missing(handle) from None
     except OSError as exc:
         raise StorageError(f"cannot read state file {handle.path}: {exc}") from None
     if len(data) != handle.size or hashlib.sha256(data).hexdigest() != handle.sha256:
-        raise InvalidCheckpointError(
-            f"state file {handle.path} is corrupt (size or checksum does not match the checkpoint "
-            "metadata). Restore from another checkpoint."
-        )
+        raise _corrupt(handle)
     return data

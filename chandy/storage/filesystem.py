@@ -13,6 +13,7 @@ import os
 import shutil
 import uuid
 from abc import ABC, abstractmethod
+from collections.abc import Iterable, Iterator
 from urllib.parse import urlparse
 
 from chandy.errors import StorageError
@@ -36,6 +37,18 @@ class FileSystem(ABC):
         atomically, last) does, and its directory sync makes their entries durable.
         """
         self.write_atomic(path, data)
+
+    def write_new_from(self, path: str, chunks: Iterable[bytes]) -> None:
+        """Create ``path`` (which must not exist) from ``chunks``, durably, directory entry
+        included, never holding the whole content in memory (a large file copied into
+        checkpoint storage, e.g. an SST file of an incremental checkpoint). Not atomic, as
+        :meth:`write_new`."""
+        self.write_new(path, b"".join(chunks))
+
+    def read_chunks(self, path: str, chunk_size: int = 1 << 20) -> Iterator[bytes]:
+        """The content of ``path`` in chunks of at most ``chunk_size`` bytes (a large file,
+        never whole in memory); :class:`FileNotFoundError` if it does not exist."""
+        yield self.read(path)
 
     @abstractmethod
     def read(self, path: str) -> bytes: ...
@@ -70,12 +83,21 @@ class LocalFileSystem(FileSystem):
     # the interpreter lock and waits to get it back behind the task threads.
 
     @staticmethod
-    def _write_fd(path: str, data: bytes, flags: int) -> None:
+    def _write_fd(path: str, chunks: Iterable[bytes], flags: int) -> None:
         fd = os.open(path, flags, 0o644)
         try:
-            view = memoryview(data)
-            while view:
-                view = view[os.write(fd, view) :]
+            for chunk in chunks:
+                view = memoryview(chunk)
+                while view:
+                    view = view[os.write(fd, view) :]
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+
+    @staticmethod
+    def _sync_dir(directory: str) -> None:
+        fd = os.open(directory, os.O_RDONLY)
+        try:
             os.fsync(fd)
         finally:
             os.close(fd)
@@ -84,19 +106,29 @@ class LocalFileSystem(FileSystem):
         directory = os.path.dirname(path)
         tmp = os.path.join(directory, f".{os.path.basename(path)}.{uuid.uuid4().hex}.inprogress")
         try:
-            self._write_fd(tmp, data, os.O_WRONLY | os.O_CREAT | os.O_EXCL)
+            self._write_fd(tmp, (data,), os.O_WRONLY | os.O_CREAT | os.O_EXCL)
             os.replace(tmp, path)
         except BaseException:
             self.delete(tmp)
             raise
-        fd = os.open(directory, os.O_RDONLY)
-        try:
-            os.fsync(fd)  # make the rename (and earlier files of the directory) durable
-        finally:
-            os.close(fd)
+        self._sync_dir(directory)  # make the rename (and earlier files of the directory) durable
 
     def write_new(self, path: str, data: bytes) -> None:
-        self._write_fd(path, data, os.O_WRONLY | os.O_CREAT | os.O_EXCL)
+        self._write_fd(path, (data,), os.O_WRONLY | os.O_CREAT | os.O_EXCL)
+
+    def write_new_from(self, path: str, chunks: Iterable[bytes]) -> None:
+        self._write_fd(path, chunks, os.O_WRONLY | os.O_CREAT | os.O_EXCL)
+        # A shared file is referenced by later checkpoints whose _metadata syncs only their
+        # own directory: its entry must be durable by itself.
+        self._sync_dir(os.path.dirname(path))
+
+    def read_chunks(self, path: str, chunk_size: int = 1 << 20) -> Iterator[bytes]:
+        fd = os.open(path, os.O_RDONLY)
+        try:
+            while chunk := os.read(fd, chunk_size):
+                yield chunk
+        finally:
+            os.close(fd)
 
     def read(self, path: str) -> bytes:
         fd = os.open(path, os.O_RDONLY)
@@ -167,9 +199,20 @@ class FsspecFileSystem(FileSystem):
         # One PUT of the whole object: object stores make it visible all at once.
         self._fs.pipe_file(path, data)
 
+    def write_new_from(self, path: str, chunks: Iterable[bytes]) -> None:
+        # A multipart upload on object stores: visible once closed, and only then
+        with self._fs.open(path, "wb") as out:
+            for chunk in chunks:
+                out.write(chunk)
+
     def read(self, path: str) -> bytes:
         data: bytes = self._fs.cat_file(path)  # fsspec has no type hints
         return data
+
+    def read_chunks(self, path: str, chunk_size: int = 1 << 20) -> Iterator[bytes]:
+        with self._fs.open(path, "rb") as source:
+            while chunk := source.read(chunk_size):
+                yield chunk
 
     def exists(self, path: str) -> bool:
         return bool(self._fs.exists(path))
