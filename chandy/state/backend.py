@@ -49,6 +49,10 @@ class StateWriter(Protocol):
         inline when small)."""
         ...
 
+    def discard_handles(self, handles: Iterable[FileStateHandle]) -> None:
+        """Delete files written for a snapshot that failed half way (nothing references them)."""
+        ...
+
 
 class StateFileReader(Protocol):
     """Reads what a snapshot wrote (``StateReader`` implements it)."""
