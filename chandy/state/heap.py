@@ -721,9 +721,7 @@ class KeyGroupSerializer:
         self._snapshot = snapshot
         self._state_kinds = tuple(sorted((name, kind) for name, (kind, _) in snapshot._copies.items()))
         self._key_groups = iter(snapshot.key_group_range)
-        self._parts: list[bytes] = []
-        self._ranges: list[Range] = []
-        self._offset = 0
+        self._payload = KeyGroupPayload()
         self.done = False
 
     def step(self, deadline_ns: int | None) -> bool:
@@ -733,53 +731,78 @@ class KeyGroupSerializer:
         for kg in self._key_groups:
             group = {name: (kind, by_kg[kg]) for name, (kind, by_kg) in copies.items() if kg in by_kg}
             if expiring:
-                group = self._unexpired(group, expiring)
-            if group:
-                blob = pickle.dumps(group, protocol=pickle.HIGHEST_PROTOCOL)
-                self._parts.append(blob)
-                self._ranges.append((self._offset, self._offset + len(blob)))
-                self._offset += len(blob)
-            else:
-                self._ranges.append((self._offset, self._offset))
+                group = unexpired(group, expiring, self._snapshot._now_ms)
+            self._payload.add(group)
             if deadline_ns is not None and time.monotonic_ns() >= deadline_ns:
                 return False
         self.done = True
         return True
 
-    def _unexpired(
-        self,
-        group: dict[str, tuple[str, dict[Any, Any]]],
-        expiring: dict[str, Callable[[Any, int], Any]],
-    ) -> dict[str, tuple[str, dict[Any, Any]]]:
-        """``group`` without the entries of TTL states that had expired at the barrier.
-
-        Builds new dictionaries and values, never changes the copies: their values may
-        still be shared with the live state (copy-on-write)."""
-        now = self._snapshot._now_ms
-        kept: dict[str, tuple[str, dict[Any, Any]]] = {}
-        for name, (kind, values) in group.items():
-            expire = expiring.get(name)
-            if expire is None:
-                kept[name] = (kind, values)
-                continue
-            unexpired = {}
-            for key, stored in values.items():
-                part = expire(stored, now)
-                if part is not None:
-                    unexpired[key] = part
-            if unexpired:
-                kept[name] = (kind, unexpired)
-        return kept
-
     def result(self) -> SerializedKeyedState:
         if not self.done:
             raise RuntimeError("serialization is not finished")
-        return SerializedKeyedState(
-            self._snapshot.key_group_range,
-            b"".join(self._parts),
-            tuple(self._ranges),
-            self._state_kinds,
-        )
+        return self._payload.result(self._snapshot.key_group_range, self._state_kinds)
+
+
+class KeyGroupPayload:
+    """A serialized snapshot being built: one pickle per key group, in key-group order
+    (the canonical format, which every backend writes and restores)."""
+
+    __slots__ = ("_parts", "_ranges", "_offset")
+
+    def __init__(self) -> None:
+        self._parts: list[bytes] = []
+        self._ranges: list[Range] = []
+        self._offset = 0
+
+    def __len__(self) -> int:
+        """How many key groups were added."""
+        return len(self._ranges)
+
+    def add(self, group: dict[str, tuple[str, dict[Any, Any]]]) -> None:
+        """The next key group: ``{name: (kind, {table key: value})}``, empty if it holds nothing."""
+        if group:
+            blob = pickle.dumps(group, protocol=pickle.HIGHEST_PROTOCOL)
+            self._parts.append(blob)
+            self._ranges.append((self._offset, self._offset + len(blob)))
+            self._offset += len(blob)
+        else:
+            self._ranges.append((self._offset, self._offset))
+
+    def add_empty(self, count: int) -> None:
+        """``count`` key groups that hold nothing."""
+        self._ranges.extend([(self._offset, self._offset)] * count)
+
+    def result(
+        self, key_group_range: KeyGroupRange, state_kinds: tuple[tuple[str, str], ...]
+    ) -> SerializedKeyedState:
+        return SerializedKeyedState(key_group_range, b"".join(self._parts), tuple(self._ranges), state_kinds)
+
+
+def unexpired(
+    group: dict[str, tuple[str, dict[Any, Any]]],
+    expiring: dict[str, Callable[[Any, int], Any]],
+    now: int,
+) -> dict[str, tuple[str, dict[Any, Any]]]:
+    """A key group's tables without the entries of TTL states that had expired at ``now``
+    (the barrier's time; ``expiring`` holds those states' expiry filters, by name).
+
+    Builds new dictionaries and values, never changes ``group``'s: in a heap snapshot they
+    may still be shared with the live state (copy-on-write)."""
+    kept: dict[str, tuple[str, dict[Any, Any]]] = {}
+    for name, (kind, values) in group.items():
+        expire = expiring.get(name)
+        if expire is None:
+            kept[name] = (kind, values)
+            continue
+        live = {}
+        for key, stored in values.items():
+            part = expire(stored, now)
+            if part is not None:
+                live[key] = part
+        if live:
+            kept[name] = (kind, live)
+    return kept
 
 
 #: descriptor type -> (kind, plain handle type, namespaced handle type)

@@ -1,0 +1,379 @@
+"""The canonical (backend-independent) snapshot format, read from and written into RocksDB.
+
+Canonical is exactly what :meth:`HeapKeyedStateBackend.snapshot` writes: per key group
+one pickle of ``{name: (kind, {table key: value})}``, map state as
+``{table key: {map key: value}}``, timers as ``{(timestamp, key, namespace): None}``,
+entries of TTL state that had expired at the barrier left out. So a heap backend
+restores what :class:`CanonicalSnapshot` wrote, :func:`restore_canonical` restores what
+the heap wrote, and a savepoint in the CANONICAL format moves a job between backends.
+It is also every checkpoint of the RocksDB backend when incremental checkpoints are off.
+
+Why one RocksDB iterator, created at the barrier, and not the RocksDB snapshot the backend
+passes in: rocksdict (0.3.29) sets the snapshot on read options that ``Snapshot.iter`` then
+throws away, so iterating a ``Snapshot`` reads the live database, records written after
+the barrier included. A RocksDB iterator, though, reads the database as it was when the
+iterator was created (its implicit snapshot pins the memtables and files of that moment,
+across later writes, flushes and compactions). The layout puts the key group first, so
+the backend's whole range is one ordered scan, and one iterator is all a snapshot needs:
+the serializer pulls entries from it in bounded steps while the task writes new ones.
+"""
+
+from __future__ import annotations
+
+import itertools
+import pickle
+import time
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from typing import Any, cast
+
+from rocksdict import Options, Rdict, Snapshot, WriteBatch, WriteOptions
+
+from chandy.state.backend import StateFileReader
+from chandy.state.handles import KeyGroupsStateHandle
+from chandy.state.heap import (
+    TIMERS_KIND,
+    IncompatibleRestoredStateError,
+    KeyGroupPayload,
+    SerializedKeyedState,
+    unexpired,
+)
+from chandy.state.key_groups import KeyGroupRange
+from chandy.state.rocksdb.codec import decode, decode_from, encode
+from chandy.state.rocksdb.layout import (
+    KEY_GROUP_BYTES,
+    MAP_KINDS,
+    META_COLUMN_FAMILY,
+    PREFIX_BYTES,
+    key_group_of,
+    key_group_prefix,
+    state_id,
+    table_prefix,
+)
+
+#: How many entries a serializer step handles between two looks at the clock.
+_ENTRIES_PER_CLOCK_CHECK = 256
+#: A restore writes a WriteBatch once it holds this many entries (bounded memory: a
+#: batch of a million entries would hold a second copy of a big key group).
+RESTORE_BATCH_ENTRIES = 16_384
+
+_PLAIN, _MAP, _TIMERS, _END = 0, 1, 2, 3
+_NONE_VALUE = encode(None)
+
+
+def _mode(kind: str) -> int:
+    if kind in MAP_KINDS:
+        return _MAP
+    return _TIMERS if kind == TIMERS_KIND else _PLAIN
+
+
+class CanonicalSnapshot:
+    """The synchronous part of a canonical snapshot of a RocksDB database (at the barrier).
+
+    ``catalogue`` is every state of the database, name -> kind; ``expiring`` the expiry
+    filters of its TTL states (``expire(value, now_ms)``: the unexpired part or ``None``),
+    applied at ``now_ms``, the barrier's time. The RocksDB iterator that serializes it is
+    created here, so the snapshot sees the database as it is now, whatever is written
+    after (see the module's docstring); ``rocksdb_snapshot`` is kept until :meth:`release`.
+    """
+
+    def __init__(
+        self,
+        db: Rdict,
+        rocksdb_snapshot: Snapshot | None,
+        key_group_range: KeyGroupRange,
+        catalogue: dict[str, str],
+        expiring: dict[str, Callable[[Any, int], Any]],
+        now_ms: int,
+    ) -> None:
+        self.key_group_range = key_group_range
+        self._rocksdb_snapshot = rocksdb_snapshot
+        self._catalogue = dict(catalogue)
+        self._expiring = dict(expiring)
+        self._now_ms = now_ms
+        # No iterate bounds in the read options: rocksdict hands RocksDB a pointer to a bound
+        # it frees at once (the scan went over every key group). The serializer seeks to the
+        # range's first key and stops at the first key of the next key group instead.
+        lower = key_group_prefix(key_group_range.start)
+        items = cast("Iterator[tuple[bytes, bytes]]", db.items(from_key=lower))  # raw mode: bytes
+        first = next(items, None)
+        if first is not None and key_group_of(first[0]) > key_group_range.end:
+            first, items = None, iter(())  # nothing in the range
+        self._first: tuple[bytes, bytes] | None = first
+        self._items: Iterator[tuple[bytes, bytes]] | None = items
+        self._serializer: CanonicalSerializer | None = None
+
+    @property
+    def is_empty(self) -> bool:
+        """True if the range held no entry at the barrier."""
+        return self._first is None
+
+    def serializer(self) -> CanonicalSerializer:
+        """The serializer of this snapshot (one per snapshot: it consumes the iterator)."""
+        if self._serializer is None:
+            items = self._items
+            if items is None:
+                raise RuntimeError("the canonical snapshot was released; take a new snapshot")
+            self._serializer = CanonicalSerializer(
+                self.key_group_range,
+                self._first,
+                items,
+                self._catalogue,
+                self._expiring,
+                self._now_ms,
+            )
+        return self._serializer
+
+    def serialize(self) -> SerializedKeyedState:
+        """Serialize every key group at once (as :meth:`HeapSnapshot.serialize`)."""
+        serializer = self.serializer()
+        serializer.step(None)
+        return serializer.result()
+
+    def release(self) -> None:
+        """Drop the iterator and the RocksDB snapshot: both pin the memtables and files of
+        the barrier, and an open iterator keeps the database open too."""
+        self._items = None
+        self._first = None
+        self._rocksdb_snapshot = None
+        serializer, self._serializer = self._serializer, None
+        if serializer is not None:
+            serializer._release()
+
+
+class CanonicalSerializer:
+    """Reads a :class:`CanonicalSnapshot` key group by key group into the heap's format,
+    in steps of bounded duration (as :class:`chandy.state.heap.KeyGroupSerializer`).
+
+    A key group is assembled across steps if it is too big for one: the clock is
+    checked every few hundred entries, not only between key groups, because decoding
+    from RocksDB costs a Python call per key where the heap pickles a whole dictionary
+    at C speed.
+    """
+
+    def __init__(
+        self,
+        key_group_range: KeyGroupRange,
+        first: tuple[bytes, bytes] | None,
+        items: Iterator[tuple[bytes, bytes]],
+        catalogue: dict[str, str],
+        expiring: dict[str, Callable[[Any, int], Any]],
+        now_ms: int,
+    ) -> None:
+        self.key_group_range = key_group_range
+        self._items: Iterator[tuple[bytes, bytes]] | None = (
+            items if first is None else itertools.chain((first,), items)
+        )
+        #: state id -> (name, kind, mode)
+        self._states = {state_id(name): (name, kind, _mode(kind)) for name, kind in catalogue.items()}
+        self._order = {name: i for i, name in enumerate(catalogue)}
+        self._state_kinds = tuple(sorted(catalogue.items()))
+        self._expiring = expiring
+        self._now_ms = now_ms
+        self._payload = KeyGroupPayload()
+        #: The key group being assembled (-1: none yet) and its tables so far, by name.
+        self._key_group = -1
+        self._group: dict[str, tuple[str, dict[Any, Any]]] = {}
+        #: The 6-byte prefix (key group, state) of the entries being read, and where they go.
+        self._prefix: bytes | None = None
+        self._target: dict[Any, Any] = {}
+        self._mode = _PLAIN
+        self.done = False
+
+    def step(self, deadline_ns: int | None) -> bool:
+        """Serialize entries until ``deadline_ns`` (monotonic) passes; True when done."""
+        if self.done:
+            return True
+        items = self._items
+        if items is None:
+            raise RuntimeError("the canonical snapshot was released before it was serialized")
+        prefix, target, mode = self._prefix, self._target, self._mode
+        countdown = _ENTRIES_PER_CLOCK_CHECK
+        for key, value in items:
+            if prefix is None or not key.startswith(prefix):
+                prefix = key[:PREFIX_BYTES]
+                target, mode = self._switch(prefix)
+            if mode == _PLAIN:
+                target[decode_from(key, PREFIX_BYTES)[0]] = decode(value)
+            elif mode == _MAP:
+                table_key, end = decode_from(key, PREFIX_BYTES)
+                entries = target.get(table_key)
+                if entries is None:
+                    entries = target[table_key] = {}
+                entries[decode_from(key, end)[0]] = decode(value)
+            elif mode == _TIMERS:
+                target[decode_from(key, PREFIX_BYTES)[0]] = None
+            else:  # the first key after the range
+                break
+            countdown -= 1
+            if countdown == 0:
+                countdown = _ENTRIES_PER_CLOCK_CHECK
+                if deadline_ns is not None and time.monotonic_ns() >= deadline_ns:
+                    self._prefix, self._target, self._mode = prefix, target, mode
+                    return False
+        if self._key_group >= 0:
+            self._finish_key_group()
+        self._empty_key_groups_until(self.key_group_range.end + 1)
+        self._items = None
+        self.done = True
+        return True
+
+    def _switch(self, prefix: bytes) -> tuple[dict[Any, Any], int]:
+        """Entries of another state (or key group) begin: where they go, and how."""
+        key_group = int.from_bytes(prefix[:KEY_GROUP_BYTES], "big")
+        if key_group > self.key_group_range.end:
+            return self._target, _END
+        if key_group != self._key_group:
+            if self._key_group >= 0:
+                self._finish_key_group()
+            self._empty_key_groups_until(key_group)
+            self._key_group = key_group
+        state = self._states.get(prefix[KEY_GROUP_BYTES:])
+        if state is None:
+            raise ValueError(
+                f"key group {key_group} of the RocksDB database holds entries of a state that is "
+                f"not in its catalogue (state id {prefix[KEY_GROUP_BYTES:].hex()}): the database "
+                "is corrupt or was written by another program; restore from another checkpoint"
+            )
+        name, kind, mode = state
+        table = self._group.get(name)
+        if table is None:
+            table = self._group[name] = (kind, {})
+        return table[1], mode
+
+    def _empty_key_groups_until(self, key_group: int) -> None:
+        """Record the key groups before ``key_group`` not yet recorded as empty."""
+        self._payload.add_empty(key_group - self.key_group_range.start - len(self._payload))
+
+    def _finish_key_group(self) -> None:
+        group = self._group
+        if self._expiring:
+            group = unexpired(group, self._expiring, self._now_ms)
+        if len(group) > 1:  # the heap's order: the states' order, not their ids'
+            order = self._order
+            group = dict(sorted(group.items(), key=lambda item: order[item[0]]))
+        self._payload.add(group)
+        self._group = {}
+
+    def _release(self) -> None:
+        self._items = None
+
+    def result(self) -> SerializedKeyedState:
+        if not self.done:
+            raise RuntimeError("serialization is not finished")
+        return self._payload.result(self.key_group_range, self._state_kinds)
+
+
+# ---------------------------------------------------------------------- restore
+
+
+def restore_canonical(
+    db: Rdict,
+    handles: Sequence[KeyGroupsStateHandle],
+    key_group_range: KeyGroupRange,
+    reader: StateFileReader,
+) -> dict[str, str]:
+    """Write the key groups of ``handles`` that lie in ``key_group_range`` into ``db`` in the
+    RocksDB layout, and the states' kinds into its catalogue; return the catalogue.
+
+    ``handles`` may cover other key groups too (a restore after rescaling): only this
+    range's are read. Entries go in WriteBatches of at most :data:`RESTORE_BATCH_ENTRIES`
+    entries, without the write-ahead log: until the next checkpoint, the handles are the
+    durable copy. A state that one handle (or the database) holds as one kind and another
+    as another kind stops the restore with an :class:`IncompatibleRestoredStateError`.
+    """
+    meta = _meta_family(db)
+    catalogue: dict[str, str] = {
+        name.decode("utf-8"): kind.decode("utf-8")
+        for name, kind in cast("Iterable[tuple[bytes, bytes]]", meta.items())
+    }
+    existing = dict(catalogue)
+    writer = _BatchWriter(db)
+    prefixes: dict[str, bytes] = {}
+    for handle in handles:
+        part = handle.intersection(key_group_range)
+        if part is None:
+            continue
+        for name, kind in part.state_kinds:
+            _record_kind(catalogue, name, kind)
+        for key_group, byte_range in part.key_groups():
+            if byte_range[1] <= byte_range[0]:
+                continue
+            group: dict[str, tuple[str, dict[Any, Any]]] = pickle.loads(
+                reader.read(part.delegate, byte_range)
+            )
+            for name, (kind, values) in group.items():
+                _record_kind(catalogue, name, kind)
+                name_id = prefixes.get(name)
+                if name_id is None:
+                    name_id = prefixes[name] = state_id(name)
+                writer.put_all(_entries(table_prefix(key_group, name_id), _mode(kind), values))
+    writer.write()
+    # The catalogue last: a database that names a state holds all of its restored entries.
+    for name, kind in catalogue.items():
+        if existing.get(name) != kind:
+            meta.put(name.encode("utf-8"), kind.encode("utf-8"), writer.options)
+    return catalogue
+
+
+def _meta_family(db: Rdict) -> Rdict:
+    """The catalogue's column family (created if the database has none yet)."""
+    try:
+        return db.get_column_family(META_COLUMN_FAMILY)
+    except Exception:  # noqa: BLE001 - rocksdict raises a bare Exception for a missing family
+        return db.create_column_family(META_COLUMN_FAMILY, Options(raw_mode=True))
+
+
+def _record_kind(catalogue: dict[str, str], name: str, kind: str) -> None:
+    known = catalogue.setdefault(name, kind)
+    if known != kind:
+        raise IncompatibleRestoredStateError(
+            f"restored state '{name}' is {kind} state in one snapshot and {known} state in another "
+            "(or in the database restored so far): the state handles do not come from one "
+            "checkpoint of one job. Restore from a single checkpoint or savepoint of this job"
+        )
+
+
+def _entries(prefix: bytes, mode: int, values: dict[Any, Any]) -> Iterator[tuple[bytes, bytes]]:
+    """The RocksDB entries of one state's table in one key group."""
+    if mode == _PLAIN:
+        for table_key, value in values.items():
+            yield prefix + encode(table_key), encode(value)
+    elif mode == _MAP:
+        for table_key, entries in values.items():
+            key_prefix = prefix + encode(table_key)
+            for map_key, value in entries.items():
+                yield key_prefix + encode(map_key), encode(value)
+    else:
+        for table_key in values:
+            yield prefix + encode(table_key), _NONE_VALUE
+
+
+class _BatchWriter:
+    """Puts into WriteBatches of bounded size, written without the write-ahead log."""
+
+    def __init__(self, db: Rdict) -> None:
+        self._db = db
+        self.options = WriteOptions()
+        # rocksdict's stub declares a method; the binding is a settable property.
+        self.options.disable_wal = True  # type: ignore[method-assign,assignment]
+        self._batch = WriteBatch(raw_mode=True)
+        self._count = 0
+
+    def put_all(self, entries: Iterable[tuple[bytes, bytes]]) -> None:
+        put = self._batch.put
+        count = self._count
+        for key, value in entries:
+            put(key, value)
+            count += 1
+            if count >= RESTORE_BATCH_ENTRIES:
+                self._count = count
+                self.write()
+                put = self._batch.put
+                count = 0
+        self._count = count
+
+    def write(self) -> None:
+        if self._count:
+            self._db.write(self._batch, self.options)
+            self._batch = WriteBatch(raw_mode=True)
+            self._count = 0

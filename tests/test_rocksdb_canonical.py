@@ -1,0 +1,513 @@
+"""The canonical snapshot format on RocksDB (chandy/state/rocksdb/canonical.py).
+
+A canonical snapshot of a RocksDB database is what the heap backend writes, byte for byte
+in format (per key group a pickle of ``{name: (kind, {table key: value})}``), so the heap
+restores it; a restore writes the heap's snapshots into a database in the RocksDB layout.
+Tested against real databases (rocksdict ``Rdict`` in raw mode, in pytest's tmp dir),
+written either by hand through the layout or by :func:`restore_canonical`, and read back by
+the heap backend: every state kind, namespaced state, timers, TTL filtering at the barrier,
+consistency while the database changes between serializer steps, rescaling (handles of
+other ranges clipped) and kinds that disagree.
+"""
+
+from __future__ import annotations
+
+import pickle
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any, cast
+
+import pytest
+from rocksdict import Options, Rdict
+
+from chandy.core.functions import AggregateFunction
+from chandy.core.state import (
+    AggregatingStateDescriptor,
+    ListStateDescriptor,
+    MapStateDescriptor,
+    ReducingStateDescriptor,
+    StateTtlConfig,
+    ValueStateDescriptor,
+)
+from chandy.core.time import Time
+from chandy.core.windows import TimeWindow
+from chandy.state.backend import KeyedStateBackend
+from chandy.state.handles import ByteStreamStateHandle, KeyGroupsStateHandle
+from chandy.state.heap import (
+    TIMER_STATE_PREFIX,
+    HeapKeyedStateBackend,
+    IncompatibleRestoredStateError,
+    SerializedKeyedState,
+)
+from chandy.state.key_groups import KeyGroupRange, assign_to_key_group
+from chandy.state.rocksdb import canonical
+from chandy.state.rocksdb.canonical import CanonicalSnapshot, restore_canonical
+from chandy.state.rocksdb.codec import encode
+from chandy.state.rocksdb.layout import META_COLUMN_FAMILY, key_group_of, state_id, table_prefix
+from chandy.state.ttl import expiry_filter
+from chandy.storage.checkpoint_storage import StateReader
+from chandy.util.clock import ManualClock
+
+MAX_PARALLELISM = 128
+ALL = KeyGroupRange(0, MAX_PARALLELISM - 1)
+TTL_MS = 1_000
+TIMERS = f"{TIMER_STATE_PREFIX}event_window"
+
+
+def open_db(path: Path) -> Rdict:
+    """A database as the backend opens it: raw mode, with the catalogue's column family."""
+    options = Options(raw_mode=True)
+    options.create_if_missing(True)
+    options.create_missing_column_families(True)
+    return Rdict(str(path), options, column_families={META_COLUMN_FAMILY: Options(raw_mode=True)})
+
+
+@pytest.fixture
+def db(tmp_path: Path) -> Iterator[Rdict]:
+    database = open_db(tmp_path / "db")
+    yield database
+    database.close()
+
+
+def catalogue_of(database: Rdict) -> dict[str, str]:
+    meta = database.get_column_family(META_COLUMN_FAMILY)
+    return {cast(bytes, k).decode(): v.decode() for k, v in meta.items()}
+
+
+def handle_of(serialized: SerializedKeyedState) -> KeyGroupsStateHandle:
+    return KeyGroupsStateHandle(
+        serialized.key_group_range,
+        serialized.ranges,
+        ByteStreamStateHandle("state", serialized.payload),
+        serialized.state_kinds,
+    )
+
+
+def heap_snapshot(backend: HeapKeyedStateBackend) -> SerializedKeyedState:
+    snapshot = backend.snapshot(canonical=True)
+    try:
+        return snapshot.serialize()
+    finally:
+        snapshot.release()
+
+
+def canonical_snapshot(
+    database: Rdict,
+    key_groups: KeyGroupRange,
+    catalogue: dict[str, str],
+    expiring: dict[str, Any] | None = None,
+    now_ms: int = 0,
+) -> SerializedKeyedState:
+    snapshot = CanonicalSnapshot(database, database.snapshot(), key_groups, catalogue, expiring or {}, now_ms)
+    try:
+        return snapshot.serialize()
+    finally:
+        snapshot.release()
+
+
+def heap_restored(
+    serialized: list[SerializedKeyedState], key_groups: KeyGroupRange = ALL
+) -> HeapKeyedStateBackend:
+    backend = HeapKeyedStateBackend(key_groups, MAX_PARALLELISM, clock=ManualClock())
+    backend.restore([handle_of(s) for s in serialized], StateReader())
+    return backend
+
+
+def contents(backend: HeapKeyedStateBackend) -> dict[str, tuple[str, dict[int, dict[Any, Any]]]]:
+    """Every non-empty table, by name: its kind and its non-empty key groups."""
+    found = {}
+    for name, table in backend.tables.items():
+        groups = {kg: dict(m) for kg, m in table.key_group_maps() if m}
+        if groups:
+            found[name] = (table.kind, groups)
+    return found
+
+
+def at(backend: KeyedStateBackend, key: Any) -> None:
+    backend.set_current_key(key, assign_to_key_group(key, MAX_PARALLELISM))
+
+
+class Average(AggregateFunction):
+    def create_accumulator(self) -> Any:
+        return (0, 0)
+
+    def add(self, value: Any, accumulator: Any) -> Any:
+        return (accumulator[0] + value, accumulator[1] + 1)
+
+    def get_result(self, accumulator: Any) -> Any:
+        return accumulator[0] / accumulator[1]
+
+    def merge(self, acc_a: Any, acc_b: Any) -> Any:
+        return (acc_a[0] + acc_b[0], acc_a[1] + acc_b[1])
+
+
+def ttl_config() -> StateTtlConfig:
+    builder = StateTtlConfig.new_builder(Time.milliseconds(TTL_MS))
+    builder.disable_cleanup_in_background()
+    return builder.build()
+
+
+def ttl(descriptor: Any) -> Any:
+    descriptor.enable_time_to_live(ttl_config())
+    return descriptor
+
+
+#: Keys of several encodings: ints (negative too), strings, tuples, None inside a tuple.
+KEYS: list[Any] = [*range(-5, 60), *(f"user-{i}" for i in range(40)), ("a", 1), ("b", None, 2.5), "é✓"]
+
+
+def populate(backend: KeyedStateBackend, keys: list[Any] = KEYS) -> None:
+    """Every state kind, namespaced state and timers, for every key, through the handles."""
+    value = backend.get_partitioned_state(ValueStateDescriptor("value"))
+    items = backend.get_partitioned_state(ListStateDescriptor("list"))
+    mapping = backend.get_partitioned_state(MapStateDescriptor("map"))
+    total = backend.get_partitioned_state(ReducingStateDescriptor("reducing", lambda a, b: a + b))
+    average = backend.get_partitioned_state(AggregatingStateDescriptor("aggregating", Average()))
+    get = backend.get_partitioned_state  # namespaced=True is the heap's (and RocksDB's) extension
+    window_list: Any = get(ListStateDescriptor("window-contents"), namespaced=True)  # type: ignore[call-arg]
+    window_map: Any = get(MapStateDescriptor("window-map"), namespaced=True)  # type: ignore[call-arg]
+    window_value: Any = get(ValueStateDescriptor("window-value"), namespaced=True)  # type: ignore[call-arg]
+    timers = backend.get_timer_table(TIMERS)  # type: ignore[attr-defined]
+    for i, key in enumerate(keys):
+        at(backend, key)
+        value.update({"key": key, "n": i})  # type: ignore[attr-defined]
+        items.add_all([i, str(key), (i, None)])  # type: ignore[attr-defined]
+        mapping.put_all({"x": i, i: [key], (i, "t"): None, 2.5: b"bytes"})  # type: ignore[attr-defined]
+        for n in range(i % 4 + 1):
+            total.add(n)  # type: ignore[attr-defined]
+            average.add(n * 10)  # type: ignore[attr-defined]
+        for window in (TimeWindow(0, 10), TimeWindow(10, 20)):
+            window_list.set_current_namespace(window)
+            window_list.add(i)
+            window_map.set_current_namespace(window)
+            window_map.put(window.start, key)
+            window_value.set_current_namespace(window.end)  # a plain namespace too
+            window_value.update(i * 2)
+            kg = assign_to_key_group(key, MAX_PARALLELISM)
+            timers.maps[kg][(window.max_timestamp(), key, window)] = None
+
+
+# ------------------------------------------------------------------ snapshots of hand-written databases
+
+
+def test_a_database_written_by_the_layout_snapshots_into_the_heaps_format(db: Rdict) -> None:
+    """The layout written by hand (as the backend writes it), read into exactly the pickles the
+    heap writes for the same state: one per non-empty key group, empty ranges for the others."""
+    kg_a, kg_b = 3, 90
+    value_id, map_id, timers_id = state_id("count"), state_id("m"), state_id(TIMERS)
+    db.put(table_prefix(kg_a, value_id) + encode("a"), encode(7))
+    db.put(table_prefix(kg_a, value_id) + encode(("k", 1)), encode([1, 2]))
+    db.put(table_prefix(kg_b, value_id) + encode(-12), encode(None))
+    db.put(table_prefix(kg_a, map_id) + encode("a") + encode("x"), encode(1.5))
+    db.put(table_prefix(kg_a, map_id) + encode("a") + encode(2), encode({"nested": True}))
+    db.put(table_prefix(kg_a, map_id) + encode("ab") + encode("y"), encode(b"raw"))
+    db.put(table_prefix(kg_b, timers_id) + encode((100, -12, None)), encode(None))
+    catalogue = {"count": "value", "m": "map", TIMERS: "timers", "unused": "list"}
+
+    serialized = canonical_snapshot(db, ALL, catalogue)
+
+    assert serialized.key_group_range == ALL
+    assert serialized.state_kinds == tuple(sorted(catalogue.items()))
+    assert len(serialized.ranges) == ALL.number_of_key_groups
+    non_empty = [kg for kg, (start, end) in zip(ALL, serialized.ranges, strict=True) if end > start]
+    assert non_empty == [kg_a, kg_b]
+    groups = {kg: pickle.loads(serialized.payload[slice(*serialized.ranges[kg])]) for kg in non_empty}
+    assert groups[kg_a] == {
+        "count": ("value", {"a": 7, ("k", 1): [1, 2]}),
+        # the map's entries reassembled per table key: "a" and "ab" stay apart
+        "m": ("map", {"a": {"x": 1.5, 2: {"nested": True}}, "ab": {"y": b"raw"}}),
+    }
+    assert list(groups[kg_a]) == ["count", "m"]  # the catalogue's order, as the heap's tables
+    assert groups[kg_b] == {"count": ("value", {-12: None}), TIMERS: ("timers", {(100, -12, None): None})}
+    # and the heap restores it
+    restored = heap_restored([serialized])
+    assert restored.tables["m"].maps[kg_a] == {"a": {"x": 1.5, 2: {"nested": True}}, "ab": {"y": b"raw"}}
+    assert restored.tables[TIMERS].kind == "timers"
+
+
+def test_only_the_snapshots_key_group_range_is_read(db: Rdict) -> None:
+    name_id = state_id("s")
+    for kg in (0, 9, 10, 20, 21, 127):
+        db.put(table_prefix(kg, name_id) + encode(kg), encode(kg))
+
+    serialized = canonical_snapshot(db, KeyGroupRange(10, 20), {"s": "value"})
+
+    assert len(serialized.ranges) == 11
+    restored = heap_restored([serialized], KeyGroupRange(10, 20))
+    assert contents(restored) == {"s": ("value", {10: {10: 10}, 20: {20: 20}})}
+
+
+def test_an_empty_range_is_an_empty_snapshot(db: Rdict) -> None:
+    db.put(table_prefix(50, state_id("s")) + encode(1), encode(1))
+    snapshot = CanonicalSnapshot(db, db.snapshot(), KeyGroupRange(0, 49), {"s": "value"}, {}, 0)
+    assert snapshot.is_empty
+    serialized = snapshot.serialize()
+    snapshot.release()
+    assert serialized.payload == b"" and serialized.ranges == ((0, 0),) * 50
+    assert not CanonicalSnapshot(db, None, KeyGroupRange(50, 50), {"s": "value"}, {}, 0).is_empty
+
+
+def test_entries_of_a_state_missing_from_the_catalogue_are_refused(db: Rdict) -> None:
+    db.put(table_prefix(5, state_id("ghost")) + encode(1), encode(1))
+    with pytest.raises(ValueError, match="not in its catalogue"):
+        canonical_snapshot(db, ALL, {"s": "value"})
+
+
+# ------------------------------------------------------------------ the barrier and the steps
+
+
+def fill(database: Rdict, name: str, count: int) -> None:
+    name_id = state_id(name)
+    for i in range(count):
+        kg = assign_to_key_group(i, MAX_PARALLELISM)
+        database.put(table_prefix(kg, name_id) + encode(i), encode(i))
+
+
+def test_the_snapshot_sees_the_database_as_at_the_barrier_while_it_changes_between_steps(
+    db: Rdict,
+) -> None:
+    """Records flow between serializer steps: writes, overwrites, deletes and a flush plus a
+    compaction after the barrier reach the database, never the snapshot. (Iterators that a
+    rocksdict ``Snapshot`` creates after the barrier, one per step say, would see them all: it
+    drops the snapshot from their read options.)"""
+    fill(db, "s", 3_000)
+    snapshot = CanonicalSnapshot(db, db.snapshot(), ALL, {"s": "value"}, {}, 0)
+    serializer = snapshot.serializer()
+    name_id = state_id("s")
+    steps = 0
+    while not serializer.step(time.monotonic_ns()):  # a deadline already passed: the smallest steps
+        steps += 1
+        i = 10_000 + steps
+        db.put(table_prefix(assign_to_key_group(i, MAX_PARALLELISM), name_id) + encode(i), encode(i))
+        j = steps * 7 % 3_000
+        kg = assign_to_key_group(j, MAX_PARALLELISM)
+        if steps % 2:
+            db.put(table_prefix(kg, name_id) + encode(j), encode("changed"))
+        else:
+            db.delete(table_prefix(kg, name_id) + encode(j))
+        if steps == 5:
+            db.flush()
+            db.compact_range(None, None)
+    result = serializer.result()
+    snapshot.release()
+
+    assert steps >= 3_000 // 256  # bounded: a step stops at the deadline after a few hundred entries
+    restored = heap_restored([result])
+    values = {k: v for _, m in restored.tables["s"].key_group_maps() for k, v in m.items()}
+    assert values == {i: i for i in range(3_000)}
+
+
+def test_steps_build_the_same_bytes_as_one_pass(db: Rdict) -> None:
+    fill(db, "s", 2_000)
+    one_pass = canonical_snapshot(db, ALL, {"s": "value"})
+    snapshot = CanonicalSnapshot(db, db.snapshot(), ALL, {"s": "value"}, {}, 0)
+    serializer = snapshot.serializer()
+    with pytest.raises(RuntimeError, match="not finished"):
+        serializer.result()
+    while not serializer.step(time.monotonic_ns()):
+        pass
+    assert serializer.step(None)  # done stays done
+    stepped = serializer.result()
+    snapshot.release()
+    assert stepped == one_pass
+
+
+def test_release_drops_the_iterator_so_the_database_can_close(tmp_path: Path) -> None:
+    """An open iterator keeps RocksDB open (and its directory locked); a released snapshot
+    does not, and its serializer refuses to go on."""
+    database = open_db(tmp_path / "db")
+    fill(database, "s", 1_000)
+    snapshot = CanonicalSnapshot(database, database.snapshot(), ALL, {"s": "value"}, {}, 0)
+    serializer = snapshot.serializer()
+    assert not serializer.step(time.monotonic_ns())
+    snapshot.release()
+    with pytest.raises(RuntimeError, match="released"):
+        serializer.step(None)
+    with pytest.raises(RuntimeError, match="released"):
+        snapshot.serializer()
+    database.close()
+    del database, serializer
+    reopened = open_db(tmp_path / "db")  # the lock is free
+    assert len(list(reopened.keys())) == 1_000
+    reopened.close()
+
+
+# ------------------------------------------------------------------ TTL
+
+
+def test_ttl_entries_expired_at_the_barrier_are_left_out(db: Rdict) -> None:
+    """The heap's filters (``expiry_filter``) at the barrier's time: a pair expires whole, a
+    list and a map keep their live elements, a state left with nothing is not written."""
+    kinds = {"v": "ttl value", "l": "ttl list", "m": "ttl map", "w": "namespaced ttl value", "plain": "value"}
+    stored: dict[str, dict[Any, Any]] = {
+        "v": {"old": ("x", 0), "new": ("y", 600)},
+        "l": {"k": [(1, 0), (2, 600)], "gone": [(3, 0)]},
+        "m": {"k": {"a": (1, 0), "b": (2, 900)}},
+        "w": {("k", 5): ("z", 0)},
+        "plain": {"k": ("not ttl", 0)},
+    }
+    kg = 7
+    for name, values in stored.items():
+        for key, value in values.items():
+            db.put(table_prefix(kg, state_id(name)) + encode(key), encode(value))
+    expiring = {name: expiry_filter(kind, TTL_MS) for name, kind in kinds.items() if "ttl" in kind}
+
+    serialized = canonical_snapshot(db, ALL, kinds, expiring, now_ms=1_000)
+
+    group = pickle.loads(serialized.payload[slice(*serialized.ranges[kg])])
+    assert group == {
+        "v": ("ttl value", {"new": ("y", 600)}),
+        "l": ("ttl list", {"k": [(2, 600)]}),
+        "m": ("ttl map", {"k": {"b": (2, 900)}}),
+        "plain": ("value", {"k": ("not ttl", 0)}),
+    }
+    assert db.get(table_prefix(kg, state_id("v")) + encode("old")) is not None  # the database keeps it
+
+
+# ------------------------------------------------------------------ heap -> rocksdb -> heap
+
+
+def test_every_state_kind_round_trips_heap_to_rocksdb_to_heap(db: Rdict) -> None:
+    heap = HeapKeyedStateBackend(ALL, MAX_PARALLELISM)
+    populate(heap)
+    before = heap_snapshot(heap)
+
+    catalogue = restore_canonical(db, [handle_of(before)], ALL, StateReader())
+
+    assert catalogue == dict(before.state_kinds) == catalogue_of(db)
+    assert catalogue["map"] == "map" and catalogue["window-map"] == "namespaced map"
+    assert catalogue[TIMERS] == "timers"
+    after = canonical_snapshot(db, ALL, catalogue)
+    assert after.state_kinds == before.state_kinds
+    assert contents(heap_restored([after])) == contents(heap)
+
+
+def test_map_entries_are_one_rocksdb_key_each(db: Rdict) -> None:
+    heap = HeapKeyedStateBackend(ALL, MAX_PARALLELISM)
+    mapping = heap.get_partitioned_state(MapStateDescriptor("m"))
+    at(heap, "k")
+    mapping.put_all({1: "a", "two": "b", (3,): "c"})  # type: ignore[attr-defined]
+    restore_canonical(db, [handle_of(heap_snapshot(heap))], ALL, StateReader())
+    kg = assign_to_key_group("k", MAX_PARALLELISM)
+    prefix = table_prefix(kg, state_id("m")) + encode("k")
+    assert {db[prefix + encode(k)] for k in (1, "two", (3,))} == {encode("a"), encode("b"), encode("c")}
+
+
+def test_ttl_state_round_trips_and_expires_at_the_next_barrier(db: Rdict) -> None:
+    clock = ManualClock(start_ms=0)
+    heap = HeapKeyedStateBackend(ALL, MAX_PARALLELISM, clock=clock)
+    value = heap.get_partitioned_state(ttl(ValueStateDescriptor("v")))
+    items = heap.get_partitioned_state(ttl(ListStateDescriptor("l")))
+    for key in ("early", "late"):
+        at(heap, key)
+        value.update(key)  # type: ignore[attr-defined]
+        items.add(key)  # type: ignore[attr-defined]
+        clock.advance_ms(600)
+    catalogue = restore_canonical(db, [handle_of(heap_snapshot(heap))], ALL, StateReader())
+    assert catalogue == {"v": "ttl value", "l": "ttl list"}
+    expiring = {name: expiry_filter(kind, TTL_MS) for name, kind in catalogue.items()}
+
+    # at 1 000 ms "early" (written at 0) has expired, "late" (written at 600) has not
+    restored = heap_restored([canonical_snapshot(db, ALL, catalogue, expiring, now_ms=1_000)])
+
+    assert {k for _, m in restored.tables["v"].key_group_maps() for k in m} == {"late"}
+    assert {k for _, m in restored.tables["l"].key_group_maps() for k in m} == {"late"}
+
+
+# ------------------------------------------------------------------ rescaling
+
+
+def split(key_groups: KeyGroupRange, parts: int) -> list[KeyGroupRange]:
+    n = key_groups.number_of_key_groups
+    bounds = [key_groups.start + n * i // parts for i in range(parts + 1)]
+    return [KeyGroupRange(bounds[i], bounds[i + 1] - 1) for i in range(parts)]
+
+
+def test_rescaling_two_handles_to_three_databases_to_one_heap(tmp_path: Path) -> None:
+    """Each database reads only its own key groups of handles that cover others too, every
+    key lands in exactly one database, and their snapshots restore whole."""
+    keys = [*range(300), *(f"k{i}" for i in range(100))]
+    heaps = []
+    for key_groups in split(ALL, 2):
+        heap = HeapKeyedStateBackend(key_groups, MAX_PARALLELISM)
+        populate(heap, [k for k in keys if assign_to_key_group(k, MAX_PARALLELISM) in key_groups])
+        heaps.append(heap)
+    handles = [handle_of(heap_snapshot(heap)) for heap in heaps]
+
+    snapshots = []
+    seen: list[bytes] = []
+    for i, key_groups in enumerate(split(ALL, 3)):
+        database = open_db(tmp_path / f"db{i}")
+        restore_canonical(database, handles, key_groups, StateReader())
+        found = cast("list[bytes]", list(database.keys()))
+        assert found and all(key_group_of(k) in key_groups for k in found)
+        seen.extend(found)
+        snapshots.append(canonical_snapshot(database, key_groups, catalogue_of(database)))
+        database.close()
+
+    assert len(seen) == len(set(seen))
+    merged: dict[str, tuple[str, dict[int, dict[Any, Any]]]] = {}
+    for heap in heaps:
+        for name, (kind, groups) in contents(heap).items():
+            merged.setdefault(name, (kind, {}))[1].update(groups)
+    assert contents(heap_restored(snapshots)) == merged
+    value = {k for _, m in heap_restored(snapshots).tables["value"].key_group_maps() for k in m}
+    assert value == set(keys)
+
+
+# ------------------------------------------------------------------ restore details
+
+
+def test_kinds_that_disagree_stop_the_restore(db: Rdict) -> None:
+    first = HeapKeyedStateBackend(KeyGroupRange(0, 63), MAX_PARALLELISM)
+    second = HeapKeyedStateBackend(KeyGroupRange(64, 127), MAX_PARALLELISM)
+    first.get_partitioned_state(ValueStateDescriptor("s"))
+    second.get_partitioned_state(ListStateDescriptor("s"))
+    handles = [handle_of(heap_snapshot(first)), handle_of(heap_snapshot(second))]
+    with pytest.raises(IncompatibleRestoredStateError, match="'s' is list state in one snapshot and value"):
+        restore_canonical(db, handles, ALL, StateReader())
+
+
+def test_a_kind_the_database_already_holds_otherwise_stops_the_restore(db: Rdict) -> None:
+    db.get_column_family(META_COLUMN_FAMILY).put(b"s", b"map")
+    heap = HeapKeyedStateBackend(ALL, MAX_PARALLELISM)
+    at(heap, 1)
+    heap.get_partitioned_state(ValueStateDescriptor("s")).update(1)  # type: ignore[attr-defined]
+    with pytest.raises(IncompatibleRestoredStateError, match="value state in one snapshot and map"):
+        restore_canonical(db, [handle_of(heap_snapshot(heap))], ALL, StateReader())
+
+
+def test_states_without_entries_and_handles_of_other_ranges(db: Rdict) -> None:
+    """The catalogue names every state of the handles that overlap the range (empty ones too,
+    as the heap's snapshot lists them); a handle of other key groups is not read at all."""
+    heap = HeapKeyedStateBackend(KeyGroupRange(0, 63), MAX_PARALLELISM)
+    heap.get_partitioned_state(ValueStateDescriptor("declared"))
+    elsewhere = HeapKeyedStateBackend(KeyGroupRange(64, 127), MAX_PARALLELISM)
+    elsewhere.get_partitioned_state(ListStateDescriptor("declared"))  # would conflict if read
+    handles = [handle_of(heap_snapshot(heap)), handle_of(heap_snapshot(elsewhere))]
+
+    assert restore_canonical(db, handles, KeyGroupRange(0, 63), StateReader()) == {"declared": "value"}
+    assert catalogue_of(db) == {"declared": "value"}
+    assert list(db.keys()) == []
+
+
+def test_a_restore_without_a_catalogue_family_creates_it(tmp_path: Path) -> None:
+    options = Options(raw_mode=True)
+    options.create_if_missing(True)
+    database = Rdict(str(tmp_path / "db"), options)
+    heap = HeapKeyedStateBackend(ALL, MAX_PARALLELISM)
+    at(heap, 1)
+    heap.get_partitioned_state(ValueStateDescriptor("s")).update(5)  # type: ignore[attr-defined]
+    assert restore_canonical(database, [handle_of(heap_snapshot(heap))], ALL, StateReader()) == {"s": "value"}
+    assert catalogue_of(database) == {"s": "value"}
+    database.close()
+
+
+def test_batches_split_anywhere_lose_nothing(db: Rdict, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Batches written every few entries: inside a table, a map, between key groups."""
+    monkeypatch.setattr(canonical, "RESTORE_BATCH_ENTRIES", 3)
+    heap = HeapKeyedStateBackend(ALL, MAX_PARALLELISM)
+    populate(heap, KEYS[:20])
+    catalogue = restore_canonical(db, [handle_of(heap_snapshot(heap))], ALL, StateReader())
+    assert contents(heap_restored([canonical_snapshot(db, ALL, catalogue)])) == contents(heap)
