@@ -42,9 +42,11 @@ from chandy.state.heap import (
 )
 from chandy.state.key_groups import KeyGroupRange, assign_to_key_group
 from chandy.state.rocksdb import canonical
+from chandy.state.rocksdb.backend import TTL_CLEANUP_STEPS_PER_SNAPSHOT, RocksDBKeyedStateBackend
 from chandy.state.rocksdb.canonical import CanonicalSnapshot, restore_canonical
 from chandy.state.rocksdb.codec import encode
 from chandy.state.rocksdb.layout import META_COLUMN_FAMILY, key_group_of, state_id, table_prefix
+from chandy.state.rocksdb.resources import SlotMemory
 from chandy.state.ttl import expiry_filter
 from chandy.storage.checkpoint_storage import StateReader
 from chandy.util.clock import ManualClock
@@ -400,10 +402,10 @@ def test_ttl_state_round_trips_and_expires_at_the_next_barrier(db: Rdict) -> Non
     value = heap.get_partitioned_state(ttl(ValueStateDescriptor("v")))
     items = heap.get_partitioned_state(ttl(ListStateDescriptor("l")))
     for key in ("early", "late"):
+        clock.advance_ms(0 if key == "early" else 600)
         at(heap, key)
         value.update(key)  # type: ignore[attr-defined]
         items.add(key)  # type: ignore[attr-defined]
-        clock.advance_ms(600)
     catalogue = restore_canonical(db, [handle_of(heap_snapshot(heap))], ALL, StateReader())
     assert catalogue == {"v": "ttl value", "l": "ttl list"}
     expiring = {name: expiry_filter(kind, TTL_MS) for name, kind in catalogue.items()}
@@ -511,3 +513,159 @@ def test_batches_split_anywhere_lose_nothing(db: Rdict, monkeypatch: pytest.Monk
     populate(heap, KEYS[:20])
     catalogue = restore_canonical(db, [handle_of(heap_snapshot(heap))], ALL, StateReader())
     assert contents(heap_restored([canonical_snapshot(db, ALL, catalogue)])) == contents(heap)
+
+
+# ------------------------------------------------------------------ through the RocksDB backend
+
+
+@pytest.fixture
+def rocksdb_backend(tmp_path: Path) -> Iterator[Any]:
+    """``rocksdb_backend(key_groups, clock=None)``: a RocksDB backend in tmp_path, disposed at
+    the end of the test."""
+    made: list[RocksDBKeyedStateBackend] = []
+
+    def make(key_groups: KeyGroupRange = ALL, clock: ManualClock | None = None) -> RocksDBKeyedStateBackend:
+        directory = tmp_path / f"backend-{len(made)}"
+        directory.mkdir()
+        backend = RocksDBKeyedStateBackend(
+            key_groups,
+            MAX_PARALLELISM,
+            directory=str(directory),
+            memory=SlotMemory.of(64 << 20),
+            incremental=True,
+            owner="operator 'test'",
+            clock=clock,
+        )
+        made.append(backend)
+        return backend
+
+    yield make
+    for backend in made:
+        backend.dispose()
+
+
+def stepped(snapshot: Any) -> SerializedKeyedState:
+    """The serializer driven in the smallest steps (a deadline already passed)."""
+    try:
+        serializer = snapshot.serializer()
+        while not serializer.step(time.monotonic_ns()):
+            pass
+        result: SerializedKeyedState = serializer.result()
+        return result
+    finally:
+        snapshot.release()
+
+
+def test_heap_to_rocksdb_backend_to_heap_with_every_kind(rocksdb_backend: Any) -> None:
+    """The backend restores the heap's canonical snapshot (its handles read it back), and its
+    canonical snapshot, taken while the backend goes on writing, restores the same on the heap."""
+    heap = HeapKeyedStateBackend(ALL, MAX_PARALLELISM)
+    populate(heap)
+    backend = rocksdb_backend()
+    backend.restore([handle_of(heap_snapshot(heap))], StateReader())
+
+    at(backend, "user-3")
+    assert backend.get_partitioned_state(ValueStateDescriptor("value")).value() == {"key": "user-3", "n": 68}
+    mapping: Any = backend.get_partitioned_state(MapStateDescriptor("map"))
+    assert mapping.get(68) == ["user-3"] and mapping.get((68, "t")) is None and mapping.contains((68, "t"))
+    assert list(backend.get_partitioned_state(ListStateDescriptor("list")).get()) == [
+        68,
+        "user-3",
+        (68, None),
+    ]
+    timers = backend.get_timer_table(TIMERS)
+    kg = assign_to_key_group("user-3", MAX_PARALLELISM)
+    assert (9, "user-3", TimeWindow(0, 10)) in timers.maps[kg]
+
+    snapshot = backend.snapshot(7, canonical=True)
+    populate(backend, ["after", "the", "barrier"])  # new keys
+    at(backend, "user-3")
+    backend.get_partitioned_state(ValueStateDescriptor("value")).clear()
+    mapping.put("new", 1)
+    backend.flush()
+    restored = heap_restored([stepped(snapshot)])
+
+    assert contents(restored) == contents(heap)
+
+
+def test_state_written_on_rocksdb_snapshots_as_the_same_state_on_the_heap(rocksdb_backend: Any) -> None:
+    heap = HeapKeyedStateBackend(ALL, MAX_PARALLELISM)
+    backend = rocksdb_backend()
+    for target in (heap, backend):
+        populate(target)
+        mapping: Any = target.get_partitioned_state(MapStateDescriptor("map"))
+        for key in KEYS[::3]:  # some map entries removed, some maps emptied
+            at(target, key)
+            mapping.remove("x")
+            if isinstance(key, int):
+                mapping.clear()
+    from_heap = heap_snapshot(heap)
+
+    from_rocksdb = stepped(backend.snapshot(1, canonical=True))
+
+    assert from_rocksdb.state_kinds == from_heap.state_kinds
+    assert from_rocksdb.ranges != () and len(from_rocksdb.ranges) == len(from_heap.ranges)
+    assert contents(heap_restored([from_rocksdb])) == contents(heap_restored([from_heap])) == contents(heap)
+
+
+def test_ttl_entries_expired_at_the_barrier_are_not_in_the_backends_canonical_snapshot(
+    rocksdb_backend: Any,
+) -> None:
+    """More expired entries than the backend's cleanup pass at the snapshot removes: the
+    snapshot leaves the rest out itself, at the barrier's time."""
+    clock = ManualClock(start_ms=0)
+    backend = rocksdb_backend(clock=clock)
+    value = backend.get_partitioned_state(ttl(ValueStateDescriptor("v")))
+    count = 3 * TTL_CLEANUP_STEPS_PER_SNAPSHOT
+    for key in range(count):
+        at(backend, key)
+        value.update(key)
+    clock.advance_ms(600)
+    for key in range(0, count, 10):
+        at(backend, key)
+        value.update(-key)  # refreshed: written at 600
+    clock.advance_ms(400)  # 1 000: the others expired
+
+    snapshot = backend.snapshot(1, canonical=True)
+    clock.advance_ms(10_000)  # what counts is the barrier's time, not the serializer's
+    restored = heap_restored([stepped(snapshot)])
+
+    kept = {k: v for _, m in restored.tables["v"].key_group_maps() for k, v in m.items()}
+    assert kept == {key: (-key, 600) for key in range(0, count, 10)}
+
+
+def test_rescaling_two_heaps_to_three_rocksdb_backends_to_one_heap(rocksdb_backend: Any) -> None:
+    keys = [*range(200), *(f"k{i}" for i in range(80))]
+    heaps = []
+    for key_groups in split(ALL, 2):
+        heap = HeapKeyedStateBackend(key_groups, MAX_PARALLELISM)
+        populate(heap, [k for k in keys if assign_to_key_group(k, MAX_PARALLELISM) in key_groups])
+        heaps.append(heap)
+    handles = [handle_of(heap_snapshot(heap)) for heap in heaps]
+
+    snapshots = []
+    for key_groups in split(ALL, 3):
+        backend = rocksdb_backend(key_groups)
+        backend.restore(handles, StateReader())
+        assert all(key_group_of(cast(bytes, k)) in key_groups for k in backend.db.keys())
+        at_one = next(k for k in keys if assign_to_key_group(k, MAX_PARALLELISM) in key_groups)
+        at(backend, at_one)
+        assert backend.get_partitioned_state(ValueStateDescriptor("value")).value()["key"] == at_one
+        snapshots.append(stepped(backend.snapshot(1, canonical=True)))
+
+    merged: dict[str, tuple[str, dict[int, dict[Any, Any]]]] = {}
+    for heap in heaps:
+        for name, (kind, groups) in contents(heap).items():
+            merged.setdefault(name, (kind, {}))[1].update(groups)
+    assert contents(heap_restored(snapshots)) == merged
+
+
+def test_the_backend_refuses_handles_whose_kinds_disagree(rocksdb_backend: Any) -> None:
+    first = HeapKeyedStateBackend(KeyGroupRange(0, 63), MAX_PARALLELISM)
+    second = HeapKeyedStateBackend(KeyGroupRange(64, 127), MAX_PARALLELISM)
+    first.get_partitioned_state(MapStateDescriptor("s"))
+    second.get_partitioned_state(ttl(MapStateDescriptor("s")))
+    with pytest.raises(IncompatibleRestoredStateError, match="'s' is ttl map state in one snapshot and map"):
+        rocksdb_backend().restore(
+            [handle_of(heap_snapshot(first)), handle_of(heap_snapshot(second))], StateReader()
+        )

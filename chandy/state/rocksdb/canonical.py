@@ -90,9 +90,10 @@ class CanonicalSnapshot:
         self._catalogue = dict(catalogue)
         self._expiring = dict(expiring)
         self._now_ms = now_ms
-        # No iterate bounds in the read options: rocksdict hands RocksDB a pointer to a bound
-        # it frees at once (the scan went over every key group). The serializer seeks to the
-        # range's first key and stops at the first key of the next key group instead.
+        # No iterate bounds: RocksDB reads them from the ReadOptions object, which rocksdict's
+        # iterator does not keep alive (freed, a bound is garbage and the scan runs on). The
+        # iterator seeks to the range's first key and the serializer stops at the first key
+        # after the range instead.
         lower = key_group_prefix(key_group_range.start)
         items = cast("Iterator[tuple[bytes, bytes]]", db.items(from_key=lower))  # raw mode: bytes
         first = next(items, None)
