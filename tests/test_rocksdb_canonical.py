@@ -21,6 +21,7 @@ from typing import Any, cast
 import pytest
 from rocksdict import Options, Rdict
 
+from chandy.config.configuration import Configuration
 from chandy.core.functions import AggregateFunction
 from chandy.core.state import (
     AggregatingStateDescriptor,
@@ -33,6 +34,7 @@ from chandy.core.state import (
 from chandy.core.time import Time
 from chandy.core.windows import TimeWindow
 from chandy.state.backend import KeyedStateBackend
+from chandy.state.factory import keyed_state_backend_factory
 from chandy.state.handles import ByteStreamStateHandle, KeyGroupsStateHandle
 from chandy.state.heap import (
     TIMER_STATE_PREFIX,
@@ -46,7 +48,6 @@ from chandy.state.rocksdb.backend import TTL_CLEANUP_STEPS_PER_SNAPSHOT, RocksDB
 from chandy.state.rocksdb.canonical import CanonicalSnapshot, restore_canonical
 from chandy.state.rocksdb.codec import encode
 from chandy.state.rocksdb.layout import META_COLUMN_FAMILY, key_group_of, state_id, table_prefix
-from chandy.state.rocksdb.resources import SlotMemory
 from chandy.state.ttl import expiry_filter
 from chandy.storage.checkpoint_storage import StateReader
 from chandy.util.clock import ManualClock
@@ -426,6 +427,15 @@ def split(key_groups: KeyGroupRange, parts: int) -> list[KeyGroupRange]:
     return [KeyGroupRange(bounds[i], bounds[i + 1] - 1) for i in range(parts)]
 
 
+def merged_contents(heaps: list[HeapKeyedStateBackend]) -> dict[str, tuple[str, dict[int, dict[Any, Any]]]]:
+    """The :func:`contents` of backends of disjoint ranges, as one backend would hold them."""
+    merged: dict[str, tuple[str, dict[int, dict[Any, Any]]]] = {}
+    for heap in heaps:
+        for name, (kind, groups) in contents(heap).items():
+            merged.setdefault(name, (kind, {}))[1].update(groups)
+    return merged
+
+
 def test_rescaling_two_handles_to_three_databases_to_one_heap(tmp_path: Path) -> None:
     """Each database reads only its own key groups of handles that cover others too, every
     key lands in exactly one database, and their snapshots restore whole."""
@@ -449,11 +459,7 @@ def test_rescaling_two_handles_to_three_databases_to_one_heap(tmp_path: Path) ->
         database.close()
 
     assert len(seen) == len(set(seen))
-    merged: dict[str, tuple[str, dict[int, dict[Any, Any]]]] = {}
-    for heap in heaps:
-        for name, (kind, groups) in contents(heap).items():
-            merged.setdefault(name, (kind, {}))[1].update(groups)
-    assert contents(heap_restored(snapshots)) == merged
+    assert contents(heap_restored(snapshots)) == merged_contents(heaps)
     value = {k for _, m in heap_restored(snapshots).tables["value"].key_group_maps() for k in m}
     assert value == set(keys)
 
@@ -520,22 +526,21 @@ def test_batches_split_anywhere_lose_nothing(db: Rdict, monkeypatch: pytest.Monk
 
 @pytest.fixture
 def rocksdb_backend(tmp_path: Path) -> Iterator[Any]:
-    """``rocksdb_backend(key_groups, clock=None)``: a RocksDB backend in tmp_path, disposed at
-    the end of the test."""
-    made: list[RocksDBKeyedStateBackend] = []
+    """``rocksdb_backend(key_groups, clock=None)``: a RocksDB backend built as a job's are
+    (the factory ``state.backend.type: rocksdb`` selects), disposed at the end of the test."""
+    configuration = Configuration(
+        {
+            "state.backend.type": "rocksdb",
+            "execution.checkpointing.incremental": True,
+            "state.backend.rocksdb.localdir": str(tmp_path / "rocksdb"),
+        }
+    )
+    create = keyed_state_backend_factory(configuration, {}, 0)
+    made: list[KeyedStateBackend] = []
 
     def make(key_groups: KeyGroupRange = ALL, clock: ManualClock | None = None) -> RocksDBKeyedStateBackend:
-        directory = tmp_path / f"backend-{len(made)}"
-        directory.mkdir()
-        backend = RocksDBKeyedStateBackend(
-            key_groups,
-            MAX_PARALLELISM,
-            directory=str(directory),
-            memory=SlotMemory.of(64 << 20),
-            incremental=True,
-            owner="operator 'test'",
-            clock=clock,
-        )
+        backend = create(key_groups, MAX_PARALLELISM, "operator 'test'", clock or ManualClock())
+        assert isinstance(backend, RocksDBKeyedStateBackend)
         made.append(backend)
         return backend
 
@@ -653,11 +658,7 @@ def test_rescaling_two_heaps_to_three_rocksdb_backends_to_one_heap(rocksdb_backe
         assert backend.get_partitioned_state(ValueStateDescriptor("value")).value()["key"] == at_one
         snapshots.append(stepped(backend.snapshot(1, canonical=True)))
 
-    merged: dict[str, tuple[str, dict[int, dict[Any, Any]]]] = {}
-    for heap in heaps:
-        for name, (kind, groups) in contents(heap).items():
-            merged.setdefault(name, (kind, {}))[1].update(groups)
-    assert contents(heap_restored(snapshots)) == merged
+    assert contents(heap_restored(snapshots)) == merged_contents(heaps)
 
 
 def test_the_backend_refuses_handles_whose_kinds_disagree(rocksdb_backend: Any) -> None:
