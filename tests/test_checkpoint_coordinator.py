@@ -364,8 +364,9 @@ def test_s36_trigger_ack_complete(tmp_path: Path) -> None:
     completed = succeeded(future)
     assert completed.checkpoint_id == 1
     assert h.store.get_latest_checkpoint() is completed
-    # every handle registered exactly once, the duplicate ack notwithstanding
-    assert coordinator.shared_state_registry.registrations == {p: 1 for p in paths(state1) + paths(state2)}
+    # registered once, the duplicate ack notwithstanding; exclusive files are not counted
+    assert coordinator.shared_state_registry.registered_checkpoints == {1}
+    assert coordinator.shared_state_registry.references == {}
     # _metadata was written last into chk-1, next to the state files
     chk1 = h.storage.checkpoint_dir(1)
     assert completed.external_pointer == chk1
@@ -389,9 +390,7 @@ def test_s36_trigger_ack_complete(tmp_path: Path) -> None:
     assert none_exist([state1, state2])
     assert all_exist([state1b, state2b])
     assert os.path.isfile(os.path.join(h.storage.checkpoint_dir(2), METADATA_FILE_NAME))
-    registry = coordinator.shared_state_registry
-    assert set(registry.references) == set(paths(state1b) + paths(state2b))
-    assert all(registry.registrations[p] == 1 for p in paths(state1b) + paths(state2b))
+    assert coordinator.shared_state_registry.registered_checkpoints == {2}
     assert h.gateway.completed_ids(A1) == [1, 2]
     assert h.gateway.completed_ids(A2) == [1, 2]
     assert h.timer.pending() == []

@@ -41,7 +41,6 @@ from tests.test_checkpoint_coordinator import (
     make_coordinator,
     make_plan,
     none_exist,
-    paths,
     pending_ids,
     succeeded,
 )
@@ -151,10 +150,8 @@ def assert_failed_cleanly(
     assert h.store.number_of_retained_checkpoints == 1
     assert coordinator.latest_completed_checkpoint_id == failed_id - 1
     assert pending_ids(h) == []
-    # nothing half-registered: only the previous checkpoint's files, held by it alone
-    registry = coordinator.shared_state_registry
-    assert set(registry.references) == {p for s in previous for p in paths(s)}
-    assert all(holders == {failed_id - 1} for holders in registry.references.values())
+    # nothing half-registered: only the previous checkpoint
+    assert coordinator.shared_state_registry.registered_checkpoints == {failed_id - 1}
     # the failed checkpoint's state and _metadata are gone; the previous one is intact
     assert none_exist(failed) and not os.path.exists(h.storage.checkpoint_dir(failed_id))
     assert all_exist(previous) and os.path.isfile(metadata_file(h, failed_id - 1))
@@ -387,7 +384,7 @@ def test_a_failed_deletion_of_the_subsumed_checkpoint_does_not_fail_the_new_one(
     assert os.path.isfile(metadata_file(h, 2)) and all_exist(states)
     assert h.coordinator.latest_completed_checkpoint_id == 2
     assert h.gateway.completed_ids(A1) == [1, 2] and h.gateway.aborted_ids(A1) == []
-    assert all(holders == {2} for holders in h.coordinator.shared_state_registry.references.values())
+    assert h.coordinator.shared_state_registry.registered_checkpoints == {2}
 
 
 def test_a_failed_deletion_does_not_stop_an_abort_half_way(tmp_path: Path) -> None:

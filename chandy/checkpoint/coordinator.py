@@ -62,7 +62,7 @@ from chandy.checkpoint.pending_checkpoint import (
     TaskAcknowledgeResult,
 )
 from chandy.checkpoint.properties import CheckpointProperties
-from chandy.checkpoint.shared_state import SharedStateRegistry
+from chandy.checkpoint.shared_state import SharedStateRegistry, delete_shared_files
 from chandy.checkpoint.stats import CheckpointStatsTracker
 from chandy.config.options import ExternalizedCheckpointRetention, SavepointFormatType
 from chandy.messages.checkpoint import (
@@ -683,11 +683,17 @@ class CheckpointCoordinator:
         step leaves the previous checkpoint the latest, with nothing half-registered.
         """
         checkpoint_id = pending.checkpoint_id
+        # A savepoint's files are its own (none in shared/): it is never registered.
+        registers = not pending.props.is_savepoint
         try:
-            self.shared_state_registry.register_all(pending.operator_states.values(), checkpoint_id)
+            if registers:
+                self.shared_state_registry.register_checkpoint(
+                    checkpoint_id, pending.operator_states.values()
+                )
             completed = pending.finalize_checkpoint(self.clock.now_ms())
             completed.completion_timestamp = self.clock.now_ms()  # after _metadata is durable
         except Exception as exc:  # noqa: BLE001 - the checkpoint fails, the job does not
+            # The abort below deletes what it uploaded (shared files included): forget it only.
             self.shared_state_registry.unregister_checkpoint(checkpoint_id)
             log.warning("Could not finalize checkpoint %d of job %s: %r", checkpoint_id, self.job_id, exc)
             self._abort_pending(
@@ -703,12 +709,8 @@ class CheckpointCoordinator:
             except Exception as exc:  # noqa: BLE001 - the checkpoint fails, the job does not
                 self._fail_storing(pending, completed, exc)
                 return
-            for old in subsumed:
-                self.shared_state_registry.unregister_checkpoint(old.checkpoint_id)
+            self._release_shared_state([c for c in subsumed if c.props.discard_subsumed], "subsumed")
             self.latest_completed_checkpoint_id = max(self.latest_completed_checkpoint_id, checkpoint_id)
-        else:
-            # An intermediate savepoint references no shared state a checkpoint could drop.
-            self.shared_state_registry.unregister_checkpoint(checkpoint_id)
         # Record the completion before dropping subsumed checkpoints: dropping runs queued
         # requests, and the min pause must count from this completion.
         self._last_completion_ms = self.clock.now_ms()
@@ -754,10 +756,10 @@ class CheckpointCoordinator:
         )
         exception = CheckpointException(CheckpointFailureReason.FINALIZE_CHECKPOINT_FAILURE, error)
         exception.__cause__ = error
-        self.shared_state_registry.unregister_checkpoint(checkpoint_id)
         location = pending.target_location
         if location is None:
-            self._io(completed.discard)
+            self._io(completed.discard)  # chk-N; the shared files it uploaded go below
+            self._release_shared_state([completed], "never stored")
         else:  # a stop-with-savepoint's savepoint: its own directory, not chk-N
             self._failed_savepoint_locations.append((checkpoint_id, location))
             self._io(lambda: self.storage.discard_checkpoint(checkpoint_id, location))
@@ -771,6 +773,25 @@ class CheckpointCoordinator:
         )
         if not self.shutdown_called:
             self._execute_queued_requests()
+
+    def _release_shared_state(
+        self, discarded: Sequence[CompletedCheckpoint], why: str, *, inline: bool = False
+    ) -> None:
+        """Unregister checkpoints whose files are deleted and delete the shared files no
+        registered checkpoint references any more: on the I/O executor (``inline`` at
+        shutdown, so the job's directory can be tidied after), best effort and logged. A
+        checkpoint that was never registered (a savepoint, a NO_CLAIM restore) frees nothing."""
+        unused = [
+            h for c in discarded for h in self.shared_state_registry.unregister_checkpoint(c.checkpoint_id)
+        ]
+        if not unused:
+            return
+        ids = ", ".join(str(c.checkpoint_id) for c in discarded)
+        reason = f"checkpoint {ids} {why}"
+        if inline:
+            _run_inline(lambda: delete_shared_files(unused, self.job_id, reason))
+        else:
+            self._io(lambda: delete_shared_files(unused, self.job_id, reason))
 
     def _notify_tasks(
         self,
@@ -908,7 +929,16 @@ class CheckpointCoordinator:
         self._main_thread.assert_main_thread()
         self.id_counter.set_count(max(checkpoint_id + 1, next_checkpoint_id or 0))
         for checkpoint in restored:
-            self.completed_store.add_checkpoint(checkpoint)
+            # Registered if the job may delete it (CLAIM, a driver restart's own checkpoints),
+            # so its shared files go once unused; never a NO_CLAIM one, never a savepoint.
+            savepoint = is_savepoint and checkpoint.checkpoint_id == checkpoint_id
+            if checkpoint.props.discard_subsumed and not savepoint:
+                self.shared_state_registry.register_checkpoint(
+                    checkpoint.checkpoint_id, checkpoint.operator_states.values(), restored=True
+                )
+        for checkpoint in restored:
+            subsumed = self.completed_store.add_checkpoint(checkpoint)
+            self._release_shared_state([c for c in subsumed if c.props.discard_subsumed], "subsumed")
         by_name = {m.name: m.data for m in master_states}
         for identifier, hook in self.master_hooks.items():
             hook.restore_checkpoint(checkpoint_id, by_name.get(identifier))
@@ -930,6 +960,9 @@ class CheckpointCoordinator:
         self.shutdown_called = True
         kept = self.completed_store.get_all_checkpoints()  # a copy: shutdown clears the store
         self.completed_store.shutdown(job_status)
+        self._release_shared_state(
+            [c for c in kept if c.discarded], f"discarded (job {job_status.value})", inline=True
+        )
         retained = {c.checkpoint_id for c in kept if not c.discarded} | self._completed_savepoint_ids
         self._discard_orphaned_checkpoint_dirs(retained)
         for checkpoint_id, location in self._failed_savepoint_locations:

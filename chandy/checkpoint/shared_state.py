@@ -1,51 +1,140 @@
-"""SharedStateRegistry: which completed checkpoints reference which state files.
+"""SharedStateRegistry: which retained checkpoints reference which shared state files.
 
-Every completed checkpoint registers its state handles here. Today every
-handle is exclusive to one checkpoint (it lives in that checkpoint's ``chk-N``
-directory); incremental snapshots will put files in ``shared/`` that several
-checkpoints reference, and this registry's reference counts decide when such
-a file may be deleted.
+Flink's ``SharedStateRegistryImpl``. An incremental snapshot (the RocksDB backend's native
+checkpoint) uploads each SST file once into the job's ``shared/`` directory and every
+later checkpoint of the same backend that still contains the file references it again
+(:meth:`OperatorSubtaskState.shared_handles`). Such a file belongs to no single checkpoint:
+deleting it with the checkpoint that uploaded it would break every later one. The
+registry holds, per shared file, the set of retained checkpoints that reference it:
+
+- :meth:`register_checkpoint` when a checkpoint completes (before its ``_metadata`` is
+  written), and for the checkpoints a job takes over at its start that it may delete: a
+  CLAIM restore and a driver restart's own retained checkpoints. Never for a savepoint
+  (every file it needs is its own, in its own directory) nor for a checkpoint restored in
+  NO_CLAIM mode (the job never deletes anything of it, so nothing of it may be counted).
+- :meth:`unregister_checkpoint` when a registered checkpoint is discarded: subsumed, or
+  at the job's end when the retention policy does not keep it. It returns the files no
+  registered checkpoint references any more; the coordinator deletes exactly those. A
+  checkpoint that is kept (retained after the job, or subsumed without being deleted)
+  stays registered, so its files are never returned.
+
+Exclusive state (keyed and operator state streams, an incremental snapshot's private
+files) is not counted: it lives in the checkpoint's own ``chk-N`` directory and goes with
+it. Inline shared handles (in-memory checkpoint storage) are not counted either: there is
+no file to delete.
+
+A checkpoint that references a shared file the registry does not know, and that it did
+not upload itself, cannot be registered (:class:`UnknownSharedStateError`): the file was
+uploaded by a checkpoint that never completed, or was deleted because no retained
+checkpoint referenced it any more (a task that had not yet heard of a newer completed
+checkpoint reused the files of a subsumed one). Completing it would leave a checkpoint
+that cannot be restored; the checkpoint fails instead, like Flink's "Attempt to reference
+unknown state".
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+import logging
+from collections.abc import Iterable, Sequence
 
 from chandy.checkpoint.operator_state import OperatorState
-from chandy.state.handles import ByteStreamStateHandle, FileStateHandle, StreamStateHandle
+from chandy.errors import StorageError
+from chandy.state.handles import FileStateHandle
+from chandy.storage.filesystem import resolve
+
+log = logging.getLogger(__name__)
 
 
-def _key(handle: StreamStateHandle) -> str:
-    if isinstance(handle, FileStateHandle):
-        return handle.path
-    if isinstance(handle, ByteStreamStateHandle):
-        return f"inline:{handle.name}"
-    raise TypeError(handle)
+class UnknownSharedStateError(Exception):
+    """A checkpoint references a shared file no registered checkpoint holds (see the module)."""
 
 
 class SharedStateRegistry:
-    def __init__(self) -> None:
-        #: handle key -> ids of the checkpoints that reference it
-        self.references: dict[str, set[int]] = {}
-        #: how often each handle was registered (once per referencing checkpoint)
-        self.registrations: dict[str, int] = {}
+    """Reference sets of shared state files over the registered checkpoints."""
 
-    def register_all(self, operator_states: Iterable[OperatorState], checkpoint_id: int) -> None:
+    def __init__(self) -> None:
+        #: shared file path -> ids of the registered checkpoints that reference it
+        self.references: dict[str, set[int]] = {}
+        #: shared file path -> its handle (what is returned for deletion)
+        self._handles: dict[str, FileStateHandle] = {}
+        #: registered checkpoint id -> the shared file paths it references
+        self._by_checkpoint: dict[int, frozenset[str]] = {}
+
+    @property
+    def registered_checkpoints(self) -> set[int]:
+        """The ids of the checkpoints registered now (with shared files or without)."""
+        return set(self._by_checkpoint)
+
+    def register_checkpoint(
+        self, checkpoint_id: int, operator_states: Iterable[OperatorState], *, restored: bool = False
+    ) -> None:
+        """Count the shared files of checkpoint ``checkpoint_id``; all or nothing.
+
+        Registering the same checkpoint again adds what it did not hold yet (a repeated
+        call changes nothing). ``restored``: a checkpoint the job takes over at its start;
+        its files were uploaded by checkpoints this registry never saw, so every one is
+        taken as known.
+
+        Raises :class:`UnknownSharedStateError` (nothing registered) if it references a
+        shared file that is neither registered nor uploaded by this checkpoint.
+        """
+        shared: dict[str, FileStateHandle] = {}
+        uploaded: set[str] = set()
         for operator_state in operator_states:
             for subtask_state in operator_state.subtask_states.values():
-                for handle in subtask_state.stream_handles():
-                    key = _key(handle)
-                    holders = self.references.setdefault(key, set())
-                    if checkpoint_id not in holders:
-                        holders.add(checkpoint_id)
-                        self.registrations[key] = self.registrations.get(key, 0) + 1
+                for handle in subtask_state.shared_handles():
+                    if isinstance(handle, FileStateHandle):
+                        shared[handle.path] = handle
+                uploaded.update(
+                    h.path for h in subtask_state.uploaded_handles() if isinstance(h, FileStateHandle)
+                )
+        if not restored:
+            unknown = sorted(p for p in shared if p not in self.references and p not in uploaded)
+            if unknown:
+                raise UnknownSharedStateError(
+                    f"checkpoint {checkpoint_id} references {len(unknown)} shared state file(s) "
+                    f"that no retained checkpoint holds, e.g. {unknown[0]}: they belonged to a "
+                    "checkpoint that was aborted or subsumed and may be deleted, so this "
+                    "checkpoint could not be restored. It fails; the next one uploads them anew."
+                )
+        for path, handle in shared.items():
+            self.references.setdefault(path, set()).add(checkpoint_id)
+            self._handles.setdefault(path, handle)
+        self._by_checkpoint[checkpoint_id] = self._by_checkpoint.get(checkpoint_id, frozenset()) | frozenset(
+            shared
+        )
 
-    def unregister_checkpoint(self, checkpoint_id: int) -> list[str]:
-        """Forget a discarded checkpoint; returns the keys no checkpoint references any more."""
+    def unregister_checkpoint(self, checkpoint_id: int) -> list[FileStateHandle]:
+        """Forget a discarded checkpoint; returns the shared files (sorted by path) that no
+        registered checkpoint references any more: the caller deletes them. A checkpoint
+        that was never registered returns nothing."""
         unused = []
-        for key, holders in list(self.references.items()):
+        for path in sorted(self._by_checkpoint.pop(checkpoint_id, frozenset())):
+            holders = self.references[path]
             holders.discard(checkpoint_id)
             if not holders:
-                del self.references[key]
-                unused.append(key)
+                del self.references[path]
+                unused.append(self._handles.pop(path))
         return unused
+
+
+def delete_shared_files(handles: Sequence[FileStateHandle], job_id: str, why: str) -> None:
+    """Delete shared state files no retained checkpoint references; best effort: a file that
+    cannot be deleted is logged (and left behind), the others still go."""
+    if not handles:
+        return
+    failed = 0
+    for handle in handles:
+        try:
+            fs, path = resolve(handle.path)
+            fs.delete(path)
+        except (OSError, StorageError) as exc:
+            failed += 1
+            log.warning("Could not delete shared state file %s of job %s: %s", handle.path, job_id, exc)
+    log.info(
+        "Deleted %d shared state file(s) of job %s no retained checkpoint references (%s)%s.",
+        len(handles) - failed,
+        job_id,
+        why,
+        f"; {failed} could not be deleted" if failed else "",
+    )
