@@ -21,7 +21,9 @@ from typing import Any, cast
 import pytest
 from rocksdict import Options, Rdict
 
+from chandy import StreamExecutionEnvironment
 from chandy.config.configuration import Configuration
+from chandy.config.options import SavepointFormatType
 from chandy.core.functions import AggregateFunction
 from chandy.core.state import (
     AggregatingStateDescriptor,
@@ -33,6 +35,7 @@ from chandy.core.state import (
 )
 from chandy.core.time import Time
 from chandy.core.windows import TimeWindow
+from chandy.errors import JobCancelledError
 from chandy.state.backend import KeyedStateBackend
 from chandy.state.factory import keyed_state_backend_factory
 from chandy.state.handles import ByteStreamStateHandle, KeyGroupsStateHandle
@@ -51,6 +54,15 @@ from chandy.state.rocksdb.layout import META_COLUMN_FAMILY, key_group_of, state_
 from chandy.state.ttl import expiry_filter
 from chandy.storage.checkpoint_storage import StateReader
 from chandy.util.clock import ManualClock
+from tests.test_savepoints import (
+    assert_exact_prefix,
+    checkpointing_env,
+    committed,
+    counting_job,
+    metadata_body,
+    parts_written,
+    wait_for,
+)
 
 MAX_PARALLELISM = 128
 ALL = KeyGroupRange(0, MAX_PARALLELISM - 1)
@@ -670,3 +682,53 @@ def test_the_backend_refuses_handles_whose_kinds_disagree(rocksdb_backend: Any) 
         rocksdb_backend().restore(
             [handle_of(heap_snapshot(first)), handle_of(heap_snapshot(second))], StateReader()
         )
+
+
+# ------------------------------------------------------------------ savepoints: switching backends
+
+
+def backend_config(backend: str, tmp_path: Path) -> dict[str, Any]:
+    if backend == "hashmap":
+        return {"state.backend.type": "hashmap"}
+    return {
+        "state.backend.type": "rocksdb",
+        "execution.checkpointing.incremental": True,
+        "state.backend.rocksdb.localdir": str(tmp_path / "rocksdb"),
+    }
+
+
+@pytest.mark.parametrize(("first", "second"), [("hashmap", "rocksdb"), ("rocksdb", "hashmap")])
+def test_a_canonical_savepoint_moves_a_running_job_to_the_other_backend(
+    tmp_path: Path, first: str, second: str
+) -> None:
+    """Job A on one backend takes a CANONICAL savepoint and is cancelled; the same job restores
+    it on the other backend at another parallelism (3 instead of 2), with incremental
+    checkpoints on RocksDB, and stops with a savepoint: every record once, every key counted
+    1, 2, 3, ... across the switch."""
+    out = tmp_path / "out"
+    env = StreamExecutionEnvironment.get_execution_environment(executor="local")
+    env.set_parallelism(2)
+    env.configure(
+        {"execution.checkpointing.savepoint-dir": str(tmp_path / "sp"), **backend_config(first, tmp_path)}
+    )
+    client = counting_job(env, out, 2000).execute_async(f"on {first}")
+    wait_for(lambda: parts_written(out) >= 2, 60, "both sink subtasks writing")
+
+    path = client.trigger_savepoint(format_type=SavepointFormatType.CANONICAL).result(60)
+
+    body = metadata_body(path)
+    assert body["savepoint_format"] == "CANONICAL"
+    keyed = [h for op in body["operators"] for task in op["subtasks"].values() for h in task["keyed"]]
+    assert keyed and all("ranges" in h for h in keyed)  # key-group handles, whatever the backend
+    client.cancel()
+    with pytest.raises(JobCancelledError):
+        client.get_job_execution_result(60)
+    assert committed(out) == []
+    second_env = checkpointing_env(tmp_path, 3, **backend_config(second, tmp_path))
+    restored = counting_job(second_env, out, 2000, restore=path).execute_async(f"on {second}")
+    wait_for(lambda: len(committed(out)) > 600, 90, "records committed after the restore")
+    restored.stop_with_savepoint(savepoint_directory=str(tmp_path / "sp2")).result(60)
+    restored.get_job_execution_result(60)
+
+    assert assert_exact_prefix(committed(out), 2) > 600
+    assert (tmp_path / "rocksdb").is_dir()  # the RocksDB run did run on RocksDB
