@@ -10,11 +10,16 @@ as the backend writes them, so these tests exercise exactly the files a job's ch
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import random
+import signal
+import subprocess
+import sys
 import time
 import tracemalloc
+import uuid
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -640,3 +645,123 @@ def test_upload_and_copy_stream_through_fsspec_filesystems_too(tmp_path: Path) -
     storage.fs.delete(handle.path)
     with pytest.raises(InvalidCheckpointError, match="is missing"):
         storage.reader().copy_to(handle, str(tmp_path / "again"))
+
+
+# ------------------------------------------------------------------------------ a real job, killed
+
+
+KILL_SCRIPT = Path(__file__).resolve().parent / "scripts" / "rocksdb_upload_kill_job.py"
+KILL_RECORDS = 3000
+KILL_KEYS = 40
+
+
+def _start_kill_job(tmp_path: Path, job_id: str, log_name: str) -> subprocess.Popen[str]:
+    root = KILL_SCRIPT.parent.parent.parent
+    args = [
+        tmp_path / "out",
+        tmp_path / "checkpoints",
+        tmp_path / "local",
+        job_id,
+        KILL_RECORDS,
+        tmp_path / "gate",
+    ]
+    with (tmp_path / log_name).open("w") as stderr:
+        return subprocess.Popen(
+            [sys.executable, str(KILL_SCRIPT), *map(str, args)],
+            stdout=subprocess.PIPE,
+            stderr=stderr,
+            text=True,
+            env={**os.environ, "PYTHONPATH": str(root)},
+            cwd=root,
+        )
+
+
+def _checkpoint_id(metadata: Path) -> int:
+    return int(metadata.parent.name.removeprefix("chk-"))
+
+
+def _files_written_after(directory: Path, moment_ns: int) -> list[Path]:
+    found = []
+    for path in directory.iterdir() if directory.exists() else ():
+        try:
+            if path.stat().st_mtime_ns > moment_ns:
+                found.append(path)
+        except FileNotFoundError:  # deleted meanwhile (no checkpoint references it any more)
+            pass
+    return found
+
+
+def test_a_sigkill_during_an_sst_upload_leaves_a_checkpoint_that_is_complete_or_ignored(
+    tmp_path: Path,
+) -> None:
+    """The issue's acceptance test: a real job on RocksDB (tests/scripts/rocksdb_upload_kill_job.py,
+    tens of MB of SST files per checkpoint) is killed with SIGKILL while an SST file is being
+    written into shared/; run again under its job id it resumes from the latest checkpoint
+    with a _metadata, and its output is exactly once with every payload restored intact."""
+    job_id = uuid.uuid4().hex
+    job_dir = tmp_path / "checkpoints" / job_id
+    first = _start_kill_job(tmp_path, job_id, "first.log")
+    try:
+        deadline = time.monotonic() + 240
+        while True:
+            assert first.poll() is None, (
+                "the job ended before the kill:\n" + (tmp_path / "first.log").read_text()[-5000:]
+            )
+            assert time.monotonic() < deadline, "no upload after a completed checkpoint within 240 s"
+            try:  # the latest completed checkpoint (one is retained: older ones are subsumed)
+                completed = max((p for p in job_dir.glob("chk-*/_metadata")), key=_checkpoint_id)
+                completed_id, completed_ns = _checkpoint_id(completed), completed.stat().st_mtime_ns
+            except (ValueError, FileNotFoundError):
+                continue
+            # after a few checkpoints (later ones reference earlier ones' files), an SST file
+            # written after the latest completed one: the next checkpoint is uploading
+            if completed_id >= 3 and _files_written_after(job_dir / SHARED_DIR, completed_ns):
+                first.send_signal(signal.SIGKILL)
+                break
+            time.sleep(0.001)
+    finally:
+        first.kill()
+        first.wait(30)
+        assert first.stdout is not None
+        first.stdout.close()
+
+    metadata = {
+        int(p.parent.name.removeprefix("chk-")): p.read_bytes() for p in job_dir.glob("chk-*/_metadata")
+    }
+    shared = {p.name for p in (job_dir / SHARED_DIR).iterdir()}
+    referenced = {name for name in shared if any(name.encode() in data for data in metadata.values())}
+    orphans = shared - referenced
+    log.warning(
+        "killed with checkpoints %s complete; shared/ holds %d files (%d MB), %d of them (%d MB) "
+        "of the checkpoint being uploaded",
+        sorted(metadata),
+        len(shared),
+        sum((job_dir / SHARED_DIR / n).stat().st_size for n in shared) >> 20,
+        len(orphans),
+        sum((job_dir / SHARED_DIR / n).stat().st_size for n in orphans) >> 20,
+    )
+    assert orphans, "the kill came after the uploading checkpoint completed: nothing was tested"
+    assert referenced  # the completed checkpoints' files are all there
+
+    (tmp_path / "gate").touch()  # the second run need not be paced
+    second = _start_kill_job(tmp_path, job_id, "second.log")
+    stdout, _ = second.communicate(timeout=600)
+    assert second.returncode == 0, (tmp_path / "second.log").read_text()[-8000:]
+    summary = json.loads(
+        next(line for line in stdout.splitlines() if line.startswith("SUMMARY ")).split(" ", 1)[1]
+    )
+    assert summary["restored"]["id"] == max(metadata), summary  # the incomplete one is ignored
+
+    records = []
+    for part in sorted((tmp_path / "out").rglob("*")):
+        if part.is_file() and not part.name.startswith((".", "_")):
+            records += [json.loads(line) for line in part.read_text().splitlines() if line]
+    xs = sorted(r["x"] for r in records)
+    assert xs == list(range(KILL_RECORDS)), "records lost or written twice"
+    assert all(r["ok"] for r in records), "a restored payload differs from the one checkpointed"
+    by_key: dict[int, list[dict[str, Any]]] = {}
+    for record in sorted(records, key=lambda r: r["count"]):
+        by_key.setdefault(record["key"], []).append(record)
+    for key, seen in by_key.items():
+        assert [r["count"] for r in seen] == list(range(1, len(seen) + 1)), key
+        assert [r["last"] for r in seen] == [None] + [r["x"] for r in seen[:-1]], key
