@@ -2,14 +2,26 @@
 
 from __future__ import annotations
 
+import hashlib
+import json
 import os
+import struct
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from chandy.checkpoint.completed_checkpoint import CompletedCheckpoint, CompletedCheckpointStore
 from chandy.checkpoint.loader import load_checkpoint_metadata
-from chandy.checkpoint.metadata import CheckpointMetadata, MasterState, serialize
+from chandy.checkpoint.metadata import (
+    MAGIC,
+    VERSION,
+    VERSION_INCREMENTAL,
+    CheckpointMetadata,
+    MasterState,
+    deserialize,
+    serialize,
+)
 from chandy.checkpoint.pending_checkpoint import CheckpointPlan, PendingCheckpoint, TaskToAck
 from chandy.checkpoint.properties import CheckpointProperties
 from chandy.config.options import ExternalizedCheckpointRetention
@@ -20,6 +32,7 @@ from chandy.messages.status import JobStatus
 from chandy.state.handles import (
     ByteStreamStateHandle,
     FileStateHandle,
+    IncrementalKeyedStateHandle,
     KeyGroupsStateHandle,
     OperatorStateDistributionMode,
     OperatorStateHandle,
@@ -328,3 +341,232 @@ def test_missing_path_is_a_clear_error(tmp_path: Path) -> None:
     message = str(error.value)
     assert missing in message
     assert "does not exist" in message
+
+
+# ---------------------------------------------------------------------- _metadata version 2
+
+
+def local_file(tmp_path: Path, name: str, size: int) -> str:
+    path = tmp_path / "local" / name
+    path.parent.mkdir(exist_ok=True)
+    path.write_bytes((name.encode() * size)[:size])
+    return str(path)
+
+
+def incremental_handle(
+    storage: CheckpointStorage, tmp_path: Path, checkpoint_id: int, key_groups: KeyGroupRange
+) -> IncrementalKeyedStateHandle:
+    """A RocksDB checkpoint uploaded through the storage: two SST files into ``shared/``, a
+    large private MANIFEST into ``chk-N`` and a small inline CURRENT."""
+    big_size = storage.inline_threshold + 1
+    shared = tuple(
+        (
+            name,
+            storage.upload_file(checkpoint_id, local_file(tmp_path, f"{key_groups.start}-{name}", 100), True),
+        )
+        for name in ("000010.sst", "000011.sst")
+    )
+    private = tuple(
+        (
+            name,
+            storage.upload_file(
+                checkpoint_id, local_file(tmp_path, f"{key_groups.start}-{name}", size), False
+            ),
+        )
+        for name, size in (("MANIFEST-000005", big_size), ("CURRENT", 16))
+    )
+    return IncrementalKeyedStateHandle(
+        key_groups,
+        f"backend-{key_groups.start}",
+        checkpoint_id,
+        shared,
+        private,
+        frozenset({"000011.sst"}),
+        (("_timer_state/t", "timers"), ("count", "value")),  # sorted, as backends record them
+    )
+
+
+def finalized_incremental_checkpoint(
+    storage: CheckpointStorage, tmp_path: Path, checkpoint_id: int = 4
+) -> CompletedCheckpoint:
+    """Two subtasks of a keyed operator with RocksDB incremental state, finalized into ``chk-N``."""
+    attempts = [ExecutionAttemptID(1, i, 0) for i in range(2)]
+    tasks = tuple(TaskToAck(a, 1, a.subtask_index, 2, 128, ("keyed",)) for a in attempts)
+    plan = CheckpointPlan(tuple(attempts), tasks, tuple(attempts))
+    pending = PendingCheckpoint(
+        JOB_ID, checkpoint_id, 5_000, plan, (), CHECKPOINT, storage, lambda state: None
+    )
+    for a in attempts:
+        handle = incremental_handle(
+            storage, tmp_path, checkpoint_id, KeyGroupRange.of_operator(128, 2, a.subtask_index)
+        )
+        state = TaskStateSnapshot({"keyed": OperatorSubtaskState((handle,))})
+        pending.acknowledge_task(a, state, CheckpointMetrics())
+    return pending.finalize_checkpoint(6_000)
+
+
+def version_of(path: str) -> int:
+    return int.from_bytes(Path(path).read_bytes()[8:12], "big")
+
+
+def test_incremental_handles_round_trip_in_a_version_2_file(
+    storage: CheckpointStorage, tmp_path: Path
+) -> None:
+    completed = finalized_incremental_checkpoint(storage, tmp_path)
+    path = metadata_path(completed)
+
+    metadata, _ = load_checkpoint_metadata(path)
+
+    assert version_of(path) == VERSION_INCREMENTAL == 2
+    assert {s.operator_id: s for s in metadata.operator_states} == completed.operator_states
+    handle = metadata.operator_states[0].subtask_states[1].managed_keyed_state[0]
+    assert isinstance(handle, IncrementalKeyedStateHandle)
+    assert handle.uploaded == frozenset({"000011.sst"})
+    assert handle.state_kinds == (("_timer_state/t", "timers"), ("count", "value"))
+    # on disk: shared files relative to the job directory, the MANIFEST relative to chk-N
+    body = json.loads(Path(path).read_bytes()[20:-32])
+    stored = body["operators"][0]["subtasks"]["0"]["keyed"][0]
+    assert stored["type"] == "incremental"
+    assert all(h["path"].startswith("../shared/") for _, h in stored["shared"])
+    manifest, current = dict(stored["private"])["MANIFEST-000005"], dict(stored["private"])["CURRENT"]
+    assert manifest["type"] == "file" and "/" not in manifest["path"]
+    assert current["type"] == "bytes"
+
+
+def test_a_job_directory_moved_whole_keeps_incremental_checkpoints_restorable(
+    storage: CheckpointStorage, tmp_path: Path
+) -> None:
+    completed = finalized_incremental_checkpoint(storage, tmp_path)
+    moved = tmp_path / "moved-job"
+    os.rename(storage.job_dir, moved)
+
+    metadata, _ = load_checkpoint_metadata(str(moved / "chk-4"))
+
+    files = [
+        handle
+        for subtask in metadata.operator_states[0].subtask_states.values()
+        for handle in (*subtask.stream_handles(), *subtask.shared_handles())
+        if isinstance(handle, FileStateHandle)
+    ]
+    assert len(files) == 6  # 2 subtasks x (2 shared + 1 private MANIFEST)
+    assert all(h.path.startswith(str(moved) + os.sep) and os.path.isfile(h.path) for h in files)
+    assert completed.checkpoint_id == metadata.checkpoint_id
+
+
+def test_a_missing_shared_file_is_named_before_a_restore(storage: CheckpointStorage, tmp_path: Path) -> None:
+    completed = finalized_incremental_checkpoint(storage, tmp_path)
+    (gone, *_) = sorted(os.listdir(os.path.join(storage.job_dir, "shared")))
+    os.remove(os.path.join(storage.job_dir, "shared", gone))
+
+    with pytest.raises(InvalidCheckpointError) as error:
+        load_checkpoint_metadata(completed.external_pointer or "")
+    message = str(error.value)
+    assert f"shared state file {os.path.join(storage.job_dir, 'shared', gone)}" in message
+    assert "is missing" in message and "shared/" in message and "Restore from another checkpoint" in message
+
+
+def test_a_checkpoint_without_incremental_state_stays_version_1(storage: CheckpointStorage) -> None:
+    """An older chandy reads every heap checkpoint: version 2 is written only when needed."""
+    completed = finalized_checkpoint(storage)
+    assert version_of(metadata_path(completed)) == VERSION == 1
+
+
+def metadata_file(version: int, body: dict[str, Any]) -> bytes:
+    payload = json.dumps(body).encode()
+    head = struct.pack(">8sIQ", MAGIC, version, len(payload)) + payload
+    return head + hashlib.sha256(head).digest()
+
+
+def one_keyed_operator(keyed: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "checkpoint_id": 7,
+        "job_id": "j",
+        "timestamp": 1,
+        "checkpoint_type": "CHECKPOINT",
+        "operators": [
+            {
+                "operator_id": "op",
+                "parallelism": 1,
+                "max_parallelism": 128,
+                "subtasks": {"0": {"finished": False, "keyed": [keyed], "operator": []}},
+            }
+        ],
+        "master_states": [],
+    }
+
+
+KEY_GROUPS_V1 = {
+    "key_group_range": [0, 1],
+    "ranges": [[0, 1], [1, 2]],
+    "delegate": {"type": "file", "path": "abc", "size": 2, "sha256": "00"},
+}
+INCREMENTAL_V2 = {
+    "type": "incremental",
+    "key_group_range": [0, 127],
+    "backend_id": "b",
+    "checkpoint_id": 6,
+    "shared": [["1.sst", {"type": "file", "path": "../shared/u1", "size": 9, "sha256": "11"}]],
+    "private": [["CURRENT", {"type": "bytes", "name": "c", "data": "AAA="}]],
+    "uploaded": [],
+}
+
+
+@pytest.mark.parametrize("version", [1, 2])
+def test_version_1_and_2_files_are_read(version: int) -> None:
+    (operator,) = deserialize(
+        metadata_file(version, one_keyed_operator(KEY_GROUPS_V1)), "m", "/j/chk-7"
+    ).operator_states
+    (handle,) = operator.subtask_states[0].managed_keyed_state
+    assert isinstance(handle, KeyGroupsStateHandle)
+    assert handle.delegate == FileStateHandle("/j/chk-7/abc", 2, "00")
+
+
+def test_an_incremental_handle_reads_relative_to_the_job_directory() -> None:
+    (operator,) = deserialize(
+        metadata_file(2, one_keyed_operator(INCREMENTAL_V2)), "m", "/j/chk-7"
+    ).operator_states
+    (handle,) = operator.subtask_states[0].managed_keyed_state
+    assert handle == IncrementalKeyedStateHandle(
+        KeyGroupRange(0, 127),
+        "b",
+        6,
+        (("1.sst", FileStateHandle("/j/shared/u1", 9, "11")),),
+        (("CURRENT", ByteStreamStateHandle("c", b"\x00\x00")),),
+    )
+    assert serialize(
+        deserialize(metadata_file(2, one_keyed_operator(INCREMENTAL_V2)), "m", "/j/chk-7"), "/j/chk-7"
+    )[8:12] == (2).to_bytes(4, "big")
+
+
+@pytest.mark.parametrize("version", [0, 3, 2**32 - 1])
+def test_an_unknown_version_is_refused_naming_it(version: int) -> None:
+    with pytest.raises(InvalidCheckpointError) as error:
+        deserialize(metadata_file(version, one_keyed_operator(KEY_GROUPS_V1)), "x/_metadata")
+    assert f"x/_metadata has metadata format version {version}; this chandy reads versions 1, 2" in str(
+        error.value
+    )
+
+
+@pytest.mark.parametrize(
+    ("version", "keyed"),
+    [
+        (1, INCREMENTAL_V2),  # version 1 cannot hold one: no writer put it there
+        (2, {**INCREMENTAL_V2, "type": "changelog"}),
+        (2, {k: v for k, v in INCREMENTAL_V2.items() if k != "uploaded"}),
+    ],
+    ids=["incremental-in-v1", "unknown-type", "field-missing"],
+)
+def test_an_unreadable_keyed_handle_is_a_clear_error(version: int, keyed: dict[str, Any]) -> None:
+    with pytest.raises(
+        InvalidCheckpointError, match="x/_metadata has a valid checksum but an unreadable body"
+    ):
+        deserialize(metadata_file(version, one_keyed_operator(keyed)), "x/_metadata")
+
+
+def test_a_flipped_byte_in_a_version_2_file_is_corrupt(storage: CheckpointStorage, tmp_path: Path) -> None:
+    path = metadata_path(finalized_incremental_checkpoint(storage, tmp_path))
+    data = bytearray(Path(path).read_bytes())
+    data[len(data) // 2] ^= 0x01
+    Path(path).write_bytes(bytes(data))
+    with pytest.raises(InvalidCheckpointError, match="corrupt"):
+        load_checkpoint_metadata(path)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from chandy.checkpoint.metadata import CheckpointMetadata, deserialize
 from chandy.errors import InvalidCheckpointError, StorageError
-from chandy.state.handles import FileStateHandle
+from chandy.state.handles import FileStateHandle, StreamStateHandle
 from chandy.storage.checkpoint_storage import CHECKPOINT_DIR_PREFIX, METADATA_FILE_NAME
 from chandy.storage.filesystem import resolve
 
@@ -57,7 +57,8 @@ def load_checkpoint_metadata(pointer: str) -> tuple[CheckpointMetadata, str]:
 
 
 def check_state_files(metadata: CheckpointMetadata, source: str) -> None:
-    """Every state file the checkpoint references exists with its recorded size.
+    """Every state file the checkpoint references exists with its recorded size: its own
+    files and the shared files of incremental snapshots (in the job's ``shared/``).
 
     A cheap check (no file is read) that turns a deleted or truncated file into a
     clear error before anything runs; contents are verified against their
@@ -66,22 +67,34 @@ def check_state_files(metadata: CheckpointMetadata, source: str) -> None:
     for operator in metadata.operator_states:
         for subtask in operator.subtask_states.values():
             for handle in subtask.stream_handles():
-                if not isinstance(handle, FileStateHandle):
-                    continue
-                fs, path = resolve(handle.path)
-                try:
-                    size = fs.size(path)
-                except FileNotFoundError:
-                    raise InvalidCheckpointError(
-                        f"state file {handle.path} referenced by {source} is missing: the "
-                        "checkpoint was partly deleted or moved without its files. Restore from "
-                        "another checkpoint."
-                    ) from None
-                except OSError as exc:
-                    raise InvalidCheckpointError(f"cannot check state file {handle.path}: {exc}") from None
-                if size != handle.size:
-                    raise InvalidCheckpointError(
-                        f"state file {handle.path} referenced by {source} is corrupt: it has "
-                        f"{size} bytes, the checkpoint recorded {handle.size}. Restore from "
-                        "another checkpoint."
-                    )
+                _check_file(handle, source, shared=False)
+            for handle in subtask.shared_handles():
+                _check_file(handle, source, shared=True)
+
+
+def _check_file(handle: StreamStateHandle, source: str, *, shared: bool) -> None:
+    if not isinstance(handle, FileStateHandle):
+        return
+    what = "shared state file" if shared else "state file"
+    fs, path = resolve(handle.path)
+    try:
+        size = fs.size(path)
+    except FileNotFoundError:
+        cause = (
+            "it lives in the job directory's shared/ (several checkpoints reference it), which "
+            "was deleted, or the checkpoint was moved without its job directory"
+            if shared
+            else "the checkpoint was partly deleted or moved without its files"
+        )
+        raise InvalidCheckpointError(
+            f"{what} {handle.path} referenced by {source} is missing: {cause}. Restore from "
+            "another checkpoint."
+        ) from None
+    except OSError as exc:
+        raise InvalidCheckpointError(f"cannot check {what} {handle.path}: {exc}") from None
+    if size != handle.size:
+        raise InvalidCheckpointError(
+            f"{what} {handle.path} referenced by {source} is corrupt: it has "
+            f"{size} bytes, the checkpoint recorded {handle.size}. Restore from "
+            "another checkpoint."
+        )

@@ -3,7 +3,7 @@
 Layout::
 
     magic      8 bytes   b"CHANDYCK"
-    version    4 bytes   big-endian unsigned (this module writes and reads 1)
+    version    4 bytes   big-endian unsigned (1 or 2, see "Compatibility")
     length     8 bytes   big-endian length of the body
     body       length    UTF-8 JSON (below)
     checksum   32 bytes  SHA-256 of everything before it
@@ -11,10 +11,16 @@ Layout::
 The body names every operator (by operator id) with its parallelism, max
 parallelism and, per subtask, its keyed state handles (key-group range and one
 byte range per key group) and operator state handles (per named list: the
-distribution mode and one byte range per element). A handle is a file (path,
-size, SHA-256) or inline bytes (base64) for small state. File paths inside the
-checkpoint's own directory are stored relative to it, so a retained checkpoint
-or savepoint can be moved and still restored.
+distribution mode and one byte range per element), or incremental keyed handles
+(a RocksDB checkpoint's files). A handle is a file (path, size, SHA-256) or inline
+bytes (base64) for small state. File paths inside the checkpoint's own directory
+are stored relative to it, so a retained checkpoint or savepoint can be moved and
+still restored. Inside an incremental handle, paths under the checkpoint
+directory's parent (the job directory, whose ``shared/`` holds the SST files
+several checkpoints reference) are stored relative to that parent as
+``../shared/<file>``: moving the whole job directory keeps every retained
+checkpoint restorable (moving one ``chk-N`` alone does not; it never held its
+shared files). Any other path is stored as it is (absolute).
 
 The body, field by field (``?`` marks optional fields)::
 
@@ -25,14 +31,29 @@ The body, field by field (``?`` marks optional fields)::
         name?       the operator's name when it was checkpointed (absent in older files)
         subtasks: { "<index>": {
             finished,
-            keyed: [ { key_group_range: [start, end] (inclusive), ranges: [[from, to], ...],
-                       delegate: <handle>,
-                       states?: { "<state name>": "<kind>" } } ],
+            keyed: [ <key groups handle> | <incremental handle> ],
             operator: [ { states: { "<name>": { mode, elements: [[from, to], ...] } },
                           delegate: <handle> } ] } } } ]
     master_states: [ { name, data (base64) } ]
 
+    <key groups handle> = { key_group_range: [start, end] (inclusive), ranges: [[from, to], ...],
+                            delegate: <handle>, states?: { "<state name>": "<kind>" } }
+    <incremental handle> (version 2) = { type: "incremental", key_group_range: [start, end],
+                            backend_id, checkpoint_id,
+                            shared: [[<local file name>, <handle>], ...],
+                            private: [[<local file name>, <handle>], ...],
+                            uploaded: [<local file name>, ...],
+                            states?: { "<state name>": "<kind>" } }
     <handle> = { type: "file", path, size, sha256 } | { type: "bytes", name, data (base64) }
+
+An incremental handle (:class:`IncrementalKeyedStateHandle`) is a RocksDB
+checkpoint: ``shared`` its SST files (in the job's ``shared/``, referenced by
+later checkpoints too), ``private`` the files exclusive to this checkpoint
+(``MANIFEST-*``, ``CURRENT``, ``OPTIONS-*``), each under the name it had in the
+local database directory; ``uploaded`` names the shared files this checkpoint
+uploaded itself (the others were uploaded by earlier checkpoints);
+``checkpoint_id`` is the checkpoint that took the snapshot and ``backend_id`` the
+backend instance that wrote it.
 
 A keyed handle's ``states`` maps every state in it to its kind as the heap
 backend names it: ``value``, ``list``, ``map``, ``reducing``, ``aggregating``,
@@ -47,7 +68,10 @@ reader of version 1 ignores fields it does not know and restores correctly
 without them; files written before they existed read as before (the fields are
 ``None`` / empty). The version changes only when an older reader could not
 restore a newer file correctly, and then this module refuses a version it does
-not know, naming it.
+not know, naming it. Version 2 added incremental handles, which a version-1
+reader cannot read: a file is written as version 2 only when it holds one, so
+every checkpoint of the heap backend (and every canonical savepoint) stays
+version 1 and readable by older chandy. This module reads both.
 
 Why not pickle: ``_metadata`` is read before anything else of a checkpoint, often
 from shared storage, and must be safe to load. JSON reads no code; the checksum
@@ -69,6 +93,8 @@ from chandy.errors import InvalidCheckpointError
 from chandy.state.handles import (
     ByteStreamStateHandle,
     FileStateHandle,
+    IncrementalKeyedStateHandle,
+    KeyedStateHandle,
     KeyGroupsStateHandle,
     OperatorStateDistributionMode,
     OperatorStateHandle,
@@ -79,7 +105,12 @@ from chandy.state.key_groups import KeyGroupRange
 from chandy.state.snapshot import OperatorSubtaskState
 
 MAGIC = b"CHANDYCK"
+#: The version written when the file holds no incremental handle.
 VERSION = 1
+#: The version written when it does (see "Compatibility").
+VERSION_INCREMENTAL = 2
+#: Every version this module reads.
+READABLE_VERSIONS = (VERSION, VERSION_INCREMENTAL)
 _HEADER = struct.Struct(">8sIQ")
 _CHECKSUM_LEN = 32
 
@@ -107,19 +138,33 @@ class CheckpointMetadata:
 # ---------------------------------------------------------------------- writing
 
 
-def _relative(path: str, base: str | None) -> str:
+_PARENT = "../"
+
+
+def _parent(base: str) -> str:
+    """The directory holding ``base`` (the job directory of a ``chk-N``)."""
+    return base.rstrip("/").rsplit("/", 1)[0]
+
+
+def _relative(path: str, base: str | None, *, parent: bool = False) -> str:
+    """``path`` relative to ``base`` if inside it; with ``parent``, also ``../<rest>`` if it
+    is inside ``base``'s parent directory (an incremental handle's shared files)."""
     if base is not None:
         prefix = base.rstrip("/") + "/"
         if path.startswith(prefix):
             return path[len(prefix) :]
+        if parent:
+            parent_prefix = _parent(base) + "/"
+            if parent_prefix != "/" and path.startswith(parent_prefix):
+                return _PARENT + path[len(parent_prefix) :]
     return path
 
 
-def _handle_to_json(handle: StreamStateHandle, base: str | None) -> dict[str, Any]:
+def _handle_to_json(handle: StreamStateHandle, base: str | None, *, parent: bool = False) -> dict[str, Any]:
     if isinstance(handle, FileStateHandle):
         return {
             "type": "file",
-            "path": _relative(handle.path, base),
+            "path": _relative(handle.path, base, parent=parent),
             "size": handle.size,
             "sha256": handle.sha256,
         }
@@ -128,8 +173,26 @@ def _handle_to_json(handle: StreamStateHandle, base: str | None) -> dict[str, An
     raise TypeError(f"cannot write state handle {handle!r} into metadata")
 
 
-def _keyed_to_json(handle: KeyGroupsStateHandle, base: str | None) -> dict[str, Any]:
-    data: dict[str, Any] = {
+def _files_to_json(files: tuple[tuple[str, StreamStateHandle], ...], base: str | None) -> list[Any]:
+    return [[name, _handle_to_json(handle, base, parent=True)] for name, handle in files]
+
+
+def _keyed_to_json(handle: KeyedStateHandle, base: str | None) -> dict[str, Any]:
+    data: dict[str, Any]
+    if isinstance(handle, IncrementalKeyedStateHandle):
+        data = {
+            "type": "incremental",
+            "key_group_range": [handle.key_group_range.start, handle.key_group_range.end],
+            "backend_id": handle.backend_id,
+            "checkpoint_id": handle.checkpoint_id,
+            "shared": _files_to_json(handle.shared, base),
+            "private": _files_to_json(handle.private, base),
+            "uploaded": sorted(handle.uploaded),
+        }
+        if handle.state_kinds:
+            data["states"] = dict(handle.state_kinds)
+        return data
+    data = {
         "key_group_range": [handle.key_group_range.start, handle.key_group_range.end],
         "ranges": [list(r) for r in handle.ranges],
         "delegate": _handle_to_json(handle.delegate, base),
@@ -170,6 +233,15 @@ def _subtask_to_json(state: OperatorSubtaskState, base: str | None) -> dict[str,
     }
 
 
+def _has_incremental(metadata: CheckpointMetadata) -> bool:
+    return any(
+        isinstance(handle, IncrementalKeyedStateHandle)
+        for op in metadata.operator_states
+        for subtask in op.subtask_states.values()
+        for handle in subtask.managed_keyed_state
+    )
+
+
 def serialize(metadata: CheckpointMetadata, base_dir: str | None = None) -> bytes:
     """The bytes of ``_metadata``; file paths under ``base_dir`` are made relative."""
     body = {
@@ -185,7 +257,8 @@ def serialize(metadata: CheckpointMetadata, base_dir: str | None = None) -> byte
     if metadata.savepoint_format is not None:
         body["savepoint_format"] = metadata.savepoint_format
     payload = json.dumps(body, separators=(",", ":"), sort_keys=True).encode("utf-8")
-    head = _HEADER.pack(MAGIC, VERSION, len(payload)) + payload
+    version = VERSION_INCREMENTAL if _has_incremental(metadata) else VERSION
+    head = _HEADER.pack(MAGIC, version, len(payload)) + payload
     return head + hashlib.sha256(head).digest()
 
 
@@ -195,6 +268,8 @@ def serialize(metadata: CheckpointMetadata, base_dir: str | None = None) -> byte
 def _absolute(path: str, base: str | None) -> str:
     if base is None or path.startswith("/") or "://" in path:
         return path
+    if path.startswith(_PARENT):
+        return _parent(base) + "/" + path[len(_PARENT) :]
     return base.rstrip("/") + "/" + path
 
 
@@ -214,16 +289,40 @@ def _handle_from_json(data: dict[str, Any], base: str | None) -> StreamStateHand
     raise ValueError(f"unknown state handle type {kind!r}")
 
 
-def _subtask_from_json(data: dict[str, Any], base: str | None) -> OperatorSubtaskState:
-    keyed = tuple(
-        KeyGroupsStateHandle(
-            KeyGroupRange(*h["key_group_range"]),
-            tuple((int(a), int(b)) for a, b in h["ranges"]),
-            _handle_from_json(h["delegate"], base),
-            tuple(sorted((str(name), str(kind)) for name, kind in h.get("states", {}).items())),
+def _state_kinds(data: dict[str, Any]) -> tuple[tuple[str, str], ...]:
+    return tuple(sorted((str(name), str(kind)) for name, kind in data.get("states", {}).items()))
+
+
+def _files_from_json(data: list[Any], base: str | None) -> tuple[tuple[str, StreamStateHandle], ...]:
+    return tuple((str(name), _handle_from_json(handle, base)) for name, handle in data)
+
+
+def _keyed_from_json(data: dict[str, Any], base: str | None, version: int) -> KeyedStateHandle:
+    kind = data.get("type", "key_groups")
+    if kind == "incremental":
+        if version < VERSION_INCREMENTAL:
+            raise ValueError(f"an incremental keyed handle in a version {version} file")
+        return IncrementalKeyedStateHandle(
+            KeyGroupRange(*data["key_group_range"]),
+            str(data["backend_id"]),
+            int(data["checkpoint_id"]),
+            _files_from_json(data["shared"], base),
+            _files_from_json(data["private"], base),
+            frozenset(str(name) for name in data["uploaded"]),
+            _state_kinds(data),
         )
-        for h in data["keyed"]
+    if kind != "key_groups":
+        raise ValueError(f"unknown keyed state handle type {kind!r}")
+    return KeyGroupsStateHandle(
+        KeyGroupRange(*data["key_group_range"]),
+        tuple((int(a), int(b)) for a, b in data["ranges"]),
+        _handle_from_json(data["delegate"], base),
+        _state_kinds(data),
     )
+
+
+def _subtask_from_json(data: dict[str, Any], base: str | None, version: int) -> OperatorSubtaskState:
+    keyed = tuple(_keyed_from_json(h, base, version) for h in data["keyed"])
     operator = tuple(
         OperatorStateHandle(
             {
@@ -254,10 +353,10 @@ def deserialize(data: bytes, source: str, base_dir: str | None = None) -> Checkp
             "magic bytes). Point the restore path at a chk-N directory "
             "or savepoint written by chandy."
         )
-    if version != VERSION:
+    if version not in READABLE_VERSIONS:
         raise InvalidCheckpointError(
-            f"{source} has metadata format version {version}; this chandy reads version "
-            f"{VERSION}. Restore it with the chandy version that wrote it."
+            f"{source} has metadata format version {version}; this chandy reads versions "
+            f"{', '.join(map(str, READABLE_VERSIONS))}. Restore it with the chandy version that wrote it."
         )
     end = _HEADER.size + length
     if len(data) != end + _CHECKSUM_LEN or hashlib.sha256(data[:end]).digest() != data[end:]:
@@ -277,7 +376,7 @@ def deserialize(data: bytes, source: str, base_dir: str | None = None) -> Checkp
                 name=_optional_str(op, "name"),
             )
             for index, subtask in op["subtasks"].items():
-                state.put_state(int(index), _subtask_from_json(subtask, base_dir))
+                state.put_state(int(index), _subtask_from_json(subtask, base_dir, version))
             operators.append(state)
         masters = [MasterState(m["name"], base64.b64decode(m["data"])) for m in body["master_states"]]
         return CheckpointMetadata(
