@@ -738,3 +738,53 @@ def test_checkpoint_list_shows_valid_and_broken_checkpoints(retained: Path, tmp_
     assert lines[0].split() == ["PATH", "ID", "TYPE", "TIME", "SIZE", "STATUS"]
     assert lines[1].startswith(f"{good.parent.name}/chk-5 ") and lines[1].endswith("valid")
     assert "INVALID: _metadata is corrupt (checksum mismatch)" in lines[2]
+
+
+def test_inspect_and_list_check_the_shared_files_of_incremental_checkpoints(tmp_path: Path) -> None:
+    from chandy.storage.checkpoint_storage import CheckpointStorage
+    from tests.test_completed_checkpoint_store import JOB_ID, finalized_incremental_checkpoint
+
+    storage = CheckpointStorage(str(tmp_path / "checkpoints"), JOB_ID)
+    storage.initialize()
+    completed = finalized_incremental_checkpoint(storage, tmp_path)
+    chk = str(completed.external_pointer)
+    shared_dir = Path(storage.job_dir) / "shared"
+
+    result = chandy("checkpoint", "inspect", chk, "--json", timeout=60)
+    assert result.returncode == 0, result.stderr
+    report = json.loads(result.stdout)
+    assert report["format_version"] == 2 and report["valid"]
+    shared = sorted(f["path"] for f in report["state_files"] if f["shared"])
+    assert shared == sorted(str(p) for p in shared_dir.iterdir()) and len(shared) == 4
+    assert len([f for f in report["state_files"] if not f["shared"]]) == 2  # the MANIFESTs
+    (operator,) = report["operators"]
+    assert [(s["shared_files"], s["private_files"]) for s in operator["subtasks"]] == [(2, 2), (2, 2)]
+
+    text = chandy("checkpoint", "inspect", chk, "--verify", timeout=60)
+    assert text.returncode == 0, text.stderr
+    assert "6 state files (4 shared with other checkpoints) (all present)" in text.stdout
+    assert "incremental (2 shared + 2 private files)" in text.stdout
+    assert (
+        sum(1 for line in text.stdout.splitlines() if "../shared/" in line and line.endswith("(shared)")) == 4
+    )
+
+    damaged, gone = sorted(shared_dir.iterdir())[:2]
+    damaged.write_bytes(bytes(b ^ 1 for b in damaged.read_bytes()))  # same size, other bytes
+    verified = chandy("checkpoint", "inspect", chk, "--verify", "--json", timeout=60)
+    assert verified.returncode == 1
+    assert {f["path"]: f["status"] for f in json.loads(verified.stdout)["state_files"]}[str(damaged)] == (
+        "checksum mismatch"
+    )
+    gone.unlink()
+    broken = chandy("checkpoint", "inspect", chk, timeout=60)
+    assert broken.returncode == 1
+    assert "MISSING" in broken.stdout and f"../shared/{gone.name}  (shared)" in broken.stdout
+    assert f"(shared state file {gone} (in the job directory's shared/" in broken.stderr
+    assert "a restore from it would be refused" in broken.stderr
+
+    listed = chandy("checkpoint", "list", storage.job_dir, "--json", timeout=60)
+    (entry,) = json.loads(listed.stdout)
+    assert (
+        entry["problem"]
+        == "1 of 6 state files missing (1 of them shared files in the job directory's shared/)"
+    )

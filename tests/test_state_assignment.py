@@ -17,6 +17,7 @@ from chandy.checkpoint.state_assignment import (
 from chandy.errors import InvalidCheckpointError
 from chandy.state.handles import (
     ByteStreamStateHandle,
+    IncrementalKeyedStateHandle,
     KeyGroupsStateHandle,
     OperatorStateDistributionMode,
     OperatorStateHandle,
@@ -238,3 +239,35 @@ def test_changed_max_parallelism_is_refused() -> None:
     assert "128" in message
     assert "256" in message
     assert "window-name" in message
+
+
+@pytest.mark.parametrize(("old_parallelism", "new_parallelism"), [(2, 3), (3, 1), (1, 2), (4, 4)])
+def test_incremental_handles_go_whole_to_every_subtask_whose_range_they_overlap(
+    old_parallelism: int, new_parallelism: int
+) -> None:
+    """A RocksDB checkpoint cannot be cut by key group: each new subtask gets every old
+    database that holds any of its key groups, whole, and clips it itself on restore."""
+    state = OperatorState("window", old_parallelism, MAX_PARALLELISM)
+    old_handles = []
+    for index in range(old_parallelism):
+        handle = IncrementalKeyedStateHandle(
+            KeyGroupRange.of_operator(MAX_PARALLELISM, old_parallelism, index),
+            f"backend-{index}",
+            5,
+            ((f"{index}.sst", ByteStreamStateHandle(f"sst-{index}", b"")),),
+            (),
+        )
+        old_handles.append(handle)
+        state.put_state(index, OperatorSubtaskState((handle,), ()))
+
+    assigned = assign_states(
+        {"window": state}, [vertex(new_parallelism)], allow_non_restored_state=False, source="chk-5"
+    )
+
+    for index in range(new_parallelism):
+        key_groups = KeyGroupRange.of_operator(MAX_PARALLELISM, new_parallelism, index)
+        expected = [h for h in old_handles if h.key_group_range.intersection(key_groups).number_of_key_groups]
+        got = list(assigned[(7, index)].subtask_states["window"].managed_keyed_state)
+        assert got == expected  # whole handles (not clipped), in old subtask order
+        covered = {k for h in got for k in h.key_group_range}
+        assert set(key_groups) <= covered

@@ -1,7 +1,9 @@
 """Which state each new subtask gets on restore (Flink's ``StateAssignmentOperation``).
 
 Keyed state moves by key group: new subtask i gets, from every old subtask, the
-byte ranges of the key groups in its new range. Operator state is redistributed
+byte ranges of the key groups in its new range. An incremental handle (a RocksDB
+checkpoint's files) cannot be split: it goes whole to every new subtask whose
+range it overlaps, and the restore clips the database to that subtask's range. Operator state is redistributed
 by mode: split-distribute lists are dealt out in contiguous chunks whose sizes
 differ by at most one, union lists go whole to every subtask, broadcast state
 gets one copy per subtask. Nothing is read here: only byte ranges move, and
@@ -17,7 +19,7 @@ from dataclasses import dataclass
 from chandy.checkpoint.operator_state import OperatorState
 from chandy.errors import InvalidCheckpointError
 from chandy.state.handles import (
-    KeyGroupsStateHandle,
+    KeyedStateHandle,
     OperatorStateDistributionMode,
     OperatorStateHandle,
     OperatorStateMeta,
@@ -165,7 +167,7 @@ def assign_states(
             new_operator = repartition_operator_state(old_operator, vertex.parallelism)
             for i in range(vertex.parallelism):
                 key_range = KeyGroupRange.of_operator(vertex.max_parallelism, vertex.parallelism, i)
-                keyed: list[KeyGroupsStateHandle] = []
+                keyed: list[KeyedStateHandle] = []
                 for handle in keyed_handles:
                     part = handle.intersection(key_range)
                     if part is not None:

@@ -20,7 +20,7 @@ from chandy.checkpoint.metadata import CheckpointMetadata, deserialize
 from chandy.checkpoint.operator_state import OperatorState
 from chandy.cli.errors import CliError
 from chandy.errors import InvalidCheckpointError, StorageError
-from chandy.state.handles import FileStateHandle
+from chandy.state.handles import FileStateHandle, IncrementalKeyedStateHandle
 from chandy.state.key_groups import KeyGroupRange
 from chandy.storage.checkpoint_storage import CHECKPOINT_DIR_PREFIX, METADATA_FILE_NAME
 from chandy.storage.filesystem import FileSystem, resolve
@@ -44,6 +44,9 @@ class StateFile:
     size: int
     #: "present", "missing", "size mismatch (N bytes on disk)", "checksum mismatch"
     status: str
+    #: A shared file of an incremental snapshot (in the job directory's ``shared/``, referenced
+    #: by other checkpoints too), not one of this checkpoint's own.
+    shared: bool = False
 
     @property
     def ok(self) -> bool:
@@ -69,6 +72,10 @@ class SubtaskReport:
     key_groups: list[list[int]]
     state_size: int
     operator_states: dict[str, OperatorStateSummary]
+    #: Shared and private files of its incremental (RocksDB native) keyed state; 0 and 0 for
+    #: keyed state written as key-group streams.
+    shared_files: int = 0
+    private_files: int = 0
 
 
 @dataclass
@@ -165,7 +172,7 @@ def _report(
         1
         for op in metadata.operator_states
         for subtask in op.subtask_states.values()
-        for handle in subtask.stream_handles()
+        for handle in (*subtask.stream_handles(), *subtask.shared_handles())
         if not isinstance(handle, FileStateHandle)
     )
     return CheckpointReport(
@@ -214,6 +221,16 @@ def _operator_report(op: OperatorState) -> OperatorReport:
                 ],
                 state_size=state.state_size,
                 operator_states=operator_states,
+                shared_files=sum(
+                    len(h.shared)
+                    for h in state.managed_keyed_state
+                    if isinstance(h, IncrementalKeyedStateHandle)
+                ),
+                private_files=sum(
+                    len(h.private)
+                    for h in state.managed_keyed_state
+                    if isinstance(h, IncrementalKeyedStateHandle)
+                ),
             )
         )
     return OperatorReport(
@@ -229,16 +246,20 @@ def _operator_report(op: OperatorState) -> OperatorReport:
 
 
 def _check_files(metadata: CheckpointMetadata, verify: bool) -> list[StateFile]:
-    """Each referenced state file once: present with its recorded size (and SHA-256 with ``verify``)."""
-    handles: dict[str, FileStateHandle] = {}
+    """Each referenced state file once, the checkpoint's own and the shared files of its
+    incremental snapshots: present with its recorded size (and SHA-256 with ``verify``)."""
+    handles: dict[str, tuple[FileStateHandle, bool]] = {}
     for op in metadata.operator_states:
         for subtask in op.subtask_states.values():
             for handle in subtask.stream_handles():
                 if isinstance(handle, FileStateHandle):
-                    handles.setdefault(handle.path, handle)
+                    handles.setdefault(handle.path, (handle, False))
+            for handle in subtask.shared_handles():
+                if isinstance(handle, FileStateHandle):
+                    handles.setdefault(handle.path, (handle, True))
     files = []
-    for path, handle in sorted(handles.items()):
-        files.append(StateFile(path, handle.size, _file_status(handle, verify)))
+    for path, (handle, shared) in sorted(handles.items()):
+        files.append(StateFile(path, handle.size, _file_status(handle, verify), shared))
     return files
 
 
@@ -330,6 +351,9 @@ def _list_entry(path: str) -> ListEntry:
     if broken:
         kinds = sorted({f.status.split(" (")[0] for f in broken})
         problem = f"{len(broken)} of {len(report.state_files)} state files {' or '.join(kinds)}"
+        shared = sum(1 for f in broken if f.shared)
+        if shared:
+            problem += f" ({shared} of them shared files in the job directory's shared/)"
     return ListEntry(
         path,
         report.checkpoint_id,
@@ -385,14 +409,22 @@ def _time(millis: int | None) -> str:
 
 
 def _shorten(path: str, base: str) -> str:
+    """``path`` relative to the snapshot's directory ``base``, or to the job directory above it
+    (``../shared/...``), as ``_metadata`` stores it; else as it is."""
     prefix = base.rstrip("/") + "/"
-    return path[len(prefix) :] if path.startswith(prefix) else path
+    if path.startswith(prefix):
+        return path[len(prefix) :]
+    parent = base.rstrip("/").rsplit("/", 1)[0] + "/"
+    return "../" + path[len(parent) :] if parent != "/" and path.startswith(parent) else path
 
 
 def _render(report: CheckpointReport) -> list[str]:
     kind = "Savepoint" if "SAVEPOINT" in report.checkpoint_type else "Checkpoint"
     broken = report.broken_files
     files = f"{len(report.state_files)} state files" if report.state_files else "no state files"
+    shared = sum(1 for f in report.state_files if f.shared)
+    if shared:
+        files += f" ({shared} shared with other checkpoints)"
     if broken:
         files += f", {len(broken)} of them MISSING or damaged"
     elif report.state_files:
@@ -426,6 +458,8 @@ def _render(report: CheckpointReport) -> list[str]:
             if sub.key_groups:
                 text += "key groups " + ", ".join(f"{a}-{b}" for a, b in sub.key_groups) + ", "
             text += _size(sub.state_size) if sub.has_state else "no state"
+            if sub.shared_files or sub.private_files:
+                text += f", incremental ({sub.shared_files} shared + {sub.private_files} private files)"
             lines.append(text + (", finished" if sub.finished else ""))
             for name, summary in sub.operator_states.items():
                 count = f"{summary.elements} element" + ("" if summary.elements == 1 else "s")
@@ -434,7 +468,8 @@ def _render(report: CheckpointReport) -> list[str]:
         lines += ["", "State files:"]
         for f in report.state_files:
             status = f.status if f.ok else f.status.upper()
-            lines.append(f"  {status:<10} {f.size:>12} B  {_shorten(f.path, report.path)}")
+            marker = "  (shared)" if f.shared else ""
+            lines.append(f"  {status:<10} {f.size:>12} B  {_shorten(f.path, report.path)}{marker}")
     return lines
 
 
@@ -467,9 +502,16 @@ def inspect(path: str, as_json: bool, verify: bool) -> None:
             click.echo(line)
     broken = report.broken_files
     if broken:
+        first = broken[0]
+        where = (
+            f"shared state file {first.path} (in the job directory's shared/, referenced by other "
+            "checkpoints too; deleted, or the checkpoint was moved without its job directory)"
+            if first.shared
+            else first.path
+        )
         raise CliError(
             f"{len(broken)} of {len(report.state_files)} state files of {report.path} are missing or "
-            f"damaged ({broken[0].path}: {broken[0].status}): a restore from it would be refused"
+            f"damaged ({where}: {first.status}): a restore from it would be refused"
         )
 
 
