@@ -189,20 +189,21 @@ class CanonicalSerializer:
             raise RuntimeError("the canonical snapshot was released before it was serialized")
         prefix, target, mode = self._prefix, self._target, self._mode
         countdown = _ENTRIES_PER_CLOCK_CHECK
+        decode_key, decode_value, start = decode_from, decode, PREFIX_BYTES  # locals: the hot loop
         for key, value in items:
             if prefix is None or not key.startswith(prefix):
-                prefix = key[:PREFIX_BYTES]
+                prefix = key[:start]
                 target, mode = self._switch(prefix)
             if mode == _PLAIN:
-                target[decode_from(key, PREFIX_BYTES)[0]] = decode(value)
+                target[decode_key(key, start)[0]] = decode_value(value)
             elif mode == _MAP:
-                table_key, end = decode_from(key, PREFIX_BYTES)
+                table_key, end = decode_key(key, start)
                 entries = target.get(table_key)
                 if entries is None:
                     entries = target[table_key] = {}
-                entries[decode_from(key, end)[0]] = decode(value)
+                entries[decode_key(key, end)[0]] = decode_value(value)
             elif mode == _TIMERS:
-                target[decode_from(key, PREFIX_BYTES)[0]] = None
+                target[decode_key(key, start)[0]] = None
             else:  # the first key after the range
                 break
             countdown -= 1
