@@ -57,7 +57,6 @@ _ENTRIES_PER_CLOCK_CHECK = 256
 RESTORE_BATCH_ENTRIES = 16_384
 
 _PLAIN, _MAP, _TIMERS, _END = 0, 1, 2, 3
-_NONE_VALUE = encode(None)
 
 
 def _mode(kind: str) -> int:
@@ -308,7 +307,7 @@ def restore_canonical(
                 name_id = prefixes.get(name)
                 if name_id is None:
                     name_id = prefixes[name] = state_id(name)
-                writer.put_all(_entries(table_prefix(key_group, name_id), _mode(kind), values))
+                writer.put_table(table_prefix(key_group, name_id), _mode(kind), values)
     writer.write()
     # The catalogue last: a database that names a state holds all of its restored entries.
     for name, kind in catalogue.items():
@@ -335,21 +334,6 @@ def _record_kind(catalogue: dict[str, str], name: str, kind: str) -> None:
         )
 
 
-def _entries(prefix: bytes, mode: int, values: dict[Any, Any]) -> Iterator[tuple[bytes, bytes]]:
-    """The RocksDB entries of one state's table in one key group."""
-    if mode == _PLAIN:
-        for table_key, value in values.items():
-            yield prefix + encode(table_key), encode(value)
-    elif mode == _MAP:
-        for table_key, entries in values.items():
-            key_prefix = prefix + encode(table_key)
-            for map_key, value in entries.items():
-                yield key_prefix + encode(map_key), encode(value)
-    else:
-        for table_key in values:
-            yield prefix + encode(table_key), _NONE_VALUE
-
-
 class _BatchWriter:
     """Puts into WriteBatches of bounded size, written without the write-ahead log."""
 
@@ -361,18 +345,29 @@ class _BatchWriter:
         self._batch = WriteBatch(raw_mode=True)
         self._count = 0
 
-    def put_all(self, entries: Iterable[tuple[bytes, bytes]]) -> None:
-        put = self._batch.put
-        count = self._count
-        for key, value in entries:
-            put(key, value)
-            count += 1
-            if count >= RESTORE_BATCH_ENTRIES:
-                self._count = count
+    def put_table(self, prefix: bytes, mode: int, values: dict[Any, Any]) -> None:
+        """The entries of one state's table in one key group (``prefix``: its key group and
+        state). Timers go as plain entries: their values are all ``None``."""
+        if mode == _MAP:
+            for table_key, entries in values.items():
+                self._put(prefix + encode(table_key), entries)
+        else:
+            self._put(prefix, values)
+
+    def _put(self, prefix: bytes, values: dict[Any, Any]) -> None:
+        """``prefix + encode(key) -> encode(value)`` for every entry of ``values``, in as few
+        tight loops as the batch bound allows (the encoding is the restore's main cost)."""
+        pending = iter(values.items())
+        left = len(values)
+        while left:
+            count = min(left, RESTORE_BATCH_ENTRIES - self._count)
+            put = self._batch.put
+            for key, value in itertools.islice(pending, count):
+                put(prefix + encode(key), encode(value))
+            left -= count
+            self._count += count
+            if self._count >= RESTORE_BATCH_ENTRIES:
                 self.write()
-                put = self._batch.put
-                count = 0
-        self._count = count
 
     def write(self) -> None:
         if self._count:
