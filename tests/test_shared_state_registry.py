@@ -10,17 +10,21 @@ from __future__ import annotations
 import hashlib
 import logging
 import os
+import time
 from collections.abc import Iterable
 from pathlib import Path
+from typing import Any
 
 import pytest
 
+from chandy import DataStream, StreamExecutionEnvironment
 from chandy.checkpoint.completed_checkpoint import (
     CompletedCheckpoint,
     restored_checkpoint,
     unclaimed_properties,
 )
 from chandy.checkpoint.coordinator import CheckpointCoordinator
+from chandy.checkpoint.loader import load_checkpoint_metadata
 from chandy.checkpoint.metadata import CheckpointMetadata
 from chandy.checkpoint.operator_state import OperatorState
 from chandy.checkpoint.properties import CheckpointProperties
@@ -32,6 +36,7 @@ from chandy.state.handles import ByteStreamStateHandle, FileStateHandle, Increme
 from chandy.state.key_groups import KeyGroupRange
 from chandy.state.snapshot import OperatorSubtaskState, TaskStateSnapshot
 from chandy.storage.checkpoint_storage import SHARED_DIR
+from tests.jobs import KeyedCounter, Throttle
 from tests.test_checkpoint_coordinator import (
     A1,
     A2,
@@ -46,6 +51,7 @@ from tests.test_checkpoint_coordinator import (
     succeeded,
 )
 from tests.test_checkpoint_coordinator_failures import FailingStore
+from tests.test_checkpointing_e2e import checkpointing_env
 
 R = ExternalizedCheckpointRetention
 PLAN = make_plan([A1], [A1, A2])
@@ -282,8 +288,7 @@ def test_a_checkpoint_referencing_a_deleted_file_fails_instead_of_completing(tmp
 
     error = future.exception()
     assert error is not None and "no retained checkpoint holds" in str(error)
-    assert h.store.get_latest_checkpoint() is not None
-    assert h.store.get_latest_checkpoint().checkpoint_id == 2
+    assert [c.checkpoint_id for c in h.store.get_all_checkpoints()] == [2]
     assert not os.path.exists(h.storage.checkpoint_dir(3))
     assert files.on_disk() == {"b"}  # c (3's own upload) is gone; a was gone before
     assert h.coordinator.shared_state_registry.registered_checkpoints == {2}
@@ -428,3 +433,81 @@ def test_restoring_more_checkpoints_than_retained_subsumes_the_oldest_at_once(tm
     restore(h.coordinator, own)
     assert files.on_disk() == {"r2", "r3"}
     assert h.coordinator.shared_state_registry.registered_checkpoints == {6}
+
+
+# ---------------------------------------------------------------------- a real job on RocksDB
+
+
+def shared_files_of_retained_checkpoints(job_dir: Path) -> tuple[list[Path], set[str]]:
+    """The retained checkpoints (complete ``chk-N``) and every shared file their ``_metadata``
+    references (read as a restore reads it)."""
+    retained = sorted(
+        (p for p in job_dir.glob("chk-*") if (p / "_metadata").exists()), key=lambda p: int(p.name[4:])
+    )
+    referenced: set[str] = set()
+    for directory in retained:
+        metadata, _ = load_checkpoint_metadata(str(directory))  # also checks every file exists
+        for state in metadata.operator_states:
+            for subtask in state.subtask_states.values():
+                referenced.update(h.path for h in subtask.shared_handles() if isinstance(h, FileStateHandle))
+    return retained, referenced
+
+
+def rocksdb_env(tmp_path: Path, **config: Any) -> StreamExecutionEnvironment:
+    """Two subtasks on RocksDB with incremental checkpoints every 20 ms, two retained."""
+    return checkpointing_env(
+        parallelism=2,
+        interval_ms=20,
+        **{
+            "state.backend.type": "rocksdb",
+            "execution.checkpointing.incremental": True,
+            "execution.checkpointing.dir": str(tmp_path / "checkpoints"),
+            "execution.checkpointing.num-retained": 2,
+            "state.backend.rocksdb.localdir": str(tmp_path / "rocksdb"),
+            **config,
+        },
+    )
+
+
+def count_per_key(env: StreamExecutionEnvironment, records: int, keys: int, delay_s: float) -> DataStream:
+    """A keyed count over ``keys`` keys, paced so that many checkpoints fall into it."""
+    paced = env.from_sequence(0, records - 1).map(Throttle(delay_s))
+    return paced.key_by(lambda x: x % keys).process(KeyedCounter(records // keys))
+
+
+def test_a_job_on_rocksdb_leaves_no_orphan_in_shared_and_deletes_nothing_referenced(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Many incremental checkpoints, two retained: RocksDB's compactions replace SST files, so
+    files go out of use all the time. After the job is cancelled (its checkpoints retained),
+    ``shared/`` holds exactly the files the two retained checkpoints reference."""
+    env = rocksdb_env(
+        tmp_path, **{"execution.checkpointing.externalized-checkpoint-retention": "RETAIN_ON_CANCELLATION"}
+    )
+    results = count_per_key(env, 10**8, 5_000, 0.00002).execute_and_collect()
+    with caplog.at_level(logging.INFO, logger="chandy.checkpoint.shared_state"):
+        deadline = time.monotonic() + 120
+        while not any(
+            int(p.parent.name[4:]) >= 30 for p in (tmp_path / "checkpoints").glob("*/chk-*/_metadata")
+        ):
+            assert time.monotonic() < deadline, "30 checkpoints did not complete in time"
+            time.sleep(0.05)
+        results.close()
+
+    (job_dir,) = [p for p in (tmp_path / "checkpoints").iterdir() if p.is_dir()]
+    retained, referenced = shared_files_of_retained_checkpoints(job_dir)
+    assert len(retained) == 2
+    on_disk = {str(p) for p in (job_dir / "shared").iterdir()}
+    assert referenced, "the retained checkpoints hold no shared file: not an incremental RocksDB job"
+    assert on_disk == referenced  # no orphan, and nothing referenced was deleted
+    assert "shared state file(s) of job" in caplog.text  # compactions made files unused: they went
+    assert "Could not delete" not in caplog.text
+
+
+def test_a_finished_job_on_rocksdb_leaves_no_shared_file(tmp_path: Path) -> None:
+    """Retention keeps nothing of a finished job: its checkpoints, their shared files and the
+    job directory go."""
+    env = rocksdb_env(tmp_path)
+    count_per_key(env, 30_000, 500, 0.00005).add_sink(lambda value: None)
+    assert env.execute("finished on rocksdb").job_id
+    assert list((tmp_path / "checkpoints").iterdir()) == []
