@@ -12,14 +12,16 @@ other ranges clipped) and kinds that disagree.
 
 from __future__ import annotations
 
+import itertools
 import pickle
+import re
 import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, cast
 
 import pytest
-from rocksdict import Options, Rdict
+from rocksdict import BlockBasedOptions, Cache, Options, Rdict
 
 from chandy import StreamExecutionEnvironment
 from chandy.config.configuration import Configuration
@@ -267,6 +269,43 @@ def test_entries_of_a_state_missing_from_the_catalogue_are_refused(db: Rdict) ->
     db.put(table_prefix(5, state_id("ghost")) + encode(1), encode(1))
     with pytest.raises(ValueError, match="not in its catalogue"):
         canonical_snapshot(db, ALL, {"s": "value"})
+
+
+def test_names_whose_state_ids_collide_are_refused(db: Rdict) -> None:
+    """Two names with one 4-byte state id would mix their entries: named, not merged."""
+    seen: dict[bytes, str] = {}
+    for i in itertools.count():  # a birthday search: about 80 000 names
+        name = f"state-{i}"
+        other = seen.setdefault(state_id(name), name)
+        if other != name:
+            break
+    clash = re.escape(str([sorted([other, name])]))
+    with pytest.raises(ValueError, match=f"states {clash} share a RocksDB state id"):
+        canonical_snapshot(db, ALL, {other: "value", name: "list"})
+
+
+def test_a_snapshot_leaves_the_block_cache_to_the_tasks_reads(tmp_path: Path) -> None:
+    """A canonical snapshot reads the whole range once: caching those blocks would evict
+    the task's working set at every (full) checkpoint."""
+    cache = Cache(64 << 20)
+    options = Options(raw_mode=True)
+    options.create_if_missing(True)
+    table_options = BlockBasedOptions()
+    table_options.set_block_cache(cache)
+    options.set_block_based_table_factory(table_options)
+    database = Rdict(str(tmp_path / "db"), options)
+    name_id = state_id("s")
+    for i in range(50_000):
+        database.put(table_prefix(i % MAX_PARALLELISM, name_id) + encode(i), encode("x" * 20))
+    database.flush()
+    database.compact_range(None, None)  # every entry in SST files, none in the memtable
+    before = cache.get_usage()
+
+    serialized = canonical_snapshot(database, ALL, {"s": "value"})
+
+    assert len(serialized.payload) > 1 << 20
+    assert cache.get_usage() - before < 64 << 10  # the data blocks (> 1 MB) were not cached
+    database.close()
 
 
 # ------------------------------------------------------------------ the barrier and the steps

@@ -26,7 +26,7 @@ import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any, cast
 
-from rocksdict import Options, Rdict, Snapshot, WriteBatch, WriteOptions
+from rocksdict import Options, Rdict, ReadOptions, Snapshot, WriteBatch, WriteOptions
 
 from chandy.state.backend import StateFileReader
 from chandy.state.handles import KeyGroupsStateHandle
@@ -55,6 +55,9 @@ _ENTRIES_PER_CLOCK_CHECK = 256
 #: A restore writes a WriteBatch once it holds this many entries (bounded memory: a
 #: batch of a million entries would hold a second copy of a big key group).
 RESTORE_BATCH_ENTRIES = 16_384
+
+#: Read ahead of a snapshot's scan (a sequential read of the whole range).
+_READAHEAD_BYTES = 2 << 20
 
 _PLAIN, _MAP, _TIMERS, _END = 0, 1, 2, 3
 
@@ -92,9 +95,14 @@ class CanonicalSnapshot:
         # No iterate bounds: RocksDB reads them from the ReadOptions object, which rocksdict's
         # iterator does not keep alive (freed, a bound is garbage and the scan runs on). The
         # iterator seeks to the range's first key and the serializer stops at the first key
-        # after the range instead.
+        # after the range instead. A bulk scan leaves the block cache to the task's reads.
+        read_options = ReadOptions()
+        read_options.fill_cache(False)  # type: ignore[call-arg]  # the stub forgets the argument
+        read_options.set_readahead_size(_READAHEAD_BYTES)
         lower = key_group_prefix(key_group_range.start)
-        items = cast("Iterator[tuple[bytes, bytes]]", db.items(from_key=lower))  # raw mode: bytes
+        items = cast(  # raw mode: bytes
+            "Iterator[tuple[bytes, bytes]]", db.items(from_key=lower, read_opt=read_options)
+        )
         first = next(items, None)
         if first is not None and key_group_of(first[0]) > key_group_range.end:
             first, items = None, iter(())  # nothing in the range
@@ -165,6 +173,15 @@ class CanonicalSerializer:
         )
         #: state id -> (name, kind, mode)
         self._states = {state_id(name): (name, kind, _mode(kind)) for name, kind in catalogue.items()}
+        if len(self._states) < len(catalogue):
+            by_id: dict[bytes, list[str]] = {}
+            for name in catalogue:
+                by_id.setdefault(state_id(name), []).append(name)
+            clashes = [sorted(names) for names in by_id.values() if len(names) > 1]
+            raise ValueError(
+                f"states {clashes} share a RocksDB state id (a hash collision of their names), "
+                "so their entries cannot be told apart: rename one state of each group"
+            )
         self._order = {name: i for i, name in enumerate(catalogue)}
         self._state_kinds = tuple(sorted(catalogue.items()))
         self._expiring = expiring
