@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import gc
+import json
 import logging
 import os
 import threading
@@ -12,6 +13,8 @@ from typing import Any
 import pytest
 
 from chandy import StreamExecutionEnvironment
+from chandy.api.environment import CONFIG_ENV_VAR
+from tests.state_backends import CONFIGURATIONS
 
 pytest_plugins = ["tests.kafka_broker"]
 
@@ -55,6 +58,23 @@ def executor(request: pytest.FixtureRequest) -> str:
     if request.param == "spark":
         request.getfixturevalue("spark_session")
     return request.param
+
+
+@pytest.fixture
+def state_backend(
+    request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch, tmp_path_factory: pytest.TempPathFactory
+) -> str:
+    """Every job the test starts keeps its keyed state in this backend (``hashmap`` unless the
+    test is parametrized by :func:`tests.state_backends.on_rocksdb_too`): set in
+    ``CHANDY_CONFIG``, the base configuration of each new environment and of subprocesses."""
+    name: str = getattr(request, "param", "hashmap")
+    settings = CONFIGURATIONS[name]
+    if settings:
+        base = json.loads(os.environ.get(CONFIG_ENV_VAR) or "{}")
+        local_dir = str(tmp_path_factory.mktemp(f"{name}-local"))
+        settings = {**settings, "state.backend.rocksdb.localdir": local_dir}
+        monkeypatch.setenv(CONFIG_ENV_VAR, json.dumps({**base, **settings}))
+    return name
 
 
 @pytest.fixture

@@ -36,6 +36,7 @@ from chandy.core.functions import (
 from chandy.core.state import ListStateDescriptor, MapStateDescriptor
 from tests.jobs import Throttle
 from tests.probes import Probe
+from tests.state_backends import on_rocksdb_too
 from tests.test_checkpointing_e2e import latest_checkpoint_dir
 from tests.test_timers_e2e import wait_for
 
@@ -211,6 +212,7 @@ def rules_job(
 
 
 @pytest.mark.slow
+@on_rocksdb_too(executor="local")
 def test_rules_that_change_mid_job_filter_exactly_once_across_a_failure(executor: str) -> None:
     probe = Probe()
     job = rules_job(executor, probe, 2, run=1, pace=(0.001, 0.25), hold=(READY_TO_FAIL, 1), fail=True)
@@ -234,10 +236,18 @@ def test_rules_that_change_mid_job_filter_exactly_once_across_a_failure(executor
 
 @pytest.mark.slow
 @pytest.mark.parametrize(
-    ("executor", "old", "new"), [("local", 2, 3), ("local", 3, 1), ("spark", 2, 3)], ids=str
+    ("executor", "old", "new", "state_backend"),
+    [
+        ("local", 2, 3, "hashmap"),
+        ("local", 3, 1, "hashmap"),
+        ("spark", 2, 3, "hashmap"),
+        ("local", 3, 1, "rocksdb"),
+    ],
+    ids=["local-2-3", "local-3-1", "spark-2-3", "local-3-1-rocksdb"],
+    indirect=["state_backend"],
 )
 def test_a_restore_at_another_parallelism_gives_every_subtask_the_broadcast_state(
-    tmp_path: Path, executor: str, old: int, new: int, request: pytest.FixtureRequest
+    tmp_path: Path, executor: str, old: int, new: int, state_backend: str, request: pytest.FixtureRequest
 ) -> None:
     if executor == "spark":
         request.getfixturevalue("spark_session")

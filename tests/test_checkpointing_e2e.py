@@ -32,6 +32,7 @@ from tests.jobs import (
     release,
 )
 from tests.probes import Probe
+from tests.state_backends import on_rocksdb_too
 
 
 def checkpointing_env(
@@ -76,6 +77,7 @@ def assert_exactly_once(out: list[Any], probe: Probe, n: int, keys: int, names: 
 
 
 @pytest.mark.slow
+@on_rocksdb_too(executor="local")
 def test_exactly_once_under_failure(executor: str) -> None:
     n, keys = 2_000_000, 1000
     probe = Probe()
@@ -220,6 +222,7 @@ def latest_checkpoint_dir(base: Path) -> Path:
 
 
 @pytest.mark.slow
+@on_rocksdb_too(executor="local")
 @pytest.mark.parametrize("new_parallelism", [2, 3])
 def test_restore_a_retained_checkpoint_after_cancel(
     tmp_path: Path, new_parallelism: int, executor: str
@@ -413,6 +416,7 @@ def test_checkpoint_config_setters_write_flink_keys() -> None:
     assert defaults.get_num_retained_checkpoints() == 1
 
 
+@on_rocksdb_too(executor="local")
 def test_checkpoints_written_in_flinks_layout_and_subsumed_ones_deleted(
     tmp_path: Path, executor: str
 ) -> None:
@@ -451,6 +455,7 @@ def test_checkpoints_written_in_flinks_layout_and_subsumed_ones_deleted(
     assert os.path.getsize(job_dir / f"chk-{complete[1]}" / "_metadata") > 0
 
 
+@on_rocksdb_too(executor="local", incremental=False)  # chk-N alone is self-contained when full
 def test_a_retained_checkpoint_can_be_moved_and_still_restores(tmp_path: Path, executor: str) -> None:
     n, keys = 20_000, 20
     retain = {

@@ -24,6 +24,7 @@ from typing import Any
 import pytest
 
 from tests.jobs import release
+from tests.state_backends import on_rocksdb_too
 
 ROOT = Path(__file__).resolve().parent.parent
 SCRIPT = ROOT / "tests" / "scripts" / "driver_restart_job.py"
@@ -160,6 +161,7 @@ def _assert_resumed_exactly_once(tmp_path: Path, executor: str) -> None:
 
 
 @pytest.mark.slow
+@on_rocksdb_too()  # the killed driver's databases stay behind; the new process restores from shared/
 def test_a_killed_local_driver_resumes_from_its_latest_checkpoint_exactly_once(tmp_path: Path) -> None:
     _assert_resumed_exactly_once(tmp_path, "local")
 

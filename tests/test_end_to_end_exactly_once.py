@@ -38,6 +38,7 @@ from chandy.core.state import ValueStateDescriptor
 from tests.jobs import FailOnceMap
 from tests.kafka_broker import KafkaBroker, unique_topic
 from tests.probes import Probe
+from tests.state_backends import on_rocksdb_too
 
 N = 500_000
 KEYS = 100
@@ -71,6 +72,7 @@ def assert_exactly_once(ids: list[int], keys: list[int], counts: list[int], wher
 
 
 @pytest.mark.slow
+@on_rocksdb_too(executor="spark")  # a SIGKILLed slot process: its databases die with it
 def test_kafka_to_parquet_and_delta_exactly_once_with_a_task_killed(
     kafka_broker: KafkaBroker, orders: str, tmp_path: Path, executor: str, spark_session: Any
 ) -> None:

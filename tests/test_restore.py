@@ -38,6 +38,7 @@ from chandy.state.heap import IncompatibleRestoredStateError
 from chandy.storage.checkpoint_storage import CheckpointStorage
 from tests.jobs import CountingMap, KeyedCounter, Throttle
 from tests.probes import Probe
+from tests.state_backends import on_rocksdb_too
 from tests.test_checkpointing_e2e import checkpointing_env, drain, latest_checkpoint_dir, wait_for_checkpoints
 
 N, KEYS = 6_000, 6
@@ -142,6 +143,7 @@ def restored_env(
 
 
 @pytest.mark.slow
+@on_rocksdb_too()
 def test_no_claim_never_deletes_the_restored_checkpoint_and_the_next_one_stands_alone(tmp_path: Path) -> None:
     first, retained = retained_run(tmp_path / "a")
     before = contents(retained)
@@ -180,6 +182,7 @@ def test_no_claim_never_deletes_the_restored_checkpoint_and_the_next_one_stands_
 
 
 @pytest.mark.slow
+@on_rocksdb_too()
 def test_claim_deletes_the_restored_checkpoint_once_subsumed(tmp_path: Path) -> None:
     first, retained = retained_run(tmp_path / "a")
     env = restored_env(tmp_path / "b", retained, **{"execution.state-recovery.claim-mode": "CLAIM"})
@@ -200,6 +203,7 @@ def as_savepoint(checkpoint: Path, target: Path) -> Path:
 
 
 @pytest.mark.slow
+@on_rocksdb_too(incremental=False)  # as_savepoint copies chk-N alone, as a savepoint is
 def test_claim_owns_even_a_savepoint_and_no_claim_keeps_it_also_at_another_parallelism(
     tmp_path: Path,
 ) -> None:
@@ -281,6 +285,7 @@ def fails_at_once(env: StreamExecutionEnvironment, *parts: str) -> JobExecutionE
     return info.value
 
 
+@on_rocksdb_too(executor="local")
 def test_a_state_that_changed_kind_fails_the_job_at_once_naming_everything(
     tmp_path: Path, executor: str
 ) -> None:
@@ -463,6 +468,7 @@ def test_a_job_submitted_again_under_its_id_owns_its_checkpoints_and_skips_broke
 
 
 @pytest.mark.slow
+@on_rocksdb_too()
 def test_a_real_savepoint_is_kept_by_no_claim_and_deleted_by_claim_once_subsumed(tmp_path: Path) -> None:
     env = checkpointing_env(interval_ms=30, **{"execution.checkpointing.dir": str(tmp_path / "a"), **FILES})
     results = counter_job(env, 0.0005).execute_and_collect("stopped with a savepoint")

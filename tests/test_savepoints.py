@@ -44,6 +44,7 @@ from chandy.state.handles import (
 )
 from chandy.state.snapshot import OperatorSubtaskState, TaskStateSnapshot
 from chandy.storage.checkpoint_storage import METADATA_FILE_NAME, CheckpointStorage, read_verified
+from tests.state_backends import on_rocksdb_too
 from tests.test_checkpoint_coordinator import (
     FlakyIDCounter,
     Harness,
@@ -381,6 +382,7 @@ def checkpointing_env(
     return env
 
 
+@on_rocksdb_too()
 def test_a_savepoint_of_a_running_job_moved_elsewhere_restores_exactly(tmp_path: Path) -> None:
     """Job A runs without periodic checkpoints (a savepoint needs none), takes a savepoint
     and is cancelled: nothing is committed, the savepoint holds the sink's prepared parts.

@@ -34,6 +34,7 @@ from chandy.core.watermark_strategy import WatermarkStrategy
 from chandy.core.windows import TumblingEventTimeWindows
 from chandy.messages.checkpoint import CheckpointException, CheckpointFailureReason
 from chandy.messages.status import JobStatus
+from tests.state_backends import on_rocksdb_too
 from tests.test_savepoints import (
     assert_exact_prefix,
     checkpointing_env,
@@ -116,6 +117,7 @@ def assert_raw_exact(raw: list[str]) -> None:
     assert_exact_prefix([f"{i},{int(i) % 7},0" for i in raw], 2, check_counts=False)
 
 
+@on_rocksdb_too()
 def test_stop_with_drain_fires_every_window_before_the_savepoint(tmp_path: Path) -> None:
     out = tmp_path / "out"
     stop_window_job(tmp_path, out, drain=True)
@@ -127,6 +129,7 @@ def test_stop_with_drain_fires_every_window_before_the_savepoint(tmp_path: Path)
     assert fired_windows(out) == expected_windows(raw)
 
 
+@on_rocksdb_too()
 def test_stop_without_drain_keeps_pending_windows_in_the_savepoint(tmp_path: Path) -> None:
     out = tmp_path / "out"
     path = stop_window_job(tmp_path, out, drain=False)

@@ -41,6 +41,7 @@ from chandy.core.state import ValueStateDescriptor
 from chandy.core.watermark_strategy import WatermarkStrategy
 from chandy.state.key_groups import assign_key_to_parallel_operator
 from tests.probes import Probe
+from tests.state_backends import on_rocksdb_too
 from tests.test_checkpointing_e2e import latest_checkpoint_dir
 
 N = 20_000
@@ -208,6 +209,7 @@ def processing_firings(probe: Probe) -> list[tuple[str, int, int, int]]:
 
 
 @pytest.mark.slow
+@on_rocksdb_too(executor="local")
 def test_timers_in_a_checkpoint_fire_exactly_once_after_a_failure(executor: str) -> None:
     probe = Probe()
     out = timer_job(executor, probe, 2, run=1, fail=True).execute_and_collect("timers", limit=10**6)
@@ -227,6 +229,7 @@ def wait_for(condition: Any, what: str, timeout_s: float = 120) -> None:
 
 
 @pytest.mark.slow
+@on_rocksdb_too(executor="local")
 @pytest.mark.parametrize(("old", "new"), [(2, 3), (3, 2)])
 def test_restored_at_another_parallelism_each_timer_fires_once_on_its_owner(
     tmp_path: Path, executor: str, old: int, new: int

@@ -39,6 +39,7 @@ from chandy.core.output_tag import OutputTag
 from chandy.core.state import MapStateDescriptor
 from chandy.core.watermark_strategy import WatermarkStrategy
 from tests.probes import Probe
+from tests.state_backends import on_rocksdb_too
 from tests.test_checkpointing_e2e import drain, latest_checkpoint_dir, wait_for_checkpoints
 
 ORDERS = 6_000
@@ -202,6 +203,7 @@ def check_exactly_once(results: list[Any]) -> None:
 
 
 @pytest.mark.slow
+@on_rocksdb_too(executor="local")
 def test_a_keyed_co_process_join_of_orders_and_prices_is_exactly_once_across_a_failure(executor: str) -> None:
     probe = Probe()
     results = join_job(executor, probe, 2, fail=True).execute_and_collect("orders x prices", limit=10**6)
@@ -211,6 +213,7 @@ def test_a_keyed_co_process_join_of_orders_and_prices_is_exactly_once_across_a_f
 
 
 @pytest.mark.slow
+@on_rocksdb_too()
 def test_the_join_restored_at_a_higher_parallelism_finishes_exactly_once(tmp_path: Path) -> None:
     """Cancelled after two checkpoints at parallelism 2, restored from the retained one at 3:
     each product's waiting orders, prices and timers (written by both inputs) move with its

@@ -34,6 +34,7 @@ from chandy.core.windows import (
 )
 from chandy.errors import InvalidProgramError
 from tests.probes import Probe
+from tests.state_backends import on_rocksdb_too
 
 
 def _by_third_field(value: Any, record_timestamp: int) -> int:
@@ -283,6 +284,7 @@ class Label(ProcessFunction):
 
 
 @pytest.mark.slow
+@on_rocksdb_too(executor="local")
 def test_event_time_windows_exactly_once_through_a_failure(tmp_path: Path, executor: str) -> None:
     from tests.test_file_sink import committed_lines
 
