@@ -140,3 +140,21 @@ def test_the_event_time_guides_example_prints_what_it_says() -> None:
 # PyFlink's own example files (not chandy's ports), with only their imports changed, are
 # checked against the same outputs by `python -m bench.pyflink_examples`: they come from the
 # PyFlink the benchmarks install, which the test suite does not need.
+
+
+def test_large_state_rocksdb_example_alerts_exactly_once_and_checkpoints_incrementally(
+    tmp_path: Path,
+) -> None:
+    """The example checks its own alerts against a replay of the payments; here also: after the
+    first checkpoints, some checkpoint uploads less than half of the state (only the hot users'
+    changes), and a job that ended leaves nothing in its checkpoint directory (its shared files
+    were deleted with the checkpoints that referenced them)."""
+    options = ["--executor", "local", "--users", "20000", "--hot-payments", "20000"]
+    example = str(ROOT / "examples" / "large_state_rocksdb.py")
+    command = [sys.executable, example, *options, "--checkpoint-dir", str(tmp_path)]
+    done = subprocess.run(command, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "alerts exactly as expected" in done.stdout
+    shares = [int(m) for m in re.findall(r"uploaded +[\d.]+ MB \((\d+) %\)", done.stdout)]
+    assert shares and min(shares) < 50, done.stdout
+    assert [p for p in tmp_path.rglob("*") if p.is_file()] == []

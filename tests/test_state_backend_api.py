@@ -6,6 +6,8 @@ local files behind."""
 from __future__ import annotations
 
 import importlib
+import os
+import shutil
 import warnings
 from pathlib import Path
 from typing import Any
@@ -13,13 +15,19 @@ from typing import Any
 import httpx
 import pytest
 
-from chandy import StreamExecutionEnvironment
+from chandy import InvalidCheckpointError, JobExecutionError, StreamExecutionEnvironment
 from chandy.api.state_backend import (
     EmbeddedRocksDBStateBackend,
     HashMapStateBackend,
     RocksDBStateBackend,
     StateBackend,
 )
+from chandy.config.options import SavepointFormatType
+from chandy.core.functions import KeyedProcessFunction, RuntimeContext
+from chandy.core.state import MapStateDescriptor, ValueStateDescriptor
+from tests.probes import Probe
+from tests.test_checkpointing_e2e import checkpointing_env, drain, wait_for_checkpoints
+from tests.test_restore import FILES, counter_job, expected, restored_env, retained_run
 
 # ---------------------------------------------------------------------------- import paths
 
@@ -170,6 +178,30 @@ def test_pyflink_1x_rocksdb_state_backend_is_deprecated_and_sets_the_checkpoint_
 # ---------------------------------------------------------------------------- a real job
 
 
+class CountAndLook(KeyedProcessFunction):
+    """Counts per key in value and map state; the first record of each subtask records what
+    the local directory holds while the job runs (its RocksDB instances)."""
+
+    def __init__(self, probe: Probe, local_dir: str) -> None:
+        self.probe = probe
+        self.local_dir = local_dir
+        self.looked = False
+
+    def open(self, runtime_context: RuntimeContext) -> None:
+        self.count = runtime_context.get_state(ValueStateDescriptor("count"))
+        self.seen = runtime_context.get_map_state(MapStateDescriptor("seen"))
+
+    def process_element(self, value: int, ctx: KeyedProcessFunction.Context) -> Any:
+        if not self.looked:
+            self.looked = True
+            self.probe.append(sorted(os.listdir(self.local_dir)))
+        count = (self.count.value() or 0) + 1
+        self.count.update(count)
+        self.seen.put(value, count)
+        if count == 20:
+            yield ctx.get_current_key(), count, len(list(self.seen.keys()))
+
+
 def _run_and_ask_the_rest_api_for_the_backend(env: StreamExecutionEnvironment) -> str:
     """Runs the job to its end; the ``state_backend`` of Flink's ``CheckpointConfigInfo``."""
     client = env.execute_async("state backend api job")
@@ -182,8 +214,140 @@ def _run_and_ask_the_rest_api_for_the_backend(env: StreamExecutionEnvironment) -
         env.close()
 
 
+def test_a_job_on_rocksdb_keeps_its_state_in_the_local_directory_and_reports_its_backend(
+    tmp_path: Path,
+) -> None:
+    local_dir = tmp_path / "rocksdb"
+    local_dir.mkdir()
+    probe = Probe(str(tmp_path / "probe"))
+    env = _env()
+    env.set_parallelism(2)
+    env.enable_checkpointing(50)
+    backend = EmbeddedRocksDBStateBackend(enable_incremental_checkpointing=True)
+    backend.set_db_storage_paths(str(local_dir))
+    env.set_state_backend(backend)
+    env.from_sequence(0, 999).key_by(lambda x: x % 50).process(CountAndLook(probe, str(local_dir))).uid(
+        "count"
+    ).print()
+    assert _run_and_ask_the_rest_api_for_the_backend(env) == "EmbeddedRocksDBStateBackend"
+
+    looks = probe.items
+    assert len(looks) == 2 and all(look for look in looks), f"no RocksDB files under {local_dir}: {looks}"
+    assert list(local_dir.iterdir()) == [], "the RocksDB instances' directories outlived the job"
+
+
 def test_a_job_on_the_hashmap_backend_reports_it() -> None:
     env = _env()
     env.enable_checkpointing(50)
     env.from_sequence(0, 99).key_by(lambda x: x % 5).reduce(lambda a, b: a + b).uid("sum").print()
     assert _run_and_ask_the_rest_api_for_the_backend(env) == "HashMapStateBackend"
+
+
+@pytest.mark.parametrize("state_backend", ["rocksdb"], indirect=True)
+def test_the_suites_rocksdb_runs_put_every_environment_on_rocksdb(state_backend: str) -> None:
+    """What tests.state_backends.on_rocksdb_too relies on: a test's own environments (and the
+    `chandy run` it starts) inherit the backend from CHANDY_CONFIG, so its RocksDB run cannot
+    silently be a second run on the heap."""
+    backend = _env().get_state_backend()
+    assert isinstance(backend, EmbeddedRocksDBStateBackend)
+    assert backend.is_incremental_checkpoints_enabled()
+    (local_dir,) = backend.get_db_storage_paths()
+    assert Path(local_dir).is_dir()
+
+
+# ---------------------------------------------------------------------------- switching backends
+
+HASHMAP = {"state.backend.type": "hashmap"}
+ROCKSDB = {"state.backend.type": "rocksdb", "execution.checkpointing.incremental": True}
+
+
+def _stop_with_savepoint(
+    env: StreamExecutionEnvironment, base: Path, format_type: SavepointFormatType
+) -> tuple[list[Any], Path]:
+    """Runs the counter job (tests.test_restore) until its first checkpoint, stops it with a
+    savepoint under ``base / "savepoints"``: its output, and the savepoint."""
+    results = counter_job(env, 0.0005).execute_and_collect("until the savepoint")
+    out, reader = drain(results)
+    wait_for_checkpoints(base / "checkpoints", 1)
+    savepoint = results.job_client.stop_with_savepoint(
+        savepoint_directory=str(base / "savepoints"), format_type=format_type
+    ).result(60)
+    reader.join(30)
+    return out, Path(savepoint)
+
+
+def _env_on(backend: dict[str, Any], base: Path, parallelism: int) -> StreamExecutionEnvironment:
+    return checkpointing_env(
+        parallelism=parallelism,
+        interval_ms=50,
+        **{"execution.checkpointing.dir": str(base / "checkpoints"), **FILES, **backend},
+    )
+
+
+def test_canonical_savepoints_move_a_job_from_the_heap_to_rocksdb_and_back_at_other_parallelisms(
+    tmp_path: Path,
+) -> None:
+    """docs/state-backends.md's way to switch backends: heap (2) -> RocksDB with incremental
+    checkpoints (3) -> heap (1), through CANONICAL savepoints; every key counted exactly once."""
+    first, on_heap = _stop_with_savepoint(
+        _env_on(HASHMAP, tmp_path / "a", 2), tmp_path / "a", SavepointFormatType.CANONICAL
+    )
+    env = _env_on(ROCKSDB, tmp_path / "b", 3)
+    env.set_restore_path(str(on_heap))
+    second, on_rocksdb = _stop_with_savepoint(env, tmp_path / "b", SavepointFormatType.CANONICAL)
+    env = _env_on(HASHMAP, tmp_path / "c", 1)
+    env.set_restore_path(str(on_rocksdb))
+    third = list(counter_job(env, 0.0).execute_and_collect("back on the heap"))
+    assert sorted(first + second + third) == expected()
+
+
+def test_a_native_savepoint_is_self_contained_restores_on_rocksdb_and_is_refused_on_the_heap(
+    tmp_path: Path,
+) -> None:
+    first, savepoint = _stop_with_savepoint(
+        _env_on(ROCKSDB, tmp_path / "a", 2), tmp_path / "a", SavepointFormatType.NATIVE
+    )
+    moved = tmp_path / "moved" / savepoint.name
+    moved.parent.mkdir()
+    savepoint.rename(moved)
+    shutil.rmtree(tmp_path / "a")  # nothing of the job that took it, shared/ included, is needed
+
+    env = _env_on(HASHMAP, tmp_path / "b", 2)
+    env.set_restore_path(str(moved))
+    counter_job(env, 0.0).print()
+    with pytest.raises(JobExecutionError) as refused:
+        env.execute("native savepoint on the heap")
+    message = str(refused.value)
+    assert "native (incremental) snapshot" in message and "state.backend.type: rocksdb" in message
+    assert "CANONICAL" in message
+
+    env = _env_on(ROCKSDB, tmp_path / "c", 3)
+    env.set_restore_path(str(moved))
+    second = list(counter_job(env, 0.0).execute_and_collect("native savepoint on RocksDB, rescaled"))
+    assert sorted(first + second) == expected()
+
+
+def test_an_incremental_checkpoint_needs_its_shared_files_and_moves_with_its_job_directory(
+    tmp_path: Path,
+) -> None:
+    """docs/state-backends.md: a retained incremental checkpoint is its chk-N *and* the files of
+    its job's shared/; moved alone it is refused naming the missing file, moved with its job
+    directory it restores."""
+    first, retained = retained_run(tmp_path / "a", **ROCKSDB)
+    job_dir = retained.parent
+    assert [p for p in (job_dir / "shared").iterdir()], "an incremental checkpoint shares its SST files"
+
+    alone = tmp_path / "alone" / retained.name
+    alone.parent.mkdir()
+    shutil.copytree(retained, alone)
+    with pytest.raises(InvalidCheckpointError, match=r"shared state file .*/alone/shared/.* is missing"):
+        env = restored_env(tmp_path / "b", alone, **ROCKSDB)
+        counter_job(env, 0.0).print()
+        env.execute("a checkpoint without its shared files")
+
+    archive = tmp_path / "archive" / job_dir.name
+    archive.parent.mkdir()
+    job_dir.rename(archive)
+    env = restored_env(tmp_path / "c", archive / retained.name, **ROCKSDB)
+    second = list(counter_job(env, 0.0).execute_and_collect("moved with its job directory"))
+    assert sorted(first + second) == expected()
