@@ -10,14 +10,21 @@ from __future__ import annotations
 import os
 import random
 import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from chandy import StreamExecutionEnvironment
 from chandy.config.configuration import Configuration
-from chandy.core.functions import AggregateFunction
+from chandy.core.functions import (
+    AggregateFunction,
+    KeyedProcessFunction,
+    ProcessWindowFunction,
+    RuntimeContext,
+)
 from chandy.core.state import (
     AggregatingStateDescriptor,
     ListStateDescriptor,
@@ -27,6 +34,8 @@ from chandy.core.state import (
     ValueStateDescriptor,
 )
 from chandy.core.time import Time
+from chandy.core.watermark_strategy import WatermarkStrategy
+from chandy.core.windows import SlidingEventTimeWindows, TumblingEventTimeWindows
 from chandy.state.backend import KeyedStateBackend
 from chandy.state.factory import keyed_state_backend_factory
 from chandy.state.handles import KeyedStateHandle
@@ -501,3 +510,94 @@ def test_ttl_cleanup_for_every_record_keeps_the_rocksdb_backend(make_backend: An
     assert backend.num_keys("v") == 0  # the expired entries are gone from RocksDB
     backend.dispose()
     assert not os.path.exists(backend.directory)
+
+
+class CountUntilTimer(KeyedProcessFunction):
+    """Counts a key's records in a ValueState, appends them to a ListState, keeps per-residue
+    counts in a MapState, and emits all three when an event-time timer fires: each record
+    moves the key's timer to 10 s after itself (deleting the one before), so it fires once
+    the key's records ended, whenever the watermark passes."""
+
+    def open(self, runtime_context: RuntimeContext) -> None:
+        self.count = runtime_context.get_state(ValueStateDescriptor("count"))
+        self.seen = runtime_context.get_list_state(ListStateDescriptor("seen"))
+        self.residues = runtime_context.get_map_state(MapStateDescriptor("residues"))
+
+    def process_element(self, value: int, ctx: KeyedProcessFunction.Context) -> Any:
+        count = self.count.value() or 0
+        if count:
+            ctx.timer_service().delete_event_time_timer(max(self.seen.get()) + 10_000)
+        ctx.timer_service().register_event_time_timer(value + 10_000)
+        self.count.update(count + 1)
+        self.seen.add(value)
+        residue = value % 3
+        self.residues.put(residue, (self.residues.get(residue) or 0) + 1)
+        return ()
+
+    def on_timer(self, timestamp: int, ctx: KeyedProcessFunction.OnTimerContext) -> Any:
+        yield ("timer", ctx.get_current_key(), timestamp, self.count.value(), sum(self.seen.get()))
+        yield ("residues", ctx.get_current_key(), timestamp, sorted(self.residues.items()))
+        self.count.clear()
+        self.seen.clear()
+        self.residues.clear()
+
+
+class SumWindow(ProcessWindowFunction):
+    def process(self, key: Any, context: ProcessWindowFunction.Context, elements: Any) -> Any:
+        values = list(elements)
+        yield ("window", key, context.window().start, len(values), sum(values))
+
+
+def keyed_job_outputs(backend: dict[str, Any], tmp_path: Path) -> list[Any]:
+    """Every path that reaches into state tables (StreamGroupedReduce, the window fast path's
+    panes and pane timers, the generic window operator's list state and timers, a process
+    function's value, list and map state and timers) in one local job with checkpoints."""
+    env = StreamExecutionEnvironment.get_execution_environment(executor="local")
+    env.set_parallelism(2)
+    env.configure({"chandy.network.batch-size": 64, **backend})
+    env.enable_checkpointing(20)
+    env.get_checkpoint_config().set_checkpoint_storage(f"file://{tmp_path}/checkpoints")
+    n, keys = 30_000, 500
+    source = (
+        env.from_sequence(0, n - 1)
+        .set_parallelism(1)
+        .assign_timestamps_and_watermarks(
+            WatermarkStrategy.for_monotonous_timestamps().with_timestamp_assigner(lambda v, ts: v)
+        )
+    )
+    keyed = source.key_by(lambda i: i % keys)
+    sums = keyed.reduce(lambda a, b: a + b).filter(lambda s: s > 880_000)  # the last sums only
+    tumbling = keyed.window(TumblingEventTimeWindows.of(Time.milliseconds(1000))).reduce(lambda a, b: a + b)
+    sliding = keyed.window(
+        SlidingEventTimeWindows.of(Time.milliseconds(2000), Time.milliseconds(500))
+    ).reduce(lambda a, b: max(a, b))
+    generic = keyed.window(TumblingEventTimeWindows.of(Time.milliseconds(700))).process(SumWindow())
+    timers = keyed.process(CountUntilTimer())
+    results = (
+        sums.map(lambda s: ("sum", s))
+        .union(
+            tumbling.map(lambda s: ("tumbling", s)), sliding.map(lambda s: ("sliding", s)), generic, timers
+        )
+        .execute_and_collect(limit=10**7)
+    )
+    return sorted(results, key=repr)
+
+
+def test_operators_that_reach_into_tables_give_the_heaps_results(tmp_path: Path) -> None:
+    """The same job on the heap and on RocksDB (with a 2 MB budget, so the cache evicts while
+    the job runs, and incremental checkpoints every 20 ms) gives the same records."""
+    expected = keyed_job_outputs({}, tmp_path / "heap")
+    rocksdb = {
+        "state.backend.type": "rocksdb",
+        "execution.checkpointing.incremental": True,
+        "state.backend.rocksdb.memory.fixed-per-slot": "2 mb",
+        "state.backend.rocksdb.localdir": str(tmp_path / "local"),
+    }
+    assert keyed_job_outputs(rocksdb, tmp_path / "rocksdb") == expected
+    assert len(expected) > 30_000 // 700 * 500
+    # Every backend deletes its directory: at once, or (a backend disposed while a native
+    # snapshot of the job's last checkpoint was still uploading) once that upload ended.
+    deadline = time.monotonic() + 30
+    while os.listdir(tmp_path / "local") and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert os.listdir(tmp_path / "local") == []

@@ -31,6 +31,8 @@ from __future__ import annotations
 import logging
 import os
 import shutil
+import threading
+import time
 import uuid
 from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any, cast
@@ -62,6 +64,9 @@ logger = logging.getLogger(__name__)
 #: Entries of each state with a time-to-live checked for expiry at every snapshot (a
 #: bounded pass that goes on where the previous one stopped, round-robin over the keys).
 TTL_CLEANUP_STEPS_PER_SNAPSHOT = 1000
+#: How long a disposed backend's directory waits for the uploads of its native snapshots
+#: still in flight (each deletes its own hard links when written) before it goes anyway.
+IN_FLIGHT_UPLOAD_WAIT_S = 600.0
 
 
 def open_db(path: str, memory: SlotMemory) -> Rdict:
@@ -278,15 +283,43 @@ class RocksDBKeyedStateBackend(HeapKeyedStateBackend):
         self.db.close()
 
     def dispose(self) -> None:
-        """Close the database and delete this backend's local directory."""
+        """Close the database and delete this backend's local directory.
+
+        A native snapshot whose files are still being uploaded (the task ended while its
+        checkpoint's asynchronous part ran) keeps its hard-linked directory until its upload
+        deletes it; the rest of the directory goes once it has (a watcher thread, bounded by
+        :data:`IN_FLIGHT_UPLOAD_WAIT_S`)."""
         if self._disposed:
             return
         self._disposed = True
         try:
-            if self._snapshotter is not None:
-                self._snapshotter.close()
             self._close_db()
         finally:
             self.memory.detach(id(self))
             super().dispose()
-            shutil.rmtree(self.directory, ignore_errors=True)
+            shutil.rmtree(self.db_path, ignore_errors=True)
+            if self._uploads_in_flight():
+                threading.Thread(
+                    target=self._delete_when_uploaded,
+                    name=f"rocksdb-dispose-{self.backend_id[:8]}",
+                    daemon=True,
+                ).start()
+            else:
+                self._delete_directory()
+
+    def _uploads_in_flight(self) -> bool:
+        try:
+            return any(name.startswith("chk-") for name in os.listdir(self.work_dir))
+        except OSError:
+            return False
+
+    def _delete_when_uploaded(self) -> None:
+        deadline = time.monotonic() + IN_FLIGHT_UPLOAD_WAIT_S
+        while self._uploads_in_flight() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        self._delete_directory()
+
+    def _delete_directory(self) -> None:
+        if self._snapshotter is not None:
+            self._snapshotter.close()
+        shutil.rmtree(self.directory, ignore_errors=True)
