@@ -48,7 +48,10 @@ class CompletedCheckpoint:
 
         A checkpoint of this job lives in its storage's ``chk-N``. One the job was restored
         from and claimed (CLAIM mode: a retained checkpoint of another run, or a savepoint)
-        lives wherever it was: then its directory and every state file it references go.
+        lives wherever it was: then its directory and every exclusive state file it
+        references go. Shared files of incremental snapshots never go here: other retained
+        checkpoints may reference them, and the coordinator's ``SharedStateRegistry``
+        deletes each once none does.
         """
         if self.discarded:
             return
@@ -92,8 +95,9 @@ class CompletedCheckpoint:
 
 
 def discard_location(directory: str, operator_states: Iterable[OperatorState]) -> None:
-    """Delete a checkpoint or savepoint outside the job's storage: every state file it
-    references (some may lie outside its directory), then the directory with ``_metadata``.
+    """Delete a checkpoint or savepoint outside the job's storage: every exclusive state file
+    it references (some may lie outside its directory), then the directory with ``_metadata``.
+    Shared files are the ``SharedStateRegistry``'s to delete (see :meth:`CompletedCheckpoint.discard`).
 
     Best effort, as deleting the job's own checkpoints is: a failure is logged with what
     is left behind, and never fails the job.

@@ -21,12 +21,15 @@ The path, in Flink's words (``docs/design.md`` walks it step by step):
    checkpoint (through the gateway). A trigger that raises or cannot be
    delivered fails the checkpoint at once, not at its timeout.
 4. Acknowledgements arrive: SUCCESS / DUPLICATE / UNKNOWN / DISCARDED; the state
-   of unknown, late or discarded acks is deleted.
-5. Fully acknowledged: register the state, write ``_metadata``, add to the
-   store (which subsumes older checkpoints); only once the store holds it is it
-   completed: the caller's future, the reset failure counter, aborting older
-   pendings (never savepoints), the log line, the notice to every task. If any
-   step fails, the checkpoint is discarded and the tasks are told it aborted.
+   of unknown, late or discarded acks is deleted (what the task wrote for that
+   checkpoint, never shared files it references from earlier ones).
+5. Fully acknowledged: register its shared files (:class:`SharedStateRegistry`),
+   write ``_metadata``, add to the store (which subsumes older checkpoints: the
+   shared files no retained checkpoint references any more are deleted on the I/O
+   executor); only once the store holds it is it completed: the caller's future,
+   the reset failure counter, aborting older pendings (never savepoints), the log
+   line, the notice to every task. If any step fails, the checkpoint is discarded
+   (with the shared files it uploaded) and the tasks are told it aborted.
 6. Declines, timeouts and failures abort the pending checkpoint and are counted
    by the :class:`CheckpointFailureManager`, which fails the job over past the
    tolerable number.
