@@ -690,7 +690,9 @@ def test_ttl_entries_expired_at_the_barrier_are_not_in_the_backends_canonical_sn
     assert kept == {key: (-key, 600) for key in range(0, count, 10)}
 
 
-def test_rescaling_two_heaps_to_three_rocksdb_backends_to_one_heap(rocksdb_backend: Any) -> None:
+def test_rescaling_two_heaps_to_three_rocksdb_backends_to_one(rocksdb_backend: Any) -> None:
+    """2 heap handles -> 3 RocksDB backends (each reads its own key groups of both) -> one
+    RocksDB backend and one heap: the state of the two heaps, whole, every key once."""
     keys = [*range(200), *(f"k{i}" for i in range(80))]
     heaps = []
     for key_groups in split(ALL, 2):
@@ -710,6 +712,10 @@ def test_rescaling_two_heaps_to_three_rocksdb_backends_to_one_heap(rocksdb_backe
         snapshots.append(stepped(backend.snapshot(1, canonical=True)))
 
     assert contents(heap_restored(snapshots)) == merged_contents(heaps)
+    one = rocksdb_backend(ALL)
+    one.restore([handle_of(s) for s in snapshots], StateReader())
+    assert one.num_keys("value") == len(keys)
+    assert contents(heap_restored([stepped(one.snapshot(2, canonical=True))])) == merged_contents(heaps)
 
 
 def test_the_backend_refuses_handles_whose_kinds_disagree(rocksdb_backend: Any) -> None:
