@@ -353,9 +353,17 @@ def test_the_snapshot_sees_the_database_as_at_the_barrier_while_it_changes_betwe
 
 
 def test_steps_build_the_same_bytes_as_one_pass(db: Rdict) -> None:
+    """Steps that stop anywhere (inside a key group, a state, a map) resume where they stopped."""
     fill(db, "s", 2_000)
-    one_pass = canonical_snapshot(db, ALL, {"s": "value"})
-    snapshot = CanonicalSnapshot(db, db.snapshot(), ALL, {"s": "value"}, {}, 0)
+    heap = HeapKeyedStateBackend(ALL, MAX_PARALLELISM)
+    populate(heap)
+    mapping: Any = heap.get_partitioned_state(MapStateDescriptor("map"))
+    for key in KEYS[:5]:
+        at(heap, key)
+        mapping.put_all({f"entry-{i}": i for i in range(300)})  # maps longer than a step
+    catalogue = {"s": "value", **restore_canonical(db, [handle_of(heap_snapshot(heap))], ALL, StateReader())}
+    one_pass = canonical_snapshot(db, ALL, catalogue)
+    snapshot = CanonicalSnapshot(db, db.snapshot(), ALL, catalogue, {}, 0)
     serializer = snapshot.serializer()
     with pytest.raises(RuntimeError, match="not finished"):
         serializer.result()
@@ -365,6 +373,12 @@ def test_steps_build_the_same_bytes_as_one_pass(db: Rdict) -> None:
     stepped = serializer.result()
     snapshot.release()
     assert stepped == one_pass
+    restored = contents(heap_restored([stepped]))
+    assert restored.pop("s")[1] == {
+        kg: {i: i for i in range(2_000) if assign_to_key_group(i, MAX_PARALLELISM) == kg}
+        for kg in {assign_to_key_group(i, MAX_PARALLELISM) for i in range(2_000)}
+    }
+    assert restored == contents(heap)
 
 
 def test_release_drops_the_iterator_so_the_database_can_close(tmp_path: Path) -> None:

@@ -194,6 +194,9 @@ class CanonicalSerializer:
         self._prefix: bytes | None = None
         self._target: dict[Any, Any] = {}
         self._mode = _PLAIN
+        #: The key prefix of the map being read (key group, state, table key) and its entries.
+        self._map_prefix: bytes | None = None
+        self._entries: dict[Any, Any] = {}
         self.done = False
 
     def step(self, deadline_ns: int | None) -> bool:
@@ -204,6 +207,7 @@ class CanonicalSerializer:
         if items is None:
             raise RuntimeError("the canonical snapshot was released before it was serialized")
         prefix, target, mode = self._prefix, self._target, self._mode
+        map_prefix, entries = self._map_prefix, self._entries
         countdown = _ENTRIES_PER_CLOCK_CHECK
         # The hot loop: the decoder from a local, and values decoded with ``decode_from`` (one
         # call each instead of ``decode``'s two; RocksDB's checksums guard the bytes).
@@ -215,10 +219,14 @@ class CanonicalSerializer:
             if mode == _PLAIN:
                 target[decode_at(key, start)[0]] = decode_at(value, 0)[0]
             elif mode == _MAP:
-                table_key, end = decode_at(key, start)
-                entries = target.get(table_key)
-                if entries is None:
-                    entries = target[table_key] = {}
+                # A map's entries are contiguous and its key's encoding is prefix-free: the
+                # table key is decoded once per map, not once per entry.
+                if map_prefix is not None and key.startswith(map_prefix):
+                    end = len(map_prefix)
+                else:
+                    table_key, end = decode_at(key, start)
+                    map_prefix = key[:end]
+                    entries = target.setdefault(table_key, {})
                 entries[decode_at(key, end)[0]] = decode_at(value, 0)[0]
             elif mode == _TIMERS:
                 target[decode_at(key, start)[0]] = None
@@ -229,6 +237,7 @@ class CanonicalSerializer:
                 countdown = _ENTRIES_PER_CLOCK_CHECK
                 if deadline_ns is not None and time.monotonic_ns() >= deadline_ns:
                     self._prefix, self._target, self._mode = prefix, target, mode
+                    self._map_prefix, self._entries = map_prefix, entries
                     return False
         if self._key_group >= 0:
             self._finish_key_group()
