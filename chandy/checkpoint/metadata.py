@@ -10,10 +10,10 @@ Layout::
 
 The body names every operator (by operator id) with its parallelism, max
 parallelism and, per subtask, its keyed state handles (key-group range and one
-byte range per key group) and operator state handles (per named list: the
-distribution mode and one byte range per element), or incremental keyed handles
-(a RocksDB checkpoint's files). A handle is a file (path, size, SHA-256) or inline
-bytes (base64) for small state. File paths inside the checkpoint's own directory
+byte range per key group; or, for an incremental RocksDB checkpoint, key-group
+range and the database's files) and operator state handles (per named list: the
+distribution mode and one byte range per element). A handle is a file (path,
+size, SHA-256) or inline bytes (base64) for small state. File paths inside the checkpoint's own directory
 are stored relative to it, so a retained checkpoint or savepoint can be moved and
 still restored. Inside an incremental handle, paths under the checkpoint
 directory's parent (the job directory, whose ``shared/`` holds the SST files
