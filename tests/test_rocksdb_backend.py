@@ -583,13 +583,14 @@ def keyed_job_outputs(backend: dict[str, Any], tmp_path: Path) -> list[Any]:
     return sorted(results, key=repr)
 
 
-def test_operators_that_reach_into_tables_give_the_heaps_results(tmp_path: Path) -> None:
+@pytest.mark.parametrize("incremental", [True, False], ids=["incremental", "canonical"])
+def test_operators_that_reach_into_tables_give_the_heaps_results(tmp_path: Path, incremental: bool) -> None:
     """The same job on the heap and on RocksDB (with a 2 MB budget, so the cache evicts while
-    the job runs, and incremental checkpoints every 20 ms) gives the same records."""
+    the job runs, and checkpoints every 20 ms, native or canonical) gives the same records."""
     expected = keyed_job_outputs({}, tmp_path / "heap")
     rocksdb = {
         "state.backend.type": "rocksdb",
-        "execution.checkpointing.incremental": True,
+        "execution.checkpointing.incremental": incremental,
         "state.backend.rocksdb.memory.fixed-per-slot": "2 mb",
         "state.backend.rocksdb.localdir": str(tmp_path / "local"),
     }
@@ -601,3 +602,23 @@ def test_operators_that_reach_into_tables_give_the_heaps_results(tmp_path: Path)
     while os.listdir(tmp_path / "local") and time.monotonic() < deadline:
         time.sleep(0.05)
     assert os.listdir(tmp_path / "local") == []
+
+
+def test_a_failed_native_restore_still_disposes_cleanly(make_backend: Any, tmp_path: Path) -> None:
+    """A native restore whose shared file is gone fails naming it; the backend, whose database
+    was closed for the restore, still disposes (it raised DbClosedError) and deletes its files."""
+    from chandy.errors import InvalidCheckpointError
+    from chandy.state.handles import FileStateHandle, IncrementalKeyedStateHandle
+
+    backend = make_backend(incremental=True)
+    random_operations(backend, seed=1, steps=300)
+    storage = CheckpointStorage(str(tmp_path / "checkpoints"), "job", inline_threshold=0)
+    (handle,) = snapshot_handles(backend, storage, 1)
+    assert isinstance(handle, IncrementalKeyedStateHandle)
+    lost = next(h for _, h in handle.shared if isinstance(h, FileStateHandle))
+    os.remove(lost.path.removeprefix("file://"))
+    restored = make_backend()
+    with pytest.raises(InvalidCheckpointError):
+        restored.restore([handle], StateReader(storage))
+    restored.dispose()
+    assert not os.path.exists(restored.directory)

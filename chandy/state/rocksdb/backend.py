@@ -117,6 +117,7 @@ class RocksDBKeyedStateBackend(HeapKeyedStateBackend):
         self.backend_id = uuid.uuid4().hex
         memory.attach(id(self))
         self.db: Rdict = open_db(self.db_path, memory)
+        self._db_closed = False
         self.cache = ValueCache(self.db, self._cache_limit)
         self._snapshotter: NativeSnapshotter | None = None
         self._ttl_cleanups: dict[str, IncrementalCleanup] = {}
@@ -248,6 +249,7 @@ class RocksDBKeyedStateBackend(HeapKeyedStateBackend):
             self.db = restore_native(
                 native, self.key_group_range, self.db_path, self.work_dir, reader, self.open_db
             )
+            self._db_closed = False
             self.cache.db = self.db
         if canonical:
             from chandy.state.rocksdb.canonical import restore_canonical
@@ -280,7 +282,9 @@ class RocksDBKeyedStateBackend(HeapKeyedStateBackend):
 
     def _close_db(self) -> None:
         self.cache.drop()
-        self.db.close()
+        if not self._db_closed:
+            self._db_closed = True
+            self.db.close()
 
     def dispose(self) -> None:
         """Close the database and delete this backend's local directory.
