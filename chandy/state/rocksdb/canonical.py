@@ -51,7 +51,7 @@ from chandy.state.rocksdb.layout import (
 )
 
 #: How many entries a serializer step handles between two looks at the clock.
-_ENTRIES_PER_CLOCK_CHECK = 256
+_ENTRIES_PER_CLOCK_CHECK = 64
 #: A restore writes a WriteBatch once it holds this many entries (bounded memory: a
 #: batch of a million entries would hold a second copy of a big key group).
 RESTORE_BATCH_ENTRIES = 16_384
