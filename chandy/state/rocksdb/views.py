@@ -9,9 +9,10 @@ one Python call: ``get`` is ``dict.get`` and two identity checks when the key is
 
 What the cache holds, per view (a view never holds a stale value):
 
-- ``key -> value`` for cached entries, clean or dirty; ``key -> _ABSENT`` for keys known
-  to be absent (a miss is cached too, so ``timer in timers`` after a delete is a dict
-  lookup);
+- ``key -> value`` for cached entries, clean or dirty (the dict itself: a hit is
+  ``dict``'s own lookup, and a miss reaches :meth:`KeyGroupView.__missing__`);
+- ``_absent``: keys known to be absent (a miss is cached too, so ``timer in timers``
+  after a delete is a set lookup);
 - ``_dirty``: the keys whose cached value is newer than RocksDB. A write marks its key
   dirty; so does a read that returns a value which is not immutable
   (:func:`chandy.state.heap.is_immutable`), because the heap's handles change such values
@@ -56,12 +57,13 @@ class _Marker:
 
 #: Not in the cache (look in RocksDB).
 _MISS: Any = _Marker("<miss>")
-#: In the cache as absent: RocksDB has no such entry.
+#: What a load returns for a key RocksDB does not have.
 _ABSENT: Any = _Marker("<absent>")
 #: ``pop`` without a default.
 _RAISE: Any = _Marker("<raise>")
 
 _dget = dict.get
+_dcontains = dict.__contains__
 _dset = dict.__setitem__
 _ddel = dict.__delitem__
 _dlen = dict.__len__
@@ -172,8 +174,8 @@ class ValueCache:
             self.pool -= 1
 
     def size(self) -> int:
-        """The number of cached entries (absent markers included)."""
-        return sum(map(_dlen, self.views))
+        """The number of cached entries (known absent keys included)."""
+        return sum(_dlen(view) + len(view._absent) for view in self.views)
 
     def flush(self) -> None:
         """Write every dirty entry in one batch (no WAL: the checkpoint is the durability).
@@ -226,6 +228,7 @@ class ValueCache:
             self.evictions += 1
             keep = self.limit // 2
             for view in self.views:
+                view._absent.clear()
                 n = _dlen(view)
                 drop = n - n * keep // total
                 if drop <= 0:
@@ -242,6 +245,7 @@ class ValueCache:
         for view in self.views:
             _dclear(view)
             view._dirty.clear()
+            view._absent.clear()
             view._room = 0
             view._active = False
         self.active = []
@@ -297,13 +301,15 @@ class KeyGroupView(_DictView):
     (key group and state id, :func:`chandy.state.rocksdb.layout.table_prefix`).
     """
 
-    __slots__ = ("_cache", "_prefix", "_dirty", "_room", "_active")
+    __slots__ = ("_cache", "_prefix", "_dirty", "_absent", "_room", "_active")
 
     def __init__(self, cache: ValueCache, prefix: bytes) -> None:
         super().__init__()
         self._cache = cache
         self._prefix = prefix
         self._dirty: set[Any] = set()
+        #: Keys known to be absent from RocksDB (and so from the dict).
+        self._absent: set[Any] = set()
         self._room = 0
         self._active = False
         cache.register(self)
@@ -311,10 +317,19 @@ class KeyGroupView(_DictView):
     # ---------------------------------------------------------------- the hot path
 
     def get(self, key: Any, default: Any = None) -> Any:
-        value = _dget(self, key, _MISS)
-        if value is _MISS:
-            value = self._load(key)
-        return default if value is _ABSENT else value
+        # ``self[key]`` is dict's own lookup, C all the way on a hit; a miss calls __missing__
+        try:
+            return self[key]
+        except KeyError:
+            return default
+
+    def __missing__(self, key: Any) -> Any:
+        if key in self._absent:
+            raise KeyError(key)
+        value = self._load(key)
+        if value is _ABSENT:
+            raise KeyError(key)
+        return value
 
     def __setitem__(self, key: Any, value: Any) -> None:
         dirty = self._dirty
@@ -323,6 +338,7 @@ class KeyGroupView(_DictView):
                 self._cache.grant(self)
             self._room -= 1
             dirty.add(key)
+            self._absent.discard(key)
         _dset(self, key, value)
 
     def _load(self, key: Any) -> Any:
@@ -331,7 +347,7 @@ class KeyGroupView(_DictView):
         data = cache.db.get(self._prefix + encode(key))
         cache.take_one()
         if data is None:
-            _dset(self, key, _ABSENT)
+            self._absent.add(key)
             return _ABSENT
         cache.seen(len(data))
         value = decode(data)
@@ -344,30 +360,24 @@ class KeyGroupView(_DictView):
 
     # ---------------------------------------------------------------- the rest of a dict
 
-    def __getitem__(self, key: Any) -> Any:
-        value = _dget(self, key, _MISS)
-        if value is _MISS:
-            value = self._load(key)
-        if value is _ABSENT:
-            raise KeyError(key)
-        return value
-
     def __contains__(self, key: object) -> bool:
-        value = _dget(self, key, _MISS)
-        if value is _MISS:
-            value = self._load(key)
-        return value is not _ABSENT
+        if _dcontains(self, key):
+            return True
+        if key in self._absent:
+            return False
+        return self._load(key) is not _ABSENT
 
     def pop(self, key: Any, default: Any = _RAISE) -> Any:
         value = _dget(self, key, _MISS)
         if value is _MISS:
-            value = self._load(key)
+            value = _ABSENT if key in self._absent else self._load(key)
         if value is _ABSENT:
             if default is _RAISE:
                 raise KeyError(key)
             return default
         self._cache.db.delete(self._prefix + encode(key))
-        _dset(self, key, _ABSENT)
+        _ddel(self, key)
+        self._absent.add(key)
         self._dirty.discard(key)
         return value
 
@@ -384,6 +394,7 @@ class KeyGroupView(_DictView):
         self._cache.db.delete_range(self._prefix, prefix_end(self._prefix))
         _dclear(self)
         self._dirty.clear()
+        self._absent.clear()
 
     def popitem(self) -> tuple[Any, Any]:
         keys = self._keys()
@@ -449,13 +460,13 @@ class KeyGroupView(_DictView):
         return count
 
     def __bool__(self) -> bool:
-        if any(value is not _ABSENT for value in dict.values(self)):
+        if _dlen(self):
             return True
         return next(self._db_keys(), None) is not None
 
     def cached(self) -> int:
-        """How many entries this view's cache holds (absent markers included)."""
-        return _dlen(self)
+        """How many entries this view's cache holds (known absent keys included)."""
+        return _dlen(self) + len(self._absent)
 
 
 class MapKeyGroupView(_DictView):
