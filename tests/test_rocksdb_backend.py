@@ -622,3 +622,51 @@ def test_a_failed_native_restore_still_disposes_cleanly(make_backend: Any, tmp_p
         restored.restore([handle], StateReader(storage))
     restored.dispose()
     assert not os.path.exists(restored.directory)
+
+
+def test_map_state_through_apply_to_all_keys_and_with_ttl(make_backend: Any) -> None:
+    """Keys holding a map (entries in RocksDB keys of their own) are listed once each; a map
+    with a time-to-live, one value per key through ttl.py's handles, expires per entry."""
+    clock = ManualClock()
+    backend = make_backend(clock=clock)
+    plain = backend.get_partitioned_state(MapStateDescriptor("m"))
+    descriptor = MapStateDescriptor("t")
+    descriptor.enable_time_to_live(StateTtlConfig.new_builder(Time.milliseconds(100)).build())
+    expiring = backend.get_partitioned_state(descriptor)
+    for key in range(10):
+        at(backend, key)
+        plain.put_all({"a": key, "b": -key})
+        expiring.put("old", key)
+    clock.advance_ms(60)
+    for key in range(10):
+        at(backend, key)
+        expiring.put("new", key)
+    clock.advance_ms(60)
+    cold(backend)
+    visited: list[Any] = []
+    backend.apply_to_all_keys(
+        MapStateDescriptor("m"), lambda key, s: visited.append((key, sorted(s.items())))
+    )
+    assert sorted(visited) == [(k, [("a", k), ("b", -k)]) for k in range(10)]
+    at(backend, 3)
+    assert sorted(expiring.items()) == [("new", 3)]
+    assert backend.num_keys("m") == 10 and backend.num_keys("t") == 10
+
+
+def test_without_managed_memory_each_backend_has_a_budget_of_its_own(tmp_path: Path) -> None:
+    config = Configuration(
+        {
+            "state.backend.rocksdb.localdir": str(tmp_path),
+            "state.backend.rocksdb.memory.managed": False,
+            "taskmanager.memory.managed.size": "4 mb",
+        }
+    )
+    create = rocksdb_backend_factory(config, {}, 0)
+    a, b = (create(KeyGroupRange(0, 3), 4, name, ManualClock()) for name in "ab")
+    try:
+        assert isinstance(a, RocksDBKeyedStateBackend) and isinstance(b, RocksDBKeyedStateBackend)
+        assert a.memory is not b.memory and a.memory.budget == b.memory.budget == 4 << 20
+        assert a.memory.value_cache_share() == (4 << 20) // 4  # all of the quarter: not shared
+    finally:
+        a.dispose()
+        b.dispose()
