@@ -24,6 +24,7 @@ from chandy.api.environment import CONFIG_ENV_VAR
 from chandy.cli.main import cli
 from chandy.config.options import RecoveryClaimMode, StateRecoveryOptions
 from chandy.errors import ConfigurationError
+from tests.state_backends import on_rocksdb_too
 
 CHANDY = shutil.which("chandy") or os.path.join(os.path.dirname(sys.executable), "chandy")
 
@@ -529,6 +530,7 @@ def test_list_shows_running_and_terminated_jobs_and_run_passes_the_exit_code(tmp
             runner.wait(timeout=60)
 
 
+@on_rocksdb_too()  # `chandy run` passes the shell's CHANDY_CONFIG on to the job
 def test_stop_with_a_savepoint_then_run_from_it_at_another_parallelism(tmp_path: Path) -> None:
     job = run_detached(tmp_path)
     try:

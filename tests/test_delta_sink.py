@@ -14,6 +14,7 @@ from chandy.task.operators.sink import SinkWriterOperator
 from tests.jobs import FailOnceMap, KeyedCounter, Throttle
 from tests.operator_harness import OperatorHarness
 from tests.probes import Probe
+from tests.state_backends import on_rocksdb_too
 
 SCHEMA = pa.schema([("key", pa.int64()), ("count", pa.int64())])
 
@@ -86,6 +87,7 @@ def test_a_second_run_of_the_same_job_appends_its_rows_too(tmp_path: Path) -> No
 
 
 @pytest.mark.slow
+@on_rocksdb_too(executor="local")
 def test_exactly_once_keyed_counts_into_delta_through_a_failure(tmp_path: Path, executor: str) -> None:
     n, keys = 20_000, 20
     probe = Probe()

@@ -16,6 +16,7 @@ from chandy.errors import JobCancelledError
 from chandy.runtime.job_client import JobClient
 from tests.jobs import CountingFilter, KeyedCounter, Throttle, final_counts, release
 from tests.probes import Probe
+from tests.state_backends import on_rocksdb_too
 from tests.test_spark_executor import pid_alive, wait_for
 
 pytestmark = pytest.mark.usefixtures("spark_session")
@@ -116,6 +117,7 @@ def kill_and_wait_back(client: JobClient, index: int, key: str) -> dict[str, Any
 
 
 @pytest.mark.slow
+@on_rocksdb_too()  # each killed child's databases die with it; the new one restores from shared/
 def test_a_killed_slot_child_is_replaced_in_the_same_stage_exactly_once() -> None:
     n, keys = 150_000, 50
     client, out, reader, probe = running_job(n, keys, 0.00002, 2)
