@@ -51,7 +51,7 @@ from tests.test_checkpoint_coordinator import (
     succeeded,
 )
 from tests.test_checkpoint_coordinator_failures import FailingStore
-from tests.test_checkpointing_e2e import checkpointing_env
+from tests.test_checkpointing_e2e import checkpointing_env, drain, latest_checkpoint_dir, wait_for_checkpoints
 
 R = ExternalizedCheckpointRetention
 PLAN = make_plan([A1], [A1, A2])
@@ -511,3 +511,28 @@ def test_a_finished_job_on_rocksdb_leaves_no_shared_file(tmp_path: Path) -> None
     count_per_key(env, 30_000, 500, 0.00005).add_sink(lambda value: None)
     assert env.execute("finished on rocksdb").job_id
     assert list((tmp_path / "checkpoints").iterdir()) == []
+
+
+def test_a_job_directory_moved_whole_restores_its_incremental_checkpoint(tmp_path: Path) -> None:
+    """``_metadata`` stores shared files relative to the job directory: after the whole job
+    directory is moved (``shared/`` with it), its retained checkpoint restores exactly once."""
+    n, keys = 20_000, 20
+    env = rocksdb_env(
+        tmp_path, **{"execution.checkpointing.externalized-checkpoint-retention": "RETAIN_ON_CANCELLATION"}
+    )
+    results = count_per_key(env, n, keys, 0.0005).execute_and_collect("first run")
+    first, reader = drain(results)
+    wait_for_checkpoints(tmp_path / "checkpoints", 2)
+    results.close()
+    reader.join(30)
+    retained = latest_checkpoint_dir(tmp_path / "checkpoints")
+    assert shared_files_of_retained_checkpoints(retained.parent)[1]  # it references shared files
+    moved = tmp_path / "archive" / "moved-job"
+    moved.parent.mkdir()
+    retained.parent.rename(moved)
+
+    again = checkpointing_env(parallelism=3, interval_ms=100, **{"state.backend.type": "rocksdb"})
+    again.set_restore_path(str(moved / retained.name))
+    second = count_per_key(again, n, keys, 0.0).execute_and_collect("second run", limit=10**6)
+
+    assert sorted(first + list(second)) == [(k, n // keys) for k in range(keys)]
