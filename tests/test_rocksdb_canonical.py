@@ -7,7 +7,8 @@ Tested against real databases (rocksdict ``Rdict`` in raw mode, in pytest's tmp 
 written either by hand through the layout or by :func:`restore_canonical`, and read back by
 the heap backend: every state kind, namespaced state, timers, TTL filtering at the barrier,
 consistency while the database changes between serializer steps, rescaling (handles of
-other ranges clipped) and kinds that disagree.
+other ranges clipped) and kinds that disagree. Then the same through the RocksDB backend a
+job builds, and whole jobs that switch backends through a CANONICAL savepoint.
 """
 
 from __future__ import annotations
