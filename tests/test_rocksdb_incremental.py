@@ -10,6 +10,7 @@ as the backend writes them, so these tests exercise exactly the files a job's ch
 
 from __future__ import annotations
 
+import gc
 import json
 import logging
 import os
@@ -276,10 +277,27 @@ def test_release_before_the_result_is_taken_deletes_the_local_checkpoint_and_clo
     assert os.listdir(work) == ["chk-1"]
     snapshot.release()  # the task ended before it serialized
     assert os.listdir(work) == []
-    snapshotter.take(db, 2, (("s", "value"),), incremental=True).serializer().result()
-    assert os.listdir(work) == ["chk-2"]  # taken but never written: close() removes it
+    result = snapshotter.take(db, 2, (("s", "value"),), incremental=True).serializer().result()
+    assert os.listdir(work) == ["chk-2"]
+    del result  # taken, never written (the I/O pool was shut down): its directory goes with it
+    assert os.listdir(work) == []
+    snapshotter.take(db, 3, (("s", "value"),), incremental=True)
     snapshotter.close()
     assert not work.exists()
+
+
+def _incremental_backend(tmp_path: Path, budget: int) -> tuple[RocksDBKeyedStateBackend, ValueState]:
+    """A RocksDB backend with incremental checkpoints in ``tmp_path/backend``, and its value state."""
+    backend = RocksDBKeyedStateBackend(
+        ALL,
+        MAX_PARALLELISM,
+        directory=str(tmp_path / "backend"),
+        memory=SlotMemory.of(budget),
+        incremental=True,
+    )
+    state = backend.get_partitioned_state(ValueStateDescriptor("v"))
+    assert isinstance(state, ValueState)
+    return backend, state
 
 
 def _backend_checkpoint(
@@ -305,16 +323,8 @@ def test_after_a_checkpoint_of_1m_keys_updating_1_percent_uploads_at_most_5_perc
     """The issue's acceptance figure, through the RocksDB backend (value state updated by key,
     its cache flushed at the barrier) into a real checkpoint directory."""
     keys = 1_000_000
-    backend = RocksDBKeyedStateBackend(
-        ALL,
-        MAX_PARALLELISM,
-        directory=str(tmp_path / "backend"),
-        memory=SlotMemory.of(128 << 20),
-        incremental=True,
-    )
+    backend, state = _incremental_backend(tmp_path, 128 << 20)
     try:
-        state = backend.get_partitioned_state(ValueStateDescriptor("count"))
-        assert isinstance(state, ValueState)
         for key in range(keys):
             backend.set_current_key(key, assign_to_key_group(key, MAX_PARALLELISM))
             state.update((key, "v" * 8))
@@ -765,3 +775,20 @@ def test_a_sigkill_during_an_sst_upload_leaves_a_checkpoint_that_is_complete_or_
     for key, seen in by_key.items():
         assert [r["count"] for r in seen] == list(range(1, len(seen) + 1)), key
         assert [r["last"] for r in seen] == [None] + [r["x"] for r in seen[:-1]], key
+
+
+def test_a_snapshot_dropped_unwritten_neither_holds_up_the_disposal_nor_stays_on_disk(tmp_path: Path) -> None:
+    """A result never written (the I/O pool was shut down) takes its local checkpoint (hard
+    links that keep SST files alive) with it, and the disposed backend's directory goes at
+    once (the backend waits for the ``chk-*`` directories of uploads in flight)."""
+    backend, state = _incremental_backend(tmp_path, 64 << 20)
+    backend.set_current_key(1, assign_to_key_group(1, MAX_PARALLELISM))
+    state.update(1)
+    snapshot = backend.snapshot(1)
+    snapshot.serializer().result()  # taken and dropped
+    snapshot.release()
+    del snapshot
+    gc.collect()
+    assert os.listdir(backend.work_dir) == []
+    backend.dispose()
+    assert not (tmp_path / "backend").exists()

@@ -47,6 +47,7 @@ import shutil
 import tempfile
 import threading
 import time
+import weakref
 from collections.abc import Callable, Iterable, Mapping, Sequence
 
 from rocksdict import AccessType, Checkpoint, Options, Rdict, ReadOptions, WriteBatch, WriteOptions
@@ -146,7 +147,10 @@ class NativeSnapshotter:
             return dict(self._confirmed)
 
     def close(self) -> None:
-        """Forget everything and delete the work directory (snapshots not yet written with it)."""
+        """Forget everything and delete the work directory. (The backend calls it once no
+        snapshot is on its way to storage: a disposed backend's directory stays until the
+        ``chk-*`` directories of its uploads are gone, which each result deletes when written,
+        failed or dropped.)"""
         with self._lock:
             self._written.clear()
             self._confirmed = {}
@@ -190,6 +194,9 @@ class NativeSnapshotResult:
         self._previous = previous
         self._state_kinds = state_kinds
         self._incremental = incremental
+        # A result dropped unwritten still deletes its directory: its hard links keep SST
+        # files on disk that the database itself has long compacted away.
+        self._delete_directory = weakref.finalize(self, shutil.rmtree, directory, ignore_errors=True)
 
     def write(
         self, writer: StateWriter, checkpoint_id: int, target_location: str | None
@@ -258,7 +265,7 @@ class NativeSnapshotResult:
 
     def discard(self) -> None:
         """Delete the local checkpoint directory (its hard links keep SST files alive)."""
-        shutil.rmtree(self.directory, ignore_errors=True)
+        self._delete_directory()
 
 
 class NativeSnapshot:
@@ -266,7 +273,8 @@ class NativeSnapshot:
 
     The coordinator releases a snapshot once its serializer's result is taken, before the
     result is written: from then on the result owns the directory (and deletes it after the
-    upload). A snapshot released without its result taken (the task ended first) deletes it.
+    upload, or when dropped unwritten). A snapshot released without its result taken (the task
+    ended first) deletes it.
     """
 
     def __init__(self, result: NativeSnapshotResult) -> None:
