@@ -28,7 +28,7 @@ from typing import Any
 import pytest
 from rocksdict import Options, Rdict, WriteBatch, WriteOptions
 
-from chandy.core.state import ValueState, ValueStateDescriptor
+from chandy.core.state import MapState, MapStateDescriptor, ValueState, ValueStateDescriptor
 from chandy.errors import InvalidCheckpointError
 from chandy.state.backend import StateFileReader, WrittenKeyedState
 from chandy.state.handles import ByteStreamStateHandle, FileStateHandle, IncrementalKeyedStateHandle
@@ -792,3 +792,80 @@ def test_a_snapshot_dropped_unwritten_neither_holds_up_the_disposal_nor_stays_on
     assert os.listdir(backend.work_dir) == []
     backend.dispose()
     assert not (tmp_path / "backend").exists()
+
+
+def test_backends_rescaled_2_to_3_to_1_from_native_checkpoints_read_every_key_once(
+    tmp_path: Path, storage: CheckpointStorage
+) -> None:
+    """The same rescaling through the backend: value and map state written through their
+    handles, native checkpoints restored into 3 backends then 1, read back through the
+    handles and counted with apply_to_all_keys (each key exactly once, each where it belongs)."""
+    keys = range(3000)
+    value_descriptor = ValueStateDescriptor("v")
+    map_descriptor = MapStateDescriptor("m")
+
+    def backend(tag: str, key_groups: KeyGroupRange) -> RocksDBKeyedStateBackend:
+        return RocksDBKeyedStateBackend(
+            key_groups,
+            MAX_PARALLELISM,
+            directory=str(tmp_path / tag),
+            memory=SlotMemory.of(32 << 20),
+            incremental=True,
+        )
+
+    def native_checkpoints(backends: list[RocksDBKeyedStateBackend], checkpoint_id: int) -> list[Any]:
+        handles = []
+        for b in backends:
+            written, _, _ = _backend_checkpoint(b, storage, checkpoint_id)
+            handles += written.handles
+            b.dispose()
+        return handles
+
+    def restored(parallelism: int, handles: list[Any]) -> list[RocksDBKeyedStateBackend]:
+        backends = []
+        for index in range(parallelism):
+            b = backend(
+                f"p{parallelism}-{index}", KeyGroupRange.of_operator(MAX_PARALLELISM, parallelism, index)
+            )
+            b.restore([h for h in handles if h.intersection(b.key_group_range)], StateReader(storage))
+            backends.append(b)
+        return backends
+
+    def check(backends: list[RocksDBKeyedStateBackend]) -> None:
+        seen: list[Any] = []
+        for b in backends:
+            b.apply_to_all_keys(value_descriptor, lambda key, _: seen.append(key))
+            assert all(
+                assign_to_key_group(k, MAX_PARALLELISM) in b.key_group_range for k in seen[-b.num_keys("v") :]
+            )
+            value, entries = (
+                b.get_partitioned_state(value_descriptor),
+                b.get_partitioned_state(map_descriptor),
+            )
+            assert isinstance(value, ValueState) and isinstance(entries, MapState)
+            for key in keys:
+                if assign_to_key_group(key, MAX_PARALLELISM) in b.key_group_range:
+                    b.set_current_key(key, assign_to_key_group(key, MAX_PARALLELISM))
+                    assert value.value() == ("v", key)
+                    assert dict(entries.items()) == {"a": key, "b": -key}
+        assert sorted(seen) == list(keys)
+
+    original = []
+    for index in range(2):
+        b = backend(f"p2-{index}", KeyGroupRange.of_operator(MAX_PARALLELISM, 2, index))
+        value, entries = b.get_partitioned_state(value_descriptor), b.get_partitioned_state(map_descriptor)
+        assert isinstance(value, ValueState) and isinstance(entries, MapState)
+        for key in keys:
+            if assign_to_key_group(key, MAX_PARALLELISM) in b.key_group_range:
+                b.set_current_key(key, assign_to_key_group(key, MAX_PARALLELISM))
+                value.update(("v", key))
+                entries.put_all({"a": key, "b": -key})
+        original.append(b)
+    three = restored(3, native_checkpoints(original, 1))
+    check(three)
+    one = restored(1, native_checkpoints(three, 2))
+    try:
+        check(one)
+    finally:
+        for b in one:
+            b.dispose()
