@@ -317,6 +317,7 @@ def _backend_checkpoint(
     return written, synchronous - started, time.perf_counter() - synchronous
 
 
+@pytest.mark.slow
 def test_after_a_checkpoint_of_1m_keys_updating_1_percent_uploads_at_most_5_percent(
     tmp_path: Path, storage: CheckpointStorage
 ) -> None:
@@ -701,6 +702,7 @@ def _files_written_after(directory: Path, moment_ns: int) -> list[Path]:
     return found
 
 
+@pytest.mark.slow
 def test_a_sigkill_during_an_sst_upload_leaves_a_checkpoint_that_is_complete_or_ignored(
     tmp_path: Path,
 ) -> None:
