@@ -78,6 +78,11 @@ def open_db(path: str, memory: SlotMemory) -> Rdict:
     options.create_missing_column_families(True)
     table_options = BlockBasedOptions()
     table_options.set_block_cache(memory.cache)
+    # Point lookups (every cache miss) skip the SST files without the key: a bloom filter
+    # per file, its blocks in the (bounded) block cache, L0's pinned there.
+    table_options.set_bloom_filter(10, False)
+    table_options.set_cache_index_and_filter_blocks(True)
+    table_options.set_pin_l0_filter_and_index_blocks_in_cache(True)
     options.set_block_based_table_factory(table_options)
     options.set_write_buffer_manager(memory.write_buffer_manager)
     db = Rdict(path, options, column_families={META_COLUMN_FAMILY: Options(raw_mode=True)})
