@@ -433,6 +433,7 @@ def test_discovery_takes_the_latest_valid_checkpoint_and_ids_go_on_after_all_on_
 
 
 @pytest.mark.slow
+@on_rocksdb_too()  # its own retained checkpoints, shared files included, are the job's again
 def test_a_job_submitted_again_under_its_id_owns_its_checkpoints_and_skips_broken_ones(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
