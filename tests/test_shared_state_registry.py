@@ -35,7 +35,7 @@ from chandy.messages.status import JobStatus
 from chandy.state.handles import ByteStreamStateHandle, FileStateHandle, IncrementalKeyedStateHandle
 from chandy.state.key_groups import KeyGroupRange
 from chandy.state.snapshot import OperatorSubtaskState, TaskStateSnapshot
-from chandy.storage.checkpoint_storage import SHARED_DIR
+from chandy.storage.checkpoint_storage import SHARED_DIR, CheckpointStorage
 from tests.jobs import KeyedCounter, Throttle
 from tests.test_checkpoint_coordinator import (
     A1,
@@ -365,6 +365,43 @@ def test_at_the_job_end_discarded_checkpoints_take_their_shared_files_retained_o
         assert not os.path.exists(h.storage.job_dir)  # nothing left: the job directory goes too
 
 
+@pytest.mark.parametrize(
+    ("status", "left"),
+    [(JobStatus.CANCELED, {"a", "b", "c"}), (JobStatus.FINISHED, None)],
+    ids=["kept", "discarded"],
+)
+def test_at_the_job_end_files_no_checkpoint_ever_referenced_are_swept(
+    tmp_path: Path, status: JobStatus, left: set[str] | None
+) -> None:
+    """An upload whose task was killed half-way (a SIGKILLed slot process or driver) was never
+    acknowledged, so the registry never saw it: once the job has ended it is garbage."""
+    h, files = job(tmp_path, retained=2, retention=R.RETAIN_ON_CANCELLATION)
+    complete(h, files, 1, ([], ["a", "b"]))
+    complete(h, files, 2, (["a"], ["c"]))
+    shared_file(files.directory, "killed-upload")  # in shared/, referenced by nothing
+
+    h.coordinator.shutdown(status)
+
+    if left is None:
+        assert not os.path.exists(h.storage.job_dir)
+    else:
+        assert files.on_disk() == left
+
+
+def test_nothing_is_swept_while_an_unknown_checkpoint_may_reference_it(tmp_path: Path) -> None:
+    """A ``chk-N`` the coordinator does not hold (unreadable, or left by a failed deletion)
+    may reference any file in shared/: then only the registry's own deletions happen."""
+    h, files = job(tmp_path, retained=1, retention=R.RETAIN_ON_CANCELLATION)
+    complete(h, files, 1, ([], ["a"]))
+    complete(h, files, 2, ([], ["b"]))  # subsumes 1: a goes
+    os.makedirs(h.storage.checkpoint_dir(0))  # below this run's ids: not this run's to delete
+    shared_file(files.directory, "unknown")
+
+    h.coordinator.shutdown(JobStatus.CANCELED)
+
+    assert files.on_disk() == {"b", "unknown"}
+
+
 # ---------------------------------------------------------------------- restored checkpoints
 
 
@@ -536,3 +573,16 @@ def test_a_job_directory_moved_whole_restores_its_incremental_checkpoint(tmp_pat
     second = count_per_key(again, n, keys, 0.0).execute_and_collect("second run", limit=10**6)
 
     assert sorted(first + list(second)) == [(k, n // keys) for k in range(keys)]
+
+
+def test_nothing_is_swept_where_jobs_share_one_directory(tmp_path: Path) -> None:
+    """With ``create-subdir: false`` every job writes into the same ``shared/``: another one
+    may be uploading there right now."""
+    storage = CheckpointStorage(str(tmp_path), JOB_ID, create_subdir=False)
+    h, files = job(tmp_path, retained=1, storage=storage)
+    complete(h, files, 1, ([], ["a"]))
+    shared_file(files.directory, "another-jobs-upload")
+
+    h.coordinator.shutdown(JobStatus.FINISHED)
+
+    assert files.on_disk() == {"another-jobs-upload"}  # a went with its checkpoint

@@ -68,6 +68,7 @@ from chandy.checkpoint.properties import CheckpointProperties
 from chandy.checkpoint.shared_state import SharedStateRegistry, delete_shared_files
 from chandy.checkpoint.stats import CheckpointStatsTracker
 from chandy.config.options import ExternalizedCheckpointRetention, SavepointFormatType
+from chandy.errors import StorageError
 from chandy.messages.checkpoint import (
     AcknowledgeCheckpoint,
     CheckpointException,
@@ -78,8 +79,9 @@ from chandy.messages.checkpoint import (
 )
 from chandy.messages.ids import ExecutionAttemptID
 from chandy.messages.status import JobStatus
+from chandy.state.handles import FileStateHandle
 from chandy.state.snapshot import TaskStateSnapshot
-from chandy.storage.checkpoint_storage import CheckpointStorage
+from chandy.storage.checkpoint_storage import SHARED_DIR, CheckpointStorage
 from chandy.util.clock import Clock
 from chandy.util.threads import MainThreadChecker
 from chandy.util.timer import Cancellable, Timer
@@ -200,6 +202,8 @@ class CheckpointCoordinator:
         self._failed_savepoint_locations: list[tuple[int, str]] = []
         #: Completed savepoints: the user's, whatever the store and the end of the job tidy.
         self._completed_savepoint_ids: set[int] = set()
+        #: Checkpoints the store subsumed without deleting them (a NO_CLAIM restore).
+        self._kept_subsumed: list[CompletedCheckpoint] = []
         self.shutdown_called = False
 
     # ------------------------------------------------------------------ scheduler
@@ -712,7 +716,7 @@ class CheckpointCoordinator:
             except Exception as exc:  # noqa: BLE001 - the checkpoint fails, the job does not
                 self._fail_storing(pending, completed, exc)
                 return
-            self._release_shared_state([c for c in subsumed if c.props.discard_subsumed], "subsumed")
+            self._subsumed(subsumed)
             self.latest_completed_checkpoint_id = max(self.latest_completed_checkpoint_id, checkpoint_id)
         # Record the completion before dropping subsumed checkpoints: dropping runs queued
         # requests, and the min pause must count from this completion.
@@ -776,6 +780,13 @@ class CheckpointCoordinator:
         )
         if not self.shutdown_called:
             self._execute_queued_requests()
+
+    def _subsumed(self, subsumed: Sequence[CompletedCheckpoint]) -> None:
+        """The store dropped these: the deleted ones free their shared files; one the job may
+        not delete (a NO_CLAIM restore) stays on disk and is remembered, so that tidying
+        ``shared/`` at the end never takes a file it references."""
+        self._kept_subsumed += [c for c in subsumed if not c.props.discard_subsumed]
+        self._release_shared_state([c for c in subsumed if c.props.discard_subsumed], "subsumed")
 
     def _release_shared_state(
         self, discarded: Sequence[CompletedCheckpoint], why: str, *, inline: bool = False
@@ -941,7 +952,7 @@ class CheckpointCoordinator:
                 )
         for checkpoint in restored:
             subsumed = self.completed_store.add_checkpoint(checkpoint)
-            self._release_shared_state([c for c in subsumed if c.props.discard_subsumed], "subsumed")
+            self._subsumed(subsumed)
         by_name = {m.name: m.data for m in master_states}
         for identifier, hook in self.master_hooks.items():
             hook.restore_checkpoint(checkpoint_id, by_name.get(identifier))
@@ -968,6 +979,7 @@ class CheckpointCoordinator:
         )
         retained = {c.checkpoint_id for c in kept if not c.discarded} | self._completed_savepoint_ids
         self._discard_orphaned_checkpoint_dirs(retained)
+        self._discard_orphaned_shared_files([c for c in kept if not c.discarded] + self._kept_subsumed)
         for checkpoint_id, location in self._failed_savepoint_locations:
             self.storage.discard_checkpoint(checkpoint_id, location)
         self._failed_savepoint_locations.clear()
@@ -995,6 +1007,61 @@ class CheckpointCoordinator:
         for checkpoint_id in orphans:
             log.info("Deleting what is left of checkpoint %d of job %s.", checkpoint_id, self.job_id)
             self.storage.discard_checkpoint(checkpoint_id)
+
+    def _discard_orphaned_shared_files(self, retained: Sequence[CompletedCheckpoint]) -> None:
+        """Delete the files in the job's ``shared/`` that no retained checkpoint references.
+
+        The registry deletes a shared file when the last retained checkpoint referencing it
+        goes; a file no completed checkpoint ever referenced escapes it: the upload of a task
+        killed half-way (a SIGKILLed slot process or driver) that nothing acknowledged. Once
+        the job has ended nothing uploads any more, so such files are garbage. Only when every
+        ``chk-N`` in the job's directory is a retained checkpoint this coordinator holds: one
+        it does not know (an unreadable one, or one a failed deletion left) may reference any
+        file there, and then nothing is swept. Nor when jobs share one directory
+        (``execution.checkpointing.create-subdir: false``): another job may be uploading there.
+        Best effort, like every deletion here.
+        """
+        storage = self.storage
+        if not storage.is_persistent or not storage.create_subdir:
+            return
+        fs = storage.fs
+        shared_dir = fs.join(storage.job_dir, SHARED_DIR)
+        try:
+            if not fs.is_dir(shared_dir):
+                return
+            own = {
+                c.checkpoint_id
+                for c in retained
+                if (c.external_pointer or "").rstrip("/")
+                == storage.checkpoint_dir(c.checkpoint_id).rstrip("/")
+            }
+            unknown = set(storage.checkpoint_ids_on_disk()) - own
+            if unknown:
+                log.info(
+                    "Job %s: shared/ is not tidied: checkpoint(s) %s on disk may reference its files.",
+                    self.job_id,
+                    ", ".join(map(str, sorted(unknown))),
+                )
+                return
+            # By file name (a random one per upload), not by path: a path spelled another way
+            # (a moved or restored checkpoint's) must never make a referenced file look unused.
+            referenced = {
+                handle.path.rstrip("/").rsplit("/", 1)[-1]
+                for checkpoint in retained
+                for state in checkpoint.operator_states.values()
+                for subtask in state.subtask_states.values()
+                for handle in subtask.shared_handles()
+                if isinstance(handle, FileStateHandle)
+            }
+            orphans = [
+                FileStateHandle(fs.join(shared_dir, name), 0, "")
+                for name in fs.list_dir(shared_dir)
+                if name not in referenced
+            ]
+        except (OSError, StorageError) as exc:
+            log.warning("Could not list the shared files of job %s to tidy them: %s", self.job_id, exc)
+            return
+        delete_shared_files(orphans, self.job_id, "no checkpoint ever referenced them")
 
     @property
     def number_of_pending_checkpoints(self) -> int:
