@@ -766,7 +766,7 @@ class CheckpointCoordinator:
         location = pending.target_location
         if location is None:
             self._io(completed.discard)  # chk-N; the shared files it uploaded go below
-            self._release_shared_state([completed], "never stored")
+            self._release_shared_state([completed], "refused by the store")
         else:  # a stop-with-savepoint's savepoint: its own directory, not chk-N
             self._failed_savepoint_locations.append((checkpoint_id, location))
             self._io(lambda: self.storage.discard_checkpoint(checkpoint_id, location))
@@ -801,7 +801,8 @@ class CheckpointCoordinator:
         if not unused:
             return
         ids = ", ".join(str(c.checkpoint_id) for c in discarded)
-        reason = f"checkpoint {ids} {why}"
+        which = f"checkpoint {ids} was" if len(discarded) == 1 else f"checkpoints {ids} were"
+        reason = f"no retained checkpoint references them since {which} {why}"
         if inline:
             _run_inline(lambda: delete_shared_files(unused, self.job_id, reason))
         else:
@@ -975,7 +976,7 @@ class CheckpointCoordinator:
         kept = self.completed_store.get_all_checkpoints()  # a copy: shutdown clears the store
         self.completed_store.shutdown(job_status)
         self._release_shared_state(
-            [c for c in kept if c.discarded], f"discarded (job {job_status.value})", inline=True
+            [c for c in kept if c.discarded], f"discarded at the job's end ({job_status.value})", inline=True
         )
         retained = {c.checkpoint_id for c in kept if not c.discarded} | self._completed_savepoint_ids
         self._discard_orphaned_checkpoint_dirs(retained)
@@ -1061,7 +1062,9 @@ class CheckpointCoordinator:
         except (OSError, StorageError) as exc:
             log.warning("Could not list the shared files of job %s to tidy them: %s", self.job_id, exc)
             return
-        delete_shared_files(orphans, self.job_id, "no checkpoint ever referenced them")
+        delete_shared_files(
+            orphans, self.job_id, "no checkpoint referenced them (uploads that never completed)"
+        )
 
     @property
     def number_of_pending_checkpoints(self) -> int:

@@ -21,7 +21,9 @@ registry holds, per shared file, the set of retained checkpoints that reference 
 Exclusive state (keyed and operator state streams, an incremental snapshot's private
 files) is not counted: it lives in the checkpoint's own ``chk-N`` directory and goes with
 it. Inline shared handles (in-memory checkpoint storage) are not counted either: there is
-no file to delete.
+no file to delete. A file no completed checkpoint ever referenced (the upload of a task
+killed half-way) never reaches the registry; the coordinator tidies such files out of
+``shared/`` when the job ends.
 
 A checkpoint that references a shared file the registry does not know, and that it did
 not upload itself, cannot be registered (:class:`UnknownSharedStateError`): the file was
@@ -119,8 +121,9 @@ class SharedStateRegistry:
 
 
 def delete_shared_files(handles: Sequence[FileStateHandle], job_id: str, why: str) -> None:
-    """Delete shared state files no retained checkpoint references; best effort: a file that
-    cannot be deleted is logged (and left behind), the others still go."""
+    """Delete shared state files no retained checkpoint references (``why`` says how that
+    came about, for the log); best effort: a file that cannot be deleted is logged (and left
+    behind), the others still go."""
     if not handles:
         return
     failed = 0
@@ -132,7 +135,7 @@ def delete_shared_files(handles: Sequence[FileStateHandle], job_id: str, why: st
             failed += 1
             log.warning("Could not delete shared state file %s of job %s: %s", handle.path, job_id, exc)
     log.info(
-        "Deleted %d shared state file(s) of job %s no retained checkpoint references (%s)%s.",
+        "Deleted %d shared state file(s) of job %s: %s%s.",
         len(handles) - failed,
         job_id,
         why,
