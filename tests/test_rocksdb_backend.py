@@ -670,3 +670,19 @@ def test_without_managed_memory_each_backend_has_a_budget_of_its_own(tmp_path: P
     finally:
         a.dispose()
         b.dispose()
+
+
+def test_a_map_is_iterated_entry_by_entry_as_it_was_when_asked(make_backend: Any) -> None:
+    """Iteration reads RocksDB as it goes (a huge map is never loaded whole) and sees the map
+    as of the call: entries removed or added while the caller walks it change nothing."""
+    backend = make_backend()
+    state = backend.get_partitioned_state(MapStateDescriptor("m"))
+    at(backend, "k")
+    state.put_all({i: i * i for i in range(1000)})
+    items, keys, values = state.items(), state.keys(), state.values()
+    assert next(items) == (0, 0)
+    state.clear()
+    state.put("new", 1)
+    assert list(items) == [(i, i * i) for i in range(1, 1000)]
+    assert list(keys) == list(range(1000)) and list(values) == [i * i for i in range(1000)]
+    assert list(state.items()) == [("new", 1)]

@@ -7,8 +7,8 @@ never loaded whole, unlike a map held as one value. The table key is the current
 ``(key, namespace)`` for a window's map state, as on the heap.
 
 Nothing is cached: the handles read and write RocksDB directly (without a WAL), so a
-snapshot's flush has nothing to do for them. Iteration returns what the map held when it
-was called (a list), so the caller may change the map while it walks it, as on the heap.
+snapshot's flush has nothing to do for them. Iteration reads the map as it was when it was
+called, entry by entry, so the caller may change the map while it walks it, as on the heap.
 """
 
 from __future__ import annotations
@@ -50,11 +50,6 @@ class RocksDBMapState(MapState):
         b = self._backend
         return self._prefixes[b.current_index] + encode(self._table_key())
 
-    def _entries(self) -> list[tuple[bytes, bytes]]:
-        """The current map's ``(RocksDB key, encoded value)`` pairs, taken at once."""
-        prefix = self._map_prefix()
-        return list(scan_items(self._backend.db, prefix))
-
     def get(self, key: Any) -> Any:
         data = self._backend.db.get(self._map_prefix() + encode(key))
         return None if data is None else decode(data)
@@ -77,17 +72,22 @@ class RocksDBMapState(MapState):
     def contains(self, key: Any) -> bool:
         return self._backend.db.get(self._map_prefix() + encode(key)) is not None
 
+    # Iteration is a prefix scan read as it goes, never the whole map at once; it gives the
+    # map as it was when called (a RocksDB iterator's consistent view), so the caller may
+    # change the map meanwhile, as on the heap.
+
     def items(self) -> Iterator[tuple[Any, Any]]:
-        start = len(self._map_prefix())
-        return iter([(decode_from(k, start)[0], decode(v)) for k, v in self._entries()])
+        prefix = self._map_prefix()
+        start = len(prefix)
+        return ((decode_from(k, start)[0], decode(v)) for k, v in scan_items(self._backend.db, prefix))
 
     def keys(self) -> Iterator[Any]:
         prefix = self._map_prefix()
         start = len(prefix)
-        return iter([decode_from(k, start)[0] for k in scan_keys(self._backend.db, prefix)])
+        return (decode_from(k, start)[0] for k in scan_keys(self._backend.db, prefix))
 
     def values(self) -> Iterator[Any]:
-        return iter([decode(v) for _, v in self._entries()])
+        return (decode(v) for _, v in scan_items(self._backend.db, self._map_prefix()))
 
     def is_empty(self) -> bool:
         prefix = self._map_prefix()

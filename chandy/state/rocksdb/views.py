@@ -37,7 +37,7 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Callable, Iterator, Mapping
-from typing import Any
+from typing import Any, TypeVar
 
 from rocksdict import Rdict, ReadOptions, WriteBatch
 
@@ -61,6 +61,8 @@ _MISS: Any = _Marker("<miss>")
 _ABSENT: Any = _Marker("<absent>")
 #: ``pop`` without a default.
 _RAISE: Any = _Marker("<raise>")
+
+T = TypeVar("T")
 
 _dget = dict.get
 _dcontains = dict.__contains__
@@ -88,21 +90,24 @@ def prefix_read_options(prefix: bytes) -> ReadOptions:
 
 
 def scan_keys(db: Rdict, prefix: bytes) -> Iterator[bytes]:
-    """The RocksDB keys starting with ``prefix``, in order.
-
-    A generator so that the read options live as long as the iteration: rocksdict's
-    iterator does not keep them alive, and bounds freed under it read garbage."""
+    """The RocksDB keys starting with ``prefix``, in order, as of this call (a RocksDB
+    iterator reads a consistent view: later writes and deletes do not change what it gives)."""
     options = prefix_read_options(prefix)
     keys: Iterator[bytes] = db.keys(from_key=prefix, read_opt=options)  # type: ignore[assignment]
-    yield from keys
-    del options
+    return _keeping(keys, options)
 
 
 def scan_items(db: Rdict, prefix: bytes) -> Iterator[tuple[bytes, bytes]]:
-    """The ``(key, value)`` pairs whose key starts with ``prefix``, in order (see :func:`scan_keys`)."""
+    """The ``(key, value)`` pairs whose key starts with ``prefix`` (see :func:`scan_keys`)."""
     options = prefix_read_options(prefix)
     items: Iterator[tuple[bytes, bytes]] = db.items(from_key=prefix, read_opt=options)  # type: ignore[assignment]
-    yield from items
+    return _keeping(items, options)
+
+
+def _keeping(iterator: Iterator[T], options: ReadOptions) -> Iterator[T]:
+    """``iterator``, with ``options`` alive as long as it is: rocksdict's iterator does not
+    keep its read options alive, and bounds freed under it read garbage."""
+    yield from iterator
     del options
 
 
