@@ -484,13 +484,16 @@ def checkpoint() -> None:
 @checkpoint.command("inspect")
 @click.argument("path")
 @click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
-@click.option("--verify", is_flag=True, help="Also read every state file and check its SHA-256.")
+@click.option(
+    "--verify", is_flag=True, help="Also read every state file (shared ones too) and check its SHA-256."
+)
 def inspect(path: str, as_json: bool, verify: bool) -> None:
     """Show what the checkpoint or savepoint at PATH (a chk-N or savepoint directory, or its
-    _metadata file) holds: operators, uids, state kinds and sizes, key-group ranges, files.
+    _metadata file) holds: operators, uids, state kinds and sizes, key-group ranges, files
+    (with the shared files of incremental RocksDB checkpoints, in the job directory's shared/).
 
     Exits 1 if _metadata is unusable (corrupt, truncated, unknown version) or state files
-    are missing or damaged: a restore from it would be refused.
+    (its own or shared ones) are missing or damaged: a restore from it would be refused.
     """
     report = read_checkpoint(path, verify=verify)
     if as_json:
