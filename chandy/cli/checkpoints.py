@@ -269,8 +269,12 @@ def _file_status(handle: FileStateHandle, verify: bool) -> str:
         size = fs.size(path)
         if size != handle.size:
             return f"size mismatch ({size} bytes on disk)"
-        if verify and hashlib.sha256(fs.read(path)).hexdigest() != handle.sha256:
-            return "checksum mismatch"
+        if verify:
+            digest = hashlib.sha256()
+            for chunk in fs.read_chunks(path):  # an SST file of hundreds of MB never whole in memory
+                digest.update(chunk)
+            if digest.hexdigest() != handle.sha256:
+                return "checksum mismatch"
     except FileNotFoundError:
         return "missing"
     except (OSError, StorageError) as exc:
