@@ -23,9 +23,8 @@ Deletes go to RocksDB at once (so RocksDB never holds an entry the cache has del
 writes wait for :meth:`ValueCache.flush`, which writes every dirty entry of every view
 of the backend in one ``WriteBatch``: at every snapshot and whenever the cache must make
 room. The cache is bounded by an entry count (:attr:`ValueCache.limit`, from the slot's
-memory budget): each view takes *room* from a shared pool in grants before it adds keys,
-so the hot path counts nothing but its own slot; when the pool is empty the cache
-flushes, recounts, and evicts the oldest half of its entries if it is over the limit.
+memory budget), counted exactly where a view adds a key (a load, the first write of a new
+key), never on a hit: past the limit it flushes and evicts the oldest entries.
 
 Map state keeps one RocksDB key per map entry (:mod:`chandy.state.rocksdb.map_state`
 reads and writes them directly); its tables get a :class:`MapKeyGroupView`, which lists,
@@ -41,7 +40,7 @@ from typing import Any, TypeVar
 
 from rocksdict import Rdict, ReadOptions, WriteBatch
 
-from chandy.state.heap import is_immutable
+from chandy.state.heap import _ATOMIC, is_immutable
 from chandy.state.rocksdb.codec import decode, decode_from, encode
 
 
@@ -112,11 +111,13 @@ def _keeping(iterator: Iterator[T], options: ReadOptions) -> Iterator[T]:
 
 
 class ValueCache:
-    """The write-back cache of one backend: its views, the room they may still fill, flushes.
+    """The write-back cache of one backend: its views, its exact entry count, flushes.
 
-    ``limit`` is an entry count; :attr:`limit_for` (set by the backend from the slot's
-    budget) turns the measured average entry size into it at every recount, so a state of
-    large values (a window's lists) caches fewer entries than a state of ints.
+    ``limit`` is an entry count; ``limit_for`` (from the backend, its share of the slot's
+    budget in bytes) turns the measured average entry size into it at every eviction, so a
+    state of large values (a window's lists) caches fewer entries than a state of ints.
+    ``total`` counts cached entries and known-absent keys exactly: it changes only where a
+    view adds a key (a load, a first write of a key), never on a hit or a rewrite.
     """
 
     #: What a cached entry costs beside its encoded size (the dict slot, the key and value
@@ -130,12 +131,12 @@ class ValueCache:
         self.db = db
         self._limit_for = limit_for
         self.views: list[KeyGroupView] = []
-        #: Views holding room or dirty keys since the last recount (the ones a flush visits).
+        #: Views that had dirty keys since the last flush (the ones a flush visits).
         self.active: list[KeyGroupView] = []
         self._encoded_bytes = 0
         self._encoded_entries = 0
-        self.limit = limit_for(self.entry_cost())
-        self.pool = self.limit
+        self.limit = max(16, limit_for(self.entry_cost()))
+        self.total = 0
         #: How often the cache evicted (for tests and metrics).
         self.evictions = 0
 
@@ -144,10 +145,10 @@ class ValueCache:
         average = self._encoded_bytes // self._encoded_entries if self._encoded_entries else 16
         return self.DECODED_FACTOR * average + self.ENTRY_OVERHEAD
 
-    def seen(self, size: int) -> None:
-        """An entry of ``size`` encoded bytes was read or written (the sizes steer the limit)."""
+    def _seen(self, size: int, entries: int) -> None:
+        """``entries`` of ``size`` encoded bytes in all were read or written."""
         self._encoded_bytes += size
-        self._encoded_entries += 1
+        self._encoded_entries += entries
         if self._encoded_entries >= 1 << 20:  # keep it a recent average
             self._encoded_bytes >>= 1
             self._encoded_entries >>= 1
@@ -160,26 +161,14 @@ class ValueCache:
             view._active = True
             self.active.append(view)
 
-    def grant(self, view: KeyGroupView) -> None:
-        """Give ``view`` room for new keys (making room first when the pool is empty)."""
-        if self.pool <= 0:
+    def added(self) -> None:
+        """A view is about to cache one more key: evict first if the cache is full."""
+        if self.total >= self.limit:
             self.make_room()
-        # Small grants (a share of the pool per view), so that room given to views that
-        # stop writing strands little of the pool; make_room takes all of it back.
-        grant = max(16, self.pool // (2 * len(self.views)))
-        self.pool -= grant
-        view._room += grant
-        self.activate(view)
-
-    def take_one(self) -> None:
-        """A key is about to be loaded into a view's cache."""
-        self.pool -= 1
-        if self.pool < 0:
-            self.make_room()
-            self.pool -= 1
+        self.total += 1
 
     def size(self) -> int:
-        """The number of cached entries (known absent keys included)."""
+        """The number of cached entries (known absent keys included), counted anew."""
         return sum(_dlen(view) + len(view._absent) for view in self.views)
 
     def flush(self) -> None:
@@ -188,62 +177,64 @@ class ValueCache:
         A key whose value is not immutable stays dirty: code that read it may change it in
         place later, and the next flush must write that too."""
         batch: WriteBatch | None = None
+        still_active: list[KeyGroupView] = []
+        size = entries = 0
         for view in self.active:
             dirty = view._dirty
             if not dirty:
+                view._active = False
                 continue
             if batch is None:
                 batch = WriteBatch(raw_mode=True)
             prefix = view._prefix
             put = batch.put
             sticky = []
-            size = 0
             for key in dirty:
                 value = _dget(view, key)
                 data = encode(value)
                 size += len(data)
                 put(prefix + encode(key), data)
-                if not is_immutable(value):
+                if type(value) not in _ATOMIC and not is_immutable(value):
                     sticky.append(key)
-            self._encoded_bytes += size
-            self._encoded_entries += len(dirty)
+            entries += len(dirty)
             dirty.clear()
-            dirty.update(sticky)
+            if sticky:
+                dirty.update(sticky)
+                still_active.append(view)
+            else:
+                view._active = False
+        self.active = still_active
         if batch is not None:
             self.db.write(batch)
-            if self._encoded_entries >= 1 << 20:  # keep it a recent average
-                self._encoded_bytes >>= 1
-                self._encoded_entries >>= 1
+            self._seen(size, entries)
 
     def make_room(self) -> None:
-        """Flush, recount, and evict the oldest half of the entries if over the limit.
+        """Flush, then evict the oldest entries down to three quarters of the limit.
 
         Eviction order is insertion order (a dict's), per view, in proportion to each
-        view's size: no bookkeeping on the hit path, which an LRU would need."""
+        view's size: no bookkeeping on the hit path, which an LRU would need. Known absent
+        keys go first (they cost a RocksDB get to learn again, no decode)."""
         self.flush()
-        for view in self.active:
-            view._room = 0
-            view._active = False
-        self.active = [view for view in self.active if view._dirty]
-        for view in self.active:
-            view._active = True
         self.limit = max(16, self._limit_for(self.entry_cost()))
         total = self.size()
-        if total > self.limit * 3 // 4:
+        if total >= self.limit:
             self.evictions += 1
-            keep = self.limit // 2
             for view in self.views:
                 view._absent.clear()
-                n = _dlen(view)
-                drop = n - n * keep // total
-                if drop <= 0:
-                    continue
-                dirty = view._dirty
-                for key in list(itertools.islice(_diter(view), drop)):
-                    _ddel(view, key)
-                    dirty.discard(key)  # written by the flush above
+            present = self.size()
+            keep = self.limit * 3 // 4
+            if present > keep:
+                for view in self.views:
+                    n = _dlen(view)
+                    drop = n - n * keep // present
+                    if drop <= 0:
+                        continue
+                    dirty = view._dirty
+                    for key in list(itertools.islice(_diter(view), drop)):
+                        _ddel(view, key)
+                        dirty.discard(key)  # written by the flush above
             total = self.size()
-        self.pool = self.limit - total
+        self.total = total
 
     def drop(self) -> None:
         """Forget every cached entry, dirty or not (the database was replaced or closed)."""
@@ -251,10 +242,9 @@ class ValueCache:
             _dclear(view)
             view._dirty.clear()
             view._absent.clear()
-            view._room = 0
             view._active = False
         self.active = []
-        self.pool = self.limit
+        self.total = 0
 
 
 class _DictView(dict[Any, Any]):
@@ -306,7 +296,7 @@ class KeyGroupView(_DictView):
     (key group and state id, :func:`chandy.state.rocksdb.layout.table_prefix`).
     """
 
-    __slots__ = ("_cache", "_prefix", "_dirty", "_absent", "_room", "_active")
+    __slots__ = ("_cache", "_prefix", "_dirty", "_absent", "_active")
 
     def __init__(self, cache: ValueCache, prefix: bytes) -> None:
         super().__init__()
@@ -315,7 +305,6 @@ class KeyGroupView(_DictView):
         self._dirty: set[Any] = set()
         #: Keys known to be absent from RocksDB (and so from the dict).
         self._absent: set[Any] = set()
-        self._room = 0
         self._active = False
         cache.register(self)
 
@@ -339,22 +328,31 @@ class KeyGroupView(_DictView):
     def __setitem__(self, key: Any, value: Any) -> None:
         dirty = self._dirty
         if key not in dirty:
-            if self._room <= 0:
-                self._cache.grant(self)
-            self._room -= 1
+            self._first_write(key)
             dirty.add(key)
-            self._absent.discard(key)
         _dset(self, key, value)
+
+    def _first_write(self, key: Any) -> None:
+        """``key`` is written for the first time since the last flush: count it if new."""
+        cache = self._cache
+        if not _dcontains(self, key):
+            absent = self._absent
+            if key in absent:
+                absent.remove(key)  # the entry takes the absent key's place
+            else:
+                cache.added()  # may flush and evict: before this view is marked active
+        if not self._active:
+            cache.activate(self)
 
     def _load(self, key: Any) -> Any:
         """Read ``key`` from RocksDB into the cache (a miss is cached as absent)."""
         cache = self._cache
         data = cache.db.get(self._prefix + encode(key))
-        cache.take_one()
+        cache.added()
         if data is None:
             self._absent.add(key)
             return _ABSENT
-        cache.seen(len(data))
+        cache._seen(len(data), 1)
         value = decode(data)
         _dset(self, key, value)
         if not is_immutable(value):
@@ -382,7 +380,7 @@ class KeyGroupView(_DictView):
             return default
         self._cache.db.delete(self._prefix + encode(key))
         _ddel(self, key)
-        self._absent.add(key)
+        self._absent.add(key)  # in the deleted entry's place: the count stays
         self._dirty.discard(key)
         return value
 
@@ -397,6 +395,7 @@ class KeyGroupView(_DictView):
 
     def clear(self) -> None:
         self._cache.db.delete_range(self._prefix, prefix_end(self._prefix))
+        self._cache.total -= _dlen(self) + len(self._absent)
         _dclear(self)
         self._dirty.clear()
         self._absent.clear()
