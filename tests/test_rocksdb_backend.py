@@ -687,3 +687,24 @@ def test_a_map_is_iterated_entry_by_entry_as_it_was_when_asked(make_backend: Any
     assert list(items) == [(i, i * i) for i in range(1, 1000)]
     assert list(keys) == list(range(1000)) and list(values) == [i * i for i in range(1000)]
     assert list(state.items()) == [("new", 1)]
+
+
+def test_a_state_smaller_than_the_cache_stays_cached(tmp_path: Path) -> None:
+    """Keys read then written (a running aggregate) count once each against the limit: 90% of
+    the limit in distinct keys, spread over 32,768 key groups, rewritten after checkpoints,
+    never evicts (the cache evicted from 75% of its limit on)."""
+    backend = RocksDBKeyedStateBackend(
+        KeyGroupRange(0, 32767), 32768, directory=str(tmp_path), memory=SlotMemory.of(16 << 20)
+    )
+    try:
+        state = backend.get_partitioned_state(ValueStateDescriptor("v"))
+        keys = backend.cache.limit * 9 // 10
+        for rounds in range(3):
+            for key in range(keys):
+                backend.set_current_key(key, assign_to_key_group(key, 32768))
+                state.update((state.value() or 0) + 1)
+            backend.flush()  # a checkpoint between rounds
+        assert backend.cache.evictions == 0
+        assert backend.cached_entries() == keys
+    finally:
+        backend.dispose()
