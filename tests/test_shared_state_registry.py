@@ -10,7 +10,10 @@ from __future__ import annotations
 import hashlib
 import logging
 import os
+import signal
+import subprocess
 import time
+import uuid
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
@@ -52,6 +55,7 @@ from tests.test_checkpoint_coordinator import (
 )
 from tests.test_checkpoint_coordinator_failures import FailingStore
 from tests.test_checkpointing_e2e import checkpointing_env, drain, latest_checkpoint_dir, wait_for_checkpoints
+from tests.test_rocksdb_incremental import _checkpoint_id, _files_written_after, _start_kill_job
 
 R = ExternalizedCheckpointRetention
 PLAN = make_plan([A1], [A1, A2])
@@ -587,3 +591,47 @@ def test_nothing_is_swept_where_jobs_share_one_directory(tmp_path: Path) -> None
     h.coordinator.shutdown(JobStatus.FINISHED)
 
     assert files.on_disk() == {"another-jobs-upload"}  # a went with its checkpoint
+
+
+def reap(process: subprocess.Popen[str]) -> None:
+    """Kill (if still alive) and wait for a driver whose output nobody reads to its end."""
+    process.kill()
+    process.wait(30)
+    if process.stdout is not None:
+        process.stdout.close()
+
+
+@pytest.mark.slow
+def test_uploads_of_a_killed_driver_are_tidied_when_its_job_ends_after_a_restart(tmp_path: Path) -> None:
+    """The driver is SIGKILLed while an SST file is being uploaded into shared/ (files no
+    checkpoint will ever reference); the job, submitted again under its id, adopts its
+    checkpoints, finishes, and leaves nothing: its checkpoints, their shared files, the
+    killed upload's files and the job directory all go."""
+    job_id = uuid.uuid4().hex
+    job_dir = tmp_path / "checkpoints" / job_id
+    first = _start_kill_job(tmp_path, job_id, "first.log")
+    try:
+        deadline = time.monotonic() + 240
+        while first.poll() is None and time.monotonic() < deadline:
+            latest = max(job_dir.glob("chk-*/_metadata"), key=_checkpoint_id, default=None)
+            try:
+                if latest is not None and _checkpoint_id(latest) >= 3:
+                    if _files_written_after(job_dir / SHARED_DIR, latest.stat().st_mtime_ns):
+                        first.send_signal(signal.SIGKILL)
+                        break
+            except FileNotFoundError:  # subsumed meanwhile
+                pass
+            time.sleep(0.001)
+    finally:
+        reap(first)
+    retained, referenced = shared_files_of_retained_checkpoints(job_dir)
+    orphans = {str(p) for p in (job_dir / SHARED_DIR).iterdir()} - referenced
+    assert retained and orphans, "the kill came at no upload: nothing was tested"
+
+    (tmp_path / "gate").touch()
+    second = _start_kill_job(tmp_path, job_id, "second.log")
+    second.communicate(timeout=600)
+    log = (tmp_path / "second.log").read_text()
+    assert second.returncode == 0, log[-8000:]
+    assert "no checkpoint referenced them (uploads that never completed)" in log
+    assert not job_dir.exists(), sorted(str(p) for p in job_dir.rglob("*"))
