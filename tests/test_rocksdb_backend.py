@@ -708,3 +708,13 @@ def test_a_state_smaller_than_the_cache_stays_cached(tmp_path: Path) -> None:
         assert backend.cached_entries() == keys
     finally:
         backend.dispose()
+
+
+def test_decode_of_ints_at_the_edges_and_of_corrupt_bytes() -> None:
+    from chandy.state.rocksdb.codec import decode, encode
+
+    for value in (0, -1, 1, 2**63 - 1, -(2**63), 2**63, -(2**63) - 1, True, 1.0, "1", (1,)):
+        decoded = decode(encode(value))
+        assert decoded == value and type(decoded) is type(value)
+    with pytest.raises(ValueError, match="1 bytes after the value"):
+        decode(encode(5) + b"x")
