@@ -87,9 +87,13 @@ def main(argv: list[str]) -> int:
         "--records",
         type=int,
         default=None,
-        help="records of W1, W2 and W5 (rounded up to whole windows) and keys of W4, for every system",
+        help="records of W1, W2 and W5 (rounded up to whole windows) and keys of W4 and W4r, "
+        "for every system",
     )
     suite.add_argument("--duration-s", type=float, default=None, help="length of W3")
+    suite.add_argument(
+        "--update-s", type=float, default=None, help="length of W4r's updates (1 %% of the keys per second)"
+    )
     suite.add_argument("--timeout-s", type=float, default=900.0, help="per run")
     suite.add_argument("--results-dir", type=Path, default=Path(__file__).parent / "results")
     suite.add_argument(
@@ -227,6 +231,7 @@ def _run_suite(args: argparse.Namespace, argv: list[str]) -> int:
             w1_records=args.records,
             w2_records=args.records,
             w4_keys=args.records,
+            w4r_keys=args.records,
             w5_records=args.records,
             w1_records_of={},
             w5_records_of={},
@@ -234,6 +239,8 @@ def _run_suite(args: argparse.Namespace, argv: list[str]) -> int:
         )
     if args.duration_s is not None:
         sizes = replace(sizes, w3_duration_s=args.duration_s)
+    if args.update_s is not None:
+        sizes = replace(sizes, w4r_update_s=args.update_s)
     systems = suite.parse_systems(args.systems, args.quick)
     workloads = [w.strip() for w in args.workloads.split(",") if w.strip()]
     planned = [w for w in workloads if w in suite.PLANNED_WORKLOADS]

@@ -42,6 +42,73 @@ METRICS = [
     Metric("w3", "latency_p99_ms", "W3 latency p99", "ms", False),
     Metric("w4", "checkpoint_duration_ms", "W4 checkpoint duration", "ms", False, per_record=True),
     Metric("w4", "checkpoint_size_bytes", "W4 checkpoint size", "bytes", False, per_record=True),
+    Metric(
+        "w4r",
+        "load_records_per_s",
+        "W4r load throughput",
+        "records/s",
+        True,
+        summary_key="w4r_load_records_per_s",
+    ),
+    Metric(
+        "w4r",
+        "update_records_per_s",
+        "W4r updates processed",
+        "records/s",
+        True,
+        per_record=True,
+        summary_key="w4r_update_records_per_s",
+    ),
+    Metric(
+        "w4r", "checkpoint_p50_ms", "W4r checkpoint p50", "ms", False, summary_key="w4r_checkpoint_p50_ms"
+    ),
+    Metric(
+        "w4r", "checkpoint_max_ms", "W4r checkpoint max", "ms", False, summary_key="w4r_checkpoint_max_ms"
+    ),
+    Metric(
+        "w4r",
+        "uploaded_p50_bytes",
+        "W4r uploaded per checkpoint p50",
+        "bytes",
+        False,
+        per_record=True,
+        summary_key="w4r_uploaded_p50_bytes",
+    ),
+    Metric(
+        "w4r",
+        "uploaded_mean_bytes",
+        "W4r uploaded per checkpoint mean",
+        "bytes",
+        False,
+        per_record=True,
+        summary_key="w4r_uploaded_mean_bytes",
+    ),
+    Metric(
+        "w4r",
+        "uploaded_max_bytes",
+        "W4r uploaded per checkpoint max",
+        "bytes",
+        False,
+        per_record=True,
+        summary_key="w4r_uploaded_max_bytes",
+    ),
+    Metric(
+        "w4r",
+        "full_size_bytes",
+        "W4r full state size",
+        "bytes",
+        False,
+        per_record=True,
+        summary_key="w4r_full_size_bytes",
+    ),
+    Metric(
+        "w4r",
+        "uploaded_fraction_p50",
+        "W4r uploaded p50 / full size",
+        "fraction",
+        False,
+        summary_key="w4r_uploaded_fraction_p50",
+    ),
     Metric("w5", "records_per_s", "W5 throughput", "records/s", True, summary_key="w5_records_per_s"),
     Metric("w5", "latency_p50_ms", "W5 latency p50", "ms", False, summary_key="w5_latency_p50_ms"),
     Metric("w5", "latency_p99_ms", "W5 latency p99", "ms", False, summary_key="w5_latency_p99_ms"),
@@ -289,6 +356,53 @@ def targets(summary: dict[str, Any], chandy: str = "chandy/spark") -> list[dict[
     limit("latency_p99_ms", "W3 latency p99", 3, "ms")
     limit("recovery_s", "W2 recovery (raised exception)", 1, "s")
     checks += w5_targets(summary, own)
+    checks += rocksdb_targets(summary)
+    return checks
+
+
+#: Issue 15's aims for chandy on RocksDB.
+W4R_MAX_CHECKPOINT_MS = 200
+W4R_MAX_UPLOADED_FRACTION = 0.05
+ROCKSDB_W1_MIN_OF_HEAP = 0.5
+
+
+def rocksdb_targets(summary: dict[str, Any]) -> list[dict[str, Any]]:
+    """W4r on chandy's RocksDB backend: an incremental checkpoint takes at most 200 ms and
+    uploads at most 5 % of the full state (medians over the update phase's checkpoints);
+    and W1 on RocksDB runs at least half as fast as on the heap (``chandy/rocksdb`` and
+    ``chandy/spark`` are the same executor)."""
+    checks: list[dict[str, Any]] = []
+    own = summary.get("chandy/rocksdb", {})
+    if "w4r_checkpoint_p50_ms" in own:
+        p50 = own["w4r_checkpoint_p50_ms"]["median"]
+        checks.append(
+            {
+                "target": f"W4r incremental checkpoint p50 <= {W4R_MAX_CHECKPOINT_MS} ms (chandy/rocksdb)",
+                "measured": f"{p50:.0f} ms",
+                "met": p50 <= W4R_MAX_CHECKPOINT_MS,
+            }
+        )
+    if "w4r_uploaded_fraction_p50" in own:
+        fraction = own["w4r_uploaded_fraction_p50"]["median"]
+        checks.append(
+            {
+                "target": "W4r uploaded per checkpoint (p50) <= "
+                f"{W4R_MAX_UPLOADED_FRACTION:.0%} of the full size",
+                "measured": f"{fraction:.2%}",
+                "met": fraction <= W4R_MAX_UPLOADED_FRACTION,
+            }
+        )
+    heap = summary.get("chandy/spark", {})
+    if "records_per_s" in own and "records_per_s" in heap:
+        ratio = own["records_per_s"]["median"] / heap["records_per_s"]["median"]
+        checks.append(
+            {
+                "target": f"W1 on RocksDB >= {ROCKSDB_W1_MIN_OF_HEAP:g}x the heap's "
+                "(chandy/rocksdb / chandy/spark)",
+                "measured": f"{ratio:.2f}x",
+                "met": ratio >= ROCKSDB_W1_MIN_OF_HEAP,
+            }
+        )
     return checks
 
 
@@ -381,7 +495,9 @@ def fmt(value: Any, unit: str = "") -> str:
         return "yes" if value else "no"
     if isinstance(value, float | int):
         if unit == "bytes":
-            return f"{value / 1e6:,.1f} MB"
+            return f"{value / 1e6:,.1f} MB" if abs(value) >= 1e6 else f"{value / 1e3:,.1f} kB"
+        if unit == "fraction":
+            return f"{value:.2%}"
         if abs(value) >= 100:
             return f"{value:,.0f}"
         return f"{value:.3g}"
@@ -412,7 +528,7 @@ def figures_table(summary: dict[str, Any]) -> str:
                         key,
                         metric.label,
                         f"{fmt(m['median'], metric.unit)} {metric.unit}"
-                        if metric.unit != "bytes"
+                        if metric.unit not in ("bytes", "fraction")
                         else fmt(m["median"], metric.unit),
                         fmt(m["min"], metric.unit),
                         fmt(m["max"], metric.unit),

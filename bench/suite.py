@@ -30,12 +30,12 @@ ROOT = Path(__file__).resolve().parent.parent
 
 #: Every system and the variants it is measured in; the first is its main variant.
 VARIANTS: dict[str, list[str]] = {
-    "chandy": ["spark", "local"],
+    "chandy": ["spark", "local", "rocksdb"],
     "spark_ss": ["groupby", "pandas_state", "twsip"],
     "bytewax": ["processes", "workers"],
     "pyflink": ["thread", "process"],
 }
-WORKLOADS = ("w1", "w2", "w3", "w4", "w5")
+WORKLOADS = ("w1", "w2", "w3", "w4", "w4r", "w5")
 #: Workloads the harness keeps a place for that wait on a chandy feature not built yet.
 #: Asking for one runs nothing and says why; once the feature lands, the workload moves
 #: to ``WORKLOADS`` and every runner learns it.
@@ -62,6 +62,13 @@ class Sizes:
     w3_duration_s: float = 30.0
     w4_keys: int = 1_000_000
     w4_value_bytes: int = 100
+    #: W4r (W4 on RocksDB, ``bench/systems/w4r_records.py``): keys loaded, then 1 % of them
+    #: updated per second for ``w4r_update_s`` seconds. PyFlink's count is divided by
+    #: ``slow_system_divisor`` (its load of 10 M keys alone would take 6 minutes, and it
+    #: cannot process 100,000 updates a second).
+    w4r_keys: int = 10_000_000
+    w4r_update_fraction: float = 0.01
+    w4r_update_s: float = 30.0
     #: W1's record count where it is not ``w1_records``, by ``system:variant`` or ``system``.
     w1_records_of: dict[str, int] = field(
         default_factory=lambda: {"chandy": 20_000_000, "spark_ss:groupby": 60_000_000, "pyflink": 200_000}
@@ -96,6 +103,17 @@ class Sizes:
             return ["--records", str(self.w2_records // divisor)]
         if workload == "w3":
             return ["--rate", f"{self.w3_rate:g}", "--duration-s", f"{self.w3_duration_s:g}"]
+        if workload == "w4r":
+            return [
+                "--records",
+                str(self.w4r_keys // divisor),
+                "--value-bytes",
+                str(self.w4_value_bytes),
+                "--update-fraction",
+                f"{self.w4r_update_fraction:g}",
+                "--update-s",
+                f"{self.w4r_update_s:g}",
+            ]
         if workload == "w5":
             return [
                 "--records",
@@ -120,6 +138,8 @@ QUICK = Sizes(
     w2_records=300_000,
     w3_duration_s=6.0,
     w4_keys=100_000,
+    w4r_keys=200_000,
+    w4r_update_s=6.0,
     w1_records_of={"pyflink": 30_000},
     w5_records=300_000,
     w5_records_of={"pyflink": 200_000},
@@ -141,12 +161,35 @@ class Case:
         return f"{self.system}/{self.variant} {self.workload}{checkpoints}"
 
 
+#: W4r is W4 on RocksDB: chandy runs it on its RocksDB backend whatever the variant, so
+#: its Spark-executor variant is the ``rocksdb`` one (the same run, named for what it is).
+W4R_VARIANT = {("chandy", "spark"): "rocksdb"}
+#: The reference variants W4r runs: those on a RocksDB state of the system's own
+#: (PyFlink's Python functions in its JVM, Spark's JVM aggregation; Bytewax has no RocksDB
+#: state, and PyFlink's process mode, at 1.5 k records/s, would load 1 M keys for 11 minutes).
+W4R_REFERENCES = {("pyflink", "thread"), ("spark_ss", "groupby")}
+
+
 def plan(
     systems: list[tuple[str, str]], workloads: list[str], with_no_checkpoint_baseline: bool
 ) -> list[Case]:
     cases = []
     for workload in workloads:
-        for system, variant in systems:
+        chosen = systems
+        if workload == "w4r":
+            chosen = list(
+                dict.fromkeys(
+                    (s, W4R_VARIANT.get((s, v), v))
+                    for s, v in systems
+                    if s == "chandy" or (s, v) in W4R_REFERENCES
+                )
+            )
+            if ("chandy", "rocksdb") in chosen:  # the full-size run, once (local: one GIL for all)
+                chosen = [(s, v) for s, v in chosen if s != "chandy" or v == "rocksdb"]
+            for left_out in sorted({f"{s}:{v}" for s, v in systems} - {f"{s}:{v}" for s, v in chosen}):
+                if not left_out.startswith("chandy:"):
+                    log.warning("W4r does not run on %s (no RocksDB state there, or too slow)", left_out)
+        for system, variant in chosen:
             cases.append(Case(system, variant, workload))
             if workload == "w1" and with_no_checkpoint_baseline:
                 cases.append(Case(system, variant, workload, checkpoint_interval_ms=0))

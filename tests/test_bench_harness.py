@@ -38,6 +38,8 @@ def test_quick_bench_run_measures_every_workload_on_chandy(tmp_path: Path) -> No
             "--quick",
             "--systems",
             "chandy:local",
+            "--workloads",
+            "w1,w2,w3,w4,w5",
             "--records",
             "40000",
             "--duration-s",
@@ -408,3 +410,130 @@ def test_w5_sizes_are_whole_windows_and_its_figures_do_not_mix_with_w1s() -> Non
     assert checks["W5 >= 50x pyflink (best variant: pyflink/thread)"] == ("80.00x", True)
     text = report.figures_table(summary)
     assert "W5 throughput" in text and "W5 every window's sums exact, once" in text
+
+
+def test_w4r_loads_every_key_once_then_updates_distinct_keys_at_its_rate() -> None:
+    from bench.systems.w4r_records import Pacer, W4rRecords
+
+    records = W4rRecords(keys=1000, update_fraction=0.01, update_s=5.5, parallelism=2)
+    assert (records.rate, records.updates, records.records) == (10, 56, 1056)  # 55, rounded up to 2 x 28
+    # two contiguous splits of the numbers read as two interleaved strides of the records
+    read = [records.strided(n) for n in range(records.records)]
+    assert sorted(read) == list(range(records.records))
+    assert read[:3] == [0, 2, 4] and read[records.records // 2 : records.records // 2 + 2] == [1, 3]
+    assert [records.key(p) for p in range(records.keys)] == list(range(records.keys))
+    updated = [records.key(p) for p in range(records.keys, records.records)]
+    assert len(set(updated)) == records.updates and updated[:2] == [0, 1_000_003 % 1000]
+    assert records.value(1234)[:8] == (1234).to_bytes(8, "big") and len(records.value(1234)) == 100
+    assert records.value(records.keys + 1) > records.value(5)  # the latest value is the largest
+    assert records.text_value(42) == "42|" + "x" * 97
+    with pytest.raises(ValueError, match="twice"):
+        W4rRecords(keys=100, update_fraction=0.5, update_s=3)
+
+    now = [100.0]
+    pacer = Pacer(records, lambda: now[0])
+    assert pacer.due_until(records.keys - 4, 2, 50) == 2 + 1  # the load's last two, the first update
+    assert pacer.wait_s(records.keys + 2) == pytest.approx(0.2)  # subtask 0's next: 2 records of 10/s later
+    now[0] += 0.45
+    assert pacer.due_until(records.keys + 2, 2, 50) == 2  # due at +0.2 and +0.4, not +0.6
+
+
+def test_w4r_figures_are_over_the_checkpoints_of_the_steady_update_phase() -> None:
+    from bench.systems.w4r_records import PhaseNotes, Phases, W4rRecords, figures
+
+    records = W4rRecords(keys=1000, update_fraction=0.01, update_s=5.0, parallelism=2)
+    notes = [PhaseNotes(records.keys), PhaseNotes(records.keys)]
+    for p in range(records.records):
+        notes[p % 2].observe(p, 10.0 + p / 500 if p < records.keys else 13.0 + (p - records.keys) / 10)
+    phases = Phases.merge([n.to_json() for n in notes])
+    assert (phases.load_first, phases.load_last, phases.update_last) == (10.0, 11.998, 17.9)
+
+    def checkpoint(at_s: float, duration: float, uploaded: int, full: int = 1000) -> dict[str, float]:
+        return {
+            "trigger_ms": at_s * 1000,
+            "duration_ms": duration,
+            "uploaded_bytes": uploaded,
+            "full_bytes": full,
+        }
+
+    found = figures(
+        records,
+        phases,
+        [
+            checkpoint(12.5, 900, 800),  # after the load, within an interval of it: its tail
+            checkpoint(13.1, 30, 20),
+            checkpoint(14.1, 50, 40),
+            checkpoint(15.1, 40, 600),  # a compaction
+            checkpoint(17.95, 10, 10),  # after the last update: the job's final one
+        ],
+        interval_ms=1000,
+    )
+
+    assert found["checkpoints_measured"] == 3 and found["checkpoints_completed"] == 5
+    assert (found["checkpoint_p50_ms"], found["checkpoint_max_ms"]) == (40.0, 50.0)
+    assert (found["uploaded_p50_bytes"], found["uploaded_max_bytes"], found["uploaded_mean_bytes"]) == (
+        40.0,
+        600.0,
+        220.0,
+    )
+    assert found["uploaded_fraction_p50"] == pytest.approx(0.04)
+    assert found["load_records_per_s"] == pytest.approx(1000 / 1.998)
+    assert found["update_records_per_s"] == pytest.approx(50 / 4.9)
+    with pytest.raises(RuntimeError, match="no checkpoint was triggered during"):
+        figures(records, phases, [checkpoint(12.5, 900, 800)], interval_ms=1000)
+    with pytest.raises(RuntimeError, match="loaded 999 of 1000 keys"):
+        figures(records, replace(phases, load_count=999), [], interval_ms=1000)
+
+
+def test_w4r_runs_chandy_on_rocksdb_beside_the_references_with_a_rocksdb_state() -> None:
+    from bench.suite import FULL, parse_systems, plan
+
+    every = parse_systems("chandy,spark_ss,bytewax,pyflink", quick=False)
+    assert [(c.system, c.variant) for c in plan(every, ["w4r"], with_no_checkpoint_baseline=True)] == [
+        ("chandy", "rocksdb"),
+        ("spark_ss", "groupby"),
+        ("pyflink", "thread"),
+    ]
+    assert [c.variant for c in plan(parse_systems("chandy", quick=True), ["w4r"], True)] == ["rocksdb"]
+    assert [c.variant for c in plan(parse_systems("chandy:local", quick=True), ["w4r"], True)] == ["local"]
+    assert FULL.arguments("chandy", "rocksdb", "w4r")[:2] == ["--records", "10000000"]
+    assert FULL.arguments("pyflink", "thread", "w4r")[:2] == ["--records", "1000000"]
+
+
+def test_rocksdb_targets_hold_w4r_to_the_issue_and_w1_on_rocksdb_to_half_the_heap() -> None:
+    def row(variant: str, workload: str, **figures: float) -> dict[str, object]:
+        return {
+            "system": "chandy",
+            "variant": variant,
+            "workload": workload,
+            "run": 1,
+            "ok": True,
+            "checkpoint_interval_ms": 1000,
+            **figures,
+        }
+
+    rows = [
+        row("spark", "w1", records=1000, records_per_s=3.0e6),
+        row("rocksdb", "w1", records=1000, records_per_s=1.2e6),
+        row(
+            "rocksdb",
+            "w4r",
+            keys=10_000_000,
+            checkpoint_p50_ms=150.0,
+            uploaded_fraction_p50=0.08,
+            uploaded_p50_bytes=4e6,
+        ),
+        {**row("thread", "w4r", keys=1_000_000, uploaded_p50_bytes=1e6), "system": "pyflink"},
+    ]
+
+    summary = report.summarize(rows)
+    checks = {c["target"]: (c["measured"], c["met"]) for c in report.targets(summary)}
+
+    assert checks["W4r incremental checkpoint p50 <= 200 ms (chandy/rocksdb)"] == ("150 ms", True)
+    assert checks["W4r uploaded per checkpoint (p50) <= 5% of the full size"] == ("8.00%", False)
+    assert checks["W1 on RocksDB >= 0.5x the heap's (chandy/rocksdb / chandy/spark)"] == ("0.40x", False)
+    # bytes uploaded scale with the keys updated per second: compared per key
+    assert report.ratios(summary)["chandy/rocksdb"]["pyflink/thread"][
+        "w4r_uploaded_p50_bytes"
+    ] == pytest.approx(2.5)
+    assert "W4r uploaded p50 / full size" in report.figures_table(summary)

@@ -13,10 +13,10 @@ same results). ``chandy_runner.py`` runs in the project's environment.
 
 Command line (every runner accepts these; a runner may add its own, such as ``--mode``)::
 
-    python <system>_runner.py <w1|w2|w3|w4|w5> --work-dir DIR
+    python <system>_runner.py <w1|w2|w3|w4|w4r|w5> --work-dir DIR
         [--records N] [--parallelism 2] [--checkpoint-interval-ms 1000]
         [--keys 10000] [--rate 1000] [--duration-s 20] [--value-bytes 100]
-        [--per-event-second 100000]
+        [--per-event-second 100000] [--update-fraction 0.01] [--update-s 20]
 
 ``--checkpoint-interval-ms 0`` turns checkpoints (commits, snapshots) off.
 ``--work-dir`` is an empty directory of the runner's own (checkpoints, marker files).
@@ -55,6 +55,19 @@ Workloads (same source semantics for every system)
   ``value_bytes`` bytes, stored in a keyed ValueState; once every record is in, one
   checkpoint is taken. Figures: ``keys``, ``checkpoint_duration_ms`` and
   ``checkpoint_size_bytes`` of the first checkpoint that covers every record.
+* **w4r** W4 on RocksDB (``w4r_records``, standard library only, like ``w5_events``):
+  ``records`` keys (10 M in the full comparison) with ``value_bytes``-byte values loaded into
+  a keyed ValueState as fast as the system reads them, then ``update_fraction`` of the keys
+  (1 %) updated per second for ``update_s`` seconds, checkpoints every second, on each
+  system's RocksDB state with incremental checkpoints (chandy ``state.backend.type:
+  rocksdb`` + ``execution.checkpointing.incremental``; PyFlink EmbeddedRocksDBStateBackend,
+  incremental; Spark RocksDBStateStoreProvider with changelog checkpointing). Figures
+  (``w4r_records.figures``, over the checkpoints of the steady update phase):
+  ``checkpoint_p50_ms``, ``checkpoint_max_ms``, ``uploaded_p50_bytes``,
+  ``uploaded_mean_bytes``, ``uploaded_max_bytes`` (what a checkpoint wrote),
+  ``full_size_bytes``, ``uploaded_fraction_p50``, ``load_records_per_s``,
+  ``update_records_per_s``, ``keys`` and the measured checkpoints themselves
+  (``steady_checkpoints``).
 * **w5** keyed tumbling event-time window: the events of ``w5_events.W5Events``
   (record ``i`` = ``(i % keys, i, timestamp)``, ``per_event_second`` records per second of
   event time, out of order by up to 100 ms; ``records`` a multiple of it), timestamps

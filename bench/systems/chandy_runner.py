@@ -2,8 +2,11 @@
 
 Follows the runner protocol of :mod:`bench.systems`. ``--mode`` is the executor:
 ``spark`` (the default, a local Spark session with one slot per subtask) or ``local``
-(every subtask a thread of this process). The jobs are written as a PyFlink user writes
-them: a ``KeyedProcessFunction`` reading and updating a ``ValueState``.
+(every subtask a thread of this process); ``rocksdb`` is the Spark executor with the
+RocksDB state backend and incremental checkpoints (``state.backend.type: rocksdb``,
+``execution.checkpointing.incremental: true``) instead of the heap. W4r (W4 on RocksDB)
+runs on RocksDB with incremental checkpoints whatever the mode. The jobs are written as
+a PyFlink user writes them: a ``KeyedProcessFunction`` reading and updating a ``ValueState``.
 """
 
 from __future__ import annotations
@@ -18,6 +21,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from bench.systems.w4r_records import Pacer, PhaseNotes, Phases, W4rRecords
+from bench.systems.w4r_records import figures as w4r_figures
 from bench.systems.w5_events import (
     OUT_OF_ORDERNESS_MS,
     ResultCheck,
@@ -61,16 +66,36 @@ W5_WATERMARK_INTERVAL_MS = 200
 # ------------------------------------------------------------------ shared pieces
 
 
+#: ``--mode`` -> the executor it runs on.
+EXECUTORS = {"spark": "spark", "local": "local", "rocksdb": "spark"}
+
+
+def on_rocksdb(args: argparse.Namespace) -> bool:
+    """Whether the job's keyed state lives in RocksDB (incremental checkpoints) rather than
+    on the heap: in the ``rocksdb`` mode, and in W4r (W4 on RocksDB) whatever the mode."""
+    return args.mode == "rocksdb" or args.workload == "w4r"
+
+
 def environment(args: argparse.Namespace, work_dir: Path) -> StreamExecutionEnvironment:
-    env = StreamExecutionEnvironment.get_execution_environment(executor=args.mode)
+    env = StreamExecutionEnvironment.get_execution_environment(executor=EXECUTORS[args.mode])
     env.set_parallelism(args.parallelism)
     env.configure(
         {
             "restart-strategy.type": "fixed-delay",
             "restart-strategy.fixed-delay.attempts": 3,
             "restart-strategy.fixed-delay.delay": 0,
+            # every checkpoint of a run in the statistics (W4r measures each one)
+            "web.checkpoints.history": 10_000,
         }
     )
+    if on_rocksdb(args):
+        env.configure(
+            {
+                "state.backend.type": "rocksdb",
+                "execution.checkpointing.incremental": True,
+                "state.backend.rocksdb.localdir": str(work_dir / "rocksdb"),
+            }
+        )
     if args.checkpoint_interval_ms > 0:
         env.enable_checkpointing(args.checkpoint_interval_ms)
         env.get_checkpoint_config().set_checkpoint_storage(str(work_dir / "checkpoints"))
@@ -418,6 +443,127 @@ def w4(args: argparse.Namespace, work_dir: Path) -> dict[str, Any]:
     }
 
 
+# ------------------------------------------------------------------ w4r
+
+
+class W4rReader(SourceReader):
+    """W4r's records (``w4r_records``): split ``s`` counts positions ``j``
+    (``NumberSequenceSplit``), position ``j`` is record ``j * parallelism + s``; the load as
+    fast as the job takes it, the updates paced to the run's rate."""
+
+    idle_wait_s = 0.002
+
+    def __init__(self, records: W4rRecords) -> None:
+        self.records = records
+        self.pacer = Pacer(records, time.monotonic)
+        self._splits: list[NumberSequenceSplit] = []
+
+    def add_splits(self, splits: Sequence[NumberSequenceSplit]) -> None:
+        self._splits.extend(NumberSequenceSplit(s.split_id, s.position, s.end) for s in splits)
+
+    def poll_next(self, max_records: int) -> list[tuple[int, int, bytes]] | None:
+        records = self.records
+        step = records.parallelism
+        while self._splits:
+            split = self._splits[0]
+            if split.position > split.end:
+                self._splits.pop(0)
+                continue
+            first = split.position * step + split.split_id
+            count = min(split.end + 1 - split.position, max_records)
+            if first >= records.keys or first + (count - 1) * step >= records.keys:
+                count = self.pacer.due_until(first, step, count)  # updates: only those due
+            split.position += count
+            return [(records.key(p), p, records.value(p)) for p in range(first, first + count * step, step)]
+        return None
+
+    def snapshot_state(self, checkpoint_id: int) -> list[NumberSequenceSplit]:
+        return [NumberSequenceSplit(s.split_id, s.position, s.end) for s in self._splits]
+
+
+class W4rSource(Source):
+    def __init__(self, records: W4rRecords) -> None:
+        self.records = records
+
+    def get_boundedness(self) -> Boundedness:
+        return Boundedness.BOUNDED
+
+    def create_splits(self, parallelism: int) -> list[NumberSequenceSplit]:
+        if parallelism != self.records.parallelism:
+            raise ValueError(
+                f"W4r's records are laid out for {self.records.parallelism} source subtasks, "
+                f"not {parallelism}"
+            )
+        share = self.records.records // parallelism
+        return [NumberSequenceSplit(s, 0, share - 1) for s in range(parallelism)]
+
+    def create_reader(self, context: SourceReaderContext) -> W4rReader:
+        return W4rReader(self.records)
+
+
+class W4rStore(KeyedProcessFunction):
+    """The key's value in a ``ValueState``, noting when the load and the updates went by
+    (written at ``close``)."""
+
+    def __init__(self, directory: str, keys: int) -> None:
+        self.directory = directory
+        self.keys = keys
+
+    def open(self, runtime_context: RuntimeContext) -> None:
+        self.value = runtime_context.get_state(ValueStateDescriptor("value"))
+        self.notes = PhaseNotes(self.keys)
+        self.path = Path(self.directory) / (
+            f"phases-{runtime_context.get_index_of_this_subtask()}-{runtime_context.get_attempt_number()}.json"
+        )
+
+    def process_element(self, record: tuple[int, int, bytes], ctx: KeyedProcessFunction.Context) -> Any:
+        self.value.update(record[2])
+        self.notes.observe(record[1], time.time())
+        return ()
+
+    def close(self) -> None:
+        self.path.write_text(json.dumps(self.notes.to_json()))
+
+
+def w4r(args: argparse.Namespace, work_dir: Path) -> dict[str, Any]:
+    """W4 on RocksDB (``w4r_records``): the load, then 1 % of the keys updated per second,
+    checkpoints every second, on the RocksDB backend with incremental checkpoints. Each
+    checkpoint's ``checkpointed_size`` (what it uploaded) and ``state_size`` (the whole
+    state it references) come from the job's checkpoint statistics (the REST API's)."""
+    if args.checkpoint_interval_ms <= 0:
+        raise ValueError("w4r measures checkpoints: give --checkpoint-interval-ms > 0")
+    records = W4rRecords(
+        args.records, args.value_bytes, args.update_fraction, args.update_s, args.parallelism
+    )
+    env = environment(args, work_dir)
+    (
+        env.from_source(W4rSource(records), source_name="w4r-records")
+        .key_by(lambda r: r[0])
+        .process(W4rStore(str(work_dir), records.keys))
+        .name("store value")
+        .sink_to(TimingSink(str(work_dir)))
+    )
+    client, wall = run(env, "W4r state on RocksDB")
+    history = client.get_checkpoint_statistics()["history"]
+    checkpoints = [
+        {
+            "id": c["id"],
+            "trigger_ms": c["trigger_timestamp"],
+            "duration_ms": c["end_to_end_duration"],
+            "uploaded_bytes": c["checkpointed_size"],
+            "full_bytes": c["state_size"],
+        }
+        for c in reversed(history)
+        if c["status"] == "COMPLETED"
+    ]
+    phases = Phases.merge([json.loads(p.read_text()) for p in sorted(work_dir.glob("phases-*.json"))])
+    return {
+        **w4r_figures(records, phases, checkpoints, args.checkpoint_interval_ms),
+        "state_backend": "rocksdb, incremental",
+        "wall_s": wall,
+    }
+
+
 # ------------------------------------------------------------------ w5
 
 
@@ -624,7 +770,7 @@ def w5(args: argparse.Namespace, work_dir: Path) -> dict[str, Any]:
 # ------------------------------------------------------------------ main
 
 
-WORKLOADS = {"w1": w1, "w2": w2, "w3": w3, "w4": w4, "w5": w5}
+WORKLOADS = {"w1": w1, "w2": w2, "w3": w3, "w4": w4, "w4r": w4r, "w5": w5}
 
 
 def parse(argv: list[str]) -> argparse.Namespace:
@@ -639,10 +785,17 @@ def parse(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--duration-s", type=float, default=20.0)
     parser.add_argument("--value-bytes", type=int, default=100)
     parser.add_argument(
+        "--update-fraction", type=float, default=0.01, help="w4r: keys updated per second (a fraction)"
+    )
+    parser.add_argument("--update-s", type=float, default=20.0, help="w4r: seconds of updates")
+    parser.add_argument(
         "--per-event-second", type=int, default=100_000, help="w5: records per second of event time"
     )
     parser.add_argument(
-        "--mode", choices=["spark", "local"], default="spark", help="the executor (default spark)"
+        "--mode",
+        choices=sorted(EXECUTORS),
+        default="spark",
+        help="the executor (default spark); rocksdb: the Spark executor with the RocksDB state backend",
     )
     return parser.parse_args(argv)
 
@@ -653,7 +806,8 @@ def main(argv: list[str]) -> int:
     args.work_dir.mkdir(parents=True, exist_ok=True)
     result: dict[str, Any] = {
         "system": "chandy",
-        "variant": f"{args.mode} executor",
+        "variant": f"{EXECUTORS[args.mode]} executor"
+        + (", RocksDB state backend" if on_rocksdb(args) else ""),
         "workload": args.workload,
     }
     try:

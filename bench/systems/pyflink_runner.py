@@ -59,6 +59,13 @@ How the figures are taken
   ``WithPayload``); the checkpoint reported is the first completed one triggered after
   the map behind the source saw its last record, hence the first that surely covers
   every record; its size is the REST API's ``state_size`` (full, not incremental).
+* w4r (W4 on RocksDB, ``w4r_records``) runs on ``EmbeddedRocksDBStateBackend`` with
+  incremental checkpoints (``state.backend.type: rocksdb``,
+  ``execution.checkpointing.incremental: true``, RocksDB's files under the work dir). The
+  Python map chained to the ``NumberSequenceSource`` paces the updates by sleeping (chained,
+  so the source's barrier never waits behind records in flight); each checkpoint's
+  ``checkpointed_size`` (what it uploaded) and ``state_size`` (the whole state it covers)
+  come from the REST API.
 """
 
 from __future__ import annotations
@@ -100,6 +107,8 @@ from pyflink.datastream.connectors.number_seq import NumberSequenceSource
 from pyflink.datastream.state import ValueStateDescriptor
 from pyflink.datastream.window import TumblingEventTimeWindows
 from pyflink.java_gateway import get_gateway
+from w4r_records import Pacer, PhaseNotes, Phases, W4rRecords
+from w4r_records import figures as w4r_figures
 from w5_events import OUT_OF_ORDERNESS_MS, WINDOW_MS, ResultCheck, W5Events, WatermarkPasses
 from w5_events import figures as w5_figures
 
@@ -270,6 +279,55 @@ class WithPayload(MapFunction):
         write_json(
             os.path.join(self.work_dir, f"source-{self.instance}.json"),
             {"opened": self.opened, "count": self.count, "last": self.last},
+        )
+
+
+class W4rSource(MapFunction):
+    """W4r's source side: number ``n`` -> ``(key, p, value)`` of record ``p`` =
+    ``strided(n)``; the updates paced to the run's rate (``w4r_records.Pacer``)."""
+
+    def __init__(self, records: W4rRecords) -> None:
+        self.records = records
+        self.pacer: Pacer | None = None
+
+    def open(self, runtime_context: RuntimeContext) -> None:
+        self.pacer = Pacer(self.records, time.monotonic)
+
+    def map(self, value: int) -> tuple[int, int, str]:
+        records = self.records
+        p = records.strided(value)
+        assert self.pacer is not None
+        wait = self.pacer.wait_s(p)
+        if wait > 0.001:  # a sleep per record would cost more than the record
+            time.sleep(wait)
+        return records.key(p), p, records.text_value(p)
+
+
+class W4rStore(KeyedProcessFunction):
+    """W4r's keyed function: the key's value in a ``ValueState``, noting the phases."""
+
+    def __init__(self, work_dir: str, keys: int) -> None:
+        self.work_dir = work_dir
+        self.keys = keys
+        self.state: Any = None
+        self.notes = PhaseNotes(keys)
+        self.instance = ""
+        self.opened = 0.0
+
+    def open(self, runtime_context: RuntimeContext) -> None:
+        self.state = runtime_context.get_state(ValueStateDescriptor("value", Types.STRING()))
+        self.notes = PhaseNotes(self.keys)
+        self.instance, self.opened = open_instance()
+
+    def process_element(self, value: tuple, ctx: KeyedProcessFunction.Context) -> tuple:  # type: ignore[override]
+        self.state.update(value[2])
+        self.notes.observe(value[1], time.time())
+        return ()
+
+    def close(self) -> None:
+        write_json(
+            os.path.join(self.work_dir, f"phases-{self.instance}.json"),
+            {"opened": self.opened, **self.notes.to_json()},
         )
 
 
@@ -506,6 +564,26 @@ class W5Sink(ProcessFunction):
             os.path.join(self.work_dir, f"results-{self.instance}.json"),
             {"opened": self.opened, **self.check.to_json()},
         )
+
+
+def w4r_records(args: argparse.Namespace) -> W4rRecords:
+    return W4rRecords(args.records, args.value_bytes, args.update_fraction, args.update_s, args.parallelism)
+
+
+def w4r_checkpoints(checkpoints: list[dict]) -> list[dict]:
+    """The REST history's completed checkpoints as ``w4r_records.figures`` takes them (those
+    only in the log, taken as the job ended, have no ``checkpointed_size``: left out)."""
+    return [
+        {
+            "id": c["id"],
+            "trigger_ms": c["trigger_timestamp"],
+            "duration_ms": c["end_to_end_duration"],
+            "uploaded_bytes": c["checkpointed_size"],
+            "full_bytes": c["state_size"],
+        }
+        for c in checkpoints
+        if c.get("checkpointed_size") is not None and c.get("trigger_timestamp") is not None
+    ]
 
 
 def w5_events(args: argparse.Namespace) -> W5Events:
@@ -769,6 +847,10 @@ def make_env(args: argparse.Namespace, work: Path, rest_port: int) -> StreamExec
     # and keeps the last 10 in its history: fresh answers and a long history miss none.
     config.set_string("rest.cache.checkpoint-statistics.timeout", "100 ms")
     config.set_string("web.checkpoints.history", "1000")
+    if args.workload == "w4r":  # EmbeddedRocksDBStateBackend, incremental checkpoints
+        config.set_string("state.backend.type", "rocksdb")
+        config.set_string("execution.checkpointing.incremental", "true")
+        config.set_string("state.backend.rocksdb.localdir", str(work / "rocksdb"))
     if args.workload == "w5":  # Flink's default, spelled out: W5's latency counts it
         config.set_string("pipeline.auto-watermark-interval", f"{W5_WATERMARK_INTERVAL_MS} ms")
     if args.workload == "w2":
@@ -933,6 +1015,20 @@ def build(env: StreamExecutionEnvironment, args: argparse.Namespace, work: Path)
             .sink_to(discarding_sink())
             .name("discard")
         )
+    elif args.workload == "w4r":
+        records = w4r_records(args)
+        env.add_python_file(str(Path(__file__).resolve().parent / "w4r_records.py"))
+        keyed = Types.TUPLE([Types.LONG(), Types.LONG(), Types.STRING()])
+        stream = env.from_source(NumberSequenceSource(0, records.records - 1), no_watermarks, "numbers")
+        (
+            stream.map(W4rSource(records), output_type=keyed)
+            .name("w4r-records")
+            .key_by(FirstField(), key_type=Types.LONG())
+            .process(W4rStore(out, records.keys))
+            .name("store-value")
+            .sink_to(discarding_sink())
+            .name("discard")
+        )
     elif args.workload == "w5":
         # W5: Python map to events, Flink's bounded out-of-orderness watermarks with a
         # Python timestamp assigner, a keyed 1 s tumbling event-time window with a Python
@@ -1061,6 +1157,15 @@ def figures_of(args: argparse.Namespace, work: Path, checkpoints: list[dict], pr
             "checkpoints_completed": len(checkpoints),
         }
 
+    if args.workload == "w4r":
+        phases = Phases.merge(read_files(out, "phases"))
+        return {
+            **w4r_figures(
+                w4r_records(args), phases, w4r_checkpoints(checkpoints), args.checkpoint_interval_ms
+            ),
+            "state_backend": "EmbeddedRocksDBStateBackend, incremental",
+        }
+
     if args.workload == "w5":
         return {
             **w5_figures(w5_events(args), read_files(out, "source"), read_files(out, "results")),
@@ -1078,7 +1183,7 @@ def run(args: argparse.Namespace) -> dict:
     work = Path(args.work_dir).resolve()
     (work / "out").mkdir(parents=True, exist_ok=True)
     (work / "tmp").mkdir(exist_ok=True)
-    if args.workload in ("w3", "w4") and args.checkpoint_interval_ms <= 0:
+    if args.workload in ("w3", "w4", "w4r") and args.checkpoint_interval_ms <= 0:
         raise ValueError(f"{args.workload} needs checkpoints (--checkpoint-interval-ms > 0)")
     # Flink's own logs go to the work dir (not into the venv), where the runner reads them.
     log_dir = work / "flink-log"
@@ -1157,11 +1262,15 @@ def run(args: argparse.Namespace) -> dict:
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("workload", choices=["w1", "w2", "w3", "w4", "w5"])
+    parser.add_argument("workload", choices=["w1", "w2", "w3", "w4", "w4r", "w5"])
     parser.add_argument("--work-dir", required=True)
     parser.add_argument(
-        "--records", type=int, default=1_000_000, help="records (w1, w2) or distinct keys (w4)"
+        "--records", type=int, default=1_000_000, help="records (w1, w2) or distinct keys (w4, w4r)"
     )
+    parser.add_argument(
+        "--update-fraction", type=float, default=0.01, help="w4r: keys updated per second (a fraction)"
+    )
+    parser.add_argument("--update-s", type=float, default=20.0, help="w4r: seconds of updates")
     parser.add_argument("--parallelism", type=int, default=2)
     parser.add_argument("--checkpoint-interval-ms", type=int, default=1000)
     parser.add_argument("--keys", type=int, default=10_000)

@@ -68,6 +68,8 @@ from typing import Any
 # At module level, not in the functions: pandas_udf reads its function's type hints, and
 # with postponed annotations "pd.Series" resolves in the module's globals.
 import pandas as pd
+from w4r_records import STRIDE, Phases, W4rRecords
+from w4r_records import figures as w4r_figures
 from w5_events import (
     BASE_MS,
     DEAL,
@@ -91,6 +93,13 @@ DEFAULT_ROWS_PER_BATCH = 1_000_000
 W1_ROWS_PER_BATCH = {"groupby": 12_000_000}
 # W5's batches: see w5 (chosen so that a batch outlasts the 1 s trigger).
 W5_ROWS_PER_BATCH = 2_000_000
+
+
+#: w4r: how often Spark's maintenance task runs (default 60 s). With changelog checkpointing
+#: it uploads the snapshots a commit leaves behind (one per ``minDeltasForSnapshot`` = 10
+#: batches): at 10 s a W4r update phase of tens of seconds sees them, and the bytes a
+#: checkpoint uploads include Spark's snapshots, not only its changelogs.
+W4R_MAINTENANCE_INTERVAL = "10s"
 
 
 # ------------------------------------------------------------------ session and queries
@@ -122,6 +131,12 @@ def make_session(args: argparse.Namespace, work_dir: Path) -> Any:
         # Keep every batch's progress: the figures are computed from all of them.
         .config("spark.sql.streaming.numRecentProgressUpdates", "1000000")
     )
+    if args.workload == "w4r":
+        # RocksDB's changelog checkpointing: a commit uploads the batch's changes, and a
+        # maintenance thread uploads a snapshot now and then (Spark's incremental checkpoint).
+        builder = builder.config(
+            "spark.sql.streaming.stateStore.rocksdb.changelogCheckpointing.enabled", "true"
+        ).config("spark.sql.streaming.stateStore.maintenanceInterval", W4R_MAINTENANCE_INTERVAL)
     spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel("WARN")
     log.info(
@@ -131,8 +146,9 @@ def make_session(args: argparse.Namespace, work_dir: Path) -> Any:
 
 
 def state_store(args: argparse.Namespace) -> str:
-    """``twsip`` only runs on RocksDB; the others use Spark's default unless told."""
-    if args.mode == "twsip" or args.state_store == "rocksdb":
+    """``twsip`` and w4r (W4 on RocksDB) only run on RocksDB; the others use Spark's
+    default unless told."""
+    if args.mode == "twsip" or args.workload == "w4r" or args.state_store == "rocksdb":
         return "rocksdb"
     return "hdfs"
 
@@ -216,6 +232,7 @@ def run_until(
     timeout_s: float,
     work_dir: Path,
     to_records: Callable[[int], int] = lambda offset: offset,
+    on_batch: Callable[[int], None] | None = None,
 ) -> list[dict[str, Any]]:
     """Wait until a committed batch has read ``read_past`` records, then stop the query.
 
@@ -223,14 +240,20 @@ def run_until(
     at or past ``read_past`` every record is in the state and the sink. A failed query
     raises here (``awaitTermination`` re-raises its exception). Returns the progress of
     the batches that read rows, up to that one, in batch order; all progress events are
-    appended to ``progress.jsonl`` in the work dir, for a closer look.
+    appended to ``progress.jsonl`` in the work dir, for a closer look. ``on_batch`` is
+    called with the id of each batch whose progress this loop sees first (w4r looks at the
+    checkpoint directory then).
     """
     deadline = time.monotonic() + timeout_s
     done = None
+    seen = None
     try:
         while True:
             ended = query.awaitTermination(0.02)  # True: ended by itself (availableNow)
             last = query.lastProgress
+            if on_batch is not None and last is not None and last["batchId"] != seen:
+                seen = last["batchId"]
+                on_batch(seen)
             if (
                 last is not None
                 and last["numInputRows"] > 0
@@ -914,6 +937,169 @@ def directory_bytes(path: Path) -> int:
     return sum(f.stat().st_size for f in path.rglob("*") if f.is_file())
 
 
+# ------------------------------------------------------------------ w4r
+
+#: Rows per micro-batch of W4r's load (the largest divisor of the key count at most this):
+#: Spark's hash aggregation holds a batch's keys in memory before the state store sees them.
+W4R_LOAD_ROWS_PER_BATCH = 2_000_000
+
+
+def w4r_load_rows_per_batch(keys: int) -> int:
+    """Rows per load batch: a divisor of ``keys``, so the load's last batch ends on the last key."""
+    for batches in range(-(-keys // W4R_LOAD_ROWS_PER_BATCH), keys + 1):
+        if keys % batches == 0:
+            return keys // batches
+    return keys
+
+
+class NewFiles:
+    """The bytes of the files that appeared under a directory since the last look: what a
+    micro-batch uploaded to the checkpoint location (state store changelogs, snapshots,
+    offset and commit logs). Deleted files (Spark's maintenance drops old versions) do not
+    subtract. ``loaded_state_bytes``: what the state store's directory held at the first
+    look, right after the load: every key's value once, in the load's changelogs (later the
+    directory also keeps the versions Spark retains, ``minBatchesToRetain``, so its size
+    is no longer the state's)."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+        self.known: dict[str, int] = {}
+        self.per_batch: dict[int, int] = {}
+        self.present_state = 0
+        self.look()
+        self.loaded_state_bytes = self.present_state
+
+    def look(self) -> int:
+        added = 0
+        present: dict[str, int] = {}
+        for path in self.root.rglob("*"):
+            try:
+                if not path.is_file():
+                    continue
+                size = path.stat().st_size
+            except OSError:  # removed meanwhile
+                continue
+            name = str(path)
+            if name not in self.known:
+                added += size
+            elif size > self.known[name]:
+                added += size - self.known[name]
+            present[name] = size
+        self.known.update(present)
+        state = str(self.root / "state") + os.sep
+        self.present_state = sum(size for name, size in present.items() if name.startswith(state))
+        return added
+
+    def batch_done(self, batch_id: int) -> None:
+        self.per_batch[batch_id] = self.per_batch.get(batch_id, 0) + self.look()
+
+
+def w4r(spark: Any, args: argparse.Namespace, work_dir: Path) -> dict[str, Any]:
+    """W4 on RocksDB (``w4r_records``): ``groupBy(key).agg(max(value))`` on the RocksDB
+    state store with changelog checkpointing (the value starts with the record number, so
+    the largest is the latest).
+
+    Queries one after the other on one checkpoint location, as a source whose rate
+    changes: the load (``rate-micro-batch``, every key once, in batches of up to 2 M rows,
+    each an ``availableNow`` query of one batch), then, restarted from the load's
+    checkpoint, the updates: ``rate`` rows per batch with a 1 s processing-time trigger, so
+    one commit (Spark's checkpoint) per second of updates.
+    Each batch's ``uploaded_bytes`` is what appeared in the checkpoint directory by the
+    time its progress was seen (the changelog files, a snapshot the maintenance thread
+    uploaded meanwhile, the offset and commit logs); its duration is the commit work as in
+    w1 (``checkpoint_ms``); the full size is what the state store's directory in the
+    checkpoint location held after the load (``NewFiles``). The first update batch (the
+    restart: it reloads the state store) is not measured; the load's throughput is its
+    rows over its batches' time (the restarts between them left out), without the first
+    batch (start-up), as w1 does, with the figure that counts it beside it.
+    """
+    from pyspark.sql import functions as F
+
+    records = W4rRecords(
+        args.records, args.value_bytes, args.update_fraction, args.update_s, args.parallelism
+    )
+    keys = records.keys
+    filler = b"v" * max(0, args.value_bytes - 8)
+    checkpoint = work_dir / "checkpoint"
+
+    def start(per_batch: int, trigger: dict[str, str]) -> Any:
+        source = counting_source(spark, args, per_batch, records.records)
+        keyed = source.select(
+            F.when(F.col("value") < keys, F.col("value"))
+            .otherwise((F.col("value") - keys) * STRIDE % keys)
+            .alias("key"),
+            F.concat(F.unhex(F.lpad(F.hex("value"), 16, "0")), F.lit(filler)).alias("payload"),
+        )
+        result = keyed.groupBy("key").agg(F.max("payload").alias("payload"))
+        return (
+            result.writeStream.format("noop")
+            .outputMode("update")
+            .option("checkpointLocation", str(checkpoint))
+            .trigger(**trigger)
+            .start()
+        )
+
+    started = time.perf_counter()
+    load_per_batch = w4r_load_rows_per_batch(keys)
+    loads: list[dict[str, Any]] = []
+    for done in range(load_per_batch, keys + 1, load_per_batch):
+        # availableNow: one batch of load_per_batch rows, then the query ends. A query
+        # running batches back to back could commit one more, of updates, unpaced.
+        loads += run_until(start(load_per_batch, {"availableNow": True}), done, args.timeout_s, work_dir)
+    if end_offset(loads[-1]) != keys:
+        raise RuntimeError(f"the load ended at row {end_offset(loads[-1])}, not {keys}")
+    uploads = NewFiles(checkpoint)
+    updates = run_until(
+        start(records.rate, trigger_of(args)),
+        records.records,
+        args.timeout_s,
+        work_dir,
+        on_batch=uploads.batch_done,
+    )
+    wall = time.perf_counter() - started
+    updates = [b for b in updates if start_offset(b) >= keys]
+    phases = Phases(
+        load_first=epoch_s(loads[0]["timestamp"]),
+        load_last=batch_end_s(loads[-1]),
+        load_count=sum(int(b["numInputRows"]) for b in loads),
+        update_first=epoch_s(updates[0]["timestamp"]),
+        # a batch shorter than the trigger waits for it: the updates' time runs to then
+        update_last=max(
+            batch_end_s(updates[-1]), epoch_s(updates[-1]["timestamp"]) + args.checkpoint_interval_ms / 1000
+        ),
+        update_count=sum(int(b["numInputRows"]) for b in updates),
+    )
+    checkpoints = [
+        {
+            "batch": b["batchId"],
+            "trigger_ms": epoch_s(b["timestamp"]) * 1000,
+            "duration_ms": checkpoint_ms(b),
+            "uploaded_bytes": uploads.per_batch.get(b["batchId"], 0),
+            "full_bytes": uploads.loaded_state_bytes,
+        }
+        for b in updates[1:]  # the first: the restart reloads the state store
+    ]
+    found = w4r_figures(records, phases, checkpoints, 0)
+    load_ms = [float(b["durationMs"]["triggerExecution"]) for b in loads]
+    steady_load = (keys - int(loads[0]["numInputRows"])) / sum(load_ms[1:]) * 1000 if len(loads) > 1 else None
+    every_load = keys / sum(load_ms) * 1000
+    return {
+        **found,
+        "load_records_per_s": steady_load or every_load,
+        "load_records_per_s_incl_first_batch": every_load,
+        "load_rows_per_batch": load_per_batch,
+        "update_batch_p50_ms": percentile(
+            sorted(float(b["durationMs"]["triggerExecution"]) for b in updates), 50
+        ),
+        "state_commit_p50_ms": percentile(
+            sorted(float(sum(op.get("commitTimeMs", 0) for op in b["stateOperators"])) for b in updates[1:]),
+            50,
+        ),
+        "state_store": "RocksDBStateStoreProvider, changelog checkpointing",
+        "query_s": wall,
+    }
+
+
 # ------------------------------------------------------------------ main
 
 
@@ -1122,7 +1308,7 @@ def w5(spark: Any, args: argparse.Namespace, work_dir: Path) -> dict[str, Any]:
     }
 
 
-WORKLOADS = {"w1": w1, "w2": w2, "w3": w3, "w4": w4, "w5": w5}
+WORKLOADS = {"w1": w1, "w2": w2, "w3": w3, "w4": w4, "w4r": w4r, "w5": w5}
 
 
 def parse(argv: list[str]) -> argparse.Namespace:
@@ -1142,6 +1328,10 @@ def parse(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--rate", type=float, default=1000.0)
     parser.add_argument("--duration-s", type=float, default=20.0)
     parser.add_argument("--value-bytes", type=int, default=100)
+    parser.add_argument(
+        "--update-fraction", type=float, default=0.01, help="w4r: keys updated per second (a fraction)"
+    )
+    parser.add_argument("--update-s", type=float, default=20.0, help="w4r: seconds of updates")
     parser.add_argument(
         "--per-event-second", type=int, default=100_000, help="w5: records per second of event time"
     )
