@@ -33,12 +33,14 @@ CONFIGURATIONS: dict[str, dict[str, Any]] = {"hashmap": {}, "rocksdb": ROCKSDB, 
 F = TypeVar("F", bound=Callable[..., Any])
 
 
-def on_rocksdb_too(*, executor: str | None = None, incremental: bool = True) -> Callable[[F], F]:
+def on_rocksdb_too(
+    *, executor: str | tuple[str, ...] | None = None, incremental: bool = True
+) -> Callable[[F], F]:
     """Run the test on the hashmap backend as before and on RocksDB.
 
     A test without the ``executor`` fixture gets the ids ``[hashmap]`` and ``[rocksdb]``. A test
     that has it (``[local]`` and ``[spark]``) keeps those ids for the hashmap backend and gets
-    one more, ``[<executor>-rocksdb]``, on the executor given here.
+    one more, ``[<executor>-rocksdb]``, on each executor given here.
 
     ``incremental=False`` (ids ``...-rocksdb-full``) is for a test that copies or moves a
     retained checkpoint's ``chk-N`` directory alone: an incremental checkpoint also needs the
@@ -50,10 +52,11 @@ def on_rocksdb_too(*, executor: str | None = None, incremental: bool = True) -> 
         if executor is None:
             parametrized = pytest.mark.parametrize("state_backend", ["hashmap", rocksdb], indirect=True)
         else:
+            on_rocksdb = (executor,) if isinstance(executor, str) else executor
             parametrized = pytest.mark.parametrize(
                 ("executor", "state_backend"),
-                [("local", "hashmap"), ("spark", "hashmap"), (executor, rocksdb)],
-                ids=["local", "spark", f"{executor}-{rocksdb}"],
+                [("local", "hashmap"), ("spark", "hashmap"), *((e, rocksdb) for e in on_rocksdb)],
+                ids=["local", "spark", *(f"{e}-{rocksdb}" for e in on_rocksdb)],
                 indirect=True,
             )
         return pytest.mark.usefixtures("state_backend")(parametrized(test))  # type: ignore[no-any-return]

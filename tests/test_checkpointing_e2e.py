@@ -77,7 +77,7 @@ def assert_exactly_once(out: list[Any], probe: Probe, n: int, keys: int, names: 
 
 
 @pytest.mark.slow
-@on_rocksdb_too(executor="local")
+@on_rocksdb_too(executor=("local", "spark"))  # Spark: RocksDB in slot processes, failover across them
 def test_exactly_once_under_failure(executor: str) -> None:
     n, keys = 2_000_000, 1000
     probe = Probe()
@@ -222,7 +222,7 @@ def latest_checkpoint_dir(base: Path) -> Path:
 
 
 @pytest.mark.slow
-@on_rocksdb_too(executor="local")
+@on_rocksdb_too(executor=("local", "spark"))  # Spark: slots download and clip shared files
 @pytest.mark.parametrize("new_parallelism", [2, 3])
 def test_restore_a_retained_checkpoint_after_cancel(
     tmp_path: Path, new_parallelism: int, executor: str
