@@ -17,7 +17,9 @@ RocksDB per subtask on local disk, with the slot's memory budget
 cache of decoded values together. With incremental checkpoints, a checkpoint uploads only the
 RocksDB files the checkpoint storage does not have yet: once the first payments of all users
 are checkpointed, later checkpoints (only the hot users change) upload a small part of the
-state. The program prints each completed checkpoint's full state size and what it uploaded.
+state; every few checkpoints RocksDB's compaction merges the small files of recent changes
+with older ones, and that checkpoint uploads the merged file (with state this small, all of
+it). The program prints each completed checkpoint's full state size and what it uploaded.
 
 Options: ``--users N`` (default 200,000), ``--hot-payments N`` (default 200,000),
 ``--executor local|spark`` (default ``spark``), ``--checkpoint-dir DIR`` (default: a new
