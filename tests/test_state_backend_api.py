@@ -179,8 +179,9 @@ def test_pyflink_1x_rocksdb_state_backend_is_deprecated_and_sets_the_checkpoint_
 
 
 class CountAndLook(KeyedProcessFunction):
-    """Counts per key in value and map state; the first record of each subtask records what
-    the local directory holds while the job runs (its RocksDB instances)."""
+    """Counts per key in value state and remembers each value in map state; the first record of
+    each subtask records what the local directory holds while the job runs (its RocksDB
+    instances), a key's 20th its count and map keys."""
 
     def __init__(self, probe: Probe, local_dir: str) -> None:
         self.probe = probe
@@ -194,12 +195,13 @@ class CountAndLook(KeyedProcessFunction):
     def process_element(self, value: int, ctx: KeyedProcessFunction.Context) -> Any:
         if not self.looked:
             self.looked = True
-            self.probe.append(sorted(os.listdir(self.local_dir)))
+            self.probe.append(("look", sorted(os.listdir(self.local_dir))))
         count = (self.count.value() or 0) + 1
         self.count.update(count)
         self.seen.put(value, count)
         if count == 20:
-            yield ctx.get_current_key(), count, len(list(self.seen.keys()))
+            self.probe.append(("done", ctx.get_current_key(), count, sorted(self.seen.keys())))
+        return ()
 
 
 def _run_and_ask_the_rest_api_for_the_backend(env: StreamExecutionEnvironment) -> str:
@@ -231,8 +233,10 @@ def test_a_job_on_rocksdb_keeps_its_state_in_the_local_directory_and_reports_its
     ).print()
     assert _run_and_ask_the_rest_api_for_the_backend(env) == "EmbeddedRocksDBStateBackend"
 
-    looks = probe.items
-    assert len(looks) == 2 and all(look for look in looks), f"no RocksDB files under {local_dir}: {looks}"
+    looks = [item[1] for item in probe.items if item[0] == "look"]
+    assert len(looks) == 2 and all(looks), f"no RocksDB files under {local_dir}: {looks}"
+    done = sorted(item[1:] for item in probe.items if item[0] == "done")
+    assert done == [(k, 20, list(range(k, 1000, 50))) for k in range(50)]  # value and map state
     assert list(local_dir.iterdir()) == [], "the RocksDB instances' directories outlived the job"
 
 
