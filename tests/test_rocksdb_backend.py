@@ -718,3 +718,22 @@ def test_decode_of_ints_at_the_edges_and_of_corrupt_bytes() -> None:
         assert decoded == value and type(decoded) is type(value)
     with pytest.raises(ValueError, match="1 bytes after the value"):
         decode(encode(5) + b"x")
+
+
+def test_eviction_gives_recently_written_keys_a_second_chance(make_backend: Any) -> None:
+    """Hot keys (read and written all the time) stay cached while a stream of cold keys
+    passes through: after the first eviction (when every key is as recent as any other)
+    they are never read from RocksDB again. Evicting in insertion order alone read them
+    1,613 times over 24 evictions instead of 400."""
+    backend = make_backend(budget=8 << 20)
+    state = backend.get_partitioned_state(ValueStateDescriptor("v"))
+    hot, cold_keys = 200, 60_000
+    for i in range(cold_keys):
+        at(backend, ("cold", i))
+        state.update(i)  # a blind write: never a miss
+        at(backend, i % hot)
+        state.update((state.value() or 0) + 1)
+    assert backend.cache.evictions >= 10
+    assert backend.cache.misses <= 2 * hot  # loaded at first, and once after the first eviction
+    at(backend, 7)
+    assert state.value() == cold_keys // hot

@@ -138,8 +138,9 @@ class ValueCache:
         self._encoded_entries = 0
         self.limit = max(16, limit_for(self.entry_cost()))
         self.total = 0
-        #: How often the cache evicted (for tests and metrics).
+        #: How often the cache evicted, and how many keys it read from RocksDB (for tests and metrics).
         self.evictions = 0
+        self.misses = 0
 
     def entry_cost(self) -> int:
         """The estimated bytes one cached entry takes, from the sizes seen so far."""
@@ -212,13 +213,14 @@ class ValueCache:
     def make_room(self) -> None:
         """Flush, then evict the oldest entries down to three quarters of the limit.
 
-        Eviction order is insertion order (a dict's), per view, in proportion to each
-        view's size: no bookkeeping on the hit path, which an LRU would need. Known absent
-        keys go first (they cost a RocksDB get to learn again, no decode)."""
-        self.flush()
+        Eviction takes each view's share in insertion order (a dict's), skipping the keys
+        written since the last flush, which are likely hot, unless there are not enough
+        others: a second chance for recently used entries at no cost on the hit path, where
+        an LRU would need bookkeeping. Known absent keys go first (they cost a RocksDB get
+        to learn again, no decode)."""
         self.limit = max(16, self._limit_for(self.entry_cost()))
-        total = self.size()
-        if total >= self.limit:
+        victims: list[tuple[KeyGroupView, list[Any]]] = []
+        if self.size() >= self.limit:
             self.evictions += 1
             for view in self.views:
                 view._absent.clear()
@@ -228,14 +230,15 @@ class ValueCache:
                 for view in self.views:
                     n = _dlen(view)
                     drop = n - n * keep // present
-                    if drop <= 0:
-                        continue
-                    dirty = view._dirty
-                    for key in list(itertools.islice(_diter(view), drop)):
-                        _ddel(view, key)
-                        dirty.discard(key)  # written by the flush above
-            total = self.size()
-        self.total = total
+                    if drop > 0:
+                        victims.append((view, _oldest(view, drop)))
+        self.flush()  # the victims' values reach RocksDB before they leave the cache
+        for view, keys in victims:
+            dirty = view._dirty
+            for key in keys:
+                _ddel(view, key)
+                dirty.discard(key)  # a value changed in place, written by the flush above
+        self.total = self.size()
 
     def drop(self) -> None:
         """Forget every cached entry, dirty or not (the database was replaced or closed)."""
@@ -246,6 +249,24 @@ class ValueCache:
             view._active = False
         self.active = []
         self.total = 0
+
+
+def _oldest(view: KeyGroupView, count: int) -> list[Any]:
+    """The ``count`` oldest keys of ``view``, those not written since the last flush first."""
+    dirty = view._dirty
+    chosen: list[Any] = []
+    if len(dirty) < _dlen(view):
+        for key in _diter(view):
+            if key not in dirty:
+                chosen.append(key)
+                if len(chosen) == count:
+                    return chosen
+    for key in _diter(view):
+        if key in dirty:
+            chosen.append(key)
+            if len(chosen) == count:
+                break
+    return chosen
 
 
 class _DictView(dict[Any, Any]):
@@ -349,6 +370,7 @@ class KeyGroupView(_DictView):
         """Read ``key`` from RocksDB into the cache (a miss is cached as absent)."""
         cache = self._cache
         data = cache.db.get(self._prefix + encode(key))
+        cache.misses += 1
         cache.added()
         if data is None:
             self._absent.add(key)
