@@ -174,12 +174,8 @@ class RocksDBKeyedStateBackend(HeapKeyedStateBackend):
             handle = self._handles[descriptor.name] = handle_type(self, table)
         return handle
 
-    def num_keys(self, state_name: str) -> int:
-        self.flush()
-        return super().num_keys(state_name)
-
     def cached_entries(self) -> int:
-        """How many decoded values (and absent markers) the cache holds now."""
+        """How many decoded values (and keys known to be absent) the cache holds now."""
         return self.cache.size()
 
     # ------------------------------------------------------------------ snapshots
