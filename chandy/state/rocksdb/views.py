@@ -371,14 +371,17 @@ class KeyGroupView(_DictView):
         cache = self._cache
         data = cache.db.get(self._prefix + encode(key))
         cache.misses += 1
-        cache.added()
+        if cache.total >= cache.limit:  # cache.added(), inlined: every miss comes here
+            cache.make_room()
+        cache.total += 1
         if data is None:
             self._absent.add(key)
             return _ABSENT
-        cache._seen(len(data), 1)
+        cache._encoded_bytes += len(data)  # the average flush() keeps recent
+        cache._encoded_entries += 1
         value = decode(data)
         _dset(self, key, value)
-        if not is_immutable(value):
+        if type(value) not in _ATOMIC and not is_immutable(value):
             # code that reads it may change it in place: write it back at the next flush
             self._dirty.add(key)
             cache.activate(self)
