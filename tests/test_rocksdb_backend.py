@@ -7,6 +7,7 @@ heap backend whose dictionaries happen to live in RocksDB)."""
 
 from __future__ import annotations
 
+import itertools
 import os
 import random
 import sys
@@ -737,3 +738,31 @@ def test_eviction_gives_recently_written_keys_a_second_chance(make_backend: Any)
     assert backend.cache.misses <= 2 * hot  # loaded at first, and once after the first eviction
     at(backend, 7)
     assert state.value() == cold_keys // hot
+
+
+def test_the_ttl_pass_at_snapshots_is_bounded_and_leaves_the_cache_alone(
+    make_backend: Any, tmp_path: Path
+) -> None:
+    """2,500 expired entries over 16 key groups: each snapshot's pass checks at most 1,000
+    entries and key-group moves, straight from RocksDB (it read them into the cache before,
+    through the views), and three snapshots drop them all."""
+    from chandy.state.rocksdb.backend import TTL_CLEANUP_STEPS_PER_SNAPSHOT
+
+    clock = ManualClock()
+    backend = make_backend(clock=clock)
+    descriptor = ValueStateDescriptor("v")
+    descriptor.enable_time_to_live(StateTtlConfig.new_builder(Time.milliseconds(100)).build())
+    state = backend.get_partitioned_state(descriptor)
+    for key in range(2500):
+        at(backend, key)
+        state.update(key)
+    cold(backend)
+    clock.advance_ms(200)
+    storage = CheckpointStorage(str(tmp_path / "checkpoints"), "job")
+    left = [backend.num_keys("v")]
+    for checkpoint_id in range(1, 4):
+        snapshot_handles(backend, storage, checkpoint_id, canonical=True)
+        assert backend.cached_entries() == 0
+        left.append(backend.num_keys("v"))
+    assert left[0] == 2500 and left[-1] == 0
+    assert all(0 < a - b <= TTL_CLEANUP_STEPS_PER_SNAPSHOT for a, b in itertools.pairwise(left) if a)

@@ -37,7 +37,7 @@ import uuid
 from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any, cast
 
-from rocksdict import BlockBasedOptions, Options, Rdict, WriteOptions
+from rocksdict import BlockBasedOptions, Options, Rdict, WriteBatch, WriteOptions
 
 from chandy.core.state import MapStateDescriptor, State, StateDescriptor
 from chandy.state.backend import KeyedStateSnapshot, StateFileReader
@@ -49,15 +49,15 @@ from chandy.state.heap import (
     StateTable,
 )
 from chandy.state.key_groups import KeyGroupRange
+from chandy.state.rocksdb.codec import decode, decode_from, encode
 from chandy.state.rocksdb.layout import MAP_KINDS, META_COLUMN_FAMILY, state_id, table_prefix
 from chandy.state.rocksdb.map_state import RocksDBMapState, RocksDBNamespacedMapState
 from chandy.state.rocksdb.resources import SlotMemory
-from chandy.state.rocksdb.views import KeyGroupView, MapKeyGroupView, ValueCache
+from chandy.state.rocksdb.views import KeyGroupView, MapKeyGroupView, ValueCache, scan_items
 from chandy.util.clock import Clock
 
 if TYPE_CHECKING:
     from chandy.state.rocksdb.incremental import NativeSnapshotter
-    from chandy.state.ttl import IncrementalCleanup
 
 logger = logging.getLogger(__name__)
 
@@ -125,7 +125,8 @@ class RocksDBKeyedStateBackend(HeapKeyedStateBackend):
         self._db_closed = False
         self.cache = ValueCache(self.db, self._cache_limit)
         self._snapshotter: NativeSnapshotter | None = None
-        self._ttl_cleanups: dict[str, IncrementalCleanup] = {}
+        #: Where the TTL cleanup pass of each state goes on: (key group, last RocksDB key checked).
+        self._ttl_cursors: dict[str, tuple[int, bytes | None]] = {}
         self._disposed = False
 
     def _cache_limit(self, entry_cost: int) -> int:
@@ -185,28 +186,60 @@ class RocksDBKeyedStateBackend(HeapKeyedStateBackend):
         self.cache.flush()
 
     def _clean_up_expired(self) -> None:
-        """Flink's incremental TTL cleanup, run at each snapshot: a bounded number of entries
-        of every state with a time-to-live are checked and the expired ones deleted."""
-        from chandy.state.ttl import IncrementalCleanup  # deferred: ttl builds on the heap module
-
+        """Flink's incremental TTL cleanup, run at each snapshot (after the flush, so RocksDB
+        holds every value): a pass over at most :data:`TTL_CLEANUP_STEPS_PER_SNAPSHOT`
+        entries of every state with a time-to-live, read straight from RocksDB and going on
+        where the previous pass stopped, deletes the expired entries and rewrites the partly
+        expired ones (lists, maps), in one batch. A step is an entry or a move to the next
+        key group, so a pass is bounded however the state is spread; it leaves the cache
+        alone, except to forget the keys it changed."""
+        now = self.clock.now_ms()
+        batch = WriteBatch(raw_mode=True)
         for name, table in self.tables.items():
             expire = table.expire
-            if expire is None:
-                continue
-            cleanup = self._ttl_cleanups.get(name)
-            if cleanup is None:
-                cleanup = self._ttl_cleanups[name] = IncrementalCleanup(
-                    table, TTL_CLEANUP_STEPS_PER_SNAPSHOT, expire, self.clock.now_ms
-                )
-            cleanup.run()
+            if expire is not None:
+                self._expiry_pass(name, table, expire, now, batch)
+        if not batch.is_empty():
+            self.db.write(batch)
+
+    def _expiry_pass(
+        self, name: str, table: StateTable, expire: Callable[[Any, int], Any], now: int, batch: WriteBatch
+    ) -> None:
+        key_groups = self.key_group_range
+        kg, after = self._ttl_cursors.get(name, (key_groups.start, None))
+        steps = TTL_CLEANUP_STEPS_PER_SNAPSHOT
+        while steps > 0:
+            view = table.maps[kg]
+            assert isinstance(view, KeyGroupView)
+            start = len(view._prefix)
+            for db_key, data in scan_items(self.db, view._prefix, after):
+                if db_key == after:
+                    continue  # where the previous pass stopped: already checked
+                steps -= 1
+                after = db_key
+                stored = decode(data)
+                kept = expire(stored, now)
+                if kept is not stored:
+                    if kept is None:
+                        batch.delete(db_key)
+                    else:
+                        batch.put(db_key, encode(kept))
+                    view.forget(decode_from(db_key, start)[0])
+                if steps == 0:
+                    break
+            else:  # the key group is done: on to the next one (a step too)
+                steps -= 1
+                kg = kg + 1 if kg < key_groups.end else key_groups.start
+                after = None
+        self._ttl_cursors[name] = (kg, after)
 
     def snapshot(  # type: ignore[override]  # the heap's returns its own kind of snapshot
         self, checkpoint_id: int = 0, *, canonical: bool = False
     ) -> KeyedStateSnapshot:
-        """The synchronous part: TTL cleanup pass, flush, then a canonical snapshot (when
+        """The synchronous part: flush, TTL cleanup pass, then a canonical snapshot (when
         ``canonical`` or checkpoints are not incremental) or a native one."""
-        self._clean_up_expired()
         self.flush()
+        self._clean_up_expired()
         if canonical or not self.incremental:
             from chandy.state.rocksdb.canonical import CanonicalSnapshot  # deferred: R2's module
 

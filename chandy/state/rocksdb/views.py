@@ -96,10 +96,11 @@ def scan_keys(db: Rdict, prefix: bytes) -> Iterator[bytes]:
     return _keeping(keys, options)
 
 
-def scan_items(db: Rdict, prefix: bytes) -> Iterator[tuple[bytes, bytes]]:
-    """The ``(key, value)`` pairs whose key starts with ``prefix`` (see :func:`scan_keys`)."""
+def scan_items(db: Rdict, prefix: bytes, start: bytes | None = None) -> Iterator[tuple[bytes, bytes]]:
+    """The ``(key, value)`` pairs whose key starts with ``prefix`` (from ``start`` on, if
+    given; see :func:`scan_keys`)."""
     options = prefix_read_options(prefix)
-    items: Iterator[tuple[bytes, bytes]] = db.items(from_key=prefix, read_opt=options)  # type: ignore[assignment]
+    items: Iterator[tuple[bytes, bytes]] = db.items(from_key=start or prefix, read_opt=options)  # type: ignore[assignment]
     return _keeping(items, options)
 
 
@@ -493,6 +494,16 @@ class KeyGroupView(_DictView):
         if _dlen(self):
             return True
         return next(self._db_keys(), None) is not None
+
+    def forget(self, key: Any) -> None:
+        """Drop ``key`` from the cache (RocksDB changed under it; it must be clean)."""
+        if _dcontains(self, key):
+            _ddel(self, key)
+            self._dirty.discard(key)
+            self._cache.total -= 1
+        elif key in self._absent:
+            self._absent.discard(key)
+            self._cache.total -= 1
 
     def cached(self) -> int:
         """How many entries this view's cache holds (known absent keys included)."""
