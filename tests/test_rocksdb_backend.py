@@ -766,3 +766,38 @@ def test_the_ttl_pass_at_snapshots_is_bounded_and_leaves_the_cache_alone(
         left.append(backend.num_keys("v"))
     assert left[0] == 2500 and left[-1] == 0
     assert all(0 < a - b <= TTL_CLEANUP_STEPS_PER_SNAPSHOT for a, b in itertools.pairwise(left) if a)
+
+
+class CountingScans:
+    """A RocksDB handle that counts the scans made through it (everything else passes through)."""
+
+    def __init__(self, db: Any) -> None:
+        self._db = db
+        self.scans = 0
+
+    def items(self, *args: Any, **kwargs: Any) -> Any:
+        self.scans += 1
+        return self._db.items(*args, **kwargs)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._db, name)
+
+
+def test_the_ttl_pass_over_a_sparse_state_rounds_the_range_once(make_backend: Any) -> None:
+    """A state with a time-to-live and three keys in 16 key groups: one pass scans each key
+    group once (it went round the range until its thousand steps were spent: 1,000 scans)."""
+    clock = ManualClock()
+    backend = make_backend(clock=clock)
+    descriptor = ValueStateDescriptor("v")
+    descriptor.enable_time_to_live(StateTtlConfig.new_builder(Time.milliseconds(100)).build())
+    state = backend.get_partitioned_state(descriptor)
+    for key in range(3):
+        at(backend, key)
+        state.update(key)
+    backend.flush()
+    clock.advance_ms(200)
+    counting = backend.db = CountingScans(backend.db)
+    backend._clean_up_expired()
+    assert counting.scans <= MAX_PARALLELISM + 1
+    backend.db = counting._db
+    assert backend.num_keys("v") == 0

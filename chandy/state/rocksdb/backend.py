@@ -208,7 +208,8 @@ class RocksDBKeyedStateBackend(HeapKeyedStateBackend):
         key_groups = self.key_group_range
         kg, after = self._ttl_cursors.get(name, (key_groups.start, None))
         steps = TTL_CLEANUP_STEPS_PER_SNAPSHOT
-        while steps > 0:
+        moves = 0  # round the range at most once a pass: a sparse state costs no empty rounds
+        while steps > 0 and moves <= key_groups.number_of_key_groups:
             view = table.maps[kg]
             assert isinstance(view, KeyGroupView)
             start = len(view._prefix)
@@ -229,6 +230,7 @@ class RocksDBKeyedStateBackend(HeapKeyedStateBackend):
                     break
             else:  # the key group is done: on to the next one (a step too)
                 steps -= 1
+                moves += 1
                 kg = kg + 1 if kg < key_groups.end else key_groups.start
                 after = None
         self._ttl_cursors[name] = (kg, after)
