@@ -7,6 +7,7 @@ import json
 import logging
 import os
 import threading
+import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -14,7 +15,7 @@ import pytest
 
 from chandy import StreamExecutionEnvironment
 from chandy.api.environment import CONFIG_ENV_VAR
-from tests.state_backends import CONFIGURATIONS
+from tests.state_backends import CLEANUP_TIMEOUT_S, CONFIGURATIONS, LEAVES_LOCAL_DATABASES
 
 pytest_plugins = ["tests.kafka_broker"]
 
@@ -63,18 +64,27 @@ def executor(request: pytest.FixtureRequest) -> str:
 @pytest.fixture
 def state_backend(
     request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch, tmp_path_factory: pytest.TempPathFactory
-) -> str:
+) -> Iterator[str]:
     """Every job the test starts keeps its keyed state in this backend (``hashmap`` unless the
     test is parametrized by :func:`tests.state_backends.on_rocksdb_too`): set in
-    ``CHANDY_CONFIG``, the base configuration of each new environment and of subprocesses."""
+    ``CHANDY_CONFIG``, the base configuration of each new environment and of subprocesses.
+    After a RocksDB run its local directory must be empty again (unless the test says why not)."""
     name: str = getattr(request, "param", "hashmap")
     settings = CONFIGURATIONS[name]
-    if settings:
-        base = json.loads(os.environ.get(CONFIG_ENV_VAR) or "{}")
-        local_dir = str(tmp_path_factory.mktemp(f"{name}-local"))
-        settings = {**settings, "state.backend.rocksdb.localdir": local_dir}
-        monkeypatch.setenv(CONFIG_ENV_VAR, json.dumps({**base, **settings}))
-    return name
+    if not settings:
+        yield name
+        return
+    base = json.loads(os.environ.get(CONFIG_ENV_VAR) or "{}")
+    local_dir = tmp_path_factory.mktemp(f"{name}-local")
+    settings = {**settings, "state.backend.rocksdb.localdir": str(local_dir)}
+    monkeypatch.setenv(CONFIG_ENV_VAR, json.dumps({**base, **settings}))
+    yield name
+    if getattr(request.function, LEAVES_LOCAL_DATABASES, False):
+        return
+    deadline = time.monotonic() + CLEANUP_TIMEOUT_S
+    while (left := sorted(p.name for p in local_dir.iterdir())) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not left, f"RocksDB directories outlived their backends in {local_dir}: {left}"
 
 
 @pytest.fixture
