@@ -19,7 +19,9 @@ The path, in Flink's words (``docs/design.md`` walks it step by step):
 3. Triggering: new id, a :class:`PendingCheckpoint` waiting for every task, a
    timeout canceller, master hooks, then every source subtask is asked to
    checkpoint (through the gateway). A trigger that raises or cannot be
-   delivered fails the checkpoint at once, not at its timeout.
+   delivered fails the checkpoint at once, not at its timeout. The barrier names
+   the base, the latest completed checkpoint: the only one whose shared files the
+   tasks may reuse; the registry keeps them while the checkpoint is pending.
 4. Acknowledgements arrive: SUCCESS / DUPLICATE / UNKNOWN / DISCARDED; the state
    of unknown, late or discarded acks is deleted (what the task wrote for that
    checkpoint, never shared files it references from earlier ones).
@@ -461,13 +463,17 @@ class CheckpointCoordinator:
             self._io,
             target_location=location,
         )
+        base = self._base_for(request.props)
         self._options[checkpoint_id] = CheckpointOptions(
             request.props.checkpoint_type,
             location,
             self.config.exactly_once,
             drain=request.drain,
             format_type=(request.props.savepoint_format or SavepointFormatType.CANONICAL).value,
+            base_checkpoint_id=base,
         )
+        if base is not None:
+            self.shared_state_registry.hold_base(checkpoint_id, base)
         self.pending_checkpoints[checkpoint_id] = pending
         self._chain_request(request, pending)
         self.stats.report_pending_checkpoint(checkpoint_id, timestamp, request.props, self._vertices_of(plan))
@@ -483,6 +489,18 @@ class CheckpointCoordinator:
         )
         self._is_triggering = True
         self._snapshot_master_state(pending)
+
+    def _base_for(self, props: CheckpointProperties) -> int | None:
+        """The base of a new checkpoint: the latest completed one, the only checkpoint whose
+        shared files its tasks may reference (``CheckpointOptions.base_checkpoint_id``).
+        ``None`` for a savepoint (every file of it is its own) and when the latest is a
+        savepoint (nothing of it is in shared/)."""
+        if props.is_savepoint:
+            return None
+        latest = self.completed_store.get_latest_checkpoint()
+        if latest is None or latest.props.is_savepoint:
+            return None
+        return latest.checkpoint_id
 
     def _chain_request(self, request: CheckpointTriggerRequest, pending: PendingCheckpoint) -> None:
         def done(future: Future[CompletedCheckpoint]) -> None:
@@ -718,6 +736,7 @@ class CheckpointCoordinator:
                 return
             self._subsumed(subsumed)
             self.latest_completed_checkpoint_id = max(self.latest_completed_checkpoint_id, checkpoint_id)
+        self._release_base(checkpoint_id, "completed")  # registered above: it holds what it reused
         # Record the completion before dropping subsumed checkpoints: dropping runs queued
         # requests, and the min pause must count from this completion.
         self._last_completion_ms = self.clock.now_ms()
@@ -770,6 +789,7 @@ class CheckpointCoordinator:
         else:  # a stop-with-savepoint's savepoint: its own directory, not chk-N
             self._failed_savepoint_locations.append((checkpoint_id, location))
             self._io(lambda: self.storage.discard_checkpoint(checkpoint_id, location))
+        self._release_base(checkpoint_id, "was refused by the store")
         pending.fail_storing(exception)
         if pending.props.is_savepoint:
             self.stats.report_failed(checkpoint_id, self.clock.now_ms(), str(exception))
@@ -802,7 +822,22 @@ class CheckpointCoordinator:
             return
         ids = ", ".join(str(c.checkpoint_id) for c in discarded)
         which = f"checkpoint {ids} was" if len(discarded) == 1 else f"checkpoints {ids} were"
-        reason = f"no retained checkpoint references them since {which} {why}"
+        self._delete_unused(unused, f"no retained checkpoint references them since {which} {why}", inline)
+
+    def _release_base(self, checkpoint_id: int, outcome: str) -> None:
+        """Checkpoint ``checkpoint_id`` is no longer pending: if its base was subsumed while its
+        tasks could still reference the base's files, those no retained checkpoint references
+        go now (what this checkpoint reuses, if it completed, is registered by now)."""
+        base = self.shared_state_registry.base_of(checkpoint_id)
+        unused = self.shared_state_registry.release_base(checkpoint_id)
+        if unused:
+            self._delete_unused(
+                unused,
+                f"no retained checkpoint references them since checkpoint {base} was subsumed and "
+                f"checkpoint {checkpoint_id}, whose tasks could reuse them, {outcome}",
+            )
+
+    def _delete_unused(self, unused: list[FileStateHandle], reason: str, inline: bool = False) -> None:
         if inline:
             _run_inline(lambda: delete_shared_files(unused, self.job_id, reason))
         else:
@@ -864,6 +899,7 @@ class CheckpointCoordinator:
         pending.abort(exception.reason, exception.cause)
         self.pending_checkpoints.pop(pending.checkpoint_id, None)
         self._options.pop(pending.checkpoint_id, None)
+        self._release_base(pending.checkpoint_id, "was aborted")
         if pending.target_location is not None:
             self._failed_savepoint_locations.append((pending.checkpoint_id, pending.target_location))
         if pending.props.is_savepoint:

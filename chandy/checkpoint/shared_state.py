@@ -17,6 +17,12 @@ registry holds, per shared file, the set of retained checkpoints that reference 
   registered checkpoint references any more; the coordinator deletes exactly those. A
   checkpoint that is kept (retained after the job, or subsumed without being deleted)
   stays registered, so its files are never returned.
+- :meth:`hold_base` when a checkpoint is triggered that names a base (the latest completed
+  checkpoint, ``CheckpointOptions.base_checkpoint_id``: the one checkpoint whose files its
+  tasks may reference), :meth:`release_base` when it completes (after it is registered) or
+  aborts. A base unregistered meanwhile (subsumed) keeps its references until the last
+  checkpoint naming it is released: a task may reference its files without having heard
+  that a newer checkpoint completed, and they must not be deleted under it.
 
 Exclusive state (keyed and operator state streams, an incremental snapshot's private
 files) is not counted: it lives in the checkpoint's own ``chk-N`` directory and goes with
@@ -28,10 +34,9 @@ killed half-way) never reaches the registry; the coordinator tidies such files o
 A checkpoint that references a shared file the registry does not know, and that it did
 not upload itself, cannot be registered (:class:`UnknownSharedStateError`): the file was
 uploaded by a checkpoint that never completed, or was deleted because no retained
-checkpoint referenced it any more (a task that had not yet heard of a newer completed
-checkpoint reused the files of a subsumed one). Completing it would leave a checkpoint
-that cannot be restored; the checkpoint fails instead, like Flink's "Attempt to reference
-unknown state".
+checkpoint referenced it any more (a task reused the files of a checkpoint other than its
+barrier's base). Completing it would leave a checkpoint that cannot be restored; the
+checkpoint fails instead, like Flink's "Attempt to reference unknown state".
 """
 
 from __future__ import annotations
@@ -61,11 +66,23 @@ class SharedStateRegistry:
         self._handles: dict[str, FileStateHandle] = {}
         #: registered checkpoint id -> the shared file paths it references
         self._by_checkpoint: dict[int, frozenset[str]] = {}
+        #: pending checkpoint id -> the completed checkpoint its tasks may reuse files of
+        self._bases: dict[int, int] = {}
+        #: Unregistered checkpoints that a pending checkpoint names as its base: their
+        #: references stay counted until the last such pending checkpoint is released.
+        self._deferred: set[int] = set()
 
     @property
     def registered_checkpoints(self) -> set[int]:
-        """The ids of the checkpoints registered now (with shared files or without)."""
-        return set(self._by_checkpoint)
+        """The ids of the checkpoints registered now (with shared files or without); not the
+        unregistered bases whose files are kept for a pending checkpoint."""
+        return set(self._by_checkpoint) - self._deferred
+
+    @property
+    def deferred_checkpoints(self) -> set[int]:
+        """Unregistered checkpoints whose files are kept because a pending checkpoint names
+        them as its base."""
+        return set(self._deferred)
 
     def register_checkpoint(
         self, checkpoint_id: int, operator_states: Iterable[OperatorState], *, restored: bool = False
@@ -109,7 +126,35 @@ class SharedStateRegistry:
     def unregister_checkpoint(self, checkpoint_id: int) -> list[FileStateHandle]:
         """Forget a discarded checkpoint; returns the shared files (sorted by path) that no
         registered checkpoint references any more: the caller deletes them. A checkpoint
-        that was never registered returns nothing."""
+        that was never registered returns nothing. The base of a pending checkpoint is
+        forgotten only once that checkpoint is released (:meth:`release_base` returns its
+        files then): until then nothing of it is returned."""
+        if checkpoint_id in self._bases.values() and checkpoint_id in self._by_checkpoint:
+            self._deferred.add(checkpoint_id)
+            return []
+        return self._forget(checkpoint_id)
+
+    def hold_base(self, checkpoint_id: int, base_checkpoint_id: int) -> None:
+        """Pending checkpoint ``checkpoint_id`` may reference the shared files of completed
+        checkpoint ``base_checkpoint_id``: none of them is returned for deletion before
+        :meth:`release_base` (``checkpoint_id``)."""
+        self._bases[checkpoint_id] = base_checkpoint_id
+
+    def release_base(self, checkpoint_id: int) -> list[FileStateHandle]:
+        """Checkpoint ``checkpoint_id`` completed (and was registered first) or aborted: if its
+        base was unregistered meanwhile and no other pending checkpoint names it, forget it
+        now and return the shared files no registered checkpoint references any more."""
+        base = self._bases.pop(checkpoint_id, None)
+        if base is None or base not in self._deferred or base in self._bases.values():
+            return []
+        self._deferred.discard(base)
+        return self._forget(base)
+
+    def base_of(self, checkpoint_id: int) -> int | None:
+        """The base pending checkpoint ``checkpoint_id`` holds, if any."""
+        return self._bases.get(checkpoint_id)
+
+    def _forget(self, checkpoint_id: int) -> list[FileStateHandle]:
         unused = []
         for path in sorted(self._by_checkpoint.pop(checkpoint_id, frozenset())):
             holders = self.references[path]

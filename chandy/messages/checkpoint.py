@@ -102,6 +102,13 @@ class CheckpointOptions:
     drain: bool = False
     #: "CANONICAL" (backend-independent) or "NATIVE" (the backend's own format); savepoints only.
     format_type: str = "CANONICAL"
+    #: The coordinator's latest completed checkpoint when it triggered this one (``None``: there
+    #: is none, and for savepoints): the only checkpoint whose shared files an incremental
+    #: snapshot may reference. A task may not have heard yet that it completed (the notice is
+    #: an RPC, the barrier overtakes it in the data channels), and the checkpoint it last heard
+    #: of may already be subsumed, its files deleted; the coordinator keeps this one's files
+    #: until the checkpoint naming it completes or aborts.
+    base_checkpoint_id: int | None = None
 
 
 @dataclass(slots=True)
