@@ -871,3 +871,115 @@ def test_backends_rescaled_2_to_3_to_1_from_native_checkpoints_read_every_key_on
     finally:
         for b in one:
             b.dispose()
+
+
+# ------------------------------------------------------------------------------ the base checkpoint
+
+
+def based_checkpoint(
+    snapshotter: NativeSnapshotter,
+    db: Rdict,
+    storage: CheckpointStorage,
+    checkpoint_id: int,
+    base: int | None,
+) -> IncrementalKeyedStateHandle:
+    """Both parts of a native snapshot whose barrier names ``base`` as its base checkpoint."""
+    db.flush()
+    snapshot = snapshotter.take(db, checkpoint_id, {"s": "value"}, incremental=True, base_checkpoint_id=base)
+    result = snapshot.serializer().result()
+    snapshot.release()
+    (handle,) = result.write(storage, checkpoint_id, None).handles
+    assert isinstance(handle, IncrementalKeyedStateHandle)
+    return handle
+
+
+def reused(handle: IncrementalKeyedStateHandle) -> dict[str, Any]:
+    return {name: h for name, h in handle.shared if name not in handle.uploaded}
+
+
+def names(handle: IncrementalKeyedStateHandle) -> set[str]:
+    return {name for name, _ in handle.shared}
+
+
+def test_a_snapshot_reuses_exactly_the_files_of_its_base_whatever_the_task_heard(
+    tmp_path: Path, db: Rdict, storage: CheckpointStorage
+) -> None:
+    """The barrier's base completed (the coordinator said so), whether or not the notice of it
+    reached the task, and its files are kept while the checkpoint is pending; the checkpoint
+    the task last heard of may be subsumed already, its files deleted."""
+    snapshotter = NativeSnapshotter("b1", ALL, str(tmp_path / "work"))
+    put(db, "s", "value", {i: i for i in range(3000)})
+    first = based_checkpoint(snapshotter, db, storage, 1, None)
+    assert first.uploaded == names(first)
+
+    put(db, "s", "value", {i: -i for i in range(10)})
+    second = based_checkpoint(snapshotter, db, storage, 2, 1)  # the notice of 1 never came
+    assert reused(second) == dict(first.shared)  # the same handles: nothing of 1 uploaded again
+    assert second.uploaded == names(second) - names(first) != set()
+    assert snapshotter.remembered_checkpoints() == [1, 2] and snapshotter.confirmed_files() == {}
+
+    snapshotter.notify_checkpoint_complete(1)  # late: 2 completed meanwhile and is the base of 3
+    put(db, "s", "value", {i: i + 1 for i in range(10)})
+    third = based_checkpoint(snapshotter, db, storage, 3, 2)
+    assert reused(third) == dict(second.shared)  # what 2 uploaded too, not only 1's files
+    assert third.uploaded == names(third) - names(second) != set()
+    assert snapshotter.remembered_checkpoints() == [2, 3]  # 1 is no base any more
+    assert_restores_to(tmp_path, third, storage.reader(), db)
+
+    put(db, "s", "value", {1: "four"})
+    fourth = based_checkpoint(snapshotter, db, storage, 4, None)  # no base: everything uploaded
+    assert fourth.uploaded == names(fourth) and reused(fourth) == {}
+    snapshotter.notify_checkpoint_aborted(4)
+    snapshotter.notify_checkpoint_complete(3)
+    assert snapshotter.remembered_checkpoints() == [3]
+    # a base this snapshotter never wrote (a savepoint, or taken before a restore): no reuse
+    restarted = NativeSnapshotter("b2", ALL, str(tmp_path / "work2"))
+    fifth = based_checkpoint(restarted, db, storage, 5, 3)
+    assert fifth.uploaded == names(fifth)
+    assert_restores_to(tmp_path, fifth, storage.reader(), db)
+
+
+def test_a_task_hearing_late_of_completions_never_references_a_deleted_file(
+    tmp_path: Path, db: Rdict, storage: CheckpointStorage
+) -> None:
+    """The race that failed jobs, event by event, through a real coordinator (one retained
+    checkpoint, no tolerable failure): the notice that checkpoint 1 completed reaches the task
+    only after the barrier of 2, and the notice of 2 only after the barrier of 3. Reusing the
+    files of the last checkpoint the task had heard of, 2 uploaded everything anew and 3
+    referenced 1's files, which 2 had subsumed and deleted: checkpoint 3 failed, and the job."""
+    from chandy.state.snapshot import OperatorSubtaskState, TaskStateSnapshot
+    from tests.test_checkpoint_coordinator import A1, ack, make_coordinator, make_plan, operator_id, succeeded
+
+    h = make_coordinator(make_plan([A1], [A1]), storage=storage, retained=1, tolerable_failures=0)
+    snapshotter = NativeSnapshotter("b1", ALL, str(tmp_path / "work"))
+
+    def barrier() -> IncrementalKeyedStateHandle:
+        """The task takes the checkpoint of the last trigger and acknowledges it."""
+        _, checkpoint_id, _, options = h.gateway.triggered[-1]
+        handle = based_checkpoint(snapshotter, db, storage, checkpoint_id, options.base_checkpoint_id)
+        state = TaskStateSnapshot({operator_id(A1.vertex_id): OperatorSubtaskState((handle,))})
+        assert ack(h, A1, checkpoint_id, state)
+        return handle
+
+    put(db, "s", "value", {i: i for i in range(3000)})
+    first_future = h.coordinator.trigger_checkpoint()
+    first = barrier()
+    succeeded(first_future)
+    put(db, "s", "value", {i: -i for i in range(10)})
+    second_future = h.coordinator.trigger_checkpoint()
+    second = barrier()  # the notice of 1 is still on its way
+    succeeded(second_future)  # subsumes 1
+    snapshotter.notify_checkpoint_complete(1)
+    put(db, "s", "value", {i: i * 3 for i in range(10)})
+    third_future = h.coordinator.trigger_checkpoint()
+    third = barrier()  # the notice of 2 is still on its way
+
+    assert succeeded(third_future).checkpoint_id == 3
+    assert h.job_failures == []
+    assert [c.checkpoint_id for c in h.store.get_all_checkpoints()] == [3]
+    assert set(reused(second)) == names(first)  # its base: 1, which the task had not heard of
+    # exactly the files 3 references are in shared/: 1's unused ones went when 2 subsumed it
+    assert sorted(os.listdir(shared_dir(storage))) == sorted(
+        Path(file.path).name for _, file in third.shared if isinstance(file, FileStateHandle)
+    )
+    assert_restores_to(tmp_path, third, storage.reader(), db)

@@ -22,14 +22,31 @@ A snapshot goes through three steps, whatever the backend (the task's
 
 from __future__ import annotations
 
+import enum
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any, Protocol, TypeAlias
 
 from chandy.core.state import State, StateDescriptor
 from chandy.state.handles import FileStateHandle, KeyedStateHandle, Range, StreamStateHandle
 from chandy.state.key_groups import KeyGroupRange
+
+
+class LastConfirmed(enum.Enum):
+    """The base of a snapshot whose caller names none (:meth:`KeyedStateBackend.snapshot`'s
+    default, for a backend driven outside a job: tests, tools): an incremental backend reuses
+    the files of the last checkpoint it was told completed. In a job the barrier always names
+    the base (``CheckpointOptions.base_checkpoint_id``): a task may not have heard yet of the
+    latest completion, and the checkpoint it last heard of may be subsumed, its files deleted."""
+
+    LAST_CONFIRMED = "the last checkpoint confirmed complete"
+
+
+LAST_CONFIRMED = LastConfirmed.LAST_CONFIRMED
+#: Which checkpoint's shared files a snapshot may reference: an id, ``None`` (none: upload
+#: everything) or :data:`LAST_CONFIRMED`.
+BaseCheckpoint: TypeAlias = int | LastConfirmed | None
 
 
 class StateWriter(Protocol):
@@ -137,12 +154,19 @@ class KeyedStateBackend(ABC):
         return True
 
     @abstractmethod
-    def snapshot(self, checkpoint_id: int = 0, *, canonical: bool = False) -> KeyedStateSnapshot:
+    def snapshot(
+        self,
+        checkpoint_id: int = 0,
+        *,
+        canonical: bool = False,
+        base_checkpoint_id: BaseCheckpoint = LAST_CONFIRMED,
+    ) -> KeyedStateSnapshot:
         """The synchronous part of a snapshot (task thread, at the barrier).
 
         ``canonical`` asks for the backend-independent format (a savepoint's default), which
         every backend restores; otherwise the backend may write its own (RocksDB: native,
-        incremental when configured)."""
+        incremental when configured). An incremental snapshot references only files of
+        ``base_checkpoint_id`` (the barrier's base) and uploads everything else."""
 
     @abstractmethod
     def restore(self, handles: Iterable[KeyedStateHandle], reader: StateFileReader) -> None:

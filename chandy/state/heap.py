@@ -54,7 +54,14 @@ from chandy.core.state import (
     ValueStateDescriptor,
 )
 from chandy.errors import InvalidCheckpointError, UnrecoverableError
-from chandy.state.backend import KeyedStateBackend, StateFileReader, StateWriter, WrittenKeyedState
+from chandy.state.backend import (
+    LAST_CONFIRMED,
+    BaseCheckpoint,
+    KeyedStateBackend,
+    StateFileReader,
+    StateWriter,
+    WrittenKeyedState,
+)
 from chandy.state.handles import (
     FileStateHandle,
     IncrementalKeyedStateHandle,
@@ -279,9 +286,16 @@ class HeapKeyedStateBackend(KeyedStateBackend):
 
     # ------------------------------------------------------------------ snapshots
 
-    def snapshot(self, checkpoint_id: int = 0, *, canonical: bool = False) -> HeapSnapshot:
+    def snapshot(
+        self,
+        checkpoint_id: int = 0,
+        *,
+        canonical: bool = False,
+        base_checkpoint_id: BaseCheckpoint = LAST_CONFIRMED,
+    ) -> HeapSnapshot:
         """The synchronous part: shallow copies of every key group, copy-on-write from now on.
-        The heap's only format is the canonical one, whatever ``canonical`` asks.
+        The heap's only format is the canonical one, whatever ``canonical`` asks; every
+        snapshot is full (no ``base_checkpoint_id``).
 
         Call :meth:`HeapSnapshot.serialize` (off the task thread) and then
         :meth:`HeapSnapshot.release`.

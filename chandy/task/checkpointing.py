@@ -127,7 +127,9 @@ class SubtaskCheckpointCoordinator:
         # A savepoint in the CANONICAL format must restore on any state backend.
         canonical = options.checkpoint_type.is_savepoint and options.format_type != "NATIVE"
         with self._synchronous_phase(checkpoint_id):
-            snapshots = self.chain.snapshot_state(checkpoint_id, timestamp, canonical=canonical)
+            snapshots = self.chain.snapshot_state(
+                checkpoint_id, timestamp, canonical=canonical, base_checkpoint_id=options.base_checkpoint_id
+            )
         metrics = CheckpointMetrics(
             bytes_processed_during_alignment=alignment.bytes_processed_during_alignment,
             alignment_duration_ns=alignment.alignment_duration_ns,

@@ -227,11 +227,17 @@ class OperatorChain:
             operator.prepare_snapshot_pre_barrier(checkpoint_id)
 
     def snapshot_state(
-        self, checkpoint_id: int, timestamp: int, *, canonical: bool = False
+        self,
+        checkpoint_id: int,
+        timestamp: int,
+        *,
+        canonical: bool = False,
+        base_checkpoint_id: int | None = None,
     ) -> list[OperatorSnapshot]:
         """The synchronous part: each operator's own snapshot hook, then the keyed state
-        backend's synchronous snapshot (``canonical`` for a savepoint any backend restores)
-        and serialized operator state."""
+        backend's synchronous snapshot (``canonical`` for a savepoint any backend restores;
+        an incremental one references only files of ``base_checkpoint_id``, the barrier's
+        base) and serialized operator state."""
         context = StateSnapshotContext(checkpoint_id, timestamp)
         taken: list[OperatorSnapshot] = []
         try:
@@ -240,7 +246,9 @@ class OperatorChain:
                 operator.snapshot_state(context)
                 backend = operator.runtime_context.keyed_state_backend if operator.runtime_context else None
                 keyed = (
-                    backend.snapshot(checkpoint_id, canonical=canonical)
+                    backend.snapshot(
+                        checkpoint_id, canonical=canonical, base_checkpoint_id=base_checkpoint_id
+                    )
                     if isinstance(backend, KeyedStateBackend) and backend.has_state()
                     else None
                 )

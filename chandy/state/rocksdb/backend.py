@@ -40,7 +40,7 @@ from typing import TYPE_CHECKING, Any, cast
 from rocksdict import BlockBasedOptions, Options, Rdict, WriteBatch, WriteOptions
 
 from chandy.core.state import MapStateDescriptor, State, StateDescriptor
-from chandy.state.backend import KeyedStateSnapshot, StateFileReader
+from chandy.state.backend import LAST_CONFIRMED, BaseCheckpoint, KeyedStateSnapshot, StateFileReader
 from chandy.state.handles import IncrementalKeyedStateHandle, KeyedStateHandle, KeyGroupsStateHandle
 from chandy.state.heap import (
     NAMESPACED,
@@ -236,10 +236,15 @@ class RocksDBKeyedStateBackend(HeapKeyedStateBackend):
         self._ttl_cursors[name] = (kg, after)
 
     def snapshot(  # type: ignore[override]  # the heap's returns its own kind of snapshot
-        self, checkpoint_id: int = 0, *, canonical: bool = False
+        self,
+        checkpoint_id: int = 0,
+        *,
+        canonical: bool = False,
+        base_checkpoint_id: BaseCheckpoint = LAST_CONFIRMED,
     ) -> KeyedStateSnapshot:
         """The synchronous part: flush, TTL cleanup pass, then a canonical snapshot (when
-        ``canonical`` or checkpoints are not incremental) or a native one."""
+        ``canonical`` or checkpoints are not incremental) or a native one, which references
+        only files of ``base_checkpoint_id``."""
         self.flush()
         self._clean_up_expired()
         if canonical or not self.incremental:
@@ -251,7 +256,9 @@ class RocksDBKeyedStateBackend(HeapKeyedStateBackend):
                 self.db, self.db.snapshot(), self.key_group_range, catalogue, expiring, self.clock.now_ms()
             )
         state_kinds = tuple(sorted((name, table.kind) for name, table in self.tables.items()))
-        return self._native().take(self.db, checkpoint_id, state_kinds, incremental=True)
+        return self._native().take(
+            self.db, checkpoint_id, state_kinds, incremental=True, base_checkpoint_id=base_checkpoint_id
+        )
 
     def _native(self) -> NativeSnapshotter:
         if self._snapshotter is None:

@@ -9,21 +9,29 @@ metadata files, in milliseconds whatever the size of the state. Nothing is left 
 serialize. The asynchronous part (checkpoint I/O pool) uploads the directory:
 
 - SST files are immutable and RocksDB never reuses a file name, so a name identifies its
-  content for the life of the database. Every SST file that the last *completed*
-  checkpoint already uploaded is referenced again (its handle), every other one is
-  uploaded once into the storage's ``shared/`` directory. After a checkpoint of 1 M keys,
+  content for the life of the database. Every SST file that the base checkpoint (below)
+  already holds is referenced again (its handle), every other one is uploaded once into
+  the storage's ``shared/`` directory. After a checkpoint of 1 M keys,
   updating 1% of them adds one small SST file (and whatever compaction rewrote): that is
   all the next checkpoint uploads.
 - ``MANIFEST-*``, ``CURRENT``, ``OPTIONS-*`` (and rocksdict's ``rocksdict-config.json``)
   change with every checkpoint: they are private, exclusive to the checkpoint (in its
   ``chk-N`` directory, or inline when small).
 
-Only a *completed* checkpoint's files are reused (Flink's ``uploadedSstFiles`` of the last
-completed checkpoint): a file uploaded for a checkpoint that is aborted later is deleted
-with it, and a checkpoint that referenced it would be broken. So a checkpoint's uploads
-are remembered when its write finishes and promoted by
-:meth:`NativeSnapshotter.notify_checkpoint_complete`; an aborted checkpoint's are
-forgotten.
+Only the files of the checkpoint the barrier names as the base are reused
+(``CheckpointOptions.base_checkpoint_id``: the coordinator's latest completed checkpoint
+when it triggered this one; the coordinator keeps the base's files until the checkpoint
+naming it completes or aborts). A file of a checkpoint that never completed may be deleted
+with it; and the last checkpoint this task *heard* completed is no base either: the notice
+is an RPC, which the barrier can overtake in the data channels, so that checkpoint may
+already be subsumed by one the task has not heard of, its files deleted. So every
+checkpoint's uploads are remembered by id when its write finishes; a snapshot with base B
+reuses exactly B's (B completed: the coordinator said so) or, if this snapshotter holds
+none of B (a savepoint, or B predates a restore), uploads every file. Entries older than
+B are forgotten, and so are those older than a checkpoint
+:meth:`NativeSnapshotter.notify_checkpoint_complete` confirms, and an aborted
+checkpoint's. A caller that names no base (a backend driven outside a job) gets the last
+checkpoint confirmed by ``notify_checkpoint_complete`` (Flink's ``uploadedSstFiles``).
 
 A NATIVE savepoint (a ``target_location``) or a non-incremental native snapshot copies
 every file into its own location and shares nothing: a savepoint must be self-contained.
@@ -53,7 +61,13 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from rocksdict import AccessType, Checkpoint, Options, Rdict, ReadOptions, WriteBatch, WriteOptions
 
 from chandy.errors import InvalidCheckpointError
-from chandy.state.backend import StateFileReader, StateWriter, WrittenKeyedState
+from chandy.state.backend import (
+    LAST_CONFIRMED,
+    BaseCheckpoint,
+    StateFileReader,
+    StateWriter,
+    WrittenKeyedState,
+)
 from chandy.state.handles import FileStateHandle, IncrementalKeyedStateHandle, StreamStateHandle
 from chandy.state.key_groups import KeyGroupRange
 from chandy.state.rocksdb.layout import KEY_GROUP_BYTES, META_COLUMN_FAMILY, key_group_range_bounds
@@ -68,8 +82,8 @@ _END_OF_KEYS = b"\xff" * (KEY_GROUP_BYTES + 1)
 
 
 class NativeSnapshotter:
-    """Takes the native snapshots of one backend instance and remembers which of its SST
-    files completed checkpoints uploaded (see the module docstring).
+    """Takes the native snapshots of one backend instance and remembers, per checkpoint,
+    which SST files it holds in storage (see the module docstring).
 
     ``take`` runs on the task thread, the writes on the checkpoint I/O pool, the
     notifications on the task thread again: the upload bookkeeping is under a lock.
@@ -81,9 +95,13 @@ class NativeSnapshotter:
         self.work_dir = work_dir
         os.makedirs(work_dir, exist_ok=True)
         self._lock = threading.Lock()
-        #: checkpoint id -> (SST name -> shared handle) of checkpoints written, not yet completed.
+        #: checkpoint id -> (SST name -> shared handle) of recent checkpoints written: the
+        #: bases later barriers may name.
         self._written: dict[int, dict[str, StreamStateHandle]] = {}
-        #: The SST files of the last completed checkpoint: what the next ones may reference.
+        #: Checkpoints below this one are forgotten: no later barrier names them as base.
+        self._oldest_base = -1
+        #: The SST files of the last checkpoint confirmed complete: the base of a snapshot
+        #: whose caller names none.
         self._confirmed: dict[str, StreamStateHandle] = {}
         self._last_completed_id = -1
         #: Checkpoints aborted while (or before) their files were uploaded: the upload stops.
@@ -96,9 +114,12 @@ class NativeSnapshotter:
         state_kinds: Iterable[tuple[str, str]] | Mapping[str, str],
         *,
         incremental: bool,
+        base_checkpoint_id: BaseCheckpoint = LAST_CONFIRMED,
     ) -> NativeSnapshot:
         """The synchronous part: a RocksDB checkpoint (hard links) of ``db``, whose cache the
-        backend has flushed. ``incremental`` false makes every file this checkpoint's own."""
+        backend has flushed. ``incremental`` false makes every file this checkpoint's own;
+        otherwise the files of ``base_checkpoint_id`` (the barrier's base; ``None``: there is
+        none) are referenced, every other file is uploaded."""
         directory = os.path.join(self.work_dir, f"chk-{checkpoint_id}")
         shutil.rmtree(directory, ignore_errors=True)  # a leftover of a snapshot never written
         started = time.monotonic_ns()
@@ -108,7 +129,7 @@ class NativeSnapshotter:
         finally:
             del checkpoint
         with self._lock:
-            previous = dict(self._confirmed) if incremental else {}
+            previous = self._files_of(base_checkpoint_id, checkpoint_id) if incremental else {}
         kinds = state_kinds.items() if isinstance(state_kinds, Mapping) else state_kinds
         log.debug(
             "native snapshot %d of backend %s taken in %.1f ms",
@@ -120,17 +141,42 @@ class NativeSnapshotter:
             NativeSnapshotResult(self, checkpoint_id, directory, previous, tuple(sorted(kinds)), incremental)
         )
 
+    def _files_of(self, base: BaseCheckpoint, checkpoint_id: int) -> dict[str, StreamStateHandle]:
+        """What a snapshot with base ``base`` may reference (under the lock); forgets the
+        checkpoints older than the base."""
+        if base is LAST_CONFIRMED:
+            return dict(self._confirmed)
+        if base is None:
+            return {}
+        self._forget_before(base)
+        files = self._written.get(base)
+        if files is None:
+            log.debug(
+                "native snapshot %d of backend %s: no files of its base checkpoint %d here, every "
+                "file is uploaded",
+                checkpoint_id,
+                self.backend_id,
+                base,
+            )
+            return {}
+        return dict(files)
+
+    def _forget_before(self, checkpoint_id: int) -> None:
+        self._oldest_base = max(self._oldest_base, checkpoint_id)
+        for written_id in [i for i in self._written if i < checkpoint_id]:
+            del self._written[written_id]
+
     def notify_checkpoint_complete(self, checkpoint_id: int) -> None:
-        """Checkpoint ``checkpoint_id`` completed: its SST files are the ones later checkpoints
-        reference (a later checkpoint of this backend that completed first wins; earlier
-        pending ones are subsumed and will never complete)."""
+        """Checkpoint ``checkpoint_id`` completed: the checkpoints before it are forgotten
+        (barriers triggered from now on name it or a later one as base), and it is the base
+        of snapshots whose caller names none (a later checkpoint of this backend that
+        completed first wins; earlier pending ones are subsumed and will never complete)."""
         with self._lock:
             files = self._written.get(checkpoint_id)
             if files is not None and checkpoint_id > self._last_completed_id:
                 self._confirmed = files
                 self._last_completed_id = checkpoint_id
-            for written_id in [i for i in self._written if i <= checkpoint_id]:
-                del self._written[written_id]
+            self._forget_before(checkpoint_id)
             self._aborted = {i for i in self._aborted if i > checkpoint_id}
 
     def notify_checkpoint_aborted(self, checkpoint_id: int) -> None:
@@ -142,9 +188,15 @@ class NativeSnapshotter:
                 self._aborted.add(checkpoint_id)
 
     def confirmed_files(self) -> dict[str, StreamStateHandle]:
-        """The SST files (local name -> handle) the next incremental checkpoint may reference."""
+        """The SST files (local name -> handle) of the last checkpoint confirmed complete: what
+        a snapshot whose caller names no base references."""
         with self._lock:
             return dict(self._confirmed)
+
+    def remembered_checkpoints(self) -> list[int]:
+        """The checkpoints whose files a later snapshot may still reference (oldest first)."""
+        with self._lock:
+            return sorted(self._written)
 
     def close(self) -> None:
         """Forget everything and delete the work directory. (The backend calls it once no
@@ -158,7 +210,7 @@ class NativeSnapshotter:
 
     def _record(self, checkpoint_id: int, files: dict[str, StreamStateHandle]) -> None:
         with self._lock:
-            if checkpoint_id > self._last_completed_id and checkpoint_id not in self._aborted:
+            if checkpoint_id >= self._oldest_base and checkpoint_id not in self._aborted:
                 self._written[checkpoint_id] = files
 
     def _check_not_aborted(self, checkpoint_id: int) -> None:
@@ -201,7 +253,7 @@ class NativeSnapshotResult:
     def write(
         self, writer: StateWriter, checkpoint_id: int, target_location: str | None
     ) -> WrittenKeyedState:
-        """Upload the SST files no completed checkpoint uploaded (into ``shared/``), reference
+        """Upload the SST files the base checkpoint does not hold (into ``shared/``), reference
         the others, store the metadata files privately; one
         :class:`IncrementalKeyedStateHandle`. A savepoint (``target_location``) or a
         non-incremental snapshot stores every file in its own location."""
