@@ -12,20 +12,26 @@ manual time, real files in ``shared/``; every test names which files exist after
 from __future__ import annotations
 
 import os
+import time
 from pathlib import Path
 
+from chandy.checkpoint.loader import load_checkpoint_metadata
 from chandy.checkpoint.shared_state import SharedStateRegistry
 from chandy.config.options import ExternalizedCheckpointRetention
 from chandy.messages.status import JobStatus
+from chandy.state.handles import IncrementalKeyedStateHandle
 from tests.test_checkpoint_coordinator import A1, A2, Harness, ack, decline, pending_ids, succeeded
 from tests.test_checkpoint_coordinator_failures import FailingStore
 from tests.test_shared_state_registry import (
     Files,
     complete,
+    count_per_key,
     incremental,
     job,
     operator_states,
     referenced,
+    rocksdb_env,
+    shared_files_of_retained_checkpoints,
     task_state,
 )
 
@@ -163,3 +169,42 @@ def test_at_shutdown_a_deferred_base_goes_with_the_pending_checkpoint_naming_it(
 
     assert files.on_disk() == {"a", "c", "x"}  # checkpoint 2 is retained, b was only 1's
     assert os.path.isdir(h.storage.checkpoint_dir(2))
+
+
+def test_in_a_job_on_rocksdb_a_checkpoint_reuses_exactly_files_of_the_one_before(tmp_path: Path) -> None:
+    """The base travels from the coordinator through the barriers and the operator chain to
+    the RocksDB backend: with one checkpoint pending at a time, each checkpoint's base is the
+    one before it, so of the two retained, the newer one references (besides its own uploads)
+    only files the older one holds, and it does reuse some."""
+    env = rocksdb_env(
+        tmp_path, **{"execution.checkpointing.externalized-checkpoint-retention": "RETAIN_ON_CANCELLATION"}
+    )
+    results = count_per_key(env, 10**8, 5_000, 0.00002).execute_and_collect()
+    deadline = time.monotonic() + 120
+    while not any(int(p.parent.name[4:]) >= 8 for p in (tmp_path / "checkpoints").glob("*/chk-*/_metadata")):
+        assert time.monotonic() < deadline, "8 checkpoints did not complete in time"
+        time.sleep(0.05)
+    results.close()
+
+    (job_dir,) = [p for p in (tmp_path / "checkpoints").iterdir() if p.is_dir()]
+    retained, _ = shared_files_of_retained_checkpoints(job_dir)
+    older, newer = ({h.backend_id: h for h in incremental_handles(d)} for d in retained)
+    assert older.keys() == newer.keys() and len(newer) == 2  # the same two backends
+    reused_any = False
+    for backend_id, handle in newer.items():
+        base = {name: file for name, file in older[backend_id].shared}
+        reused = {name: file for name, file in handle.shared if name not in handle.uploaded}
+        assert all(base.get(name) == file for name, file in reused.items()), backend_id
+        reused_any = reused_any or bool(reused)
+    assert reused_any, "no file was reused: the base did not reach the backends"
+
+
+def incremental_handles(directory: Path) -> list[IncrementalKeyedStateHandle]:
+    metadata, _ = load_checkpoint_metadata(str(directory))
+    return [
+        handle
+        for state in metadata.operator_states
+        for subtask in state.subtask_states.values()
+        for handle in subtask.managed_keyed_state
+        if isinstance(handle, IncrementalKeyedStateHandle)
+    ]
