@@ -38,8 +38,6 @@ def test_quick_bench_run_measures_every_workload_on_chandy(tmp_path: Path) -> No
             "--quick",
             "--systems",
             "chandy:local",
-            "--workloads",
-            "w1,w2,w3,w4,w5",
             "--records",
             "40000",
             "--duration-s",
@@ -64,6 +62,7 @@ def test_quick_bench_run_measures_every_workload_on_chandy(tmp_path: Path) -> No
         ("w2", 1000),
         ("w3", 1000),
         ("w4", 1000),
+        ("w4r", 1000),
         ("w5", 1000),
     }
     assert all(r["ok"] for r in rows), [r.get("error") for r in rows]
@@ -74,6 +73,9 @@ def test_quick_bench_run_measures_every_workload_on_chandy(tmp_path: Path) -> No
     assert by_workload[("w2", 1000)]["exact"] and by_workload[("w2", 1000)]["recovery_s"] > 0
     assert by_workload[("w3", 1000)]["records"] > 1000
     assert by_workload[("w4", 1000)]["checkpoint_size_bytes"] > 40_000 * 100
+    w4r = by_workload[("w4r", 1000)]  # on RocksDB, incremental, whatever the variant
+    assert w4r["keys"] == 40_000 and w4r["updates"] == 2_400 and w4r["checkpoints_measured"] >= 3
+    assert 0 < w4r["uploaded_p50_bytes"] < w4r["full_size_bytes"]  # incremental: not the whole state
     w5 = by_workload[("w5", 1000)]
     assert w5["records"] == 100_000  # rounded up to a whole window
     assert w5["exact"] and w5["results"] == 10_000 and w5["records_per_s"] > 0
