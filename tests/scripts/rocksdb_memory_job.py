@@ -18,7 +18,7 @@ budget per slot (``state.backend.rocksdb.memory.fixed-per-slot``) is BUDGET byte
 
 The first run is killed while paced (its state all written and checkpointed); run again
 under JOB_ID, the job restores its latest checkpoint and reads every key back. ``SUMMARY
-<json>`` at the end names the checkpoint it restored.
+<json>`` at the end names the checkpoint it restored and the process's peak RSS (VmHWM).
 """
 
 from __future__ import annotations
@@ -113,7 +113,9 @@ def main() -> None:
     client = env.execute_async("rocksdb memory")
     client.get_job_execution_result()
     stats = client.get_checkpoint_statistics()
-    print("SUMMARY " + json.dumps({"restored": stats["latest"]["restored"]}), flush=True)
+    status = dict(line.split(":", 1) for line in Path("/proc/self/status").read_text().splitlines())
+    peak = int(status["VmHWM"].split()[0]) * 1024  # this process's peak RSS so far
+    print("SUMMARY " + json.dumps({"restored": stats["latest"]["restored"], "vm_hwm": peak}), flush=True)
 
 
 if __name__ == "__main__":
