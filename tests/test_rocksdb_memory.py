@@ -66,9 +66,9 @@ class Run:
     peak_rss: int = 0
     sampled_rss: int = 0
     seconds: float = 0.0
-    #: the bytes in the job's shared/ directory once the run ended (the second run, which
+    #: the bytes in the job's checkpoint directory once the run ended (the second run, which
     #: finishes, discards its checkpoints and their files)
-    shared_bytes: int = 0
+    checkpoint_bytes: int = 0
     stdout: str = ""
     samples: list[tuple[float, int]] = field(default_factory=list, repr=False)
 
@@ -80,6 +80,7 @@ class Job:
     tmp: Path
     keys: int
     backend: str = "rocksdb"
+    incremental: bool = True
     job_id: str = field(default_factory=lambda: uuid.uuid4().hex)
 
     @property
@@ -98,6 +99,7 @@ class Job:
             self.backend,
             self.tmp / "gate",
             self.tmp / "marker",
+            "true" if self.incremental else "false",
         ]
         with (self.tmp / log_name).open("w") as stderr, (self.tmp / f"{log_name}.out").open("w") as stdout:
             return subprocess.Popen(
@@ -175,8 +177,7 @@ def run_killed_and_restored(job: Job, timeout_s: float = 300) -> tuple[Run, Run]
                 process.send_signal(signal.SIGKILL)
                 break
             time.sleep(0.02)
-    shared = job.job_dir / "shared"
-    first.shared_bytes = sum(p.stat().st_size for p in shared.iterdir()) if shared.exists() else 0
+    first.checkpoint_bytes = sum(p.stat().st_size for p in job.job_dir.rglob("*") if p.is_file())
 
     (job.tmp / "gate").touch()
     with _running(job, "second.log", second) as process:
@@ -277,8 +278,25 @@ def _tail(path: Path) -> str:
 
 
 @pytest.mark.slow
+@pytest.mark.parametrize(
+    "incremental",
+    [
+        pytest.param(True, id="incremental"),
+        pytest.param(
+            False,
+            id="full",
+            marks=pytest.mark.xfail(
+                strict=True,
+                raises=AssertionError,
+                reason="a full (canonical) checkpoint holds the whole state's pickled payload in memory "
+                "(canonical.py's serializer -> SerializedKeyedState.payload, one bytes) and its restore "
+                "reads the whole file (StateReader.read caches it): 710-735 and 720-723 MB peaks for 312 MB",
+            ),
+        ),
+    ],
+)
 def test_state_many_times_the_budget_is_written_checkpointed_restored_and_read_within_it(
-    tmp_path: Path,
+    tmp_path: Path, incremental: bool
 ) -> None:
     """The issue's acceptance test: 312 MB of RocksDB state (19.5 times a 16 MB budget) is
     written, checkpointed incrementally, killed with SIGKILL, restored and read back key by
@@ -289,18 +307,19 @@ def test_state_many_times_the_budget_is_written_checkpointed_restored_and_read_w
     (tmp_path / "baseline").mkdir()
     (tmp_path / "large").mkdir()
     try:
-        baseline = run_killed_and_restored(Job(tmp_path / "baseline", BASELINE_KEYS))
-        large = run_killed_and_restored(Job(tmp_path / "large", KEYS))
+        baseline = run_killed_and_restored(Job(tmp_path / "baseline", BASELINE_KEYS, incremental=incremental))
+        large = run_killed_and_restored(Job(tmp_path / "large", KEYS, incremental=incremental))
     finally:  # a GB of databases and checkpoints (pytest keeps the last runs' temporary directories)
         for job in ("baseline", "large"):
             for directory in ("local", "checkpoints"):
                 shutil.rmtree(tmp_path / job / directory, ignore_errors=True)
-    shared = large[0].shared_bytes
+    checkpointed = large[0].checkpoint_bytes
     log.warning(
-        "RocksDB state %d MB (%d MB in shared/) on a %d MB budget: peak RSS written+checkpointed "
+        "RocksDB state %d MB (%d MB checkpointed, %s) on a %d MB budget: peak RSS written+checkpointed "
         "%d MB (%.1f s), restored+read %d MB (%.1f s); baseline (%d keys) %d MB, %d MB",
         KEYS * VALUE_BYTES // MB,
-        shared // MB,
+        checkpointed // MB,
+        "incremental" if incremental else "full",
         BUDGET // MB,
         large[0].peak_rss // MB,
         large[0].seconds,
@@ -311,7 +330,9 @@ def test_state_many_times_the_budget_is_written_checkpointed_restored_and_read_w
         baseline[1].peak_rss // MB,
     )
     # the latest checkpoint references every value (random bytes: no compression), 10x the budget
-    assert shared >= KEYS * VALUE_BYTES * 9 // 10 >= 10 * BUDGET, "the state never reached the checkpoint"
+    assert checkpointed >= KEYS * VALUE_BYTES * 9 // 10 >= 10 * BUDGET, (
+        "the state never reached the checkpoint"
+    )
     for phase, run, base in zip(("written and checkpointed", "restored and read"), large, baseline):
         limit = base.peak_rss + BUDGET + OVERHEAD
         assert run.peak_rss <= limit, (

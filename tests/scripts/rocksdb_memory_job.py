@@ -3,7 +3,7 @@
 process's resident memory from /proc while it runs.
 
 ``python rocksdb_memory_job.py OUT_DIR CHECKPOINT_DIR LOCAL_DIR JOB_ID KEYS VALUE_BYTES BUDGET BACKEND
-GATE MARKER``
+GATE MARKER INCREMENTAL``
 
 A sequence ``0 .. 2 * KEYS - 1`` (parallelism 1: one slot, all of its memory in this process)
 -> a map that lets the first KEYS records through at full speed, touches MARKER when the
@@ -12,9 +12,9 @@ keyed by ``x % KEYS`` -> a process function: record ``x < KEYS`` writes key ``x`
 VALUE_BYTES random, incompressible bytes derived from ``x`` (so the state is KEYS *
 VALUE_BYTES bytes on disk, compressed or not); record ``KEYS + k`` reads key ``k`` back and
 emits ``{"k": k, "ok": <the value is exactly key k's>}`` -> a JSON-lines FileSink (exactly
-once). Checkpoints every 300 ms, incremental when BACKEND is ``rocksdb``, whose memory
-budget per slot (``state.backend.rocksdb.memory.fixed-per-slot``) is BUDGET bytes;
-``hashmap`` runs the same job on the heap, for contrast.
+once). Checkpoints every 300 ms, incremental if INCREMENTAL is ``true`` and BACKEND
+``rocksdb``, whose memory budget per slot (``state.backend.rocksdb.memory.fixed-per-slot``)
+is BUDGET bytes; ``hashmap`` runs the same job on the heap, for contrast.
 
 The first run is killed while paced (its state all written and checkpointed); run again
 under JOB_ID, the job restores its latest checkpoint and reads every key back. ``SUMMARY
@@ -82,6 +82,7 @@ def main() -> None:
     out_dir, checkpoint_dir, local_dir, job_id, keys, value_bytes, budget, backend, gate, marker = sys.argv[
         1:11
     ]
+    incremental = sys.argv[11] == "true"
     logging.basicConfig(level=logging.WARNING, stream=sys.stderr, format="%(name)s %(levelname)s %(message)s")
     n = int(keys)
     env = StreamExecutionEnvironment.get_execution_environment(executor="local")
@@ -92,7 +93,7 @@ def main() -> None:
             "$internal.pipeline.job-id": job_id,
             "execution.checkpointing.dir": checkpoint_dir,
             "state.backend.type": backend,
-            "execution.checkpointing.incremental": True,
+            "execution.checkpointing.incremental": incremental,
             "state.backend.rocksdb.localdir": local_dir,
             "state.backend.rocksdb.memory.fixed-per-slot": int(budget),
             # small batches: a barrier waits behind at most 10 paced records
