@@ -74,7 +74,7 @@ class OperatorHarness:
                 if snapshot is not None
                 for payload, metas in [snapshot]
             ]
-            self.operator.operator_state_backend.restore(handles, StateReader())
+            self.operator.operator_state_backend.restore(handles, StateReader().read)
         self.operator.initialize_state(
             StateInitializationContext(
                 self.operator.operator_state_backend,
