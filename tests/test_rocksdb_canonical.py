@@ -13,10 +13,14 @@ job builds, and whole jobs that switch backends through a CANONICAL savepoint.
 
 from __future__ import annotations
 
+import gc
 import itertools
+import os
 import pickle
+import random
 import re
 import time
+import tracemalloc
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, cast
@@ -38,10 +42,10 @@ from chandy.core.state import (
 )
 from chandy.core.time import Time
 from chandy.core.windows import TimeWindow
-from chandy.errors import JobCancelledError
+from chandy.errors import InvalidCheckpointError, JobCancelledError
 from chandy.state.backend import KeyedStateBackend
 from chandy.state.factory import keyed_state_backend_factory
-from chandy.state.handles import ByteStreamStateHandle, KeyGroupsStateHandle
+from chandy.state.handles import ByteStreamStateHandle, FileStateHandle, KeyGroupsStateHandle
 from chandy.state.heap import (
     TIMER_STATE_PREFIX,
     HeapKeyedStateBackend,
@@ -55,7 +59,7 @@ from chandy.state.rocksdb.canonical import CanonicalSnapshot, restore_canonical
 from chandy.state.rocksdb.codec import encode
 from chandy.state.rocksdb.layout import META_COLUMN_FAMILY, key_group_of, state_id, table_prefix
 from chandy.state.ttl import expiry_filter
-from chandy.storage.checkpoint_storage import StateReader
+from chandy.storage.checkpoint_storage import CheckpointStorage, StateReader
 from chandy.util.clock import ManualClock
 from tests.test_savepoints import (
     assert_exact_prefix,
@@ -119,9 +123,20 @@ def canonical_snapshot(
 ) -> SerializedKeyedState:
     snapshot = CanonicalSnapshot(database, database.snapshot(), key_groups, catalogue, expiring or {}, now_ms)
     try:
-        return snapshot.serialize()
+        return in_memory(snapshot.serialize())
     finally:
         snapshot.release()
+
+
+def in_memory(result: SerializedKeyedState | canonical.SpilledKeyedState) -> SerializedKeyedState:
+    """A snapshot's bytes in memory, read from its spill file (then deleted) if it has one."""
+    if isinstance(result, SerializedKeyedState):
+        return result
+    try:
+        payload = Path(result.path).read_bytes()
+    finally:
+        result.discard()
+    return SerializedKeyedState(result.key_group_range, payload, result.ranges, result.state_kinds)
 
 
 def heap_restored(
@@ -642,8 +657,7 @@ def stepped(snapshot: Any) -> SerializedKeyedState:
         serializer = snapshot.serializer()
         while not serializer.step(time.monotonic_ns()):
             pass
-        result: SerializedKeyedState = serializer.result()
-        return result
+        return in_memory(serializer.result())
     finally:
         snapshot.release()
 
@@ -813,3 +827,179 @@ def test_a_canonical_savepoint_moves_a_running_job_to_the_other_backend(
 
     assert assert_exact_prefix(committed(out), 2) > 600
     assert (tmp_path / "rocksdb").is_dir()  # the RocksDB run did run on RocksDB
+
+
+# ------------------------------------------------------------------ state larger than memory
+
+
+def large_backend(rocksdb_backend: Any, keys: int, value_bytes: int) -> RocksDBKeyedStateBackend:
+    """A backend holding ``keys`` values of ``value_bytes`` incompressible bytes each."""
+    backend: RocksDBKeyedStateBackend = rocksdb_backend()
+    state = backend.get_partitioned_state(ValueStateDescriptor("big"))
+    for key in range(keys):
+        at(backend, key)
+        state.update(random.Random(key).randbytes(value_bytes))
+    backend.flush()
+    return backend
+
+
+def spill_files(backend: RocksDBKeyedStateBackend) -> list[str]:
+    return sorted(name for name in os.listdir(backend.work_dir) if not name.startswith("chk-"))
+
+
+def file_storage(tmp_path: Path) -> CheckpointStorage:
+    storage = CheckpointStorage(str(tmp_path / "checkpoints"), "job")
+    storage.initialize()
+    return storage
+
+
+def test_a_snapshot_larger_than_the_spill_threshold_is_written_from_a_local_file_with_the_heaps_bytes(
+    rocksdb_backend: Any, tmp_path: Path
+) -> None:
+    """3 MB of state: the serializer spills its pickles to the backend's work directory, the
+    result uploads that file (the exact bytes the heap writes for the same state, in the same
+    ranges) and deletes it; heap and RocksDB restore it from the checkpoint file."""
+    backend = large_backend(rocksdb_backend, 600, 5_000)
+    heap = HeapKeyedStateBackend(ALL, MAX_PARALLELISM)
+    heap_state = heap.get_partitioned_state(ValueStateDescriptor("big"))
+    for key in range(600):
+        at(heap, key)
+        heap_state.update(random.Random(key).randbytes(5_000))
+    expected = heap_snapshot(heap)
+    assert len(expected.payload) > canonical.SPILL_THRESHOLD_BYTES
+
+    snapshot = backend.snapshot(1, canonical=True)
+    serializer = snapshot.serializer()
+    while not serializer.step(time.monotonic_ns()):
+        pass
+    result = serializer.result()
+    snapshot.release()  # before the write, as the task does: the result owns the file
+    assert isinstance(result, canonical.SpilledKeyedState)
+    assert spill_files(backend) == [os.path.basename(result.path)]
+
+    storage = file_storage(tmp_path)
+    written = result.write(storage, 1, None)
+    assert spill_files(backend) == []
+    (handle,) = written.handles
+    assert isinstance(handle, KeyGroupsStateHandle) and isinstance(handle.delegate, FileStateHandle)
+    assert written.written == [handle.delegate]
+    assert written.checkpointed_size == written.state_size == len(expected.payload)
+    assert Path(handle.delegate.path).read_bytes() == expected.payload
+    assert handle.ranges == expected.ranges
+
+    restored_heap = HeapKeyedStateBackend(ALL, MAX_PARALLELISM)
+    restored_heap.restore([handle], StateReader(storage))
+    assert contents(restored_heap) == contents(heap)
+    restored = rocksdb_backend()
+    restored.restore([handle], StateReader(storage))
+    assert spill_files(restored) == []  # the restore's local copy is gone too
+    state = restored.get_partitioned_state(ValueStateDescriptor("big"))
+    for key in (0, 299, 599):
+        at(restored, key)
+        assert state.value() == random.Random(key).randbytes(5_000)
+
+
+def test_a_canonical_snapshot_and_its_restore_hold_one_key_group_not_the_state(
+    rocksdb_backend: Any, tmp_path: Path
+) -> None:
+    """24 MB of state, 190 KB a key group: serializing and writing it, then restoring it,
+    each peak at a few MB of Python memory (tracemalloc). Before the spill the snapshot held
+    the pickles twice (48 MB, list and join) and the restore the whole file (24 MB)."""
+    backend = large_backend(rocksdb_backend, 3_000, 8_192)
+    storage = file_storage(tmp_path)
+    bound = 6 << 20
+    tracemalloc.start()
+    try:
+        snapshot = backend.snapshot(1, canonical=True)
+        serializer = snapshot.serializer()
+        serializer.step(None)
+        result = serializer.result()
+        snapshot.release()
+        written = result.write(storage, 1, None)
+        del result, serializer, snapshot
+        _, snapshot_peak = tracemalloc.get_traced_memory()
+        assert written.state_size >= 3_000 * 8_192
+        tracemalloc.reset_peak()
+        restored = rocksdb_backend()
+        restored.restore(written.handles, StateReader(storage))
+        _, restore_peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert snapshot_peak <= bound and restore_peak <= bound, (
+        f"peaks {snapshot_peak >> 20} MB snapshotting, {restore_peak >> 20} MB restoring "
+        f"{written.state_size >> 20} MB of state"
+    )
+    at(restored, 2_999)
+    assert restored.get_partitioned_state(ValueStateDescriptor("big")).value() == random.Random(
+        2_999
+    ).randbytes(8_192)
+
+
+class FailingUpload:
+    """A storage whose uploads fail (a full or unreachable file system)."""
+
+    def write_state(self, checkpoint_id: int, data: bytes, target_location: str | None = None) -> Any:
+        raise OSError("no space left on device")
+
+    def upload_file(
+        self, checkpoint_id: int, local_path: str, shared: bool, target_location: str | None = None
+    ) -> Any:
+        assert os.path.exists(local_path)
+        raise OSError("no space left on device")
+
+    def discard_handles(self, handles: Any) -> None:
+        pass
+
+
+def test_the_spill_file_is_deleted_when_the_write_fails_when_released_unwritten_and_when_dropped(
+    rocksdb_backend: Any,
+) -> None:
+    backend = large_backend(rocksdb_backend, 300, 5_000)
+
+    def spilled() -> tuple[Any, Any]:
+        snapshot = backend.snapshot(1, canonical=True)
+        serializer = snapshot.serializer()
+        serializer.step(None)
+        assert len(spill_files(backend)) == 1
+        return snapshot, serializer
+
+    snapshot, serializer = spilled()
+    result = serializer.result()
+    snapshot.release()
+    with pytest.raises(OSError, match="no space left"):
+        result.write(FailingUpload(), 1, None)
+    assert spill_files(backend) == []
+
+    snapshot, serializer = spilled()
+    snapshot.release()  # abandoned before its result was taken (the checkpoint was aborted)
+    assert spill_files(backend) == []
+
+    snapshot, serializer = spilled()
+    result = serializer.result()
+    snapshot.release()
+    del result  # never written: an earlier operator's write failed the checkpoint
+    gc.collect()
+    assert spill_files(backend) == []
+
+
+def test_a_corrupt_checkpoint_file_is_refused_before_any_key_group_is_restored(
+    rocksdb_backend: Any, tmp_path: Path
+) -> None:
+    backend = large_backend(rocksdb_backend, 300, 5_000)
+    storage = file_storage(tmp_path)
+    snapshot = backend.snapshot(1, canonical=True)
+    serializer = snapshot.serializer()
+    serializer.step(None)
+    result = serializer.result()
+    snapshot.release()
+    (handle,) = result.write(storage, 1, None).handles
+    assert isinstance(handle, KeyGroupsStateHandle) and isinstance(handle.delegate, FileStateHandle)
+    data = bytearray(Path(handle.delegate.path).read_bytes())
+    data[-10] ^= 0xFF  # the last key group's bytes: the first ones would still load
+    Path(handle.delegate.path).write_bytes(bytes(data))
+
+    restored = rocksdb_backend()
+    with pytest.raises(InvalidCheckpointError, match="is corrupt .*Restore from another checkpoint"):
+        restored.restore([handle], StateReader(storage))
+    assert spill_files(restored) == []
+    assert list(restored.db.keys()) == []  # nothing written

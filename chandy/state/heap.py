@@ -762,12 +762,16 @@ class KeyGroupPayload:
     """A serialized snapshot being built: one pickle per key group, in key-group order
     (the canonical format, which every backend writes and restores)."""
 
-    __slots__ = ("_parts", "_ranges", "_offset")
+    __slots__ = ("_parts", "_ranges", "_offset", "_write")
 
-    def __init__(self) -> None:
+    def __init__(self, sink: Callable[[bytes], object] | None = None) -> None:
+        """``sink`` takes each key group's pickle in order instead of this payload (the
+        RocksDB backend spills them to a local file; the heap keeps them in memory for
+        :meth:`result` to join)."""
         self._parts: list[bytes] = []
         self._ranges: list[Range] = []
         self._offset = 0
+        self._write = self._parts.append if sink is None else sink
 
     def __len__(self) -> int:
         """How many key groups were added."""
@@ -777,7 +781,7 @@ class KeyGroupPayload:
         """The next key group: ``{name: (kind, {table key: value})}``, empty if it holds nothing."""
         if group:
             blob = pickle.dumps(group, protocol=pickle.HIGHEST_PROTOCOL)
-            self._parts.append(blob)
+            self._write(blob)
             self._ranges.append((self._offset, self._offset + len(blob)))
             self._offset += len(blob)
         else:
@@ -787,9 +791,15 @@ class KeyGroupPayload:
         """``count`` key groups that hold nothing."""
         self._ranges.extend([(self._offset, self._offset)] * count)
 
+    @property
+    def ranges(self) -> tuple[Range, ...]:
+        """Each key group's byte range in the concatenated pickles."""
+        return tuple(self._ranges)
+
     def result(
         self, key_group_range: KeyGroupRange, state_kinds: tuple[tuple[str, str], ...]
     ) -> SerializedKeyedState:
+        """The pickles kept in memory, joined (without a ``sink``)."""
         return SerializedKeyedState(key_group_range, b"".join(self._parts), tuple(self._ranges), state_kinds)
 
 

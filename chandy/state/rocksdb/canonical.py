@@ -16,20 +16,34 @@ iterator was created (its implicit snapshot pins the memtables and files of that
 across later writes, flushes and compactions). The layout puts the key group first, so
 the backend's whole range is one ordered scan, and one iterator is all a snapshot needs:
 the serializer pulls entries from it in bounded steps while the task writes new ones.
+
+Memory: a canonical snapshot is as big as the state, which on RocksDB may be many times the
+slot's memory budget. So the serializer keeps the key groups' pickles in memory only up to
+:data:`SPILL_THRESHOLD_BYTES` and then appends them to a local file in the backend's work
+directory, which the checkpoint I/O pool streams into storage (``StateWriter.upload_file``)
+and deletes; and a restore copies each file to a local one (``StateFileReader.copy_to``,
+streamed and verified against the checkpoint's SHA-256 before any byte is used) and reads
+one key group's range at a time from it. Neither ever holds more than one key group.
 """
 
 from __future__ import annotations
 
+import contextlib
 import itertools
+import logging
+import os
 import pickle
+import tempfile
 import time
+import uuid
+import weakref
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from typing import Any, cast
+from typing import IO, Any, cast
 
 from rocksdict import Options, Rdict, ReadOptions, Snapshot, WriteBatch, WriteOptions
 
-from chandy.state.backend import StateFileReader
-from chandy.state.handles import KeyGroupsStateHandle
+from chandy.state.backend import StateFileReader, StateWriter, WrittenKeyedState
+from chandy.state.handles import FileStateHandle, KeyGroupsStateHandle, Range, StreamStateHandle
 from chandy.state.heap import (
     TIMERS_KIND,
     IncompatibleRestoredStateError,
@@ -50,11 +64,21 @@ from chandy.state.rocksdb.layout import (
     table_prefix,
 )
 
+log = logging.getLogger(__name__)
+
+#: A serializer keeps its pickles in memory up to this many bytes, then spills them to a
+#: local file: small snapshots (and the inline ones among them) never touch the disk.
+SPILL_THRESHOLD_BYTES = 1 << 20
+
 #: How many entries a serializer step handles between two looks at the clock.
 _ENTRIES_PER_CLOCK_CHECK = 64
 #: A restore writes a WriteBatch once it holds this many entries (bounded memory: a
 #: batch of a million entries would hold a second copy of a big key group).
 RESTORE_BATCH_ENTRIES = 16_384
+#: ... or about this many bytes, estimated from the key group's pickle: 16,384 values of
+#: 4 KB made batches of 64 MB, whose buffer doubled as it grew (128 MB) and then went into a
+#: memtable whole, far past the write buffer manager's share of a small budget.
+RESTORE_BATCH_BYTES = 1 << 20
 
 #: Read ahead of a snapshot's scan (a sequential read of the whole range).
 _READAHEAD_BYTES = 2 << 20
@@ -86,8 +110,10 @@ class CanonicalSnapshot:
         catalogue: dict[str, str],
         expiring: dict[str, Callable[[Any, int], Any]],
         now_ms: int,
+        work_dir: str | None = None,
     ) -> None:
         self.key_group_range = key_group_range
+        self._work_dir = work_dir
         self._rocksdb_snapshot = rocksdb_snapshot
         self._catalogue = dict(catalogue)
         self._expiring = dict(expiring)
@@ -128,10 +154,11 @@ class CanonicalSnapshot:
                 self._catalogue,
                 self._expiring,
                 self._now_ms,
+                self._work_dir,
             )
         return self._serializer
 
-    def serialize(self) -> SerializedKeyedState:
+    def serialize(self) -> SerializedKeyedState | SpilledKeyedState:
         """Serialize every key group at once (as :meth:`HeapSnapshot.serialize`)."""
         serializer = self.serializer()
         serializer.step(None)
@@ -156,6 +183,9 @@ class CanonicalSerializer:
     checked every few hundred entries, not only between key groups, because decoding
     from RocksDB costs a Python call per key where the heap pickles a whole dictionary
     at C speed.
+
+    The pickles go to a :class:`_Spill` (in memory while small, then a local file in
+    ``work_dir``, the temporary directory if ``None``).
     """
 
     def __init__(
@@ -166,6 +196,7 @@ class CanonicalSerializer:
         catalogue: dict[str, str],
         expiring: dict[str, Callable[[Any, int], Any]],
         now_ms: int,
+        work_dir: str | None = None,
     ) -> None:
         self.key_group_range = key_group_range
         self._items: Iterator[tuple[bytes, bytes]] | None = (
@@ -186,7 +217,8 @@ class CanonicalSerializer:
         self._state_kinds = tuple(sorted(catalogue.items()))
         self._expiring = expiring
         self._now_ms = now_ms
-        self._payload = KeyGroupPayload()
+        self._spill: _Spill | None = _Spill(work_dir)
+        self._payload = KeyGroupPayload(self._spill.append)
         #: The key group being assembled (-1: none yet) and its tables so far, by name.
         self._key_group = -1
         self._group: dict[str, tuple[str, dict[Any, Any]]] = {}
@@ -284,12 +316,117 @@ class CanonicalSerializer:
         self._group = {}
 
     def _release(self) -> None:
+        """The snapshot is released: a spill file no result took is deleted now (a result
+        that took it deletes it once written)."""
         self._items = None
+        spill, self._spill = self._spill, None
+        if spill is not None:
+            spill.discard()
 
-    def result(self) -> SerializedKeyedState:
+    def result(self) -> SerializedKeyedState | SpilledKeyedState:
+        """The pickles, in memory if small, else the spill file (whose ownership passes to
+        the result: it deletes the file once written, or failed, or garbage)."""
         if not self.done:
             raise RuntimeError("serialization is not finished")
-        return self._payload.result(self.key_group_range, self._state_kinds)
+        spill, self._spill = self._spill, None
+        if spill is None:
+            raise RuntimeError("the result of a canonical snapshot is taken once, before its release")
+        return spill.result(self.key_group_range, self._payload.ranges, self._state_kinds)
+
+
+class _Spill:
+    """Where a serializer's pickles go: a list in memory up to :data:`SPILL_THRESHOLD_BYTES`,
+    then a new local file in ``work_dir`` that every later pickle is appended to."""
+
+    def __init__(self, work_dir: str | None) -> None:
+        self._work_dir = work_dir
+        self._parts: list[bytes] = []
+        self._size = 0
+        self._file: IO[bytes] | None = None
+        self._path: str | None = None
+
+    def append(self, blob: bytes) -> None:
+        if self._file is not None:
+            self._file.write(blob)
+            return
+        self._parts.append(blob)
+        self._size += len(blob)
+        if self._size > SPILL_THRESHOLD_BYTES:
+            fd, self._path = tempfile.mkstemp(prefix="canonical-", suffix=".spill", dir=self._work_dir)
+            self._file = os.fdopen(fd, "wb")
+            self._file.writelines(self._parts)
+            self._parts = []
+
+    def result(
+        self,
+        key_group_range: KeyGroupRange,
+        ranges: tuple[Range, ...],
+        state_kinds: tuple[tuple[str, str], ...],
+    ) -> SerializedKeyedState | SpilledKeyedState:
+        if self._file is None or self._path is None:
+            return SerializedKeyedState(key_group_range, b"".join(self._parts), ranges, state_kinds)
+        try:
+            self._file.close()  # flushed: the I/O pool reads it
+        except BaseException:
+            self.discard()
+            raise
+        path, self._path, self._file = self._path, None, None
+        return SpilledKeyedState(key_group_range, path, ranges, state_kinds)
+
+    def discard(self) -> None:
+        self._parts = []
+        file, path, self._file, self._path = self._file, self._path, None, None
+        if file is not None:
+            file.close()
+        if path is not None:
+            _remove(path)
+
+
+def _remove(path: str) -> None:
+    try:
+        os.remove(path)
+    except FileNotFoundError:
+        pass
+    except OSError as exc:
+        log.warning("could not delete the canonical snapshot's local file %s: %s", path, exc)
+
+
+class SpilledKeyedState:
+    """A canonical snapshot too big to keep in memory: the key groups' pickles in the local
+    file ``path`` (exactly the bytes a :class:`SerializedKeyedState` would hold), streamed
+    into storage by :meth:`write`. The file is deleted once written or failed, or when this
+    result is garbage (never written: the checkpoint failed before its turn)."""
+
+    def __init__(
+        self,
+        key_group_range: KeyGroupRange,
+        path: str,
+        ranges: tuple[Range, ...],
+        state_kinds: tuple[tuple[str, str], ...],
+    ) -> None:
+        self.key_group_range = key_group_range
+        self.path = path
+        self.ranges = ranges
+        self.state_kinds = state_kinds
+        self.size = ranges[-1][1] if ranges else 0
+        self._delete = weakref.finalize(self, _remove, path)
+
+    def write(
+        self, writer: StateWriter, checkpoint_id: int, target_location: str | None
+    ) -> WrittenKeyedState:
+        """Upload the file as one stream (inline when small, as ``write_state`` would), then
+        delete it, whether the upload succeeded or not."""
+        try:
+            delegate = writer.upload_file(checkpoint_id, self.path, False, target_location)
+        finally:
+            self.discard()
+        handle = KeyGroupsStateHandle(self.key_group_range, self.ranges, delegate, self.state_kinds)
+        written = [delegate] if isinstance(delegate, FileStateHandle) else []
+        return WrittenKeyedState((handle,), written, self.size, self.size)
+
+    def discard(self) -> None:
+        """Delete the local file (idempotent)."""
+        self._delete()
 
 
 # ---------------------------------------------------------------------- restore
@@ -300,6 +437,7 @@ def restore_canonical(
     handles: Sequence[KeyGroupsStateHandle],
     key_group_range: KeyGroupRange,
     reader: StateFileReader,
+    work_dir: str | None = None,
 ) -> dict[str, str]:
     """Write the key groups of ``handles`` that lie in ``key_group_range`` into ``db`` in the
     RocksDB layout, and the states' kinds into its catalogue; return the catalogue.
@@ -307,8 +445,11 @@ def restore_canonical(
     ``handles`` may cover other key groups too (a restore after rescaling): only this
     range's are read. Entries go in WriteBatches of at most :data:`RESTORE_BATCH_ENTRIES`
     entries, without the write-ahead log: until the next checkpoint, the handles are the
-    durable copy. A state that one handle (or the database) holds as one kind and another
-    as another kind stops the restore with an :class:`IncompatibleRestoredStateError`.
+    durable copy. A file handle is copied to a local file in ``work_dir`` (the temporary
+    directory if ``None``), verified as it is copied, and its key groups read one at a time
+    from there, never the whole file into memory. A state that one handle (or the
+    database) holds as one kind and another as another kind stops the restore with an
+    :class:`IncompatibleRestoredStateError`.
     """
     meta = _meta_family(db)
     catalogue: dict[str, str] = {
@@ -324,24 +465,66 @@ def restore_canonical(
             continue
         for name, kind in part.state_kinds:
             _record_kind(catalogue, name, kind)
-        for key_group, byte_range in part.key_groups():
-            if byte_range[1] <= byte_range[0]:
-                continue
-            group: dict[str, tuple[str, dict[Any, Any]]] = pickle.loads(
-                reader.read(part.delegate, byte_range)
-            )
-            for name, (kind, values) in group.items():
-                _record_kind(catalogue, name, kind)
-                name_id = prefixes.get(name)
-                if name_id is None:
-                    name_id = prefixes[name] = state_id(name)
-                writer.put_table(table_prefix(key_group, name_id), _mode(kind), values)
+        groups = [
+            (key_group, byte_range)
+            for key_group, byte_range in part.key_groups()
+            if byte_range[1] > byte_range[0]
+        ]
+        if not groups:
+            continue
+        with _ranges_of(part.delegate, reader, work_dir) as read:
+            for key_group, byte_range in groups:
+                blob = read(byte_range)
+                group: dict[str, tuple[str, dict[Any, Any]]] = pickle.loads(blob)
+                writer.expect_entry_bytes(
+                    len(blob) // max(1, sum(len(values) for _, values in group.values()))
+                )
+                del blob
+                for name, (kind, values) in group.items():
+                    _record_kind(catalogue, name, kind)
+                    name_id = prefixes.get(name)
+                    if name_id is None:
+                        name_id = prefixes[name] = state_id(name)
+                    writer.put_table(table_prefix(key_group, name_id), _mode(kind), values)
+                del group
     writer.write()
     # The catalogue last: a database that names a state holds all of its restored entries.
     for name, kind in catalogue.items():
         if existing.get(name) != kind:
             meta.put(name.encode("utf-8"), kind.encode("utf-8"), writer.options)
     return catalogue
+
+
+@contextlib.contextmanager
+def _ranges_of(
+    handle: StreamStateHandle, reader: StateFileReader, work_dir: str | None
+) -> Iterator[Callable[[Range], bytes]]:
+    """A reader of ``handle``'s byte ranges. A file is first copied to a local file
+    (``copy_to`` verifies its size and SHA-256 as it streams, so a corrupt file is refused
+    before any of its bytes is used), read range by range, and deleted at the end; inline
+    bytes are in the handle already."""
+    if not isinstance(handle, FileStateHandle):
+        yield lambda byte_range: reader.read(handle, byte_range)
+        return
+    path = os.path.join(work_dir or tempfile.gettempdir(), f"restore-{uuid.uuid4().hex}.canonical")
+    try:
+        reader.copy_to(handle, path)
+        with open(path, "rb") as local:
+            fd = local.fileno()
+
+            def read(byte_range: Range) -> bytes:
+                start, end = byte_range
+                data = os.pread(fd, end - start, start)
+                if len(data) != end - start:
+                    raise ValueError(
+                        f"state file {handle.path} ends before byte {end} of a key group: its "
+                        "checkpoint's metadata does not describe it. Restore from another checkpoint"
+                    )
+                return data
+
+            yield read
+    finally:
+        _remove(path)
 
 
 def _meta_family(db: Rdict) -> Rdict:
@@ -372,6 +555,12 @@ class _BatchWriter:
         self.options.disable_wal = True  # type: ignore[method-assign,assignment]
         self._batch = WriteBatch(raw_mode=True)
         self._count = 0
+        self._limit = RESTORE_BATCH_ENTRIES
+
+    def expect_entry_bytes(self, entry_bytes: int) -> None:
+        """Entries of about ``entry_bytes`` each follow (a map's table counts as one entry,
+        which only makes its batches smaller): bound the batches by bytes too."""
+        self._limit = max(1, min(RESTORE_BATCH_ENTRIES, RESTORE_BATCH_BYTES // max(1, entry_bytes)))
 
     def put_table(self, prefix: bytes, mode: int, values: dict[Any, Any]) -> None:
         """The entries of one state's table in one key group (``prefix``: its key group and
@@ -388,14 +577,16 @@ class _BatchWriter:
         pending = iter(values.items())
         left = len(values)
         while left:
-            count = min(left, RESTORE_BATCH_ENTRIES - self._count)
+            if self._count >= self._limit:
+                self.write()
+            count = min(left, self._limit - self._count)
             put = self._batch.put
             for key, value in itertools.islice(pending, count):
                 put(prefix + encode(key), encode(value))
             left -= count
             self._count += count
-            if self._count >= RESTORE_BATCH_ENTRIES:
-                self.write()
+        if self._count >= self._limit:
+            self.write()
 
     def write(self) -> None:
         if self._count:
