@@ -801,3 +801,24 @@ def test_the_ttl_pass_over_a_sparse_state_rounds_the_range_once(make_backend: An
     assert counting.scans <= MAX_PARALLELISM + 1
     backend.db = counting._db
     assert backend.num_keys("v") == 0
+
+
+def test_a_backend_disposed_during_an_upload_is_deleted_when_the_upload_ends(
+    make_backend: Any, tmp_path: Path
+) -> None:
+    """The task ended while its checkpoint's files were still being uploaded: the directory
+    stays for the upload and goes with its end, on the uploading thread (nothing left
+    behind when the process exits right after, no watcher thread polling)."""
+    backend = make_backend(incremental=True)
+    at(backend, "k")
+    backend.get_partitioned_state(ValueStateDescriptor("v")).update(1)
+    snapshot = backend.snapshot(1)
+    result = snapshot.serializer().result()
+    snapshot.release()
+    backend.dispose()
+    assert os.path.isdir(backend.directory)  # the upload's hard links are in it
+    assert not os.path.exists(backend.db_path)
+    storage = CheckpointStorage(str(tmp_path / "checkpoints"), "job")
+    storage.initialize()
+    written = result.write(storage, 1, None)
+    assert written.handles and not os.path.exists(backend.directory)

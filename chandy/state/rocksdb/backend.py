@@ -31,8 +31,6 @@ from __future__ import annotations
 import logging
 import os
 import shutil
-import threading
-import time
 import uuid
 from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any, cast
@@ -50,6 +48,7 @@ from chandy.state.heap import (
 )
 from chandy.state.key_groups import KeyGroupRange
 from chandy.state.rocksdb.codec import decode, decode_from, encode
+from chandy.state.rocksdb.in_flight import InFlightResults
 from chandy.state.rocksdb.layout import MAP_KINDS, META_COLUMN_FAMILY, state_id, table_prefix
 from chandy.state.rocksdb.map_state import RocksDBMapState, RocksDBNamespacedMapState
 from chandy.state.rocksdb.resources import SlotMemory
@@ -64,9 +63,6 @@ logger = logging.getLogger(__name__)
 #: Entries of each state with a time-to-live checked for expiry at every snapshot (a
 #: bounded pass that goes on where the previous one stopped, round-robin over the keys).
 TTL_CLEANUP_STEPS_PER_SNAPSHOT = 1000
-#: How long a disposed backend's directory waits for the uploads of its native snapshots
-#: still in flight (each deletes its own hard links when written) before it goes anyway.
-IN_FLIGHT_UPLOAD_WAIT_S = 600.0
 
 
 def open_db(path: str, memory: SlotMemory) -> Rdict:
@@ -129,6 +125,8 @@ class RocksDBKeyedStateBackend(HeapKeyedStateBackend):
         self._db_closed = False
         self.cache = ValueCache(self.db, self._cache_limit)
         self._snapshotter: NativeSnapshotter | None = None
+        #: Snapshot results still writing files of this backend's directory.
+        self.in_flight = InFlightResults()
         #: Where the TTL cleanup pass of each state goes on: (key group, last RocksDB key checked).
         self._ttl_cursors: dict[str, tuple[int, bytes | None]] = {}
         self._disposed = False
@@ -342,10 +340,9 @@ class RocksDBKeyedStateBackend(HeapKeyedStateBackend):
     def dispose(self) -> None:
         """Close the database and delete this backend's local directory.
 
-        A native snapshot whose files are still being uploaded (the task ended while its
-        checkpoint's asynchronous part ran) keeps its hard-linked directory until its upload
-        deletes it; the rest of the directory goes once it has (a watcher thread, bounded by
-        :data:`IN_FLIGHT_UPLOAD_WAIT_S`)."""
+        A snapshot whose files are still being uploaded (the task ended while its
+        checkpoint's asynchronous part ran) keeps the directory until its upload is done:
+        the last such upload deletes it (see :mod:`chandy.state.rocksdb.in_flight`)."""
         if self._disposed:
             return
         self._disposed = True
@@ -355,26 +352,7 @@ class RocksDBKeyedStateBackend(HeapKeyedStateBackend):
             self.memory.detach(id(self))
             super().dispose()
             shutil.rmtree(self.db_path, ignore_errors=True)
-            if self._uploads_in_flight():
-                threading.Thread(
-                    target=self._delete_when_uploaded,
-                    name=f"rocksdb-dispose-{self.backend_id[:8]}",
-                    daemon=True,
-                ).start()
-            else:
-                self._delete_directory()
-
-    def _uploads_in_flight(self) -> bool:
-        try:
-            return any(name.startswith("chk-") for name in os.listdir(self.work_dir))
-        except OSError:
-            return False
-
-    def _delete_when_uploaded(self) -> None:
-        deadline = time.monotonic() + IN_FLIGHT_UPLOAD_WAIT_S
-        while self._uploads_in_flight() and time.monotonic() < deadline:
-            time.sleep(0.05)
-        self._delete_directory()
+            self.in_flight.close_when_idle(self._delete_directory)
 
     def _delete_directory(self) -> None:
         if self._snapshotter is not None:

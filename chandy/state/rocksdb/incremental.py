@@ -70,6 +70,7 @@ from chandy.state.backend import (
 )
 from chandy.state.handles import FileStateHandle, IncrementalKeyedStateHandle, StreamStateHandle
 from chandy.state.key_groups import KeyGroupRange
+from chandy.state.rocksdb.in_flight import InFlightResults
 from chandy.state.rocksdb.layout import KEY_GROUP_BYTES, META_COLUMN_FAMILY, key_group_range_bounds
 
 log = logging.getLogger(__name__)
@@ -89,8 +90,16 @@ class NativeSnapshotter:
     notifications on the task thread again: the upload bookkeeping is under a lock.
     """
 
-    def __init__(self, backend_id: str, key_group_range: KeyGroupRange, work_dir: str) -> None:
+    def __init__(
+        self,
+        backend_id: str,
+        key_group_range: KeyGroupRange,
+        work_dir: str,
+        in_flight: InFlightResults | None = None,
+    ) -> None:
         self.backend_id = backend_id
+        #: Counts the results still uploading (the backend's directory waits for them).
+        self.in_flight = in_flight if in_flight is not None else InFlightResults()
         self.key_group_range = key_group_range
         self.work_dir = work_dir
         os.makedirs(work_dir, exist_ok=True)
@@ -138,7 +147,15 @@ class NativeSnapshotter:
             (time.monotonic_ns() - started) / 1e6,
         )
         return NativeSnapshot(
-            NativeSnapshotResult(self, checkpoint_id, directory, previous, tuple(sorted(kinds)), incremental)
+            NativeSnapshotResult(
+                self,
+                checkpoint_id,
+                directory,
+                previous,
+                tuple(sorted(kinds)),
+                incremental,
+                self.in_flight.started(),
+            )
         )
 
     def _files_of(self, base: BaseCheckpoint, checkpoint_id: int) -> dict[str, StreamStateHandle]:
@@ -239,6 +256,7 @@ class NativeSnapshotResult:
         previous: dict[str, StreamStateHandle],
         state_kinds: tuple[tuple[str, str], ...],
         incremental: bool,
+        ended: Callable[[], None] = lambda: None,
     ) -> None:
         self._snapshotter = snapshotter
         self.checkpoint_id = checkpoint_id
@@ -248,7 +266,7 @@ class NativeSnapshotResult:
         self._incremental = incremental
         # A result dropped unwritten still deletes its directory: its hard links keep SST
         # files on disk that the database itself has long compacted away.
-        self._delete_directory = weakref.finalize(self, shutil.rmtree, directory, ignore_errors=True)
+        self._delete_directory = weakref.finalize(self, _delete_then, directory, ended)
 
     def write(
         self, writer: StateWriter, checkpoint_id: int, target_location: str | None
@@ -318,6 +336,13 @@ class NativeSnapshotResult:
     def discard(self) -> None:
         """Delete the local checkpoint directory (its hard links keep SST files alive)."""
         self._delete_directory()
+
+
+def _delete_then(directory: str, ended: Callable[[], None]) -> None:
+    try:
+        shutil.rmtree(directory, ignore_errors=True)
+    finally:
+        ended()
 
 
 class NativeSnapshot:
