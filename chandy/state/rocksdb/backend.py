@@ -272,7 +272,9 @@ class RocksDBKeyedStateBackend(HeapKeyedStateBackend):
         if self._snapshotter is None:
             from chandy.state.rocksdb.incremental import NativeSnapshotter
 
-            self._snapshotter = NativeSnapshotter(self.backend_id, self.key_group_range, self.work_dir)
+            self._snapshotter = NativeSnapshotter(
+                self.backend_id, self.key_group_range, self.work_dir, self.in_flight
+            )
         return self._snapshotter
 
     def notify_checkpoint_complete(self, checkpoint_id: int) -> None:
