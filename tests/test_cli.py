@@ -530,9 +530,7 @@ def test_list_shows_running_and_terminated_jobs_and_run_passes_the_exit_code(tmp
             runner.wait(timeout=60)
 
 
-@on_rocksdb_too(
-    files_may_remain="its program exits once its collect iterator ended, tasks maybe still closing"
-)
+@on_rocksdb_too()
 def test_stop_with_a_savepoint_then_run_from_it_at_another_parallelism(tmp_path: Path) -> None:
     job = run_detached(tmp_path)
     try:
