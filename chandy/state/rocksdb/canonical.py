@@ -80,9 +80,6 @@ RESTORE_BATCH_ENTRIES = 16_384
 #: memtable whole, far past the write buffer manager's share of a small budget.
 RESTORE_BATCH_BYTES = 1 << 20
 
-#: Read ahead of a snapshot's scan (a sequential read of the whole range).
-_READAHEAD_BYTES = 2 << 20
-
 _PLAIN, _MAP, _TIMERS, _END = 0, 1, 2, 3
 
 
@@ -121,10 +118,11 @@ class CanonicalSnapshot:
         # No iterate bounds: RocksDB reads them from the ReadOptions object, which rocksdict's
         # iterator does not keep alive (freed, a bound is garbage and the scan runs on). The
         # iterator seeks to the range's first key and the serializer stops at the first key
-        # after the range instead. A bulk scan leaves the block cache to the task's reads.
+        # after the range instead. A bulk scan leaves the block cache to the task's reads. No
+        # explicit readahead: RocksDB's own (growing to 256 KB) is as fast here, and 2 MB a
+        # file, for each SST file the scan reads, took 40 MB outside the budget (312 MB of state).
         read_options = ReadOptions()
         read_options.fill_cache(False)  # type: ignore[call-arg]  # the stub forgets the argument
-        read_options.set_readahead_size(_READAHEAD_BYTES)
         lower = key_group_prefix(key_group_range.start)
         items = cast(  # raw mode: bytes
             "Iterator[tuple[bytes, bytes]]", db.items(from_key=lower, read_opt=read_options)
