@@ -11,6 +11,7 @@ import itertools
 import os
 import random
 import sys
+import textwrap
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -822,3 +823,50 @@ def test_a_backend_disposed_during_an_upload_is_deleted_when_the_upload_ends(
     storage.initialize()
     written = result.write(storage, 1, None)
     assert written.handles and not os.path.exists(backend.directory)
+
+
+def test_directories_of_killed_processes_are_deleted_by_the_next_factory(tmp_path: Path) -> None:
+    """A SIGKILLed slot disposes nothing; the next slot process on the host (the restarted
+    one) deletes what it left, and never a live process's or another host's directories."""
+    import signal
+    import socket
+    import subprocess
+
+    from chandy.state.rocksdb.factory import DIRECTORY_PREFIX
+
+    local = tmp_path / "local"
+    config = {"state.backend.type": "rocksdb", "state.backend.rocksdb.localdir": str(local)}
+    killed = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            textwrap.dedent(f"""
+            import sys, time
+            from chandy.state.factory import keyed_state_backend_factory
+            from chandy.state.key_groups import KeyGroupRange
+            from chandy.util.clock import SystemClock
+            create = keyed_state_backend_factory({config!r}, {{}}, 0)
+            backend = create(KeyGroupRange(0, 3), 4, "op", SystemClock())
+            print(backend.directory, flush=True)
+            time.sleep(60)
+        """),
+        ],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    assert killed.stdout is not None
+    left_by_killed = killed.stdout.readline().strip()
+    killed.send_signal(signal.SIGKILL)
+    killed.wait()
+    assert os.path.isdir(left_by_killed)
+    other_host = local / f"{DIRECTORY_PREFIX}not-{socket.gethostname()}-p{killed.pid}-x"
+    other_host.mkdir()
+    factory = keyed_state_backend_factory(config, {}, 0)
+    live = factory(KeyGroupRange(0, 3), 4, "op", ManualClock())
+    try:
+        assert not os.path.exists(left_by_killed)
+        assert other_host.is_dir() and os.path.isdir(live.directory)
+        keyed_state_backend_factory(config, {}, 0)  # another slot's factory: the live one stays
+        assert os.path.isdir(live.directory)
+    finally:
+        live.dispose()

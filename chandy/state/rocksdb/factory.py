@@ -4,6 +4,10 @@ Each backend (one per keyed operator subtask) gets a directory of its own under
 ``state.backend.rocksdb.localdir`` (several directories, comma-separated, are used
 round-robin by slot, as Flink spreads instances over its local directories), or under
 the system's temporary directory; :meth:`RocksDBKeyedStateBackend.dispose` deletes it.
+A process killed outright (a SIGKILLed slot, a lost executor) disposes nothing: its
+directories are named for its host and pid, and the next factory built on that host
+under the same local directory deletes those whose process is gone (Flink leaves them to
+the next TaskManager start the same way).
 The slot's backends share one memory budget (:mod:`chandy.state.rocksdb.resources`).
 
 Both things a user's setup can get wrong fail here, before any record, with the cause
@@ -12,7 +16,10 @@ and the fix: ``rocksdict`` missing, and a local directory that cannot be written
 
 from __future__ import annotations
 
+import logging
 import os
+import shutil
+import socket
 import tempfile
 from collections.abc import Callable, MutableMapping
 from typing import Any
@@ -23,6 +30,8 @@ from chandy.errors import ConfigurationError, UnrecoverableError
 from chandy.state.backend import KeyedStateBackend
 from chandy.state.key_groups import KeyGroupRange
 from chandy.util.clock import Clock
+
+log = logging.getLogger(__name__)
 
 
 class RocksDBSetupError(UnrecoverableError, ConfigurationError):
@@ -48,18 +57,57 @@ def local_directories(configuration: Configuration) -> list[str]:
     return [path.strip() for path in str(configured).split(",") if path.strip()]
 
 
+DIRECTORY_PREFIX = "chandy-rocksdb-"
+
+
+def _owner_tag(pid: int) -> str:
+    """What a backend directory's name says of the process that owns it."""
+    return f"{socket.gethostname()}-p{pid}-"
+
+
 def backend_directory(root: str) -> str:
     """A new directory for one backend under ``root``, created now (so an unwritable
     ``root`` fails here, naming the option to change)."""
     try:
         os.makedirs(root, exist_ok=True)
-        return tempfile.mkdtemp(prefix="chandy-rocksdb-", dir=root)
+        return tempfile.mkdtemp(prefix=DIRECTORY_PREFIX + _owner_tag(os.getpid()), dir=root)
     except OSError as e:
         raise RocksDBSetupError(
             f"the RocksDB state backend cannot create its working directory under '{root}' "
             f"({e.strerror or e}). Set {RocksDBOptions.LOCAL_DIRECTORIES.key} to a writable "
             "local directory (fast local disk: every state access may read it)"
         ) from e
+
+
+def delete_directories_of_dead_processes(root: str) -> list[str]:
+    """Delete the backend directories under ``root`` that processes of this host left when
+    they were killed (their pid is gone); returns their names. A directory of a live
+    process, or of another host sharing ``root``, is never touched."""
+    prefix = DIRECTORY_PREFIX + socket.gethostname() + "-p"
+    deleted = []
+    try:
+        names = os.listdir(root)
+    except OSError:
+        return deleted
+    for name in names:
+        pid_text = name[len(prefix) :].split("-", 1)[0] if name.startswith(prefix) else ""
+        if not pid_text.isdigit() or _alive(int(pid_text)):
+            continue
+        shutil.rmtree(os.path.join(root, name), ignore_errors=True)
+        deleted.append(name)
+    if deleted:
+        log.info("deleted %d RocksDB directories of killed processes under %s", len(deleted), root)
+    return deleted
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except OSError:  # it exists (owned by another user)
+        return True
+    return True
 
 
 def rocksdb_backend_factory(
@@ -75,6 +123,7 @@ def rocksdb_backend_factory(
     root = directories[slot_index % len(directories)]
     backend_directory_check = backend_directory(root)  # fail before the first record, not at it
     os.rmdir(backend_directory_check)
+    delete_directories_of_dead_processes(root)
     memory = slot_memory(configuration, shared_resources, slot_index)
     budget, _ = memory_budget(configuration)
     incremental = bool(configuration.get(CheckpointingOptions.INCREMENTAL))
