@@ -15,7 +15,7 @@ import pytest
 
 from chandy import StreamExecutionEnvironment
 from chandy.api.environment import CONFIG_ENV_VAR
-from tests.state_backends import CLEANUP_TIMEOUT_S, CONFIGURATIONS, LEAVES_LOCAL_DATABASES
+from tests.state_backends import CLEANUP_TIMEOUT_S, CONFIGURATIONS
 
 pytest_plugins = ["tests.kafka_broker"]
 
@@ -68,7 +68,7 @@ def state_backend(
     """Every job the test starts keeps its keyed state in this backend (``hashmap`` unless the
     test is parametrized by :func:`tests.state_backends.on_rocksdb_too`): set in
     ``CHANDY_CONFIG``, the base configuration of each new environment and of subprocesses.
-    After a RocksDB run its local directory must be empty again (unless the test says why not)."""
+    After a RocksDB run its local directory must be empty again."""
     name: str = getattr(request, "param", "hashmap")
     settings = CONFIGURATIONS[name]
     if not settings:
@@ -79,8 +79,6 @@ def state_backend(
     settings = {**settings, "state.backend.rocksdb.localdir": str(local_dir)}
     monkeypatch.setenv(CONFIG_ENV_VAR, json.dumps({**base, **settings}))
     yield name
-    if getattr(request.function, LEAVES_LOCAL_DATABASES, False):
-        return
     deadline = time.monotonic() + CLEANUP_TIMEOUT_S
     while (left := sorted(p.name for p in local_dir.iterdir())) and time.monotonic() < deadline:
         time.sleep(0.05)

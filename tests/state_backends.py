@@ -32,9 +32,6 @@ CONFIGURATIONS: dict[str, dict[str, Any]] = {"hashmap": {}, "rocksdb": ROCKSDB, 
 
 F = TypeVar("F", bound=Callable[..., Any])
 
-#: Set on a test function whose RocksDB run may leave databases behind (to why).
-LEAVES_LOCAL_DATABASES = "_local_databases_may_remain_because"
-
 #: How long a RocksDB run's backends may take to delete their directories after the test (a
 #: cancelled job's tasks may still be closing; an upload in flight delays a deletion).
 CLEANUP_TIMEOUT_S = 30.0
@@ -44,7 +41,6 @@ def on_rocksdb_too(
     *,
     executor: str | tuple[str, ...] | None = None,
     incremental: bool = True,
-    files_may_remain: str | None = None,
 ) -> Callable[[F], F]:
     """Run the test on the hashmap backend as before and on RocksDB.
 
@@ -57,10 +53,9 @@ def on_rocksdb_too(
     files in its job's ``shared/`` (see docs/state-backends.md), a full one is self-contained.
 
     After a RocksDB run the fixture checks that the run's local directory is empty again: every
-    backend deletes its database when its subtask ends, fails or is cancelled.
-    ``files_may_remain`` (why) exempts a test whose processes cannot delete theirs: one that
-    SIGKILLs a process holding backends, or a program that exits as soon as its
-    ``execute_and_collect()`` iterator ended, which may be before its tasks closed.
+    backend deletes its database when its subtask ends, fails or is cancelled, and what a
+    SIGKILLed process left is deleted by the next process that builds backends on the host
+    (the restarted slot or driver).
     """
     rocksdb = "rocksdb" if incremental else "rocksdb-full"
 
@@ -75,8 +70,6 @@ def on_rocksdb_too(
                 ids=["local", "spark", *(f"{e}-{rocksdb}" for e in on_rocksdb)],
                 indirect=True,
             )
-        if files_may_remain is not None:
-            setattr(test, LEAVES_LOCAL_DATABASES, files_may_remain)
         return pytest.mark.usefixtures("state_backend")(parametrized(test))  # type: ignore[no-any-return]
 
     return mark

@@ -161,7 +161,7 @@ def _assert_resumed_exactly_once(tmp_path: Path, executor: str) -> None:
 
 
 @pytest.mark.slow
-@on_rocksdb_too(files_may_remain="the SIGKILLed driver")  # the new one restores from shared/
+@on_rocksdb_too()  # the new one restores from shared/
 def test_a_killed_local_driver_resumes_from_its_latest_checkpoint_exactly_once(tmp_path: Path) -> None:
     _assert_resumed_exactly_once(tmp_path, "local")
 

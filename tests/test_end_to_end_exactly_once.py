@@ -72,7 +72,7 @@ def assert_exactly_once(ids: list[int], keys: list[int], counts: list[int], wher
 
 
 @pytest.mark.slow
-@on_rocksdb_too(executor="spark", files_may_remain="a SIGKILLed slot process")
+@on_rocksdb_too(executor="spark")
 def test_kafka_to_parquet_and_delta_exactly_once_with_a_task_killed(
     kafka_broker: KafkaBroker, orders: str, tmp_path: Path, executor: str, spark_session: Any
 ) -> None:

@@ -117,7 +117,7 @@ def kill_and_wait_back(client: JobClient, index: int, key: str) -> dict[str, Any
 
 
 @pytest.mark.slow
-@on_rocksdb_too(files_may_remain="SIGKILLed slot children")  # new ones restore from shared/
+@on_rocksdb_too()  # new ones restore from shared/
 def test_a_killed_slot_child_is_replaced_in_the_same_stage_exactly_once() -> None:
     n, keys = 150_000, 50
     client, out, reader, probe = running_job(n, keys, 0.00002, 2)
