@@ -1003,3 +1003,22 @@ def test_a_corrupt_checkpoint_file_is_refused_before_any_key_group_is_restored(
         restored.restore([handle], StateReader(storage))
     assert spill_files(restored) == []
     assert list(restored.db.keys()) == []  # nothing written
+
+
+def test_a_backend_disposed_while_its_spilled_snapshot_uploads_keeps_its_directory_until_written(
+    rocksdb_backend: Any, tmp_path: Path
+) -> None:
+    """The task ended while the I/O pool had a full checkpoint to write: the spill file (and
+    the backend's directory) stay until that write is done, which then deletes them."""
+    backend = large_backend(rocksdb_backend, 300, 5_000)
+    snapshot = backend.snapshot(1, canonical=True)
+    serializer = snapshot.serializer()
+    serializer.step(None)
+    result = serializer.result()
+    snapshot.release()
+    backend.dispose()
+    assert os.path.exists(result.path) and backend.in_flight.count == 1
+
+    written = result.write(file_storage(tmp_path), 1, None)
+    assert written.state_size > canonical.SPILL_THRESHOLD_BYTES
+    assert not os.path.exists(backend.directory)

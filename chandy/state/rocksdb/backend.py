@@ -262,6 +262,7 @@ class RocksDBKeyedStateBackend(HeapKeyedStateBackend):
                 expiring,
                 self.clock.now_ms(),
                 self.work_dir,
+                self.in_flight,
             )
         state_kinds = tuple(sorted((name, table.kind) for name, table in self.tables.items()))
         return self._native().take(

@@ -53,6 +53,7 @@ from chandy.state.heap import (
 )
 from chandy.state.key_groups import KeyGroupRange
 from chandy.state.rocksdb.codec import decode_from, encode
+from chandy.state.rocksdb.in_flight import InFlightResults
 from chandy.state.rocksdb.layout import (
     KEY_GROUP_BYTES,
     MAP_KINDS,
@@ -108,9 +109,11 @@ class CanonicalSnapshot:
         expiring: dict[str, Callable[[Any, int], Any]],
         now_ms: int,
         work_dir: str | None = None,
+        in_flight: InFlightResults | None = None,
     ) -> None:
         self.key_group_range = key_group_range
         self._work_dir = work_dir
+        self._in_flight = in_flight
         self._rocksdb_snapshot = rocksdb_snapshot
         self._catalogue = dict(catalogue)
         self._expiring = dict(expiring)
@@ -153,6 +156,7 @@ class CanonicalSnapshot:
                 self._expiring,
                 self._now_ms,
                 self._work_dir,
+                self._in_flight,
             )
         return self._serializer
 
@@ -183,7 +187,8 @@ class CanonicalSerializer:
     at C speed.
 
     The pickles go to a :class:`_Spill` (in memory while small, then a local file in
-    ``work_dir``, the temporary directory if ``None``).
+    ``work_dir``, the temporary directory if ``None``), counted in ``in_flight`` (the
+    backend's: a disposed backend keeps its directory until the file is gone) while it exists.
     """
 
     def __init__(
@@ -195,6 +200,7 @@ class CanonicalSerializer:
         expiring: dict[str, Callable[[Any, int], Any]],
         now_ms: int,
         work_dir: str | None = None,
+        in_flight: InFlightResults | None = None,
     ) -> None:
         self.key_group_range = key_group_range
         self._items: Iterator[tuple[bytes, bytes]] | None = (
@@ -215,7 +221,7 @@ class CanonicalSerializer:
         self._state_kinds = tuple(sorted(catalogue.items()))
         self._expiring = expiring
         self._now_ms = now_ms
-        self._spill: _Spill | None = _Spill(work_dir)
+        self._spill: _Spill | None = _Spill(work_dir, in_flight)
         self._payload = KeyGroupPayload(self._spill.append)
         #: The key group being assembled (-1: none yet) and its tables so far, by name.
         self._key_group = -1
@@ -336,12 +342,15 @@ class _Spill:
     """Where a serializer's pickles go: a list in memory up to :data:`SPILL_THRESHOLD_BYTES`,
     then a new local file in ``work_dir`` that every later pickle is appended to."""
 
-    def __init__(self, work_dir: str | None) -> None:
+    def __init__(self, work_dir: str | None, in_flight: InFlightResults | None) -> None:
         self._work_dir = work_dir
+        self._in_flight = in_flight
         self._parts: list[bytes] = []
         self._size = 0
         self._file: IO[bytes] | None = None
         self._path: str | None = None
+        #: Ends this spill file's count in ``in_flight`` (once it is deleted).
+        self._ended: Callable[[], None] = _nothing
 
     def append(self, blob: bytes) -> None:
         if self._file is not None:
@@ -350,6 +359,8 @@ class _Spill:
         self._parts.append(blob)
         self._size += len(blob)
         if self._size > SPILL_THRESHOLD_BYTES:
+            if self._in_flight is not None:
+                self._ended = self._in_flight.started()
             fd, self._path = tempfile.mkstemp(prefix="canonical-", suffix=".spill", dir=self._work_dir)
             self._file = os.fdopen(fd, "wb")
             self._file.writelines(self._parts)
@@ -369,18 +380,34 @@ class _Spill:
             self.discard()
             raise
         path, self._path, self._file = self._path, None, None
-        return SpilledKeyedState(key_group_range, path, ranges, state_kinds)
+        ended, self._ended = self._ended, _nothing
+        return SpilledKeyedState(key_group_range, path, ranges, state_kinds, ended)
 
     def discard(self) -> None:
         self._parts = []
         file, path, self._file, self._path = self._file, self._path, None, None
-        if file is not None:
-            file.close()
-        if path is not None:
-            _remove(path)
+        ended, self._ended = self._ended, _nothing
+        try:
+            if file is not None:
+                file.close()
+        finally:
+            if path is not None:
+                _remove(path, ended)
 
 
-def _remove(path: str) -> None:
+def _nothing() -> None:
+    pass
+
+
+def _remove(path: str, ended: Callable[[], None] = _nothing) -> None:
+    """Delete ``path``, then call ``ended`` (whatever happened)."""
+    try:
+        _delete(path)
+    finally:
+        ended()
+
+
+def _delete(path: str) -> None:
     try:
         os.remove(path)
     except FileNotFoundError:
@@ -393,7 +420,8 @@ class SpilledKeyedState:
     """A canonical snapshot too big to keep in memory: the key groups' pickles in the local
     file ``path`` (exactly the bytes a :class:`SerializedKeyedState` would hold), streamed
     into storage by :meth:`write`. The file is deleted once written or failed, or when this
-    result is garbage (never written: the checkpoint failed before its turn)."""
+    result is garbage (never written: the checkpoint failed before its turn); ``ended`` is
+    called then (the backend's in-flight count)."""
 
     def __init__(
         self,
@@ -401,13 +429,14 @@ class SpilledKeyedState:
         path: str,
         ranges: tuple[Range, ...],
         state_kinds: tuple[tuple[str, str], ...],
+        ended: Callable[[], None] = _nothing,
     ) -> None:
         self.key_group_range = key_group_range
         self.path = path
         self.ranges = ranges
         self.state_kinds = state_kinds
         self.size = ranges[-1][1] if ranges else 0
-        self._delete = weakref.finalize(self, _remove, path)
+        self._delete = weakref.finalize(self, _remove, path, ended)
 
     def write(
         self, writer: StateWriter, checkpoint_id: int, target_location: str | None
