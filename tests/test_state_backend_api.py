@@ -22,9 +22,11 @@ from chandy.api.state_backend import (
     RocksDBStateBackend,
     StateBackend,
 )
+from chandy.checkpoint.loader import load_checkpoint_metadata
 from chandy.config.options import SavepointFormatType
 from chandy.core.functions import KeyedProcessFunction, RuntimeContext
 from chandy.core.state import MapStateDescriptor, ValueStateDescriptor
+from chandy.state.handles import IncrementalKeyedStateHandle
 from tests.probes import Probe
 from tests.test_checkpointing_e2e import checkpointing_env, drain, wait_for_checkpoints
 from tests.test_restore import FILES, counter_job, expected, restored_env, retained_run
@@ -305,12 +307,24 @@ def test_canonical_savepoints_move_a_job_from_the_heap_to_rocksdb_and_back_at_ot
     assert sorted(first + second + third) == expected()
 
 
+@pytest.mark.parametrize("incremental", [True, False], ids=["incremental", "full-checkpoints"])
 def test_a_native_savepoint_is_self_contained_restores_on_rocksdb_and_is_refused_on_the_heap(
-    tmp_path: Path,
+    tmp_path: Path, incremental: bool
 ) -> None:
+    """NATIVE is RocksDB's own files whether or not the job's checkpoints are incremental
+    (as in Flink): moved away from its job, it restores rescaled on RocksDB only."""
+    backend = {**ROCKSDB, "execution.checkpointing.incremental": incremental}
     first, savepoint = _stop_with_savepoint(
-        _env_on(ROCKSDB, tmp_path / "a", 2), tmp_path / "a", SavepointFormatType.NATIVE
+        _env_on(backend, tmp_path / "a", 2), tmp_path / "a", SavepointFormatType.NATIVE
     )
+    metadata, _ = load_checkpoint_metadata(str(savepoint))
+    keyed = [
+        h
+        for op in metadata.operator_states
+        for s in op.subtask_states.values()
+        for h in s.managed_keyed_state
+    ]
+    assert keyed and all(isinstance(h, IncrementalKeyedStateHandle) for h in keyed)
     moved = tmp_path / "moved" / savepoint.name
     moved.parent.mkdir()
     savepoint.rename(moved)
@@ -322,7 +336,7 @@ def test_a_native_savepoint_is_self_contained_restores_on_rocksdb_and_is_refused
     with pytest.raises(JobExecutionError) as refused:
         env.execute("native savepoint on the heap")
     message = str(refused.value)
-    assert "native (incremental) snapshot" in message and "state.backend.type: rocksdb" in message
+    assert "native snapshot" in message and "state.backend.type: rocksdb" in message
     assert "CANONICAL" in message
 
     env = _env_on(ROCKSDB, tmp_path / "c", 3)

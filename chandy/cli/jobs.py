@@ -76,9 +76,9 @@ _savepoint_options = _all_of(
         show_default=True,
         help=(
             "Savepoint format: CANONICAL restores on either state backend (switch backends "
-            "through it); NATIVE is the backend's own: on RocksDB with incremental checkpoints "
+            "through it); NATIVE is the backend's own: on RocksDB "
             "its database files (faster to take and restore, restores on RocksDB only), "
-            "otherwise the same as CANONICAL."
+            "on the hashmap backend the same as CANONICAL."
         ),
     ),
     click.option(

@@ -159,13 +159,15 @@ class KeyedStateBackend(ABC):
         checkpoint_id: int = 0,
         *,
         canonical: bool = False,
+        native: bool = False,
         base_checkpoint_id: BaseCheckpoint = LAST_CONFIRMED,
     ) -> KeyedStateSnapshot:
         """The synchronous part of a snapshot (task thread, at the barrier).
 
         ``canonical`` asks for the backend-independent format (a savepoint's default), which
-        every backend restores; otherwise the backend may write its own (RocksDB: native,
-        incremental when configured). An incremental snapshot references only files of
+        every backend restores; ``native`` for the backend's own format, self-contained (a
+        NATIVE savepoint); neither, for what the backend's checkpoints use (RocksDB: native
+        and incremental when configured, else canonical). An incremental snapshot references only files of
         ``base_checkpoint_id`` (the barrier's base) and uploads everything else."""
 
     @abstractmethod

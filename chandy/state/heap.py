@@ -291,6 +291,7 @@ class HeapKeyedStateBackend(KeyedStateBackend):
         checkpoint_id: int = 0,
         *,
         canonical: bool = False,
+        native: bool = False,
         base_checkpoint_id: BaseCheckpoint = LAST_CONFIRMED,
     ) -> HeapSnapshot:
         """The synchronous part: shallow copies of every key group, copy-on-write from now on.
@@ -329,7 +330,7 @@ class HeapKeyedStateBackend(KeyedStateBackend):
             if isinstance(handle, IncrementalKeyedStateHandle):
                 raise IncompatibleRestoredStateError(
                     f"{self.owner} cannot restore checkpoint {handle.checkpoint_id}: it holds the "
-                    "RocksDB state backend's native (incremental) snapshot and this job uses the "
+                    "RocksDB state backend's native snapshot (its database files) and this job uses the "
                     "heap (hashmap) state backend. Restore it with state.backend.type: rocksdb, or "
                     "take a savepoint in the CANONICAL format and restore from that to switch backends"
                 )

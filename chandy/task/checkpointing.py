@@ -124,11 +124,17 @@ class SubtaskCheckpointCoordinator:
             self.chain.prepare_snapshot_pre_barrier(checkpoint_id)
         self._broadcast(CheckpointBarrier(checkpoint_id, timestamp, options))
         started = time.monotonic_ns()
-        # A savepoint in the CANONICAL format must restore on any state backend.
-        canonical = options.checkpoint_type.is_savepoint and options.format_type != "NATIVE"
+        # A savepoint in the CANONICAL format must restore on any state backend; a NATIVE one
+        # is in the backend's own format, whatever its checkpoints use.
+        savepoint = options.checkpoint_type.is_savepoint
+        native = savepoint and options.format_type == "NATIVE"
         with self._synchronous_phase(checkpoint_id):
             snapshots = self.chain.snapshot_state(
-                checkpoint_id, timestamp, canonical=canonical, base_checkpoint_id=options.base_checkpoint_id
+                checkpoint_id,
+                timestamp,
+                canonical=savepoint and not native,
+                native=native,
+                base_checkpoint_id=options.base_checkpoint_id,
             )
         metrics = CheckpointMetrics(
             bytes_processed_during_alignment=alignment.bytes_processed_during_alignment,

@@ -232,10 +232,12 @@ class OperatorChain:
         timestamp: int,
         *,
         canonical: bool = False,
+        native: bool = False,
         base_checkpoint_id: int | None = None,
     ) -> list[OperatorSnapshot]:
         """The synchronous part: each operator's own snapshot hook, then the keyed state
-        backend's synchronous snapshot (``canonical`` for a savepoint any backend restores;
+        backend's synchronous snapshot (``canonical`` for a savepoint any backend restores,
+        ``native`` for a NATIVE savepoint in the backend's own format;
         an incremental one references only files of ``base_checkpoint_id``, the barrier's
         base) and serialized operator state."""
         context = StateSnapshotContext(checkpoint_id, timestamp)
@@ -247,7 +249,10 @@ class OperatorChain:
                 backend = operator.runtime_context.keyed_state_backend if operator.runtime_context else None
                 keyed = (
                     backend.snapshot(
-                        checkpoint_id, canonical=canonical, base_checkpoint_id=base_checkpoint_id
+                        checkpoint_id,
+                        canonical=canonical,
+                        native=native,
+                        base_checkpoint_id=base_checkpoint_id,
                     )
                     if isinstance(backend, KeyedStateBackend) and backend.has_state()
                     else None

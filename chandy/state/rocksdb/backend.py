@@ -242,15 +242,17 @@ class RocksDBKeyedStateBackend(HeapKeyedStateBackend):
         checkpoint_id: int = 0,
         *,
         canonical: bool = False,
+        native: bool = False,
         base_checkpoint_id: BaseCheckpoint = LAST_CONFIRMED,
     ) -> KeyedStateSnapshot:
         """The synchronous part: flush, TTL cleanup pass, then a canonical snapshot (when
-        ``canonical`` or checkpoints are not incremental) or a native one, which references
-        only files of ``base_checkpoint_id``."""
+        ``canonical``, or for checkpoints that are not incremental) or a native one: every
+        file its own when ``native`` (a NATIVE savepoint), else referencing the files of
+        ``base_checkpoint_id``."""
         self.flush()
         self._clean_up_expired()
-        if canonical or not self.incremental:
-            from chandy.state.rocksdb.canonical import CanonicalSnapshot  # deferred: R2's module
+        if canonical or (not native and not self.incremental):
+            from chandy.state.rocksdb.canonical import CanonicalSnapshot  # deferred: loaded when used
 
             catalogue = {name: table.kind for name, table in self.tables.items()}
             expiring = {name: table.expire for name, table in self.tables.items() if table.expire is not None}
@@ -266,7 +268,7 @@ class RocksDBKeyedStateBackend(HeapKeyedStateBackend):
             )
         state_kinds = tuple(sorted((name, table.kind) for name, table in self.tables.items()))
         return self._native().take(
-            self.db, checkpoint_id, state_kinds, incremental=True, base_checkpoint_id=base_checkpoint_id
+            self.db, checkpoint_id, state_kinds, incremental=not native, base_checkpoint_id=base_checkpoint_id
         )
 
     def _native(self) -> NativeSnapshotter:
