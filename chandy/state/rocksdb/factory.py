@@ -84,7 +84,7 @@ def delete_directories_of_dead_processes(root: str) -> list[str]:
     they were killed (their pid is gone); returns their names. A directory of a live
     process, or of another host sharing ``root``, is never touched."""
     prefix = DIRECTORY_PREFIX + socket.gethostname() + "-p"
-    deleted = []
+    deleted: list[str] = []
     try:
         names = os.listdir(root)
     except OSError:
