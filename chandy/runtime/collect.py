@@ -118,14 +118,6 @@ class CollectIterator(Iterator[Any]):
                 raise
             if batch is None:
                 self._done = True
-                # The results end before the job does (its tasks still close, a final
-                # checkpoint may still commit): like Flink's iterator, end only with the job,
-                # so a program that exits after its loop does not cut its tasks short.
-                try:
-                    self.job_client.get_job_execution_result()
-                except BaseException as exc:
-                    self._raised = exc
-                    raise
                 raise StopIteration
             self._current.extend(batch)
         return self._current.popleft()
