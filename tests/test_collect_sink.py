@@ -3,6 +3,9 @@ and a new job restored from a retained checkpoint does not re-deliver the old jo
 
 from __future__ import annotations
 
+import pytest
+
+from chandy import StreamExecutionEnvironment
 from chandy.runtime.collect import CollectResultQueue
 from chandy.task.operators.sink import CollectSinkOperator
 from chandy.task.services import TaskServices
@@ -61,3 +64,20 @@ def test_a_new_job_restored_from_a_retained_checkpoint_does_not_repeat_the_old_o
     new_job.snapshot(2)
     new_job.notify_complete(2)
     assert _drain(new_client) == [3]
+
+
+def test_a_reader_sees_the_end_even_when_closing_the_executor_fails(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Cleaning up after the job raised: the collect iterator and the job's result still end
+    (they hung, waiting for an end that was never signalled)."""
+    from chandy.runtime.local_executor import LocalExecutor
+
+    def broken_close(self: LocalExecutor) -> None:
+        raise OSError("the executor could not be closed")
+
+    monkeypatch.setattr(LocalExecutor, "close", broken_close)
+    env = StreamExecutionEnvironment.get_execution_environment(executor="local")
+    with env:
+        results = env.from_collection([1, 2, 3]).map(lambda x: x * 10).execute_and_collect()
+        assert sorted(results) == [10, 20, 30]
+        with pytest.raises(OSError, match="could not be closed"):
+            results.job_client.get_job_execution_result()

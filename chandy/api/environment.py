@@ -443,11 +443,13 @@ class StreamExecutionEnvironment:
             web.dispatcher.submit(job_master)
 
         def ended(error: BaseException | None) -> None:
-            executor.close()  # release the executor before the reader sees the end
-            if hold is not None:  # before the end is seen: the program may exit at once
-                hold.release_in_background()
-            if results is not None:
-                results.end(error)
+            try:
+                executor.close()  # release the executor before the reader sees the end
+                if hold is not None:  # before the end is seen: the program may exit at once
+                    hold.release_in_background()
+            finally:  # a reader waits for the end: it must come, whatever closing raised
+                if results is not None:
+                    results.end(error)
 
         return JobClient(job_master, on_end=ended)
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import threading
 from collections.abc import Callable
 from concurrent.futures import Future
@@ -12,6 +13,8 @@ from chandy.errors import to_raise_again
 from chandy.messages.status import JobStatus
 from chandy.runtime.job_master import JobMaster
 from chandy.runtime.job_result import JobExecutionResult
+
+log = logging.getLogger(__name__)
 
 _T = TypeVar("_T")
 
@@ -43,9 +46,15 @@ class JobClient:
         except BaseException as exc:  # noqa: BLE001 - handed to whoever asks for the result
             self._error = exc
         finally:
-            if self._on_end is not None:
-                self._on_end(self._error)
-            self._done.set()
+            try:
+                if self._on_end is not None:
+                    self._on_end(self._error)
+            except BaseException as exc:  # noqa: BLE001 - the end must be signalled whatever it raised
+                log.warning("Cleaning up after job %s failed: %r", self._job_master.job_id, exc)
+                if self._error is None:
+                    self._error = exc
+            finally:
+                self._done.set()
 
     def get_job_id(self) -> str:
         return self._job_master.job_id
