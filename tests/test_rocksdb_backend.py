@@ -15,7 +15,7 @@ import textwrap
 import time
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import pytest
 
@@ -870,3 +870,89 @@ def test_directories_of_killed_processes_are_deleted_by_the_next_factory(tmp_pat
         assert os.path.isdir(live.directory)
     finally:
         live.dispose()
+
+
+class Point(NamedTuple):
+    user: str
+    region: str
+
+
+def test_equal_keys_of_any_picklable_type_find_the_same_state(make_backend: Any) -> None:
+    """Keys pickle would encode (named tuples, dataclasses, frozensets) key state by value,
+    as on the heap: pickle's memo made K(s, s) and an equal K built from other string objects
+    two different RocksDB keys, and a set's order follows the process's string hashes."""
+    import subprocess
+
+    from chandy.state.rocksdb.codec import encode_key
+
+    backend = make_backend()
+    state = backend.get_partitioned_state(ValueStateDescriptor("count"))
+    shared = "europe-west"
+    written, equal = Point(shared, shared), Point("".join(["europe-", "west"]), "europe-" + "west")
+    at(backend, written)
+    state.update(1)
+    at(backend, frozenset({"a", "b", "c"}))
+    state.update(2)
+    cold(backend)  # what an eviction or a restart does
+    at(backend, equal)
+    assert state.value() == 1
+    at(backend, frozenset(["c", "b", "a"]))
+    assert state.value() == 2
+
+    script = (
+        "import sys; from chandy.state.rocksdb.codec import encode_key;"
+        "sys.stdout.write(encode_key(frozenset({'a', 'b', 'c', ('x', 1)})).hex())"
+    )
+    encodings = {
+        subprocess.run(
+            [sys.executable, "-c", script],
+            env={**os.environ, "PYTHONHASHSEED": seed},
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout
+        for seed in ("1", "2", "3")
+    }
+    assert encodings == {encode_key(frozenset({"a", "b", "c", ("x", 1)})).hex()}
+
+
+def test_a_flush_writes_what_changed_not_every_cached_list(make_backend: Any) -> None:
+    """Accumulators ([sum, count] lists) stayed dirty while cached: every flush, so every
+    checkpoint, rewrote the whole cache. Once written they leave it."""
+    backend = make_backend()
+    accumulator = backend.get_partitioned_state(ValueStateDescriptor("acc"))
+    for key in range(5_000):
+        at(backend, key)
+        accumulator.update([key, 1])
+    backend.flush()
+    for key in range(0, 5_000, 100):  # 1% change
+        at(backend, key)
+        accumulator.update([key, 2])
+    before = backend.cache._encoded_entries
+    backend.flush()
+    assert backend.cache._encoded_entries - before == 50
+    before = backend.cache._encoded_entries
+    backend.flush()
+    assert backend.cache._encoded_entries - before == 0
+    for key in (0, 1, 100):
+        at(backend, key)
+        assert accumulator.value() == [key, 2 if key % 100 == 0 else 1]
+
+
+def test_a_flush_that_cannot_encode_a_value_marks_nothing_written(make_backend: Any) -> None:
+    """One state's value that cannot be pickled fails the flush; the other states' updates
+    stay dirty and reach RocksDB with the next flush (they were marked clean unwritten)."""
+    import threading
+
+    backend = make_backend()
+    counts = backend.get_partitioned_state(ValueStateDescriptor("counts"))
+    other = backend.get_partitioned_state(ValueStateDescriptor("other"))
+    at(backend, "a")
+    counts.update(41)
+    other.update(threading.Lock())
+    with pytest.raises(TypeError) as failed:
+        backend.flush()
+    assert any("must be picklable" in note for note in failed.value.__notes__)
+    other.update(7)
+    cold(backend)
+    assert counts.value() == 41 and other.value() == 7

@@ -52,7 +52,7 @@ from chandy.state.heap import (
     unexpired,
 )
 from chandy.state.key_groups import KeyGroupRange
-from chandy.state.rocksdb.codec import decode_from, encode
+from chandy.state.rocksdb.codec import decode_from, encode, encode_key
 from chandy.state.rocksdb.in_flight import InFlightResults
 from chandy.state.rocksdb.layout import (
     KEY_GROUP_BYTES,
@@ -594,12 +594,12 @@ class _BatchWriter:
         state). Timers go as plain entries: their values are all ``None``."""
         if mode == _MAP:
             for table_key, entries in values.items():
-                self._put(prefix + encode(table_key), entries)
+                self._put(prefix + encode_key(table_key), entries)
         else:
             self._put(prefix, values)
 
     def _put(self, prefix: bytes, values: dict[Any, Any]) -> None:
-        """``prefix + encode(key) -> encode(value)`` for every entry of ``values``, in as few
+        """``prefix + encode_key(key) -> encode(value)`` for every entry of ``values``, in as few
         tight loops as the batch bound allows (the encoding is the restore's main cost)."""
         pending = iter(values.items())
         left = len(values)
@@ -609,7 +609,7 @@ class _BatchWriter:
             count = min(left, self._limit - self._count)
             put = self._batch.put
             for key, value in itertools.islice(pending, count):
-                put(prefix + encode(key), encode(value))
+                put(prefix + encode_key(key), encode(value))
             left -= count
             self._count += count
         if self._count >= self._limit:

@@ -7,10 +7,16 @@ the encoded map key, so a prefix scan over one state key must never pick up the
 entries of another key whose encoding happens to start with the same bytes. Every
 encoding here says where it ends (a fixed width or a length), which rules that out.
 
-Equal values must encode to equal bytes (RocksDB compares keys as bytes): that holds
-for the hand-encoded types and for pickle of values whose pickle is deterministic.
-``1`` and ``True`` and ``1.0`` encode differently although Python finds them equal;
-state keyed by a mix of them is keyed by type too.
+Equal keys must encode to equal bytes (RocksDB finds an entry by its bytes): keys go
+through :func:`encode_key`, which pickles what it cannot encode by hand canonically
+(no memo) and encodes a frozenset's elements in a fixed order (a set's own order
+follows string hashes, which change from process to process), so named tuples,
+``Row``s, dataclasses and frozensets key state as the heap does. A key object whose
+pickle depends on more than its value (a set inside a dataclass, a custom
+``__reduce__``) is beyond it: key state by tuples of plain values for that. ``1`` and
+``True`` and ``1.0`` encode differently although Python finds them equal; state keyed
+by a mix of them is keyed by type too. Values go through :func:`encode`, plain pickle for the rest (shared
+references and cycles kept).
 
 Format: one tag byte, then::
 
@@ -19,11 +25,13 @@ Format: one tag byte, then::
     0x20 float: 8 bytes IEEE 754 big-endian
     0x30 str: varint length, UTF-8 bytes | 0x31 bytes: varint length, bytes
     0x40 tuple: varint count, items
+    0x41 frozenset (keys only): varint count, items in the order of their bytes
     0x7f anything else: varint length, pickle (highest protocol)
 """
 
 from __future__ import annotations
 
+import io
 import pickle
 import struct
 from typing import Any
@@ -32,6 +40,7 @@ _NONE, _FALSE, _TRUE = b"\x00", b"\x01", b"\x02"
 _INT, _FLOAT, _STR, _BYTES, _TUPLE, _PICKLE = 0x10, 0x20, 0x30, 0x31, 0x40, 0x7F
 _INT_TAG, _FLOAT_TAG, _STR_TAG = b"\x10", b"\x20", b"\x30"
 _BYTES_TAG, _TUPLE_TAG, _PICKLE_TAG = b"\x31", b"\x40", b"\x7f"
+_FROZENSET, _FROZENSET_TAG = 0x41, b"\x41"
 _OFFSET = 1 << 63
 _DOUBLE = struct.Struct(">d")
 _UNPACK_DOUBLE = _DOUBLE.unpack_from
@@ -87,6 +96,35 @@ def encode(value: Any) -> bytes:
     return _PICKLE_TAG + _varint(len(pickled)) + pickled
 
 
+_KEY_ATOMS = frozenset({int, str, bytes, float, bool, type(None)})
+
+
+def _canonical_pickle(value: Any) -> bytes:
+    """Pickle without memo: pickle's back-references follow which objects happen to be
+    shared, so ``K(s, s)`` and an equal ``K(s, copy_of_s)`` pickled differently."""
+    buffer = io.BytesIO()
+    pickler = pickle.Pickler(buffer, protocol=pickle.HIGHEST_PROTOCOL)
+    pickler.fast = True  # no memo
+    pickler.dump(value)
+    return buffer.getvalue()
+
+
+def encode_key(key: Any) -> bytes:
+    """The bytes of a state key, a namespace or a map key: as :func:`encode`, except that a
+    key pickle would encode is pickled canonically, so that equal keys always give equal
+    bytes (RocksDB finds an entry by its bytes: a second encoding of an equal key would
+    hold a second, separate state)."""
+    t = type(key)
+    if t in _KEY_ATOMS:
+        return encode(key)
+    if t is tuple:
+        return _TUPLE_TAG + _varint(len(key)) + b"".join([encode_key(v) for v in key])
+    if t is frozenset:  # its elements in the order of their bytes, not of their hashes
+        return _FROZENSET_TAG + _varint(len(key)) + b"".join(sorted(encode_key(v) for v in key))
+    pickled = _canonical_pickle(key)
+    return _PICKLE_TAG + _varint(len(pickled)) + pickled
+
+
 def decode_from(data: bytes, pos: int = 0) -> tuple[Any, int]:
     """The value encoded at ``data[pos:]`` and the position after it."""
     tag = data[pos]
@@ -113,6 +151,13 @@ def decode_from(data: bytes, pos: int = 0) -> tuple[Any, int]:
     if tag == _BYTES:
         n, start = _read_varint(data, pos + 1)
         return data[start : start + n], start + n
+    if tag == _FROZENSET:
+        count, pos = _read_varint(data, pos + 1)
+        elements = []
+        for _ in range(count):
+            element, pos = decode_from(data, pos)
+            elements.append(element)
+        return frozenset(elements), pos
     if tag == _PICKLE:
         n, start = _read_varint(data, pos + 1)
         return pickle.loads(data[start : start + n]), start + n

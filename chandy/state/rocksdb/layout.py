@@ -8,8 +8,8 @@ so databases of different subtasks merge without renumbering), then the encoded
 key as the heap backend keys its tables (the key; ``(key, namespace)`` for
 namespaced state; ``(timestamp, key, namespace)`` for timers)::
 
-    data key   = key_group:2 | state id:4 | encode(table key)
-    map entry  = key_group:2 | state id:4 | encode(table key) | encode(map key)
+    data key   = key_group:2 | state id:4 | encode_key(table key)
+    map entry  = key_group:2 | state id:4 | encode_key(table key) | encode_key(map key)
     value      = encode(value)
 
 Map state (kinds in :data:`MAP_KINDS`) keeps each entry under its own RocksDB key,

@@ -1,6 +1,6 @@
 """Map state on RocksDB: one RocksDB key per map entry (Flink's ``RocksDBMapState``).
 
-A map's entries live under ``key group | state id | encode(table key) | encode(map key)``
+A map's entries live under ``key group | state id | encode_key(table key) | encode_key(map key)``
 (:mod:`chandy.state.rocksdb.layout`), so ``get``, ``put``, ``remove`` and ``contains`` are
 point operations and iterating a map is a prefix scan: a map of millions of entries is
 never loaded whole, unlike a map held as one value. The table key is the current key, or
@@ -20,7 +20,7 @@ from rocksdict import WriteBatch
 
 from chandy.core.state import MapState
 from chandy.state.heap import StateTable
-from chandy.state.rocksdb.codec import decode, decode_from, encode
+from chandy.state.rocksdb.codec import decode, decode_from, encode, encode_key
 from chandy.state.rocksdb.layout import state_id, table_prefix
 from chandy.state.rocksdb.views import scan_items, scan_keys
 
@@ -48,14 +48,14 @@ class RocksDBMapState(MapState):
 
     def _map_prefix(self) -> bytes:
         b = self._backend
-        return self._prefixes[b.current_index] + encode(self._table_key())
+        return self._prefixes[b.current_index] + encode_key(self._table_key())
 
     def get(self, key: Any) -> Any:
-        data = self._backend.db.get(self._map_prefix() + encode(key))
+        data = self._backend.db.get(self._map_prefix() + encode_key(key))
         return None if data is None else decode(data)
 
     def put(self, key: Any, value: Any) -> None:
-        self._backend.db.put(self._map_prefix() + encode(key), encode(value))
+        self._backend.db.put(self._map_prefix() + encode_key(key), encode(value))
 
     def put_all(self, dict_value: dict[Any, Any]) -> None:
         if not dict_value:
@@ -63,14 +63,14 @@ class RocksDBMapState(MapState):
         prefix = self._map_prefix()
         batch = WriteBatch(raw_mode=True)
         for key, value in dict_value.items():
-            batch.put(prefix + encode(key), encode(value))
+            batch.put(prefix + encode_key(key), encode(value))
         self._backend.db.write(batch)
 
     def remove(self, key: Any) -> None:
-        self._backend.db.delete(self._map_prefix() + encode(key))
+        self._backend.db.delete(self._map_prefix() + encode_key(key))
 
     def contains(self, key: Any) -> bool:
-        return self._backend.db.get(self._map_prefix() + encode(key)) is not None
+        return self._backend.db.get(self._map_prefix() + encode_key(key)) is not None
 
     # Iteration is a prefix scan read as it goes, never the whole map at once; it gives the
     # map as it was when called (a RocksDB iterator's consistent view), so the caller may

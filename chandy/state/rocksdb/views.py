@@ -17,7 +17,9 @@ What the cache holds, per view (a view never holds a stale value):
   dirty; so does a read that returns a value which is not immutable
   (:func:`chandy.state.heap.is_immutable`), because the heap's handles change such values
   in place (``ListState.add`` appends to the list it read) and nothing tells the view.
-  Such a key stays dirty after a flush for the same reason.
+  For the same reason such a value leaves the cache once a flush wrote it (else every
+  flush would write it again): code that keeps a list it read across a checkpoint and
+  changes it later must ``update()`` it, as on Flink's RocksDB backend.
 
 Deletes go to RocksDB at once (so RocksDB never holds an entry the cache has deleted),
 writes wait for :meth:`ValueCache.flush`, which writes every dirty entry of every view
@@ -41,7 +43,7 @@ from typing import Any, TypeVar
 from rocksdict import Rdict, ReadOptions, WriteBatch
 
 from chandy.state.heap import _ATOMIC, is_immutable
-from chandy.state.rocksdb.codec import decode, decode_from, encode
+from chandy.state.rocksdb.codec import decode, decode_from, encode, encode_key
 
 
 class _Marker:
@@ -182,39 +184,51 @@ class ValueCache:
     def flush(self) -> None:
         """Write every dirty entry in one batch (no WAL: the checkpoint is the durability).
 
-        A key whose value is not immutable stays dirty: code that read it may change it in
-        place later, and the next flush must write that too."""
+        The batch is built whole before anything is marked clean, so a value that cannot be
+        encoded leaves every entry dirty (and the error names its state's bytes prefix).
+        A value that is not immutable leaves the cache once written: code that read it may
+        change it in place, so while cached it would have to be written again at every
+        flush (a checkpoint of a cache of lists would rewrite them all); read again, it is
+        marked dirty again."""
         batch: WriteBatch | None = None
-        still_active: list[KeyGroupView] = []
         size = entries = 0
+        written: list[tuple[KeyGroupView, list[Any]]] = []
         for view in self.active:
             dirty = view._dirty
             if not dirty:
-                view._active = False
                 continue
             if batch is None:
                 batch = WriteBatch(raw_mode=True)
             prefix = view._prefix
             put = batch.put
-            sticky = []
+            mutable = []
             for key in dirty:
                 value = _dget(view, key)
-                data = encode(value)
+                try:
+                    data = encode(value)
+                    put(prefix + encode_key(key), data)
+                except Exception as exc:
+                    exc.add_note(
+                        f"while writing the RocksDB state entry {key!r} (state prefix {prefix.hex()}): "
+                        "keys and values must be picklable"
+                    )
+                    raise
                 size += len(data)
-                put(prefix + encode(key), data)
                 if type(value) not in _ATOMIC and not is_immutable(value):
-                    sticky.append(key)
+                    mutable.append(key)
             entries += len(dirty)
-            dirty.clear()
-            if sticky:
-                dirty.update(sticky)
-                still_active.append(view)
-            else:
-                view._active = False
-        self.active = still_active
+            written.append((view, mutable))
         if batch is not None:
             self.db.write(batch)
             self._seen(size, entries)
+        for view, mutable in written:
+            view._dirty.clear()
+            for key in mutable:
+                _ddel(view, key)
+            self.total -= len(mutable)
+        for view in self.active:
+            view._active = False
+        self.active = []
 
     def make_room(self) -> None:
         """Flush, then evict the oldest entries down to three quarters of the limit.
@@ -240,10 +254,9 @@ class ValueCache:
                         victims.append((view, _oldest(view, drop)))
         self.flush()  # the victims' values reach RocksDB before they leave the cache
         for view, keys in victims:
-            dirty = view._dirty
             for key in keys:
-                _ddel(view, key)
-                dirty.discard(key)  # a value changed in place, written by the flush above
+                if _dcontains(view, key):  # the flush already dropped the mutable ones
+                    _ddel(view, key)
         self.total = self.size()
         self.limit = max(16, self._limit_for(self.entry_cost()))  # with the sizes the flush saw
         self._learned = self._encoded_entries > 0
@@ -377,7 +390,7 @@ class KeyGroupView(_DictView):
     def _load(self, key: Any) -> Any:
         """Read ``key`` from RocksDB into the cache (a miss is cached as absent)."""
         cache = self._cache
-        data = cache.db.get(self._prefix + encode(key))
+        data = cache.db.get(self._prefix + encode_key(key))
         cache.misses += 1
         if cache.total >= cache.limit or (cache.total == cache.LEARN_AFTER and not cache._learned):
             # cache.added(), inlined: every miss comes here
@@ -413,7 +426,7 @@ class KeyGroupView(_DictView):
             if default is _RAISE:
                 raise KeyError(key)
             return default
-        self._cache.db.delete(self._prefix + encode(key))
+        self._cache.db.delete(self._prefix + encode_key(key))
         _ddel(self, key)
         self._absent.add(key)  # in the deleted entry's place: the count stays
         self._dirty.discard(key)
@@ -495,7 +508,7 @@ class KeyGroupView(_DictView):
             prefix = self._prefix
             get = self._cache.db.get
             # a dirty key RocksDB does not have yet is an entry too
-            count += sum(1 for key in dirty if get(prefix + encode(key)) is None)
+            count += sum(1 for key in dirty if get(prefix + encode_key(key)) is None)
         return count
 
     def __bool__(self) -> bool:
@@ -539,7 +552,7 @@ class MapKeyGroupView(_DictView):
         return self._cache.db
 
     def _map_prefix(self, key: Any) -> bytes:
-        return self._prefix + encode(key)
+        return self._prefix + encode_key(key)
 
     def _entries(self, key: Any) -> dict[Any, Any]:
         prefix = self._map_prefix(key)
@@ -578,7 +591,7 @@ class MapKeyGroupView(_DictView):
         self._db.delete_range(prefix, prefix_end(prefix))
         batch = WriteBatch(raw_mode=True)
         for map_key, map_value in dict(value).items():
-            batch.put(prefix + encode(map_key), encode(map_value))
+            batch.put(prefix + encode_key(map_key), encode(map_value))
         self._db.write(batch)
 
     def pop(self, key: Any, default: Any = _RAISE) -> Any:
