@@ -861,15 +861,27 @@ def test_directories_of_killed_processes_are_deleted_by_the_next_factory(tmp_pat
     assert os.path.isdir(left_by_killed)
     other_host = local / f"{DIRECTORY_PREFIX}not-{socket.gethostname()}-p{killed.pid}-x"
     other_host.mkdir()
+    # a live database named for a dead pid: a process of another pid namespace on this host
+    other_namespace = local / f"{DIRECTORY_PREFIX}{socket.gethostname()}-p{killed.pid}-y"
+    holder = subprocess.Popen(
+        [sys.executable, "-c", "import rocksdict, sys, time; db = rocksdict.Rdict(sys.argv[1]); "
+         "print('open', flush=True); time.sleep(60)", str(other_namespace / "db")],
+        stdout=subprocess.PIPE,
+        text=True,
+    )  # fmt: skip
+    assert holder.stdout is not None and holder.stdout.readline().strip() == "open"
     factory = keyed_state_backend_factory(config, {}, 0)
     live = factory(KeyGroupRange(0, 3), 4, "op", ManualClock())
     try:
         assert not os.path.exists(left_by_killed)
         assert other_host.is_dir() and os.path.isdir(live.directory)
+        assert (other_namespace / "db" / "LOCK").exists()
         keyed_state_backend_factory(config, {}, 0)  # another slot's factory: the live one stays
         assert os.path.isdir(live.directory)
     finally:
         live.dispose()
+        holder.kill()
+        holder.wait()
 
 
 class Point(NamedTuple):

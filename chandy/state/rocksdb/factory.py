@@ -16,6 +16,7 @@ and the fix: ``rocksdict`` missing, and a local directory that cannot be written
 
 from __future__ import annotations
 
+import fcntl
 import logging
 import os
 import shutil
@@ -91,13 +92,33 @@ def delete_directories_of_dead_processes(root: str) -> list[str]:
         return deleted
     for name in names:
         pid_text = name[len(prefix) :].split("-", 1)[0] if name.startswith(prefix) else ""
-        if not pid_text.isdigit() or _alive(int(pid_text)):
+        if not pid_text.isdigit() or _alive(int(pid_text)) or _database_in_use(os.path.join(root, name)):
             continue
         shutil.rmtree(os.path.join(root, name), ignore_errors=True)
         deleted.append(name)
     if deleted:
         log.info("deleted %d RocksDB directories of killed processes under %s", len(deleted), root)
     return deleted
+
+
+def _database_in_use(directory: str) -> bool:
+    """True if a live process holds the database's lock (RocksDB's ``LOCK`` file): a process
+    of another pid namespace on this host (a container sharing the host's name and this
+    directory) looks dead by its pid and must keep its database."""
+    lock_path = os.path.join(directory, "db", "LOCK")
+    try:
+        fd = os.open(lock_path, os.O_RDWR)
+    except OSError:
+        return False  # no database (yet, or any more)
+    try:
+        fcntl.lockf(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        return True
+    else:
+        fcntl.lockf(fd, fcntl.LOCK_UN)
+        return False
+    finally:
+        os.close(fd)
 
 
 def _alive(pid: int) -> bool:
