@@ -12,9 +12,11 @@ import logging
 import os
 import signal
 import subprocess
+import threading
 import time
 import uuid
 from collections.abc import Iterable
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -23,6 +25,7 @@ import pytest
 from chandy import DataStream, StreamExecutionEnvironment
 from chandy.checkpoint.completed_checkpoint import (
     CompletedCheckpoint,
+    CompletedCheckpointStore,
     restored_checkpoint,
     unclaimed_properties,
 )
@@ -635,3 +638,44 @@ def test_uploads_of_a_killed_driver_are_tidied_when_its_job_ends_after_a_restart
     assert second.returncode == 0, log[-8000:]
     assert "no checkpoint referenced them (uploads that never completed)" in log
     assert not job_dir.exists(), sorted(str(p) for p in job_dir.rglob("*"))
+
+
+class SlowToDeleteStorage(CheckpointStorage):
+    """Checkpoint storage whose deletion of a ``chk-N`` waits until the test lets it go."""
+
+    def __init__(self, base: str) -> None:
+        super().__init__(base, JOB_ID)
+        self.deleting = threading.Event()
+        self.go = threading.Event()
+
+    def discard_checkpoint(self, checkpoint_id: int, target_location: str | None = None) -> None:
+        self.deleting.set()
+        assert self.go.wait(30)
+        super().discard_checkpoint(checkpoint_id, target_location)
+
+
+def test_a_subsumed_checkpoints_shared_files_go_only_after_its_directory(tmp_path: Path) -> None:
+    """On a pool of two I/O threads the shared files of a subsumed checkpoint went beside its
+    chk-N: a crash in between left a chk-N whose _metadata names deleted files, which a driver
+    restart finds broken and keeps for good. They go after it now."""
+    pool = ThreadPoolExecutor(2)
+    try:
+        storage = SlowToDeleteStorage(str(tmp_path))
+        h = make_coordinator(
+            PLAN, tmp_path=tmp_path, storage=storage, store=CompletedCheckpointStore(1, pool.submit)
+        )
+        h.coordinator._io = pool.submit
+        files = Files(storage.job_dir)
+        complete(h, files, 1, ([], ["a"]))
+        complete(h, files, 2, ([], ["b"]))  # subsumes 1, whose "a" nothing references
+        assert storage.deleting.wait(10)
+        time.sleep(0.2)  # the other I/O thread would have deleted "a" by now
+        assert files.on_disk() == {"a", "b"}
+        storage.go.set()
+        deadline = time.monotonic() + 10
+        while files.on_disk() != {"b"} and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert files.on_disk() == {"b"}
+        assert not os.path.exists(storage.checkpoint_dir(1))
+    finally:
+        pool.shutdown(wait=True)

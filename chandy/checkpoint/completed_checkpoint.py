@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import threading
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
@@ -34,6 +35,8 @@ class CompletedCheckpoint:
     storage: CheckpointStorage | None = None
     master_states: list[MasterState] = field(default_factory=list)
     discarded: bool = False
+    #: Set once :meth:`discard` has deleted what it deletes (or failed to).
+    discard_finished: threading.Event = field(default_factory=threading.Event, repr=False)
 
     @property
     def state_size(self) -> int:
@@ -56,11 +59,14 @@ class CompletedCheckpoint:
         if self.discarded:
             return
         self.discarded = True
-        if self._in_own_storage():
-            assert self.storage is not None
-            self.storage.discard_checkpoint(self.checkpoint_id)
-        elif self.external_pointer is not None:
-            discard_location(self.external_pointer, self.operator_states.values())
+        try:
+            if self._in_own_storage():
+                assert self.storage is not None
+                self.storage.discard_checkpoint(self.checkpoint_id)
+            elif self.external_pointer is not None:
+                discard_location(self.external_pointer, self.operator_states.values())
+        finally:
+            self.discard_finished.set()
 
     def _in_own_storage(self) -> bool:
         storage = self.storage

@@ -91,6 +91,9 @@ from chandy.util.timer import Cancellable, Timer
 log = logging.getLogger(__name__)
 
 _RECENTLY_EXPIRED = 16
+#: How long the deletion of a subsumed checkpoint's shared files waits for the checkpoint's
+#: own deletion (queued before it on the I/O executor) to finish.
+DISCARD_WAIT_S = 60.0
 
 
 def _run_inline(action: Callable[[], object]) -> None:
@@ -206,6 +209,8 @@ class CheckpointCoordinator:
         self._completed_savepoint_ids: set[int] = set()
         #: Checkpoints the store subsumed without deleting them (a NO_CLAIM restore).
         self._kept_subsumed: list[CompletedCheckpoint] = []
+        #: Subsumed checkpoints whose deletion is queued or running: their shared files go after.
+        self._being_discarded: dict[int, CompletedCheckpoint] = {}
         self.shutdown_called = False
 
     # ------------------------------------------------------------------ scheduler
@@ -806,15 +811,27 @@ class CheckpointCoordinator:
         not delete (a NO_CLAIM restore) stays on disk and is remembered, so that tidying
         ``shared/`` at the end never takes a file it references."""
         self._kept_subsumed += [c for c in subsumed if not c.props.discard_subsumed]
-        self._release_shared_state([c for c in subsumed if c.props.discard_subsumed], "subsumed")
+        discarded = [c for c in subsumed if c.props.discard_subsumed]  # the store queued their deletion
+        self._being_discarded = {
+            c.checkpoint_id: c
+            for c in (*self._being_discarded.values(), *discarded)
+            if not c.discard_finished.is_set()
+        }
+        self._release_shared_state(discarded, "subsumed", after_discard=True)
 
     def _release_shared_state(
-        self, discarded: Sequence[CompletedCheckpoint], why: str, *, inline: bool = False
+        self,
+        discarded: Sequence[CompletedCheckpoint],
+        why: str,
+        *,
+        inline: bool = False,
+        after_discard: bool = False,
     ) -> None:
         """Unregister checkpoints whose files are deleted and delete the shared files no
         registered checkpoint references any more: on the I/O executor (``inline`` at
         shutdown, so the job's directory can be tidied after), best effort and logged. A
-        checkpoint that was never registered (a savepoint, a NO_CLAIM restore) frees nothing."""
+        checkpoint that was never registered (a savepoint, a NO_CLAIM restore) frees nothing.
+        ``after_discard``: the checkpoints' own deletion is queued, and goes first."""
         unused = [
             h for c in discarded for h in self.shared_state_registry.unregister_checkpoint(c.checkpoint_id)
         ]
@@ -822,7 +839,12 @@ class CheckpointCoordinator:
             return
         ids = ", ".join(str(c.checkpoint_id) for c in discarded)
         which = f"checkpoint {ids} was" if len(discarded) == 1 else f"checkpoints {ids} were"
-        self._delete_unused(unused, f"no retained checkpoint references them since {which} {why}", inline)
+        self._delete_unused(
+            unused,
+            f"no retained checkpoint references them since {which} {why}",
+            inline,
+            after=discarded if after_discard else (),
+        )
 
     def _release_base(self, checkpoint_id: int, outcome: str) -> None:
         """Checkpoint ``checkpoint_id`` is no longer pending: if its base was subsumed while its
@@ -831,17 +853,43 @@ class CheckpointCoordinator:
         base = self.shared_state_registry.base_of(checkpoint_id)
         unused = self.shared_state_registry.release_base(checkpoint_id)
         if unused:
+            subsumed = self._being_discarded.get(base) if base is not None else None
             self._delete_unused(
                 unused,
                 f"no retained checkpoint references them since checkpoint {base} was subsumed and "
                 f"checkpoint {checkpoint_id}, whose tasks could reuse them, {outcome}",
+                after=() if subsumed is None else (subsumed,),
             )
 
-    def _delete_unused(self, unused: list[FileStateHandle], reason: str, inline: bool = False) -> None:
+    def _delete_unused(
+        self,
+        unused: list[FileStateHandle],
+        reason: str,
+        inline: bool = False,
+        after: Sequence[CompletedCheckpoint] = (),
+    ) -> None:
+        """Delete shared files, but only once the checkpoints ``after`` are gone from disk
+        (their deletion was queued first on the same FIFO I/O executor): a crash in between
+        must not leave a ``chk-N`` whose ``_metadata`` names deleted files, which a driver
+        restart would find broken and keep for good."""
+
+        def delete() -> None:
+            for checkpoint in after:
+                if not checkpoint.discard_finished.wait(DISCARD_WAIT_S):
+                    log.warning(
+                        "Job %s: checkpoint %d is still being deleted after %.0f s; its shared "
+                        "files are kept (the end of the job tidies them).",
+                        self.job_id,
+                        checkpoint.checkpoint_id,
+                        DISCARD_WAIT_S,
+                    )
+                    return
+            delete_shared_files(unused, self.job_id, reason)
+
         if inline:
-            _run_inline(lambda: delete_shared_files(unused, self.job_id, reason))
+            _run_inline(delete)
         else:
-            self._io(lambda: delete_shared_files(unused, self.job_id, reason))
+            self._io(delete)
 
     def _notify_tasks(
         self,
