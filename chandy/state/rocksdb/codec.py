@@ -134,11 +134,7 @@ def decode_from(data: bytes, pos: int = 0) -> tuple[Any, int]:
         n, start = _read_varint(data, pos + 1)
         return data[start : start + n].decode("utf-8", "surrogatepass"), start + n
     if tag == _TUPLE:
-        count, pos = _read_varint(data, pos + 1)
-        items = []
-        for _ in range(count):
-            item, pos = decode_from(data, pos)
-            items.append(item)
+        items, pos = _decode_items(data, pos + 1)
         return tuple(items), pos
     if tag == 0x00:
         return None, pos + 1
@@ -152,16 +148,22 @@ def decode_from(data: bytes, pos: int = 0) -> tuple[Any, int]:
         n, start = _read_varint(data, pos + 1)
         return data[start : start + n], start + n
     if tag == _FROZENSET:
-        count, pos = _read_varint(data, pos + 1)
-        elements = []
-        for _ in range(count):
-            element, pos = decode_from(data, pos)
-            elements.append(element)
-        return frozenset(elements), pos
+        items, pos = _decode_items(data, pos + 1)
+        return frozenset(items), pos
     if tag == _PICKLE:
         n, start = _read_varint(data, pos + 1)
         return pickle.loads(data[start : start + n]), start + n
     raise ValueError(f"corrupt state bytes: unknown tag 0x{tag:02x} at offset {pos}")
+
+
+def _decode_items(data: bytes, pos: int) -> tuple[list[Any], int]:
+    """A varint count at ``data[pos:]`` and that many encoded values after it."""
+    count, pos = _read_varint(data, pos)
+    items = []
+    for _ in range(count):
+        item, pos = decode_from(data, pos)
+        items.append(item)
+    return items, pos
 
 
 def decode(data: bytes) -> Any:
