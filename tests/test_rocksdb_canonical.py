@@ -529,6 +529,16 @@ def split(key_groups: KeyGroupRange, parts: int) -> list[KeyGroupRange]:
     return [KeyGroupRange(bounds[i], bounds[i + 1] - 1) for i in range(parts)]
 
 
+def populated_heaps(keys: list[Any], parts: int) -> list[HeapKeyedStateBackend]:
+    """``parts`` heap backends splitting the key groups, each holding its share of ``keys``."""
+    heaps = []
+    for key_groups in split(ALL, parts):
+        heap = HeapKeyedStateBackend(key_groups, MAX_PARALLELISM)
+        populate(heap, [k for k in keys if assign_to_key_group(k, MAX_PARALLELISM) in key_groups])
+        heaps.append(heap)
+    return heaps
+
+
 def merged_contents(heaps: list[HeapKeyedStateBackend]) -> dict[str, tuple[str, dict[int, dict[Any, Any]]]]:
     """The :func:`contents` of backends of disjoint ranges, as one backend would hold them."""
     merged: dict[str, tuple[str, dict[int, dict[Any, Any]]]] = {}
@@ -542,11 +552,7 @@ def test_rescaling_two_handles_to_three_databases_to_one_heap(tmp_path: Path) ->
     """Each database reads only its own key groups of handles that cover others too, every
     key lands in exactly one database, and their snapshots restore whole."""
     keys = [*range(300), *(f"k{i}" for i in range(100))]
-    heaps = []
-    for key_groups in split(ALL, 2):
-        heap = HeapKeyedStateBackend(key_groups, MAX_PARALLELISM)
-        populate(heap, [k for k in keys if assign_to_key_group(k, MAX_PARALLELISM) in key_groups])
-        heaps.append(heap)
+    heaps = populated_heaps(keys, 2)
     handles = [handle_of(heap_snapshot(heap)) for heap in heaps]
 
     snapshots = []
@@ -744,11 +750,7 @@ def test_rescaling_two_heaps_to_three_rocksdb_backends_to_one(rocksdb_backend: A
     """2 heap handles -> 3 RocksDB backends (each reads its own key groups of both) -> one
     RocksDB backend and one heap: the state of the two heaps, whole, every key once."""
     keys = [*range(200), *(f"k{i}" for i in range(80))]
-    heaps = []
-    for key_groups in split(ALL, 2):
-        heap = HeapKeyedStateBackend(key_groups, MAX_PARALLELISM)
-        populate(heap, [k for k in keys if assign_to_key_group(k, MAX_PARALLELISM) in key_groups])
-        heaps.append(heap)
+    heaps = populated_heaps(keys, 2)
     handles = [handle_of(heap_snapshot(heap)) for heap in heaps]
 
     snapshots = []
