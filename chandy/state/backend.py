@@ -31,6 +31,7 @@ from typing import Any, Protocol, TypeAlias
 from chandy.core.state import State, StateDescriptor
 from chandy.state.handles import FileStateHandle, KeyedStateHandle, Range, StreamStateHandle
 from chandy.state.key_groups import KeyGroupRange
+from chandy.util.clock import Clock
 
 
 class LastConfirmed(enum.Enum):
@@ -188,4 +189,4 @@ class KeyedStateBackend(ABC):
 
 #: ``factory(key_group_range, max_parallelism, owner, clock)``: a new keyed state backend
 #: for one operator subtask (what the configured state backend builds).
-KeyedStateBackendFactory = Callable[..., KeyedStateBackend]
+KeyedStateBackendFactory = Callable[[KeyGroupRange, int, str, Clock], KeyedStateBackend]

@@ -8,23 +8,20 @@ the heap never loads the RocksDB library).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, MutableMapping
+from collections.abc import Mapping, MutableMapping
 from typing import Any
 
 from chandy.config.configuration import Configuration
 from chandy.config.options import StateBackendOptions
-from chandy.state.backend import KeyedStateBackend
+from chandy.state.backend import KeyedStateBackend, KeyedStateBackendFactory
 from chandy.state.heap import HeapKeyedStateBackend
 from chandy.state.key_groups import KeyGroupRange
 from chandy.util.clock import Clock
 
-#: ``create(key_group_range, max_parallelism, owner, clock)``
-BackendFactory = Callable[[KeyGroupRange, int, str, Clock], KeyedStateBackend]
-
 
 def keyed_state_backend_factory(
     config: Mapping[str, Any], shared_resources: MutableMapping[Any, Any], slot_index: int
-) -> BackendFactory:
+) -> KeyedStateBackendFactory:
     """The factory of keyed state backends for the tasks of one slot.
 
     ``shared_resources`` lives as long as the process's tasks (``TaskServices``): a backend

@@ -22,13 +22,13 @@ import os
 import shutil
 import socket
 import tempfile
-from collections.abc import Callable, MutableMapping
+from collections.abc import MutableMapping
 from typing import Any
 
 from chandy.config.configuration import Configuration
 from chandy.config.options import CheckpointingOptions, RocksDBOptions
 from chandy.errors import ConfigurationError, UnrecoverableError
-from chandy.state.backend import KeyedStateBackend
+from chandy.state.backend import KeyedStateBackend, KeyedStateBackendFactory
 from chandy.state.key_groups import KeyGroupRange
 from chandy.util.clock import Clock
 
@@ -133,7 +133,7 @@ def _alive(pid: int) -> bool:
 
 def rocksdb_backend_factory(
     configuration: Configuration, shared_resources: MutableMapping[Any, Any], slot_index: int
-) -> Callable[[KeyGroupRange, int, str, Clock], KeyedStateBackend]:
+) -> KeyedStateBackendFactory:
     """The factory of RocksDB backends for the tasks of slot ``slot_index`` (see
     :func:`chandy.state.factory.keyed_state_backend_factory`)."""
     _require_rocksdict()
