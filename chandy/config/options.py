@@ -198,6 +198,31 @@ class CheckpointingOptions:
         "last records at end of input.",
         deprecated_keys=("execution.checkpointing.checkpoints-after-tasks-finish.enabled",),
     )
+    UNALIGNED = ConfigOption.boolean(
+        "execution.checkpointing.unaligned.enabled",
+        False,
+        "Unaligned checkpoints (EXACTLY_ONCE only): the first barrier at a task overtakes the "
+        "data queued in its channels, the task snapshots at once, and the data the barrier "
+        "overtook is written with the checkpoint as channel state. Checkpoints stay fast under "
+        "backpressure; savepoints are always aligned.",
+        deprecated_keys=("execution.checkpointing.unaligned",),
+    )
+    ALIGNED_CHECKPOINT_TIMEOUT = ConfigOption.duration(
+        "execution.checkpointing.aligned-checkpoint-timeout",
+        0,
+        "With unaligned checkpoints enabled: 0 makes every checkpoint unaligned; a positive "
+        "value starts each checkpoint aligned and switches it to unaligned at a task whose "
+        "alignment has not finished this long after the checkpoint started.",
+        deprecated_keys=("execution.checkpointing.alignment-timeout",),
+    )
+    MAX_SUBTASKS_PER_CHANNEL_STATE_FILE = ConfigOption.integer(
+        "execution.checkpointing.unaligned.max-subtasks-per-channel-state-file",
+        5,
+        "Accepted for Flink compatibility and validated (at least 1). chandy writes the channel "
+        "state of one subtask into one file per checkpoint (or inline in _metadata when smaller "
+        "than execution.checkpointing.data-inline-threshold), whatever this value.",
+        minimum=1,
+    )
 
 
 class StateBackendOptions:

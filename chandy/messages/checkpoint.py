@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import enum
 from dataclasses import dataclass, field
 from typing import Protocol
@@ -88,6 +89,20 @@ class CheckpointType(enum.Enum):
         return self is CheckpointType.SYNC_SAVEPOINT
 
 
+class AlignmentType(enum.Enum):
+    """How the barriers of a checkpoint are aligned at a task with inputs (Flink's names)."""
+
+    #: Tracked, never blocking (AT_LEAST_ONCE).
+    AT_LEAST_ONCE = "AT_LEAST_ONCE"
+    #: Aligned: a channel that delivered the barrier waits for the others. With
+    #: ``aligned_checkpoint_timeout_ms`` set it may switch to UNALIGNED at a task.
+    ALIGNED = "ALIGNED"
+    #: The first barrier overtakes the queued data, which is persisted as channel state.
+    UNALIGNED = "UNALIGNED"
+    #: Aligned although unaligned checkpoints are enabled: savepoints.
+    FORCED_ALIGNED = "FORCED_ALIGNED"
+
+
 @dataclass(frozen=True, slots=True)
 class CheckpointOptions:
     """Travels with every barrier: what kind of snapshot, and how to align for it."""
@@ -109,6 +124,33 @@ class CheckpointOptions:
     #: of may already be subsumed, its files deleted; the coordinator keeps this one's files
     #: until the checkpoint naming it completes or aborts.
     base_checkpoint_id: int | None = None
+    #: How tasks with inputs align this checkpoint's barriers.
+    alignment: AlignmentType = AlignmentType.ALIGNED
+    #: ALIGNED only: after this many milliseconds since the checkpoint started (the barrier's
+    #: timestamp), a task still aligning switches to unaligned. ``None``: never.
+    aligned_checkpoint_timeout_ms: int | None = None
+
+    @property
+    def is_unaligned(self) -> bool:
+        """Barriers overtake the data in the channels; the task persists what they overtook."""
+        return self.alignment is AlignmentType.UNALIGNED
+
+    @property
+    def is_timeoutable(self) -> bool:
+        """Aligned, but a task still aligning when the timeout passes goes unaligned."""
+        return self.alignment is AlignmentType.ALIGNED and self.aligned_checkpoint_timeout_ms is not None
+
+    @property
+    def is_priority(self) -> bool:
+        """The barrier travels as a priority event: ahead of the queued data and without credit
+        (unaligned), or announced ahead of it and acted on in order (timeoutable)."""
+        return self.is_unaligned or self.is_timeoutable
+
+    def to_unaligned(self) -> CheckpointOptions:
+        """These options after an alignment timeout: unaligned from here on downstream."""
+        return dataclasses.replace(
+            self, alignment=AlignmentType.UNALIGNED, aligned_checkpoint_timeout_ms=None
+        )
 
 
 @dataclass(slots=True)
@@ -127,7 +169,10 @@ class CheckpointMetrics:
     checkpointed_size: int = 0
     #: Full size of the state (equal to checkpointed_size until incremental snapshots).
     state_size: int = 0
+    #: The checkpoint was unaligned at this subtask (from the start, or after an alignment timeout).
     unaligned: bool = False
+    #: Bytes of in-flight data (channel state) written with this checkpoint by this subtask.
+    bytes_persisted_during_alignment: int = 0
 
 
 @dataclass(frozen=True)

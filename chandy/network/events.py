@@ -70,3 +70,19 @@ class WatermarkStatus(RuntimeEvent):
 
 IDLE = WatermarkStatus(True)
 ACTIVE = WatermarkStatus(False)
+
+
+@dataclass(frozen=True, slots=True)
+class PriorityBarrier:
+    """A barrier sent ahead of the data queued in its channel (Flink's priority event).
+
+    It never enters the channel's in-band order: the receiver sees it as soon as it arrives,
+    and ``position`` tells it where the barrier belongs in that order: the number of in-band
+    items (batches and events) its producer had sent on this channel before it. An unaligned
+    barrier is acted on at once and the items the receiver has not yet taken up to
+    ``position`` are the data it overtook; a timeoutable aligned barrier is an announcement,
+    acted on once the receiver has taken ``position`` items, unless its alignment times out.
+    """
+
+    barrier: CheckpointBarrier
+    position: int
