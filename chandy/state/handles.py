@@ -183,3 +183,33 @@ class OperatorStateHandle:
     @property
     def state_size(self) -> int:
         return sum(end - start for meta in self.states.values() for start, end in meta.elements)
+
+
+@dataclass(frozen=True)
+class InputChannelStateHandle:
+    """The in-flight data of one input channel of one subtask in an unaligned checkpoint
+    (Flink's ``InputChannelStateHandle``): the items the checkpoint's barrier overtook on
+    that channel, to replay into it before any new input after a restore.
+
+    A subtask writes the channel state of all its channels into one stream; each handle is
+    the slice ``[offset, offset + length)`` of it holding one channel's items, encoded by
+    :func:`chandy.network.channel_state.encode_payloads`. ``channel_index`` is the index of
+    the channel in the subtask's input gate, so the state is only meaningful to a subtask
+    with the same index, parallelism and inputs (see ``chandy.checkpoint.state_assignment``).
+    """
+
+    channel_index: int
+    delegate: StreamStateHandle
+    offset: int
+    length: int
+
+    def __post_init__(self) -> None:
+        if self.channel_index < 0 or self.offset < 0 or self.length < 0:
+            raise ValueError(
+                f"invalid channel state handle: channel {self.channel_index}, "
+                f"offset {self.offset}, length {self.length}"
+            )
+
+    @property
+    def state_size(self) -> int:
+        return self.length

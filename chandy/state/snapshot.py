@@ -1,4 +1,5 @@
-"""What one subtask snapshotted: per operator, its keyed and operator state handles."""
+"""What one subtask snapshotted: per operator, its keyed and operator state handles (and, for
+the head operator of an unaligned checkpoint, the in-flight data of its input channels)."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ from dataclasses import dataclass, field
 from chandy.state.handles import (
     FileStateHandle,
     IncrementalKeyedStateHandle,
+    InputChannelStateHandle,
     KeyedStateHandle,
     OperatorStateHandle,
     StreamStateHandle,
@@ -23,17 +25,36 @@ class OperatorSubtaskState:
     #: The subtask had finished (all its input read and committed) before this checkpoint:
     #: a restore gives it no state and, being restored, it reads nothing again.
     finished: bool = False
+    #: Unaligned checkpoints only, on the head operator of a task with inputs: the data its
+    #: barriers overtook, per input channel (slices of one stream per subtask).
+    input_channel_state: tuple[InputChannelStateHandle, ...] = ()
 
     @property
     def state_size(self) -> int:
-        return sum(h.state_size for h in self.managed_keyed_state) + sum(
-            h.state_size for h in self.managed_operator_state
+        return (
+            sum(h.state_size for h in self.managed_keyed_state)
+            + sum(h.state_size for h in self.managed_operator_state)
+            + self.channel_state_size
         )
+
+    @property
+    def channel_state_size(self) -> int:
+        """Bytes of in-flight data (the channel state slices)."""
+        return sum(h.state_size for h in self.input_channel_state)
+
+    def _channel_state_delegates(self) -> Iterator[StreamStateHandle]:
+        """The streams holding the channel state, each once (the handles of one subtask
+        usually share one stream)."""
+        seen: list[StreamStateHandle] = []
+        for handle in self.input_channel_state:
+            if handle.delegate not in seen:
+                seen.append(handle.delegate)
+                yield handle.delegate
 
     def stream_handles(self) -> Iterator[StreamStateHandle]:
         """Every handle this state owns alone (deleted with its checkpoint): keyed and
         operator state streams, and an incremental snapshot's private files. Shared files
-        are not among them (see :meth:`shared_handles`)."""
+        are not among them (see :meth:`shared_handles`). The channel state streams are."""
         for keyed in self.managed_keyed_state:
             if isinstance(keyed, IncrementalKeyedStateHandle):
                 yield from (handle for _, handle in keyed.private)
@@ -41,6 +62,7 @@ class OperatorSubtaskState:
                 yield keyed.delegate
         for operator in self.managed_operator_state:
             yield operator.delegate
+        yield from self._channel_state_delegates()
 
     def shared_handles(self) -> Iterator[StreamStateHandle]:
         """The shared files of incremental keyed state, which several checkpoints may
@@ -59,9 +81,12 @@ class OperatorSubtaskState:
                 yield keyed.delegate
         for operator in self.managed_operator_state:
             yield operator.delegate
+        yield from self._channel_state_delegates()
 
     def is_empty(self) -> bool:
-        return not self.managed_keyed_state and not self.managed_operator_state
+        return (
+            not self.managed_keyed_state and not self.managed_operator_state and not self.input_channel_state
+        )
 
 
 @dataclass(frozen=True)
