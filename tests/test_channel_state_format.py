@@ -3,8 +3,18 @@ their place in sizes and discards, and the ``_metadata`` version that carries th
 
 from __future__ import annotations
 
+import hashlib
+import json
+import os
+from pathlib import Path
+
 import pytest
 
+from chandy.checkpoint.loader import load_checkpoint_metadata
+from chandy.checkpoint.metadata import VERSION_CHANNEL_STATE, CheckpointMetadata, deserialize, serialize
+from chandy.checkpoint.operator_state import OperatorState
+from chandy.errors import InvalidCheckpointError
+from chandy.network.channel_state import decode_payloads, encode_payloads
 from chandy.state.handles import (
     ByteStreamStateHandle,
     FileStateHandle,
@@ -14,6 +24,7 @@ from chandy.state.handles import (
     OperatorStateMeta,
 )
 from chandy.state.snapshot import OperatorSubtaskState, TaskStateSnapshot
+from chandy.storage.checkpoint_storage import CheckpointStorage, StateReader
 
 
 def _channel_state(
@@ -51,3 +62,112 @@ def test_a_shared_channel_state_stream_is_discarded_once() -> None:
 def test_invalid_channel_state_handle_is_refused() -> None:
     with pytest.raises(ValueError, match="channel -1"):
         InputChannelStateHandle(-1, ByteStreamStateHandle("c", b""), 0, 0)
+
+
+# ---------------------------------------------------------------------- _metadata version 3
+
+
+JOB_ID = "c4a77e15c4a77e15c4a77e15c4a77e15"
+
+
+def metadata_with(subtask: OperatorSubtaskState, checkpoint_id: int = 3) -> CheckpointMetadata:
+    operator = OperatorState("map", 2, 128, name="map")
+    operator.put_state(1, subtask)
+    return CheckpointMetadata(checkpoint_id, JOB_ID, 1_000, "CHECKPOINT", [operator])
+
+
+def written_channel_state(
+    storage: CheckpointStorage, checkpoint_id: int
+) -> tuple[InputChannelStateHandle, ...]:
+    """The channel state stream of one subtask as a task writes it: channels 0 and 2 hold items."""
+    channels = {0: [b"a" * 300, b"bc"], 2: [b"d" * storage.inline_threshold]}
+    chunks: list[bytes] = []
+    layout: list[tuple[int, int, int]] = []
+    offset = 0
+    for channel, payloads in channels.items():
+        encoded = encode_payloads(payloads)
+        chunks.append(encoded)
+        layout.append((channel, offset, len(encoded)))
+        offset += len(encoded)
+    stream = storage.write_state(checkpoint_id, b"".join(chunks))
+    assert isinstance(stream, FileStateHandle)
+    return tuple(InputChannelStateHandle(channel, stream, start, length) for channel, start, length in layout)
+
+
+def version_of(data: bytes) -> int:
+    return int.from_bytes(data[8:12], "big")
+
+
+@pytest.fixture
+def storage(tmp_path: Path) -> CheckpointStorage:
+    storage = CheckpointStorage(str(tmp_path), JOB_ID)
+    storage.initialize()
+    return storage
+
+
+def test_channel_state_round_trips_in_a_version_3_file_with_relative_paths(
+    storage: CheckpointStorage, tmp_path: Path
+) -> None:
+    channels = written_channel_state(storage, 3)
+    metadata = metadata_with(OperatorSubtaskState(input_channel_state=channels))
+    data = serialize(metadata, storage.checkpoint_dir(3))
+    storage.write_metadata(3, data)
+
+    assert version_of(data) == VERSION_CHANNEL_STATE == 3
+    body = json.loads(data[20:-32])
+    stored = body["operators"][0]["subtasks"]["1"]["channels"][0]
+    assert stored["delegate"]["type"] == "file" and "/" not in stored["delegate"]["path"]
+    assert deserialize(data, "m", storage.checkpoint_dir(3)) == metadata
+
+    moved = tmp_path / "moved-chk"
+    os.rename(storage.checkpoint_dir(3), moved)
+    loaded, _ = load_checkpoint_metadata(str(moved))
+    (restored,) = loaded.operator_states[0].subtask_states.values()
+    assert [h.channel_index for h in restored.input_channel_state] == [0, 2]
+    reader = StateReader()
+    for handle in restored.input_channel_state:
+        assert isinstance(handle.delegate, FileStateHandle)
+        assert handle.delegate.path.startswith(str(moved) + os.sep)
+    first, second = restored.input_channel_state
+    assert decode_payloads(
+        reader.read(first.delegate, (first.offset, first.offset + first.length)), "c0"
+    ) == [
+        b"a" * 300,
+        b"bc",
+    ]
+    assert len(
+        decode_payloads(reader.read(second.delegate, (second.offset, second.offset + second.length)), "")[0]
+    ) == (storage.inline_threshold)
+
+
+def test_a_checkpoint_without_channel_state_keeps_its_older_version() -> None:
+    """Aligned checkpoints stay readable by an older chandy: version 3 only when needed."""
+    operator_stream = ByteStreamStateHandle("op", b"xyz")
+    operator = OperatorStateHandle(
+        {"s": OperatorStateMeta(OperatorStateDistributionMode.SPLIT_DISTRIBUTE, ((0, 3),))}, operator_stream
+    )
+    data = serialize(metadata_with(OperatorSubtaskState(managed_operator_state=(operator,))))
+    assert version_of(data) == 1
+    assert "channels" not in json.loads(data[20:-32])["operators"][0]["subtasks"]["1"]
+    assert deserialize(data, "m").operator_states[0].subtask_states[1].input_channel_state == ()
+
+
+def rewritten(data: bytes, version: int) -> bytes:
+    head = data[:8] + version.to_bytes(4, "big") + data[12:-32]
+    return head + hashlib.sha256(head).digest()
+
+
+def test_channel_state_in_an_older_version_file_is_a_clear_error() -> None:
+    channels = (InputChannelStateHandle(0, ByteStreamStateHandle("c", b"\x00\x00\x00\x01x"), 0, 5),)
+    data = serialize(metadata_with(OperatorSubtaskState(input_channel_state=channels)))
+    assert deserialize(data, "m").operator_states[0].subtask_states[1].input_channel_state == channels
+    with pytest.raises(
+        InvalidCheckpointError, match="m has a valid checksum.*input channel state in a version 1"
+    ):
+        deserialize(rewritten(data, 1), "m")
+
+
+def test_an_unknown_version_names_every_readable_one() -> None:
+    data = serialize(metadata_with(OperatorSubtaskState()))
+    with pytest.raises(InvalidCheckpointError, match="version 4; this chandy reads versions 1, 2, 3"):
+        deserialize(rewritten(data, 4), "m")

@@ -538,11 +538,11 @@ def test_an_incremental_handle_reads_relative_to_the_job_directory() -> None:
     )[8:12] == (2).to_bytes(4, "big")
 
 
-@pytest.mark.parametrize("version", [0, 3, 2**32 - 1])
+@pytest.mark.parametrize("version", [0, 4, 2**32 - 1])
 def test_an_unknown_version_is_refused_naming_it(version: int) -> None:
     with pytest.raises(InvalidCheckpointError) as error:
         deserialize(metadata_file(version, one_keyed_operator(KEY_GROUPS_V1)), "x/_metadata")
-    assert f"x/_metadata has metadata format version {version}; this chandy reads versions 1, 2" in str(
+    assert f"x/_metadata has metadata format version {version}; this chandy reads versions 1, 2, 3" in str(
         error.value
     )
 

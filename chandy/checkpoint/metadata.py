@@ -3,7 +3,7 @@
 Layout::
 
     magic      8 bytes   b"CHANDYCK"
-    version    4 bytes   big-endian unsigned (1 or 2, see "Compatibility")
+    version    4 bytes   big-endian unsigned (1, 2 or 3, see "Compatibility")
     length     8 bytes   big-endian length of the body
     body       length    UTF-8 JSON (below)
     checksum   32 bytes  SHA-256 of everything before it
@@ -33,7 +33,8 @@ The body, field by field (``?`` marks optional fields)::
             finished,
             keyed: [ <key groups handle> | <incremental handle> ],
             operator: [ { states: { "<name>": { mode, elements: [[from, to], ...] } },
-                          delegate: <handle> } ] } } } ]
+                          delegate: <handle> } ],
+            channels?: [ <input channel state handle> ] } } } ]
     master_states: [ { name, data (base64) } ]
 
     <key groups handle> = { key_group_range: [start, end] (inclusive), ranges: [[from, to], ...],
@@ -44,6 +45,7 @@ The body, field by field (``?`` marks optional fields)::
                             private: [[<local file name>, <handle>], ...],
                             uploaded: [<local file name>, ...],
                             states?: { "<state name>": "<kind>" } }
+    <input channel state handle> (version 3) = { channel, offset, length, delegate: <handle> }
     <handle> = { type: "file", path, size, sha256 } | { type: "bytes", name, data (base64) }
 
 An incremental handle (:class:`IncrementalKeyedStateHandle`) is a RocksDB
@@ -54,6 +56,13 @@ local database directory; ``uploaded`` names the shared files this checkpoint
 uploaded itself (the others were uploaded by earlier checkpoints);
 ``checkpoint_id`` is the checkpoint that took the snapshot and ``backend_id`` the
 backend instance that wrote it.
+
+A subtask's ``channels`` (:attr:`OperatorSubtaskState.input_channel_state`, on
+the head operator of a task with inputs, unaligned checkpoints only) is the data
+the checkpoint's barriers overtook: per input channel (its index in the subtask's
+input gate), the byte range ``[offset, offset + length)`` of the subtask's channel
+state stream ``delegate`` holding that channel's items. Its file path is relative
+like every other handle's.
 
 A keyed handle's ``states`` maps every state in it to its kind as the heap
 backend names it: ``value``, ``list``, ``map``, ``reducing``, ``aggregating``,
@@ -71,7 +80,11 @@ restore a newer file correctly, and then this module refuses a version it does
 not know, naming it. Version 2 added incremental handles, which a version-1
 reader cannot read: a file is written as version 2 only when it holds one, so
 every checkpoint of the heap backend (and every canonical savepoint) stays
-version 1 and readable by older chandy. This module reads both.
+version 1 and readable by older chandy. Version 3 added input channel state
+(unaligned checkpoints): an older reader would ignore the ``channels`` field and
+restore without the in-flight data, losing records, so a file holding channel
+state is written as version 3 (and one holding none keeps version 1 or 2). This
+module reads all three.
 
 Why not pickle: ``_metadata`` is read before anything else of a checkpoint, often
 from shared storage, and must be safe to load. JSON reads no code; the checksum
@@ -94,6 +107,7 @@ from chandy.state.handles import (
     ByteStreamStateHandle,
     FileStateHandle,
     IncrementalKeyedStateHandle,
+    InputChannelStateHandle,
     KeyedStateHandle,
     KeyGroupsStateHandle,
     OperatorStateDistributionMode,
@@ -109,8 +123,10 @@ MAGIC = b"CHANDYCK"
 VERSION = 1
 #: The version written when it does (see "Compatibility").
 VERSION_INCREMENTAL = 2
+#: The version written when it holds input channel state (unaligned checkpoints).
+VERSION_CHANNEL_STATE = 3
 #: Every version this module reads.
-READABLE_VERSIONS = (VERSION, VERSION_INCREMENTAL)
+READABLE_VERSIONS = (VERSION, VERSION_INCREMENTAL, VERSION_CHANNEL_STATE)
 _HEADER = struct.Struct(">8sIQ")
 _CHECKSUM_LEN = 32
 
@@ -217,7 +233,7 @@ def _operator_to_json(op: OperatorState, base: str | None) -> dict[str, Any]:
 
 
 def _subtask_to_json(state: OperatorSubtaskState, base: str | None) -> dict[str, Any]:
-    return {
+    data: dict[str, Any] = {
         "finished": state.finished,
         "keyed": [_keyed_to_json(h, base) for h in state.managed_keyed_state],
         "operator": [
@@ -231,15 +247,31 @@ def _subtask_to_json(state: OperatorSubtaskState, base: str | None) -> dict[str,
             for h in state.managed_operator_state
         ],
     }
+    if state.input_channel_state:
+        data["channels"] = [
+            {
+                "channel": h.channel_index,
+                "offset": h.offset,
+                "length": h.length,
+                "delegate": _handle_to_json(h.delegate, base),
+            }
+            for h in state.input_channel_state
+        ]
+    return data
 
 
-def _has_incremental(metadata: CheckpointMetadata) -> bool:
-    return any(
+def _version(metadata: CheckpointMetadata) -> int:
+    """The oldest version that can hold everything in ``metadata`` (see "Compatibility")."""
+    subtasks = [subtask for op in metadata.operator_states for subtask in op.subtask_states.values()]
+    if any(subtask.input_channel_state for subtask in subtasks):
+        return VERSION_CHANNEL_STATE
+    if any(
         isinstance(handle, IncrementalKeyedStateHandle)
-        for op in metadata.operator_states
-        for subtask in op.subtask_states.values()
+        for subtask in subtasks
         for handle in subtask.managed_keyed_state
-    )
+    ):
+        return VERSION_INCREMENTAL
+    return VERSION
 
 
 def serialize(metadata: CheckpointMetadata, base_dir: str | None = None) -> bytes:
@@ -257,7 +289,7 @@ def serialize(metadata: CheckpointMetadata, base_dir: str | None = None) -> byte
     if metadata.savepoint_format is not None:
         body["savepoint_format"] = metadata.savepoint_format
     payload = json.dumps(body, separators=(",", ":"), sort_keys=True).encode("utf-8")
-    version = VERSION_INCREMENTAL if _has_incremental(metadata) else VERSION
+    version = _version(metadata)
     head = _HEADER.pack(MAGIC, version, len(payload)) + payload
     return head + hashlib.sha256(head).digest()
 
@@ -336,7 +368,16 @@ def _subtask_from_json(data: dict[str, Any], base: str | None, version: int) -> 
         )
         for h in data["operator"]
     )
-    return OperatorSubtaskState(keyed, operator, bool(data.get("finished", False)))
+    channels = data.get("channels", [])
+    if channels and version < VERSION_CHANNEL_STATE:
+        raise ValueError(f"input channel state in a version {version} file")
+    channel_state = tuple(
+        InputChannelStateHandle(
+            int(h["channel"]), _handle_from_json(h["delegate"], base), int(h["offset"]), int(h["length"])
+        )
+        for h in channels
+    )
+    return OperatorSubtaskState(keyed, operator, bool(data.get("finished", False)), channel_state)
 
 
 def deserialize(data: bytes, source: str, base_dir: str | None = None) -> CheckpointMetadata:
