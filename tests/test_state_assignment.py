@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import random
 from collections import Counter
 from dataclasses import dataclass
@@ -18,6 +19,7 @@ from chandy.errors import InvalidCheckpointError
 from chandy.state.handles import (
     ByteStreamStateHandle,
     IncrementalKeyedStateHandle,
+    InputChannelStateHandle,
     KeyGroupsStateHandle,
     OperatorStateDistributionMode,
     OperatorStateHandle,
@@ -271,3 +273,81 @@ def test_incremental_handles_go_whole_to_every_subtask_whose_range_they_overlap(
         assert got == expected  # whole handles (not clipped), in old subtask order
         covered = {k for h in got for k in h.key_group_range}
         assert set(key_groups) <= covered
+
+
+# ---------------------------------------------------------------------- channel state (unaligned)
+
+
+def unaligned_state(parallelism: int, with_keyed: bool = True) -> dict[str, OperatorState]:
+    """A keyed window whose subtasks 0 and (if any) 2 hold in-flight data, and its source."""
+    window = (
+        keyed_operator_state("window", parallelism)
+        if with_keyed
+        else OperatorState("window", parallelism, 128)
+    )
+    for index in (0, 2):
+        if index < parallelism:
+            stream = ByteStreamStateHandle(f"channels-{index}", b"x" * 10)
+            channels = (InputChannelStateHandle(0, stream, 0, 4), InputChannelStateHandle(1, stream, 4, 6))
+            old = window.subtask_states.get(index, OperatorSubtaskState())
+            window.put_state(index, dataclasses.replace(old, input_channel_state=channels))
+    return {"window": window, "source": OperatorState("source", 2, 128, name="source")}
+
+
+def unaligned_vertex(parallelism: int, source_parallelism: int = 2) -> VertexToRestore:
+    return dataclasses.replace(vertex(parallelism), inputs=(("source", source_parallelism),))
+
+
+@pytest.mark.parametrize("with_keyed", [True, False])
+def test_channel_state_goes_to_the_same_subtask(with_keyed: bool) -> None:
+    states = unaligned_state(3, with_keyed)
+    assigned = assign_states(states, [unaligned_vertex(3)], allow_non_restored_state=False, source="chk-6")
+    for index in range(3):
+        restored = assigned[(7, index)].subtask_states.get("window", OperatorSubtaskState())
+        assert (
+            restored.input_channel_state
+            == states["window"].subtask_states.get(index, OperatorSubtaskState()).input_channel_state
+        )
+    assert [h.channel_index for h in assigned[(7, 2)].subtask_states["window"].input_channel_state] == [0, 1]
+    assert assigned[(7, 1)].subtask_states.get("window", OperatorSubtaskState()).input_channel_state == ()
+
+
+@pytest.mark.parametrize(
+    ("new_parallelism", "source_parallelism", "cause"),
+    [
+        (4, 2, "its parallelism changed from 3 to 4"),
+        (2, 2, "its parallelism changed from 3 to 2"),
+        (
+            3,
+            5,
+            "its number of input channels changed: the parallelism of upstream operator 'source' "
+            "(no uid, operator id source) changed from 2 to 5",
+        ),
+    ],
+)
+def test_rescaling_an_unaligned_checkpoint_is_refused(
+    new_parallelism: int, source_parallelism: int, cause: str
+) -> None:
+    with pytest.raises(InvalidCheckpointError) as error:
+        assign_states(
+            unaligned_state(3),
+            [unaligned_vertex(new_parallelism, source_parallelism)],
+            allow_non_restored_state=False,
+            source="chk-6",
+        )
+    message = str(error.value)
+    assert message.startswith("chk-6: operator 'window-name' (no uid) cannot be restored because ")
+    assert cause in message
+    assert "unaligned and holds in-flight data" in message
+    assert "cannot be redistributed" in message
+    assert "Restore it at parallelism 3" in message and "take a savepoint" in message
+    assert "restore from a savepoint or an aligned checkpoint" in message
+
+
+def test_an_aligned_checkpoint_still_rescales_when_upstream_changed() -> None:
+    """Only in-flight data pins the layout: the same vertex without channel state rescales."""
+    states = {"window": keyed_operator_state("window", 3), "source": OperatorState("source", 2, 128)}
+    assigned = assign_states(
+        states, [unaligned_vertex(4, source_parallelism=5)], allow_non_restored_state=False, source="chk-6"
+    )
+    assert set(assigned) == {(7, i) for i in range(4)}

@@ -8,6 +8,17 @@ by mode: split-distribute lists are dealt out in contiguous chunks whose sizes
 differ by at most one, union lists go whole to every subtask, broadcast state
 gets one copy per subtask. Nothing is read here: only byte ranges move, and
 each subtask reads its own.
+
+Input channel state (the in-flight data of an unaligned checkpoint) goes to the
+subtask with the same index, unchanged. It is *not* redistributed: its items are
+tied to one input channel of one subtask (the channel's index in the subtask's
+input gate, which follows the producers' subtask indexes), and a restore with
+another parallelism, or with other producers upstream, has other channels and
+other key groups per subtask. Flink splits such data by key group and maps old
+channels onto new ones ("virtual channels"); chandy refuses instead, with an
+error that names the two ways out: restore at the old parallelism and take a
+savepoint (always aligned, so it holds no channel state) to rescale from, or
+restore from a savepoint or an aligned checkpoint.
 """
 
 from __future__ import annotations
@@ -19,6 +30,7 @@ from dataclasses import dataclass
 from chandy.checkpoint.operator_state import OperatorState
 from chandy.errors import InvalidCheckpointError
 from chandy.state.handles import (
+    InputChannelStateHandle,
     KeyedStateHandle,
     OperatorStateDistributionMode,
     OperatorStateHandle,
@@ -44,6 +56,12 @@ class VertexToRestore:
     #: the operator runs on a keyed stream (empty: unknown, nothing is checked).
     operator_uids: tuple[str | None, ...] = ()
     operator_keyed: tuple[bool, ...] = ()
+    #: Per input edge, in the order of the subtasks' input channels: an operator id of the
+    #: producing vertex and that vertex's parallelism now. The layout of every subtask's
+    #: input channels follows from them, so channel state (in-flight data of an unaligned
+    #: checkpoint) is restored only when each matches the checkpoint. ``None``: unknown,
+    #: channel state is then checked against the vertex's own parallelism only.
+    inputs: tuple[tuple[str, int], ...] | None = None
 
     def describe(self, index: int) -> str:
         """Operator ``index`` of this vertex as the user knows it: name and uid."""
@@ -165,6 +183,7 @@ def assign_states(
                 for i in range(state.parallelism)
             ]
             new_operator = repartition_operator_state(old_operator, vertex.parallelism)
+            channels = _channel_state(state, operator_states, vertex, position, source)
             for i in range(vertex.parallelism):
                 key_range = KeyGroupRange.of_operator(vertex.max_parallelism, vertex.parallelism, i)
                 keyed: list[KeyedStateHandle] = []
@@ -172,11 +191,49 @@ def assign_states(
                     part = handle.intersection(key_range)
                     if part is not None:
                         keyed.append(part)
-                if keyed or new_operator[i]:
-                    per_subtask[i][operator_id] = OperatorSubtaskState(tuple(keyed), tuple(new_operator[i]))
+                if keyed or new_operator[i] or channels[i]:
+                    per_subtask[i][operator_id] = OperatorSubtaskState(
+                        tuple(keyed), tuple(new_operator[i]), input_channel_state=channels[i]
+                    )
         for i in range(vertex.parallelism):
             result[(vertex.vertex_id, i)] = TaskStateSnapshot(per_subtask[i])
     return result
+
+
+def _channel_state(
+    state: OperatorState,
+    operator_states: dict[str, OperatorState],
+    vertex: VertexToRestore,
+    position: int,
+    source: str,
+) -> list[tuple[InputChannelStateHandle, ...]]:
+    """Per new subtask, the input channel state it restores: the same subtask's, when the
+    channels are the same ones as when the checkpoint was taken (see the module docstring)."""
+    held = {i: s.input_channel_state for i, s in state.subtask_states.items() if s.input_channel_state}
+    if not held:
+        return [() for _ in range(vertex.parallelism)]
+    changed: list[str] = []
+    if state.parallelism != vertex.parallelism:
+        changed.append(f"its parallelism changed from {state.parallelism} to {vertex.parallelism}")
+    for upstream_id, parallelism in vertex.inputs or ():
+        upstream = operator_states.get(upstream_id)
+        # an upstream operator the checkpoint does not know (finished before it, or a new
+        # uid) says nothing about the old channels: only a known parallelism is compared
+        if upstream is not None and upstream.parallelism != parallelism:
+            changed.append(
+                f"its number of input channels changed: the parallelism of upstream "
+                f"{upstream.describe()} changed from {upstream.parallelism} to {parallelism}"
+            )
+    if changed:
+        raise InvalidCheckpointError(
+            f"{source}: {vertex.describe(position)} cannot be restored because "
+            f"{'; '.join(changed)}. The checkpoint is unaligned and holds in-flight data "
+            f"(channel state of {len(held)} subtask(s)), which cannot be redistributed to other "
+            f"channels. Restore it at parallelism {state.parallelism} with the same upstream "
+            "parallelism first and take a savepoint (savepoints are always aligned), then rescale "
+            "from that savepoint; or restore from a savepoint or an aligned checkpoint."
+        )
+    return [held.get(i, ()) for i in range(vertex.parallelism)]
 
 
 def _unclaimed_message(unclaimed: list[OperatorState], source: str) -> str:

@@ -778,6 +778,10 @@ class JobMaster:
                 tuple(op.name for op in v.operators),
                 tuple(v.operator_uids),
                 tuple(op.keyed for op in v.operators),
+                inputs=tuple(
+                    (upstream.operator_ids[0], upstream.parallelism)
+                    for upstream in (self.job_graph.vertex(edge.source_vertex_id) for edge in v.inputs)
+                ),
             )
             for v in self.job_graph.vertices
         ]
