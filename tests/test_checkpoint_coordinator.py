@@ -30,8 +30,10 @@ from chandy.checkpoint.pending_checkpoint import CheckpointPlan, TaskToAck
 from chandy.checkpoint.properties import CheckpointProperties
 from chandy.checkpoint.stats import CheckpointStatsTracker
 from chandy.config.options import ExternalizedCheckpointRetention
+from chandy.errors import ConfigurationError
 from chandy.messages.checkpoint import (
     AcknowledgeCheckpoint,
+    AlignmentType,
     CheckpointException,
     CheckpointFailureReason,
     CheckpointMetrics,
@@ -217,6 +219,9 @@ def make_coordinator(
     gateway: RecordingGateway | None = None,
     storage: CheckpointStorage | None = None,
     store: CompletedCheckpointStore | None = None,
+    exactly_once: bool = True,
+    unaligned: bool = False,
+    aligned_checkpoint_timeout_ms: int = 0,
 ) -> Harness:
     """A coordinator on manual time; filesystem storage under ``tmp_path`` if given.
 
@@ -236,6 +241,9 @@ def make_coordinator(
         max_concurrent=max_concurrent,
         tolerable_failures=tolerable_failures,
         retention=retention,
+        exactly_once=exactly_once,
+        unaligned=unaligned,
+        aligned_checkpoint_timeout_ms=aligned_checkpoint_timeout_ms,
     )
     calculator = plan if callable(plan) else (lambda: plan)
     coordinator = CheckpointCoordinator(
@@ -1191,3 +1199,86 @@ def test_a_late_state_file_of_an_aborted_checkpoint_is_deleted_when_the_job_ends
 
     assert none_exist([late])
     assert h.storage.checkpoint_ids_on_disk() == [1, *kept]  # the restored one is never touched
+
+
+# ---------------------------------------------------------------------- alignment (issue 16)
+
+
+def alignments(h: Harness) -> list[tuple[AlignmentType, int | None]]:
+    return [(o.alignment, o.aligned_checkpoint_timeout_ms) for a, _, _, o in h.gateway.triggered if a == A1]
+
+
+@pytest.mark.parametrize(
+    ("exactly_once", "unaligned", "timeout_ms", "checkpoint", "savepoint"),
+    [
+        (True, False, 0, (AlignmentType.ALIGNED, None), (AlignmentType.ALIGNED, None)),
+        (True, False, 5_000, (AlignmentType.ALIGNED, None), (AlignmentType.ALIGNED, None)),
+        (True, True, 0, (AlignmentType.UNALIGNED, None), (AlignmentType.FORCED_ALIGNED, None)),
+        (True, True, 5_000, (AlignmentType.ALIGNED, 5_000), (AlignmentType.FORCED_ALIGNED, None)),
+        (False, False, 0, (AlignmentType.AT_LEAST_ONCE, None), (AlignmentType.AT_LEAST_ONCE, None)),
+    ],
+    ids=["aligned", "aligned-timeout-ignored", "unaligned", "aligned-with-timeout", "at-least-once"],
+)
+def test_every_barrier_carries_the_alignment_of_its_checkpoint(
+    exactly_once: bool,
+    unaligned: bool,
+    timeout_ms: int,
+    checkpoint: tuple[AlignmentType, int | None],
+    savepoint: tuple[AlignmentType, int | None],
+) -> None:
+    """Flink's ``CheckpointOptions.forConfig``: savepoints are always aligned."""
+    h = make_coordinator(
+        make_plan([A1], [A1]),
+        interval_ms=100,
+        exactly_once=exactly_once,
+        unaligned=unaligned,
+        aligned_checkpoint_timeout_ms=timeout_ms,
+    )
+    h.coordinator.start_checkpoint_scheduler()
+    h.tick()
+    assert ack(h, A1, 1)
+    stop = h.coordinator.trigger_checkpoint(props=CheckpointProperties.for_savepoint())
+    assert ack(h, A1, 2)
+    assert succeeded(stop).props.is_savepoint
+    h.tick()
+    assert alignments(h) == [checkpoint, savepoint, checkpoint]
+    options = [o for _, _, _, o in h.gateway.triggered]
+    unaligned_checkpoint = checkpoint[0] is AlignmentType.UNALIGNED
+    assert [o.is_unaligned for o in options] == [unaligned_checkpoint, False, unaligned_checkpoint]
+    assert not options[1].is_priority  # a savepoint's barrier never overtakes
+
+
+@pytest.mark.parametrize(
+    ("exactly_once", "max_concurrent", "message"),
+    [
+        (
+            False,
+            1,
+            "execution.checkpointing.unaligned.enabled is true but execution.checkpointing.mode is "
+            "AT_LEAST_ONCE: unaligned checkpoints need EXACTLY_ONCE",
+        ),
+        (
+            True,
+            2,
+            "execution.checkpointing.unaligned.enabled is true but "
+            "execution.checkpointing.max-concurrent-checkpoints is 2: unaligned checkpoints run one at a "
+            "time",
+        ),
+    ],
+)
+def test_unaligned_checkpoints_refuse_settings_they_cannot_work_with(
+    exactly_once: bool, max_concurrent: int, message: str
+) -> None:
+    with pytest.raises(ConfigurationError) as error:
+        make_coordinator(
+            make_plan([A1], [A1]), exactly_once=exactly_once, max_concurrent=max_concurrent, unaligned=True
+        )
+    assert message in str(error.value)
+    assert "disable unaligned checkpoints" in str(error.value)
+    # the same settings without unaligned checkpoints are fine
+    make_coordinator(make_plan([A1], [A1]), exactly_once=exactly_once, max_concurrent=max_concurrent)
+
+
+def test_a_negative_aligned_checkpoint_timeout_is_refused() -> None:
+    with pytest.raises(ConfigurationError, match="aligned-checkpoint-timeout': -1 ms"):
+        make_coordinator(make_plan([A1], [A1]), unaligned=True, aligned_checkpoint_timeout_ms=-1)

@@ -7,12 +7,15 @@ validates both the same way.
 
 from __future__ import annotations
 
+import warnings
+
 from chandy.config import Configuration
 from chandy.config.options import (
     CheckpointingMode,
     CheckpointingOptions,
     ExternalizedCheckpointRetention,
 )
+from chandy.core.time import Duration, Time, to_millis
 
 __all__ = ["CheckpointConfig", "CheckpointingMode", "ExternalizedCheckpointRetention"]
 
@@ -109,3 +112,48 @@ class CheckpointConfig:
 
     def get_num_retained_checkpoints(self) -> int:
         return self._config.get(CheckpointingOptions.NUM_RETAINED)
+
+    def is_unaligned_checkpoints_enabled(self) -> bool:
+        """Whether checkpoints are unaligned (``execution.checkpointing.unaligned.enabled``)."""
+        return self._config.get(CheckpointingOptions.UNALIGNED)
+
+    def enable_unaligned_checkpoints(self, enabled: bool = True) -> CheckpointConfig:
+        """Unaligned checkpoints: the first barrier at a task overtakes the data queued in its
+        input channels, the task snapshots at once and the overtaken data is written with the
+        checkpoint, so checkpoints stay fast under backpressure. EXACTLY_ONCE and one
+        checkpoint at a time only (``execute()`` refuses other settings); savepoints are always
+        aligned. See docs/unaligned-checkpoints.md."""
+        if not isinstance(enabled, bool):
+            raise TypeError(f"enable_unaligned_checkpoints takes a bool, got {enabled!r}")
+        return self._set(CheckpointingOptions.UNALIGNED, enabled)
+
+    def disable_unaligned_checkpoints(self) -> CheckpointConfig:
+        return self.enable_unaligned_checkpoints(False)
+
+    def set_aligned_checkpoint_timeout(self, alignment_timeout: Duration | Time | int) -> CheckpointConfig:
+        """With unaligned checkpoints enabled: 0 makes every checkpoint unaligned from the start;
+        a positive timeout (a ``Duration``, or milliseconds) starts each checkpoint aligned and
+        switches it to unaligned at a task still aligning that long after the checkpoint started."""
+        millis = to_millis(alignment_timeout, "the aligned checkpoint timeout")
+        return self._set(CheckpointingOptions.ALIGNED_CHECKPOINT_TIMEOUT, millis)
+
+    def get_aligned_checkpoint_timeout(self) -> Duration:
+        return Duration.of_millis(self._config.get(CheckpointingOptions.ALIGNED_CHECKPOINT_TIMEOUT))
+
+    def set_alignment_timeout(self, alignment_timeout: Duration | Time | int) -> CheckpointConfig:
+        """Deprecated (PyFlink 2.0): use :meth:`set_aligned_checkpoint_timeout`."""
+        warnings.warn(
+            "set_alignment_timeout is deprecated; use set_aligned_checkpoint_timeout",
+            DeprecationWarning,
+            stacklevel=2,
+        )
+        return self.set_aligned_checkpoint_timeout(alignment_timeout)
+
+    def get_alignment_timeout(self) -> Duration:
+        """Deprecated (PyFlink 2.0): use :meth:`get_aligned_checkpoint_timeout`."""
+        warnings.warn(
+            "get_alignment_timeout is deprecated; use get_aligned_checkpoint_timeout",
+            DeprecationWarning,
+            stacklevel=2,
+        )
+        return self.get_aligned_checkpoint_timeout()

@@ -14,6 +14,7 @@ from chandy.api.checkpoint_config import CheckpointConfig
 from chandy.api.datastream import DataStream
 from chandy.api.execution_config import ExecutionConfig
 from chandy.api.state_backend import StateBackend, state_backend_of
+from chandy.checkpoint.coordinator import check_unaligned_settings
 from chandy.config import Configuration
 from chandy.config.options import (
     CheckpointingMode,
@@ -510,3 +511,8 @@ def _check_combinations(config: Configuration) -> None:
             "checkpoints are kept in memory and cannot outlive the job: set "
             "execution.checkpointing.dir (env.get_checkpoint_config().set_checkpoint_storage(...))"
         )
+    check_unaligned_settings(
+        config.get(CheckpointingOptions.UNALIGNED),
+        config.get(CheckpointingOptions.MODE) is CheckpointingMode.EXACTLY_ONCE,
+        config.get(CheckpointingOptions.MAX_CONCURRENT),
+    )

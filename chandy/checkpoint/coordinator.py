@@ -69,10 +69,11 @@ from chandy.checkpoint.pending_checkpoint import (
 from chandy.checkpoint.properties import CheckpointProperties
 from chandy.checkpoint.shared_state import SharedStateRegistry, delete_shared_files
 from chandy.checkpoint.stats import CheckpointStatsTracker
-from chandy.config.options import ExternalizedCheckpointRetention, SavepointFormatType
-from chandy.errors import StorageError
+from chandy.config.options import CheckpointingOptions, ExternalizedCheckpointRetention, SavepointFormatType
+from chandy.errors import ConfigurationError, StorageError
 from chandy.messages.checkpoint import (
     AcknowledgeCheckpoint,
+    AlignmentType,
     CheckpointException,
     CheckpointFailureReason,
     CheckpointOptions,
@@ -116,6 +117,54 @@ class CheckpointCoordinatorConfiguration:
     retention: ExternalizedCheckpointRetention = ExternalizedCheckpointRetention.NO_EXTERNALIZED_CHECKPOINTS
     exactly_once: bool = True
     max_queued_requests: int = 1000
+    #: ``execution.checkpointing.unaligned.enabled``.
+    unaligned: bool = False
+    #: ``execution.checkpointing.aligned-checkpoint-timeout``: with ``unaligned``, 0 makes every
+    #: checkpoint unaligned; a positive value starts each aligned and lets a task switch.
+    aligned_checkpoint_timeout_ms: int = 0
+
+    def __post_init__(self) -> None:
+        check_unaligned_settings(self.unaligned, self.exactly_once, self.max_concurrent)
+        if self.aligned_checkpoint_timeout_ms < 0:
+            raise ConfigurationError(
+                f"invalid value for '{CheckpointingOptions.ALIGNED_CHECKPOINT_TIMEOUT.key}': "
+                f"{self.aligned_checkpoint_timeout_ms} ms. Allowed: 0 (every checkpoint unaligned) or more."
+            )
+
+    def alignment_of(self, props: CheckpointProperties) -> tuple[AlignmentType, int | None]:
+        """How the barriers of a checkpoint with ``props`` align, and its aligned-checkpoint
+        timeout (Flink's ``CheckpointOptions.forConfig``): AT_LEAST_ONCE tracks; savepoints are
+        always aligned (FORCED_ALIGNED when unaligned checkpoints are enabled, so the tasks know
+        not to switch); a checkpoint with unaligned checkpoints enabled is UNALIGNED from the
+        start when the timeout is 0, else ALIGNED with the timeout."""
+        if not self.exactly_once:
+            return AlignmentType.AT_LEAST_ONCE, None
+        if props.is_savepoint:
+            return (AlignmentType.FORCED_ALIGNED if self.unaligned else AlignmentType.ALIGNED), None
+        if not self.unaligned:
+            return AlignmentType.ALIGNED, None
+        if self.aligned_checkpoint_timeout_ms == 0:
+            return AlignmentType.UNALIGNED, None
+        return AlignmentType.ALIGNED, self.aligned_checkpoint_timeout_ms
+
+
+def check_unaligned_settings(unaligned: bool, exactly_once: bool, max_concurrent: int) -> None:
+    """Refuse unaligned checkpoints with settings they cannot work with (Flink's rules): they
+    need EXACTLY_ONCE (AT_LEAST_ONCE barriers never block, there is nothing to overtake) and one
+    checkpoint at a time (a task persists the in-flight data of one checkpoint only)."""
+    if not unaligned:
+        return
+    enabled = f"{CheckpointingOptions.UNALIGNED.key} is true"
+    if not exactly_once:
+        raise ConfigurationError(
+            f"{enabled} but {CheckpointingOptions.MODE.key} is AT_LEAST_ONCE: unaligned checkpoints "
+            "need EXACTLY_ONCE. Set the mode to EXACTLY_ONCE, or disable unaligned checkpoints."
+        )
+    if max_concurrent != 1:
+        raise ConfigurationError(
+            f"{enabled} but {CheckpointingOptions.MAX_CONCURRENT.key} is {max_concurrent}: unaligned "
+            "checkpoints run one at a time. Set it to 1, or disable unaligned checkpoints."
+        )
 
 
 @dataclass(eq=False)
@@ -469,6 +518,7 @@ class CheckpointCoordinator:
             target_location=location,
         )
         base = self._base_for(request.props)
+        alignment, aligned_timeout = self.config.alignment_of(request.props)
         self._options[checkpoint_id] = CheckpointOptions(
             request.props.checkpoint_type,
             location,
@@ -476,6 +526,8 @@ class CheckpointCoordinator:
             drain=request.drain,
             format_type=(request.props.savepoint_format or SavepointFormatType.CANONICAL).value,
             base_checkpoint_id=base,
+            alignment=alignment,
+            aligned_checkpoint_timeout_ms=aligned_timeout,
         )
         if base is not None:
             self.shared_state_registry.hold_base(checkpoint_id, base)

@@ -283,6 +283,8 @@ class JobMaster:
             tolerable_failures=config.get(CheckpointingOptions.TOLERABLE_FAILURES),
             retention=config.get(CheckpointingOptions.EXTERNALIZED_RETENTION),
             exactly_once=config.get(CheckpointingOptions.MODE) is CheckpointingMode.EXACTLY_ONCE,
+            unaligned=config.get(CheckpointingOptions.UNALIGNED),
+            aligned_checkpoint_timeout_ms=config.get(CheckpointingOptions.ALIGNED_CHECKPOINT_TIMEOUT),
         )
         self.coordinator = CheckpointCoordinator(
             self.job_id,
