@@ -1282,3 +1282,61 @@ def test_unaligned_checkpoints_refuse_settings_they_cannot_work_with(
 def test_a_negative_aligned_checkpoint_timeout_is_refused() -> None:
     with pytest.raises(ConfigurationError, match="aligned-checkpoint-timeout': -1 ms"):
         make_coordinator(make_plan([A1], [A1]), unaligned=True, aligned_checkpoint_timeout_ms=-1)
+
+
+def ack_with(
+    h: Harness, attempt_id: ExecutionAttemptID, checkpoint_id: int, metrics: CheckpointMetrics
+) -> bool:
+    return h.coordinator.receive_acknowledge_message(
+        AcknowledgeCheckpoint(JOB_ID, attempt_id, checkpoint_id, metrics, None)
+    )
+
+
+def test_statistics_report_persisted_in_flight_data_and_unaligned_checkpoints() -> None:
+    """Flink's shapes: ``alignment.persisted`` per subtask, ``persisted_data`` per vertex, per
+    checkpoint and in the summary; a checkpoint with any unaligned subtask is an
+    UNALIGNED_CHECKPOINT (an aligned one, and every savepoint, keeps its type)."""
+    h = make_coordinator(make_plan([A1], [A1, A2, A3]), unaligned=True, aligned_checkpoint_timeout_ms=50)
+    # checkpoint 1: the source (no inputs) and A2 stayed aligned, A3 timed out and persisted 300 bytes
+    h.coordinator.trigger_checkpoint()
+    assert ack_with(h, A1, 1, CheckpointMetrics())
+    assert ack_with(h, A2, 1, CheckpointMetrics(bytes_processed_during_alignment=40))
+    assert ack_with(h, A3, 1, CheckpointMetrics(unaligned=True, bytes_persisted_during_alignment=300))
+    # checkpoint 2: aligned everywhere
+    h.coordinator.trigger_checkpoint()
+    for a in (A1, A2, A3):
+        assert ack_with(h, a, 2, CheckpointMetrics())
+    # checkpoint 3: unaligned at two subtasks
+    h.coordinator.trigger_checkpoint()
+    assert ack_with(h, A1, 3, CheckpointMetrics(unaligned=True))
+    assert ack_with(h, A2, 3, CheckpointMetrics(unaligned=True, bytes_persisted_during_alignment=100))
+    assert ack_with(h, A3, 3, CheckpointMetrics(unaligned=True, bytes_persisted_during_alignment=20))
+
+    body = h.coordinator.stats.to_json()
+    history = {c["id"]: c for c in body["history"]}
+    assert [history[i]["checkpoint_type"] for i in (1, 2, 3)] == [
+        "UNALIGNED_CHECKPOINT",
+        "CHECKPOINT",
+        "UNALIGNED_CHECKPOINT",
+    ]
+    assert [history[i]["is_unaligned"] for i in (1, 2, 3)] == [True, False, True]
+    assert [history[i]["persisted_data"] for i in (1, 2, 3)] == [300, 0, 120]
+    assert history[1]["processed_data"] == 40
+    persisted = body["summary"]["persisted_data"]
+    assert (persisted["min"], persisted["max"], persisted["avg"]) == (0, 300, 140)
+
+    first = h.coordinator.stats.get_checkpoint(1)
+    assert first is not None
+    task = first.task_json(A3.vertex_id)
+    (subtask,) = task["subtasks"]
+    assert subtask["alignment"]["persisted"] == 300 and subtask["unaligned_checkpoint"] is True
+    assert task["persisted_data"] == 300 and task["alignment_buffered"] == 0
+    assert first.task_json(A2.vertex_id)["processed_data"] == 40
+
+
+def test_a_savepoint_keeps_its_type_in_the_statistics() -> None:
+    h = make_coordinator(make_plan([A1], [A1]), unaligned=True)
+    h.coordinator.trigger_checkpoint(props=CheckpointProperties.for_savepoint())
+    assert ack_with(h, A1, 1, CheckpointMetrics())
+    (entry,) = h.coordinator.stats.to_json()["history"]
+    assert entry["checkpoint_type"] == "SAVEPOINT" and entry["is_unaligned"] is False

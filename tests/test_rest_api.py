@@ -244,6 +244,7 @@ def test_checkpoint_statistics_config_and_details(job: RunningJob) -> None:
         "checkpoints_after_tasks_finish",
     } <= set(config)
     assert config["mode"] == "exactly_once" and config["interval"] == 100
+    assert config["unaligned_checkpoints"] is False and config["aligned_checkpoint_timeout"] == 0
     details = job.get(f"/jobs/{job.job_id}/checkpoints/details/{completed['id']}")
     vertex_ids = [v["id"] for v in job.get(f"/jobs/{job.job_id}")["vertices"]]
     assert sorted(details["tasks"]) == sorted(vertex_ids)
@@ -255,6 +256,26 @@ def test_checkpoint_statistics_config_and_details(job: RunningJob) -> None:
         assert {"buffered", "processed", "persisted", "duration"} == set(subtask["alignment"])
     job.get(f"/jobs/{job.job_id}/checkpoints/details/999999", status=404)
     job.get(f"/jobs/{job.job_id}/checkpoints/details/{completed['id']}/subtasks/{'0' * 32}", status=404)
+
+
+def test_checkpoint_config_reports_unaligned_checkpoints_and_the_aligned_timeout() -> None:
+    """``unaligned_checkpoints`` and ``aligned_checkpoint_timeout`` (ms) come from the job's
+    configuration (no periodic checkpoints here: only the settings are read)."""
+    env = StreamExecutionEnvironment.get_execution_environment({"rest.port": 0}, executor="local")
+    env.get_checkpoint_config().enable_unaligned_checkpoints().set_aligned_checkpoint_timeout(1_500)
+    client = running_job(env, name="unaligned config")
+    assert env.rest_url is not None
+    try:
+        with httpx.Client(base_url=env.rest_url, timeout=30) as http:
+            wait_for(lambda: client.get_job_status() is JobStatus.RUNNING, "the job running")
+            config = http.get(f"/jobs/{client.get_job_id()}/checkpoints/config").json()
+            assert config["unaligned_checkpoints"] is True
+            assert config["aligned_checkpoint_timeout"] == 1_500
+    finally:
+        client.cancel()
+        with pytest.raises(JobCancelledError):
+            client.get_job_execution_result(timeout=60)
+        env.close()
 
 
 def test_job_metrics_list_and_get(job: RunningJob) -> None:

@@ -4,6 +4,14 @@ Counts, a bounded history (``web.checkpoints.history``), per-subtask details
 and min/avg/max/percentile summaries over completed checkpoints. ``to_json``
 gives Flink's ``CheckpointingStatistics`` shape, field for field, so tools that
 read Flink's REST API read chandy's.
+
+Unaligned checkpoints: a subtask reports whether its checkpoint went unaligned
+(from the start, or after its alignment timed out) and the bytes of in-flight
+data it persisted (``alignment.persisted``); a checkpoint is unaligned when any
+subtask says so, and then its ``checkpoint_type`` is Flink's
+``UNALIGNED_CHECKPOINT`` (chandy adds ``is_unaligned`` beside it).
+``persisted_data`` sums the subtasks' persisted bytes, per checkpoint, per vertex
+and in the summary. ``alignment_buffered`` (Flink's pre-1.11 buffering) is 0.
 """
 
 from __future__ import annotations
@@ -15,7 +23,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from chandy.checkpoint.properties import CheckpointProperties
-from chandy.messages.checkpoint import CheckpointMetrics
+from chandy.messages.checkpoint import CheckpointMetrics, CheckpointType
 
 log = logging.getLogger(__name__)
 
@@ -71,6 +79,25 @@ class CheckpointStats:
         return self._sum("bytes_processed_during_alignment")
 
     @property
+    def persisted_data(self) -> int:
+        """In-flight bytes written with the checkpoint (channel state), over every subtask."""
+        return self._sum("bytes_persisted_during_alignment")
+
+    @property
+    def is_unaligned(self) -> bool:
+        """Some subtask took this checkpoint unaligned (from the start or after a timeout)."""
+        return any(s.metrics.unaligned for by_index in self.subtasks.values() for s in by_index.values())
+
+    @property
+    def rest_checkpoint_type(self) -> str:
+        """Flink's ``RestAPICheckpointType``: CHECKPOINT, UNALIGNED_CHECKPOINT, SAVEPOINT or
+        SYNC_SAVEPOINT."""
+        kind = self.props.checkpoint_type
+        return (
+            "UNALIGNED_CHECKPOINT" if kind is CheckpointType.CHECKPOINT and self.is_unaligned else kind.value
+        )
+
+    @property
     def end_to_end_duration(self) -> int:
         end = (
             self.completion_timestamp
@@ -80,7 +107,6 @@ class CheckpointStats:
         return max(0, end - self.trigger_timestamp) if end >= 0 else 0
 
     def to_json(self, *, with_tasks: bool = True) -> dict[str, Any]:
-        kind = self.props.checkpoint_type.value
         data: dict[str, Any] = {
             "className": {"IN_PROGRESS": "in_progress", "COMPLETED": "completed", "FAILED": "failed"}[
                 self.status
@@ -89,7 +115,8 @@ class CheckpointStats:
             "status": self.status,
             "is_savepoint": self.props.is_savepoint,
             "savepointFormat": self.props.savepoint_format.value if self.props.savepoint_format else None,
-            "checkpoint_type": kind,
+            "checkpoint_type": self.rest_checkpoint_type,
+            "is_unaligned": self.is_unaligned,
             "trigger_timestamp": self.trigger_timestamp,
             "latest_ack_timestamp": self.latest_ack_timestamp,
             "checkpointed_size": self.checkpointed_size,
@@ -97,7 +124,7 @@ class CheckpointStats:
             "end_to_end_duration": self.end_to_end_duration,
             "alignment_buffered": 0,
             "processed_data": self.processed_data,
-            "persisted_data": 0,
+            "persisted_data": self.persisted_data,
             "num_subtasks": self.num_subtasks,
             "num_acknowledged_subtasks": self.num_acknowledged_subtasks,
         }
@@ -134,7 +161,7 @@ class CheckpointStats:
                     "alignment": {
                         "buffered": 0,
                         "processed": m.bytes_processed_during_alignment,
-                        "persisted": 0,
+                        "persisted": m.bytes_persisted_during_alignment,
                         "duration": m.alignment_duration_ns // 1_000_000,
                     },
                     "start_delay": m.checkpoint_start_delay_ns // 1_000_000,
@@ -151,6 +178,9 @@ class CheckpointStats:
             "checkpointed_size": sum(s.metrics.checkpointed_size for s in acked.values()),
             "state_size": sum(s.metrics.state_size for s in acked.values()),
             "end_to_end_duration": max(0, latest - self.trigger_timestamp) if latest >= 0 else 0,
+            "alignment_buffered": 0,
+            "processed_data": sum(s.metrics.bytes_processed_during_alignment for s in acked.values()),
+            "persisted_data": sum(s.metrics.bytes_persisted_during_alignment for s in acked.values()),
             "num_subtasks": parallelism,
             "num_acknowledged_subtasks": len(acked),
             "subtasks": subtasks,
@@ -192,7 +222,13 @@ class CheckpointStatsTracker:
         self.latest_restored: dict[str, Any] | None = None
         self._window: dict[str, deque[float]] = {
             k: deque(maxlen=_SUMMARY_WINDOW)
-            for k in ("end_to_end_duration", "state_size", "checkpointed_size", "processed_data")
+            for k in (
+                "end_to_end_duration",
+                "state_size",
+                "checkpointed_size",
+                "processed_data",
+                "persisted_data",
+            )
         }
 
     def report_pending_checkpoint(
@@ -287,7 +323,7 @@ class CheckpointStatsTracker:
                 "end_to_end_duration": summary(list(self._window["end_to_end_duration"])),
                 "alignment_buffered": summary([]),
                 "processed_data": summary(list(self._window["processed_data"])),
-                "persisted_data": summary([]),
+                "persisted_data": summary(list(self._window["persisted_data"])),
             },
             "latest": {
                 "completed": self.latest_completed.to_json(with_tasks=False)

@@ -305,9 +305,9 @@ def checkpoint_config(job_master: JobMaster) -> dict[str, Any]:
         "checkpoint_storage": "FileSystemCheckpointStorage"
         if storage is not None and storage.base_uri
         else "JobManagerCheckpointStorage",
-        "unaligned_checkpoints": False,
+        "unaligned_checkpoints": settings.unaligned,
         "tolerable_failed_checkpoints": settings.tolerable_failures,
-        "aligned_checkpoint_timeout": 0,
+        "aligned_checkpoint_timeout": settings.aligned_checkpoint_timeout_ms,
         "checkpoints_after_tasks_finish": True,
         "state_changelog_enabled": False,
         "changelog_periodic_materialization_interval": 0,

@@ -1082,6 +1082,7 @@
       ["Checkpointed size", summary.checkpointed_size, fmtBytes],
       ["Full state size", summary.state_size, fmtBytes],
       ["Processed in-flight data", summary.processed_data, fmtBytes],
+      ["Persisted in-flight data", summary.persisted_data, fmtBytes],
     ];
     $("ckpt-summary")
       .querySelector("tbody")
@@ -1114,6 +1115,7 @@
       ["Max concurrent", config.max_concurrent],
       ["Tolerable failures", config.tolerable_failed_checkpoints],
       ["Unaligned", config.unaligned_checkpoints],
+      ["Aligned checkpoint timeout", config.unaligned_checkpoints ? (config.aligned_checkpoint_timeout > 0 ? fmtDuration(config.aligned_checkpoint_timeout) : "0 (always unaligned)") : "–"],
       [
         "Retained on cancel",
         externalization.enabled ? (externalization.delete_on_cancellation ? "no (deleted)" : "yes") : "no (not externalized)",
@@ -1189,6 +1191,7 @@
         ["async", (st) => st.checkpoint && st.checkpoint.async, fmtDuration],
         ["alignment", (st) => st.alignment && st.alignment.duration, fmtDuration],
         ["processed", (st) => st.alignment && st.alignment.processed, fmtBytes],
+        ["persisted", (st) => st.alignment && st.alignment.persisted, fmtBytes],
         ["start_delay", (st) => st.start_delay, fmtDuration],
       ];
       const summaryRow = (label, index) =>
@@ -1232,9 +1235,10 @@
                 "Async duration",
                 "Alignment duration",
                 "Processed in-flight",
+                "Persisted in-flight",
                 "Start delay",
                 "Unaligned",
-              ].map((title, k) => h("th", { class: k >= 3 && k <= 9 ? "num" : "" }, title)),
+              ].map((title, k) => h("th", { class: k >= 3 && k <= 10 ? "num" : "" }, title)),
             ),
           ),
           h(
@@ -1254,6 +1258,7 @@
                 h("td", { class: "num", "data-testid": "subtask-async" }, fmtDuration(st.checkpoint && st.checkpoint.async)),
                 h("td", { class: "num", "data-testid": "subtask-alignment" }, fmtDuration(st.alignment && st.alignment.duration)),
                 h("td", { class: "num" }, fmtBytes(st.alignment && st.alignment.processed)),
+                h("td", { class: "num", "data-testid": "subtask-persisted" }, fmtBytes(st.alignment && st.alignment.persisted)),
                 h("td", { class: "num", "data-testid": "subtask-start-delay" }, fmtDuration(st.start_delay)),
                 h("td", {}, st.status === "completed" ? (st.unaligned_checkpoint ? "yes" : "no") : "–"),
               ),
