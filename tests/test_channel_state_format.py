@@ -6,6 +6,8 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -171,3 +173,55 @@ def test_an_unknown_version_names_every_readable_one() -> None:
     data = serialize(metadata_with(OperatorSubtaskState()))
     with pytest.raises(InvalidCheckpointError, match="version 4; this chandy reads versions 1, 2, 3"):
         deserialize(rewritten(data, 4), "m")
+
+
+# ---------------------------------------------------------------------- chandy checkpoint inspect
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def chandy(*args: str) -> subprocess.CompletedProcess[str]:
+    """The ``chandy`` command of this working tree, in a process of its own."""
+    command = [sys.executable, "-c", "from chandy.cli.main import main; main()", *args]
+    return subprocess.run(command, capture_output=True, text=True, timeout=120, cwd=ROOT)
+
+
+def test_checkpoint_inspect_lists_the_channel_state(storage: CheckpointStorage) -> None:
+    """The installed command, on a real ``chk-N``: per subtask the channels holding in-flight
+    data and their bytes, a summary line, and the channel state file among the state files."""
+    channels = written_channel_state(storage, 3)
+    metadata = metadata_with(OperatorSubtaskState(input_channel_state=channels))
+    pointer = storage.write_metadata(3, serialize(metadata, storage.checkpoint_dir(3)))
+    assert pointer is not None
+
+    result = chandy("checkpoint", "inspect", pointer, "--json")
+    assert result.returncode == 0, result.stderr
+    report = json.loads(result.stdout)
+    assert report["format_version"] == 3 and report["valid"]
+    sizes = {h.channel_index: h.length for h in channels}
+    assert report["operators"][0]["subtasks"][1]["channel_state"] == {str(c): n for c, n in sizes.items()}
+    assert report["operators"][0]["subtasks"][0]["channel_state"] == {}
+    assert report["in_flight_bytes"] == sum(sizes.values())
+    (state_file,) = report["state_files"]
+    assert state_file["path"] == channels[0].delegate.path  # type: ignore[attr-defined]
+
+    text = chandy("checkpoint", "inspect", pointer, "--verify")
+    assert text.returncode == 0, text.stderr
+    total = sum(sizes.values())
+    assert (
+        f"  in-flight data:  {total / 1024:.1f} KiB in 2 input channels of 1 subtask (unaligned"
+        in text.stdout
+    )
+    assert (
+        f"    in-flight data: {total / 1024:.1f} KiB in 2 input channels (0: {sizes[0]} B, 2: " in text.stdout
+    )
+
+
+def test_checkpoint_inspect_says_an_aligned_checkpoint_holds_no_in_flight_data(
+    storage: CheckpointStorage,
+) -> None:
+    pointer = storage.write_metadata(4, serialize(metadata_with(OperatorSubtaskState(), 4)))
+    assert pointer is not None
+    result = chandy("checkpoint", "inspect", pointer)
+    assert result.returncode == 0, result.stderr
+    assert "  in-flight data:  none (no channel state" in result.stdout

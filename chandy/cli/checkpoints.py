@@ -76,6 +76,9 @@ class SubtaskReport:
     #: keyed state written as key-group streams.
     shared_files: int = 0
     private_files: int = 0
+    #: In-flight data of an unaligned checkpoint (on a task's head operator): bytes per input
+    #: channel index, for the channels whose barrier overtook data.
+    channel_state: dict[int, int] = field(default_factory=dict)
 
 
 @dataclass
@@ -108,6 +111,11 @@ class CheckpointReport:
     master_states: list[str]
     operators: list[OperatorReport]
     state_files: list[StateFile] = field(default_factory=list)
+
+    @property
+    def in_flight_bytes(self) -> int:
+        """Bytes of channel state (in-flight data of an unaligned checkpoint) in the snapshot."""
+        return sum(sum(sub.channel_state.values()) for op in self.operators for sub in op.subtasks)
 
     @property
     def broken_files(self) -> list[StateFile]:
@@ -231,6 +239,7 @@ def _operator_report(op: OperatorState) -> OperatorReport:
                     for h in state.managed_keyed_state
                     if isinstance(h, IncrementalKeyedStateHandle)
                 ),
+                channel_state={h.channel_index: h.length for h in state.input_channel_state},
             )
         )
     return OperatorReport(
@@ -422,6 +431,22 @@ def _shorten(path: str, base: str) -> str:
     return "../" + path[len(parent) :] if parent != "/" and path.startswith(parent) else path
 
 
+def _count(n: int, noun: str) -> str:
+    return f"{n} {noun}" + ("" if n == 1 else "s")
+
+
+def _in_flight(report: CheckpointReport) -> str:
+    """The top line on channel state: an unaligned checkpoint's in-flight data, or none."""
+    subtasks = [sub for op in report.operators for sub in op.subtasks if sub.channel_state]
+    if not subtasks:
+        return "none (no channel state: aligned, or nothing was in flight)"
+    channels = sum(len(sub.channel_state) for sub in subtasks)
+    return (
+        f"{_size(report.in_flight_bytes)} in {_count(channels, 'input channel')} of "
+        f"{_count(len(subtasks), 'subtask')} (unaligned checkpoint; restored at the same parallelism only)"
+    )
+
+
 def _render(report: CheckpointReport) -> list[str]:
     kind = "Savepoint" if "SAVEPOINT" in report.checkpoint_type else "Checkpoint"
     broken = report.broken_files
@@ -443,6 +468,7 @@ def _render(report: CheckpointReport) -> list[str]:
         f"  checksum:        {report.checksum}",
         f"  state:           {_size(report.state_size)}: {files}, {report.inline_handles} inline handles",
         f"  master states:   {', '.join(report.master_states) or 'none'}",
+        f"  in-flight data:  {_in_flight(report)}",
         f"  operators:       {len(report.operators)}",
     ]
     for op in report.operators:
@@ -465,6 +491,12 @@ def _render(report: CheckpointReport) -> list[str]:
             if sub.shared_files or sub.private_files:
                 text += f", incremental ({sub.shared_files} shared + {sub.private_files} private files)"
             lines.append(text + (", finished" if sub.finished else ""))
+            if sub.channel_state:
+                channels = ", ".join(f"{c}: {_size(n)}" for c, n in sorted(sub.channel_state.items()))
+                lines.append(
+                    f"    in-flight data: {_size(sum(sub.channel_state.values()))} in "
+                    f"{_count(len(sub.channel_state), 'input channel')} ({channels})"
+                )
             for name, summary in sub.operator_states.items():
                 count = f"{summary.elements} element" + ("" if summary.elements == 1 else "s")
                 lines.append(f"    operator state '{name}': {summary.mode}, {count}")
@@ -503,6 +535,7 @@ def inspect(path: str, as_json: bool, verify: bool) -> None:
     if as_json:
         data = asdict(report)
         data["valid"] = not report.broken_files
+        data["in_flight_bytes"] = report.in_flight_bytes
         click.echo(json.dumps(data, indent=2))
     else:
         for line in _render(report):
