@@ -351,3 +351,14 @@ def test_an_aligned_checkpoint_still_rescales_when_upstream_changed() -> None:
         states, [unaligned_vertex(4, source_parallelism=5)], allow_non_restored_state=False, source="chk-6"
     )
     assert set(assigned) == {(7, i) for i in range(4)}
+
+
+def test_channel_state_of_an_operator_now_chained_after_another_is_refused() -> None:
+    """In-flight data is replayed into the task's inputs, which feed its first operator only."""
+    moved = dataclasses.replace(
+        unaligned_vertex(3), operator_ids=("map", "window"), operator_names=("Map", "W")
+    )
+    with pytest.raises(InvalidCheckpointError) as error:
+        assign_states(unaligned_state(3), [moved], allow_non_restored_state=False, source="chk-6")
+    assert "it is no longer the first operator of its task (now chained after 'Map')" in str(error.value)
+    assert "restore from a savepoint or an aligned checkpoint" in str(error.value)

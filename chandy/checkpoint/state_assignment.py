@@ -213,6 +213,12 @@ def _channel_state(
     if not held:
         return [() for _ in range(vertex.parallelism)]
     changed: list[str] = []
+    if position != 0:
+        # the task replays channel state into its input gate, which feeds its first operator
+        changed.append(
+            f"it is no longer the first operator of its task (now chained after "
+            f"'{vertex.operator_names[0]}'), and the in-flight data belongs to the task's inputs"
+        )
     if state.parallelism != vertex.parallelism:
         changed.append(f"its parallelism changed from {state.parallelism} to {vertex.parallelism}")
     for upstream_id, parallelism in vertex.inputs or ():
@@ -229,9 +235,10 @@ def _channel_state(
             f"{source}: {vertex.describe(position)} cannot be restored because "
             f"{'; '.join(changed)}. The checkpoint is unaligned and holds in-flight data "
             f"(channel state of {len(held)} subtask(s)), which cannot be redistributed to other "
-            f"channels. Restore it at parallelism {state.parallelism} with the same upstream "
-            "parallelism first and take a savepoint (savepoints are always aligned), then rescale "
-            "from that savepoint; or restore from a savepoint or an aligned checkpoint."
+            f"channels. Restore it at parallelism {state.parallelism} first, with the job as it "
+            "was (same upstream parallelism and chaining), and take a savepoint (savepoints are "
+            "always aligned), then change the job and restore from that savepoint; or restore "
+            "from a savepoint or an aligned checkpoint."
         )
     return [held.get(i, ()) for i in range(vertex.parallelism)]
 
