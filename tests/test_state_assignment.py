@@ -362,3 +362,13 @@ def test_channel_state_of_an_operator_now_chained_after_another_is_refused() -> 
         assign_states(unaligned_state(3), [moved], allow_non_restored_state=False, source="chk-6")
     assert "it is no longer the first operator of its task (now chained after 'Map')" in str(error.value)
     assert "restore from a savepoint or an aligned checkpoint" in str(error.value)
+
+
+def test_a_checkpoint_whose_channel_state_is_empty_rescales() -> None:
+    """Channel state slices without bytes (nothing was in flight) pin nothing."""
+    window = keyed_operator_state("window", 2)
+    empty = (InputChannelStateHandle(0, ByteStreamStateHandle("c", b""), 0, 0),)
+    window.put_state(0, dataclasses.replace(window.subtask_states[0], input_channel_state=empty))
+    states = {"window": window, "source": OperatorState("source", 2, 128)}
+    assigned = assign_states(states, [unaligned_vertex(3)], allow_non_restored_state=False, source="chk-7")
+    assert all(not snapshot.subtask_states["window"].input_channel_state for snapshot in assigned.values())

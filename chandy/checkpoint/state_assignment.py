@@ -209,7 +209,11 @@ def _channel_state(
 ) -> list[tuple[InputChannelStateHandle, ...]]:
     """Per new subtask, the input channel state it restores: the same subtask's, when the
     channels are the same ones as when the checkpoint was taken (see the module docstring)."""
-    held = {i: s.input_channel_state for i, s in state.subtask_states.items() if s.input_channel_state}
+    held = {
+        i: s.input_channel_state
+        for i, s in state.subtask_states.items()
+        if any(h.length for h in s.input_channel_state)  # empty slices hold nothing to replay
+    }
     if not held:
         return [() for _ in range(vertex.parallelism)]
     changed: list[str] = []
