@@ -1,15 +1,26 @@
-"""In-memory channels and the input gate: order, credits, blocking, wakeups."""
+"""In-memory channels and the input gate: order, credits, blocking, wakeups, priority
+barriers and their positions, overdrafts, recovered items."""
 
 from __future__ import annotations
 
+import pickle
+import random
 import threading
 import time
+from typing import Any
 
 import pytest
 
 from chandy.network.cancellation import TaskCancelledError
 from chandy.network.channel import ChannelClosedError, LocalChannel
-from chandy.network.events import END_OF_PARTITION
+from chandy.network.events import (
+    ACTIVE,
+    END_OF_PARTITION,
+    CancelCheckpointMarker,
+    CheckpointBarrier,
+    PriorityBarrier,
+    Watermark,
+)
 from chandy.network.input_gate import InputGate
 from chandy.network.wakeup import Wakeup
 
@@ -132,3 +143,199 @@ def test_a_signal_before_wait_is_not_lost() -> None:
 def test_capacity_must_be_positive() -> None:
     with pytest.raises(ValueError, match="credit"):
         LocalChannel(0)
+
+
+def dump(item: Any) -> bytes:
+    return pickle.dumps(item, protocol=pickle.HIGHEST_PROTOCOL)
+
+
+def test_priority_positions_and_overtaken_items_with_a_concurrent_producer() -> None:
+    """A producer thread sends numbered batches into a small channel (so it keeps waiting for
+    credit) and priority barriers at random points; whenever the consumer sees a barrier, its
+    position is the number of batches sent before it, and the items it overtook are exactly
+    the queued batches numbered ``taken + 1 .. position``, still there to be taken."""
+    rng = random.Random(16)
+    total = 3000
+    barrier_after = sorted(rng.sample(range(total + 1), 60))
+    channel = LocalChannel(capacity=3)
+    wakeup = Wakeup()
+    gate = InputGate([channel], wakeup)
+    channel.bind_producer(Wakeup(), lambda: False)
+
+    def produce() -> None:
+        barriers = iter(enumerate(barrier_after))
+        upcoming: tuple[int, int] | None = next(barriers)
+        for n in range(total + 1):
+            while upcoming is not None and upcoming[1] == n:
+                channel.send_priority(CheckpointBarrier(upcoming[0], n))
+                upcoming = next(barriers, None)
+            if n < total:
+                channel.send([n + 1])
+
+    producer = threading.Thread(target=produce)
+    producer.start()
+    seen: list[PriorityBarrier] = []
+    taken: list[int] = []
+    overtaken_any = False
+    deadline = time.monotonic() + 60
+    while len(taken) < total or len(seen) < len(barrier_after):
+        assert time.monotonic() < deadline, f"stuck after {len(taken)} items and {len(seen)} barriers"
+        if gate.has_priority_event:
+            polled = gate.poll_priority()
+            if polled is not None:
+                index, priority = polled
+                assert index == 0
+                seen.append(priority)
+                overtaken = gate.in_flight_before(0, priority.position)
+                expected = list(range(len(taken) + 1, priority.position + 1))
+                assert [pickle.loads(p) for p in overtaken] == [[k] for k in expected]
+                overtaken_any = overtaken_any or bool(expected)
+                assert gate.reached(0, priority.position) == (len(taken) >= priority.position)
+                continue
+        item = gate.poll_next()
+        if item is None:
+            wakeup.wait(0.05)
+            continue
+        taken.append(item[1][0])
+        assert channel.taken == len(taken)
+    producer.join(5)
+    assert taken == list(range(1, total + 1))
+    assert [p.barrier.checkpoint_id for p in seen] == list(range(len(barrier_after)))
+    assert [p.position for p in seen] == barrier_after
+    assert overtaken_any  # the barriers did overtake queued data
+    assert channel.sent == total
+
+
+def test_in_flight_before_keeps_batches_and_watermarks_and_takes_nothing() -> None:
+    channel = LocalChannel(capacity=20)
+    items: list[Any] = [
+        [0],
+        [1],
+        Watermark(5),
+        CancelCheckpointMarker(3),
+        [2],
+        CheckpointBarrier(3, 0),
+        ACTIVE,
+        [3],
+    ]
+    for item in items:
+        channel.send(item)
+    channel.send([4])  # after the barrier's position
+    assert channel.poll() == [0]
+    channel.send_priority(CheckpointBarrier(4, 0))
+    priority = channel.poll_priority()
+    assert priority == PriorityBarrier(CheckpointBarrier(4, 0), len(items) + 1)
+    assert channel.poll_priority() is None
+    overtaken = channel.in_flight_before(len(items))
+    assert overtaken == [dump(i) for i in ([1], Watermark(5), [2], ACTIVE, [3])]
+    assert channel.in_flight_before(1) == []  # nothing left before what was taken
+    assert channel.backlog() == len(items)  # nothing taken
+    assert [channel.poll() for _ in range(len(items))] == [*items[1:], [4]]
+    assert channel.taken == len(items) + 1
+
+
+def test_a_priority_barrier_overtakes_a_full_channel_without_credit() -> None:
+    channel = LocalChannel(capacity=2)
+    wakeup = Wakeup()
+    gate = InputGate([channel], wakeup)
+    channel.send([1])
+    channel.send([2])
+    assert not channel.has_credit()
+    gate.block_channel(0)  # blocked by an alignment: priority barriers still get through
+    assert not gate.has_priority_event
+    sender = threading.Thread(target=channel.send_priority, args=(CheckpointBarrier(1, 0),))
+    sender.start()
+    sender.join(5)
+    assert not sender.is_alive()  # it did not wait for credit
+    assert wakeup.wait(0)  # the consumer was woken
+    assert gate.has_priority_event
+    assert gate.poll_priority() == (0, PriorityBarrier(CheckpointBarrier(1, 0), 2))
+    assert gate.has_priority_event  # there might be another: ask again
+    assert gate.poll_priority() is None
+    assert not gate.has_priority_event
+    assert not gate.reached(0, 2)
+    gate.unblock_all()
+    assert [gate.poll_next(), gate.poll_next()] == [(0, [1]), (0, [2])]
+    assert gate.reached(0, 2)
+
+
+def test_the_gate_finds_priority_barriers_on_every_channel() -> None:
+    channels = [LocalChannel(4) for _ in range(3)]
+    gate = InputGate(channels, Wakeup())
+    channels[2].send([1])
+    channels[2].send_priority(CheckpointBarrier(7, 0))
+    channels[0].send_priority(CheckpointBarrier(7, 0))
+    found = {gate.poll_priority(), gate.poll_priority()}
+    assert found == {
+        (0, PriorityBarrier(CheckpointBarrier(7, 0), 0)),
+        (2, PriorityBarrier(CheckpointBarrier(7, 0), 1)),
+    }
+    assert gate.poll_priority() is None and not gate.has_priority_event
+
+
+def test_an_overdraft_goes_beyond_credit_and_the_next_send_waits_for_credit_again() -> None:
+    channel = LocalChannel(capacity=2)
+    channel.bind_producer(Wakeup(), lambda: False)
+    channel.send([1])
+    channel.send([2])
+    channel.send_overdraft([3])  # no credit, yet it does not wait
+    assert channel.backlog() == 3 and channel.max_backlog == 3 and channel.sent == 3
+    sent = threading.Event()
+
+    def fourth() -> None:
+        channel.send([4])
+        sent.set()
+
+    thread = threading.Thread(target=fourth)
+    thread.start()
+    assert channel.poll() == [1]
+    assert not sent.wait(0.2)  # two queued for two credits: still none
+    assert channel.poll() == [2]
+    assert sent.wait(5)
+    thread.join()
+    assert [channel.poll(), channel.poll(), channel.poll()] == [[3], [4], None]
+
+
+def test_recovered_items_come_before_live_ones_and_count_as_in_flight() -> None:
+    live, other = LocalChannel(4), LocalChannel(4)
+    gate = InputGate([live, other], Wakeup())
+    recovered = [dump([1]), dump(Watermark(3)), dump([2])]
+    gate.add_recovered(0, recovered[:2])
+    gate.add_recovered(0, recovered[2:])  # added to what is still there
+    gate.add_recovered(1, [])  # nothing: the channel stays as it is
+    assert gate.channels[1] is other
+    live.send([10])
+    live.send_priority(CheckpointBarrier(1, 0))
+    live.send([11])
+    (index, priority) = gate.poll_priority() or (None, None)
+    assert index == 0 and priority is not None and priority.position == 1
+    assert gate.in_flight_before(0, 1) == [*recovered, dump([10])]
+    assert not gate.reached(0, 1)
+    taken = []
+    for payload in recovered:
+        item = gate.poll_next()
+        assert item is not None and item[0] == 0
+        taken.append(item[1])
+        assert gate.serialized(0, item[1]) == payload
+        assert gate.channels[0].size_of(item[1]) == len(payload)
+        assert not gate.reached(0, 1)
+    assert taken == [[1], Watermark(3), [2]]
+    assert gate.in_flight_before(0, 1) == [dump([10])]
+    assert gate.poll_next() == (0, [10])
+    assert gate.channels[0] is live  # the live channel is read directly again
+    assert gate.serialized(0, [10]) == dump([10])
+    assert gate.reached(0, 1) and gate.in_flight_before(0, 1) == []
+    assert gate.poll_next() == (0, [11])
+
+
+def test_recovered_items_are_replayed_round_robin_with_the_other_channels() -> None:
+    channels = [LocalChannel(4), LocalChannel(4)]
+    wakeup = Wakeup()
+    gate = InputGate(channels, wakeup)
+    gate.add_recovered(1, [dump(["r1"]), dump(["r2"])])
+    assert wakeup.wait(0)  # the task looks at the gate even if no live item arrives
+    channels[0].send(["a"])
+    channels[1].send(["b"])
+    polled = [gate.poll_next() for _ in range(5)]
+    assert polled == [(0, ["a"]), (1, ["r1"]), (1, ["r2"]), (1, ["b"]), None]
+    assert gate.channels[1].taken == 1

@@ -16,6 +16,14 @@ always when its queue runs empty, so a sender never waits for a credit that is
 only being held back); the producer's :class:`RemoteOutputChannel` sends only
 with credit. Nothing queues without bound on either side.
 
+A priority barrier (unaligned checkpoints) travels in a frame of its own kind, carrying
+its position (the data frames sent on the channel before it) and the pickled barrier. It
+needs no credit, and it is sent on the task thread like the channel's data frames, so on
+the one connection it always follows them: when the receiver's socket thread queues it
+(apart from the data, waking the task at once), every item it overtook is already queued.
+An overdraft data frame is sent without credit: the producer's credit goes below zero, and
+its next ordinary send waits until the consumer's takes bring it above zero again.
+
 Frames carry the channel's key: ``(generation, edge, producer subtask,
 consumer subtask)``. The generation changes with every deployment of the job's
 tasks, so frames of cancelled tasks can never reach their successors.
@@ -40,7 +48,15 @@ from typing import Any
 
 from chandy.network.auth import HANDSHAKE_TIMEOUT_S, authenticate_client_side
 from chandy.network.cancellation import TaskCancelledError
-from chandy.network.channel import ChannelClosedError, InputChannel, OutputChannel
+from chandy.network.channel import (
+    ChannelClosedError,
+    InputChannel,
+    OutputChannel,
+    PriorityNotice,
+    is_channel_state,
+    queued_prefix,
+)
+from chandy.network.events import CheckpointBarrier, PriorityBarrier
 from chandy.network.framing import FramedSocket, accept_authenticated
 from chandy.network.wakeup import Wakeup
 
@@ -49,7 +65,9 @@ log = logging.getLogger(__name__)
 _HEADER = struct.Struct(">BIIII")  # kind, generation, edge, producer, consumer
 _DATA = 1
 _CREDIT = 2
+_PRIORITY = 3
 _CREDIT_AMOUNT = struct.Struct(">I")
+_POSITION = struct.Struct(">Q")  # a priority frame's position, before the pickled barrier
 _HELLO = struct.Struct(">II")  # slot index, incarnation
 
 
@@ -73,7 +91,10 @@ class RemoteOutputChannel(OutputChannel):
         self.key = key
         self._connection = connection
         self._header = key.header(_DATA)
+        self._priority_header = key.header(_PRIORITY)
         self._credits = 0
+        #: Data frames sent so far (the position of a priority barrier sent now).
+        self.sent = 0
         self._lock = threading.Lock()
         self._producer: Wakeup | None = None
         self._should_abort: Callable[[], bool] = lambda: False
@@ -110,6 +131,28 @@ class RemoteOutputChannel(OutputChannel):
             self._connection.send_frame(payload, self._header)
         except OSError as exc:
             raise ChannelClosedError(f"channel {self.key}: {exc}") from None
+        self.sent += 1
+
+    def send_overdraft(self, item: Any) -> None:
+        with self._lock:
+            self._credits -= 1  # may go below zero: send() waits until it is positive again
+        payload = pickle.dumps(item, protocol=pickle.HIGHEST_PROTOCOL)
+        self._send_frame(payload, self._header)
+        self.sent += 1
+
+    def send_priority(self, barrier: CheckpointBarrier) -> None:
+        # On the task thread, after every data frame of this channel went out: the frames
+        # arrive in this order, so the receiver has queued what the barrier overtakes.
+        payload = _POSITION.pack(self.sent) + pickle.dumps(barrier, protocol=pickle.HIGHEST_PROTOCOL)
+        self._send_frame(payload, self._priority_header)
+
+    def _send_frame(self, payload: bytes, header: bytes) -> None:
+        if self.closed:
+            raise ChannelClosedError(f"channel {self.key} was closed")
+        try:
+            self._connection.send_frame(payload, header)
+        except OSError as exc:
+            raise ChannelClosedError(f"channel {self.key}: {exc}") from None
 
     def close(self) -> None:
         self.closed = True
@@ -130,11 +173,14 @@ class RemoteInputChannel(InputChannel):
         self._connection = connection
         self._credit_header = key.header(_CREDIT)
         self._queue: deque[bytes] = deque()
+        self._priority: deque[tuple[int, bytes]] = deque()
         self._consumer: Wakeup | None = None
+        self._notice = PriorityNotice()
         self._unannounced = 0
         self._announce_every = max(1, capacity // 2)
-        self._last_size = 0
+        self._last_frame = b""
         self.max_backlog = 0
+        self.taken = 0
 
     def start(self) -> None:
         """Grant the initial credits (after the channel is registered for its frames)."""
@@ -149,10 +195,20 @@ class RemoteInputChannel(InputChannel):
     def bind_consumer(self, wakeup: Wakeup) -> None:
         self._consumer = wakeup
 
+    def bind_priority(self, notice: PriorityNotice) -> None:
+        self._notice = notice
+
     def deliver(self, payload: bytes) -> None:
         """A data frame arrived (socket thread)."""
         self._queue.append(payload)
         self.max_backlog = max(self.max_backlog, len(self._queue))
+        if self._consumer is not None:
+            self._consumer.signal()
+
+    def deliver_priority(self, position: int, payload: bytes) -> None:
+        """A priority frame arrived (socket thread), after every data frame sent before it."""
+        self._priority.append((position, payload))
+        self._notice.pending = True
         if self._consumer is not None:
             self._consumer.signal()
 
@@ -161,18 +217,43 @@ class RemoteInputChannel(InputChannel):
             payload = self._queue.popleft()
         except IndexError:
             return None
+        self.taken += 1
         self._unannounced += 1
         if self._unannounced >= self._announce_every or not self._queue:
             self._announce(self._unannounced)
             self._unannounced = 0
-        self._last_size = len(payload)
+        self._last_frame = payload
         return pickle.loads(payload)
+
+    def poll_priority(self) -> PriorityBarrier | None:
+        try:
+            position, payload = self._priority.popleft()
+        except IndexError:
+            return None
+        return PriorityBarrier(pickle.loads(payload), position)
+
+    def in_flight_before(self, position: int) -> list[bytes]:
+        overtaken = position - self.taken
+        if overtaken <= 0:
+            return []
+        frames = queued_prefix(self._queue, overtaken)
+        if len(frames) < overtaken:
+            raise RuntimeError(
+                f"channel {self.key}: a barrier at position {position} overtook "
+                f"{overtaken} frames but only {len(frames)} arrived"
+            )
+        # Events are told from batches by decoding them: paid only for what a barrier
+        # overtook, at most the channel's credit and one overdraft.
+        return [frame for frame in frames if is_channel_state(pickle.loads(frame))]
+
+    def serialized(self, item: Any) -> bytes:
+        return self._last_frame  # the frame of the item just taken
 
     def backlog(self) -> int:
         return len(self._queue)
 
     def size_of(self, item: Any) -> int:
-        return self._last_size  # the frame of the item just taken
+        return len(self._last_frame)  # the frame of the item just taken
 
 
 def bind_data_listener(host: str) -> tuple[socket.socket, str]:
@@ -364,6 +445,9 @@ class DataPlane:
                 channel = self._inputs.get(key)
                 if kind == _DATA and channel is not None:
                     channel.deliver(frame[header_size:])
+                elif kind == _PRIORITY and channel is not None:
+                    (position,) = _POSITION.unpack_from(frame, header_size)
+                    channel.deliver_priority(position, frame[header_size + _POSITION.size :])
         except (OSError, ConnectionError, struct.error) as exc:
             self._lost(self._incoming, producer_slot, connection, f"data connection lost: {exc}")
 
