@@ -94,6 +94,12 @@ def main(argv: list[str]) -> int:
     suite.add_argument(
         "--update-s", type=float, default=None, help="length of W4r's updates (1 %% of the keys per second)"
     )
+    suite.add_argument(
+        "--w6-duration-s",
+        type=float,
+        default=None,
+        help="length of W6 at its throttled sinks (the source emits at twice their rate)",
+    )
     suite.add_argument("--timeout-s", type=float, default=900.0, help="per run")
     suite.add_argument("--results-dir", type=Path, default=Path(__file__).parent / "results")
     suite.add_argument(
@@ -241,6 +247,8 @@ def _run_suite(args: argparse.Namespace, argv: list[str]) -> int:
         sizes = replace(sizes, w3_duration_s=args.duration_s)
     if args.update_s is not None:
         sizes = replace(sizes, w4r_update_s=args.update_s)
+    if args.w6_duration_s is not None:
+        sizes = replace(sizes, w6_duration_s=args.w6_duration_s)
     systems = suite.parse_systems(args.systems, args.quick)
     workloads = [w.strip() for w in args.workloads.split(",") if w.strip()]
     planned = [w for w in workloads if w in suite.PLANNED_WORKLOADS]

@@ -27,6 +27,9 @@ class Metric:
     #: The figure's name in a summary, where two workloads report a figure of the same
     #: name (W5's throughput and latency): ``w5_records_per_s``. W1-W4 keep the bare name.
     summary_key: str = ""
+    #: Whether chandy's ratio to a reference means anything (a count of checkpoints, or the
+    #: in-flight bytes a system's buffers happen to hold, is a fact, not a score).
+    compared: bool = True
 
     @property
     def key(self) -> str:
@@ -137,6 +140,69 @@ METRICS = [
         False,
         summary_key="w5_task_cpu_us_per_record",
     ),
+    Metric(
+        "w6", "records_per_s", "W6 throughput at the sink", "records/s", True, summary_key="w6_records_per_s"
+    ),
+    Metric(
+        "w6",
+        "checkpoint_p50_ms",
+        "W6 checkpoint p50 under backpressure",
+        "ms",
+        False,
+        summary_key="w6_checkpoint_p50_ms",
+    ),
+    Metric(
+        "w6",
+        "checkpoint_p99_ms",
+        "W6 checkpoint p99 under backpressure",
+        "ms",
+        False,
+        summary_key="w6_checkpoint_p99_ms",
+    ),
+    Metric(
+        "w6",
+        "checkpoint_max_ms",
+        "W6 checkpoint max under backpressure",
+        "ms",
+        False,
+        summary_key="w6_checkpoint_max_ms",
+    ),
+    Metric(
+        "w6",
+        "checkpoints_under_backpressure",
+        "W6 checkpoints completed under backpressure",
+        "",
+        True,
+        summary_key="w6_checkpoints_under_backpressure",
+        compared=False,
+    ),
+    Metric(
+        "w6",
+        "persisted_p50_bytes",
+        "W6 persisted in-flight data per checkpoint p50",
+        "bytes",
+        False,
+        summary_key="w6_persisted_p50_bytes",
+        compared=False,
+    ),
+    Metric(
+        "w6",
+        "persisted_max_bytes",
+        "W6 persisted in-flight data per checkpoint max",
+        "bytes",
+        False,
+        summary_key="w6_persisted_max_bytes",
+        compared=False,
+    ),
+    Metric(
+        "w6",
+        "source_behind_s",
+        "W6 source behind its schedule at its end",
+        "s",
+        False,
+        summary_key="w6_source_behind_s",
+        compared=False,
+    ),
 ]
 #: W5's throughput, the figure its targets are about.
 W5_THROUGHPUT = next(m for m in METRICS if m.key == "w5_records_per_s")
@@ -182,6 +248,9 @@ def summarize(rows: list[dict[str, Any]]) -> dict[str, Any]:
         windowed = [r for r in mine if r["workload"] == "w5"]
         if windowed:  # a W5 run whose results are not exact fails, so ok means exact
             part["w5_exact_runs"] = f"{sum(1 for r in windowed if r.get('ok'))} of {len(windowed)}"
+        backpressured = [r for r in mine if r.get("ok") and r["workload"] == "w6"]
+        if backpressured:
+            part["w6_unaligned_checkpoints"] = _unaligned_count(backpressured)
         first = [
             r["records_per_s_incl_first_batch"]
             for r in mine
@@ -195,7 +264,60 @@ def summarize(rows: list[dict[str, Any]]) -> dict[str, Any]:
         records = {r["workload"]: r.get("records", r.get("keys")) for r in mine if r.get("ok")}
         part["records"] = records
         summary[f"{system}/{variant}"] = part
+    if UNALIGNED in summary and ALIGNED in summary:
+        summary[UNALIGNED].update(_unaligned_overhead(rows))
     return summary
+
+
+#: chandy's variants with unaligned checkpoints and without (the same executor otherwise).
+UNALIGNED, ALIGNED = "chandy/unaligned", "chandy/spark"
+
+
+def _unaligned_count(rows: list[dict[str, Any]]) -> str:
+    """How many of the checkpoints W6 measured were unaligned, over every run."""
+    if any(r.get("unaligned_checkpoints") is None for r in rows):
+        return "not reported"
+    unaligned = sum(r["unaligned_checkpoints"] for r in rows)
+    return f"{unaligned} of {sum(r['checkpoints_under_backpressure'] for r in rows)}"
+
+
+def _unaligned_overhead(rows: list[dict[str, Any]]) -> dict[str, Any]:
+    """W1 (no backpressure) with unaligned checkpoints against aligned ones, both every
+    second: the median over runs of each run's throughput lost to unaligned checkpoints
+    (the two cases of a run are measured one after the other), and the extra task CPU per
+    record."""
+
+    def of(run: int, key: str, metric: str) -> list[float]:
+        return [
+            r[metric]
+            for r in rows
+            if r.get("ok")
+            and r["workload"] == "w1"
+            and r["checkpoint_interval_ms"]
+            and r.get("run", 0) == run
+            and f"{r['system']}/{r['variant']}" == key
+            and r.get(metric) is not None
+        ]
+
+    found: dict[str, Any] = {}
+    for metric, name in (
+        ("records_per_s", "w1_unaligned_overhead"),
+        ("task_cpu_us_per_record", "w1_unaligned_cpu_overhead"),
+    ):
+        pairs = []
+        for run in sorted({r.get("run", 0) for r in rows}):
+            unaligned, aligned = of(run, UNALIGNED, metric), of(run, ALIGNED, metric)
+            if len(unaligned) == 1 and len(aligned) == 1:
+                pairs.append((unaligned[0], aligned[0]))
+        if not pairs:
+            continue
+        if metric == "records_per_s":  # throughput lost
+            changes = [1 - u / a for u, a in pairs]
+        else:  # CPU added
+            changes = [u / a - 1 for u, a in pairs]
+        found[name] = statistics.median(changes)
+        found[f"{name}_runs"] = _spread(changes)
+    return found
 
 
 def _paired_w1(rows: list[dict[str, Any]], metric: str) -> list[tuple[float, float]]:
@@ -258,11 +380,25 @@ def ratios(summary: dict[str, Any]) -> dict[str, dict[str, dict[str, float]]]:
                 continue
             row = {}
             for metric in METRICS:
+                if not metric.compared or not _like_for_like(metric, mine, reference):
+                    continue
                 a, b = _comparable(own, metric), _comparable(theirs, metric)
                 if a and b:
                     row[metric.key] = a / b if metric.higher_is_better else b / a
             result[mine][reference] = row
     return result
+
+
+#: Workloads whose ratios compare only like with like: W6's aligned variants with each
+#: other and its unaligned ones with each other.
+LIKE_FOR_LIKE = {
+    "w6": {("chandy/spark", "pyflink/thread"), ("chandy/unaligned", "pyflink/unaligned")},
+}
+
+
+def _like_for_like(metric: Metric, mine: str, reference: str) -> bool:
+    pairs = LIKE_FOR_LIKE.get(metric.workload)
+    return pairs is None or (mine, reference) in pairs
 
 
 #: Variants of a reference that keep per-key state in Python, record by record, as chandy's
@@ -357,6 +493,47 @@ def targets(summary: dict[str, Any], chandy: str = "chandy/spark") -> list[dict[
     limit("recovery_s", "W2 recovery (raised exception)", 1, "s")
     checks += w5_targets(summary, own)
     checks += rocksdb_targets(summary)
+    checks += unaligned_targets(summary)
+    return checks
+
+
+#: Issue 16's aims: under backpressure an unaligned checkpoint takes at most a second, and
+#: without backpressure unaligned checkpoints cost at most 5 % of W1's throughput.
+W6_MAX_UNALIGNED_P99_MS = 1000
+W1_MAX_UNALIGNED_OVERHEAD = 0.05
+
+
+def unaligned_targets(summary: dict[str, Any]) -> list[dict[str, Any]]:
+    """W6: chandy's unaligned checkpoint p99 under backpressure <= 1 s, and its aligned one
+    above that (else the run built no backlog worth overtaking, and the first figure proves
+    nothing); W1: unaligned against aligned checkpoints, <= 5 % throughput lost."""
+    checks: list[dict[str, Any]] = []
+    unaligned, aligned = summary.get(UNALIGNED, {}), summary.get(ALIGNED, {})
+    bound = W6_MAX_UNALIGNED_P99_MS
+    for variant, part, label, within in (
+        (UNALIGNED, unaligned, f"W6 unaligned checkpoint p99 under backpressure <= {bound} ms", True),
+        (ALIGNED, aligned, f"W6 aligned checkpoints wait for the backlog: p99 > {bound} ms", False),
+    ):
+        if "w6_checkpoint_p99_ms" in part:
+            p99 = part["w6_checkpoint_p99_ms"]["median"]
+            kinds = f" ({part['w6_unaligned_checkpoints']} unaligned)" if within else ""
+            checks.append(
+                {
+                    "target": f"{label} ({variant})",
+                    "measured": f"{p99:.0f} ms{kinds}",
+                    "met": (p99 <= bound) == within,
+                }
+            )
+    if "w1_unaligned_overhead" in unaligned:
+        overhead = unaligned["w1_unaligned_overhead"]
+        checks.append(
+            {
+                "target": f"W1 unaligned checkpoints cost <= {W1_MAX_UNALIGNED_OVERHEAD:.0%} "
+                f"throughput against aligned ({UNALIGNED} vs {ALIGNED})",
+                "measured": f"{overhead:.1%}",
+                "met": overhead <= W1_MAX_UNALIGNED_OVERHEAD,
+            }
+        )
     return checks
 
 
@@ -542,18 +719,7 @@ def figures_table(summary: dict[str, Any]) -> str:
                     key, part, "records_per_s_without_checkpoints", "W1 throughput without checkpoints"
                 )
             )
-            spread = part.get("checkpoint_overhead_runs")
-            rows.append(
-                [
-                    key,
-                    "W1 checkpoint overhead",
-                    f"{part['checkpoint_overhead']:.1%}",
-                    f"{spread['min']:.1%}" if spread else "",
-                    f"{spread['max']:.1%}" if spread else "",
-                    str(spread["runs"]) if spread else "",
-                    fmt(part["records"].get("w1")),
-                ]
-            )
+            rows.append(_share_row(key, part, "checkpoint_overhead", "W1 checkpoint overhead"))
         if "checkpoint_cpu_overhead" in part:
             for name, label in (
                 ("task_cpu_us_per_record", "W1 task CPU per record"),
@@ -587,7 +753,40 @@ def figures_table(summary: dict[str, Any]) -> str:
             rows.append([key, "W2 every key's sum exact", part["w2_exact_runs"], "", "", "", ""])
         if "w5_exact_runs" in part:
             rows.append([key, "W5 every window's sums exact, once", part["w5_exact_runs"], "", "", "", ""])
+        if "w6_unaligned_checkpoints" in part:
+            rows.append(
+                [
+                    key,
+                    "W6 checkpoints under backpressure that were unaligned",
+                    part["w6_unaligned_checkpoints"],
+                    "",
+                    "",
+                    "",
+                    fmt(part["records"].get("w6")),
+                ]
+            )
+        for name, label in (
+            ("w1_unaligned_overhead", "W1 throughput lost to unaligned checkpoints (vs aligned)"),
+            ("w1_unaligned_cpu_overhead", "W1 task CPU added by unaligned checkpoints (vs aligned)"),
+        ):
+            if name in part:
+                rows.append(_share_row(key, part, name, label))
     return table(rows, ["system/variant", "figure", "median", "min", "max", "runs", "records"])
+
+
+def _share_row(key: str, part: dict[str, Any], name: str, label: str) -> list[str]:
+    """A W1 figure that is a share (an overhead): its median over runs, with the spread of
+    the runs' own figures (``<name>_runs``) where the runs could be paired."""
+    spread = part.get(f"{name}_runs")
+    return [
+        key,
+        label,
+        f"{part[name]:.1%}",
+        f"{spread['min']:.1%}" if spread else "",
+        f"{spread['max']:.1%}" if spread else "",
+        str(spread["runs"]) if spread else "",
+        fmt(part["records"].get("w1")),
+    ]
 
 
 def _throughput_row(key: str, part: dict[str, Any], name: str, label: str) -> list[str]:
@@ -727,6 +926,16 @@ NOTES = """\
   holds the periodic watermark (200 ms in chandy and PyFlink) and, for Spark, the whole
   micro-batch that emits the window. chandy's latency from its emitted watermark, without
   that wait, is listed beside it. `bench/README.md` says how each system is measured.
+- **W6** (checkpoints under backpressure, `bench/systems/w6_records.py`) is W1's job between
+  a source paced to 10,000 records/s and a sink that sleeps to hold half of it, for 40 s;
+  the figures are over the checkpoints triggered while the sources were held back. An
+  aligned barrier waits behind every record the buffers between source and sink hold, so
+  its duration follows the backlog in flight (chandy: credits per channel x records per
+  batch; Flink: its network buffers); an unaligned barrier overtakes it, and the backlog
+  becomes the checkpoint's persisted in-flight data. Ratios compare aligned with aligned and
+  unaligned with unaligned. `chandy/unaligned` is the Spark executor with
+  `execution.checkpointing.unaligned.enabled: true` and an aligned-checkpoint timeout of 0;
+  its W1 beside `chandy/spark`'s gives what unaligned checkpoints cost without backpressure.
 - **W2 recovery** is from the raised exception to the first record processed after the
   restore: chandy and PyFlink restart inside the running job; Spark restarts the query
   from its checkpoint location, as a supervisor would (local mode retries no task);

@@ -30,12 +30,12 @@ ROOT = Path(__file__).resolve().parent.parent
 
 #: Every system and the variants it is measured in; the first is its main variant.
 VARIANTS: dict[str, list[str]] = {
-    "chandy": ["spark", "local", "rocksdb"],
+    "chandy": ["spark", "local", "rocksdb", "unaligned"],
     "spark_ss": ["groupby", "pandas_state", "twsip"],
     "bytewax": ["processes", "workers"],
-    "pyflink": ["thread", "process"],
+    "pyflink": ["thread", "process", "unaligned"],
 }
-WORKLOADS = ("w1", "w2", "w3", "w4", "w4r", "w5")
+WORKLOADS = ("w1", "w2", "w3", "w4", "w4r", "w5", "w6")
 #: Workloads the harness keeps a place for that wait on a chandy feature not built yet.
 #: Asking for one runs nothing and says why; once the feature lands, the workload moves
 #: to ``WORKLOADS`` and every runner learns it.
@@ -69,6 +69,13 @@ class Sizes:
     w4r_keys: int = 10_000_000
     w4r_update_fraction: float = 0.01
     w4r_update_s: float = 30.0
+    #: W6 (checkpoints under backpressure, ``bench/systems/w6_records.py``): the source's rate
+    #: (records/s over both subtasks; the sinks hold half of it) and the run's length at the
+    #: sinks. The same rate for every system, within PyFlink's reach (about 25 k records/s
+    #: through its Python functions), so the backlog each holds in flight, and the time an
+    #: aligned barrier waits behind it, depend on its buffers alone.
+    w6_source_rate: float = 10_000.0
+    w6_duration_s: float = 40.0
     #: W1's record count where it is not ``w1_records``, by ``system:variant`` or ``system``.
     w1_records_of: dict[str, int] = field(
         default_factory=lambda: {"chandy": 20_000_000, "spark_ss:groupby": 60_000_000, "pyflink": 200_000}
@@ -121,6 +128,8 @@ class Sizes:
                 "--per-event-second",
                 str(self.w5_per_event_second),
             ]
+        if workload == "w6":
+            return ["--rate", f"{self.w6_source_rate:g}", "--duration-s", f"{self.w6_duration_s:g}"]
         return ["--records", str(self.w4_keys // divisor), "--value-bytes", str(self.w4_value_bytes)]
 
     def w5_records_for(self, system: str, variant: str) -> int:
@@ -143,6 +152,7 @@ QUICK = Sizes(
     w1_records_of={"pyflink": 30_000},
     w5_records=300_000,
     w5_records_of={"pyflink": 200_000},
+    w6_duration_s=10.0,
 )
 
 
@@ -168,6 +178,12 @@ W4R_VARIANT = {("chandy", "spark"): "rocksdb"}
 #: (PyFlink's Python functions in its JVM, Spark's JVM aggregation; Bytewax has no RocksDB
 #: state, and PyFlink's process mode, at 1.5 k records/s, would load 1 M keys for 11 minutes).
 W4R_REFERENCES = {("pyflink", "thread"), ("spark_ss", "groupby")}
+#: W6 (checkpoints under backpressure) compares aligned with unaligned checkpoints where both
+#: exist: chandy on the Spark executor and PyFlink in thread mode, each as is (aligned) and
+#: with unaligned checkpoints. Spark's micro-batch commits and Bytewax's epochs travel with
+#: no barrier, so there is nothing to align; chandy's other variants and PyFlink's process
+#: mode would only repeat the aligned case.
+W6_CASES = {("chandy", "spark"), ("chandy", "unaligned"), ("pyflink", "thread"), ("pyflink", "unaligned")}
 
 
 def plan(
@@ -189,6 +205,11 @@ def plan(
             for left_out in sorted({f"{s}:{v}" for s, v in systems} - {f"{s}:{v}" for s, v in chosen}):
                 if not left_out.startswith("chandy:"):
                     log.warning("W4r does not run on %s (no RocksDB state there, or too slow)", left_out)
+        if workload == "w6":
+            chosen = [(s, v) for s, v in systems if (s, v) in W6_CASES]
+            for s, v in systems:
+                if (s, v) not in W6_CASES:
+                    log.warning("W6 does not run on %s:%s (see W6_CASES)", s, v)
         for system, variant in chosen:
             cases.append(Case(system, variant, workload))
             if workload == "w1" and with_no_checkpoint_baseline:

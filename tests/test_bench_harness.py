@@ -539,3 +539,143 @@ def test_rocksdb_targets_hold_w4r_to_the_issue_and_w1_on_rocksdb_to_half_the_hea
         "w4r_uploaded_p50_bytes"
     ] == pytest.approx(2.5)
     assert "W4r uploaded p50 / full size" in report.figures_table(summary)
+
+
+class _ManualClock:
+    """``time.monotonic`` for the W6 pacers, moved by hand."""
+
+    def __init__(self) -> None:
+        self.now = 100.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def test_w6_source_never_forgives_what_it_was_held_back_and_the_sink_holds_half_its_rate() -> None:
+    from bench.systems.w6_records import W6Plan
+
+    plan = W6Plan(source_rate=10_000, duration_s=40, parallelism=2)
+    assert (plan.sink_rate, plan.records) == (5_000, 200_000)  # 40 s at the sinks
+    clock = _ManualClock()
+    source = plan.source_pacer(clock)  # 5,000 records/s per subtask
+    assert source.due(0, 1024) == 1  # the first record at once
+    clock.now += 0.01
+    assert source.due(1, 1024) == 50  # records 1..50 due within 10 ms
+    clock.now += 2.0  # held back by backpressure for 2 s: 10,000 records overdue
+    assert source.due(51, 1024) == 1024  # full batches, nothing forgiven
+    assert source.behind_s(1075) == pytest.approx(2.01 - 1074 / 5_000)
+    sink = plan.sink_pacer(clock)  # 2,500 records/s per subtask
+    sink.start()
+    assert sink.wait_s(500) == pytest.approx(0.2)  # 500 records are due over 0.2 s
+    clock.now += 0.3
+    assert sink.wait_s(500) == 0.0  # behind its pace: no sleep
+
+
+def _w6_checkpoint(
+    checkpoint_id: int, trigger_s: float, duration_ms: int, **extra: object
+) -> dict[str, object]:
+    return {"id": checkpoint_id, "trigger_ms": trigger_s * 1000, "duration_ms": duration_ms, **extra}
+
+
+def test_w6_figures_are_over_the_checkpoints_taken_while_the_sources_were_held_back() -> None:
+    from bench.systems.w6_records import W6Plan, figures, unaligned_of
+
+    plan = W6Plan(source_rate=1_000, duration_s=10, parallelism=2)  # 5,000 records
+    sources = [{"first": 999.0, "last": 1005.0, "count": 2_500, "behind_s": 4.0}] * 2
+    sinks = [{"first": 1000.0, "last": 1010.0, "count": 2_500, "behind_s": 0.0}] * 2
+    checkpoints = [
+        _w6_checkpoint(1, 999.5, 5, unaligned=True, persisted_bytes=10),  # before the first record
+        _w6_checkpoint(2, 1001.0, 300, unaligned=True, persisted_bytes=4_000),
+        _w6_checkpoint(3, 1002.0, 100, unaligned=True, persisted_bytes=2_000),
+        _w6_checkpoint(4, 1003.0, 200, unaligned=False, persisted_bytes=0),
+        _w6_checkpoint(5, 1008.0, 9, unaligned=True, persisted_bytes=1),  # the backlog draining
+    ]
+
+    found = figures(plan, sources, sinks, checkpoints)
+
+    assert found["records_per_s"] == pytest.approx(500.0)  # half the source rate
+    assert (found["checkpoints_completed"], found["checkpoints_under_backpressure"]) == (5, 3)
+    assert (found["checkpoint_p50_ms"], found["checkpoint_p99_ms"]) == (200.0, 300.0)
+    assert found["unaligned_checkpoints"] == 2
+    assert (found["persisted_p50_bytes"], found["persisted_max_bytes"]) == (2_000.0, 4_000.0)
+    assert [c["trigger_s"] for c in found["checkpoints"]] == [1.0, 2.0, 3.0]
+    assert found["source_behind_s"] == 4.0
+    # a system that reports neither leaves the figures out instead of claiming 0
+    bare = [
+        {"id": c["id"], "trigger_ms": c["trigger_ms"], "duration_ms": c["duration_ms"]} for c in checkpoints
+    ]
+    assert figures(plan, sources, sinks, bare)["unaligned_checkpoints"] is None
+    assert figures(plan, sources, sinks, bare)["persisted_p50_bytes"] is None
+    with pytest.raises(RuntimeError, match="the sinks saw 4999 records, expected 5000"):
+        figures(plan, sources, [sinks[0], {**sinks[1], "count": 2_499}], checkpoints)
+    with pytest.raises(RuntimeError, match="no checkpoint was triggered while the sources were held back"):
+        figures(plan, sources, sinks, checkpoints[:1])
+    # Flink's REST history names the kind; chandy may also say is_unaligned
+    assert unaligned_of({"checkpoint_type": "UNALIGNED_CHECKPOINT"}) is True
+    assert unaligned_of({"checkpoint_type": "CHECKPOINT"}) is False
+    assert unaligned_of({"is_unaligned": True, "checkpoint_type": "CHECKPOINT"}) is True
+    assert unaligned_of({}) is None
+
+
+def test_w6_runs_aligned_and_unaligned_on_chandy_and_pyflink_only() -> None:
+    from bench.suite import FULL, QUICK, parse_systems, plan
+
+    every = parse_systems("chandy,spark_ss,bytewax,pyflink", quick=False)
+    assert [(c.system, c.variant) for c in plan(every, ["w6"], with_no_checkpoint_baseline=True)] == [
+        ("chandy", "spark"),
+        ("chandy", "unaligned"),
+        ("pyflink", "thread"),
+        ("pyflink", "unaligned"),
+    ]
+    assert plan(parse_systems("chandy:local", quick=True), ["w6"], True) == []
+    assert FULL.arguments("pyflink", "unaligned", "w6") == ["--rate", "10000", "--duration-s", "40"]
+    assert QUICK.arguments("chandy", "unaligned", "w6")[-1] == "10"
+
+
+def test_unaligned_targets_pair_w1_runs_and_w6_ratios_compare_like_with_like() -> None:
+    def row(system: str, variant: str, workload: str, run: int = 1, **figures: object) -> dict[str, object]:
+        return {
+            "system": system,
+            "variant": variant,
+            "workload": workload,
+            "run": run,
+            "ok": True,
+            "checkpoint_interval_ms": 1000,
+            **figures,
+        }
+
+    w6 = {"records": 200_000, "checkpoints_under_backpressure": 10}
+    rows = [
+        row("chandy", "spark", "w1", 1, records=1000, records_per_s=3.0e6, task_cpu_us_per_record=0.50),
+        row("chandy", "unaligned", "w1", 1, records=1000, records_per_s=2.94e6, task_cpu_us_per_record=0.51),
+        row("chandy", "spark", "w1", 2, records=1000, records_per_s=2.0e6, task_cpu_us_per_record=0.50),
+        row("chandy", "unaligned", "w1", 2, records=1000, records_per_s=1.8e6, task_cpu_us_per_record=0.55),
+        row("chandy", "spark", "w6", **w6, checkpoint_p99_ms=3300.0, unaligned_checkpoints=0),
+        row("chandy", "unaligned", "w6", **w6, checkpoint_p99_ms=80.0, unaligned_checkpoints=10),
+        row("pyflink", "thread", "w6", **w6, checkpoint_p99_ms=6600.0, unaligned_checkpoints=0),
+        row("pyflink", "unaligned", "w6", **w6, checkpoint_p99_ms=40.0, unaligned_checkpoints=9),
+    ]
+
+    summary = report.summarize(rows)
+    checks = {c["target"]: (c["measured"], c["met"]) for c in report.targets(summary)}
+
+    # paired per run: 2 % and 10 % lost, median 6 %
+    assert summary["chandy/unaligned"]["w1_unaligned_overhead"] == pytest.approx(0.06)
+    assert summary["chandy/unaligned"]["w1_unaligned_cpu_overhead"] == pytest.approx((0.02 + 0.10) / 2)
+    assert checks[
+        "W1 unaligned checkpoints cost <= 5% throughput against aligned (chandy/unaligned vs chandy/spark)"
+    ] == ("6.0%", False)
+    assert checks["W6 unaligned checkpoint p99 under backpressure <= 1000 ms (chandy/unaligned)"] == (
+        "80 ms (10 of 10 unaligned)",
+        True,
+    )
+    assert checks["W6 aligned checkpoints wait for the backlog: p99 > 1000 ms (chandy/spark)"] == (
+        "3300 ms",
+        True,
+    )
+    ratios = report.ratios(summary)
+    assert ratios["chandy/spark"]["pyflink/thread"]["w6_checkpoint_p99_ms"] == pytest.approx(2.0)
+    assert ratios["chandy/unaligned"]["pyflink/unaligned"]["w6_checkpoint_p99_ms"] == pytest.approx(0.5)
+    assert "w6_checkpoint_p99_ms" not in ratios["chandy/unaligned"]["pyflink/thread"]  # unaligned vs aligned
+    text = report.figures_table(summary)
+    assert "W6 checkpoints under backpressure that were unaligned" in text and "9 of 10" in text

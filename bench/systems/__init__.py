@@ -7,13 +7,13 @@ A runner is a standalone script run as a subprocess with the Python of its syste
 virtual environment (``bench/envs.py`` makes them under ``bench/.cache/venvs``). The
 reference runners (``pyflink_runner.py``, ``bytewax_runner.py``, ``spark_ss_runner.py``)
 import nothing from chandy or ``bench``: only the standard library, their system, and
-``w5_events.py`` beside them (standard library only: W5's events, its result check and
-its figures, defined once so that every system does the same work and is held to the
-same results). ``chandy_runner.py`` runs in the project's environment.
+``w5_events.py``, ``w4r_records.py`` and ``w6_records.py`` beside them (standard library
+only: a workload's records, pacing, checks and figures, defined once so that every system
+does the same work and is held to the same results). ``chandy_runner.py`` runs in the project's environment.
 
 Command line (every runner accepts these; a runner may add its own, such as ``--mode``)::
 
-    python <system>_runner.py <w1|w2|w3|w4|w4r|w5> --work-dir DIR
+    python <system>_runner.py <w1|w2|w3|w4|w4r|w5|w6> --work-dir DIR
         [--records N] [--parallelism 2] [--checkpoint-interval-ms 1000]
         [--keys 10000] [--rate 1000] [--duration-s 20] [--value-bytes 100]
         [--per-event-second 100000] [--update-fraction 0.01] [--update-s 20]
@@ -80,4 +80,17 @@ Workloads (same source semantics for every system)
   ``latency_p99_ms``, ``latency_max_ms`` (per result: its arrival at the sink minus the
   moment the sources' largest timestamps let the watermark pass its window's end; see
   ``w5_events``), ``windows``, the checkpoint figures.
+* **w6** checkpoints under backpressure (``w6_records``): w1's job between a source paced
+  to ``rate`` records/s (over every subtask, on a schedule that never forgives what
+  backpressure held back) and a sink chained to the keyed function that sleeps to hold
+  half of it, ``rate / 2 * duration_s`` records, checkpoints every second. Only chandy
+  (``--mode spark`` aligned, ``--mode unaligned``) and PyFlink (``--mode thread`` aligned,
+  ``--mode unaligned``) run it. Figures (``w6_records.figures``, over the checkpoints
+  triggered while the sources were held back): ``checkpoint_p50_ms``,
+  ``checkpoint_p99_ms``, ``checkpoint_max_ms``, ``checkpoints_under_backpressure``,
+  ``unaligned_checkpoints`` and ``persisted_p50_bytes`` / ``persisted_max_bytes`` (from
+  the system's checkpoint statistics; ``null`` where it does not report them),
+  ``records_per_s`` at the sinks, ``source_behind_s``, ``checkpoints_completed``, each
+  measured checkpoint (``checkpoints``), and the settings that bound the backlog in flight
+  (chandy ``buffers_per_channel`` and ``batch_size``; PyFlink ``network_buffers``).
 """

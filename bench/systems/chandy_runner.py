@@ -1,12 +1,15 @@
-"""chandy's runner: ``python -m bench.systems.chandy_runner <w1|w2|w3|w4> --work-dir DIR``.
+"""chandy's runner: ``python -m bench.systems.chandy_runner <w1|...|w6> --work-dir DIR``.
 
 Follows the runner protocol of :mod:`bench.systems`. ``--mode`` is the executor:
 ``spark`` (the default, a local Spark session with one slot per subtask) or ``local``
 (every subtask a thread of this process); ``rocksdb`` is the Spark executor with the
 RocksDB state backend and incremental checkpoints (``state.backend.type: rocksdb``,
-``execution.checkpointing.incremental: true``) instead of the heap. W4r (W4 on RocksDB)
-runs on RocksDB with incremental checkpoints whatever the mode. The jobs are written as
-a PyFlink user writes them: a ``KeyedProcessFunction`` reading and updating a ``ValueState``.
+``execution.checkpointing.incremental: true``) instead of the heap; ``unaligned`` is the
+Spark executor with unaligned checkpoints (``execution.checkpointing.unaligned.enabled:
+true``, ``execution.checkpointing.aligned-checkpoint-timeout: 0``: every checkpoint
+unaligned). W4r (W4 on RocksDB) runs on RocksDB with incremental checkpoints whatever the
+mode. The jobs are written as a PyFlink user writes them: a ``KeyedProcessFunction``
+reading and updating a ``ValueState``.
 """
 
 from __future__ import annotations
@@ -32,9 +35,12 @@ from bench.systems.w5_events import (
     watermark_passed_at,
 )
 from bench.systems.w5_events import figures as w5_figures
+from bench.systems.w6_records import Notes, W6Plan, unaligned_of
+from bench.systems.w6_records import figures as w6_figures
 from bench.timing import TimingSink, read_timings
 from bench.w1 import RunningSum
 from chandy import StreamExecutionEnvironment
+from chandy.config.options import CheckpointingOptions, NetworkOptions
 from chandy.connectors import DataGeneratorSource
 from chandy.connectors.number_sequence import (
     NumberSequenceReader,
@@ -67,7 +73,7 @@ W5_WATERMARK_INTERVAL_MS = 200
 
 
 #: ``--mode`` -> the executor it runs on.
-EXECUTORS = {"spark": "spark", "local": "local", "rocksdb": "spark"}
+EXECUTORS = {"spark": "spark", "local": "local", "rocksdb": "spark", "unaligned": "spark"}
 
 
 def on_rocksdb(args: argparse.Namespace) -> bool:
@@ -99,6 +105,18 @@ def environment(args: argparse.Namespace, work_dir: Path) -> StreamExecutionEnvi
     if args.checkpoint_interval_ms > 0:
         env.enable_checkpointing(args.checkpoint_interval_ms)
         env.get_checkpoint_config().set_checkpoint_storage(str(work_dir / "checkpoints"))
+        if args.mode == "unaligned":
+            env.configure(
+                {
+                    "execution.checkpointing.unaligned.enabled": True,
+                    "execution.checkpointing.aligned-checkpoint-timeout": 0,
+                }
+            )
+    network = {
+        "taskmanager.network.memory.buffers-per-channel": args.buffers_per_channel,
+        "chandy.network.batch-size": args.batch_size,
+    }
+    env.configure({key: value for key, value in network.items() if value is not None})
     return env
 
 
@@ -767,10 +785,134 @@ def w5(args: argparse.Namespace, work_dir: Path) -> dict[str, Any]:
     }
 
 
+# ------------------------------------------------------------------ w6
+
+
+class W6Reader(NumberSequenceReader):
+    """W6's source subtask: the ints of its split, paced to its share of the source rate on
+    a schedule that never forgives what the pipeline held back (``w6_records``): behind
+    schedule, it hands out full batches. Its notes are written when its input ends."""
+
+    idle_wait_s = 0.002
+
+    def __init__(self, plan: W6Plan, path: Path) -> None:
+        super().__init__()
+        self.pacer = plan.source_pacer(time.monotonic)
+        self.notes = Notes()
+        self.path = path
+
+    def poll_next(self, max_records: int) -> list[int] | None:
+        due = self.pacer.due(self.notes.count, max_records)
+        if not due:
+            return []
+        batch = super().poll_next(due)
+        if batch:
+            self.notes.observe(len(batch), time.time())
+        elif batch is None and not self.path.exists():
+            self.notes.behind_s = self.pacer.behind_s(self.notes.count)
+            self.path.write_text(json.dumps(self.notes.to_json()))
+        return batch
+
+
+class W6Source(NumberSequenceSource):
+    """``0..records-1`` in ``parallelism`` contiguous splits, paced (:class:`W6Reader`)."""
+
+    def __init__(self, plan: W6Plan, directory: str) -> None:
+        super().__init__(0, plan.records - 1)
+        self.plan = plan
+        self.directory = directory
+
+    def create_reader(self, context: SourceReaderContext) -> W6Reader:
+        path = Path(self.directory) / f"source-{context.subtask_index}-{context.attempt_number}.json"
+        return W6Reader(self.plan, path)
+
+
+class _ThrottledWriter(SinkWriter):
+    """Discards records, holding its share of the sink rate: after each batch it sleeps
+    until that many records are due (chandy hands a sink whole batches)."""
+
+    def __init__(self, plan: W6Plan, path: Path) -> None:
+        self.pacer = plan.sink_pacer(time.monotonic)
+        self.notes = Notes()
+        self.path = path
+
+    def write(self, element: Any) -> None:
+        self.write_batch([element])
+
+    def write_batch(self, elements: list[Any]) -> None:
+        self.pacer.start()
+        self.notes.observe(len(elements), time.time())
+        wait = self.pacer.wait_s(self.notes.count)
+        if wait > 0:
+            time.sleep(wait)
+
+    def flush(self, end_of_input: bool) -> None:
+        if end_of_input:
+            self.path.write_text(json.dumps(self.notes.to_json()))
+
+    def close(self) -> None:
+        pass
+
+
+class ThrottledSink(Sink):
+    def __init__(self, plan: W6Plan, directory: str) -> None:
+        self.plan = plan
+        self.directory = directory
+
+    def create_writer(self, context: SinkWriterContext) -> SinkWriter:
+        path = Path(self.directory) / f"sink-{context.subtask_index}-{context.attempt_number}.json"
+        return _ThrottledWriter(self.plan, path)
+
+
+def w6_checkpoints(client: JobClient) -> list[dict[str, Any]]:
+    """Every completed checkpoint from the job's statistics (Flink's REST names: a history
+    entry's ``checkpoint_type`` or ``is_unaligned``, and ``persisted_data``)."""
+    history = client.get_checkpoint_statistics()["history"]
+    return [
+        {
+            "id": c["id"],
+            "trigger_ms": c["trigger_timestamp"],
+            "duration_ms": c["end_to_end_duration"],
+            "unaligned": unaligned_of(c),
+            "persisted_bytes": c.get("persisted_data"),
+        }
+        for c in reversed(history)
+        if c["status"] == "COMPLETED" and not c.get("is_savepoint")
+    ]
+
+
+def w6(args: argparse.Namespace, work_dir: Path) -> dict[str, Any]:
+    """Checkpoints under backpressure (``w6_records``): W1's keyed running sum between a
+    source paced to ``--rate`` and a sink holding half of it, for ``--duration-s``."""
+    if args.checkpoint_interval_ms <= 0:
+        raise ValueError("w6 measures checkpoints: give --checkpoint-interval-ms > 0")
+    plan = W6Plan(args.rate, args.duration_s, args.parallelism, args.keys)
+    env = environment(args, work_dir)
+    (
+        env.from_source(W6Source(plan, str(work_dir)), source_name="paced numbers")
+        .key_by(lambda i, keys=args.keys: i % keys)
+        .process(RunningSum())
+        .name("running sum")
+        .sink_to(ThrottledSink(plan, str(work_dir)))
+    )
+    client, wall = run(env, "W6 checkpoints under backpressure")
+    config = env.get_configuration()
+    sources = [json.loads(p.read_text()) for p in sorted(work_dir.glob("source-*.json"))]
+    sinks = [json.loads(p.read_text()) for p in sorted(work_dir.glob("sink-*.json"))]
+    return {
+        **w6_figures(plan, sources, sinks, w6_checkpoints(client)),
+        "unaligned_enabled": config.get(CheckpointingOptions.UNALIGNED),
+        "aligned_checkpoint_timeout_ms": config.get(CheckpointingOptions.ALIGNED_CHECKPOINT_TIMEOUT),
+        "buffers_per_channel": config.get(NetworkOptions.BUFFERS_PER_CHANNEL),
+        "batch_size": config.get(NetworkOptions.BATCH_SIZE),
+        "wall_s": wall,
+    }
+
+
 # ------------------------------------------------------------------ main
 
 
-WORKLOADS = {"w1": w1, "w2": w2, "w3": w3, "w4": w4, "w4r": w4r, "w5": w5}
+WORKLOADS = {"w1": w1, "w2": w2, "w3": w3, "w4": w4, "w4r": w4r, "w5": w5, "w6": w6}
 
 
 def parse(argv: list[str]) -> argparse.Namespace:
@@ -795,7 +937,17 @@ def parse(argv: list[str]) -> argparse.Namespace:
         "--mode",
         choices=sorted(EXECUTORS),
         default="spark",
-        help="the executor (default spark); rocksdb: the Spark executor with the RocksDB state backend",
+        help="the executor (default spark); rocksdb: the Spark executor with the RocksDB state backend; "
+        "unaligned: the Spark executor with unaligned checkpoints",
+    )
+    parser.add_argument(
+        "--buffers-per-channel",
+        type=int,
+        default=None,
+        help="taskmanager.network.memory.buffers-per-channel (credits per input channel; default chandy's)",
+    )
+    parser.add_argument(
+        "--batch-size", type=int, default=None, help="chandy.network.batch-size (records per batch)"
     )
     return parser.parse_args(argv)
 
@@ -807,7 +959,8 @@ def main(argv: list[str]) -> int:
     result: dict[str, Any] = {
         "system": "chandy",
         "variant": f"{EXECUTORS[args.mode]} executor"
-        + (", RocksDB state backend" if on_rocksdb(args) else ""),
+        + (", RocksDB state backend" if on_rocksdb(args) else "")
+        + (", unaligned checkpoints" if args.mode == "unaligned" else ""),
         "workload": args.workload,
     }
     try:

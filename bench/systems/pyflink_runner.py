@@ -1,4 +1,4 @@
-"""PyFlink reference runner: runs one workload (w1..w4) on a local Flink mini-cluster.
+"""PyFlink reference runner: runs one workload (w1..w6) on a local Flink mini-cluster.
 
 The runner protocol and the workloads are described in ``bench/systems/__init__.py``.
 This script runs with the Python of ``bench/.cache/venvs/pyflink`` and imports only
@@ -19,6 +19,9 @@ runs the Python functions (``python.execution-mode``):
 * ``loopback``: process mode as a local PyFlink script gets it by default: the
   "worker processes" only ask a server in the client to run the harness, so every
   subtask's Python runs in threads of this process, under one GIL.
+* ``unaligned``: thread mode with unaligned checkpoints
+  (``get_checkpoint_config().enable_unaligned_checkpoints()``, aligned-checkpoint timeout
+  0: every checkpoint unaligned).
 
 How the figures are taken
 -------------------------
@@ -66,6 +69,13 @@ How the figures are taken
   so the source's barrier never waits behind records in flight); each checkpoint's
   ``checkpointed_size`` (what it uploaded) and ``state_size`` (the whole state it covers)
   come from the REST API.
+* w6 (checkpoints under backpressure, ``w6_records``): a Python map chained to the
+  ``NumberSequenceSource`` paces the records to the source rate on a schedule that never
+  forgives (behind it, the map emits as fast as Flink takes records), W1's running sum,
+  and a Python sink chained behind it that sleeps to hold half the rate. Each checkpoint's
+  ``checkpoint_type`` and ``persisted_data`` (the in-flight bytes an unaligned checkpoint
+  wrote) come from the REST API; the final one, seen only in the log, has neither, and
+  falls outside the measured span anyway (it comes after the sources ended).
 """
 
 from __future__ import annotations
@@ -111,6 +121,8 @@ from w4r_records import Pacer, PhaseNotes, Phases, W4rRecords
 from w4r_records import figures as w4r_figures
 from w5_events import OUT_OF_ORDERNESS_MS, WINDOW_MS, ResultCheck, W5Events, WatermarkPasses
 from w5_events import figures as w5_figures
+from w6_records import Notes, W6Plan, unaligned_of
+from w6_records import figures as w6_figures
 
 log = logging.getLogger("pyflink_runner")
 
@@ -566,6 +578,110 @@ class W5Sink(ProcessFunction):
         )
 
 
+class _W6Paced:
+    """What W6's paced functions share: their plan, a pacer (the source's or the sink's),
+    their notes, and the file the notes end in (``<prefix>-<instance>.json``)."""
+
+    prefix = ""
+
+    def __init__(self, work_dir: str, plan: W6Plan) -> None:
+        self.work_dir = work_dir
+        self.plan = plan
+        self.pacer: Any = None
+        self.notes = Notes()
+        self.instance = ""
+        self.opened = 0.0
+
+    def _open(self, pacer: Any) -> None:
+        self.pacer = pacer
+        self.notes = Notes()
+        self.instance, self.opened = open_instance()
+
+    def _write_notes(self) -> None:
+        write_json(
+            os.path.join(self.work_dir, f"{self.prefix}-{self.instance}.json"),
+            {"opened": self.opened, **self.notes.to_json()},
+        )
+
+
+class W6PacedSource(_W6Paced, MapFunction):
+    """W6's source side: ``i -> (i % keys, i)``, paced to the subtask's share of the source
+    rate (``w6_records``: the schedule never forgives, so behind it the map emits as fast as
+    Flink takes records), noting its first and last record."""
+
+    prefix = "source"
+
+    def open(self, runtime_context: RuntimeContext) -> None:
+        self._open(self.plan.source_pacer(time.monotonic))
+
+    def map(self, value: int) -> tuple[int, int]:
+        wait = self.pacer.wait_s(self.notes.count)
+        if wait > 0.001:  # a sleep per record would cost more than the record
+            time.sleep(wait)
+        self.notes.observe(1, time.time())
+        return value % self.plan.keys, value
+
+    def close(self) -> None:
+        self.notes.behind_s = self.pacer.behind_s(self.notes.count) if self.notes.count else 0.0
+        self._write_notes()
+
+
+class W6ThrottledSink(_W6Paced, ProcessFunction):
+    """Discards records, holding its share of half the source rate (W6): sleeps once the
+    records it saw are ahead of the rate; emits nothing."""
+
+    prefix = "sink"
+
+    def open(self, runtime_context: RuntimeContext) -> None:
+        self._open(self.plan.sink_pacer(time.monotonic))
+
+    def process_element(self, value: tuple, ctx: ProcessFunction.Context) -> tuple:  # type: ignore[override]
+        self.pacer.start()
+        self.notes.observe(1, time.time())
+        wait = self.pacer.wait_s(self.notes.count)
+        if wait > 0.001:
+            time.sleep(wait)
+        return ()
+
+    def close(self) -> None:
+        self._write_notes()
+
+
+def w6_plan(args: argparse.Namespace) -> W6Plan:
+    return W6Plan(args.rate, args.duration_s, args.parallelism, args.keys)
+
+
+def w6_checkpoints(checkpoints: list[dict]) -> list[dict]:
+    """Every completed checkpoint as ``w6_records.figures`` takes them: ``checkpoint_type``
+    (``UNALIGNED_CHECKPOINT``) and ``persisted_data`` from the REST history (``None`` for one
+    seen only in the log)."""
+    return [
+        {
+            "id": c["id"],
+            "trigger_ms": c.get("trigger_timestamp"),
+            "duration_ms": c["end_to_end_duration"],
+            "unaligned": unaligned_of(c),
+            "persisted_bytes": c.get("persisted_data"),
+        }
+        for c in checkpoints
+    ]
+
+
+def network_buffers() -> dict[str, Any]:
+    """Flink's network buffer defaults, which bound W6's backlog in flight: the buffer
+    (memory segment) size and whether buffer debloating shrinks them. Flink 2 no longer
+    exposes the buffers per channel and gate as options."""
+    options = get_gateway().jvm.org.apache.flink.configuration.TaskManagerOptions
+    found: dict[str, Any] = {}
+    for name in ("MEMORY_SEGMENT_SIZE", "BUFFER_DEBLOAT_ENABLED"):
+        try:
+            option = getattr(options, name)
+            found[option.key()] = str(option.defaultValue())
+        except Exception as exc:  # noqa: BLE001 - an option renamed in another Flink version
+            log.info("No TaskManagerOptions.%s here: %s", name, exc)
+    return found
+
+
 def w4r_records(args: argparse.Namespace) -> W4rRecords:
     return W4rRecords(args.records, args.value_bytes, args.update_fraction, args.update_s, args.parallelism)
 
@@ -824,11 +940,12 @@ def stop_jvm() -> None:
 def make_env(args: argparse.Namespace, work: Path, rest_port: int) -> StreamExecutionEnvironment:
     """The execution environment: a local mini-cluster configured for the benchmark."""
     config = Configuration()
-    config.set_string("python.execution-mode", "thread" if args.mode == "thread" else "process")
+    thread_mode = args.mode in ("thread", "unaligned")
+    config.set_string("python.execution-mode", "thread" if thread_mode else "process")
     # The workers must run this venv's Python, not whatever ``python`` is on the PATH.
     config.set_string("python.executable", sys.executable)
     config.set_string("python.client.executable", sys.executable)
-    if args.mode == "thread":
+    if thread_mode:
         # The interpreter embedded in the JVM starts from the base Python, without this venv's
         # site-packages (where pemja and pyflink are): add them to its sys.path.
         config.set_string("python.pythonpath", sysconfig.get_paths()["purelib"])
@@ -868,6 +985,10 @@ def make_env(args: argparse.Namespace, work: Path, rest_port: int) -> StreamExec
         env.set_buffer_timeout(args.buffer_timeout_ms)
     if args.checkpoint_interval_ms > 0:
         env.enable_checkpointing(args.checkpoint_interval_ms, CheckpointingMode.EXACTLY_ONCE)
+        if args.mode == "unaligned":
+            checkpoint_config = env.get_checkpoint_config()
+            checkpoint_config.enable_unaligned_checkpoints()
+            checkpoint_config.set_aligned_checkpoint_timeout(Duration.of_millis(0))
     return env
 
 
@@ -1053,6 +1174,23 @@ def build(env: StreamExecutionEnvironment, args: argparse.Namespace, work: Path)
             .sink_to(discarding_sink())
             .name("discard")
         )
+    elif args.workload == "w6":
+        # W6: a pacing Python map chained to the source, W1's running sum, a throttled
+        # Python sink chained behind it. The pacing module goes to the Python workers.
+        plan = w6_plan(args)
+        env.add_python_file(str(Path(__file__).resolve().parent / "w6_records.py"))
+        stream = env.from_source(NumberSequenceSource(0, plan.records - 1), no_watermarks, "numbers")
+        (
+            stream.map(W6PacedSource(out, plan), output_type=pair)
+            .name("paced-source")
+            .key_by(FirstField(), key_type=Types.LONG())
+            .process(RunningSum(out), output_type=pair)
+            .name("running-sum")
+            .process(W6ThrottledSink(out, plan))
+            .name("throttled-sink")
+            .sink_to(discarding_sink())
+            .name("discard")
+        )
     else:
         raise ValueError(f"unknown workload '{args.workload}'")
 
@@ -1173,6 +1311,15 @@ def figures_of(args: argparse.Namespace, work: Path, checkpoints: list[dict], pr
             **checkpoint_figures(checkpoints, enabled),
         }
 
+    if args.workload == "w6":
+        return {
+            **w6_figures(
+                w6_plan(args), read_files(out, "source"), read_files(out, "sink"), w6_checkpoints(checkpoints)
+            ),
+            "unaligned_enabled": args.mode == "unaligned",
+            "network_buffers": network_buffers(),
+        }
+
     raise ValueError(f"unknown workload '{args.workload}'")
 
 
@@ -1183,7 +1330,7 @@ def run(args: argparse.Namespace) -> dict:
     work = Path(args.work_dir).resolve()
     (work / "out").mkdir(parents=True, exist_ok=True)
     (work / "tmp").mkdir(exist_ok=True)
-    if args.workload in ("w3", "w4", "w4r") and args.checkpoint_interval_ms <= 0:
+    if args.workload in ("w3", "w4", "w4r", "w6") and args.checkpoint_interval_ms <= 0:
         raise ValueError(f"{args.workload} needs checkpoints (--checkpoint-interval-ms > 0)")
     # Flink's own logs go to the work dir (not into the venv), where the runner reads them.
     log_dir = work / "flink-log"
@@ -1262,7 +1409,7 @@ def run(args: argparse.Namespace) -> dict:
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("workload", choices=["w1", "w2", "w3", "w4", "w4r", "w5"])
+    parser.add_argument("workload", choices=["w1", "w2", "w3", "w4", "w4r", "w5", "w6"])
     parser.add_argument("--work-dir", required=True)
     parser.add_argument(
         "--records", type=int, default=1_000_000, help="records (w1, w2) or distinct keys (w4, w4r)"
@@ -1282,12 +1429,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     )
     parser.add_argument(
         "--mode",
-        choices=["thread", "process", "loopback"],
+        choices=["thread", "process", "loopback", "unaligned"],
         default="thread",
         help="PyFlink's python.execution-mode: thread (in the JVM), process (a "
         "Python worker process per slot, as on a cluster) or loopback (process "
         "mode as a local PyFlink script runs it: the workers are threads of "
-        "this process)",
+        "this process); unaligned: thread mode with unaligned checkpoints",
     )
     parser.add_argument(
         "--buffer-timeout-ms",
