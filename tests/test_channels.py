@@ -23,6 +23,7 @@ from chandy.network.events import (
 )
 from chandy.network.input_gate import InputGate
 from chandy.network.wakeup import Wakeup
+from tests.channel_traffic import consume_numbered, produce_numbered, send_in_background
 
 
 def test_items_come_out_in_order() -> None:
@@ -154,55 +155,19 @@ def test_priority_positions_and_overtaken_items_with_a_concurrent_producer() -> 
     credit) and priority barriers at random points; whenever the consumer sees a barrier, its
     position is the number of batches sent before it, and the items it overtook are exactly
     the queued batches numbered ``taken + 1 .. position``, still there to be taken."""
-    rng = random.Random(16)
     total = 3000
-    barrier_after = sorted(rng.sample(range(total + 1), 60))
+    barrier_after = sorted(random.Random(16).sample(range(total + 1), 60))
     channel = LocalChannel(capacity=3)
     wakeup = Wakeup()
     gate = InputGate([channel], wakeup)
     channel.bind_producer(Wakeup(), lambda: False)
-
-    def produce() -> None:
-        barriers = iter(enumerate(barrier_after))
-        upcoming: tuple[int, int] | None = next(barriers)
-        for n in range(total + 1):
-            while upcoming is not None and upcoming[1] == n:
-                channel.send_priority(CheckpointBarrier(upcoming[0], n))
-                upcoming = next(barriers, None)
-            if n < total:
-                channel.send([n + 1])
-
-    producer = threading.Thread(target=produce)
-    producer.start()
-    seen: list[PriorityBarrier] = []
-    taken: list[int] = []
-    overtaken_any = False
-    deadline = time.monotonic() + 60
-    while len(taken) < total or len(seen) < len(barrier_after):
-        assert time.monotonic() < deadline, f"stuck after {len(taken)} items and {len(seen)} barriers"
-        if gate.has_priority_event:
-            polled = gate.poll_priority()
-            if polled is not None:
-                index, priority = polled
-                assert index == 0
-                seen.append(priority)
-                overtaken = gate.in_flight_before(0, priority.position)
-                expected = list(range(len(taken) + 1, priority.position + 1))
-                assert [pickle.loads(p) for p in overtaken] == [[k] for k in expected]
-                overtaken_any = overtaken_any or bool(expected)
-                assert gate.reached(0, priority.position) == (len(taken) >= priority.position)
-                continue
-        item = gate.poll_next()
-        if item is None:
-            wakeup.wait(0.05)
-            continue
-        taken.append(item[1][0])
-        assert channel.taken == len(taken)
+    producer = produce_numbered(channel, total, barrier_after)
+    taken, seen, overtaking = consume_numbered(gate, wakeup, total, len(barrier_after))
     producer.join(5)
     assert taken == list(range(1, total + 1))
     assert [p.barrier.checkpoint_id for p in seen] == list(range(len(barrier_after)))
     assert [p.position for p in seen] == barrier_after
-    assert overtaken_any  # the barriers did overtake queued data
+    assert overtaking > 0  # the barriers did overtake queued data
     assert channel.sent == total
 
 
@@ -280,14 +245,7 @@ def test_an_overdraft_goes_beyond_credit_and_the_next_send_waits_for_credit_agai
     channel.send([2])
     channel.send_overdraft([3])  # no credit, yet it does not wait
     assert channel.backlog() == 3 and channel.max_backlog == 3 and channel.sent == 3
-    sent = threading.Event()
-
-    def fourth() -> None:
-        channel.send([4])
-        sent.set()
-
-    thread = threading.Thread(target=fourth)
-    thread.start()
+    sent, thread = send_in_background(channel, [4])
     assert channel.poll() == [1]
     assert not sent.wait(0.2)  # two queued for two credits: still none
     assert channel.poll() == [2]

@@ -22,6 +22,7 @@ from chandy.network.tcp import (
     bind_data_listener,
 )
 from chandy.network.wakeup import Wakeup
+from tests.channel_traffic import consume_numbered, produce_numbered, send_in_background
 
 KEY = ChannelKey(generation=1, edge_index=0, producer_subtask=0, consumer_subtask=1)
 
@@ -119,43 +120,13 @@ def test_priority_positions_over_tcp_with_a_concurrent_producer(planes: tuple[Da
     rng = random.Random(16)
     total = 2000
     barrier_after = sorted(rng.sample(range(total + 1), 40))
-
-    def produce() -> None:
-        positions = iter(barrier_after)
-        upcoming = next(positions, None)
-        checkpoint = 0
-        for n in range(total + 1):
-            while upcoming == n:
-                outbound.send_priority(CheckpointBarrier(checkpoint, n))
-                checkpoint += 1
-                upcoming = next(positions, None)
-            if n < total:
-                (outbound.send_overdraft if rng.random() < 0.05 else outbound.send)([n + 1])
-
-    producer = threading.Thread(target=produce)
-    producer.start()
-    taken: list[int] = []
-    seen: list[PriorityBarrier] = []
-    deadline = time.monotonic() + 60
-    while len(taken) < total or len(seen) < len(barrier_after):
-        assert time.monotonic() < deadline, f"stuck after {len(taken)} items and {len(seen)} barriers"
-        if gate.has_priority_event:
-            polled = gate.poll_priority()
-            if polled is not None:
-                priority = polled[1]
-                seen.append(priority)
-                overtaken = [pickle.loads(p) for p in gate.in_flight_before(0, priority.position)]
-                assert overtaken == [[k] for k in range(len(taken) + 1, priority.position + 1)]
-                continue
-        polled_item = gate.poll_next()
-        if polled_item is None:
-            wakeup.wait(0.05)
-            continue
-        taken.append(polled_item[1][0])
+    producer = produce_numbered(outbound, total, barrier_after, overdrafts=rng)
+    taken, seen, overtaking = consume_numbered(gate, wakeup, total, len(barrier_after))
     producer.join(10)
     assert taken == list(range(1, total + 1))
     assert [p.position for p in seen] == barrier_after
     assert [p.barrier.checkpoint_id for p in seen] == list(range(len(barrier_after)))
+    assert overtaking > 0
 
 
 def test_an_overdraft_takes_credit_below_zero_and_sends_wait_until_it_recovers(
@@ -166,14 +137,7 @@ def test_an_overdraft_takes_credit_below_zero_and_sends_wait_until_it_recovers(
     outbound.send([2])
     outbound.send_overdraft([3])
     outbound.send_overdraft([4])  # two overdrafts: credit is at -2
-    sent = threading.Event()
-
-    def fifth() -> None:
-        outbound.send([5])
-        sent.set()
-
-    sender = threading.Thread(target=fifth)
-    sender.start()
+    sent, sender = send_in_background(outbound, [5])
     assert poll(gate, wakeup) == [1]
     assert poll(gate, wakeup) == [2]
     assert not sent.wait(0.3)  # two credits back: credit at 0, still none to send with

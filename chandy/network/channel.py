@@ -148,17 +148,29 @@ class _NoWakeup(Wakeup):
 _NO_WAKEUP = _NoWakeup()
 
 
-def queued_prefix(queue: deque[Any], n: int) -> list[Any]:
-    """The first ``n`` items of ``queue`` while another thread may append on its right.
+def overtaken_items(queue: deque[Any], taken: int, position: int, channel: object) -> list[Any]:
+    """The items of ``queue`` numbered ``taken + 1 .. position`` (its first ones), copied while
+    the producer's side may append on the right.
 
-    Iterating a deque that grows raises :class:`RuntimeError`; the items at its left do not
-    change (only this thread pops), so copying again gives the same answer.
+    Iterating a deque that grows raises :class:`RuntimeError`; its items on the left do not
+    change (only the caller's thread pops), so copying again gives the same answer. They
+    are all there: a priority barrier is queued after everything sent before it.
     """
+    overtaken = position - taken
+    if overtaken <= 0:
+        return []
     while True:
         try:
-            return list(itertools.islice(queue, n))
+            items = list(itertools.islice(queue, overtaken))
+            break
         except RuntimeError:
             continue
+    if len(items) < overtaken:
+        raise RuntimeError(
+            f"channel {channel}: a barrier at position {position} overtook {overtaken} items "
+            f"but only {len(items)} are queued"
+        )
+    return items
 
 
 class LocalChannel(OutputChannel, InputChannel):
@@ -256,15 +268,7 @@ class LocalChannel(OutputChannel, InputChannel):
             return None
 
     def in_flight_before(self, position: int) -> list[bytes]:
-        overtaken = position - self.taken
-        if overtaken <= 0:
-            return []
-        items = queued_prefix(self._queue, overtaken)
-        if len(items) < overtaken:
-            raise RuntimeError(
-                f"channel {self.name}: a barrier at position {position} overtook "
-                f"{overtaken} items but only {len(items)} are queued"
-            )
+        items = overtaken_items(self._queue, self.taken, position, self.name)
         dumps, protocol = pickle.dumps, pickle.HIGHEST_PROTOCOL
         return [dumps(item, protocol=protocol) for item in items if is_channel_state(item)]
 

@@ -54,7 +54,7 @@ from chandy.network.channel import (
     OutputChannel,
     PriorityNotice,
     is_channel_state,
-    queued_prefix,
+    overtaken_items,
 )
 from chandy.network.events import CheckpointBarrier, PriorityBarrier
 from chandy.network.framing import FramedSocket, accept_authenticated
@@ -233,15 +233,7 @@ class RemoteInputChannel(InputChannel):
         return PriorityBarrier(pickle.loads(payload), position)
 
     def in_flight_before(self, position: int) -> list[bytes]:
-        overtaken = position - self.taken
-        if overtaken <= 0:
-            return []
-        frames = queued_prefix(self._queue, overtaken)
-        if len(frames) < overtaken:
-            raise RuntimeError(
-                f"channel {self.key}: a barrier at position {position} overtook "
-                f"{overtaken} frames but only {len(frames)} arrived"
-            )
+        frames = overtaken_items(self._queue, self.taken, position, self.key)
         # Events are told from batches by decoding them: paid only for what a barrier
         # overtook, at most the channel's credit and one overdraft.
         return [frame for frame in frames if is_channel_state(pickle.loads(frame))]
