@@ -297,3 +297,12 @@ def test_recovered_items_are_replayed_round_robin_with_the_other_channels() -> N
     polled = [gate.poll_next() for _ in range(5)]
     assert polled == [(0, ["a"]), (1, ["r1"]), (1, ["r2"]), (1, ["b"]), None]
     assert gate.channels[1].taken == 1
+
+
+def test_a_priority_barrier_sent_before_the_gate_was_built_is_noticed() -> None:
+    channel = LocalChannel(4)
+    channel.send([1])
+    channel.send_priority(CheckpointBarrier(2, 0))  # the producer task started first
+    gate = InputGate([channel], Wakeup())
+    assert gate.has_priority_event
+    assert gate.poll_priority() == (0, PriorityBarrier(CheckpointBarrier(2, 0), 1))

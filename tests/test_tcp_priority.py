@@ -147,3 +147,48 @@ def test_an_overdraft_takes_credit_below_zero_and_sends_wait_until_it_recovers(
     sender.join(5)
     assert [poll(gate, wakeup), poll(gate, wakeup)] == [[4], [5]]
     assert outbound.sent == 5 and inbound.taken == 5
+
+
+def test_frames_sent_without_credit_before_the_consumer_opened_its_channel_are_kept(
+    planes: tuple[DataPlane, DataPlane],
+) -> None:
+    """An overdraft and a priority barrier need no credit, so they can reach a slot before
+    its task opened the channel (a producer deployed first): they wait there for it."""
+    producer_plane, consumer_plane = planes
+    early = producer_plane.output_channel(KEY, consumer_slot=1)
+    early.send_overdraft([1])
+    early.send_priority(CheckpointBarrier(3, 0))
+    # A frame on another channel of the same connection, sent after them: once it arrived,
+    # so had they.
+    other_key = ChannelKey(1, 1, 0, 1)
+    other = consumer_plane.input_channel(other_key, producer_slot=0, capacity=2)
+    other_wakeup = Wakeup()
+    other_gate = InputGate([other], other_wakeup)
+    producer_plane.output_channel(other_key, consumer_slot=1).send_priority(CheckpointBarrier(3, 0))
+    wait_for_priority(other_gate, other_wakeup)
+
+    inbound = consumer_plane.input_channel(KEY, producer_slot=0, capacity=2)
+    wakeup = Wakeup()
+    gate = InputGate([inbound], wakeup)
+    assert wait_for_priority(gate, wakeup) == (0, PriorityBarrier(CheckpointBarrier(3, 0), 1))
+    assert [pickle.loads(p) for p in gate.in_flight_before(0, 1)] == [[1]]
+    assert poll(gate, wakeup) == [1]
+    early.bind_producer(Wakeup(), lambda: False)
+    early.send([2])  # the credit the consumer granted on opening, less the overdraft
+    assert poll(gate, wakeup) == [2]
+
+
+def test_early_frames_of_a_released_generation_are_dropped(planes: tuple[DataPlane, DataPlane]) -> None:
+    producer_plane, consumer_plane = planes
+    consumer_plane.release_generation(KEY.generation)
+    stale = producer_plane.output_channel(KEY, consumer_slot=1)
+    stale.send_overdraft([1])
+    stale.send_priority(CheckpointBarrier(3, 0))
+    marker_key = ChannelKey(KEY.generation + 1, 0, 0, 1)
+    marker = consumer_plane.input_channel(marker_key, producer_slot=0, capacity=2)
+    marker_wakeup = Wakeup()
+    producer_plane.output_channel(marker_key, consumer_slot=1).send_priority(CheckpointBarrier(3, 0))
+    wait_for_priority(InputGate([marker], marker_wakeup), marker_wakeup)
+    # Were they kept, a channel opened under that key (never, in a slot) would get them.
+    gate = InputGate([consumer_plane.input_channel(KEY, producer_slot=0, capacity=2)], Wakeup())
+    assert gate.poll_priority() is None and gate.poll_next() is None

@@ -218,6 +218,8 @@ class LocalChannel(OutputChannel, InputChannel):
 
     def bind_priority(self, notice: PriorityNotice) -> None:
         self._notice = notice
+        if self._priority:  # it came before the gate: the sender read the old notice
+            notice.pending = True
 
     def has_credit(self) -> bool:
         return len(self._queue) < self.capacity

@@ -197,6 +197,8 @@ class RemoteInputChannel(InputChannel):
 
     def bind_priority(self, notice: PriorityNotice) -> None:
         self._notice = notice
+        if self._priority:  # it came before the gate: the sender read the old notice
+            notice.pending = True
 
     def deliver(self, payload: bytes) -> None:
         """A data frame arrived (socket thread)."""
@@ -246,6 +248,16 @@ class RemoteInputChannel(InputChannel):
 
     def size_of(self, item: Any) -> int:
         return len(self._last_frame)  # the frame of the item just taken
+
+
+def _deliver(channel: RemoteInputChannel, kind: int, frame: bytes) -> None:
+    """Hand a data or priority frame (header included) to its input channel."""
+    header_size = _HEADER.size
+    if kind == _DATA:
+        channel.deliver(frame[header_size:])
+    elif kind == _PRIORITY:
+        (position,) = _POSITION.unpack_from(frame, header_size)
+        channel.deliver_priority(position, frame[header_size + _POSITION.size :])
 
 
 def bind_data_listener(host: str) -> tuple[socket.socket, str]:
@@ -306,6 +318,8 @@ class DataPlane:
         self._inputs: dict[ChannelKey, RemoteInputChannel] = {}
         self._outputs: dict[ChannelKey, RemoteOutputChannel] = {}
         self._pending_credits: dict[ChannelKey, int] = {}
+        self._early: dict[ChannelKey, list[tuple[int, bytes]]] = {}  # frames before their channel
+        self._released_generation = -1
         self._lock = threading.Lock()
         self._changed = threading.Condition(self._lock)
         self._threads: list[threading.Thread] = []
@@ -437,11 +451,25 @@ class DataPlane:
                 channel = self._inputs.get(key)
                 if kind == _DATA and channel is not None:
                     channel.deliver(frame[header_size:])
-                elif kind == _PRIORITY and channel is not None:
-                    (position,) = _POSITION.unpack_from(frame, header_size)
-                    channel.deliver_priority(position, frame[header_size + _POSITION.size :])
+                elif channel is not None:
+                    _deliver(channel, kind, frame)
+                elif kind != _CREDIT:
+                    self._keep_early(key, kind, frame)
         except (OSError, ConnectionError, struct.error) as exc:
             self._lost(self._incoming, producer_slot, connection, f"data connection lost: {exc}")
+
+    def _keep_early(self, key: ChannelKey, kind: int, frame: bytes) -> None:
+        """A frame for a channel not open here (yet). Only frames sent without credit can come
+        before the consumer opened its channel (an overdraft, a priority barrier, when the
+        producer was deployed first): they wait for :meth:`input_channel`. Frames of a released
+        generation are dropped (its tasks are gone)."""
+        with self._lock:
+            channel = self._inputs.get(key)  # opened meanwhile: it took what waited, deliver
+            if channel is None:
+                if key.generation > self._released_generation:
+                    self._early.setdefault(key, []).append((kind, frame))
+                return
+        _deliver(channel, kind, frame)
 
     def _read_credits(self, consumer_slot: int, connection: FramedSocket) -> None:
         header_size = _HEADER.size
@@ -502,6 +530,8 @@ class DataPlane:
         with self._changed:
             link = self._wait_link(self._incoming, producer_slot, timeout_s)
             channel = RemoteInputChannel(key, link.connection, capacity)
+            for kind, frame in self._early.pop(key, ()):
+                _deliver(channel, kind, frame)  # before the reader can deliver a later frame
             self._inputs[key] = channel
         channel.start()
         return channel
@@ -515,6 +545,8 @@ class DataPlane:
             self._pending_credits = {
                 k: v for k, v in self._pending_credits.items() if k.generation > generation
             }
+            self._early = {k: v for k, v in self._early.items() if k.generation > generation}
+            self._released_generation = max(self._released_generation, generation)
         for channel in outputs:
             channel.close()
 
