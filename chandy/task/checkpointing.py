@@ -17,6 +17,19 @@ batches, so no record is half processed (Flink's ``performCheckpoint``):
    the checkpoint is declined (``CHECKPOINT_ASYNC_EXCEPTION``) and what was
    written is deleted.
 
+Unaligned checkpoints (``options.is_unaligned``) differ in three places. The barrier goes
+downstream as a priority event (:meth:`RecordWriter.broadcast_priority_barrier`), ahead of
+the queued data; so does an aligned barrier with a timeout, which downstream treats as an
+announcement. At a task with inputs the barrier handler triggers the snapshot on the first
+barrier and keeps collecting the data the barriers overtook (the checkpoint's channel state)
+until the last channel's barrier: the acknowledgement waits for that
+(:meth:`ChannelStateWriter.on_complete`), while keyed state is serialized meanwhile. The
+channel state is written as one stream per subtask, each channel's items encoded in channel
+order, and referenced by :class:`InputChannelStateHandle` slices from the head operator's
+state, where the restore reads it (Flink keeps input channel state in the head operator's
+``OperatorSubtaskState`` too). If the checkpoint is aborted before its channel state is
+complete, the snapshot is dropped without an acknowledgement (the handler declined it).
+
 Why serialize on the task thread: pickling is CPU work under CPython's
 interpreter lock. On a helper thread it gets the lock only in turns with every
 busy task thread, and each of its I/O calls waits for the lock again; measured
@@ -28,6 +41,7 @@ release the lock, stay on the pool.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import time
 from collections import deque
@@ -44,9 +58,15 @@ from chandy.messages.checkpoint import (
     DeclineCheckpoint,
 )
 from chandy.network.barrier_handler import AlignmentMetrics
+from chandy.network.channel_state import ChannelStateWriter, InputChannelState, encode_payloads
 from chandy.network.events import CancelCheckpointMarker, CheckpointBarrier
 from chandy.state.backend import SnapshotResult
-from chandy.state.handles import FileStateHandle, KeyedStateHandle, OperatorStateHandle
+from chandy.state.handles import (
+    FileStateHandle,
+    InputChannelStateHandle,
+    KeyedStateHandle,
+    OperatorStateHandle,
+)
 from chandy.state.snapshot import OperatorSubtaskState, TaskStateSnapshot
 from chandy.storage.checkpoint_storage import CheckpointStorage
 from chandy.task.deployment import TaskDeploymentDescriptor
@@ -80,10 +100,25 @@ class _InFlight:
         self.metrics = metrics
         self.started_ns = time.monotonic_ns()
         self.serializers = {i: s.keyed.serializer() for i, s in enumerate(snapshots) if s.keyed is not None}
+        #: Unaligned at a task with inputs: the write waits for the channel state.
+        self.awaiting_channel_state = False
+        self.channel_state: InputChannelState | None = None
+        #: The serialized keyed state, once every serializer is done.
+        self.serialized: dict[int, SnapshotResult] | None = None
+        #: Abandoned (aborted, or the task ended): nothing more is done for it.
+        self.discarded = False
+        self._released = False
 
     def release(self) -> None:
+        if self._released:
+            return
+        self._released = True
         for snapshot in self.snapshots:
             snapshot.release()
+
+    def discard(self) -> None:
+        self.discarded = True
+        self.release()
 
 
 class SubtaskCheckpointCoordinator:
@@ -110,19 +145,37 @@ class SubtaskCheckpointCoordinator:
         self._schedule = schedule
         self._aborted: deque[int] = deque(maxlen=_REMEMBERED_ABORTS)
         self.last_checkpoint_id = -1
+        #: Unaligned checkpoints snapshotted here whose channel state is not complete yet.
+        self._awaiting: dict[int, _InFlight] = {}
 
     # -- the synchronous part (task thread) --------------------------------
 
     def checkpoint_state(
-        self, checkpoint_id: int, timestamp: int, options: CheckpointOptions, alignment: AlignmentMetrics
+        self,
+        checkpoint_id: int,
+        timestamp: int,
+        options: CheckpointOptions,
+        alignment: AlignmentMetrics,
+        channel_state: ChannelStateWriter | None = None,
     ) -> None:
+        """Snapshot, forward the barrier, and write and acknowledge in the background.
+
+        ``channel_state``: the task's writer when its barrier handler collects this
+        (unaligned) checkpoint's in-flight data; the acknowledgement then waits for it."""
         self.last_checkpoint_id = max(self.last_checkpoint_id, checkpoint_id)
         if checkpoint_id in self._aborted:
+            if channel_state is not None:
+                channel_state.abort(checkpoint_id)
             self._broadcast(CancelCheckpointMarker(checkpoint_id))
             return
         with self._synchronous_phase(checkpoint_id):
             self.chain.prepare_snapshot_pre_barrier(checkpoint_id)
-        self._broadcast(CheckpointBarrier(checkpoint_id, timestamp, options))
+        barrier = CheckpointBarrier(checkpoint_id, timestamp, options)
+        if options.is_priority:
+            for writer in self.writers:
+                writer.broadcast_priority_barrier(barrier)
+        else:
+            self._broadcast(barrier)
         started = time.monotonic_ns()
         # A savepoint in the CANONICAL format must restore on any state backend; a NATIVE one
         # is in the backend's own format, whatever its checkpoints use.
@@ -141,9 +194,43 @@ class SubtaskCheckpointCoordinator:
             alignment_duration_ns=alignment.alignment_duration_ns,
             checkpoint_start_delay_ns=alignment.checkpoint_start_delay_ns,
             sync_duration_ms=(time.monotonic_ns() - started) // 1_000_000,
-            unaligned=False,
+            unaligned=options.is_unaligned,
         )
-        self._serialize_step(_InFlight(checkpoint_id, snapshots, metrics, options.target_location))
+        checkpoint = _InFlight(checkpoint_id, snapshots, metrics, options.target_location)
+        if channel_state is not None:
+            checkpoint.awaiting_channel_state = True
+            self._awaiting[checkpoint_id] = checkpoint
+            channel_state.on_complete(
+                checkpoint_id, lambda state: self._channel_state_complete(checkpoint, state)
+            )
+            if checkpoint.discarded:
+                return
+        self._serialize_step(checkpoint)
+
+    def _channel_state_complete(self, checkpoint: _InFlight, state: InputChannelState | None) -> None:
+        """The barrier handler finished (or dropped) the checkpoint's channel state (task thread)."""
+        self._awaiting.pop(checkpoint.checkpoint_id, None)
+        if checkpoint.discarded:
+            return
+        if state is None:
+            # Aborted at the input barriers (the handler declined it) or the task ended.
+            log.debug(
+                "%s: checkpoint %d dropped before its channel state was complete",
+                self.tdd.name_with_subtask,
+                checkpoint.checkpoint_id,
+            )
+            checkpoint.discard()
+            return
+        checkpoint.channel_state = state
+        checkpoint.awaiting_channel_state = False
+        if checkpoint.serialized is not None:
+            self._submit(checkpoint)
+
+    def close(self) -> None:
+        """The task ends (task thread): a checkpoint still waiting for its channel state will
+        never be acknowledged; decline it (see :meth:`_dropped`)."""
+        for checkpoint in list(self._awaiting.values()):
+            self._dropped(checkpoint)
 
     @contextmanager
     def _synchronous_phase(self, checkpoint_id: int) -> Iterator[None]:
@@ -205,6 +292,8 @@ class SubtaskCheckpointCoordinator:
 
     def _serialize_step(self, checkpoint: _InFlight) -> None:
         """Serialize keyed state for a bounded time; continue later if not done."""
+        if checkpoint.discarded:
+            return
         deadline = time.monotonic_ns() + SERIALIZATION_STEP_NS if self._schedule else None
         try:
             for serializer in checkpoint.serializers.values():
@@ -217,11 +306,19 @@ class SubtaskCheckpointCoordinator:
                     )
                     return
         except Exception as exc:  # noqa: BLE001 - reported to the coordinator as a decline
-            checkpoint.release()
+            self._awaiting.pop(checkpoint.checkpoint_id, None)
+            checkpoint.discard()
             self._fail_async(checkpoint.checkpoint_id, exc)
             return
-        serialized = {i: s.result() for i, s in checkpoint.serializers.items()}
+        checkpoint.serialized = {i: s.result() for i, s in checkpoint.serializers.items()}
         checkpoint.release()  # copy-on-write can stop: the bytes are taken
+        if not checkpoint.awaiting_channel_state:  # else the channel state's completion submits
+            self._submit(checkpoint)
+
+    def _submit(self, checkpoint: _InFlight) -> None:
+        """Write the serialized state (and channel state) and acknowledge, on the pool."""
+        serialized = checkpoint.serialized
+        assert serialized is not None
         if self.async_executor is None:
             self._write_and_acknowledge(checkpoint, serialized)
             return
@@ -234,7 +331,10 @@ class SubtaskCheckpointCoordinator:
         """The task ended (its mailbox closed) before this checkpoint's state was serialized:
         decline it (Flink's ``CHECKPOINT_DECLINED_TASK_CLOSING``), so that the coordinator
         does not wait for it until the timeout."""
-        checkpoint.release()
+        self._awaiting.pop(checkpoint.checkpoint_id, None)
+        if checkpoint.discarded:
+            return
+        checkpoint.discard()
         if self.is_cancelled():
             log.info(
                 "%s: checkpoint %d stopped by the task's cancellation",
@@ -281,6 +381,13 @@ class SubtaskCheckpointCoordinator:
                     state_size += len(payload)
                 if keyed or operator:
                     subtask_states[snapshot.operator_id] = OperatorSubtaskState(keyed, operator)
+            persisted = 0
+            if checkpoint.channel_state is not None:
+                size, persisted = self._write_channel_state(
+                    checkpoint, checkpoint.channel_state, subtask_states, written
+                )
+                checkpointed_size += size
+                state_size += size
             if self.is_cancelled():
                 log.debug(
                     "%s: checkpoint %d not acknowledged, the task is cancelled",
@@ -293,6 +400,7 @@ class SubtaskCheckpointCoordinator:
             metrics.async_duration_ms = (time.monotonic_ns() - checkpoint.started_ns) // 1_000_000
             metrics.checkpointed_size = checkpointed_size
             metrics.state_size = state_size
+            metrics.bytes_persisted_during_alignment = persisted
             if self.responder is not None:
                 self.responder.acknowledge_checkpoint(
                     AcknowledgeCheckpoint(
@@ -306,6 +414,45 @@ class SubtaskCheckpointCoordinator:
         except Exception as exc:  # noqa: BLE001 - reported to the coordinator as a decline
             storage.discard_handles(written)  # none unless files were written
             self._fail_async(checkpoint_id, exc)
+
+    def _write_channel_state(
+        self,
+        checkpoint: _InFlight,
+        state: InputChannelState,
+        subtask_states: dict[str, OperatorSubtaskState],
+        written: list[FileStateHandle],
+    ) -> tuple[int, int]:
+        """Write the in-flight data as one stream (every channel, in channel order, each
+        :func:`encode_payloads`-ed) and reference its slices from the head operator's state.
+        Returns the stream's size and the bytes of in-flight data in it."""
+        parts: list[bytes] = []
+        slices: list[tuple[int, int, int]] = []
+        offset = 0
+        for channel in sorted(state.per_channel):
+            payloads = state.per_channel[channel]
+            if not payloads:
+                continue
+            data = encode_payloads(payloads)
+            parts.append(data)
+            slices.append((channel, offset, len(data)))
+            offset += len(data)
+        if not parts:
+            return 0, 0
+        stream = b"".join(parts)
+        delegate = self.storage.write_state(checkpoint.checkpoint_id, stream, checkpoint.target_location)
+        if isinstance(delegate, FileStateHandle):
+            written.append(delegate)
+        handles = tuple(
+            InputChannelStateHandle(channel, delegate, start, length) for channel, start, length in slices
+        )
+        head = self.tdd.operators[0].operator_id
+        current = subtask_states.get(head)
+        subtask_states[head] = (
+            OperatorSubtaskState(input_channel_state=handles)
+            if current is None
+            else dataclasses.replace(current, input_channel_state=handles)
+        )
+        return len(stream), state.size_bytes
 
     def _fail_async(self, checkpoint_id: int, exc: BaseException) -> None:
         """The asynchronous part failed: decline (Flink's ``CHECKPOINT_ASYNC_EXCEPTION``); the

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import heapq
 import itertools
+import math
 from collections.abc import Callable
 
 from chandy.util.clock import Clock, SystemClock
@@ -90,3 +91,21 @@ class ProcessingTimeService:
         self._quiesced = True
         self._heap.clear()
         self.next_due_ms = None
+
+
+class ProcessingTimeTimer:
+    """A :class:`chandy.util.timer.Timer` whose actions run on the task thread, through the
+    task's :class:`ProcessingTimeService`.
+
+    The barrier handler's alignment timeout uses it: the task loop fires due callbacks
+    before it checks its outputs, so the timeout fires while the task is backpressured too,
+    which is when aligned checkpoints take long."""
+
+    __slots__ = ("_service",)
+
+    def __init__(self, service: ProcessingTimeService) -> None:
+        self._service = service
+
+    def schedule(self, delay_ms: float, action: Callable[[], None]) -> ScheduledCallback:
+        due = self._service.clock.now_ms() + math.ceil(max(0.0, delay_ms))
+        return self._service.register_timer(due, lambda _timestamp: action())

@@ -7,6 +7,11 @@ trickle of records is not delayed), or when the oldest pending record is older
 than the buffer timeout while the task stays busy. Events (end of partition,
 later checkpoint barriers) first flush every buffer, so they stay in order
 behind the records emitted before them.
+
+A priority barrier (an unaligned checkpoint's, or an aligned one with a timeout) is the
+exception: :meth:`RecordWriter.broadcast_priority_barrier` flushes every buffer beyond the
+channels' credit (Flink's overdraft buffers) and sends the barrier ahead of what the
+channels hold, so it reaches the consumer at once even under backpressure.
 """
 
 from __future__ import annotations
@@ -16,7 +21,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from chandy.network.channel import OutputChannel
-from chandy.network.events import RuntimeEvent
+from chandy.network.events import CheckpointBarrier, RuntimeEvent
 from chandy.task.metrics import WaitTimer
 from chandy.task.partitioners import StreamPartitioner
 
@@ -109,6 +114,26 @@ class RecordWriter:
         self.flush()
         for channel in self.channels:
             channel.send(event)
+
+    def broadcast_priority_barrier(self, barrier: CheckpointBarrier) -> None:
+        """Send ``barrier`` ahead of the data queued in every channel (unaligned or timeoutable).
+
+        The partly filled buffers go into their channels first, without waiting for credit
+        (at most one extra item per channel): the producer then holds nothing the barrier
+        overtakes, so all of a checkpoint's in-flight data sits in the consumers' queues,
+        where their channel state captures it. Waiting for credit here would hold the
+        barrier behind the very backpressure it exists to overtake."""
+        if self.pending_since_ns:
+            buffers = self._buffers
+            for index, buffer in enumerate(buffers):
+                if buffer:
+                    self.records_out += len(buffer)
+                    self.batches_out += 1
+                    self.channels[index].send_overdraft(buffer)
+                    buffers[index] = self.partitioner.new_buffer()
+            self.pending_since_ns = 0
+        for channel in self.channels:
+            channel.send_priority(barrier)
 
     def is_available(self) -> bool:
         """Every channel has credit: the next batch will not block."""
