@@ -2,19 +2,30 @@
 
 from __future__ import annotations
 
+import pickle
 from typing import Any
 
-from chandy.messages.checkpoint import CheckpointFailureReason
+from chandy.messages.checkpoint import AlignmentType, CheckpointFailureReason, CheckpointOptions
 from chandy.network.barrier_handler import (
     AlignmentMetrics,
     CheckpointBarrierTracker,
     SingleCheckpointBarrierHandler,
 )
 from chandy.network.channel import LocalChannel
+from chandy.network.channel_state import ChannelStateWriter, InputChannelState
 from chandy.network.checkpointed_input_gate import CheckpointedInputGate
-from chandy.network.events import END_OF_PARTITION, CancelCheckpointMarker, CheckpointBarrier
+from chandy.network.events import (
+    END_OF_PARTITION,
+    CancelCheckpointMarker,
+    CheckpointBarrier,
+    Watermark,
+    WatermarkStatus,
+)
 from chandy.network.input_gate import InputGate
 from chandy.network.wakeup import Wakeup
+from chandy.util.clock import ManualClock
+from chandy.util.timer import ManualTimer
+from tests.test_barrier_handlers_randomized import LoggingChannel
 
 
 class Actions:
@@ -84,3 +95,165 @@ def test_at_least_once_tracking_never_holds_records_back() -> None:
     channels[1].send(CheckpointBarrier(1, 0))
     drain(gate)
     assert [e[:2] for e in actions.events] == [("trigger", 1)]
+
+
+# ---------------------------------------------------------------------- priority barriers (issue 16)
+
+
+class StateActions(Actions):
+    """The task: logs into the shared log and collects an unaligned checkpoint's channel state."""
+
+    def __init__(self, log: list[Any], channel_state: ChannelStateWriter) -> None:
+        super().__init__()
+        self.events = log
+        self.channel_state = channel_state
+        self.options: dict[int, CheckpointOptions] = {}
+        self.states: dict[int, InputChannelState | None] = {}
+
+    def trigger_checkpoint_on_barrier(self, barrier: CheckpointBarrier, metrics: AlignmentMetrics) -> None:
+        super().trigger_checkpoint_on_barrier(barrier, metrics)
+        checkpoint_id = barrier.checkpoint_id
+        self.options[checkpoint_id] = barrier.options
+        if barrier.options.is_unaligned:
+            self.channel_state.on_complete(
+                checkpoint_id, lambda state: self.states.__setitem__(checkpoint_id, state)
+            )
+
+
+def unaligned_setup(
+    n: int, timer: ManualTimer | None = None
+) -> tuple[list[LoggingChannel], CheckpointedInputGate, StateActions, list[Any]]:
+    log: list[Any] = []
+    channels = [LoggingChannel(i, log) for i in range(n)]
+    gate = InputGate(channels, Wakeup())
+    channel_state = ChannelStateWriter()
+    actions = StateActions(log, channel_state)
+    clock = timer.clock if timer is not None else ManualClock(0)
+    handler = SingleCheckpointBarrierHandler(
+        n, gate, actions, clock, timer=timer, channel_state=channel_state
+    )
+    return channels, CheckpointedInputGate(gate, handler), actions, log
+
+
+def decoded(state: InputChannelState | None) -> dict[int, list[Any]]:
+    assert state is not None, "the channel state was dropped"
+    return {c: [pickle.loads(p) for p in payloads] for c, payloads in state.per_channel.items() if payloads}
+
+
+UNALIGNED_OPTIONS = CheckpointOptions(alignment=AlignmentType.UNALIGNED)
+
+
+def test_an_unaligned_barrier_overtakes_the_queued_data_which_becomes_channel_state() -> None:
+    channels, gate, actions, log = unaligned_setup(2)
+    channels[0].send(["a1"])
+    channels[0].send(["a2"])
+    channels[0].send_priority(CheckpointBarrier(1, 0, UNALIGNED_OPTIONS))
+    channels[0].send(["a3 (after the barrier)"])
+    channels[1].send(["b1"])
+    channels[1].send(Watermark(5))
+    # the barrier is handled before any item is read: the snapshot precedes a1, a2
+    assert gate.poll_next() == (0, ["a1"])
+    assert [e[:2] for e in log if e[0] != "read"] == [("priority", 0), ("trigger", 1)]
+    assert actions.options[1] == UNALIGNED_OPTIONS
+    assert drain(gate) == [["b1"], ["a2"], ["a3 (after the barrier)"]]  # nothing is blocked
+    assert gate.handler.persisting == {1}
+    channels[1].send(["b2"])
+    channels[1].send_priority(CheckpointBarrier(1, 0, UNALIGNED_OPTIONS))  # overtakes b2
+    channels[1].send(["b3 (after the barrier)"])
+    assert drain(gate) == [["b2"], ["b3 (after the barrier)"]]
+    # a1, a2 were queued when channel 0's barrier came; b1 and the watermark were taken from
+    # channel 1 after the snapshot and before its barrier; b2 was queued when that came
+    assert decoded(actions.states[1]) == {0: [["a1"], ["a2"]], 1: [["b1"], Watermark(5), ["b2"]]}
+    assert not gate.handler.watch_input and gate.handler.persisting == set()
+
+
+def test_an_announced_barrier_aligns_in_order_after_the_items_before_it() -> None:
+    timer = ManualTimer(ManualClock(0))
+    channels, gate, actions, log = unaligned_setup(2, timer)
+    options = CheckpointOptions(aligned_checkpoint_timeout_ms=1_000)
+    channels[0].send(["a1"])
+    channels[0].send(["a2"])
+    channels[0].send_priority(CheckpointBarrier(1, 0, options))
+    channels[0].send(["a3 (after the barrier)"])
+    channels[1].send(["b1"])
+    # a2 is channel 0's last item before the barrier: the barrier is processed after the
+    # task got a2 and before a3, blocking channel 0 (aligned)
+    assert drain(gate) == [["a1"], ["b1"], ["a2"]]
+    assert gate.gate.blocked_channels() == {0}
+    assert [e for e in log if e[0] in ("trigger", "abort")] == []
+    # channel 1's announcement comes with nothing before it left to read: processed at once
+    channels[1].send_priority(CheckpointBarrier(1, 0, options))
+    assert gate.has_priority_event
+    gate.process_priority_events()  # e.g. by a task backpressured on its output
+    assert [e[:2] for e in log if e[0] in ("trigger", "abort")] == [("trigger", 1)]
+    assert actions.options[1] == options  # aligned: no channel state
+    assert 1 not in actions.states
+    assert drain(gate) == [["a3 (after the barrier)"]]
+    assert timer.pending() == []
+
+
+def test_the_alignment_timeout_switches_and_persists_what_is_read_until_the_last_barrier() -> None:
+    timer = ManualTimer(ManualClock(0))
+    channels, gate, actions, log = unaligned_setup(3, timer)
+    options = CheckpointOptions(aligned_checkpoint_timeout_ms=10)
+    channels[0].send(CheckpointBarrier(1, 0, options))  # in order, as a reached announcement is
+    channels[0].send(["a1 (after the barrier)"])
+    channels[1].send(["b1"])
+    channels[1].send(["b2"])
+    channels[1].send_priority(CheckpointBarrier(1, 0, options))
+    channels[2].send(["c1"])
+    assert gate.poll_next() == (1, ["b1"])  # channel 0's barrier blocked channel 0
+    assert gate.gate.blocked_channels() == {0}
+    timer.advance(10)  # fires on the task thread between two reads
+    assert [e[:2] for e in log if e[0] == "trigger"] == [("trigger", 1)]
+    assert actions.options[1] == options.to_unaligned()
+    assert gate.gate.blocked_channels() == set()
+    assert drain(gate) == [["c1"], ["a1 (after the barrier)"], ["b2"]]
+    channels[2].send(WatermarkStatus(True))
+    channels[2].send_priority(CheckpointBarrier(1, 0, options.to_unaligned()))
+    assert drain(gate) == []
+    # b2 was overtaken by the announced barrier at the switch; c1 and the status were read
+    # from channel 2 after it, before its barrier
+    assert decoded(actions.states[1]) == {1: [["b2"]], 2: [["c1"], WatermarkStatus(True)]}
+    assert [e[0] for e in log].count("trigger") == 1 and "abort" not in [e[0] for e in log]
+
+
+class RacingChannel(LoggingChannel):
+    """A channel whose producer, on another thread, sends a barrier and then an item just as
+    the task looks: the item arrives after the barrier, between the task's look for priority
+    barriers and its poll (simulated by doing both inside the poll)."""
+
+    __slots__ = ("race",)
+
+    def __init__(self, index: int, log: list[Any]) -> None:
+        super().__init__(index, log)
+        self.race: tuple[CheckpointBarrier, list[Any]] | None = None
+
+    def poll(self) -> Any:
+        if self.race is not None:
+            barrier, after = self.race
+            self.race = None
+            self.send_priority(barrier)
+            self.send(after)
+        return super().poll()
+
+
+def test_an_item_that_arrived_after_its_barrier_is_not_persisted() -> None:
+    log: list[Any] = []
+    racing = RacingChannel(1, log)
+    channels = [LoggingChannel(0, log), racing, LoggingChannel(2, log)]
+    gate_in = InputGate(channels, Wakeup())
+    channel_state = ChannelStateWriter()
+    actions = StateActions(log, channel_state)
+    handler = SingleCheckpointBarrierHandler(3, gate_in, actions, ManualClock(0), channel_state=channel_state)
+    gate = CheckpointedInputGate(gate_in, handler)
+    racing.send(["b1"])
+    channels[0].send_priority(CheckpointBarrier(1, 0, UNALIGNED_OPTIONS))
+    assert gate.poll_next() == (1, ["b1"])  # taken after the snapshot, before channel 1's barrier
+    assert handler.persisting == {1, 2}
+    racing.race = (CheckpointBarrier(1, 0, UNALIGNED_OPTIONS), ["b2 (after the barrier)"])
+    assert drain(gate) == [["b2 (after the barrier)"]]
+    assert handler.persisting == {2}
+    channels[2].send_priority(CheckpointBarrier(1, 0, UNALIGNED_OPTIONS))
+    assert drain(gate) == []
+    assert decoded(actions.states[1]) == {1: [["b1"]]}

@@ -6,6 +6,19 @@ block channels (alignment), trigger the task's checkpoint or abort it. While a
 checkpoint aligns, the size of every buffer read is reported to the handler
 (bytes processed during alignment, a checkpoint metric).
 
+Priority barriers (unaligned checkpoints, and aligned ones with a timeout) overtake the
+data: every call of :meth:`CheckpointedInputGate.poll_next` first hands those that arrived
+to the handler. An unaligned one is acted on at once. An aligned one with a timeout is an
+*announcement*: the handler keeps it (``handler.announced``) and this gate gives it back as
+an in-order barrier once it took every item its producer sent before it
+(``InputGate.reached``), before any later item of that channel, so it aligns exactly like an
+in-band barrier unless the alignment times out. After an unaligned checkpoint started, the
+items taken from a channel whose barrier has not arrived yet are in-flight data of that
+checkpoint (``handler.persisting``): they are added to its channel state as they are taken.
+
+All of that costs the reading loop two attribute reads per item (a priority barrier
+arrived; a checkpoint is in progress) while no checkpoint is in progress.
+
 Watermarks and watermark statuses of the channels go to the task's
 :class:`~chandy.network.watermark_valve.StatusWatermarkValve`; the task sees only
 what the valve forwards: a :class:`Watermark` when the minimum over the input
@@ -14,6 +27,7 @@ advanced, a :class:`WatermarkStatus` when the whole input became idle or active.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 from chandy.network.barrier_handler import CheckpointBarrierHandler
@@ -29,33 +43,57 @@ from chandy.network.input_gate import InputGate
 from chandy.network.watermark_valve import StatusWatermarkValve
 
 
+@dataclass(frozen=True, slots=True)
+class _ReachedBarrier:
+    """An announced barrier whose channel returned its last item before it: the handler
+    gets it, in order, before anything more is taken from that channel."""
+
+    channel: int
+    barrier: CheckpointBarrier
+
+
+def _is_channel_state(item: Any) -> bool:
+    """Batches, watermarks and watermark statuses are in-flight data; control events are not."""
+    return not isinstance(item, RuntimeEvent) or type(item) in (Watermark, WatermarkStatus)
+
+
 class CheckpointedInputGate:
     """Flink's ``CheckpointedInputGate``: data out, checkpoint events to the handler."""
 
-    __slots__ = ("gate", "handler", "valve", "_forward")
+    __slots__ = ("gate", "handler", "valve", "_forward", "_notice")
 
     def __init__(self, gate: InputGate, handler: CheckpointBarrierHandler) -> None:
         self.gate = gate
         self.handler = handler
         self.valve = StatusWatermarkValve(gate.number_of_channels)
-        #: Watermark events the valve produced and the task has not taken yet.
-        self._forward: list[RuntimeEvent] = []
+        #: Set by any channel when a priority barrier arrives (read before every item).
+        self._notice = gate.priority_notice
+        #: Watermark events the valve produced and the task has not taken yet, and announced
+        #: barriers reached, in the order they must be handled.
+        self._forward: list[RuntimeEvent | _ReachedBarrier] = []
 
     def poll_next(self) -> tuple[int, Any] | None:
         """The next data batch as ``(channel, batch)``, or a watermark event the task must
         forward as ``(channel, Watermark | WatermarkStatus)``, or ``None`` if nothing can be
         read now (then :meth:`is_finished` tells whether anything ever will)."""
-        if self._forward:
-            return -1, self._forward.pop(0)
-        gate, handler = self.gate, self.handler
+        gate, handler, forward, notice = self.gate, self.handler, self._forward, self._notice
         while True:
+            if forward:
+                head = forward.pop(0)
+                if type(head) is not _ReachedBarrier:
+                    return -1, head
+                handler.process_barrier(head.barrier, head.channel)
+                continue
+            if notice.pending:
+                self._process_priority_events(defer=False)
+                continue
             polled = gate.poll_next()
             if polled is None:
                 return None
             channel, item = polled
+            if handler.watch_input:
+                self._taken(channel, item)
             if not isinstance(item, RuntimeEvent):
-                if handler.is_aligning:
-                    handler.on_buffer(channel, gate.channels[channel].size_of(item))
                 return polled
             if isinstance(item, Watermark):
                 out = self.valve.input_watermark(channel, item.timestamp)
@@ -73,8 +111,52 @@ class CheckpointedInputGate:
             else:
                 raise RuntimeError(f"unexpected event {item!r} on channel {channel}")
             if out:
-                self._forward.extend(out[1:])
+                # ``forward`` was empty before this item: it holds at most a barrier this
+                # item reached, which comes after what the item produced.
+                forward[:0] = out[1:]
                 return channel, out[0]
+
+    def _taken(self, channel: int, item: Any) -> None:
+        """A checkpoint is in progress and ``item`` was just taken from ``channel``."""
+        gate, handler = self.gate, self.handler
+        if channel in handler.persisting:
+            # A barrier that overtook this item may have arrived since the last look: the
+            # item is in-flight data only if this channel's barrier is still not known.
+            if gate.has_priority_event:
+                self._process_priority_events(defer=True)
+            if channel in handler.persisting and _is_channel_state(item):
+                handler.persist(channel, gate.serialized(channel, item))
+        elif handler.is_aligning and not isinstance(item, RuntimeEvent):
+            handler.on_buffer(channel, gate.channels[channel].size_of(item))
+        announced = handler.announced.get(channel)
+        if announced is not None and gate.reached(channel, announced.position):
+            reached = _ReachedBarrier(channel, announced.barrier)
+            if reached not in self._forward:  # found reached already by the look above
+                self._forward.append(reached)
+
+    @property
+    def has_priority_event(self) -> bool:
+        """A priority barrier arrived that :meth:`process_priority_events` would handle."""
+        return self.gate.has_priority_event
+
+    def process_priority_events(self) -> None:
+        """Hand every priority barrier that arrived to the handler, without reading data: a
+        task backpressured on its output calls this, so that an unaligned checkpoint (or an
+        alignment timeout) still goes ahead while it reads nothing."""
+        self._process_priority_events(defer=bool(self._forward))
+
+    def _process_priority_events(self, *, defer: bool) -> None:
+        """``defer``: an item taken from the gate was not handled yet, so an announcement that
+        is already reached waits for it (in ``_forward``)."""
+        gate, handler = self.gate, self.handler
+        while (polled := gate.poll_priority()) is not None:
+            channel, priority = polled
+            handler.process_priority_barrier(priority, channel)
+            if handler.announced.get(channel) is priority and gate.reached(channel, priority.position):
+                if defer:
+                    self._forward.append(_ReachedBarrier(channel, priority.barrier))
+                else:
+                    handler.process_barrier(priority.barrier, channel)
 
     def is_finished(self) -> bool:
         """Every input channel has ended."""
