@@ -257,3 +257,34 @@ def test_an_item_that_arrived_after_its_barrier_is_not_persisted() -> None:
     channels[2].send_priority(CheckpointBarrier(1, 0, UNALIGNED_OPTIONS))
     assert drain(gate) == []
     assert decoded(actions.states[1]) == {1: [["b1"]]}
+
+
+def test_recovered_items_not_yet_replayed_belong_to_the_next_unaligned_checkpoint() -> None:
+    channels, gate, actions, _ = unaligned_setup(3)
+    recovered = [pickle.dumps(["r1"]), pickle.dumps(Watermark(3)), pickle.dumps(["r2"])]
+    gate.gate.add_recovered(1, recovered)
+    channels[0].send_priority(CheckpointBarrier(1, 0, UNALIGNED_OPTIONS))
+    assert gate.poll_next() == (1, ["r1"])  # replayed after the snapshot: persisted as recovered
+    # channel 1's barrier comes before any live item: it overtakes only the recovered ones left
+    channels[1].send_priority(CheckpointBarrier(1, 0, UNALIGNED_OPTIONS))
+    channels[1].send(["b1 (live, after the barrier)"])
+    channels[2].send_priority(CheckpointBarrier(1, 0, UNALIGNED_OPTIONS))
+    assert drain(gate) == [["r2"], ["b1 (live, after the barrier)"]]
+    state = actions.states[1]
+    assert state is not None and state.per_channel[1] == recovered  # the same bytes, in order
+    assert decoded(state) == {1: [["r1"], Watermark(3), ["r2"]]}
+
+
+def test_an_announcement_is_not_reached_while_recovered_items_remain() -> None:
+    channels, gate, actions, log = unaligned_setup(2, ManualTimer(ManualClock(0)))
+    options = CheckpointOptions(aligned_checkpoint_timeout_ms=1_000)
+    gate.gate.add_recovered(0, [pickle.dumps(["r1"]), pickle.dumps(["r2"])])
+    channels[0].send_priority(CheckpointBarrier(1, 0, options))  # position 0, behind the recovered items
+    channels[0].send(["a1 (after the barrier)"])
+    channels[1].send(["b1"])
+    assert drain(gate) == [["r1"], ["b1"], ["r2"]]  # then channel 0's barrier: it is blocked
+    assert gate.gate.blocked_channels() == {0}
+    channels[1].send_priority(CheckpointBarrier(1, 0, options))
+    assert drain(gate) == [["a1 (after the barrier)"]]
+    assert [e[:2] for e in log if e[0] in ("trigger", "abort")] == [("trigger", 1)]
+    assert actions.options[1] == options
