@@ -18,6 +18,14 @@ as a mail; a task with inputs when its barrier handler has seen the barrier on
 every input (aligned for EXACTLY_ONCE, tracked for AT_LEAST_ONCE). Either way
 :meth:`StreamTask.perform_checkpoint` runs on this thread between two batches.
 
+Unaligned checkpoints: the barrier handler triggers on the first barrier and collects what
+the barriers overtook into the task's :class:`ChannelStateWriter`, which the checkpoint's
+acknowledgement waits for. Its alignment timeout (an aligned checkpoint going unaligned)
+runs on this thread through the processing-time service. Under backpressure the loop does
+not read input, but it still acts on a priority barrier that arrived, so an unaligned
+checkpoint is not held up by the backlog. On restore, the head operator's channel state is
+handed to the input gate, which replays it into its channels before any new input.
+
 Stop-with-savepoint (Flink's synchronous savepoint, ``SYNC_SAVEPOINT``): a source task
 stops polling its reader when the trigger arrives (with drain it first emits
 MAX_WATERMARK, so every window and event-time timer downstream fires before the
@@ -45,6 +53,7 @@ from chandy.config.options import (
     ExecutionOptions,
     NetworkOptions,
 )
+from chandy.errors import InvalidCheckpointError, StorageError
 from chandy.messages.checkpoint import CheckpointFailureReason, CheckpointOptions, CheckpointType
 from chandy.messages.status import ExecutionState
 from chandy.network.barrier_handler import (
@@ -55,6 +64,7 @@ from chandy.network.barrier_handler import (
 )
 from chandy.network.cancellation import TaskCancelledError
 from chandy.network.channel import InputChannel, OutputChannel
+from chandy.network.channel_state import ChannelStateWriter, decode_payloads
 from chandy.network.checkpointed_input_gate import CheckpointedInputGate
 from chandy.network.events import (
     END_OF_PARTITION,
@@ -65,6 +75,8 @@ from chandy.network.events import (
 )
 from chandy.network.input_gate import InputGate
 from chandy.network.wakeup import Wakeup
+from chandy.state.handles import FileStateHandle, InputChannelStateHandle
+from chandy.storage.checkpoint_storage import StateReader
 from chandy.task.checkpointing import SubtaskCheckpointCoordinator
 from chandy.task.deployment import TaskDeploymentDescriptor
 from chandy.task.mailbox import Mailbox
@@ -72,7 +84,7 @@ from chandy.task.metrics import TaskMetrics
 from chandy.task.operator_chain import OperatorChain
 from chandy.task.operators.base import StreamOperator, TwoInputStreamOperator
 from chandy.task.operators.source import InputStatus, SourceOperator
-from chandy.task.processing_time import ProcessingTimeService
+from chandy.task.processing_time import ProcessingTimeService, ProcessingTimeTimer
 from chandy.task.record_writer import RecordWriter
 from chandy.task.services import TaskFailure, TaskServices, TaskStateListener
 
@@ -114,17 +126,23 @@ class StreamTask:
         self.batch_size = config.get(NetworkOptions.BATCH_SIZE)
         self.buffer_timeout_ns = config.get(ExecutionOptions.BUFFER_TIMEOUT) * 1_000_000
         self.checkpointed_input: CheckpointedInputGate | None = None
+        #: Collects the in-flight data of unaligned checkpoints (a task with exactly-once inputs).
+        self.channel_state: ChannelStateWriter | None = None
         if input_channels:
             gate = InputGate(input_channels, self.wakeup)
             handler: CheckpointBarrierHandler
             if config.get(CheckpointingOptions.MODE) is CheckpointingMode.EXACTLY_ONCE:
+                self.channel_state = ChannelStateWriter()
                 handler = SingleCheckpointBarrierHandler(
                     len(input_channels),
                     gate,
                     self,
+                    services.clock,
                     end_of_partition_aborts=not config.get(
                         CheckpointingOptions.CHECKPOINTS_AFTER_TASKS_FINISH
                     ),
+                    timer=ProcessingTimeTimer(self.processing_time),
+                    channel_state=self.channel_state,
                 )
             else:
                 handler = CheckpointBarrierTracker(len(input_channels), self)
@@ -212,10 +230,19 @@ class StreamTask:
         self.mailbox.put(lambda: self._notify_aborted(checkpoint_id), f"checkpoint {checkpoint_id} aborted")
 
     def perform_checkpoint(
-        self, checkpoint_id: int, timestamp: int, options: CheckpointOptions, alignment: AlignmentMetrics
+        self,
+        checkpoint_id: int,
+        timestamp: int,
+        options: CheckpointOptions,
+        alignment: AlignmentMetrics,
+        *,
+        channel_state: ChannelStateWriter | None = None,
     ) -> None:
-        """Snapshot this subtask for ``checkpoint_id`` (task thread, between batches)."""
+        """Snapshot this subtask for ``checkpoint_id`` (task thread, between batches).
+        ``channel_state``: the barrier handler collects the checkpoint's in-flight data there."""
         if self.checkpoints is None or self.state is not ExecutionState.RUNNING:
+            if channel_state is not None:
+                channel_state.abort(checkpoint_id)
             self._decline_closed(checkpoint_id)
             self._broadcast_cancel(checkpoint_id)
             return
@@ -224,7 +251,7 @@ class StreamTask:
         synchronous = options.checkpoint_type is CheckpointType.SYNC_SAVEPOINT
         if synchronous:
             self._stop_for_sync_savepoint(checkpoint_id, options)
-        self.checkpoints.checkpoint_state(checkpoint_id, timestamp, options, alignment)
+        self.checkpoints.checkpoint_state(checkpoint_id, timestamp, options, alignment, channel_state)
         if synchronous:
             # Nothing may follow the savepoint's barrier: a timer firing now would emit
             # records the savepoint does not cover, and the restore fires it again.
@@ -326,13 +353,19 @@ class StreamTask:
             self._final_checkpoint_id = None  # the next checkpoint will do
         if self.checkpoints is not None:
             self.checkpoints.notify_checkpoint_aborted(checkpoint_id)
+        if self.channel_state is not None:
+            self.channel_state.abort(checkpoint_id)  # stop collecting its in-flight data
         if self.chain is not None:
             self.chain.notify_checkpoint_aborted(checkpoint_id)
 
     # BarrierHandlerActions: called by the barrier handler on this thread.
 
     def trigger_checkpoint_on_barrier(self, barrier: CheckpointBarrier, metrics: AlignmentMetrics) -> None:
-        self.perform_checkpoint(barrier.checkpoint_id, barrier.timestamp, barrier.options, metrics)
+        # An unaligned barrier: the handler has started collecting the checkpoint's channel state.
+        channel_state = self.channel_state if barrier.options.is_unaligned else None
+        self.perform_checkpoint(
+            barrier.checkpoint_id, barrier.timestamp, barrier.options, metrics, channel_state=channel_state
+        )
 
     def abort_checkpoint_on_barrier(self, checkpoint_id: int, reason: CheckpointFailureReason) -> None:
         if self.checkpoints is not None:
@@ -369,6 +402,8 @@ class StreamTask:
                 self.is_cancelled,
                 schedule=self.mailbox.put,
             )
+            if tdd.task_restore is not None:
+                self._restore_channel_state()
             self.chain.initialize_state_and_open()
             if self._cancelled:
                 raise TaskCancelledError()
@@ -393,6 +428,10 @@ class StreamTask:
             failure = TaskFailure.of(exc, _operator_of(exc))
         finally:
             self.mailbox.close()
+            if self.checkpoints is not None:
+                self.checkpoints.close()
+            if self.channel_state is not None:
+                self.channel_state.close()
             if self.chain is not None:
                 error = self.chain.close()
                 if error is not None and failure is None:
@@ -405,6 +444,50 @@ class StreamTask:
         else:
             self._transition(ExecutionState.FINISHED)
 
+    def _restore_channel_state(self) -> None:
+        """Hand the restored checkpoint's in-flight data to the input gate, which replays it
+        into each channel before anything new arrives on it."""
+        restore = self.tdd.task_restore
+        assert restore is not None
+        head = restore.state.subtask_states.get(self.tdd.operators[0].operator_id)
+        if head is None or not head.input_channel_state:
+            return
+        checkpointed_input = self.checkpointed_input
+        channels = 0 if checkpointed_input is None else checkpointed_input.gate.number_of_channels
+        reader = StateReader(self.services.checkpoint_storage)
+        for handle in head.input_channel_state:
+            if not 0 <= handle.channel_index < channels:
+                raise InvalidCheckpointError(
+                    f"checkpoint {restore.checkpoint_id} holds in-flight data of input channel "
+                    f"{handle.channel_index} for {self.tdd.name_with_subtask}, which has {channels} "
+                    "input channels now: an unaligned checkpoint restores only into the same "
+                    "topology. Restore from a savepoint or an aligned checkpoint."
+                )
+            assert checkpointed_input is not None
+            checkpointed_input.gate.add_recovered(
+                handle.channel_index, self._read_channel_state(reader, handle)
+            )
+
+    def _read_channel_state(self, reader: StateReader, handle: InputChannelStateHandle) -> list[bytes]:
+        """One channel's items; a missing, corrupt or truncated stream is one error that names
+        the file, the checkpoint and what to do (a restart would only repeat it)."""
+        restore = self.tdd.task_restore
+        assert restore is not None
+        delegate = handle.delegate
+        source = f"file {delegate.path}" if isinstance(delegate, FileStateHandle) else "inline state"
+        try:
+            data = reader.read(delegate, (handle.offset, handle.offset + handle.length))
+            if len(data) != handle.length:
+                raise ValueError(f"{source} holds {len(data)} of its {handle.length} bytes")
+            return decode_payloads(data, source)
+        except (InvalidCheckpointError, StorageError, ValueError) as exc:
+            cause = str(exc).removesuffix(" Restore from another checkpoint.").rstrip(".")
+            raise InvalidCheckpointError(
+                f"{self.tdd.name_with_subtask} cannot restore the in-flight data (channel state) of "
+                f"its input channel {handle.channel_index} from checkpoint {restore.checkpoint_id}: "
+                f"{cause}. Restore from an earlier checkpoint or a savepoint."
+            ) from exc
+
     # ------------------------------------------------------------------ the loop
 
     def _run_mailbox_loop(self) -> None:
@@ -414,7 +497,8 @@ class StreamTask:
         timeout_ns = self.buffer_timeout_ns
         wakeup = self.wakeup
         head = self.chain.head
-        if self.checkpointed_input is None:
+        checkpointed_input = self.checkpointed_input
+        if checkpointed_input is None:
             assert isinstance(head, SourceOperator)
             source: SourceOperator | None = head
             idle_wait = head.idle_wait_s
@@ -439,7 +523,14 @@ class StreamTask:
             if due is not None and clock.now_ms() >= due:
                 timers.fire_due()
             if not self._outputs_available(writers):
-                metrics.wait_backpressured(wakeup, 0.1)
+                if checkpointed_input is not None and checkpointed_input.has_priority_event:
+                    # An unaligned barrier overtakes the backlog: act on it without reading data.
+                    checkpointed_input.process_priority_events()
+                    continue
+                until_timer = timers.delay_until_next_ms()
+                metrics.wait_backpressured(
+                    wakeup, 0.1 if until_timer is None else min(0.1, until_timer / 1000)
+                )
                 continue
             if source is not None:
                 status = source.emit_next(batch_size)
