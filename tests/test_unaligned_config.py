@@ -3,13 +3,24 @@ combinations ``execute()`` refuses (issue 16)."""
 
 from __future__ import annotations
 
+import dataclasses
+from pathlib import Path
+
 import pytest
 
 from chandy.api.environment import StreamExecutionEnvironment
+from chandy.checkpoint.loader import load_checkpoint_metadata
+from chandy.checkpoint.metadata import serialize
 from chandy.config.options import CheckpointingMode, CheckpointingOptions
 from chandy.core.time import Duration, Time
 from chandy.datastream.checkpoint_config import CheckpointConfig
-from chandy.errors import ConfigurationError
+from chandy.errors import ConfigurationError, InvalidCheckpointError
+from chandy.network.channel_state import encode_payloads
+from chandy.state.handles import ByteStreamStateHandle, InputChannelStateHandle
+from chandy.state.snapshot import OperatorSubtaskState
+from chandy.storage.checkpoint_storage import METADATA_FILE_NAME
+from tests.jobs import KeyedCounter, Throttle
+from tests.test_restore import KEYS, N, counter_job, restored_env, retained_run
 
 
 def local_env() -> StreamExecutionEnvironment:
@@ -113,3 +124,47 @@ def test_a_bad_max_subtasks_per_channel_state_file_is_refused() -> None:
     env = local_env().configure({"execution.checkpointing.unaligned.max-subtasks-per-channel-state-file": 0})
     with pytest.raises(ConfigurationError, match="max-subtasks-per-channel-state-file"):
         env.get_configuration().get(CheckpointingOptions.MAX_SUBTASKS_PER_CHANNEL_STATE_FILE)
+
+
+# ---------------------------------------------------------------------- restore: rescaling refused
+
+
+def with_channel_state(checkpoint: Path, uid: str) -> None:
+    """Rewrite a retained checkpoint's ``_metadata`` as an unaligned checkpoint's: in-flight data
+    on two input channels of subtask 0 of the operator with ``uid``."""
+    metadata, directory = load_checkpoint_metadata(str(checkpoint))
+    (operator,) = [op for op in metadata.operator_states if op.uid == uid]
+    stream = ByteStreamStateHandle("in-flight", encode_payloads([b"x" * 10]) * 2)
+    half = len(stream.data) // 2
+    channels = (InputChannelStateHandle(0, stream, 0, half), InputChannelStateHandle(1, stream, half, half))
+    old = operator.subtask_states.get(0, OperatorSubtaskState())
+    operator.put_state(0, dataclasses.replace(old, input_channel_state=channels))
+    (checkpoint / METADATA_FILE_NAME).write_bytes(serialize(metadata, directory))
+
+
+@pytest.mark.slow
+def test_restoring_an_unaligned_checkpoint_at_another_parallelism_is_refused_at_submit(
+    tmp_path: Path,
+) -> None:
+    """The whole path: a real retained checkpoint holding channel state, a job built again with
+    another parallelism of the operator, then of the vertex feeding it (its input channels)."""
+    _, retained = retained_run(tmp_path / "a")
+    with_channel_state(retained, "counter")
+
+    env = restored_env(tmp_path / "b", retained, parallelism=3)
+    counter_job(env, 0.0).print()
+    with pytest.raises(InvalidCheckpointError) as info:
+        env.execute()
+    message = str(info.value)
+    assert message.startswith(f"{retained}: operator ")
+    assert "(uid 'counter') cannot be restored because its parallelism changed from 2 to 3" in message
+    assert "unaligned and holds in-flight data" in message and "Restore it at parallelism 2 first" in message
+
+    env = restored_env(tmp_path / "c", retained, parallelism=2)
+    stream = env.from_sequence(0, N - 1).uid("source").map(Throttle(0.0)).uid("throttle").set_parallelism(3)
+    stream.key_by(lambda x: x % KEYS).process(KeyedCounter(N // KEYS)).uid("counter").print()
+    with pytest.raises(InvalidCheckpointError) as info:
+        env.execute()
+    message = str(info.value)
+    assert "(uid 'counter') cannot be restored because its number of input channels changed" in message
+    assert "upstream operator 'Map' (uid 'throttle', operator id" in message and "from 2 to 3" in message
