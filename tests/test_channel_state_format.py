@@ -225,3 +225,20 @@ def test_checkpoint_inspect_says_an_aligned_checkpoint_holds_no_in_flight_data(
     result = chandy("checkpoint", "inspect", pointer)
     assert result.returncode == 0, result.stderr
     assert "  in-flight data:  none (no channel state" in result.stdout
+
+
+def test_a_missing_channel_state_file_is_named_before_a_restore(storage: CheckpointStorage) -> None:
+    channels = written_channel_state(storage, 5)
+    pointer = storage.write_metadata(
+        5,
+        serialize(
+            metadata_with(OperatorSubtaskState(input_channel_state=channels), 5), storage.checkpoint_dir(5)
+        ),
+    )
+    assert pointer is not None
+    stream = channels[0].delegate
+    assert isinstance(stream, FileStateHandle)
+    os.remove(stream.path)
+    with pytest.raises(InvalidCheckpointError) as error:
+        load_checkpoint_metadata(pointer)
+    assert f"state file {stream.path} referenced by" in str(error.value) and "is missing" in str(error.value)
