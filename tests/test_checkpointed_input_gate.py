@@ -227,14 +227,16 @@ class RacingChannel(LoggingChannel):
 
     def __init__(self, index: int, log: list[Any]) -> None:
         super().__init__(index, log)
-        self.race: tuple[CheckpointBarrier, list[Any]] | None = None
+        self.race: tuple[list[CheckpointBarrier], list[Any]] | None = None
 
     def poll(self) -> Any:
         if self.race is not None:
-            barrier, after = self.race
+            barriers, after = self.race
             self.race = None
-            self.send_priority(barrier)
-            self.send(after)
+            for barrier in barriers:
+                self.send_priority(barrier)
+            if after:
+                self.send(after)
         return super().poll()
 
 
@@ -251,7 +253,7 @@ def test_an_item_that_arrived_after_its_barrier_is_not_persisted() -> None:
     channels[0].send_priority(CheckpointBarrier(1, 0, UNALIGNED_OPTIONS))
     assert gate.poll_next() == (1, ["b1"])  # taken after the snapshot, before channel 1's barrier
     assert handler.persisting == {1, 2}
-    racing.race = (CheckpointBarrier(1, 0, UNALIGNED_OPTIONS), ["b2 (after the barrier)"])
+    racing.race = ([CheckpointBarrier(1, 0, UNALIGNED_OPTIONS)], ["b2 (after the barrier)"])
     assert drain(gate) == [["b2 (after the barrier)"]]
     assert handler.persisting == {2}
     channels[2].send_priority(CheckpointBarrier(1, 0, UNALIGNED_OPTIONS))
@@ -288,3 +290,34 @@ def test_an_announcement_is_not_reached_while_recovered_items_remain() -> None:
     assert drain(gate) == [["a1 (after the barrier)"]]
     assert [e[:2] for e in log if e[0] in ("trigger", "abort")] == [("trigger", 1)]
     assert actions.options[1] == options
+
+
+def test_a_snapshot_never_falls_between_taking_an_item_and_handing_it_over() -> None:
+    """Barriers of two checkpoints reach a channel an unaligned checkpoint persists just as the
+    task takes its last item before them: that item goes to the older checkpoint's channel
+    state and is handed over before the newer checkpoint's snapshot, which must not miss it."""
+    log: list[Any] = []
+    racing = RacingChannel(1, log)
+    channels = [LoggingChannel(0, log), racing, LoggingChannel(2, log)]
+    gate_in = InputGate(channels, Wakeup())
+    channel_state = ChannelStateWriter()
+    actions = StateActions(log, channel_state)
+    handler = SingleCheckpointBarrierHandler(3, gate_in, actions, ManualClock(0), channel_state=channel_state)
+    gate = CheckpointedInputGate(gate_in, handler)
+    channels[0].send_priority(CheckpointBarrier(1, 0, UNALIGNED_OPTIONS))
+    assert gate.poll_next() is None
+    assert handler.persisting == {1, 2}
+    racing.send(["b1"])
+    # b1 is before both barriers
+    racing.race = (
+        [CheckpointBarrier(1, 0, UNALIGNED_OPTIONS), CheckpointBarrier(2, 0, UNALIGNED_OPTIONS)],
+        [],
+    )
+
+    assert gate.poll_next() == (1, ["b1"])
+    assert 2 not in actions.options, "checkpoint 2's snapshot waits until the task got b1"
+    channels[0].send_priority(CheckpointBarrier(2, 0, UNALIGNED_OPTIONS))
+    channels[2].send_priority(CheckpointBarrier(2, 0, UNALIGNED_OPTIONS))
+    assert drain(gate) == []
+    assert actions.states[1] is None  # subsumed by checkpoint 2
+    assert decoded(actions.states[2]) == {}  # b1 is in the snapshot: the task had it

@@ -35,6 +35,7 @@ from chandy.network.events import (
     CancelCheckpointMarker,
     CheckpointBarrier,
     EndOfPartition,
+    PriorityBarrier,
     RuntimeEvent,
     Watermark,
     WatermarkStatus,
@@ -50,6 +51,15 @@ class _ReachedBarrier:
 
     channel: int
     barrier: CheckpointBarrier
+
+
+@dataclass(frozen=True, slots=True)
+class _ArrivedPriority:
+    """A priority barrier that arrived while an item taken from the gate was in hand: handed to
+    the handler after that item, so that no snapshot falls between taking and handing it over."""
+
+    channel: int
+    priority: PriorityBarrier
 
 
 def _is_channel_state(item: Any) -> bool:
@@ -68,9 +78,9 @@ class CheckpointedInputGate:
         self.valve = StatusWatermarkValve(gate.number_of_channels)
         #: Set by any channel when a priority barrier arrives (read before every item).
         self._notice = gate.priority_notice
-        #: Watermark events the valve produced and the task has not taken yet, and announced
-        #: barriers reached, in the order they must be handled.
-        self._forward: list[RuntimeEvent | _ReachedBarrier] = []
+        #: Watermark events the valve produced and the task has not taken yet, announced
+        #: barriers reached and priority barriers put off, in the order they must be handled.
+        self._forward: list[RuntimeEvent | _ReachedBarrier | _ArrivedPriority] = []
 
     def poll_next(self) -> tuple[int, Any] | None:
         """The next data batch as ``(channel, batch)``, or a watermark event the task must
@@ -80,9 +90,12 @@ class CheckpointedInputGate:
         while True:
             if forward:
                 head = forward.pop(0)
-                if type(head) is not _ReachedBarrier:
+                if type(head) is _ReachedBarrier:
+                    handler.process_barrier(head.barrier, head.channel)
+                elif type(head) is _ArrivedPriority:
+                    self._process_priority(head.channel, head.priority, defer=bool(forward))
+                else:
                     return -1, head
-                handler.process_barrier(head.barrier, head.channel)
                 continue
             if notice.pending:
                 self._process_priority_events(defer=False)
@@ -120,43 +133,56 @@ class CheckpointedInputGate:
         """A checkpoint is in progress and ``item`` was just taken from ``channel``."""
         gate, handler = self.gate, self.handler
         if channel in handler.persisting:
-            # A barrier that overtook this item may have arrived since the last look: the
-            # item is in-flight data only if this channel's barrier is still not known.
-            if gate.has_priority_event:
-                self._process_priority_events(defer=True)
-            if channel in handler.persisting and _is_channel_state(item):
+            # A barrier of this channel may have arrived since the last look, and the item come
+            # after it: then it is not in-flight data. The barriers are put off until the item
+            # is handed over (a snapshot now would come before the item, and miss it).
+            after_barrier = False
+            if self._notice.pending:
+                while (polled := gate.poll_priority()) is not None:
+                    self._forward.append(_ArrivedPriority(*polled))
+                    if polled[0] == channel and gate.reached(channel, polled[1].position + 1):
+                        after_barrier = True
+            if not after_barrier and _is_channel_state(item):
                 handler.persist(channel, gate.serialized(channel, item))
         elif handler.is_aligning and not isinstance(item, RuntimeEvent):
             handler.on_buffer(channel, gate.channels[channel].size_of(item))
         announced = handler.announced.get(channel)
         if announced is not None and gate.reached(channel, announced.position):
-            reached = _ReachedBarrier(channel, announced.barrier)
-            if reached not in self._forward:  # found reached already by the look above
-                self._forward.append(reached)
+            self._forward.append(_ReachedBarrier(channel, announced.barrier))
 
     @property
     def has_priority_event(self) -> bool:
         """A priority barrier arrived that :meth:`process_priority_events` would handle."""
-        return self.gate.has_priority_event
+        return self._notice.pending or any(type(entry) is _ArrivedPriority for entry in self._forward)
 
     def process_priority_events(self) -> None:
         """Hand every priority barrier that arrived to the handler, without reading data: a
         task backpressured on its output calls this, so that an unaligned checkpoint (or an
         alignment timeout) still goes ahead while it reads nothing."""
-        self._process_priority_events(defer=bool(self._forward))
+        forward = self._forward
+        if forward:  # barriers put off while an item was in hand come first, in order
+            arrived = [entry for entry in forward if type(entry) is _ArrivedPriority]
+            if arrived:
+                forward[:] = [entry for entry in forward if type(entry) is not _ArrivedPriority]
+                for entry in arrived:
+                    self._process_priority(entry.channel, entry.priority, defer=bool(forward))
+        self._process_priority_events(defer=bool(forward))
 
     def _process_priority_events(self, *, defer: bool) -> None:
-        """``defer``: an item taken from the gate was not handled yet, so an announcement that
-        is already reached waits for it (in ``_forward``)."""
-        gate, handler = self.gate, self.handler
+        gate = self.gate
         while (polled := gate.poll_priority()) is not None:
-            channel, priority = polled
-            handler.process_priority_barrier(priority, channel)
-            if handler.announced.get(channel) is priority and gate.reached(channel, priority.position):
-                if defer:
-                    self._forward.append(_ReachedBarrier(channel, priority.barrier))
-                else:
-                    handler.process_barrier(priority.barrier, channel)
+            self._process_priority(*polled, defer=defer)
+
+    def _process_priority(self, channel: int, priority: PriorityBarrier, *, defer: bool) -> None:
+        """Hand one priority barrier to the handler. An announcement already reached is processed
+        in order at once, unless (``defer``) events of items taken before it wait in ``_forward``."""
+        handler = self.handler
+        handler.process_priority_barrier(priority, channel)
+        if handler.announced.get(channel) is priority and self.gate.reached(channel, priority.position):
+            if defer:
+                self._forward.append(_ReachedBarrier(channel, priority.barrier))
+            else:
+                handler.process_barrier(priority.barrier, channel)
 
     def is_finished(self) -> bool:
         """Every input channel has ended."""
