@@ -26,7 +26,7 @@ import os
 import pickle
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -39,13 +39,14 @@ from chandy.graph.execution_graph import ExecutionGraph
 from chandy.messages.checkpoint import (
     AcknowledgeCheckpoint,
     AlignmentType,
+    CheckpointFailureReason,
     CheckpointOptions,
 )
 from chandy.messages.status import ExecutionState
 from chandy.network.channel import LocalChannel
 from chandy.network.channel_state import decode_payloads
 from chandy.network.events import CancelCheckpointMarker, CheckpointBarrier, PriorityBarrier
-from chandy.state.handles import FileStateHandle, InputChannelStateHandle
+from chandy.state.handles import FileStateHandle, InputChannelStateHandle, StreamStateHandle
 from chandy.state.snapshot import TaskStateSnapshot
 from chandy.storage.checkpoint_storage import CheckpointStorage, StateReader
 from chandy.task.deployment import TaskDeploymentDescriptor, TaskRestore
@@ -112,6 +113,32 @@ class Wiring:
         while (item := self.output.poll()) is not None:
             items.append(item)
         return items
+
+    def records_until(
+        self, done: Callable[[list[tuple[int, int]]], bool], what: str
+    ) -> list[tuple[int, int]]:
+        """Keep draining the output until ``done(records so far)``; the records, in order."""
+        records: list[tuple[int, int]] = []
+
+        def drained() -> bool:
+            records.extend(r for item in self.drain() if isinstance(item, list) for r in item)
+            return done(records)
+
+        wait_for(drained, what)
+        return records
+
+    def forwarded_barrier(self) -> PriorityBarrier:
+        """Wait for the task to forward a priority barrier on its output."""
+        found: list[PriorityBarrier] = []
+
+        def arrived() -> bool:
+            priority = self.output.poll_priority()
+            if priority is not None:
+                found.append(priority)
+            return bool(found)
+
+        wait_for(arrived, "a barrier forwarded downstream")
+        return found[0]
 
 
 @contextmanager
@@ -222,19 +249,12 @@ def test_the_ack_waits_for_the_last_channels_barrier_and_holds_what_that_channel
     with running(tdd, wiring, TaskServices(checkpoint_responder=responder)) as (task, _):
         taken = backpressured(task, wiring)
         wiring.inputs[0].send_priority(barrier(1, UNALIGNED))
-        forwarded: list[PriorityBarrier] = []
-        wait_for(
-            lambda: (p := wiring.output.poll_priority()) is not None and not forwarded.append(p),
-            "the snapshot on the first barrier",
-        )
-        assert forwarded[0].barrier.checkpoint_id == 1
+        assert wiring.forwarded_barrier().barrier.checkpoint_id == 1, "the snapshot on the first barrier"
         run_on_task_thread(task)  # the task is done with the first barrier
         assert not responder.acks, "channel 1 has not delivered its barrier yet"
         # The output drains: the task reads on, channel 1's batches before its barrier included.
-        output: list[Any] = []
-        wait_for(
-            lambda: output.extend(wiring.drain()) or all(c.backlog() == 0 for c in wiring.inputs),
-            "the task to read every queued batch",
+        wiring.records_until(
+            lambda _: all(c.backlog() == 0 for c in wiring.inputs), "the task to read every queued batch"
         )
         assert not responder.acks
         wiring.inputs[1].send_priority(barrier(1, UNALIGNED))
@@ -252,9 +272,9 @@ def test_an_unaligned_checkpoint_aborted_before_its_channel_state_is_complete_is
     with running(tdd, wiring, TaskServices(checkpoint_responder=responder)) as (task, _):
         backpressured(task, wiring)
         wiring.inputs[0].send_priority(barrier(1, UNALIGNED))
-        wait_for(lambda: wiring.output.poll_priority() is not None, "the snapshot on the first barrier")
+        wiring.forwarded_barrier()  # the snapshot on the first barrier
         wiring.inputs[1].send(CancelCheckpointMarker(1))  # behind channel 1's queued batches
-        wait_for(lambda: wiring.drain() is not None and bool(responder.declines), "the decline")
+        wiring.records_until(lambda _: bool(responder.declines), "the decline")
         assert [d.checkpoint_id for d in responder.declines] == [1]
         # The next checkpoint completes: nothing of the aborted one is left waiting.
         for channel in wiring.inputs:
@@ -262,6 +282,52 @@ def test_an_unaligned_checkpoint_aborted_before_its_channel_state_is_complete_is
         wait_for(lambda: bool(responder.acks), "the acknowledgement of checkpoint 2")
     assert [a.checkpoint_id for a in responder.acks] == [2], "checkpoint 1 was never acknowledged"
     assert responder.acks[0].metrics.unaligned
+
+
+class FirstWriteFails(CheckpointStorage):
+    """Checkpoint storage whose first state write fails, as a full disk would."""
+
+    def __init__(self, base_uri: str, job_id: str) -> None:
+        super().__init__(base_uri, job_id, inline_threshold=0)
+        self.failed = False
+
+    def write_state(
+        self, checkpoint_id: int, data: bytes, target_location: str | None = None
+    ) -> StreamStateHandle:
+        if not self.failed:
+            self.failed = True
+            raise OSError(f"no space left to write {len(data)} bytes of checkpoint {checkpoint_id}")
+        return super().write_state(checkpoint_id, data, target_location)
+
+
+def test_a_failed_channel_state_write_declines_the_checkpoint_and_the_next_one_completes(
+    tmp_path: Path,
+) -> None:
+    tdd = map_descriptor()
+    responder = RecordingResponder()
+    storage = FirstWriteFails(str(tmp_path), tdd.job_id)
+    wiring = Wiring()
+    wiring.queue()
+    with running(tdd, wiring, TaskServices(checkpoint_responder=responder, checkpoint_storage=storage)) as (
+        task,
+        _,
+    ):
+        backpressured(task, wiring)
+        for channel in wiring.inputs:
+            channel.send_priority(barrier(1, UNALIGNED))
+        wait_for(lambda: bool(responder.declines), "the decline")
+        (decline,) = responder.declines
+        assert (
+            decline.checkpoint_id == 1
+            and decline.reason is CheckpointFailureReason.CHECKPOINT_ASYNC_EXCEPTION
+        )
+        assert "no space left" in decline.message
+        for channel in wiring.inputs:
+            channel.send_priority(barrier(2, UNALIGNED))
+        wait_for(lambda: bool(responder.acks), "the acknowledgement of checkpoint 2")
+        assert task.state is ExecutionState.RUNNING, "the task goes on: its state is intact"
+    assert [a.checkpoint_id for a in responder.acks] == [2]
+    assert channel_state(responder.acks[0], tdd), "checkpoint 2 holds the data its barriers overtook"
 
 
 def test_an_aligned_checkpoint_goes_unaligned_when_its_timeout_fires_under_backpressure() -> None:
@@ -349,13 +415,12 @@ def test_a_restore_replays_each_channels_state_into_that_channel_before_new_inpu
     wiring = Wiring(output_capacity=1_000)
     wiring.queue(first=100, n=5)  # new input, queued before the task even starts
     new = {c: [r for batch in wiring.sent[c] for r in batch] for c in range(2)}
-    records: list[tuple[int, int]] = []
     expected = sum(len(v) for v in in_flight.values()) + sum(len(v) for v in new.values())
-    with running(restored(tdd, ack.state), wiring, TaskServices()):
-        wait_for(
-            lambda: records.extend(r for batch in wiring.drain() for r in batch) or len(records) >= expected,
-            "every record",
-        )
+    with running(restored(tdd, ack.state), wiring, TaskServices()) as (task, _):
+        records = wiring.records_until(lambda so_far: len(so_far) >= expected, "every record")
+        for _ in range(2):  # a whole turn of the loop after the last input: anything left is flushed
+            run_on_task_thread(task)
+        records += [r for batch in wiring.drain() for r in batch]
     assert len(records) == expected, "nothing lost, nothing doubled"
     for c in range(2):
         assert [r for r in records if r[0] == c] == in_flight[c] + new[c], f"channel {c}: replayed first"
