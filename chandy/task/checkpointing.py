@@ -328,9 +328,10 @@ class SubtaskCheckpointCoordinator:
             self._fail_async(checkpoint.checkpoint_id, exc)
 
     def _dropped(self, checkpoint: _InFlight) -> None:
-        """The task ended (its mailbox closed) before this checkpoint's state was serialized:
-        decline it (Flink's ``CHECKPOINT_DECLINED_TASK_CLOSING``), so that the coordinator
-        does not wait for it until the timeout."""
+        """The task ended (its mailbox closed) before this checkpoint's state was serialized,
+        or before its channel state was complete: decline it (Flink's
+        ``CHECKPOINT_DECLINED_TASK_CLOSING``), so that the coordinator does not wait for it
+        until the timeout."""
         self._awaiting.pop(checkpoint.checkpoint_id, None)
         if checkpoint.discarded:
             return
