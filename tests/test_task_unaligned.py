@@ -66,14 +66,20 @@ QUEUED = 20
 Batch = list[tuple[int, int]]
 
 
-def _descriptors(extra_config: dict[str, Any] | None = None) -> dict[str, TaskDeploymentDescriptor]:
+def _identity(value: Any) -> Any:
+    return value
+
+
+def _descriptors(
+    extra_config: dict[str, Any] | None = None, function: Callable[[Any], Any] = _identity
+) -> dict[str, TaskDeploymentDescriptor]:
     """Source (parallelism 2) -> rebalance -> Map (1) -> rebalance -> sink (1): the Map task
     has two input channels and one output channel. By vertex name prefix."""
     env = StreamExecutionEnvironment.get_execution_environment(executor="local")
     env.set_parallelism(1)
     env.enable_checkpointing(60_000)  # the tests send the barriers themselves
     env.configure({"chandy.network.batch-size": BATCH_SIZE, **(extra_config or {})})
-    env.from_sequence(0, 10**9).set_parallelism(2).rebalance().map(lambda v: v).rebalance().add_sink(
+    env.from_sequence(0, 10**9).set_parallelism(2).rebalance().map(function).rebalance().add_sink(
         lambda v: None
     )
     graph = ExecutionGraph(env._build_job_graph("unaligned at one task"))
@@ -84,8 +90,8 @@ def _descriptors(extra_config: dict[str, Any] | None = None) -> dict[str, TaskDe
     return found
 
 
-def map_descriptor(extra_config: dict[str, Any] | None = None) -> TaskDeploymentDescriptor:
-    tdd = _descriptors(extra_config)["Map"]
+def map_descriptor(function: Callable[[Any], Any] = _identity) -> TaskDeploymentDescriptor:
+    tdd = _descriptors(function=function)["Map"]
     assert tdd.num_input_channels == 2 and len(tdd.outputs) == 1
     return tdd
 
@@ -282,6 +288,29 @@ def test_an_unaligned_checkpoint_aborted_before_its_channel_state_is_complete_is
         wait_for(lambda: bool(responder.acks), "the acknowledgement of checkpoint 2")
     assert [a.checkpoint_id for a in responder.acks] == [2], "checkpoint 1 was never acknowledged"
     assert responder.acks[0].metrics.unaligned
+
+
+def _fails_on_the_last_queued_record(value: tuple[int, int]) -> tuple[int, int]:
+    if value == (1, QUEUED - 1):
+        raise RuntimeError(f"record {value} cannot be processed")
+    return value
+
+
+def test_a_task_that_fails_before_its_channel_state_is_complete_declines_the_checkpoint() -> None:
+    tdd = map_descriptor(_fails_on_the_last_queued_record)
+    responder = RecordingResponder()
+    wiring = Wiring()
+    wiring.queue()
+    with running(tdd, wiring, TaskServices(checkpoint_responder=responder)) as (task, listener):
+        backpressured(task, wiring)
+        wiring.inputs[0].send_priority(barrier(1, UNALIGNED))
+        wiring.forwarded_barrier()  # the snapshot on the first barrier
+        wiring.records_until(lambda _: task.state is ExecutionState.FAILED, "the task to fail")
+    assert not responder.acks
+    (decline,) = responder.declines
+    assert decline.checkpoint_id == 1
+    assert decline.reason is CheckpointFailureReason.CHECKPOINT_DECLINED_TASK_CLOSING
+    assert [f.message for s, f in listener.states if f is not None] == ["record (1, 19) cannot be processed"]
 
 
 class FirstWriteFails(CheckpointStorage):
