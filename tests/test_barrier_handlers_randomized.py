@@ -388,8 +388,12 @@ def check_common(scenario: Scenario, result: Run) -> None:
     started: list[int] = []
     newest = 0
     outcomes: dict[int, list[str]] = {}
+    # What the handler was given, in order: the reads (in-band events are handed over as they
+    # are read) or, when priority barriers are about (handed over first, or after the item
+    # taken with them), what a LoggingHandler logged.
+    given = ("given",) if any(entry[0] == "given" for entry in result.log) else ("read", "priority")
     for entry in result.log:
-        if entry[0] in ("read", "priority"):
+        if entry[0] in given:
             checkpoint_id = checkpoint_id_of(entry[2])
             if checkpoint_id is not None and checkpoint_id > newest:
                 newest = checkpoint_id
@@ -516,6 +520,27 @@ def aligned_handler(end_of_partition_aborts: bool) -> Any:
     return make
 
 
+class LoggingHandler(SingleCheckpointBarrierHandler):
+    """The real handler; each barrier or cancel marker it is given is also logged
+    (``("given", channel, event)``) before it acts on it."""
+
+    def __init__(self, log: list[LogEntry], *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.log = log
+
+    def process_barrier(self, barrier: CheckpointBarrier, channel: int) -> None:
+        self.log.append(("given", channel, barrier))
+        super().process_barrier(barrier, channel)
+
+    def process_priority_barrier(self, priority: PriorityBarrier, channel: int) -> None:
+        self.log.append(("given", channel, priority))
+        super().process_priority_barrier(priority, channel)
+
+    def process_cancellation_barrier(self, marker: CancelCheckpointMarker, channel: int) -> None:
+        self.log.append(("given", channel, marker))
+        super().process_cancellation_barrier(marker, channel)
+
+
 def unaligned_handler(end_of_partition_aborts: bool) -> Any:
     def make(
         num_channels: int,
@@ -524,7 +549,8 @@ def unaligned_handler(end_of_partition_aborts: bool) -> Any:
         timer: ManualTimer,
         channel_state: ChannelStateWriter,
     ) -> CheckpointBarrierHandler:
-        return SingleCheckpointBarrierHandler(
+        return LoggingHandler(
+            actions.log,
             num_channels,
             gate,
             actions,

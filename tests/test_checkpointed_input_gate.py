@@ -151,19 +151,22 @@ def test_an_unaligned_barrier_overtakes_the_queued_data_which_becomes_channel_st
     channels[0].send(["a3 (after the barrier)"])
     channels[1].send(["b1"])
     channels[1].send(Watermark(5))
-    # the barrier is handled before any item is read: the snapshot precedes a1, a2
+    # the gate sees the barrier with the first item it takes, a1, which was sent before it:
+    # the task gets a1 and then the snapshot is taken, before anything else is read
     assert gate.poll_next() == (0, ["a1"])
-    assert [e[:2] for e in log if e[0] != "read"] == [("priority", 0), ("trigger", 1)]
+    assert actions.options == {}
+    assert gate.poll_next() == (1, ["b1"])
+    assert [e[:2] for e in log] == [("read", 0), ("priority", 0), ("trigger", 1), ("read", 1)]
     assert actions.options[1] == UNALIGNED_OPTIONS
-    assert drain(gate) == [["b1"], ["a2"], ["a3 (after the barrier)"]]  # nothing is blocked
+    assert drain(gate) == [["a2"], ["a3 (after the barrier)"]]  # nothing is blocked
     assert gate.handler.persisting == {1}
     channels[1].send(["b2"])
     channels[1].send_priority(CheckpointBarrier(1, 0, UNALIGNED_OPTIONS))  # overtakes b2
     channels[1].send(["b3 (after the barrier)"])
     assert drain(gate) == [["b2"], ["b3 (after the barrier)"]]
-    # a1, a2 were queued when channel 0's barrier came; b1 and the watermark were taken from
-    # channel 1 after the snapshot and before its barrier; b2 was queued when that came
-    assert decoded(actions.states[1]) == {0: [["a1"], ["a2"]], 1: [["b1"], Watermark(5), ["b2"]]}
+    # a2 was queued at the snapshot, behind channel 0's barrier; b1 and the watermark were taken
+    # from channel 1 after the snapshot and before its barrier; b2 was queued when that came
+    assert decoded(actions.states[1]) == {0: [["a2"]], 1: [["b1"], Watermark(5), ["b2"]]}
     assert not gate.handler.watch_input and gate.handler.persisting == set()
 
 
@@ -249,8 +252,9 @@ def test_an_item_that_arrived_after_its_barrier_is_not_persisted() -> None:
     actions = StateActions(log, channel_state)
     handler = SingleCheckpointBarrierHandler(3, gate_in, actions, ManualClock(0), channel_state=channel_state)
     gate = CheckpointedInputGate(gate_in, handler)
-    racing.send(["b1"])
     channels[0].send_priority(CheckpointBarrier(1, 0, UNALIGNED_OPTIONS))
+    assert gate.poll_next() is None  # the snapshot: channels 1 and 2 persist from now on
+    racing.send(["b1"])
     assert gate.poll_next() == (1, ["b1"])  # taken after the snapshot, before channel 1's barrier
     assert handler.persisting == {1, 2}
     racing.race = ([CheckpointBarrier(1, 0, UNALIGNED_OPTIONS)], ["b2 (after the barrier)"])
@@ -266,6 +270,7 @@ def test_recovered_items_not_yet_replayed_belong_to_the_next_unaligned_checkpoin
     recovered = [pickle.dumps(["r1"]), pickle.dumps(Watermark(3)), pickle.dumps(["r2"])]
     gate.gate.add_recovered(1, recovered)
     channels[0].send_priority(CheckpointBarrier(1, 0, UNALIGNED_OPTIONS))
+    gate.process_priority_events()  # the snapshot, before anything more is read
     assert gate.poll_next() == (1, ["r1"])  # replayed after the snapshot: persisted as recovered
     # channel 1's barrier comes before any live item: it overtakes only the recovered ones left
     channels[1].send_priority(CheckpointBarrier(1, 0, UNALIGNED_OPTIONS))
@@ -321,3 +326,44 @@ def test_a_snapshot_never_falls_between_taking_an_item_and_handing_it_over() -> 
     assert drain(gate) == []
     assert actions.states[1] is None  # subsumed by checkpoint 2
     assert decoded(actions.states[2]) == {}  # b1 is in the snapshot: the task had it
+
+
+def racing_setup(n: int) -> tuple[list[LoggingChannel], RacingChannel, CheckpointedInputGate, StateActions]:
+    """Channel 1 of ``n`` races (:class:`RacingChannel`); an alignment timeout of a minute."""
+    log: list[Any] = []
+    racing = RacingChannel(1, log)
+    channels = [racing if i == 1 else LoggingChannel(i, log) for i in range(n)]
+    gate_in = InputGate(channels, Wakeup())
+    channel_state = ChannelStateWriter()
+    actions = StateActions(log, channel_state)
+    timer = ManualTimer(ManualClock(0))
+    handler = SingleCheckpointBarrierHandler(
+        n, gate_in, actions, timer.clock, timer=timer, channel_state=channel_state
+    )
+    return channels, racing, CheckpointedInputGate(gate_in, handler), actions
+
+
+def test_an_unaligned_barrier_that_came_before_the_item_just_taken_is_handled_before_it() -> None:
+    channels, racing, gate, actions = racing_setup(2)
+    racing.race = ([CheckpointBarrier(1, 0, UNALIGNED_OPTIONS)], ["b1 (after the barrier)"])
+    assert gate.poll_next() == (1, ["b1 (after the barrier)"])
+    assert actions.options[1] == UNALIGNED_OPTIONS, "the snapshot comes before b1"
+    channels[0].send_priority(CheckpointBarrier(1, 0, UNALIGNED_OPTIONS))
+    assert drain(gate) == []
+    assert decoded(actions.states[1]) == {}
+
+
+def test_an_announcement_that_came_before_the_item_just_taken_goes_unaligned_at_once() -> None:
+    """The item after an announced barrier was taken already and cannot wait behind a blocked
+    channel: the checkpoint goes unaligned, its snapshot before that item."""
+    channels, racing, gate, actions = racing_setup(2)
+    options = CheckpointOptions(aligned_checkpoint_timeout_ms=60_000)
+    channels[0].send(["a1"])
+    racing.race = ([CheckpointBarrier(1, 0, options)], ["b1 (after the barrier)"])
+    assert drain(gate) == [["a1"], ["b1 (after the barrier)"]]
+    assert actions.options[1] == options.to_unaligned()
+    assert gate.handler.persisting == {0}
+    channels[0].send(["a2"])
+    channels[0].send_priority(CheckpointBarrier(1, 0, options))
+    assert drain(gate) == [["a2"]]
+    assert decoded(actions.states[1]) == {0: [["a2"]]}

@@ -7,17 +7,24 @@ checkpoint aligns, the size of every buffer read is reported to the handler
 (bytes processed during alignment, a checkpoint metric).
 
 Priority barriers (unaligned checkpoints, and aligned ones with a timeout) overtake the
-data: every call of :meth:`CheckpointedInputGate.poll_next` first hands those that arrived
-to the handler. An unaligned one is acted on at once. An aligned one with a timeout is an
+data: the gate looks for them with every item it takes (one attribute read, the gate's
+shared notice) and hands them to the handler before anything more is read. The look comes
+right *after* the take, because a barrier its producer sent before that item is then
+certain to be seen: if the item came after its own channel's barrier, the barrier is handled
+before the item reaches the task; every other barrier right after the task got the item (a
+snapshot in between would hold neither the item nor, as in-flight data, the item's copy).
+An unaligned barrier is acted on at once. An aligned one with a timeout is an
 *announcement*: the handler keeps it (``handler.announced``) and this gate gives it back as
 an in-order barrier once it took every item its producer sent before it
 (``InputGate.reached``), before any later item of that channel, so it aligns exactly like an
-in-band barrier unless the alignment times out. After an unaligned checkpoint started, the
-items taken from a channel whose barrier has not arrived yet are in-flight data of that
-checkpoint (``handler.persisting``): they are added to its channel state as they are taken.
+in-band barrier unless the alignment times out (or the item after it was taken already: the
+checkpoint then goes unaligned at once). After an unaligned checkpoint started, the items
+taken from a channel whose barrier has not arrived yet are in-flight data of that checkpoint
+(``handler.persisting``): they are added to its channel state as they are taken.
 
-All of that costs the reading loop two attribute reads per item (a priority barrier
-arrived; a checkpoint is in progress) while no checkpoint is in progress.
+While no checkpoint is in progress all of that costs the reading loop two attribute reads
+per item (the priority notice; the handler's ``watch_input``), where it used to call the
+handler's ``is_aligning`` property.
 
 Watermarks and watermark statuses of the channels go to the task's
 :class:`~chandy.network.watermark_valve.StatusWatermarkValve`; the task sees only
@@ -55,8 +62,9 @@ class _ReachedBarrier:
 
 @dataclass(frozen=True, slots=True)
 class _ArrivedPriority:
-    """A priority barrier that arrived while an item taken from the gate was in hand: handed to
-    the handler after that item, so that no snapshot falls between taking and handing it over."""
+    """A priority barrier seen while an item taken from the gate was in hand, and sent after that
+    item: handed to the handler after the item, so that its snapshot does not fall between
+    taking the item and handing it over."""
 
     channel: int
     priority: PriorityBarrier
@@ -76,7 +84,7 @@ class CheckpointedInputGate:
         self.gate = gate
         self.handler = handler
         self.valve = StatusWatermarkValve(gate.number_of_channels)
-        #: Set by any channel when a priority barrier arrives (read before every item).
+        #: Set by any channel when a priority barrier arrives (read after every take).
         self._notice = gate.priority_notice
         #: Watermark events the valve produced and the task has not taken yet, announced
         #: barriers reached and priority barriers put off, in the order they must be handled.
@@ -97,11 +105,14 @@ class CheckpointedInputGate:
                 else:
                     return -1, head
                 continue
-            if notice.pending:
-                self._process_priority_events(defer=False)
-                continue
             polled = gate.poll_next()
-            if polled is None:
+            # Looked at after the take: a barrier sent before the item taken is seen with it.
+            if notice.pending:
+                if polled is None:
+                    self._process_priority_events(defer=False)
+                    continue
+                self._priority_with_item_in_hand(*polled)
+            elif polled is None:
                 return None
             channel, item = polled
             if handler.watch_input:
@@ -124,8 +135,8 @@ class CheckpointedInputGate:
             else:
                 raise RuntimeError(f"unexpected event {item!r} on channel {channel}")
             if out:
-                # ``forward`` was empty before this item: it holds at most a barrier this
-                # item reached, which comes after what the item produced.
+                # ``forward`` was empty before this item: it holds only barriers put off until
+                # after it or reached by it, which come after what the item produced.
                 forward[:0] = out[1:]
                 return channel, out[0]
 
@@ -133,22 +144,35 @@ class CheckpointedInputGate:
         """A checkpoint is in progress and ``item`` was just taken from ``channel``."""
         gate, handler = self.gate, self.handler
         if channel in handler.persisting:
-            # A barrier of this channel may have arrived since the last look, and the item come
-            # after it: then it is not in-flight data. The barriers are put off until the item
-            # is handed over (a snapshot now would come before the item, and miss it).
-            after_barrier = False
-            if self._notice.pending:
-                while (polled := gate.poll_priority()) is not None:
-                    self._forward.append(_ArrivedPriority(*polled))
-                    if polled[0] == channel and gate.reached(channel, polled[1].position + 1):
-                        after_barrier = True
-            if not after_barrier and _is_channel_state(item):
+            if _is_channel_state(item):
                 handler.persist(channel, gate.serialized(channel, item))
         elif handler.is_aligning and not isinstance(item, RuntimeEvent):
             handler.on_buffer(channel, gate.channels[channel].size_of(item))
         announced = handler.announced.get(channel)
         if announced is not None and gate.reached(channel, announced.position):
             self._forward.append(_ReachedBarrier(channel, announced.barrier))
+
+    def _priority_with_item_in_hand(self, channel: int, item: Any) -> None:
+        """Priority barriers arrived and ``item`` was just taken from ``channel``.
+
+        A barrier of that channel which the item came after is handled now, before the item
+        reaches the task: unaligned, its snapshot must not hold the item. An announcement
+        then goes unaligned at once (aligning in order would need the item put back behind a
+        blocked channel). Every other barrier waits until the item is handed over: a snapshot
+        now would come before the item although the item is not in-flight data of it."""
+        gate = self.gate
+        while (polled := gate.poll_priority()) is not None:
+            arrived, priority = polled
+            if arrived == channel and gate.reached(channel, priority.position + 1):
+                barrier = priority.barrier
+                if barrier.options.is_timeoutable:
+                    unaligned = CheckpointBarrier(
+                        barrier.checkpoint_id, barrier.timestamp, barrier.options.to_unaligned()
+                    )
+                    priority = PriorityBarrier(unaligned, priority.position)
+                self._process_priority(channel, priority, defer=True)
+            else:
+                self._forward.append(_ArrivedPriority(arrived, priority))
 
     @property
     def has_priority_event(self) -> bool:
