@@ -50,7 +50,9 @@ from chandy.state.handles import FileStateHandle, InputChannelStateHandle, Strea
 from chandy.state.snapshot import TaskStateSnapshot
 from chandy.storage.checkpoint_storage import CheckpointStorage, StateReader
 from chandy.task.deployment import TaskDeploymentDescriptor, TaskRestore
+from chandy.task.partitioners import RebalancePartitioner
 from chandy.task.processing_time import ProcessingTimeService, ProcessingTimeTimer
+from chandy.task.record_writer import RecordWriter
 from chandy.task.services import TaskServices
 from chandy.task.stream_task import StreamTask
 from chandy.util.clock import ManualClock
@@ -509,3 +511,25 @@ def test_the_alignment_timer_runs_actions_through_the_processing_time_service() 
     clock.advance_ms(1)
     service.fire_due()
     assert ran == ["timeout"]
+
+
+# ---------------------------------------------------------------------- the record writer
+
+
+def test_a_priority_barrier_flushes_partial_batches_beyond_credit_and_goes_ahead_of_them() -> None:
+    channels = [LocalChannel(1, name=f"out{c}") for c in range(2)]
+    partitioner = RebalancePartitioner()
+    partitioner.setup(2, 0)
+    writer = RecordWriter(channels, partitioner, batch_size=4)
+    writer.emit_batch(list(range(8)))  # one full batch per channel: no credit left
+    assert not writer.is_available()
+    writer.emit_batch([8, 9])  # partial batches, one record each
+    writer.broadcast_priority_barrier(barrier(1, UNALIGNED))  # returns: it waits for no credit
+    for channel in channels:
+        priority = channel.poll_priority()
+        assert priority is not None and priority.barrier.checkpoint_id == 1
+        assert priority.position == 2 == channel.backlog(), "ahead of the full batch and the flushed one"
+        overtaken = [pickle.loads(p) for p in channel.in_flight_before(priority.position)]
+        assert [len(batch) for batch in overtaken] == [4, 1]
+    assert sorted(r for c in channels for batch in iter(c.poll, None) for r in batch) == list(range(10))
+    assert writer.pending_since_ns == 0 and writer.records_out == 10
