@@ -78,14 +78,32 @@ LogEntry = tuple[Any, ...]
 class LoggingChannel(LocalChannel):
     """A real in-memory channel that also logs, in the shared log, every item the gate takes."""
 
-    __slots__ = ("index", "log")
+    __slots__ = ("index", "log", "racing", "_held")
 
     def __init__(self, index: int, log: list[LogEntry]) -> None:
         super().__init__(capacity=1_000_000, name=f"channel {index}")
         self.index = index
         self.log = log
+        #: Sends arrive only at the next poll (:class:`Race`).
+        self.racing = False
+        self._held: list[tuple[Any, Any]] = []
+
+    def deliver(self, send: Any, item: Any) -> None:
+        """``send(item)`` now, or at the next poll while racing."""
+        if self.racing:
+            self._held.append((send, item))
+        else:
+            send(item)
+
+    def flush_racing(self) -> None:
+        self.racing = False
+        held, self._held = self._held, []
+        for send, item in held:
+            send(item)
 
     def poll(self) -> Any:
+        if self.racing:
+            self.flush_racing()
         item = super().poll()
         if item is not None:
             self.log.append(("read", self.index, item))
@@ -149,13 +167,21 @@ class SendPriority:
 
 
 @dataclass(frozen=True)
+class Race:
+    """What is sent on ``channel`` from now on arrives only as the task polls the channel next,
+    between its look for priority barriers and its take (another thread's sends, in that window)."""
+
+    channel: int
+
+
+@dataclass(frozen=True)
 class Tick:
     """Time passes on the task thread: due timers (the alignment timeout) run."""
 
     ms: int
 
 
-Step = Send | Read | SendPriority | Tick
+Step = Send | Read | SendPriority | Tick | Race
 
 
 @dataclass
@@ -215,10 +241,14 @@ def scenarios(draw: st.DrawFn) -> Scenario:
 #: How each checkpoint of a mixed scenario travels (drawn once per checkpoint id).
 MODES = st.sampled_from(["aligned", "unaligned", "timeout", "timeout", "savepoint"])
 MIXED_KINDS = st.sampled_from(
-    ["data", "data", "watermark", "barrier", "barrier", "read", "read", "tick", "tick", "cancel", "end"]
+    ["data"] * 2
+    + ["watermark"]
+    + ["barrier"] * 2
+    + ["read"] * 2
+    + ["tick"] * 2
+    + ["race"] * 3
+    + ["cancel", "end"]
 )
-#: Checkpoints live longer than in :data:`ID_STEPS`, so that alignments time out.
-MIXED_ID_STEPS = st.sampled_from([0, 0, 0, 1, 1, 2, 5, -1, -3])
 SAVEPOINT = CheckpointOptions(
     checkpoint_type=CheckpointType.SAVEPOINT,
     alignment=AlignmentType.FORCED_ALIGNED,
@@ -235,7 +265,7 @@ def mixed_scenarios(draw: st.DrawFn, modes: st.SearchStrategy[str] = MODES) -> S
     num_channels = draw(st.integers(1, 5))
     raw = draw(
         st.lists(
-            st.tuples(MIXED_KINDS, st.integers(0, num_channels - 1), MIXED_ID_STEPS, st.integers(1, 4)),
+            st.tuples(MIXED_KINDS, st.integers(0, num_channels - 1), ID_STEPS, st.integers(1, 4)),
             max_size=60,
         )
     )
@@ -270,6 +300,8 @@ def mixed_scenarios(draw: st.DrawFn, modes: st.SearchStrategy[str] = MODES) -> S
     for kind, channel, id_step, count in raw:
         if kind in ("read", "tick"):
             scenario.steps.append(Read(count) if kind == "read" else Tick(count * 5))
+        elif kind == "race":
+            scenario.steps.append(Race(channel))
         elif channel in ended:
             pass  # nothing follows an end of partition
         elif kind in ("data", "watermark", "end"):
@@ -346,16 +378,19 @@ def run(scenario: Scenario, handler_of: Any) -> Run:
 
     for step in scenario.steps:
         if isinstance(step, Send):
-            channels[step.channel].send(step.item)
+            channels[step.channel].deliver(channels[step.channel].send, step.item)
         elif isinstance(step, SendPriority):
             timestamp = trigger_times.setdefault(step.checkpoint_id, timer.clock.now_ms())
-            channels[step.channel].send_priority(
-                CheckpointBarrier(step.checkpoint_id, timestamp, step.options)
-            )
+            barrier = CheckpointBarrier(step.checkpoint_id, timestamp, step.options)
+            channels[step.channel].deliver(channels[step.channel].send_priority, barrier)
         elif isinstance(step, Tick):
             timer.advance(step.ms)
+        elif isinstance(step, Race):
+            channels[step.channel].racing = True
         else:
             read(step.count)
+    for channel in channels:  # the producers' last sends arrive in the end
+        channel.flush_racing()
     read(None)
     unaligned = {entry[1] for entry in log if entry[0] == "trigger" and entry[2].is_unaligned}
     return Run(log, output, gate, handler, channels, blocked_ever, unaligned)

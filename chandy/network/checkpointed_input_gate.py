@@ -7,24 +7,26 @@ checkpoint aligns, the size of every buffer read is reported to the handler
 (bytes processed during alignment, a checkpoint metric).
 
 Priority barriers (unaligned checkpoints, and aligned ones with a timeout) overtake the
-data: the gate looks for them with every item it takes (one attribute read, the gate's
-shared notice) and hands them to the handler before anything more is read. The look comes
-right *after* the take, because a barrier its producer sent before that item is then
-certain to be seen: if the item came after its own channel's barrier, the barrier is handled
-before the item reaches the task; every other barrier right after the task got the item (a
-snapshot in between would hold neither the item nor, as in-flight data, the item's copy).
+data: the gate looks for them (the gate's shared notice, one attribute read) before each
+item it takes, and hands them to the handler first. It looks again right after the take: a
+barrier and the next item its producer sent after it may both arrive in between. If the item
+came after its own channel's barrier, that barrier is handled before the item reaches the
+task; any other barrier seen then is handled right after the task got the item (a snapshot in
+between would hold neither the item nor, as in-flight data, a copy of it).
+
 An unaligned barrier is acted on at once. An aligned one with a timeout is an
 *announcement*: the handler keeps it (``handler.announced``) and this gate gives it back as
 an in-order barrier once it took every item its producer sent before it
 (``InputGate.reached``), before any later item of that channel, so it aligns exactly like an
-in-band barrier unless the alignment times out (or the item after it was taken already: the
-checkpoint then goes unaligned at once). After an unaligned checkpoint started, the items
-taken from a channel whose barrier has not arrived yet are in-flight data of that checkpoint
-(``handler.persisting``): they are added to its channel state as they are taken.
+in-band barrier unless the alignment times out (or, in the race above, the item after it was
+taken already and cannot wait behind a blocked channel: the checkpoint goes unaligned at
+once). After an unaligned checkpoint started, the items taken from a channel whose barrier
+has not arrived yet are in-flight data of that checkpoint (``handler.persisting``): they are
+added to its channel state as they are taken.
 
-While no checkpoint is in progress all of that costs the reading loop two attribute reads
-per item (the priority notice; the handler's ``watch_input``), where it used to call the
-handler's ``is_aligning`` property.
+While no checkpoint is in progress all of that costs the reading loop three attribute reads
+per item (the priority notice twice, the handler's ``watch_input``), where it used to call
+the handler's ``is_aligning`` property: no slower (see the commit that added them).
 
 Watermarks and watermark statuses of the channels go to the task's
 :class:`~chandy.network.watermark_valve.StatusWatermarkValve`; the task sees only
@@ -84,7 +86,7 @@ class CheckpointedInputGate:
         self.gate = gate
         self.handler = handler
         self.valve = StatusWatermarkValve(gate.number_of_channels)
-        #: Set by any channel when a priority barrier arrives (read after every take).
+        #: Set by any channel when a priority barrier arrives (read before and after every take).
         self._notice = gate.priority_notice
         #: Watermark events the valve produced and the task has not taken yet, announced
         #: barriers reached and priority barriers put off, in the order they must be handled.
@@ -105,11 +107,12 @@ class CheckpointedInputGate:
                 else:
                     return -1, head
                 continue
-            polled = gate.poll_next()
-            # Looked at after the take: a barrier sent before the item taken is seen with it.
             if notice.pending:
+                self._process_priority_events(defer=False)
+                continue
+            polled = gate.poll_next()
+            if notice.pending:  # arrived meanwhile, maybe before the item just taken
                 if polled is None:
-                    self._process_priority_events(defer=False)
                     continue
                 self._priority_with_item_in_hand(*polled)
             elif polled is None:
