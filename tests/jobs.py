@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import os
 import random
+import signal
+import time
 from pathlib import Path
 from typing import Any
 
@@ -152,3 +154,22 @@ class Throttle(MapFunction):
 def release(until: str) -> None:
     """Lets every :class:`Throttle` waiting ``until`` this file run at full speed."""
     Path(until).touch()
+
+
+def kill_a_slot_after_checkpoints(client: Any, checkpoints: int, timeout_s: float = 300.0) -> None:
+    """SIGKILL the Python worker of Spark slot 1 (its tasks die with it) once ``checkpoints``
+    checkpoints completed; run on a background thread of a Spark test. Gives up silently when
+    the job ends or ``timeout_s`` passes first: the test's restarts assertion reports it."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:  # on a loaded machine the JobMaster may take a while to answer
+            if client.get_checkpoint_statistics(timeout=60)["counts"]["completed"] >= checkpoints:
+                break
+        except TimeoutError:
+            pass
+        if client.is_done() or time.monotonic() > deadline:
+            return
+        time.sleep(0.05)
+    victim = client.get_task_slots()[1]["pid"]
+    assert victim != os.getpid()
+    os.kill(victim, signal.SIGKILL)

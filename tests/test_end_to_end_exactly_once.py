@@ -13,10 +13,7 @@ exactly-once if and only if every id appears once and each key's counts are exac
 
 from __future__ import annotations
 
-import os
-import signal
 import threading
-import time
 from collections import Counter
 from pathlib import Path
 from typing import Any
@@ -35,7 +32,7 @@ from chandy.connectors import (
 )
 from chandy.core.functions import KeyedProcessFunction, RuntimeContext
 from chandy.core.state import ValueStateDescriptor
-from tests.jobs import FailOnceMap
+from tests.jobs import FailOnceMap, kill_a_slot_after_checkpoints
 from tests.kafka_broker import KafkaBroker, unique_topic
 from tests.probes import Probe
 from tests.state_backends import on_rocksdb_too
@@ -101,7 +98,7 @@ def test_kafka_to_parquet_and_delta_exactly_once_with_a_task_killed(
 
     client = env.execute_async("kafka to parquet and delta")
     if executor == "spark":
-        killer = threading.Thread(target=_kill_a_slot_after_two_checkpoints, args=(client,), daemon=True)
+        killer = threading.Thread(target=kill_a_slot_after_checkpoints, args=(client, 2), daemon=True)
         killer.start()
     client.get_job_execution_result(timeout=900)
     assert client.restarts >= 1
@@ -123,19 +120,3 @@ def test_kafka_to_parquet_and_delta_exactly_once_with_a_task_killed(
         delta["count"].to_pylist(),
         "Delta table read by deltalake",
     )
-
-
-def _kill_a_slot_after_two_checkpoints(client: Any) -> None:
-    deadline = time.monotonic() + 300
-    while True:
-        try:  # on a loaded machine the JobMaster may take a while to answer
-            if client.get_checkpoint_statistics(timeout=60)["counts"]["completed"] >= 2:
-                break
-        except TimeoutError:
-            pass
-        if client.is_done() or time.monotonic() > deadline:
-            return  # the test's restarts assertion reports it
-        time.sleep(0.05)
-    victim = client.get_task_slots()[1]["pid"]
-    assert victim != os.getpid()
-    os.kill(victim, signal.SIGKILL)
