@@ -158,6 +158,26 @@ def test_an_alignment_longer_than_the_timeout_switches_to_unaligned_midway(execu
     assert any(s["alignment"]["persisted"] > 0 for s in subtasks), subtasks
 
 
+def run_until_in_flight_data_is_checkpointed(
+    env: StreamExecutionEnvironment, probe: Probe, per_subtask: int
+) -> tuple[Any, Any, list[Any], threading.Thread]:
+    """Start the job slow enough never to finish (SlowCheck ``first``) and return once an
+    unaligned checkpoint with in-flight data completed: its collect iterator, its client, the
+    list a reader thread fills with its records, and that thread."""
+    first = unaligned_pipeline(env, probe, per_subtask, every=1, pause_s=0.002, name="first")
+    results = first.execute_and_collect("first run")
+    client = results.job_client
+    out: list[Any] = []
+    reader = threading.Thread(target=lambda: out.extend(results), daemon=True)
+    reader.start()
+
+    def checkpointed_in_flight_data() -> bool:
+        return bool(unaligned_with_data(completed_checkpoints(client.get_checkpoint_statistics(timeout=60))))
+
+    wait_for(checkpointed_in_flight_data, "an unaligned checkpoint with in-flight data")
+    return results, client, out, reader
+
+
 def test_a_retained_unaligned_checkpoint_restores_at_its_parallelism_and_refuses_rescaling(
     tmp_path: Path, executor: str
 ) -> None:
@@ -171,18 +191,7 @@ def test_a_retained_unaligned_checkpoint_restores_at_its_parallelism_and_refuses
     }
     probe = Probe()
     env = unaligned_env(executor, parallelism, **retain)
-    # Slow enough never to finish: cancelled once a checkpoint with in-flight data completed.
-    first = unaligned_pipeline(env, probe, per_subtask, every=1, pause_s=0.002, name="first")
-    results = first.execute_and_collect("first run")
-    client = results.job_client
-    first_out: list[Any] = []
-    reader = threading.Thread(target=lambda: first_out.extend(results), daemon=True)
-    reader.start()
-
-    def checkpointed_in_flight_data() -> bool:
-        return bool(unaligned_with_data(completed_checkpoints(client.get_checkpoint_statistics(timeout=60))))
-
-    wait_for(checkpointed_in_flight_data, "an unaligned checkpoint with in-flight data")
+    results, client, first_out, reader = run_until_in_flight_data_is_checkpointed(env, probe, per_subtask)
     results.close()  # cancels the job; RETAIN_ON_CANCELLATION keeps its latest checkpoint
     reader.join(60)
     retained_dirs = [p.parent for p in (tmp_path / "first").glob("*/chk-*/_metadata")]
@@ -196,7 +205,9 @@ def test_a_retained_unaligned_checkpoint_restores_at_its_parallelism_and_refuses
 
     rescaled = unaligned_env(executor, parallelism + 1)
     rescaled.set_restore_path(str(retained))
-    unaligned_pipeline(rescaled, probe, per_subtask, every=1, pause_s=0.0, name="rescaled").print()
+    unaligned_pipeline(
+        rescaled, probe, per_subtask, every=1, pause_s=0.0, name="rescaled", partitions=parallelism
+    ).print()
     with pytest.raises(InvalidCheckpointError) as info:
         rescaled.execute("rescaled")
     message = str(info.value)
@@ -208,3 +219,29 @@ def test_a_retained_unaligned_checkpoint_restores_at_its_parallelism_and_refuses
     second_out, second_client = run(second, "second run")
     assert second_client.get_checkpoint_statistics()["counts"]["restored"] == 1
     assert_exactly_once_in_order(first_out + second_out, probe, "second", parallelism, per_subtask)
+
+
+def test_a_savepoint_of_an_unaligned_job_is_aligned_and_rescales(tmp_path: Path, executor: str) -> None:
+    """The way out the refusal names: a savepoint taken while unaligned checkpoints run under
+    backpressure is aligned (it holds no in-flight data), and the job restores from it at
+    another parallelism exactly once."""
+    parallelism, per_subtask = 2, 100_000
+    probe = Probe()
+    env = unaligned_env(executor, parallelism)
+    results, client, first_out, reader = run_until_in_flight_data_is_checkpointed(env, probe, per_subtask)
+    savepoint = client.stop_with_savepoint(savepoint_directory=str(tmp_path)).result(120)
+    reader.join(60)
+    results.close()
+    (taken,) = [c for c in client.get_checkpoint_statistics()["history"] if c["is_savepoint"]]
+    assert taken["status"] == "COMPLETED" and not taken["is_unaligned"], taken
+    assert taken["persisted_data"] == 0, taken
+
+    rescaled = unaligned_env(executor, parallelism + 1)
+    rescaled.set_restore_path(savepoint)
+    stream = unaligned_pipeline(
+        rescaled, probe, per_subtask, every=1, pause_s=0.0, name="rescaled", partitions=parallelism
+    )
+    second_out, _ = run(stream, "rescaled run")
+    assert_exactly_once_in_order(
+        first_out + second_out, probe, "rescaled", parallelism, per_subtask, subtasks=parallelism + 1
+    )
