@@ -1271,12 +1271,22 @@ def test_unaligned_checkpoints_refuse_settings_they_cannot_work_with(
 ) -> None:
     with pytest.raises(ConfigurationError) as error:
         make_coordinator(
-            make_plan([A1], [A1]), exactly_once=exactly_once, max_concurrent=max_concurrent, unaligned=True
+            make_plan([A1], [A1]),
+            exactly_once=exactly_once,
+            max_concurrent=max_concurrent,
+            unaligned=True,
+            interval_ms=1_000,
         )
     assert message in str(error.value)
     assert "disable unaligned checkpoints" in str(error.value)
     # the same settings without unaligned checkpoints are fine
-    make_coordinator(make_plan([A1], [A1]), exactly_once=exactly_once, max_concurrent=max_concurrent)
+    make_coordinator(
+        make_plan([A1], [A1]), exactly_once=exactly_once, max_concurrent=max_concurrent, interval_ms=1_000
+    )
+    # and so are they without periodic checkpoints: savepoints are aligned whatever the settings
+    make_coordinator(
+        make_plan([A1], [A1]), exactly_once=exactly_once, max_concurrent=max_concurrent, unaligned=True
+    )
 
 
 def test_a_negative_aligned_checkpoint_timeout_is_refused() -> None:

@@ -66,8 +66,33 @@ def test_a_bad_aligned_checkpoint_timeout_is_refused_at_once() -> None:
     config = local_env().get_checkpoint_config()
     with pytest.raises(TypeError, match="aligned checkpoint timeout must be a Duration"):
         config.set_aligned_checkpoint_timeout("30 s")  # type: ignore[arg-type]
+    config.set_aligned_checkpoint_timeout(Duration.of_millis(300))
     with pytest.raises(ConfigurationError, match="aligned-checkpoint-timeout"):
         config.set_aligned_checkpoint_timeout(-1)
+    # The refused value was not stored: the setting is the one before the mistake.
+    assert config.get_aligned_checkpoint_timeout() == Duration.of_millis(300)
+
+
+def test_pyflinks_force_unaligned_switch_is_accepted_and_read_back() -> None:
+    env = local_env()
+    config = env.get_checkpoint_config()
+    assert not config.is_force_unaligned_checkpoints()
+    assert config.set_force_unaligned_checkpoints(True) is config
+    assert config.is_force_unaligned_checkpoints()
+    assert env.get_configuration().to_dict()["execution.checkpointing.unaligned.forced"] is True
+    with pytest.raises(TypeError, match="takes a bool"):
+        config.set_force_unaligned_checkpoints("yes")  # type: ignore[arg-type]
+
+
+def test_buffer_debloat_keys_are_refused_saying_what_bounds_in_flight_data() -> None:
+    env = local_env().configure({"taskmanager.network.memory.buffer-debloat.enabled": "true"})
+    env.from_collection([1, 2, 3]).print()
+    with pytest.raises(ConfigurationError) as error:
+        env.execute("debloat")
+    message = str(error.value)
+    assert "buffer debloating is not implemented" in message
+    assert "taskmanager.network.memory.buffers-per-channel" in message
+    assert "did you mean" not in message
 
 
 def test_the_deprecated_alignment_timeout_methods_still_work_and_warn() -> None:
@@ -108,6 +133,14 @@ def test_execute_refuses_unaligned_checkpoints_in_at_least_once_mode() -> None:
     assert "execution.checkpointing.mode is AT_LEAST_ONCE: unaligned checkpoints need EXACTLY_ONCE" in str(
         error.value
     )
+
+
+def test_unaligned_settings_are_not_checked_for_a_job_that_never_checkpoints() -> None:
+    env = local_env().configure(
+        {"execution.checkpointing.unaligned.enabled": "true", "execution.checkpointing.mode": "AT_LEAST_ONCE"}
+    )
+    env.from_collection([1, 2, 3]).map(lambda x: x + 1).print()
+    env.execute("no checkpoints")  # a shared configuration must not fail a job without checkpoints
 
 
 def test_execute_refuses_unaligned_checkpoints_with_concurrent_checkpoints() -> None:

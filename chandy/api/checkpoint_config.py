@@ -27,8 +27,12 @@ class CheckpointConfig:
         self._config = configuration
 
     def _set(self, option: object, value: object) -> CheckpointConfig:
+        # Refuse a bad value at once, and leave the configuration as it was: a caller that
+        # catches the error must not find the bad value stored.
+        trial = self._config.copy()
+        trial.set(option, value)  # type: ignore[arg-type]
+        trial.get(option)  # type: ignore[arg-type]
         self._config.set(option, value)  # type: ignore[arg-type]
-        self._config.get(option)  # type: ignore[arg-type]  # refuse a bad value at once
         return self
 
     def is_checkpointing_enabled(self) -> bool:
@@ -129,6 +133,23 @@ class CheckpointConfig:
 
     def disable_unaligned_checkpoints(self) -> CheckpointConfig:
         return self.enable_unaligned_checkpoints(False)
+
+    def set_force_unaligned_checkpoints(self, force_unaligned_checkpoints: bool = True) -> CheckpointConfig:
+        """PyFlink's switch that lets unaligned checkpoints run where Flink would otherwise keep
+        them aligned (iterative jobs). chandy has no iterations and no exchange that unaligned
+        checkpoints leave out, so the value is stored (``execution.checkpointing.unaligned.forced``)
+        and changes nothing: with unaligned checkpoints enabled, every checkpoint of every job
+        is unaligned or aligned-with-timeout as configured."""
+        if not isinstance(force_unaligned_checkpoints, bool):
+            raise TypeError(
+                f"set_force_unaligned_checkpoints takes a bool, got {force_unaligned_checkpoints!r}"
+            )
+        return self._set(CheckpointingOptions.FORCE_UNALIGNED, force_unaligned_checkpoints)
+
+    def is_force_unaligned_checkpoints(self) -> bool:
+        """The value of ``execution.checkpointing.unaligned.forced`` (see
+        :meth:`set_force_unaligned_checkpoints`)."""
+        return self._config.get(CheckpointingOptions.FORCE_UNALIGNED)
 
     def set_aligned_checkpoint_timeout(self, alignment_timeout: Duration | Time | int) -> CheckpointConfig:
         """With unaligned checkpoints enabled: 0 makes every checkpoint unaligned from the start;

@@ -45,6 +45,9 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
+#: Flink's buffer-debloating keys: refused with their own message, not "unknown key".
+_BUFFER_DEBLOAT_PREFIX = "taskmanager.network.memory.buffer-debloat."
+
 _EXECUTORS = ("spark", "local")
 
 #: The environment variable through which ``chandy run`` hands its settings to the job: a JSON
@@ -313,6 +316,13 @@ class StreamExecutionEnvironment:
         unknown = self._config.unknown_keys(all_options(), prefixes_owned_elsewhere=("spark.",))
         known = [k for o in all_options() for k in (o.key, *o.deprecated_keys)]
         for key in unknown:
+            if key.startswith(_BUFFER_DEBLOAT_PREFIX):
+                raise ConfigurationError(
+                    f"'{key}': buffer debloating is not implemented in chandy. In-flight data per "
+                    "channel is bounded by its credits: taskmanager.network.memory.buffers-per-channel "
+                    "batches of chandy.network.batch-size records; lower those to shrink it "
+                    "(see docs/unaligned-checkpoints.md), and remove this key"
+                )
             close = difflib.get_close_matches(key, known, n=1)
             hint = f"; did you mean '{close[0]}'?" if close else ""
             raise ConfigurationError(f"unknown configuration key '{key}'{hint}")
@@ -511,8 +521,9 @@ def _check_combinations(config: Configuration) -> None:
             "checkpoints are kept in memory and cannot outlive the job: set "
             "execution.checkpointing.dir (env.get_checkpoint_config().set_checkpoint_storage(...))"
         )
-    check_unaligned_settings(
-        config.get(CheckpointingOptions.UNALIGNED),
-        config.get(CheckpointingOptions.MODE) is CheckpointingMode.EXACTLY_ONCE,
-        config.get(CheckpointingOptions.MAX_CONCURRENT),
-    )
+    if checkpointing:
+        check_unaligned_settings(
+            config.get(CheckpointingOptions.UNALIGNED),
+            config.get(CheckpointingOptions.MODE) is CheckpointingMode.EXACTLY_ONCE,
+            config.get(CheckpointingOptions.MAX_CONCURRENT),
+        )

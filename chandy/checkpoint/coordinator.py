@@ -124,7 +124,8 @@ class CheckpointCoordinatorConfiguration:
     aligned_checkpoint_timeout_ms: int = 0
 
     def __post_init__(self) -> None:
-        check_unaligned_settings(self.unaligned, self.exactly_once, self.max_concurrent)
+        if self.interval_ms is not None:  # savepoints alone are aligned whatever the settings
+            check_unaligned_settings(self.unaligned, self.exactly_once, self.max_concurrent)
         if self.aligned_checkpoint_timeout_ms < 0:
             raise ConfigurationError(
                 f"invalid value for '{CheckpointingOptions.ALIGNED_CHECKPOINT_TIMEOUT.key}': "

@@ -215,6 +215,13 @@ class CheckpointingOptions:
         "alignment has not finished this long after the checkpoint started.",
         deprecated_keys=("execution.checkpointing.alignment-timeout",),
     )
+    FORCE_UNALIGNED = ConfigOption.boolean(
+        "execution.checkpointing.unaligned.forced",
+        False,
+        "Accepted for Flink compatibility. Flink keeps some jobs (iterations) aligned unless "
+        "forced; chandy has none of them, so unaligned checkpoints, once enabled, apply to every "
+        "job whatever this value.",
+    )
     MAX_SUBTASKS_PER_CHANNEL_STATE_FILE = ConfigOption.integer(
         "execution.checkpointing.unaligned.max-subtasks-per-channel-state-file",
         5,
