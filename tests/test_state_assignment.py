@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import logging
 import random
 from collections import Counter
 from dataclasses import dataclass
@@ -296,6 +297,19 @@ def unaligned_state(parallelism: int, with_keyed: bool = True) -> dict[str, Oper
 
 def unaligned_vertex(parallelism: int, source_parallelism: int = 2) -> VertexToRestore:
     return dataclasses.replace(vertex(parallelism), inputs=(("source", source_parallelism),))
+
+
+def test_skipping_an_unclaimed_operator_with_in_flight_data_warns_how_much(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    states = unaligned_state(3)
+    states["window"] = dataclasses.replace(states["window"], operator_id="removed-op")
+    states = {"removed-op": states["window"], "window": keyed_operator_state("window", 3)}
+    with caplog.at_level(logging.INFO, logger="chandy.checkpoint.state_assignment"):
+        assign_states(states, [vertex(3)], allow_non_restored_state=True, source="chk-6")
+    warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    assert len(warnings) == 1, warnings
+    assert "20 bytes of in-flight records" in warnings[0] and "not replayed" in warnings[0]
 
 
 @pytest.mark.parametrize("with_keyed", [True, False])

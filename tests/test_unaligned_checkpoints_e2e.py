@@ -28,6 +28,9 @@ from tests.unaligned_jobs import (
     wait_for,
 )
 
+#: End-to-end jobs on both executors, several seconds each.
+pytestmark = pytest.mark.slow
+
 #: Small batches, so that a backpressured channel holds several of them (4 credits each) and
 #: an aligned barrier waits behind ~1 k records per channel, not 4 k.
 BATCH_SIZE = 256
@@ -132,6 +135,11 @@ def test_aligned_checkpoint_timeout_decides_every_checkpoint(executor: str, time
         assert not unaligned, {
             c["id"]: subtask_details(env.rest_url, client.get_job_id(), c["id"]) for c in unaligned
         }
+        # ...and the barriers did wait behind the backlog (else this proves nothing about the timeout)
+        subtasks = [
+            s for c in checkpoints for s in subtask_details(env.rest_url, client.get_job_id(), c["id"])
+        ]
+        assert any(s["alignment"]["duration"] > 0 for s in subtasks), subtasks
 
 
 def test_an_alignment_longer_than_the_timeout_switches_to_unaligned_midway(executor: str) -> None:

@@ -149,7 +149,17 @@ def assign_states(
     if unclaimed and not allow_non_restored_state:
         raise InvalidCheckpointError(_unclaimed_message(unclaimed, source))
     for skipped in unclaimed:
-        log.info("%s: skipping the state of %s (ignore-unclaimed-state).", source, skipped.describe())
+        in_flight = sum(s.channel_state_size for s in skipped.subtask_states.values())
+        if in_flight:
+            log.warning(
+                "%s: skipping the state of %s (ignore-unclaimed-state), including %d bytes of "
+                "in-flight records an unaligned checkpoint persisted: those records are not replayed.",
+                source,
+                skipped.describe(),
+                in_flight,
+            )
+        else:
+            log.info("%s: skipping the state of %s (ignore-unclaimed-state).", source, skipped.describe())
     result: dict[tuple[int, int], TaskStateSnapshot] = {}
     for vertex in vertices:
         per_subtask: list[dict[str, OperatorSubtaskState]] = [{} for _ in range(vertex.parallelism)]
