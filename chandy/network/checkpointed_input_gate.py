@@ -182,18 +182,25 @@ class CheckpointedInputGate:
         """A priority barrier arrived that :meth:`process_priority_events` would handle."""
         return self._notice.pending or any(type(entry) is _ArrivedPriority for entry in self._forward)
 
-    def process_priority_events(self) -> None:
+    def process_priority_events(self, *, mid_batch: bool = False) -> None:
         """Hand every priority barrier that arrived to the handler, without reading data: a
         task backpressured on its output calls this, so that an unaligned checkpoint (or an
-        alignment timeout) still goes ahead while it reads nothing."""
+        alignment timeout) still goes ahead while it reads nothing.
+
+        ``mid_batch``: the task has processed part of the batch :meth:`poll_next` returned
+        last (a slow operator, see :mod:`chandy.task.chunked_input`). Only unaligned
+        checkpoints may start then (the rest of the batch is their in-flight data); an
+        announced barrier that is reached waits in the forward queue until the next
+        :meth:`poll_next`, as an aligned snapshot now would hold half of the batch and lose
+        the rest."""
         forward = self._forward
         if forward:  # barriers put off while an item was in hand come first, in order
             arrived = [entry for entry in forward if type(entry) is _ArrivedPriority]
             if arrived:
                 forward[:] = [entry for entry in forward if type(entry) is not _ArrivedPriority]
                 for entry in arrived:
-                    self._process_priority(entry.channel, entry.priority, defer=bool(forward))
-        self._process_priority_events(defer=bool(forward))
+                    self._process_priority(entry.channel, entry.priority, defer=mid_batch or bool(forward))
+        self._process_priority_events(defer=mid_batch or bool(forward))
 
     def _process_priority_events(self, *, defer: bool) -> None:
         gate = self.gate

@@ -23,8 +23,10 @@ the barriers overtook into the task's :class:`ChannelStateWriter`, which the che
 acknowledgement waits for. Its alignment timeout (an aligned checkpoint going unaligned)
 runs on this thread through the processing-time service. Under backpressure the loop does
 not read input, but it still acts on a priority barrier that arrived, so an unaligned
-checkpoint is not held up by the backlog. On restore, the head operator's channel state is
-handed to the input gate, which replays it into its channels before any new input.
+checkpoint is not held up by the backlog; nor by a slow batch, which is processed in
+chunks with priority barriers taken in between (:mod:`chandy.task.chunked_input`). On
+restore, the head operator's channel state is handed to the input gate, which replays it
+into its channels before any new input.
 
 Stop-with-savepoint (Flink's synchronous savepoint, ``SYNC_SAVEPOINT``): a source task
 stops polling its reader when the trigger arrives (with drain it first emits
@@ -78,6 +80,7 @@ from chandy.network.wakeup import Wakeup
 from chandy.state.handles import FileStateHandle, InputChannelStateHandle
 from chandy.storage.checkpoint_storage import StateReader
 from chandy.task.checkpointing import SubtaskCheckpointCoordinator
+from chandy.task.chunked_input import ChunkedInput
 from chandy.task.deployment import TaskDeploymentDescriptor
 from chandy.task.mailbox import Mailbox
 from chandy.task.metrics import TaskMetrics
@@ -147,6 +150,12 @@ class StreamTask:
             else:
                 handler = CheckpointBarrierTracker(len(input_channels), self)
             self.checkpointed_input = CheckpointedInputGate(gate, handler)
+        #: With unaligned checkpoints, slow batches are processed in chunks and a priority
+        #: barrier is taken between two chunks (see :mod:`chandy.task.chunked_input`).
+        self._chunked: ChunkedInput | None = None
+        if self.channel_state is not None and config.get(CheckpointingOptions.UNALIGNED):
+            assert self.checkpointed_input is not None
+            self._chunked = ChunkedInput(self.checkpointed_input, services.clock.monotonic_ns)
         self.checkpoints: SubtaskCheckpointCoordinator | None = None
         #: A bounded source waits for one checkpoint after its end of input before it ends,
         #: so that two-phase-commit sinks commit everything it read (Flink's final checkpoint).
@@ -363,6 +372,16 @@ class StreamTask:
     def trigger_checkpoint_on_barrier(self, barrier: CheckpointBarrier, metrics: AlignmentMetrics) -> None:
         # An unaligned barrier: the handler has started collecting the checkpoint's channel state.
         channel_state = self.channel_state if barrier.options.is_unaligned else None
+        chunked = self._chunked
+        if chunked is not None and chunked.in_batch:
+            if channel_state is None:  # the gate holds announced barriers back mid-batch
+                raise RuntimeError(
+                    f"{self.tdd.name_with_subtask}: aligned checkpoint {barrier.checkpoint_id} triggered "
+                    "in the middle of an input batch; its snapshot would lose the rest of the batch"
+                )
+            # Between two chunks of a batch: the rest is in-flight data of its channel, ahead
+            # of anything the handler captures for that channel after this trigger.
+            chunked.persist_unprocessed(barrier.checkpoint_id, channel_state)
         self.perform_checkpoint(
             barrier.checkpoint_id, barrier.timestamp, barrier.options, metrics, channel_state=channel_state
         )
@@ -508,6 +527,8 @@ class StreamTask:
         process_input = (
             self._process_two_inputs if isinstance(head, TwoInputStreamOperator) else self._process_input
         )
+        if self._chunked is not None:  # chosen once: the default configuration's loop is unchanged
+            process_input = self._process_input_in_chunks
         batch_size = self.batch_size
         timers = self.processing_time
         clock = timers.clock
@@ -584,6 +605,30 @@ class StreamTask:
         self.metrics.head.records_in += len(item)
         head.process_batch(item)
         return _MORE
+
+    def _process_input_in_chunks(self, head: StreamOperator) -> InputStatus:
+        """As :meth:`_process_input` (and :meth:`_process_two_inputs`) with unaligned checkpoints
+        enabled: a batch expected to be slow goes to the head in chunks, and priority barriers
+        that arrive meanwhile are handled between them."""
+        checkpointed_input, chunked = self.checkpointed_input, self._chunked
+        assert checkpointed_input is not None and chunked is not None
+        polled = checkpointed_input.poll_next()
+        if polled is not None and not isinstance(polled[1], RuntimeEvent):
+            channel, batch = polled
+            self.metrics.head.records_in += len(batch)
+            chunked.process(self._batch_input(head, channel), channel, batch)
+            return _MORE
+        if polled is not None:  # a watermark or watermark status the valve forwards
+            self._forward_event(head, polled[1])
+            return _MORE
+        return _END if checkpointed_input.is_finished() else _NOTHING
+
+    def _batch_input(self, head: StreamOperator, channel: int) -> Callable[[Any], None]:
+        """Where a batch of ``channel`` goes: the head, or the input of a two-input head that
+        the channel belongs to."""
+        if not isinstance(head, TwoInputStreamOperator):
+            return head.process_batch
+        return head.process_batch1 if self._input_types[channel] == 1 else head.process_batch2
 
     def _forward_event(self, head: StreamOperator, event: RuntimeEvent) -> None:
         """What the watermark valve forwards (a watermark, or the input going idle or
