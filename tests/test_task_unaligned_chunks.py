@@ -8,10 +8,10 @@ two chunks, as Flink takes a barrier between two records. Checked here:
   per record; an unaligned checkpoint starts after the chunk in which its barrier arrived,
   and its channel state starts with the rest of the batch, before what the barrier overtook;
 * with real StreamTasks on real LocalChannels and a head that sleeps per record: the snapshot
-  is taken before the batch ends, the channel state holds the rest of the batch first, and a
-  restore replays it, then the rest, with nothing lost or doubled; an aligned checkpoint (an
-  announced barrier with a timeout) is never taken in the middle of a batch; with unaligned
-  checkpoints disabled no batch is split.
+  is taken before the batch ends (a two-input head's too), the channel state holds the rest
+  of the batch first, and a restore replays it, then the rest, with nothing lost or doubled;
+  an aligned checkpoint (an announced barrier with a timeout) is never taken in the middle
+  of a batch; with unaligned checkpoints disabled no batch is split.
 """
 
 from __future__ import annotations
@@ -20,6 +20,9 @@ import pickle
 import time
 from typing import Any
 
+from chandy import StreamExecutionEnvironment
+from chandy.core.functions import CoMapFunction
+from chandy.graph.execution_graph import ExecutionGraph
 from chandy.messages.checkpoint import CheckpointFailureReason, CheckpointOptions
 from chandy.network.barrier_handler import AlignmentMetrics, SingleCheckpointBarrierHandler
 from chandy.network.channel import LocalChannel
@@ -256,3 +259,41 @@ def test_with_unaligned_checkpoints_disabled_no_batch_is_split() -> None:
     before = unaligned_checkpoint_mid_batch({}, wiring, responder)
     assert before == big, "the whole batch was processed before the snapshot"
     assert channel_state(responder.acks[0], slow_map({}))[0] == wiring.sent[0][1:]
+
+
+class SlowCoMap(CoMapFunction):
+    def map1(self, value: Any) -> Any:
+        return _slow(value)
+
+    def map2(self, value: Any) -> Any:
+        return _slow(value)
+
+
+def test_a_two_input_head_is_split_too() -> None:
+    """Two sources -> connect -> a slow CoMap: the slow batch comes on the second input's channel."""
+    env = StreamExecutionEnvironment.get_execution_environment(executor="local")
+    env.set_parallelism(1)
+    env.enable_checkpointing(60_000)
+    env.configure({"chandy.network.batch-size": 4, **UNALIGNED_ENABLED})
+    first, second = env.from_sequence(0, 10**9), env.from_sequence(0, 10**9)
+    first.rebalance().connect(second.rebalance()).map(SlowCoMap()).rebalance().add_sink(lambda v: None)
+    graph = ExecutionGraph(env._build_job_graph("two inputs"))
+    (tdd,) = [
+        graph.deployment_descriptor(subtasks[0])
+        for subtasks in graph.vertices.values()
+        if graph.deployment_descriptor(subtasks[0]).num_input_channels == 2
+    ]
+    assert tdd.input_types == (1, 2)
+    responder = RecordingResponder()
+    wiring = Wiring(output_capacity=1_000)
+    big = [(1, i) for i in range(BIG)]
+    wiring.send(1, big)
+    with running(tdd, wiring, TaskServices(checkpoint_responder=responder)):
+        wait_for(lambda: wiring.inputs[1].taken >= 1, "the task to take the slow batch")
+        for channel in wiring.inputs:
+            channel.send_priority(barrier(1, UNALIGNED))
+        wait_for(lambda: len(responder.acks) == 1, "the acknowledgement")
+        before, _ = records_before_the_forwarded_barrier(wiring)
+    k = len(before)
+    assert 0 < k < BIG and before == big[:k], f"the snapshot came after {k} of {BIG} records"
+    assert channel_state(responder.acks[0], tdd) == {1: [big[k:]]}
