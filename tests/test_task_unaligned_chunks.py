@@ -132,8 +132,9 @@ def test_an_announced_barrier_reached_mid_batch_waits_for_the_next_poll() -> Non
 
 # ---------------------------------------------------------------------- real tasks
 
-#: Records of the slow batch; the head sleeps SLOW_MS per record, so it takes >= 0.3 s.
-BIG = 300
+#: Records of the slow batch; the head sleeps SLOW_MS per record, so it takes >= 1 s: the test
+#: thread has that long to send its barriers while the task is in the batch.
+BIG = 1_000
 SLOW_MS = 1.0
 
 
@@ -159,7 +160,7 @@ def queue_big_batch(wiring: Wiring) -> list[tuple[int, int]]:
 
 def processing_big_batch(wiring: Wiring) -> None:
     """Wait until the task took the slow batch (channel 0's first item): it processes it for
-    the next 0.3 s at least."""
+    the next second at least."""
     wait_for(lambda: wiring.inputs[0].taken >= 1, "the task to take the slow batch")
 
 
