@@ -364,3 +364,24 @@ def test_an_announcement_that_came_before_the_item_just_taken_goes_unaligned_at_
     channels[0].send_priority(CheckpointBarrier(1, 0, options))
     assert drain(gate) == [["a2"]]
     assert decoded(actions.states[1]) == {0: [["a2"]]}
+
+
+def test_a_backpressured_task_completes_an_alignment_that_its_last_item_reached() -> None:
+    """The item just handed to the task was the last before its channel's announced barrier;
+    the task then reads nothing (its output is backpressured). The reached barrier must still
+    be processed, completing the alignment, instead of waiting for the output to clear or for
+    the (here 60 s) timeout to send the checkpoint unaligned."""
+    timer = ManualTimer(ManualClock(0))
+    channels, gate, actions, log = unaligned_setup(2, timer)
+    options = CheckpointOptions(aligned_checkpoint_timeout_ms=60_000)
+    channels[1].send_priority(CheckpointBarrier(1, 0, options))  # nothing before it: aligned at once
+    channels[0].send(["a1"])
+    channels[0].send_priority(CheckpointBarrier(1, 0, options))
+    assert gate.poll_next() == (0, ["a1"])
+    assert [e for e in log if e[0] in ("trigger", "abort")] == []
+    assert gate.has_priority_event
+    gate.process_priority_events()
+    assert [e[:2] for e in log if e[0] in ("trigger", "abort")] == [("trigger", 1)]
+    assert actions.options[1] == options  # aligned: nothing persisted
+    assert 1 not in actions.states
+    assert gate.gate.blocked_channels() == set()

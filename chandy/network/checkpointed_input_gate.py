@@ -179,8 +179,14 @@ class CheckpointedInputGate:
 
     @property
     def has_priority_event(self) -> bool:
-        """A priority barrier arrived that :meth:`process_priority_events` would handle."""
-        return self._notice.pending or any(type(entry) is _ArrivedPriority for entry in self._forward)
+        """A priority barrier arrived that :meth:`process_priority_events` would handle, or an
+        announced barrier was reached and waits at the head of the forward queue."""
+        forward = self._forward
+        return (
+            self._notice.pending
+            or any(type(entry) is _ArrivedPriority for entry in forward)
+            or (bool(forward) and type(forward[0]) is _ReachedBarrier)
+        )
 
     def process_priority_events(self, *, mid_batch: bool = False) -> None:
         """Hand every priority barrier that arrived to the handler, without reading data: a
@@ -194,6 +200,12 @@ class CheckpointedInputGate:
         :meth:`poll_next`, as an aligned snapshot now would hold half of the batch and lose
         the rest."""
         forward = self._forward
+        while not mid_batch and forward and type(forward[0]) is _ReachedBarrier:
+            # An announced barrier reached by the last item handed over, with nothing before it
+            # left to forward: it completes (or continues) an alignment without reading data.
+            reached = forward.pop(0)
+            assert type(reached) is _ReachedBarrier
+            self.handler.process_barrier(reached.barrier, reached.channel)
         if forward:  # barriers put off while an item was in hand come first, in order
             arrived = [entry for entry in forward if type(entry) is _ArrivedPriority]
             if arrived:
