@@ -240,7 +240,15 @@ class RacingChannel(LoggingChannel):
         return super().poll()
 
 
-def test_an_item_that_arrived_after_its_barrier_is_not_persisted() -> None:
+def three_channels_one_racing() -> tuple[
+    list[Any],
+    RacingChannel,
+    list[LoggingChannel],
+    StateActions,
+    SingleCheckpointBarrierHandler,
+    CheckpointedInputGate,
+]:
+    """Three channels, the middle one racing its priority barriers against the task's takes."""
     log: list[Any] = []
     racing = RacingChannel(1, log)
     channels = [LoggingChannel(0, log), racing, LoggingChannel(2, log)]
@@ -248,7 +256,11 @@ def test_an_item_that_arrived_after_its_barrier_is_not_persisted() -> None:
     channel_state = ChannelStateWriter()
     actions = StateActions(log, channel_state)
     handler = SingleCheckpointBarrierHandler(3, gate_in, actions, ManualClock(0), channel_state=channel_state)
-    gate = CheckpointedInputGate(gate_in, handler)
+    return log, racing, channels, actions, handler, CheckpointedInputGate(gate_in, handler)
+
+
+def test_an_item_that_arrived_after_its_barrier_is_not_persisted() -> None:
+    _log, racing, channels, actions, handler, gate = three_channels_one_racing()
     channels[0].send_priority(CheckpointBarrier(1, 0, UNALIGNED_OPTIONS))
     assert gate.poll_next() is None  # the snapshot: channels 1 and 2 persist from now on
     racing.send(["b1"])
@@ -298,14 +310,7 @@ def test_a_snapshot_never_falls_between_taking_an_item_and_handing_it_over() -> 
     """Barriers of two checkpoints reach a channel an unaligned checkpoint persists just as the
     task takes its last item before them: that item goes to the older checkpoint's channel
     state and is handed over before the newer checkpoint's snapshot, which must not miss it."""
-    log: list[Any] = []
-    racing = RacingChannel(1, log)
-    channels = [LoggingChannel(0, log), racing, LoggingChannel(2, log)]
-    gate_in = InputGate(channels, Wakeup())
-    channel_state = ChannelStateWriter()
-    actions = StateActions(log, channel_state)
-    handler = SingleCheckpointBarrierHandler(3, gate_in, actions, ManualClock(0), channel_state=channel_state)
-    gate = CheckpointedInputGate(gate_in, handler)
+    _log, racing, channels, actions, handler, gate = three_channels_one_racing()
     channels[0].send_priority(CheckpointBarrier(1, 0, UNALIGNED_OPTIONS))
     assert gate.poll_next() is None
     assert handler.persisting == {1, 2}
