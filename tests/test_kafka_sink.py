@@ -11,6 +11,7 @@ aborted check the records themselves.
 
 from __future__ import annotations
 
+import logging
 import time
 from typing import Any
 
@@ -183,8 +184,9 @@ def test_a_restore_fences_the_transactions_a_failed_attempt_left_open(
 
 
 def test_a_restore_at_lower_parallelism_commits_every_old_subtasks_transactions(
-    kafka_broker: KafkaBroker, topic: str
+    kafka_broker: KafkaBroker, topic: str, caplog: pytest.LogCaptureFixture
 ) -> None:
+    caplog.set_level(logging.INFO, logger="chandy.connectors.kafka_sink")
     s = sink(kafka_broker, topic)
     copies = [s, sink(kafka_broker, topic, prefix=s.transactional_id_prefix)]  # one per subtask
     old = [harness(copies[i], subtask=i, parallelism=2).open() for i in range(2)]
@@ -195,12 +197,20 @@ def test_a_restore_at_lower_parallelism_commits_every_old_subtasks_transactions(
     merged = harness(
         sink(kafka_broker, topic, prefix=s.transactional_id_prefix), parallelism=1, attempt=1
     ).open(snapshots, restored_checkpoint_id=3)
-    # Both old subtasks' transactions were redone: each record is in the log twice, once
-    # from the fenced original (Tansu does not hide aborted records) and once from the
-    # redo. Only the marker of the last redo (old subtask 1's) is asserted: subtask 0's
-    # redo commits while subtask 1's original transaction is still open, and Tansu may
-    # then drop its marker (see the note above these tests).
-    assert sorted(values(kafka_broker, topic)) == ["r0", "r0", "r1", "r1"]
+    # Both old subtasks' transactions were redone (each redo is logged, and each record is in
+    # the log). Tansu also keeps the fenced originals' aborted records, but not reliably: when
+    # subtask 0's redo commits while subtask 1's original transaction is still open, it
+    # sometimes loses that original's record (about 1 run in 20, before and after issue 16),
+    # as it may lose that redo's marker (see the note above these tests). So a record may
+    # appear once or twice, and only the marker of the last redo (old subtask 1's) is asserted.
+    redone = sorted(
+        r.getMessage().split()[3] for r in caplog.records if "redoes transaction" in r.getMessage()
+    )
+    assert [t.rsplit("-", 2)[1:] for t in redone] == [["0", "0"], ["1", "0"]], redone
+    deadline = time.monotonic() + 30
+    while {"r0", "r1"} - set(found := values(kafka_broker, topic)) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert set(found) == {"r0", "r1"} and all(1 <= found.count(v) <= 2 for v in found), found
     assert marker(kafka_broker, s, 1) == 3
     # and the old subtask 1's open transactions were fenced by the new subtask 0
     with pytest.raises(Exception, match=FENCED):
