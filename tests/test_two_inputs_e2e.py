@@ -40,7 +40,12 @@ from chandy.core.state import MapStateDescriptor
 from chandy.core.watermark_strategy import WatermarkStrategy
 from tests.probes import Probe
 from tests.state_backends import on_rocksdb_too
-from tests.test_checkpointing_e2e import drain, latest_checkpoint_dir, wait_for_checkpoints
+from tests.test_checkpointing_e2e import (
+    cancel_keeping_results,
+    drain,
+    latest_checkpoint_dir,
+    wait_for_checkpoints,
+)
 
 ORDERS = 6_000
 PRICE_UPDATES = 600
@@ -231,8 +236,7 @@ def test_the_join_restored_at_a_higher_parallelism_finishes_exactly_once(tmp_pat
     while int(latest_checkpoint_dir(first_dir).name.split("-")[1]) < 2:  # one retained at a time
         assert time.monotonic() < deadline, "no second checkpoint completed in time"
         time.sleep(0.02)
-    results.close()  # cancel: the retained checkpoint is what the second run starts from
-    reader.join(60)
+    cancel_keeping_results(results, reader)  # the retained checkpoint is where the second run starts
     assert len(first) < ORDERS, "the first run was cancelled before it ended"
 
     second_job = join_job(
