@@ -40,6 +40,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from chandy.network.barrier_handler import CheckpointBarrierHandler
+from chandy.network.channel import is_channel_state
 from chandy.network.events import (
     CancelCheckpointMarker,
     CheckpointBarrier,
@@ -70,11 +71,6 @@ class _ArrivedPriority:
 
     channel: int
     priority: PriorityBarrier
-
-
-def _is_channel_state(item: Any) -> bool:
-    """Batches, watermarks and watermark statuses are in-flight data; control events are not."""
-    return not isinstance(item, RuntimeEvent) or type(item) in (Watermark, WatermarkStatus)
 
 
 class CheckpointedInputGate:
@@ -147,7 +143,7 @@ class CheckpointedInputGate:
         """A checkpoint is in progress and ``item`` was just taken from ``channel``."""
         gate, handler = self.gate, self.handler
         if channel in handler.persisting:
-            if _is_channel_state(item):
+            if is_channel_state(item):
                 handler.persist(channel, gate.serialized(channel, item))
         elif handler.is_aligning and not isinstance(item, RuntimeEvent):
             handler.on_buffer(channel, gate.channels[channel].size_of(item))
