@@ -126,11 +126,7 @@ class RemoteOutputChannel(OutputChannel):
                 raise TaskCancelledError()
             if self._producer is not None:
                 self._producer.wait(0.05)
-        payload = pickle.dumps(item, protocol=pickle.HIGHEST_PROTOCOL)
-        try:
-            self._connection.send_frame(payload, self._header)
-        except OSError as exc:
-            raise ChannelClosedError(f"channel {self.key}: {exc}") from None
+        self._write(pickle.dumps(item, protocol=pickle.HIGHEST_PROTOCOL), self._header)
         self.sent += 1
 
     def send_overdraft(self, item: Any) -> None:
@@ -147,8 +143,12 @@ class RemoteOutputChannel(OutputChannel):
         self._send_frame(payload, self._priority_header)
 
     def _send_frame(self, payload: bytes, header: bytes) -> None:
+        """A frame sent without credit: nothing waited, so a closed channel is checked here."""
         if self.closed:
             raise ChannelClosedError(f"channel {self.key} was closed")
+        self._write(payload, header)
+
+    def _write(self, payload: bytes, header: bytes) -> None:
         try:
             self._connection.send_frame(payload, header)
         except OSError as exc:
