@@ -100,8 +100,6 @@ class _InFlight:
         self.metrics = metrics
         self.started_ns = time.monotonic_ns()
         self.serializers = {i: s.keyed.serializer() for i, s in enumerate(snapshots) if s.keyed is not None}
-        #: Unaligned at a task with inputs: the write waits for the channel state.
-        self.awaiting_channel_state = False
         self.channel_state: InputChannelState | None = None
         #: The serialized keyed state, once every serializer is done.
         self.serialized: dict[int, SnapshotResult] | None = None
@@ -145,7 +143,8 @@ class SubtaskCheckpointCoordinator:
         self._schedule = schedule
         self._aborted: deque[int] = deque(maxlen=_REMEMBERED_ABORTS)
         self.last_checkpoint_id = -1
-        #: Unaligned checkpoints snapshotted here whose channel state is not complete yet.
+        #: Unaligned checkpoints snapshotted here whose channel state is not complete yet: their
+        #: write waits for it (see :meth:`_channel_state_complete`).
         self._awaiting: dict[int, _InFlight] = {}
 
     # -- the synchronous part (task thread) --------------------------------
@@ -198,7 +197,6 @@ class SubtaskCheckpointCoordinator:
         )
         checkpoint = _InFlight(checkpoint_id, snapshots, metrics, options.target_location)
         if channel_state is not None:
-            checkpoint.awaiting_channel_state = True
             self._awaiting[checkpoint_id] = checkpoint
             channel_state.on_complete(
                 checkpoint_id, lambda state: self._channel_state_complete(checkpoint, state)
@@ -222,7 +220,6 @@ class SubtaskCheckpointCoordinator:
             checkpoint.discard()
             return
         checkpoint.channel_state = state
-        checkpoint.awaiting_channel_state = False
         if checkpoint.serialized is not None:
             self._submit(checkpoint)
 
@@ -312,7 +309,7 @@ class SubtaskCheckpointCoordinator:
             return
         checkpoint.serialized = {i: s.result() for i, s in checkpoint.serializers.items()}
         checkpoint.release()  # copy-on-write can stop: the bytes are taken
-        if not checkpoint.awaiting_channel_state:  # else the channel state's completion submits
+        if self._awaiting.get(checkpoint.checkpoint_id) is not checkpoint:  # else its completion submits
             self._submit(checkpoint)
 
     def _submit(self, checkpoint: _InFlight) -> None:
