@@ -498,7 +498,7 @@ def _render(report: CheckpointReport) -> list[str]:
                     f"{_count(len(sub.channel_state), 'input channel')} ({channels})"
                 )
             for name, summary in sub.operator_states.items():
-                count = f"{summary.elements} element" + ("" if summary.elements == 1 else "s")
+                count = _count(summary.elements, "element")
                 lines.append(f"    operator state '{name}': {summary.mode}, {count}")
     if report.state_files:
         lines += ["", "State files:"]
