@@ -420,6 +420,16 @@ class NetworkOptions:
         minimum=1,
         maximum=1 << 20,
     )
+    ARROW_BATCH_SIZE = ConfigOption.integer(
+        "chandy.network.arrow-batch-size",
+        65536,
+        "Rows per Arrow record batch on the batch path (BatchStream): what a batch source "
+        "reads at a time and the most rows a batch edge sends at once (Spark's "
+        "spark.sql.execution.arrow.maxRecordsPerBatch). A partly filled batch leaves as on "
+        "the record path: when its task goes idle or after execution.buffer-timeout.",
+        minimum=1,
+        maximum=1 << 24,
+    )
     BUFFERS_PER_CHANNEL = ConfigOption.integer(
         "taskmanager.network.memory.buffers-per-channel",
         4,

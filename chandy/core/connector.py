@@ -75,6 +75,10 @@ class SourceReader(ABC):
 class Source(ABC):
     """A parallel, replayable source of records."""
 
+    #: The reader's ``poll_next`` returns Arrow record batches (up to ``max_records`` rows),
+    #: not lists: ``env.from_source`` gives a ``BatchStream``.
+    columnar = False
+
     @abstractmethod
     def get_boundedness(self) -> Boundedness: ...
 
@@ -135,6 +139,10 @@ class SinkWriter(ABC):
 
 class Sink(ABC):
     """Where a stream's records go (``ds.sink_to(sink)``)."""
+
+    #: The sink takes Arrow record batches (``BatchStream.sink_to``): its writer's
+    #: ``write_batch(batch)`` gets each batch whole instead of ``write`` per record.
+    columnar = False
 
     @abstractmethod
     def create_writer(self, context: SinkWriterContext) -> SinkWriter: ...

@@ -632,3 +632,78 @@ class KeyedBroadcastProcessFunction(BaseBroadcastProcessFunction, Generic[KEY, I
         """A timer set through ``ctx.timer_service()`` fired; yield outputs as in
         ``process_element``."""
         return None
+
+
+# ---------------------------------------------------------------- the batch (Arrow) path
+
+
+class MapBatchesFunction(Function):
+    """``BatchStream.map_batches``: one Arrow ``RecordBatch`` in, any number of rows out.
+
+    In the spirit of PySpark's ``mapInArrow``: the function sees whole batches, so its work
+    is numpy / pyarrow.compute calls over columns, not Python per row. It may return a
+    ``pyarrow.RecordBatch``, a ``pyarrow.Table``, a ``dict`` of column name to array (numpy,
+    Arrow or list), a pandas ``DataFrame``, or ``None`` for no output. A plain callable with
+    the same signature works as well; a class is needed only for ``open`` / ``close``.
+    """
+
+    @abstractmethod
+    def map_batch(self, batch: Any) -> Any: ...
+
+
+class KeyedBatchState(ABC):
+    """Columnar keyed state as a :class:`KeyedBatchFunction` sees it for one batch.
+
+    One *row* per distinct key of the batch, in the order of :attr:`keys` (the order of the
+    groups of the grouped batch). Reading a column gives a numpy array of the state of those
+    keys (the column's default for a key without state yet); assigning one writes the new
+    state of every key at once. Nothing is written until assigned, so a function that only
+    reads leaves the state as it was.
+    """
+
+    @property
+    @abstractmethod
+    def keys(self) -> Any:
+        """The distinct keys of the batch (a ``pyarrow.Array``), one per group."""
+
+    @property
+    @abstractmethod
+    def offsets(self) -> Any:
+        """Group ``i`` is rows ``offsets[i]:offsets[i + 1]`` of the grouped batch (numpy, len(keys) + 1)."""
+
+    @property
+    @abstractmethod
+    def group_ids(self) -> Any:
+        """The group of every row of the grouped batch (numpy ints, one per row)."""
+
+    @abstractmethod
+    def is_new(self) -> Any:
+        """A boolean numpy array: the keys that had no state before this batch."""
+
+    @abstractmethod
+    def __getitem__(self, column: str) -> Any:
+        """The state column ``column`` of the batch's keys (a numpy array, len(keys))."""
+
+    @abstractmethod
+    def __setitem__(self, column: str, values: Any) -> None:
+        """Set the state column ``column`` of every key of the batch (len(keys) values)."""
+
+    @abstractmethod
+    def clear(self, mask: Any = None) -> None:
+        """Drop the state of the keys where ``mask`` is true (all of the batch's keys without one)."""
+
+
+class KeyedBatchFunction(Function):
+    """``KeyedBatchStream.process_batches``: a vectorised keyed function with columnar state.
+
+    PySpark's ``applyInPandasWithState`` shape, over Arrow and for every key of a batch at
+    once: ``process_batch`` gets the batch *grouped by key* (the rows of one key together,
+    in their arrival order; :attr:`KeyedBatchState.offsets` says where each group starts)
+    and the state of those keys as columns, and returns the rows to emit (what
+    :class:`MapBatchesFunction` may return), or ``None``. The state's columns and their
+    types are the ``state_schema`` given to ``process_batches``; it is checkpointed per key
+    group as Arrow IPC, restored and rescaled like the record path's keyed state.
+    """
+
+    @abstractmethod
+    def process_batch(self, batch: Any, state: KeyedBatchState) -> Any: ...

@@ -33,6 +33,9 @@ class StreamNode:
     #: strategy, ``assign_timestamps_and_watermarks``, a window); any node whose input has
     #: timestamps passes them on.
     assigns_timestamps: bool = False
+    #: The node's output is Arrow record batches (a ``BatchStream``), not lists of records:
+    #: the edges out of it use the columnar partitioners and record writer.
+    columnar: bool = False
     #: The type the user declared for the node's records (PyFlink's ``output_type`` /
     #: ``type_info``); it only decides how ``print()`` writes them, as Flink's Java would.
     output_type: Any = None

@@ -34,6 +34,9 @@ class StreamPartitioner(ABC):
     is_pointwise = False
     #: The edge carries event timestamps (set by the job graph): buffers hold a timestamp column.
     timestamped = False
+    #: The edge carries Arrow record batches (the batch path): the task gives it the columnar
+    #: record writer, and channels send its batches as Arrow IPC.
+    columnar = False
 
     def setup(self, num_channels: int, subtask_index: int) -> None:
         """Bind to this subtask's output channels."""

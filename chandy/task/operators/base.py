@@ -108,6 +108,9 @@ class StreamOperator:
 
     #: True when the input is a keyed stream: records arrive as ``(key_group, key, value)``.
     keyed = False
+    #: A keyed operator of the batch path: its keyed state backend is the columnar one
+    #: (``chandy.state.columnar``), whatever ``state.backend.type`` says.
+    columnar_state = False
 
     def __init__(self) -> None:
         self.name = type(self).__name__
