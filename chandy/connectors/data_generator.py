@@ -82,7 +82,7 @@ class DataGeneratorReader(SourceReader):
 
     def __init__(
         self,
-        generator_function: Callable[[int], Any],
+        generator_function: Callable[[Any], Any],
         records_per_second: float | None,
         boundedness: Boundedness,
     ) -> None:
@@ -98,7 +98,10 @@ class DataGeneratorReader(SourceReader):
     def add_splits(self, splits: Sequence[DataGeneratorSplit]) -> None:
         self._splits.extend(s.copy() for s in splits)
 
-    def poll_next(self, max_records: int) -> list[Any] | None:
+    def next_range(self, max_records: int) -> tuple[DataGeneratorSplit, int] | list[Any] | None:
+        """The split to generate from and how many of its indices are due now (``[]`` when
+        none are, ``None`` at the end). The caller generates them, then calls
+        :meth:`advance`: a raising generator function moves nothing."""
         while self._splits and self._splits[0].remaining() == 0:
             self._splits.pop(0)
         if not self._splits:
@@ -110,14 +113,22 @@ class DataGeneratorReader(SourceReader):
             n = min(n, self._limiter.available())
             if n <= 0:
                 return []
-        n = int(min(n, split.remaining()))
-        start = split.position
-        stop = start + n * split.step
-        generate = self._generate
-        batch = [generate(i) for i in range(start, stop, split.step)]
-        split.position = stop  # only after every record was made: a raising function moves nothing
+        return split, int(min(n, split.remaining()))
+
+    def advance(self, split: DataGeneratorSplit, n: int) -> None:
+        """``n`` indices of ``split`` were generated (and take ``n`` permits of the rate)."""
+        split.position += n * split.step
         if self._limiter is not None:
             self._limiter.acquire(n)
+
+    def poll_next(self, max_records: int) -> list[Any] | None:
+        due = self.next_range(max_records)
+        if not isinstance(due, tuple):
+            return due
+        split, n = due
+        generate = self._generate
+        batch = [generate(i) for i in range(split.position, split.position + n * split.step, split.step)]
+        self.advance(split, n)
         return batch
 
     def snapshot_state(self, checkpoint_id: int) -> list[DataGeneratorSplit]:
@@ -140,6 +151,10 @@ class DataGeneratorSource(Source):
     be deterministic for that to mean the same records.
     """
 
+    #: Argument names in error messages (the Arrow twin's differ).
+    _FUNCTION_ARGUMENT = "generator_function"
+    _RATE_ARGUMENT = "records_per_second"
+
     def __init__(
         self,
         generator_function: Callable[[int], Any],
@@ -148,26 +163,26 @@ class DataGeneratorSource(Source):
     ) -> None:
         if not callable(generator_function):
             raise TypeError(
-                "DataGeneratorSource: generator_function must be callable (index -> record), "
+                f"{type(self).__name__}: {self._FUNCTION_ARGUMENT} must be callable (index -> record), "
                 f"got {type(generator_function).__name__}"
             )
         if count is not None:
             if isinstance(count, bool) or not isinstance(count, int):
                 raise TypeError(
-                    "DataGeneratorSource: count must be an int (or None for an unbounded "
+                    f"{type(self).__name__}: count must be an int (or None for an unbounded "
                     f"source), got {type(count).__name__}"
                 )
             if count < 0:
-                raise ValueError(f"DataGeneratorSource: count must be >= 0, got {count}")
+                raise ValueError(f"{type(self).__name__}: count must be >= 0, got {count}")
         if records_per_second is not None:
             if isinstance(records_per_second, bool) or not isinstance(records_per_second, (int, float)):
                 raise TypeError(
-                    "DataGeneratorSource: records_per_second must be a number (or None for "
+                    f"{type(self).__name__}: {self._RATE_ARGUMENT} must be a number (or None for "
                     f"no limit), got {type(records_per_second).__name__}"
                 )
             if not math.isfinite(records_per_second) or records_per_second <= 0:
                 raise ValueError(
-                    "DataGeneratorSource: records_per_second must be a finite number > 0, "
+                    f"{type(self).__name__}: {self._RATE_ARGUMENT} must be a finite number > 0, "
                     f"got {records_per_second}"
                 )
         self.generator_function = generator_function

@@ -24,17 +24,22 @@ class NumberSequenceReader(SourceReader):
     def add_splits(self, splits: Sequence[NumberSequenceSplit]) -> None:
         self._splits.extend(NumberSequenceSplit(s.split_id, s.position, s.end) for s in splits)
 
-    def poll_next(self, max_records: int) -> list[int] | None:
+    def next_range(self, max_records: int) -> tuple[int, int] | None:
+        """The next ``[start, stop)`` of at most ``max_records`` numbers, taken from the
+        current split (its position moves past them); ``None`` when all are read."""
         while self._splits:
             split = self._splits[0]
             if split.position > split.end:
                 self._splits.pop(0)
                 continue
-            stop = min(split.end + 1, split.position + max_records)
-            batch = list(range(split.position, stop))
+            start, stop = split.position, min(split.end + 1, split.position + max_records)
             split.position = stop
-            return batch
+            return start, stop
         return None
+
+    def poll_next(self, max_records: int) -> list[int] | None:
+        taken = self.next_range(max_records)
+        return None if taken is None else list(range(*taken))
 
     def snapshot_state(self, checkpoint_id: int) -> list[NumberSequenceSplit]:
         return [NumberSequenceSplit(s.split_id, s.position, s.end) for s in self._splits]

@@ -157,7 +157,11 @@ class SinkWriterOperator(StreamOperator):
 
     def process_batch(self, records: list[Any]) -> None:
         assert self.writer is not None
-        self.writer.write_batch(values_of(records))
+        if self.sink.columnar:
+            # A batch sink gets each pyarrow.RecordBatch whole (Sink.columnar).
+            self.writer.write_batch(records)
+        else:
+            self.writer.write_batch(values_of(records))
 
     def snapshot_state(self, context: StateSnapshotContext) -> None:
         writer = self.writer

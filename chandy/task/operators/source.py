@@ -9,6 +9,7 @@ from chandy.core.connector import Source, SourceReader, SourceReaderContext
 from chandy.core.state import ListStateDescriptor
 from chandy.core.time import MAX_WATERMARK
 from chandy.core.watermark_strategy import WatermarkStrategy
+from chandy.errors import InvalidProgramError
 from chandy.task.operators.base import (
     StateInitializationContext,
     StateSnapshotContext,
@@ -21,6 +22,24 @@ class InputStatus(enum.Enum):
     MORE_AVAILABLE = "MORE_AVAILABLE"
     NOTHING_AVAILABLE = "NOTHING_AVAILABLE"
     END_OF_INPUT = "END_OF_INPUT"
+
+
+def check_columnar_watermarks(source: Source, watermark_strategy: WatermarkStrategy | None) -> None:
+    """A batch source (``Source.columnar``) emits ``pyarrow.RecordBatch`` es, which carry no
+    per-record timestamps: it takes no strategy or ``WatermarkStrategy.no_watermarks()``.
+    Anything else fails here, when the job is built, naming the way out."""
+    if not source.columnar or watermark_strategy is None:
+        return
+    if (
+        watermark_strategy.emits_watermarks
+        or watermark_strategy.create_timestamp_extractor() is not None
+        or watermark_strategy.idle_timeout_ms is not None
+    ):
+        raise InvalidProgramError(
+            f"{type(source).__name__} produces Arrow record batches, which carry no record "
+            f"timestamps: it takes WatermarkStrategy.no_watermarks(), not {watermark_strategy!r}. "
+            "For event time, convert with .to_records() and assign timestamps and watermarks there"
+        )
 
 
 class SourceOperator(StreamOperator):
@@ -37,8 +56,10 @@ class SourceOperator(StreamOperator):
 
     def __init__(self, source: Source, watermark_strategy: WatermarkStrategy | None = None) -> None:
         super().__init__()
+        check_columnar_watermarks(source, watermark_strategy)
         self.source = source
-        self.watermark_strategy = watermark_strategy
+        # A batch source's strategy is no_watermarks() (checked above): nothing to assign.
+        self.watermark_strategy = None if source.columnar else watermark_strategy
         self.reader: SourceReader | None = None
         self._restored_splits: list[Any] | None = None
         self._watermarks: WatermarkEmitter | None = None
