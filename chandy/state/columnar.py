@@ -1,0 +1,876 @@
+"""Columnar keyed state: the batch path's keyed state, one row (slot) per key in numpy columns.
+
+Why columns: a keyed batch operator updates the state of thousands of keys per batch. Kept as
+Python objects per key (the heap backend), that is an interpreter round trip per key; kept
+as numpy columns indexed by a *slot* per key, it is one fancy-indexing read and one write
+per batch (``acc[slots] += sums``). What remains per batch is finding the slots of the
+batch's keys, which :meth:`ColumnarKeyedState.slots_of` does without a Python call per row:
+
+* integer (and boolean) keys: an open-addressing hash table in numpy arrays (Fibonacci
+  hashing, linear probing), probed for the whole batch at once: a gather and a compare per
+  probe round, almost every key found in the first round at a load of at most one half.
+  Unseen keys are inserted the same way, vectorised. The cost does not depend on how many
+  keys the state holds (a few ns per key looked up);
+* every other key type (strings, binary, floats, dates, ...): the batch is dictionary
+  encoded in C (one hash per row), and only its *distinct* keys go through a Python dict
+  from key to slot. Float NaNs are one key, as Arrow's hashing treats them; a null key is
+  the key ``None``, for every key type.
+
+Slots of removed keys are reused; a new or reused slot starts with the state's defaults.
+Columns grow by doubling, so :meth:`ColumnarKeyedState.column` must be fetched again after
+a :meth:`~ColumnarKeyedState.slots_of` that may have inserted keys.
+
+Checkpoints: :meth:`ColumnarKeyedStateBackend.snapshot` copies the live rows of every state,
+sorted by key group, at the barrier (a numpy copy per column: milliseconds for a million
+keys); the serializer then writes, key group by key group in bounded steps, one Arrow IPC
+stream per state that has keys in the group (the key column ``__chandy_key`` then the state's
+columns; the state's name in the schema metadata), concatenated into ONE stream per subtask
+whose per-key-group byte ranges go into a :class:`~chandy.state.handles.KeyGroupsStateHandle`
+(``state_kinds`` ``(name, "columnar")``). A restore reads only the key groups of its own range,
+so rescaling works exactly as for the heap backend's snapshots. Nothing is pickled.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import time
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from chandy.core.functions import KeyedBatchState
+from chandy.core.state import State, StateDescriptor
+from chandy.errors import InvalidCheckpointError
+from chandy.state.arrow_keys import KEY_COLUMN
+from chandy.state.backend import (
+    LAST_CONFIRMED,
+    BaseCheckpoint,
+    KeyedStateBackend,
+    StateFileReader,
+)
+from chandy.state.handles import (
+    ByteStreamStateHandle,
+    FileStateHandle,
+    IncrementalKeyedStateHandle,
+    KeyedStateHandle,
+    KeyGroupsStateHandle,
+    Range,
+)
+from chandy.state.heap import IncompatibleRestoredStateError, IncompatibleStateError, SerializedKeyedState
+from chandy.state.key_groups import KeyGroupRange
+from chandy.util.clock import Clock, SystemClock
+
+log = logging.getLogger(__name__)
+
+#: The kind of a columnar state in ``KeyGroupsStateHandle.state_kinds``.
+COLUMNAR_KIND = "columnar"
+#: The schema metadata key holding a state's name in its checkpointed IPC streams.
+STATE_NAME_METADATA = b"chandy.columnar.state"
+
+_EMPTY = np.int64(-1)
+_TOMBSTONE = np.int64(-2)
+_FIBONACCI = np.uint64(0x9E3779B97F4A7C15)
+#: A NaN every float key that is NaN is replaced by: the dict finds it by identity.
+_NAN = float("nan")
+
+
+class _IntIndex:
+    """Integer key -> slot: open addressing over two numpy arrays, probed a batch at a time.
+
+    ``_slots[p]`` is the slot stored at position ``p`` (:data:`_EMPTY`, :data:`_TOMBSTONE`
+    for a removed key, or a slot), ``_keys[p]`` its key. The load (live keys and tombstones)
+    stays at most one half, so most lookups end in the first probe round."""
+
+    __slots__ = ("_bits", "_keys", "_slots", "_used", "_live")
+
+    def __init__(self) -> None:
+        self._reset(4)
+        self._live = 0
+
+    def _reset(self, bits: int) -> None:
+        self._bits = bits
+        self._keys = np.zeros(1 << bits, dtype=np.int64)
+        self._slots = np.full(1 << bits, _EMPTY, dtype=np.int64)
+        self._used = 0
+
+    def _positions(self, keys: np.ndarray) -> np.ndarray:
+        product = keys.view(np.uint64) * _FIBONACCI
+        return (product >> np.uint64(64 - self._bits)).astype(np.int64)
+
+    def find(self, keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """The slot of every key (-1 when absent) and its position in the table (-1 when absent)."""
+        pos = self._positions(keys)
+        table_slots, table_keys = self._slots, self._keys
+        found = table_slots[pos]
+        hit = table_keys[pos] == keys
+        hit &= found >= 0
+        if hit.all():
+            return found, pos
+        mask = (1 << self._bits) - 1
+        result = np.where(hit, found, _EMPTY)
+        result_pos = np.where(hit, pos, _EMPTY)
+        pending = np.flatnonzero(~hit & (found != _EMPTY))
+        while pending.size:
+            p = (pos[pending] + 1) & mask
+            pos[pending] = p
+            found = table_slots[p]
+            hit = table_keys[p] == keys[pending]
+            hit &= found >= 0
+            done = pending[hit]
+            result[done] = found[hit]
+            result_pos[done] = p[hit]
+            pending = pending[~hit & (found != _EMPTY)]
+        return result, result_pos
+
+    def insert(self, keys: np.ndarray, slots: np.ndarray) -> None:
+        """Add ``keys`` (distinct, none present) with their ``slots``."""
+        n = len(keys)
+        if (self._used + n) * 2 > len(self._slots):
+            self._grow(n)
+        self._place(keys, slots)
+        self._used += n
+        self._live += n
+
+    def _place(self, keys: np.ndarray, slots: np.ndarray) -> None:
+        mask = (1 << self._bits) - 1
+        table_slots, table_keys = self._slots, self._keys
+        pos = self._positions(keys)
+        while len(keys):
+            empty = np.flatnonzero(table_slots[pos] == _EMPTY)
+            # Several keys may want one empty position: the first of each takes it.
+            _, first = np.unique(pos[empty], return_index=True)
+            winners = empty[first]
+            table_keys[pos[winners]] = keys[winners]
+            table_slots[pos[winners]] = slots[winners]
+            rest = np.ones(len(keys), dtype=bool)
+            rest[winners] = False
+            keys, slots, pos = keys[rest], slots[rest], pos[rest]
+            pos = np.where(table_slots[pos] == _EMPTY, pos, (pos + 1) & mask)
+
+    def _grow(self, extra: int) -> None:
+        live = self._slots >= 0
+        keys, slots = self._keys[live], self._slots[live]
+        needed = 4 * (len(keys) + extra)
+        self._reset(max(4, (needed - 1).bit_length()))
+        self._place(keys, slots)
+        self._used = len(keys)
+
+    def remove(self, keys: np.ndarray) -> None:
+        """Drop ``keys`` (those present): their positions become tombstones."""
+        found, pos = self.find(keys)
+        pos = pos[found >= 0]
+        self._slots[pos] = _TOMBSTONE
+        self._live -= len(pos)
+
+    def __len__(self) -> int:
+        return self._live
+
+
+def _numpy_dtype(arrow_type: pa.DataType) -> np.dtype[Any]:
+    """The dtype of a state column: numpy's own for numbers and booleans, else objects."""
+    if pa.types.is_boolean(arrow_type):
+        return np.dtype(bool)
+    if pa.types.is_integer(arrow_type) or pa.types.is_floating(arrow_type):
+        dtype: np.dtype[Any] = np.dtype(arrow_type.to_pandas_dtype())
+        return dtype
+    return np.dtype(object)
+
+
+def _is_nan(value: Any) -> bool:
+    return isinstance(value, float) and math.isnan(value)
+
+
+def _as_arrow(values: pa.Array | pa.ChunkedArray | np.ndarray) -> pa.Array:
+    if isinstance(values, np.ndarray):
+        return pa.array(values)
+    if isinstance(values, pa.ChunkedArray):
+        return values.combine_chunks()
+    return values
+
+
+def _is_int_like(arrow_type: pa.DataType) -> bool:
+    return bool(pa.types.is_integer(arrow_type) or pa.types.is_boolean(arrow_type))
+
+
+class ColumnarKeyedState:
+    """One named columnar state: per key a slot, per column of ``schema`` a numpy array by slot.
+
+    ``defaults`` maps a column to the value a new key starts with (0, ``False`` or ``None``
+    for a column without one). Keys may be of any hashable Arrow type, the same in every
+    batch; integers of any width (and booleans) share the vectorised index.
+    """
+
+    def __init__(self, name: str, schema: pa.Schema, defaults: Mapping[str, Any] | None = None) -> None:
+        if KEY_COLUMN in schema.names:
+            raise ValueError(f"columnar state '{name}': the column name {KEY_COLUMN!r} is reserved")
+        self.name = name
+        self.schema = schema
+        self.defaults: dict[str, Any] = {}
+        self._dtypes = {f.name: _numpy_dtype(f.type) for f in schema}
+        self.set_defaults(defaults)
+        #: The Arrow type of the keys (from the first batch or the restore); None while unknown.
+        self.key_type: pa.DataType | None = None
+        self._int_keys: bool | None = None
+        self._index = _IntIndex()
+        self._dict: dict[Any, int] = {}
+        self._null_slot = -1
+        #: The number of :meth:`slots_of` calls so far: a slot born in the latest is new.
+        self.epoch = 0
+        self._capacity = 0
+        self._columns: dict[str, np.ndarray] = {c: np.empty(0, dtype=dt) for c, dt in self._dtypes.items()}
+        self._alive = np.empty(0, dtype=bool)
+        self._key_groups = np.empty(0, dtype=np.int32)
+        self._born = np.empty(0, dtype=np.int64)
+        #: The key of every slot: integer keys as int64 (uint64 by their bits), others as objects.
+        self._ikeys = np.empty(0, dtype=np.int64)
+        self._okeys = np.empty(0, dtype=object)
+        self._high = 0  # slots [0, _high) were handed out at least once
+        self._free = np.empty(0, dtype=np.int64)
+        self._count = 0
+        self._alloc(16)
+
+    def set_defaults(self, defaults: Mapping[str, Any] | None) -> None:
+        """Set the values new keys start with (existing keys keep theirs)."""
+        defaults = dict(defaults or {})
+        unknown = set(defaults) - set(self.schema.names)
+        if unknown:
+            raise ValueError(
+                f"columnar state '{self.name}': defaults for unknown columns {sorted(unknown)}; "
+                f"its columns are {self.schema.names}"
+            )
+        resolved: dict[str, Any] = {}
+        for column, dtype in self._dtypes.items():
+            value = defaults.get(column)
+            if dtype != np.dtype(object):
+                try:
+                    value = dtype.type(0 if value is None else value)
+                except (TypeError, ValueError, OverflowError) as exc:
+                    raise ValueError(
+                        f"columnar state '{self.name}': default {defaults.get(column)!r} of column "
+                        f"'{column}' is not a {dtype} value ({exc})"
+                    ) from None
+            resolved[column] = value
+        self.defaults = resolved
+
+    # ------------------------------------------------------------------ storage
+
+    def _alloc(self, capacity: int) -> None:
+        """Grow every per-slot array to ``capacity`` (amortised doubling by the caller)."""
+        old = self._capacity
+
+        def grown(array: np.ndarray, fill: Any) -> np.ndarray:
+            new = np.empty(capacity, dtype=array.dtype)
+            new[:old] = array[:old]
+            new[old:] = fill
+            return new
+
+        self._columns = {c: grown(a, self.defaults[c]) for c, a in self._columns.items()}
+        self._alive = grown(self._alive, False)
+        self._key_groups = grown(self._key_groups, 0)
+        self._born = grown(self._born, -1)
+        self._ikeys = grown(self._ikeys, 0)
+        self._okeys = grown(self._okeys, None)
+        self._capacity = capacity
+
+    def _allocate(self, n: int) -> np.ndarray:
+        """``n`` free slots (reused ones first), with the defaults in every column."""
+        reused = self._free[:n]
+        self._free = self._free[n:]
+        fresh = n - len(reused)
+        if self._high + fresh > self._capacity:
+            self._alloc(max(2 * self._capacity, self._high + fresh))
+        slots = np.concatenate([reused, np.arange(self._high, self._high + fresh, dtype=np.int64)])
+        self._high += fresh
+        for column, values in self._columns.items():
+            values[slots] = self.defaults[column]
+        self._alive[slots] = True
+        self._born[slots] = self.epoch
+        self._count += n
+        return slots
+
+    @property
+    def num_keys(self) -> int:
+        """How many keys hold state."""
+        return self._count
+
+    def column(self, name: str) -> np.ndarray:
+        """The backing array of column ``name``, indexed by slot: writing into it updates the
+        state. Fetch it again after :meth:`slots_of` (which may grow the arrays)."""
+        try:
+            return self._columns[name]
+        except KeyError:
+            raise KeyError(
+                f"columnar state '{self.name}' has no column {name!r}; its columns are {self.schema.names}"
+            ) from None
+
+    def key_groups_of_slots(self, slots: np.ndarray) -> np.ndarray:
+        """The key group of the key in every slot (int32)."""
+        groups: np.ndarray = self._key_groups[slots]
+        return groups
+
+    def is_new(self, slots: np.ndarray) -> np.ndarray:
+        """True for the slots the latest :meth:`slots_of` inserted (keys without state before it)."""
+        new: np.ndarray = self._born[slots] == self.epoch
+        return new
+
+    def key_array(self, slots: np.ndarray) -> pa.Array:
+        """The keys of ``slots`` as an Arrow array of the keys' type."""
+        slots = np.asarray(slots, dtype=np.int64)
+        key_type = self.key_type if self.key_type is not None else pa.null()
+        if self._int_keys:
+            values = self._ikeys[slots]
+            mask = (slots == self._null_slot) if self._null_slot >= 0 else None
+            if pa.types.is_boolean(key_type):
+                return pa.array(values.astype(bool), mask=mask)
+            if key_type == pa.uint64():
+                return pa.array(values.view(np.uint64), mask=mask)
+            return pa.array(values, mask=mask).cast(key_type)
+        return pa.array(self._okeys[slots].tolist(), type=key_type)
+
+    # ------------------------------------------------------------------ lookups
+
+    def slots_of(self, keys: pa.Array | pa.ChunkedArray | np.ndarray, key_groups: np.ndarray) -> np.ndarray:
+        """The slot of every element of ``keys`` (int64), inserting the keys not seen yet
+        (with the defaults, in ``key_groups``: the key group of every element)."""
+        self.epoch += 1
+        array = _as_arrow(keys)
+        if pa.types.is_dictionary(array.type):
+            array = array.dictionary_decode()
+        key_groups = np.asarray(key_groups)
+        if len(key_groups) != len(array):
+            raise ValueError(f"slots_of: {len(array)} keys but {len(key_groups)} key groups")
+        self._check_key_type(array.type)
+        if self._int_keys:
+            return self._int_slots(array, key_groups)
+        return self._generic_slots(array, key_groups)
+
+    def _check_key_type(self, key_type: pa.DataType) -> None:
+        if self.key_type is None or (self._count == 0 and key_type != pa.null()):
+            if pa.types.is_null(key_type):
+                if self.key_type is None:
+                    self._int_keys = False
+                return
+            self.key_type = key_type
+            self._int_keys = _is_int_like(key_type)
+            return
+        if pa.types.is_null(key_type):
+            return
+        if _is_int_like(key_type) != bool(self._int_keys) or (
+            not self._int_keys and key_type != self.key_type
+        ):
+            raise TypeError(
+                f"columnar state '{self.name}' holds keys of type {self.key_type} and got keys of "
+                f"type {key_type}: the keys of one keyed stream must keep one type (cast the key "
+                "column in the function that produces it)"
+            )
+
+    def _int_slots(self, array: pa.Array, key_groups: np.ndarray) -> np.ndarray:
+        nulls = array.null_count
+        if pa.types.is_null(array.type):
+            values = np.zeros(len(array), dtype=np.int64)
+        elif nulls:
+            values = pc.fill_null(array, False if pa.types.is_boolean(array.type) else 0).to_numpy(
+                zero_copy_only=False
+            )
+        else:
+            values = array.to_numpy(zero_copy_only=False)
+        values = values.astype(np.int64, copy=False) if values.dtype != np.uint64 else values.view(np.int64)
+        slots, _ = self._index.find(values)
+        if nulls or pa.types.is_null(array.type):
+            is_null = np.ones(len(array), dtype=bool) if nulls == len(array) else np.asarray(array.is_null())
+            if self._null_slot < 0:
+                first_null = int(np.argmax(is_null))
+                self._null_slot = int(self._allocate(1)[0])
+                self._key_groups[self._null_slot] = key_groups[first_null]
+                self._ikeys[self._null_slot] = 0
+            slots[is_null] = self._null_slot
+        missing = np.flatnonzero(slots < 0)
+        if missing.size:
+            new_keys, first, inverse = np.unique(values[missing], return_index=True, return_inverse=True)
+            new_slots = self._allocate(len(new_keys))
+            self._ikeys[new_slots] = new_keys
+            self._key_groups[new_slots] = key_groups[missing[first]]
+            self._index.insert(new_keys, new_slots)
+            slots[missing] = new_slots[inverse.reshape(-1)]
+        return slots
+
+    def _generic_slots(self, array: pa.Array, key_groups: np.ndarray) -> np.ndarray:
+        encoded = pc.dictionary_encode(array, null_encoding="encode")
+        distinct = encoded.dictionary.to_pylist()
+        if pa.types.is_floating(array.type):
+            distinct = [_NAN if _is_nan(v) else v for v in distinct]
+        lookup = self._dict
+        distinct_slots = np.fromiter(
+            (lookup.get(k, -1) for k in distinct), dtype=np.int64, count=len(distinct)
+        )
+        indices = encoded.indices.to_numpy(zero_copy_only=False)
+        missing = np.flatnonzero(distinct_slots < 0)
+        if missing.size:
+            # The key group of a new key: that of any of its rows (they are all the same).
+            row_of = np.empty(len(distinct), dtype=np.int64)
+            row_of[indices] = np.arange(len(indices))
+            new_slots = self._allocate(len(missing))
+            for k, slot in zip(missing.tolist(), new_slots.tolist(), strict=True):
+                key = distinct[k]
+                lookup[key] = slot
+                self._okeys[slot] = key
+                if key is None:
+                    self._null_slot = slot
+            self._key_groups[new_slots] = key_groups[row_of[missing]]
+            distinct_slots[missing] = new_slots
+        result: np.ndarray = distinct_slots[indices]
+        return result
+
+    # ------------------------------------------------------------------ removal
+
+    def remove(self, slots: np.ndarray) -> None:
+        """Drop the state of the keys in ``slots``: a key that comes back starts from the defaults."""
+        slots = np.unique(np.asarray(slots, dtype=np.int64))
+        slots = slots[self._alive[slots]]
+        if not slots.size:
+            return
+        null_slot = self._null_slot
+        if null_slot >= 0 and (slots == null_slot).any():
+            self._null_slot = -1
+        if self._int_keys:
+            # The null key's slot holds 0 as its key, which is not the index's key 0.
+            self._index.remove(self._ikeys[slots[slots != null_slot]])
+        else:
+            for key in self._okeys[slots].tolist():
+                self._dict.pop(_NAN if _is_nan(key) else key, None)
+            self._okeys[slots] = None
+        self._alive[slots] = False
+        self._born[slots] = -1
+        self._free = np.concatenate([self._free, slots])
+        self._count -= len(slots)
+
+    def live_slots(self) -> np.ndarray:
+        """The slots holding a key, in slot order."""
+        return np.flatnonzero(self._alive[: self._high])
+
+    # ------------------------------------------------------------------ restore
+
+    def _load(self, keys: pa.Array, key_group: int, columns: Mapping[str, np.ndarray]) -> None:
+        """Insert restored keys (distinct, not present) of ``key_group`` with their values."""
+        epoch = self.epoch
+        slots = self.slots_of(keys, np.full(len(keys), key_group, dtype=np.int32))
+        self.epoch = epoch
+        self._born[slots] = -1
+        for name, values in columns.items():
+            self._columns[name][slots] = values
+
+
+class ColumnarStateView(KeyedBatchState):
+    """The columnar state of one grouped batch's keys, as a :class:`KeyedBatchFunction` sees it.
+
+    Built by the operator from what it computed anyway: ``slots`` (the state slot of each
+    group, from :meth:`ColumnarKeyedState.slots_of` over the batch's distinct keys),
+    ``offsets`` (group ``i`` is rows ``offsets[i]:offsets[i + 1]``), ``group_ids`` (the
+    group of every row) and, when at hand, ``keys`` (the distinct keys; else read from the
+    state on first use). Construction copies nothing; :meth:`is_new` is fixed when built
+    (slots the latest ``slots_of`` inserted).
+
+    Reads copy (``state[col]`` is the column gathered at ``slots``; keys cleared in this
+    view read as the defaults); assignment writes a whole column back, cast to the column's
+    dtype. :meth:`clear` frees the keys at once; a later assignment in the same view does not
+    bring a cleared key back.
+    """
+
+    def __init__(
+        self,
+        state: ColumnarKeyedState,
+        slots: np.ndarray,
+        offsets: np.ndarray,
+        group_ids: np.ndarray,
+        keys: pa.Array | None = None,
+    ) -> None:
+        self._state = state
+        self._slots = np.asarray(slots, dtype=np.int64)
+        self._offsets = offsets
+        self._group_ids = group_ids
+        self._keys = keys
+        self._new = state.is_new(self._slots)
+        self._cleared: np.ndarray | None = None
+
+    @property
+    def keys(self) -> pa.Array:
+        if self._keys is None:
+            self._keys = self._state.key_array(self._slots)
+        return self._keys
+
+    @property
+    def offsets(self) -> np.ndarray:
+        return self._offsets
+
+    @property
+    def group_ids(self) -> np.ndarray:
+        return self._group_ids
+
+    @property
+    def slots(self) -> np.ndarray:
+        """The state slot of every group."""
+        return self._slots
+
+    def is_new(self) -> np.ndarray:
+        return self._new.copy()
+
+    def __len__(self) -> int:
+        return len(self._slots)
+
+    def __getitem__(self, column: str) -> np.ndarray:
+        values: np.ndarray = self._state.column(column)[self._slots]
+        if self._cleared is not None:
+            values[self._cleared] = self._state.defaults[column]
+        return values
+
+    def __setitem__(self, column: str, values: Any) -> None:
+        target = self._state.column(column)
+        if isinstance(values, (pa.Array, pa.ChunkedArray)):
+            values = values.to_numpy(zero_copy_only=False)
+        array = np.asarray(values)
+        if array.ndim == 0:
+            array = np.broadcast_to(array, (len(self._slots),))
+        if array.shape != (len(self._slots),):
+            raise ValueError(
+                f"columnar state '{self._state.name}', column '{column}': {len(self._slots)} values "
+                f"expected (one per key of the batch), got an array of shape {array.shape}"
+            )
+        if target.dtype != np.dtype(object) and array.dtype != target.dtype:
+            if not np.can_cast(array.dtype, target.dtype, casting="same_kind"):
+                raise TypeError(
+                    f"columnar state '{self._state.name}', column '{column}' holds {target.dtype} "
+                    f"and got {array.dtype} values; convert them first (values.astype({target.dtype}))"
+                )
+            array = array.astype(target.dtype)
+        if self._cleared is None:
+            target[self._slots] = array
+        else:
+            keep = ~self._cleared
+            target[self._slots[keep]] = array[keep]
+
+    def clear(self, mask: Any = None) -> None:
+        if mask is None:
+            chosen = np.ones(len(self._slots), dtype=bool)
+        else:
+            chosen = np.asarray(mask, dtype=bool)
+            if chosen.shape != (len(self._slots),):
+                raise ValueError(
+                    f"clear(mask): one boolean per key of the batch ({len(self._slots)}) expected, "
+                    f"got shape {chosen.shape}"
+                )
+        fresh = chosen if self._cleared is None else chosen & ~self._cleared
+        self._state.remove(self._slots[fresh])
+        self._cleared = chosen.copy() if self._cleared is None else self._cleared | chosen
+
+
+# ---------------------------------------------------------------------- snapshots
+
+
+@dataclass
+class _StateCopy:
+    """One state's live rows at the barrier, sorted by key group."""
+
+    name: str
+    schema: pa.Schema
+    key_type: pa.DataType
+    keys: pa.Array
+    columns: list[np.ndarray]
+    #: Rows ``bounds[i]:bounds[i + 1]`` are in key group ``range.start + i``.
+    bounds: np.ndarray
+
+    def ipc_schema(self) -> pa.Schema:
+        metadata = dict(self.schema.metadata or {})
+        metadata[STATE_NAME_METADATA] = self.name.encode()
+        return pa.schema([pa.field(KEY_COLUMN, self.key_type), *self.schema], metadata=metadata)
+
+
+def _copy_state(state: ColumnarKeyedState, key_group_range: KeyGroupRange) -> _StateCopy | None:
+    live = state.live_slots()
+    if not live.size:
+        return None
+    groups = state.key_groups_of_slots(live)
+    order = np.argsort(groups, kind="stable")
+    live = live[order]
+    bounds = np.searchsorted(
+        groups[order], np.arange(key_group_range.start, key_group_range.end + 2), side="left"
+    )
+    assert state.key_type is not None
+    return _StateCopy(
+        state.name,
+        state.schema,
+        state.key_type,
+        state.key_array(live),
+        [state.column(f.name)[live] for f in state.schema],
+        bounds,
+    )
+
+
+class ColumnarSnapshot:
+    """The copies taken at the barrier (:class:`~chandy.state.backend.KeyedStateSnapshot`)."""
+
+    def __init__(self, key_group_range: KeyGroupRange, copies: list[_StateCopy]) -> None:
+        self.key_group_range = key_group_range
+        self._copies = copies
+
+    @property
+    def is_empty(self) -> bool:
+        return not self._copies
+
+    def serializer(self) -> ColumnarSerializer:
+        return ColumnarSerializer(self)
+
+    def serialize(self) -> SerializedKeyedState:
+        """Serialize every key group at once."""
+        serializer = self.serializer()
+        serializer.step(None)
+        return serializer.result()
+
+    def release(self) -> None:
+        self._copies = []
+
+
+class ColumnarSerializer:
+    """Writes a snapshot's key groups as Arrow IPC streams, key group by key group, in steps
+    of bounded duration (on the task thread, like the heap's ``KeyGroupSerializer``)."""
+
+    def __init__(self, snapshot: ColumnarSnapshot) -> None:
+        self._snapshot = snapshot
+        self._copies = snapshot._copies
+        self._schemas = [copy.ipc_schema() for copy in self._copies]
+        self._state_kinds = tuple(sorted((copy.name, COLUMNAR_KIND) for copy in self._copies))
+        self._next = 0
+        self._parts: list[bytes] = []
+        self._ranges: list[Range] = []
+        self._offset = 0
+        self.done = False
+
+    def step(self, deadline_ns: int | None) -> bool:
+        """Serialize key groups until ``deadline_ns`` (monotonic) passes; True when done."""
+        count = self._snapshot.key_group_range.number_of_key_groups
+        while self._next < count:
+            i = self._next
+            self._next += 1
+            start = self._offset
+            for copy, schema in zip(self._copies, self._schemas, strict=True):
+                lo, hi = int(copy.bounds[i]), int(copy.bounds[i + 1])
+                if lo == hi:
+                    continue
+                arrays = [
+                    copy.keys[lo:hi],
+                    *(
+                        pa.array(c[lo:hi], type=f.type)
+                        for c, f in zip(copy.columns, copy.schema, strict=True)
+                    ),
+                ]
+                sink = pa.BufferOutputStream()
+                with pa.ipc.new_stream(sink, schema) as writer:
+                    writer.write_batch(pa.RecordBatch.from_arrays(arrays, schema=schema))
+                blob = sink.getvalue().to_pybytes()
+                self._parts.append(blob)
+                self._offset += len(blob)
+            self._ranges.append((start, self._offset))
+            if deadline_ns is not None and time.monotonic_ns() >= deadline_ns:
+                break
+        self.done = self._next >= count
+        return self.done
+
+    def result(self) -> SerializedKeyedState:
+        if not self.done:
+            raise RuntimeError("serialization is not finished")
+        return SerializedKeyedState(
+            self._snapshot.key_group_range, b"".join(self._parts), tuple(self._ranges), self._state_kinds
+        )
+
+
+def _where(handle: KeyGroupsStateHandle) -> str:
+    delegate = handle.delegate
+    if isinstance(delegate, FileStateHandle):
+        return f"checkpoint file {delegate.path}"
+    if isinstance(delegate, ByteStreamStateHandle):
+        return f"inline state {delegate.name} of the checkpoint's _metadata"
+    return f"state {delegate!r}"
+
+
+class ColumnarKeyedStateBackend(KeyedStateBackend):
+    """The keyed state backend of a batch operator: named :class:`ColumnarKeyedState`\\ s.
+
+    Record-at-a-time state (``get_partitioned_state``) is not served here: a keyed batch
+    operator keeps columnar state, and the chain builds this backend for operators with
+    ``columnar_state = True``."""
+
+    def __init__(
+        self,
+        key_group_range: KeyGroupRange,
+        max_parallelism: int,
+        owner: str = "the operator",
+        clock: Clock | None = None,
+    ) -> None:
+        super().__init__(key_group_range, max_parallelism)
+        self.owner = owner or "the operator"
+        self.clock: Clock = clock if clock is not None else SystemClock()
+        self.states: dict[str, ColumnarKeyedState] = {}
+        #: Names of the states a restore brought back (their schema is the checkpoint's).
+        self._restored: set[str] = set()
+        #: Names requested through get_columnar_state in this run.
+        self._declared: set[str] = set()
+
+    # -------------------------------------------------------------- record state: refused
+
+    def _record_state_error(self, what: str) -> TypeError:
+        return TypeError(
+            f"{self.owner} keeps columnar keyed state (a batch operator) and cannot serve "
+            f"record-at-a-time {what}: use get_columnar_state(name, schema) and read or write "
+            "whole columns, or convert the stream with to_records() and use the record API's keyed state"
+        )
+
+    def set_current_key(self, key: Any, key_group: int) -> None:
+        raise self._record_state_error("set_current_key")
+
+    def get_current_key(self) -> Any:
+        return None
+
+    def get_partitioned_state(self, descriptor: StateDescriptor) -> State:
+        raise self._record_state_error(f"state ('{descriptor.name}')")
+
+    # -------------------------------------------------------------- columnar state
+
+    def get_columnar_state(
+        self, name: str, schema: pa.Schema, defaults: Mapping[str, Any] | None = None
+    ) -> ColumnarKeyedState:
+        """The state ``name`` with ``schema`` (created empty, or as restored); the same name
+        always gives the same object."""
+        state = self.states.get(name)
+        if state is None:
+            state = self.states[name] = ColumnarKeyedState(name, schema, defaults)
+            self._declared.add(name)
+            return state
+        if not state.schema.equals(schema, check_metadata=False):
+            if name in self._restored and name not in self._declared:
+                raise IncompatibleRestoredStateError(
+                    f"{self.owner} cannot restore columnar state '{name}': the checkpoint holds it "
+                    f"with schema ({_describe(state.schema)}) and the job now declares "
+                    f"({_describe(schema)}). Declare the state with the checkpoint's schema, or give "
+                    "the new state another name (the old one is then left unused), or start the "
+                    "operator without state: give it a new uid() and restore with "
+                    "execution.state-recovery.ignore-unclaimed-state: true"
+                )
+            raise IncompatibleStateError(
+                f"{self.owner}: columnar state '{name}' has schema ({_describe(state.schema)}) and is "
+                f"now requested with ({_describe(schema)}); use a different name for each state"
+            )
+        if name not in self._declared:
+            state.set_defaults(defaults)
+            self._declared.add(name)
+        return state
+
+    def has_state(self) -> bool:
+        return bool(self.states)
+
+    def num_keys(self, state_name: str) -> int:
+        state = self.states.get(state_name)
+        return 0 if state is None else state.num_keys
+
+    def snapshot(
+        self,
+        checkpoint_id: int = 0,
+        *,
+        canonical: bool = False,
+        native: bool = False,
+        base_checkpoint_id: BaseCheckpoint = LAST_CONFIRMED,
+    ) -> ColumnarSnapshot:
+        """Copy every state's live rows, sorted by key group (the synchronous part). The
+        columnar backend has one format, full snapshots in Arrow IPC, whatever is asked."""
+        copies = [_copy_state(s, self.key_group_range) for _, s in sorted(self.states.items())]
+        return ColumnarSnapshot(self.key_group_range, [c for c in copies if c is not None])
+
+    def restore(self, handles: Iterable[KeyedStateHandle], reader: StateFileReader) -> None:
+        """Load the key groups of this backend's range from ``handles`` (which may cover
+        other ranges too: a restore after rescaling)."""
+        for handle in handles:
+            if isinstance(handle, IncrementalKeyedStateHandle):
+                raise IncompatibleRestoredStateError(
+                    f"{self.owner} cannot restore checkpoint {handle.checkpoint_id}: it holds the "
+                    "RocksDB backend's native snapshot of record state, and this operator keeps "
+                    "columnar state. Give the batch operator a new uid() (and restore with "
+                    "execution.state-recovery.ignore-unclaimed-state: true)"
+                )
+            record_kinds = [(n, k) for n, k in handle.state_kinds if k != COLUMNAR_KIND]
+            if record_kinds:
+                raise IncompatibleRestoredStateError(
+                    f"{self.owner} keeps columnar state and the checkpoint holds record state "
+                    f"{record_kinds} for it: the operator's uid() names another operator's state. "
+                    "Give the batch operator its own uid() (and restore with "
+                    "execution.state-recovery.ignore-unclaimed-state: true)"
+                )
+            part = handle.intersection(self.key_group_range)
+            if part is None:
+                continue
+            for kg, byte_range in part.key_groups():
+                if byte_range[1] > byte_range[0]:
+                    self._restore_key_group(part, kg, byte_range, reader)
+
+    def _restore_key_group(
+        self, handle: KeyGroupsStateHandle, key_group: int, byte_range: Range, reader: StateFileReader
+    ) -> None:
+        data = reader.read(handle.delegate, byte_range)
+        source = pa.BufferReader(pa.py_buffer(data))
+        name = ", ".join(repr(n) for n, _ in handle.state_kinds) or "(unknown)"
+        try:
+            while source.tell() < len(data):
+                stream = pa.ipc.open_stream(source)
+                schema = stream.schema
+                name = repr((schema.metadata or {})[STATE_NAME_METADATA].decode())
+                table = stream.read_all()
+                self._load(schema, table, key_group)
+        except (pa.ArrowException, KeyError, ValueError, UnicodeDecodeError) as exc:
+            raise InvalidCheckpointError(
+                f"{self.owner} cannot restore columnar state {name}: key group {key_group} "
+                f"(bytes {byte_range[0]}..{byte_range[1]}) of {_where(handle)} is corrupt "
+                f"({type(exc).__name__}: {exc}). Restore from another checkpoint."
+            ) from None
+
+    def _load(self, ipc_schema: pa.Schema, table: pa.Table, key_group: int) -> None:
+        metadata = dict(ipc_schema.metadata or {})
+        name = metadata.pop(STATE_NAME_METADATA).decode()
+        if ipc_schema.names[0] != KEY_COLUMN:
+            raise ValueError(
+                f"the first column is {ipc_schema.names[0]!r}, not the key column {KEY_COLUMN!r}"
+            )
+        schema = pa.schema(list(ipc_schema)[1:], metadata=metadata or None)
+        state = self.states.get(name)
+        if state is None:
+            state = self.states[name] = ColumnarKeyedState(name, schema)
+        elif not state.schema.equals(schema, check_metadata=False):
+            if name in self._declared:
+                self.get_columnar_state(name, schema)  # raises the restore's error, with both schemas
+            raise ValueError(
+                f"state '{name}' has schema ({_describe(schema)}) in one key group and "
+                f"({_describe(state.schema)}) in another"
+            )
+        self._restored.add(name)
+        if not table.num_rows:
+            return
+        keys = table.column(0).combine_chunks()
+        columns = {
+            f.name: _to_numpy(table.column(i + 1), state.column(f.name).dtype) for i, f in enumerate(schema)
+        }
+        state._load(keys, key_group, columns)
+
+    def dispose(self) -> None:
+        self.states.clear()
+
+
+def _to_numpy(column: pa.ChunkedArray, dtype: np.dtype[Any]) -> np.ndarray:
+    if dtype == np.dtype(object):
+        return np.fromiter(column.to_pylist(), dtype=object, count=len(column))
+    converted: np.ndarray = column.to_numpy().astype(dtype, copy=False)
+    return converted
+
+
+def _describe(schema: pa.Schema) -> str:
+    return ", ".join(f"{f.name}: {f.type}" for f in schema)
