@@ -1,13 +1,18 @@
 """Sources and sinks. Sources keep their read positions in checkpointed state."""
 
+from chandy.connectors.arrow_sources import ArrowDataGeneratorSource, ArrowNumberSequenceSource
 from chandy.connectors.collection import CollectionSource
 from chandy.connectors.data_generator import DataGeneratorSource
 from chandy.connectors.delta_sink import DeltaSink
 from chandy.connectors.file_formats import (
+    BatchFormat,
     BulkFormat,
+    CsvBatchFormat,
     CsvFormat,
+    JsonBatchFormat,
     JsonLinesFormat,
     MalformedRecordError,
+    ParquetBatchFormat,
     ParquetFormat,
     StreamFormat,
 )
@@ -50,10 +55,14 @@ from chandy.connectors.number_sequence import NumberSequenceSource
 from chandy.connectors.sinks import DiscardingSink, PrintSink
 
 __all__ = [
+    "ArrowDataGeneratorSource",
+    "ArrowNumberSequenceSource",
+    "BatchFormat",
     "BulkFormat",
     "BulkWriterFactory",
     "ByteArraySchema",
     "CollectionSource",
+    "CsvBatchFormat",
     "CsvEncoder",
     "CsvFormat",
     "DataGeneratorSource",
@@ -64,6 +73,7 @@ __all__ = [
     "Encoder",
     "FileSink",
     "FileSource",
+    "JsonBatchFormat",
     "JsonLinesEncoder",
     "JsonLinesFormat",
     "JsonSchema",
@@ -82,6 +92,7 @@ __all__ = [
     "MalformedRecordError",
     "NumberSequenceSource",
     "OutputFileConfig",
+    "ParquetBatchFormat",
     "ParquetBulkWriters",
     "ParquetFormat",
     "PrintSink",

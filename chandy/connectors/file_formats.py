@@ -20,6 +20,7 @@ import codecs
 import csv
 import json
 import logging
+import os
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, replace
@@ -48,7 +49,8 @@ class FileSourceSplit:
     ``offset``: for stream formats the byte offset of the next record; for bulk
     formats the index of the next row group. ``records_after_offset``: for bulk
     formats the rows of that row group already emitted (0 for stream formats,
-    whose offsets always fall on a record boundary). ``line``: lines before
+    whose offsets always fall on a record boundary; for the CSV and JSON batch
+    formats the rows of the file already emitted). ``line``: lines before
     ``offset``, so error messages name the right line after a restore.
     ``header``: a CSV file's column names, once its header line was read, so a
     restore in the middle of the file still makes dicts without re-reading it.
@@ -59,6 +61,9 @@ class FileSourceSplit:
     records_after_offset: int = 0
     line: int = 0
     header: tuple[str, ...] | None = None
+    #: Batch formats that infer types (CSV, JSON): the file's Arrow schema (IPC bytes), fixed
+    #: when its first block was read, so a restore in the middle reads the same types.
+    schema: bytes | None = None
 
     @property
     def split_id(self) -> str:
@@ -423,7 +428,7 @@ class ParquetFormat(BulkFormat):
 
 
 class _ParquetReader(FileRecordReader):
-    def __init__(self, split: FileSourceSplit, fmt: ParquetFormat) -> None:
+    def __init__(self, split: FileSourceSplit, fmt: ParquetFormat | ParquetBatchFormat) -> None:
         import pyarrow.parquet as pq
 
         self.split = split
@@ -470,13 +475,274 @@ class _ParquetReader(FileRecordReader):
                 if self._batch.num_rows == 0:
                     continue
             n = min(max_records, self._batch.num_rows - self._batch_pos)
-            records: list[Any] = self._batch.slice(self._batch_pos, n).to_pylist()
+            records: list[Any] = self._emit(self._batch.slice(self._batch_pos, n))
             self._batch_pos += n
             split.records_after_offset += n
             return records
         return None
 
+    def _emit(self, batch: Any) -> Any:
+        """What a read hands out for ``batch`` (a slice of the file): its rows as dicts."""
+        return batch.to_pylist()
+
     def close(self) -> None:
         self._batches = None
         self._batch = None
         self._file.close()
+
+
+# --------------------------------------------------------------------------- batch formats
+
+
+class BatchFormat(ABC):
+    """Reads a file as Arrow record batches (``FileSource.for_batch_format``): the source is
+    a batch source (``Source.columnar``) and ``env.from_source`` gives a ``BatchStream``.
+
+    A read hands out one ``pyarrow.RecordBatch`` of up to ``max_records`` rows (never
+    empty); the split keeps the position as the record formats do, so a checkpoint and
+    a restore are exact."""
+
+    @abstractmethod
+    def create_reader(self, split: FileSourceSplit) -> FileRecordReader:
+        """Open ``split.path`` and continue at the split's position."""
+
+    def validate(self) -> None:
+        """Reject a bad configuration when the job is built."""
+
+
+class ParquetBatchFormat(BatchFormat):
+    """Apache Parquet files as record batches (only ``columns``, all when ``None``), read a
+    row group at a time in batches of at most ``batch_size`` rows, with no conversion to
+    Python objects. The position is (row group, rows of it emitted), as
+    :class:`ParquetFormat` keeps it."""
+
+    def __init__(self, columns: Sequence[str] | None = None, batch_size: int = 65_536) -> None:
+        # The same arguments and checks as the record format's.
+        checked = ParquetFormat(columns, batch_size)
+        self.columns = checked.columns
+        self.batch_size = checked.batch_size
+
+    def create_reader(self, split: FileSourceSplit) -> FileRecordReader:
+        return _ParquetBatchReader(split, self)
+
+    def __repr__(self) -> str:
+        return f"ParquetBatchFormat(columns={self.columns}, batch_size={self.batch_size})"
+
+
+class _ParquetBatchReader(_ParquetReader):
+    def _emit(self, batch: Any) -> Any:
+        return batch
+
+
+def _schema_bytes(schema: Any) -> bytes:
+    return bytes(schema.serialize().to_pybytes())
+
+
+def _schema_of(data: bytes) -> Any:
+    import pyarrow as pa
+
+    return pa.ipc.read_schema(pa.py_buffer(data))
+
+
+class _ArrowStreamReader(FileRecordReader):
+    """Files pyarrow reads as a stream of batches (CSV, JSON lines). The position is the
+    number of rows of the file already emitted (``records_after_offset``): a restore reads
+    and drops that many rows first (pyarrow's readers cannot seek to a row), with the types
+    the file's first block gave (kept in ``split.schema``), so the batches after a restore are
+    those the failed attempt would have read."""
+
+    #: What the file was read as, for error messages.
+    _kind = ""
+
+    def __init__(self, split: FileSourceSplit, fmt: Any) -> None:
+        self.split = split
+        self._fmt = fmt
+        known = _schema_of(split.schema) if split.schema is not None else None
+        self._reader: Any = None
+        if os.path.getsize(split.path):  # an empty file has no rows (and pyarrow no schema for it)
+            try:
+                self._reader = self._open(split.path, known)
+            except Exception as e:  # noqa: BLE001 - pyarrow raises several types for a bad file
+                raise self._malformed(e) from None
+            if split.schema is None:
+                split.schema = _schema_bytes(self._reader.schema)
+        self._batch: Any = None
+        self._batch_pos = 0
+        skip = split.records_after_offset
+        while skip and self._next():
+            assert self._batch is not None
+            taken = min(skip, self._batch.num_rows)
+            self._batch_pos, skip = taken, skip - taken
+
+    @abstractmethod
+    def _open(self, path: str, schema: Any) -> Any:
+        """A pyarrow streaming reader of ``path`` (with the types of ``schema`` if given)."""
+
+    def _malformed(self, error: Exception) -> MalformedRecordError:
+        return MalformedRecordError(
+            f"{self.split.path}: cannot be read as {self._kind} after row "
+            f"{self.split.records_after_offset} ({error})"
+        )
+
+    def _next(self) -> bool:
+        """Move to the next non-empty block; ``False`` at the end of the file."""
+        while True:
+            if self._reader is None:
+                return False
+            try:
+                self._batch = self._reader.read_next_batch()
+            except StopIteration:
+                self._reader = None
+                self._batch = None
+                return False
+            except Exception as e:  # noqa: BLE001 - ArrowInvalid and friends: a bad row
+                raise self._malformed(e) from None
+            self._batch_pos = 0
+            if self._batch.num_rows:
+                return True
+
+    def read_batch(self, max_records: int) -> Any:
+        if self._batch is None or self._batch_pos >= self._batch.num_rows:
+            if not self._next():
+                return None
+        n = min(max_records, self._batch.num_rows - self._batch_pos)
+        out = self._batch.slice(self._batch_pos, n)
+        self._batch_pos += n
+        self.split.records_after_offset += n
+        return out
+
+    def close(self) -> None:
+        if self._reader is not None:
+            self._reader.close()
+            self._reader = None
+        self._batch = None
+
+
+class _CsvBatchReader(_ArrowStreamReader):
+    _kind = "CSV"
+
+    def _open(self, path: str, schema: Any) -> Any:
+        import pyarrow.csv as pcsv
+
+        fmt, csv_fmt = self._fmt, self._fmt.csv
+        names = list(csv_fmt.column_names) if csv_fmt.column_names is not None else None
+        read = pcsv.ReadOptions(
+            block_size=fmt.block_size,
+            encoding=csv_fmt.encoding,
+            column_names=names,
+            skip_rows=1 if names is not None and csv_fmt.has_header else 0,
+            autogenerate_column_names=names is None and not csv_fmt.has_header,
+        )
+        parse = pcsv.ParseOptions(
+            delimiter=csv_fmt.delimiter,
+            quote_char=csv_fmt.quote_char if csv_fmt.quote_char is not None else False,
+            escape_char=csv_fmt.escape_char if csv_fmt.escape_char is not None else False,
+            double_quote=csv_fmt.double_quote,
+            newlines_in_values=True,
+        )
+        types = schema if schema is not None else fmt.schema
+        convert = pcsv.ConvertOptions(column_types=types) if types is not None else None
+        return pcsv.open_csv(path, read_options=read, parse_options=parse, convert_options=convert)
+
+
+class _JsonBatchReader(_ArrowStreamReader):
+    _kind = "JSON lines"
+
+    def _open(self, path: str, schema: Any) -> Any:
+        import pyarrow.json as pjson
+
+        explicit = self._fmt.schema if self._fmt.schema is not None else schema
+        parse = (
+            pjson.ParseOptions(explicit_schema=explicit, unexpected_field_behavior="ignore")
+            if explicit is not None
+            else None
+        )
+        return pjson.open_json(
+            path, read_options=pjson.ReadOptions(block_size=self._fmt.block_size), parse_options=parse
+        )
+
+
+class _TypedBatchFormat(BatchFormat):
+    """A batch format whose types come from ``schema`` or are inferred by pyarrow, which
+    parses ``block_size`` bytes at a time."""
+
+    def __init__(self, schema: Any, block_size: int) -> None:
+        who = type(self).__name__
+        if schema is not None:
+            import pyarrow as pa
+
+            if not isinstance(schema, pa.Schema):
+                raise TypeError(
+                    f"{who}: schema must be a pyarrow.Schema, e.g. pyarrow.schema([('id', "
+                    f"pyarrow.int64())]), or None to infer the types, got {type(schema).__name__}"
+                )
+        if isinstance(block_size, bool) or not isinstance(block_size, int) or block_size < 1024:
+            raise ValueError(f"{who}: block_size must be an int >= 1024 (bytes), got {block_size!r}")
+        self.schema = schema
+        self.block_size = block_size
+
+    def create_reader(self, split: FileSourceSplit) -> FileRecordReader:
+        return (
+            _CsvBatchReader(split, self)
+            if isinstance(self, CsvBatchFormat)
+            else _JsonBatchReader(split, self)
+        )
+
+
+class CsvBatchFormat(_TypedBatchFormat):
+    """CSV files as record batches, parsed and typed by ``pyarrow.csv`` (columns get numeric,
+    boolean, timestamp or string types, inferred from the file's first block unless
+    ``schema`` gives them).
+
+    ``has_header`` (default ``True``): the first line names the columns.
+    ``column_names``: the names to use (with ``has_header`` the file's own header line is
+    skipped); without either, columns are named ``f0, f1, ...``. Quoted values may span
+    lines. ``block_size`` is the bytes pyarrow parses at a time. A row pyarrow cannot parse
+    (a wrong number of fields, a value not of its column's type) fails the job naming the file.
+    """
+
+    _reader_class = _CsvBatchReader
+
+    def __init__(
+        self,
+        *,
+        schema: Any = None,
+        has_header: bool = True,
+        column_names: Sequence[str] | None = None,
+        delimiter: str = ",",
+        quote_char: str | None = '"',
+        escape_char: str | None = None,
+        double_quote: bool = True,
+        encoding: str = "utf-8",
+        block_size: int = 1 << 20,
+    ) -> None:
+        # The record format's checks of the shared arguments.
+        checked = CsvFormat(
+            has_header=has_header,
+            column_names=column_names,
+            delimiter=delimiter,
+            quote_char=quote_char,
+            escape_char=escape_char,
+            double_quote=double_quote,
+            encoding=encoding,
+        )
+        super().__init__(schema, block_size)
+        self.csv = checked
+
+    def __repr__(self) -> str:
+        return f"CsvBatchFormat(schema={self.schema}, {self.csv!r})"
+
+
+class JsonBatchFormat(_TypedBatchFormat):
+    """Newline-delimited JSON as record batches, parsed by ``pyarrow.json``: one object per
+    line, its fields the columns (nested objects become struct columns). Types are inferred
+    from the file's first block unless ``schema`` gives them (then other fields are
+    ignored). Blank lines are skipped. ``block_size`` is the bytes pyarrow parses at a time."""
+
+    _reader_class = _JsonBatchReader
+
+    def __init__(self, *, schema: Any = None, block_size: int = 1 << 20) -> None:
+        super().__init__(schema, block_size)
+
+    def __repr__(self) -> str:
+        return f"JsonBatchFormat(schema={self.schema})"

@@ -5,6 +5,12 @@ Modeled on Flink's (and PyFlink's) ``FileSource``::
     FileSource.for_record_stream_format(StreamFormat.text_line_format(), "/data/in").build()
     FileSource.for_record_stream_format(CsvFormat(), "/data/in").monitor_continuously(1.0).build()
     FileSource.for_bulk_file_format(ParquetFormat(columns=["id"]), "/data/in").build()
+    FileSource.for_batch_format(ParquetBatchFormat(), "/data/in").build()  # Arrow batches
+
+A batch format (:class:`ParquetBatchFormat`, :class:`CsvBatchFormat`,
+:class:`JsonBatchFormat`) makes a batch source (``Source.columnar``): each poll hands out
+one ``pyarrow.RecordBatch``, and ``env.from_source`` gives a ``BatchStream``. Splits,
+positions, bounded and continuous modes are the same as with record formats.
 
 Every file is one split, carrying its read position (see
 :class:`~chandy.connectors.file_formats.FileSourceSplit`), so a checkpoint stores
@@ -40,12 +46,16 @@ from datetime import timedelta
 from typing import Any
 
 from chandy.connectors.file_formats import (
+    BatchFormat,
     BulkFormat,
+    CsvBatchFormat,
     CsvFormat,
     FileRecordReader,
     FileSourceSplit,
+    JsonBatchFormat,
     JsonLinesFormat,
     MalformedRecordError,
+    ParquetBatchFormat,
     ParquetFormat,
     StreamFormat,
     TextLineFormat,
@@ -56,13 +66,17 @@ from chandy.state.key_groups import stable_hash
 log = logging.getLogger(__name__)
 
 __all__ = [
+    "BatchFormat",
     "BulkFormat",
+    "CsvBatchFormat",
     "CsvFormat",
     "FileSource",
     "FileSourceBuilder",
     "FileSourceSplit",
+    "JsonBatchFormat",
     "JsonLinesFormat",
     "MalformedRecordError",
+    "ParquetBatchFormat",
     "ParquetFormat",
     "StreamFormat",
     "TextLineFormat",
@@ -131,7 +145,7 @@ def _interval_seconds(interval: Any) -> float:
 class FileSourceBuilder:
     """Configures a :class:`FileSource`; made by ``FileSource.for_*_format``."""
 
-    def __init__(self, fmt: StreamFormat | BulkFormat, paths: Sequence[Any]) -> None:
+    def __init__(self, fmt: StreamFormat | BulkFormat | BatchFormat, paths: Sequence[Any]) -> None:
         if not paths:
             raise ValueError("FileSource: give at least one path (a file or a directory)")
         self._format = fmt
@@ -158,18 +172,25 @@ class FileSourceBuilder:
 class FileSource(Source):
     """Reads the files of one or more paths with a record format; see the module docs.
 
-    Build it with :meth:`for_record_stream_format` (text lines, CSV, JSON lines) or
-    :meth:`for_bulk_file_format` (Parquet).
+    Build it with :meth:`for_record_stream_format` (text lines, CSV, JSON lines),
+    :meth:`for_bulk_file_format` (Parquet) or :meth:`for_batch_format` (Parquet, CSV, JSON
+    lines as Arrow record batches).
     """
 
     def __init__(
-        self, fmt: StreamFormat | BulkFormat, paths: Sequence[str], discovery_interval_s: float | None = None
+        self,
+        fmt: StreamFormat | BulkFormat | BatchFormat,
+        paths: Sequence[str],
+        discovery_interval_s: float | None = None,
     ) -> None:
-        if not isinstance(fmt, (StreamFormat, BulkFormat)):
+        if not isinstance(fmt, (StreamFormat, BulkFormat, BatchFormat)):
             raise TypeError(
-                f"FileSource: the format must be a StreamFormat or BulkFormat, got {type(fmt).__name__}"
+                "FileSource: the format must be a StreamFormat, BulkFormat or BatchFormat, got "
+                f"{type(fmt).__name__}"
             )
         self.format = fmt
+        #: A batch format's reads are Arrow record batches.
+        self.columnar = isinstance(fmt, BatchFormat)
         self.paths = [_normalize_path(p) for p in paths]
         self.discovery_interval_s = discovery_interval_s
         #: Bounded mode: the files to read, fixed by validate() when the job is built.
@@ -195,6 +216,17 @@ class FileSource(Source):
                 f"{type(bulk_format).__name__}"
             )
         return FileSourceBuilder(bulk_format, paths)
+
+    @staticmethod
+    def for_batch_format(batch_format: BatchFormat, *paths: Any) -> FileSourceBuilder:
+        """Arrow record batches read by pyarrow (``ParquetBatchFormat()``, ``CsvBatchFormat()``,
+        ``JsonBatchFormat()``): a batch source, ``env.from_source`` gives a ``BatchStream``."""
+        if not isinstance(batch_format, BatchFormat):
+            raise TypeError(
+                "for_batch_format() takes a BatchFormat (ParquetBatchFormat(), CsvBatchFormat(), "
+                f"JsonBatchFormat()), got {type(batch_format).__name__}"
+            )
+        return FileSourceBuilder(batch_format, paths)
 
     @property
     def continuous(self) -> bool:
