@@ -15,19 +15,24 @@ import pyarrow as pa
 import pyarrow.csv as pcsv
 import pyarrow.parquet as pq
 import pytest
+from deltalake import DeltaTable
 
 from chandy.connectors.arrow_sources import ArrowDataGeneratorSource, ArrowNumberSequenceSource
+from chandy.connectors.delta_sink import DeltaSink
 from chandy.connectors.file_formats import (
     CsvBatchFormat,
     JsonBatchFormat,
     MalformedRecordError,
     ParquetBatchFormat,
 )
+from chandy.connectors.file_sink import FileSink, ParquetBulkWriters
 from chandy.connectors.file_source import FileSource
 from chandy.core.connector import Source, SourceReader, SourceReaderContext
 from chandy.core.watermark_strategy import WatermarkStrategy
 from chandy.errors import InvalidProgramError
+from chandy.task.operators.sink import SinkWriterOperator
 from chandy.task.operators.source import SourceOperator
+from tests.operator_harness import OperatorHarness
 
 
 def readers_of(source: Source, parallelism: int, splits: Sequence[Any] | None = None) -> list[SourceReader]:
@@ -301,3 +306,88 @@ def test_csv_batch_format_takes_an_explicit_schema_and_column_names(tmp_path: Pa
     (reader,) = readers_of(FileSource.for_batch_format(fmt, path).build(), 1)
     (batch,) = drain_batches(reader, 10)
     assert batch.schema == schema and batch.to_pylist() == [{"k": 1, "v": "a"}, {"k": 2, "v": "b"}]
+
+
+# ---------------------------------------------------------------------- sinks
+
+
+def batch_of(ids: range) -> pa.RecordBatch:
+    values = np.arange(ids.start, ids.stop, dtype=np.int64)
+    return pa.RecordBatch.from_pydict({"key": values, "count": values * 10})
+
+
+def write(harness: OperatorHarness, batch: pa.RecordBatch) -> None:
+    harness.operator.process_batch(batch)  # type: ignore[arg-type]
+
+
+def committed_parquet(directory: Path) -> list[int]:
+    files = sorted(p for p in directory.iterdir() if not p.name.startswith((".", "_")))
+    return sorted(k for f in files for k in pq.read_table(f).column("key").to_pylist())
+
+
+def test_parquet_file_sink_commits_batches_when_the_checkpoint_completes(tmp_path: Path) -> None:
+    sink = FileSink.for_bulk_format(str(tmp_path), ParquetBulkWriters.for_record_batches()).build()
+    assert sink.columnar
+    h = OperatorHarness(SinkWriterOperator(sink)).open()
+    write(h, batch_of(range(0, 100)))
+    write(h, batch_of(range(100, 150)))
+    state = h.snapshot(1)
+    write(h, batch_of(range(150, 200)))  # after the checkpoint: lost with the failure below
+    assert committed_parquet(tmp_path) == []  # pre-committed only
+    h.notify_complete(1)
+    assert committed_parquet(tmp_path) == list(range(150))
+    (part,) = [p for p in tmp_path.iterdir() if not p.name.startswith(".")]
+    assert pq.read_schema(part) == batch_of(range(1)).schema  # the batches' types, not rows'
+    h.close()  # the task fails
+    # the restore commits again (nothing twice) and writes the lost rows anew
+    again = OperatorHarness(SinkWriterOperator(sink), attempt=1).open([state], restored_checkpoint_id=1)
+    write(again, batch_of(range(150, 200)))
+    again.snapshot(2)
+    again.notify_complete(2)
+    assert committed_parquet(tmp_path) == list(range(200))
+    assert [p for p in tmp_path.iterdir() if p.name.startswith(".")] == []  # no leftovers
+
+
+def test_parquet_file_sink_casts_to_a_given_schema_and_refuses_buckets(tmp_path: Path) -> None:
+    schema = pa.schema([("key", pa.int32()), ("count", pa.float64())])
+    sink = FileSink.for_bulk_format(str(tmp_path), ParquetBulkWriters.for_record_batches(schema)).build()
+    h = OperatorHarness(SinkWriterOperator(sink)).open()
+    write(h, batch_of(range(3)))
+    h.end_input()
+    (part,) = [p for p in tmp_path.iterdir() if not p.name.startswith(".")]
+    assert pq.read_table(part).schema == schema
+    with pytest.raises(InvalidProgramError, match="bucket assigner"):
+        FileSink.for_bulk_format(str(tmp_path), ParquetBulkWriters.for_record_batches()).with_bucket_assigner(
+            lambda r: "x"
+        ).build()
+
+
+DELTA_SCHEMA = pa.schema([("key", pa.int64()), ("count", pa.int64())])
+
+
+def delta_keys(path: Path) -> list[int]:
+    return sorted(DeltaTable(str(path)).to_pyarrow_table().column("key").to_pylist())
+
+
+def test_delta_sink_appends_batches_exactly_once(tmp_path: Path) -> None:
+    sink = DeltaSink.for_record_batches(str(tmp_path), DELTA_SCHEMA, app_id="arrow")
+    sink.validate()
+    assert sink.columnar
+    h = OperatorHarness(SinkWriterOperator(sink)).open()
+    # columns in another order, and an extra one: picked by the table's names
+    write(h, pa.RecordBatch.from_pydict({"count": [10, 20], "extra": ["a", "b"], "key": [1, 2]}))
+    state = h.snapshot(1)
+    assert delta_keys(tmp_path) == []
+    h.notify_complete(1)
+    assert delta_keys(tmp_path) == [1, 2]
+    write(h, batch_of(range(3, 5)))  # lost with the failure
+    h.close()
+    again = OperatorHarness(SinkWriterOperator(sink), attempt=1).open([state], restored_checkpoint_id=1)
+    write(again, batch_of(range(3, 6)))
+    again.snapshot(2)
+    again.notify_complete(2)
+    assert delta_keys(tmp_path) == [1, 2, 3, 4, 5]
+    table = DeltaTable(str(tmp_path)).to_pyarrow_table()
+    assert table.schema.field("count").type == pa.int64()
+    with pytest.raises(ValueError, match="no column 'count'"):
+        write(again, pa.RecordBatch.from_pydict({"key": [9]}))

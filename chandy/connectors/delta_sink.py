@@ -59,10 +59,21 @@ class DeltaSink(TwoPhaseCommittingSink):
     Delta application ids the sink commits under (see the module docs).
     """
 
-    def __init__(self, table_uri: str, schema: Any = None, app_id: str | None = None) -> None:
+    def __init__(
+        self, table_uri: str, schema: Any = None, app_id: str | None = None, *, columnar: bool = False
+    ) -> None:
         self.table_uri = table_uri
         self.schema = schema
         self.app_id = app_id
+        #: Takes Arrow record batches (``BatchStream.sink_to``) instead of dict records.
+        self.columnar = columnar
+
+    @staticmethod
+    def for_record_batches(table_uri: str, schema: Any = None, app_id: str | None = None) -> DeltaSink:
+        """A sink of Arrow record batches: each batch is written as it comes (its columns
+        picked by the table's column names and cast to the table's types), exactly once
+        like the record sink."""
+        return DeltaSink(table_uri, schema, app_id, columnar=True)
 
     @property
     def path(self) -> str:
@@ -127,12 +138,23 @@ class DeltaSinkWriter(PrecommittingSinkWriter):
         import pyarrow as pa
         import pyarrow.parquet as pq
 
-        table = pa.Table.from_pylist(elements, schema=pa.schema(self.schema))
+        schema = pa.schema(self.schema)
+        if isinstance(elements, pa.RecordBatch):
+            missing = [name for name in schema.names if name not in elements.schema.names]
+            if missing:
+                raise ValueError(
+                    f"DeltaSink: the batch has no column {', '.join(map(repr, missing))} of the Delta "
+                    f"table at '{self.sink.table_uri}' (the batch has {elements.schema.names}); "
+                    "add them (map_batches) or write to a table with the batch's columns"
+                )
+            table = pa.Table.from_batches([elements]).select(schema.names).cast(schema)
+        else:
+            table = pa.Table.from_pylist(elements, schema=schema)
         if self._writer is None:
             self._file = f"part-{uuid.uuid4().hex}.parquet"
             self._writer = pq.ParquetWriter(os.path.join(self.path, self._file), table.schema)
         self._writer.write_table(table)
-        self._records += len(elements)
+        self._records += table.num_rows
 
     def prepare_commit(self, checkpoint_id: int | None) -> list[Any]:
         if self._writer is None:

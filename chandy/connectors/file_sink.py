@@ -231,6 +231,8 @@ class BulkWriterFactory(ABC):
     """Makes writers of whole-file (columnar) formats."""
 
     suffix = ""
+    #: Its parts take Arrow record batches: the FileSink is a batch sink (``Sink.columnar``).
+    columnar = False
 
     @abstractmethod
     def create(self, path: str) -> _PartWriter: ...
@@ -244,7 +246,7 @@ class ParquetBulkWriters(BulkWriterFactory):
     #: What pyarrow's Parquet writer accepts (in any case).
     COMPRESSIONS = ("snappy", "gzip", "brotli", "lz4", "zstd", "none")
 
-    def __init__(self, schema: Any = None, compression: str = "snappy") -> None:
+    def __init__(self, schema: Any = None, compression: str = "snappy", columnar: bool = False) -> None:
         who = "ParquetBulkWriters"
         if not isinstance(compression, str) or compression.lower() not in self.COMPRESSIONS:
             raise ValueError(
@@ -261,11 +263,19 @@ class ParquetBulkWriters(BulkWriterFactory):
                 )
         self.schema = schema
         self.compression = compression
+        self.columnar = columnar
 
     @staticmethod
     def for_records(schema: Any = None, compression: str = "snappy") -> ParquetBulkWriters:
         """Records are dicts; ``schema`` (a ``pyarrow.Schema``) or the first batch's types."""
         return ParquetBulkWriters(schema, compression)
+
+    @staticmethod
+    def for_record_batches(schema: Any = None, compression: str = "snappy") -> ParquetBulkWriters:
+        """Arrow record batches (``BatchStream.sink_to``), written as they come, without a
+        conversion to rows; cast to ``schema`` when given, else every batch must have the
+        first one's schema."""
+        return ParquetBulkWriters(schema, compression, columnar=True)
 
     def create(self, path: str) -> _PartWriter:
         return _ParquetPartWriter(path, self.schema, self.compression)
@@ -282,7 +292,12 @@ class _ParquetPartWriter(_PartWriter):
         import pyarrow as pa
         import pyarrow.parquet as pq
 
-        table = pa.Table.from_pylist(records, schema=self._schema)
+        if isinstance(records, pa.RecordBatch):
+            table = pa.Table.from_batches([records])
+            if self._schema is not None and table.schema != self._schema:
+                table = table.cast(self._schema)
+        else:
+            table = pa.Table.from_pylist(records, schema=self._schema)
         if self._writer is None:
             self._schema = table.schema
             self._writer = pq.ParquetWriter(self._path, table.schema, compression=self._compression)
@@ -463,6 +478,15 @@ class FileSink(TwoPhaseCommittingSink):
             _instance_of(output_file_config, OutputFileConfig, who, "output_file_config", _FILE_CONFIGS)
         if bucket_assigner is not None:
             _check_bucket_assigner(bucket_assigner, who)
+        #: A batch sink when its bulk writers take Arrow record batches.
+        self.columnar = bulk_writer_factory is not None and bulk_writer_factory.columnar
+        if self.columnar and bucket_assigner is not None:
+            raise InvalidProgramError(
+                "FileSink: a bucket assigner is a function of a record; a sink of Arrow record "
+                "batches (ParquetBulkWriters.for_record_batches) writes into the base path: "
+                "leave out with_bucket_assigner, or convert with to_records() and use "
+                "ParquetBulkWriters.for_records()"
+            )
         self.base_path = base_path
         self.encoder = encoder
         self.bulk_writer_factory = bulk_writer_factory
