@@ -81,9 +81,12 @@ def hashes_of(column: pa.Array | pa.ChunkedArray | np.ndarray) -> np.ndarray:
     if pa.types.is_dictionary(kind):
         distinct = _dictionary_hashes(column.dictionary)
         indices = column.indices
-        out: np.ndarray = distinct[pc.fill_null(indices, 0).to_numpy(zero_copy_only=False)]
-        if indices.null_count:
-            out[np.asarray(indices.is_null())] = 0
+        if not indices.null_count:
+            return distinct[indices.to_numpy()]
+        # A null index hashes like None (0): it points at a 0 appended after the dictionary
+        # (which is empty when every element is null).
+        distinct = np.append(distinct, np.uint32(0))
+        out: np.ndarray = distinct[pc.fill_null(indices, len(distinct) - 1).to_numpy()]
         return out
     encoded = pc.dictionary_encode(column)
     return hashes_of(encoded)
