@@ -82,7 +82,8 @@ def hashes_of(column: pa.Array | pa.ChunkedArray | np.ndarray) -> np.ndarray:
         distinct = _dictionary_hashes(column.dictionary)
         indices = column.indices
         if not indices.null_count:
-            return distinct[indices.to_numpy()]
+            by_index: np.ndarray = distinct[indices.to_numpy()]
+            return by_index
         # A null index hashes like None (0): it points at a 0 appended after the dictionary
         # (which is empty when every element is null).
         distinct = np.append(distinct, np.uint32(0))
