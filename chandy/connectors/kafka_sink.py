@@ -30,9 +30,10 @@ aborted records for such readers; a real Kafka does.)
 from __future__ import annotations
 
 import enum
+import json
 import logging
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
@@ -93,6 +94,52 @@ class KafkaRecordSerializationSchema:
         return key, self.value_schema.serialize(value)
 
 
+@dataclass(frozen=True)
+class KafkaRecordBatchSerializationSchema:
+    """One Kafka record per row of each Arrow record batch (a batch sink: ``BatchStream.sink_to``).
+
+    The value is the row as a JSON object of all its columns, or, with ``value_column``,
+    that column's value as it is (``binary`` bytes; ``utf8`` encoded; other types as their
+    string form). ``key_column`` makes the key the same way (no key without it). Use it in
+    ``KafkaSink.builder().set_record_serializer(...)``; delivery guarantees (transactions for
+    EXACTLY_ONCE) are the record sink's.
+    """
+
+    topic: str
+    value_column: str | None = None
+    key_column: str | None = None
+
+    def serialize_batch(self, batch: Any) -> list[tuple[bytes | None, bytes | None]]:
+        """The (key, value) of each row of ``batch``, in order."""
+        n = batch.num_rows
+        if self.value_column is None:
+            dumps = json.dumps
+            values: list[bytes | None] = [
+                dumps(row, separators=(",", ":"), default=str).encode() for row in batch.to_pylist()
+            ]
+        else:
+            values = self._column_bytes(batch, self.value_column)
+        keys = self._column_bytes(batch, self.key_column) if self.key_column is not None else [None] * n
+        return list(zip(keys, values, strict=True))
+
+    def _column_bytes(self, batch: Any, name: str) -> list[bytes | None]:
+        import pyarrow as pa
+
+        index = batch.schema.get_field_index(name)
+        if index < 0:
+            raise KafkaConnectorError(
+                f"KafkaSink: the batch has no column {name!r} to serialize (its columns: "
+                f"{batch.schema.names}); fix value_column / key_column of the "
+                "KafkaRecordBatchSerializationSchema"
+            )
+        column = batch.column(index)
+        if not (pa.types.is_binary(column.type) or pa.types.is_large_binary(column.type)):
+            if not (pa.types.is_string(column.type) or pa.types.is_large_string(column.type)):
+                column = column.cast(pa.string())
+            column = column.cast(pa.binary())  # utf8 bytes as they are: no copy
+        return column.to_pylist()  # type: ignore[no-any-return]
+
+
 class KafkaRecordSerializationSchemaBuilder:
     def __init__(self) -> None:
         self._topic: str | None = None
@@ -141,7 +188,7 @@ class KafkaCommittable:
     marker_group: str
     checkpoint_id: int
     topic: str
-    records: tuple[tuple[bytes | None, bytes], ...]
+    records: tuple[tuple[bytes | None, bytes | None], ...]
 
 
 @dataclass(frozen=True)
@@ -160,12 +207,14 @@ class KafkaSink(TwoPhaseCommittingSink):
     def __init__(
         self,
         properties: dict[str, Any],
-        serializer: KafkaRecordSerializationSchema,
+        serializer: KafkaRecordSerializationSchema | KafkaRecordBatchSerializationSchema,
         guarantee: DeliveryGuarantee,
         transactional_id_prefix: str | None,
     ) -> None:
         self.properties = dict(properties)
         self.serializer = serializer
+        #: A batch serializer makes this a batch sink (its writers get Arrow record batches).
+        self.columnar = isinstance(serializer, KafkaRecordBatchSerializationSchema)
         self.guarantee = guarantee
         self.transactional_id_prefix = transactional_id_prefix
         # Per subtask copy (every subtask deserializes its own), shared by its writer and
@@ -328,12 +377,16 @@ def _produce(
     sink: KafkaSink,
     elements: list[Any],
     on_delivery: Callable[[Any, Any], None],
-    into: list[tuple[bytes | None, bytes]] | None = None,
+    into: list[tuple[bytes | None, bytes | None]] | None = None,
 ) -> None:
     topic = sink.topic
-    serialize = sink.serializer.serialize
-    for element in elements:
-        key, value = serialize(element)
+    serializer = sink.serializer
+    pairs: Iterable[tuple[bytes | None, bytes | None]] = (
+        serializer.serialize_batch(elements)
+        if isinstance(serializer, KafkaRecordBatchSerializationSchema)
+        else map(serializer.serialize, elements)
+    )
+    for key, value in pairs:
         if into is not None:
             into.append((key, value))
         while True:
@@ -354,7 +407,7 @@ class TransactionalKafkaWriter(PrecommittingSinkWriter):
         self.parallelism = context.parallelism
         self._producer: Any = None
         self._transactional_id: str | None = None
-        self._records: list[tuple[bytes | None, bytes]] = []
+        self._records: list[tuple[bytes | None, bytes | None]] = []
         self._errors: list[str] = []
         self._job_id = context.job_id
         self._slot: int | None = None
@@ -540,7 +593,7 @@ class KafkaSinkBuilder:
 
     def __init__(self) -> None:
         self._properties: dict[str, Any] = {}
-        self._serializer: KafkaRecordSerializationSchema | None = None
+        self._serializer: KafkaRecordSerializationSchema | KafkaRecordBatchSerializationSchema | None = None
         self._guarantee = DeliveryGuarantee.NONE
         self._prefix: str | None = None
 
@@ -548,7 +601,11 @@ class KafkaSinkBuilder:
         self._properties["bootstrap.servers"] = servers
         return self
 
-    def set_record_serializer(self, serializer: KafkaRecordSerializationSchema) -> KafkaSinkBuilder:
+    def set_record_serializer(
+        self, serializer: KafkaRecordSerializationSchema | KafkaRecordBatchSerializationSchema
+    ) -> KafkaSinkBuilder:
+        """How records become Kafka records; a ``KafkaRecordBatchSerializationSchema`` makes a
+        sink of Arrow record batches (``BatchStream.sink_to``)."""
         self._serializer = serializer
         return self
 

@@ -258,6 +258,112 @@ class _ValueOnly(KafkaRecordDeserializationSchema):
         self.__init__(state["value_schema"])  # type: ignore[misc]
 
 
+class KafkaRecordBatchDeserializer:
+    """Turns the records of one poll into one Arrow record batch: the ``KafkaSource`` is then
+    a batch source (``Source.columnar``; ``env.from_source`` gives a ``BatchStream``), built
+    with ``KafkaSourceBuilder.set_batch_deserializer(...)``.
+
+    - :meth:`json`: each value is a JSON object, its fields the columns, parsed by
+      ``pyarrow.json`` for the whole poll at once. Give ``schema`` for stable types (without
+      it every poll infers its own, which may differ, e.g. int and double); fields outside
+      it are ignored. A ``None`` value (a tombstone) is a row of nulls.
+    - :meth:`string` / :meth:`bytes`: one column ``value`` (``utf8`` / ``binary``).
+
+    With ``metadata=True`` the batch also has the columns ``kafka_topic``,
+    ``kafka_partition``, ``kafka_offset``, ``kafka_timestamp`` (ms, null when the record has
+    none) and ``kafka_key`` (binary). Subclass and override :meth:`deserialize_batch` for
+    another encoding. Offsets are checkpointed exactly as for record deserializers.
+    """
+
+    FORMATS = ("json", "string", "bytes")
+
+    def __init__(self, value_format: str = "json", schema: Any = None, metadata: bool = False) -> None:
+        self.value_format = value_format
+        self.schema = schema
+        self.metadata = metadata
+
+    @staticmethod
+    def json(schema: Any = None, metadata: bool = False) -> KafkaRecordBatchDeserializer:
+        return KafkaRecordBatchDeserializer("json", schema, metadata)
+
+    @staticmethod
+    def string(metadata: bool = False) -> KafkaRecordBatchDeserializer:
+        return KafkaRecordBatchDeserializer("string", None, metadata)
+
+    @staticmethod
+    def bytes(metadata: bool = False) -> KafkaRecordBatchDeserializer:
+        return KafkaRecordBatchDeserializer("bytes", None, metadata)
+
+    def validate(self, setting: str) -> None:
+        import pyarrow as pa
+
+        if self.value_format not in self.FORMATS:
+            raise ConfigurationError(
+                f"{setting}: value_format must be one of {', '.join(self.FORMATS)}, got {self.value_format!r}"
+            )
+        if self.schema is not None and not isinstance(self.schema, pa.Schema):
+            raise ConfigurationError(
+                f"{setting}: schema must be a pyarrow.Schema (or None to infer the types), "
+                f"got {type(self.schema).__name__}"
+            )
+        if self.schema is not None and self.value_format != "json":
+            raise ConfigurationError(f"{setting}: a schema is for JSON values; {self.value_format} has none")
+
+    def deserialize_batch(self, messages: list[Any]) -> Any:
+        """One ``pyarrow.RecordBatch`` with a row per ``confluent_kafka.Message``, in order."""
+        import pyarrow as pa
+
+        values = [m.value() for m in messages]
+        if self.value_format == "json":
+            batch = self._parse_json(values, messages)
+        else:
+            column = pa.array(values, type=pa.binary())
+            batch = pa.RecordBatch.from_arrays(
+                [column.cast(pa.string()) if self.value_format == "string" else column], names=["value"]
+            )
+        if not self.metadata:
+            return batch
+        timestamps = [m.timestamp() for m in messages]
+        extra = {
+            "kafka_topic": pa.array([m.topic() for m in messages], type=pa.string()),
+            "kafka_partition": pa.array([m.partition() for m in messages], type=pa.int32()),
+            "kafka_offset": pa.array([m.offset() for m in messages], type=pa.int64()),
+            "kafka_timestamp": pa.array([ts if kind else None for kind, ts in timestamps], type=pa.int64()),
+            "kafka_key": pa.array([m.key() for m in messages], type=pa.binary()),
+        }
+        return pa.RecordBatch.from_arrays(
+            [*batch.columns, *extra.values()], names=[*batch.schema.names, *extra]
+        )
+
+    def _parse_json(self, values: list[Any], messages: list[Any]) -> Any:
+        import io
+
+        import pyarrow as pa
+        import pyarrow.json as pjson
+
+        lines = [b"{}" if v is None else v for v in values]
+        data = b"\n".join(lines)
+        parse = pjson.ParseOptions(
+            explicit_schema=self.schema,
+            unexpected_field_behavior="ignore" if self.schema is not None else "infer",
+            newlines_in_values=any(b"\n" in line for line in lines),
+        )
+        try:
+            table = pjson.read_json(io.BytesIO(data), parse_options=parse)
+        except pa.ArrowInvalid as exc:
+            first, last = messages[0], messages[-1]
+            raise KafkaConnectorError(
+                f"KafkaSource: the values of {first.topic()}-{first.partition()} offsets "
+                f"{first.offset()}..{last.offset()} are not all JSON objects of the schema: {exc}"
+            ) from None
+        if table.num_rows != len(values):
+            raise KafkaConnectorError(
+                f"KafkaSource: {len(values)} JSON values parsed into {table.num_rows} rows; "
+                "each record's value must be exactly one JSON object"
+            )
+        return table.combine_chunks().to_batches()[0]
+
+
 # ---------------------------------------------------------------------------- splits
 
 
@@ -305,7 +411,7 @@ class KafkaSource(Source):
         starting_offsets: KafkaOffsetsInitializer,
         stopping_offsets: KafkaOffsetsInitializer | None,
         bounded: bool,
-        deserializer: KafkaRecordDeserializationSchema | None,
+        deserializer: KafkaRecordDeserializationSchema | KafkaRecordBatchDeserializer | None,
     ) -> None:
         self.properties = dict(properties)
         self.topics = list(topics) if topics is not None else None
@@ -315,6 +421,8 @@ class KafkaSource(Source):
         self.stopping_offsets = stopping_offsets
         self.bounded = bounded
         self.deserializer = deserializer
+        #: A batch deserializer makes this a batch source.
+        self.columnar = isinstance(deserializer, KafkaRecordBatchDeserializer)
 
     @staticmethod
     def builder() -> KafkaSourceBuilder:
@@ -403,7 +511,9 @@ class KafkaSource(Source):
                 f"{where}: no deserializer; call set_value_only_deserializer("
                 "SimpleStringSchema()) or set_deserializer(...)"
             )
-        if not callable(getattr(self.deserializer, "deserialize_message", None)):
+        if not isinstance(self.deserializer, KafkaRecordBatchDeserializer) and not callable(
+            getattr(self.deserializer, "deserialize_message", None)
+        ):
             raise ConfigurationError(
                 f"{where}: set_deserializer() takes a "
                 "KafkaRecordDeserializationSchema, got "
@@ -529,6 +639,10 @@ def _parse_bool(value: Any) -> bool | None:
 # ---------------------------------------------------------------------------- reader
 
 
+def _keep_message(message: Any) -> Any:
+    return message
+
+
 class KafkaSourceReader(SourceReader):
     """Reads the partitions of one subtask with one assigned (never subscribed) consumer.
 
@@ -541,7 +655,14 @@ class KafkaSourceReader(SourceReader):
     def __init__(self, source: KafkaSource, context: SourceReaderContext) -> None:
         self._source = source
         self._context = context
-        self._deserialize = source.deserializer.deserialize_message  # type: ignore[union-attr]
+        deserializer = source.deserializer
+        #: A batch source keeps the messages of a poll and turns them into one batch at its end.
+        self._batch_deserializer = (
+            deserializer if isinstance(deserializer, KafkaRecordBatchDeserializer) else None
+        )
+        self._deserialize: Callable[[Any], Any] = (
+            _keep_message if self._batch_deserializer is not None else deserializer.deserialize_message  # type: ignore[union-attr]
+        )
         self._splits: dict[tuple[str, int], KafkaPartitionSplit] = {}
         #: splits being read (assigned to the consumer), a subset of _splits
         self._active: dict[tuple[str, int], KafkaPartitionSplit] = {}
@@ -768,6 +889,8 @@ class KafkaSourceReader(SourceReader):
         for key in finished:
             if key in active:
                 self._finish(key)
+        if self._batch_deserializer is not None and out:
+            return self._batch_deserializer.deserialize_batch(out)  # type: ignore[no-any-return]
         return out
 
     def _on_message_error(self, message: Any, finished: list[tuple[str, int]]) -> None:
@@ -850,7 +973,7 @@ class KafkaSourceBuilder:
         self._starting = KafkaOffsetsInitializer.earliest()
         self._stopping: KafkaOffsetsInitializer | None = None
         self._bounded = False
-        self._deserializer: KafkaRecordDeserializationSchema | None = None
+        self._deserializer: KafkaRecordDeserializationSchema | KafkaRecordBatchDeserializer | None = None
 
     def set_bootstrap_servers(self, bootstrap_servers: str) -> KafkaSourceBuilder:
         return self.set_property("bootstrap.servers", bootstrap_servers)
@@ -904,6 +1027,17 @@ class KafkaSourceBuilder:
     def set_deserializer(self, deserializer: KafkaRecordDeserializationSchema) -> KafkaSourceBuilder:
         """Records built from the whole Kafka record, e.g.
         ``KafkaRecordDeserializationSchema.records(SimpleStringSchema())``."""
+        self._deserializer = deserializer
+        return self
+
+    def set_batch_deserializer(self, deserializer: KafkaRecordBatchDeserializer) -> KafkaSourceBuilder:
+        """Arrow record batches, one per poll, e.g. ``KafkaRecordBatchDeserializer.json(schema)``:
+        the source is a batch source and ``env.from_source`` gives a ``BatchStream``."""
+        if not isinstance(deserializer, KafkaRecordBatchDeserializer):
+            raise ConfigurationError(
+                "set_batch_deserializer() takes a KafkaRecordBatchDeserializer (json(), string(), "
+                f"bytes()), got {type(deserializer).__name__}"
+            )
         self._deserializer = deserializer
         return self
 
