@@ -40,6 +40,7 @@ from chandy.connectors.kafka_common import (
 )
 from chandy.connectors.kafka_sink import (
     DeliveryGuarantee,
+    KafkaRecordBatchSerializationSchema,
     KafkaRecordSerializationSchema,
     KafkaSink,
 )
@@ -47,6 +48,7 @@ from chandy.connectors.kafka_source import (
     KafkaOffsetResetStrategy,
     KafkaOffsetsInitializer,
     KafkaPartitionSplit,
+    KafkaRecordBatchDeserializer,
     KafkaRecordDeserializationSchema,
     KafkaSource,
     KafkaSourceBuilder,
@@ -82,6 +84,8 @@ __all__ = [
     "KafkaOffsetsInitializer",
     "KafkaPartitionSplit",
     "KafkaRecord",
+    "KafkaRecordBatchDeserializer",
+    "KafkaRecordBatchSerializationSchema",
     "KafkaRecordDeserializationSchema",
     "KafkaRecordSerializationSchema",
     "KafkaSetupError",
