@@ -613,9 +613,13 @@ def _copy_state(state: ColumnarKeyedState, key_group_range: KeyGroupRange) -> _S
 class ColumnarSnapshot:
     """The copies taken at the barrier (:class:`~chandy.state.backend.KeyedStateSnapshot`)."""
 
-    def __init__(self, key_group_range: KeyGroupRange, copies: list[_StateCopy]) -> None:
+    def __init__(
+        self, key_group_range: KeyGroupRange, copies: list[_StateCopy], names: Iterable[str] = ()
+    ) -> None:
         self.key_group_range = key_group_range
         self._copies = copies
+        #: Every state of the backend (those without keys too), for the handle's ``state_kinds``.
+        self.names = sorted({*names, *(c.name for c in copies)})
 
     @property
     def is_empty(self) -> bool:
@@ -642,7 +646,7 @@ class ColumnarSerializer:
         self._snapshot = snapshot
         self._copies = snapshot._copies
         self._schemas = [copy.ipc_schema() for copy in self._copies]
-        self._state_kinds = tuple(sorted((copy.name, COLUMNAR_KIND) for copy in self._copies))
+        self._state_kinds = tuple((name, COLUMNAR_KIND) for name in snapshot.names)
         self._next = 0
         self._parts: list[bytes] = []
         self._ranges: list[Range] = []
@@ -751,14 +755,7 @@ class ColumnarKeyedStateBackend(KeyedStateBackend):
             return state
         if not state.schema.equals(schema, check_metadata=False):
             if name in self._restored and name not in self._declared:
-                raise IncompatibleRestoredStateError(
-                    f"{self.owner} cannot restore columnar state '{name}': the checkpoint holds it "
-                    f"with schema ({_describe(state.schema)}) and the job now declares "
-                    f"({_describe(schema)}). Declare the state with the checkpoint's schema, or give "
-                    "the new state another name (the old one is then left unused), or start the "
-                    "operator without state: give it a new uid() and restore with "
-                    "execution.state-recovery.ignore-unclaimed-state: true"
-                )
+                raise self._incompatible_restore(name, state.schema, schema)
             raise IncompatibleStateError(
                 f"{self.owner}: columnar state '{name}' has schema ({_describe(state.schema)}) and is "
                 f"now requested with ({_describe(schema)}); use a different name for each state"
@@ -767,6 +764,18 @@ class ColumnarKeyedStateBackend(KeyedStateBackend):
             state.set_defaults(defaults)
             self._declared.add(name)
         return state
+
+    def _incompatible_restore(
+        self, name: str, restored: pa.Schema, declared: pa.Schema
+    ) -> IncompatibleRestoredStateError:
+        return IncompatibleRestoredStateError(
+            f"{self.owner} cannot restore columnar state '{name}': the checkpoint holds it "
+            f"with schema ({_describe(restored)}) and the job now declares "
+            f"({_describe(declared)}). Declare the state with the checkpoint's schema, or give "
+            "the new state another name (the old one is then left unused), or start the "
+            "operator without state: give it a new uid() and restore with "
+            "execution.state-recovery.ignore-unclaimed-state: true"
+        )
 
     def has_state(self) -> bool:
         return bool(self.states)
@@ -786,7 +795,7 @@ class ColumnarKeyedStateBackend(KeyedStateBackend):
         """Copy every state's live rows, sorted by key group (the synchronous part). The
         columnar backend has one format, full snapshots in Arrow IPC, whatever is asked."""
         copies = [_copy_state(s, self.key_group_range) for _, s in sorted(self.states.items())]
-        return ColumnarSnapshot(self.key_group_range, [c for c in copies if c is not None])
+        return ColumnarSnapshot(self.key_group_range, [c for c in copies if c is not None], self.states)
 
     def restore(self, handles: Iterable[KeyedStateHandle], reader: StateFileReader) -> None:
         """Load the key groups of this backend's range from ``handles`` (which may cover
@@ -827,7 +836,9 @@ class ColumnarKeyedStateBackend(KeyedStateBackend):
                 name = repr((schema.metadata or {})[STATE_NAME_METADATA].decode())
                 table = stream.read_all()
                 self._load(schema, table, key_group)
-        except (pa.ArrowException, KeyError, ValueError, UnicodeDecodeError) as exc:
+        except IncompatibleStateError:
+            raise  # a schema the job declares differently: not corruption
+        except (pa.ArrowException, OSError, KeyError, IndexError, ValueError, UnicodeDecodeError) as exc:
             raise InvalidCheckpointError(
                 f"{self.owner} cannot restore columnar state {name}: key group {key_group} "
                 f"(bytes {byte_range[0]}..{byte_range[1]}) of {_where(handle)} is corrupt "
@@ -847,7 +858,7 @@ class ColumnarKeyedStateBackend(KeyedStateBackend):
             state = self.states[name] = ColumnarKeyedState(name, schema)
         elif not state.schema.equals(schema, check_metadata=False):
             if name in self._declared:
-                self.get_columnar_state(name, schema)  # raises the restore's error, with both schemas
+                raise self._incompatible_restore(name, schema, state.schema)
             raise ValueError(
                 f"state '{name}' has schema ({_describe(schema)}) in one key group and "
                 f"({_describe(state.schema)}) in another"

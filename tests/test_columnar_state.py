@@ -1,0 +1,581 @@
+"""Columnar keyed state (the batch path's): slots per key against a dict model, growth, removal,
+the view a KeyedBatchFunction gets, and checkpoints written to real checkpoint storage,
+restored and rescaled by key group."""
+
+from __future__ import annotations
+
+import math
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from chandy.core.state import ValueStateDescriptor
+from chandy.errors import InvalidCheckpointError
+from chandy.state.arrow_keys import key_groups_of
+from chandy.state.columnar import (
+    ColumnarKeyedState,
+    ColumnarKeyedStateBackend,
+    ColumnarStateView,
+)
+from chandy.state.handles import ByteStreamStateHandle, KeyGroupsStateHandle
+from chandy.state.heap import HeapKeyedStateBackend, IncompatibleRestoredStateError, IncompatibleStateError
+from chandy.state.key_groups import KeyGroupRange
+from chandy.storage.checkpoint_storage import CheckpointStorage, StateReader
+
+MAX_PARALLELISM = 128
+SCHEMA = pa.schema([("total", pa.int64()), ("mean", pa.float64()), ("seen", pa.bool_())])
+ALL = KeyGroupRange(0, MAX_PARALLELISM - 1)
+
+
+def groups(keys: Any) -> np.ndarray:
+    return key_groups_of(keys, MAX_PARALLELISM)
+
+
+def new_state(defaults: dict[str, Any] | None = None) -> ColumnarKeyedState:
+    return ColumnarKeyedState("s", SCHEMA, defaults)
+
+
+# ---------------------------------------------------------------------- slots against a model
+
+INT_KEYS = st.integers(-3, 3) | st.sampled_from([2**63 - 1, -(2**63), 2**40]) | st.none()
+STR_KEYS = st.sampled_from(["a", "b", "é", "", "long key " * 5]) | st.none()
+FLOAT_KEYS = st.sampled_from([0.5, -1.5, math.inf, math.nan, 2.0]) | st.none()
+
+OPERATIONS = st.lists(
+    st.tuples(st.sampled_from(["batch", "batch", "remove"]), st.lists(st.integers(0, 1000), max_size=12)),
+    max_size=12,
+)
+
+
+def model_key(key: Any) -> Any:
+    return "NaN" if isinstance(key, float) and math.isnan(key) else key
+
+
+def check_against_model(arrow_type: pa.DataType, key_pool: list[Any], operations: list[Any]) -> None:
+    """Replay batches and removals on a state and on a dict (key -> (slot, total)):
+    a live key keeps its slot, live keys never share one, new keys start from the defaults,
+    is_new says which keys were new, and what was written is read back."""
+    state = ColumnarKeyedState("s", SCHEMA, {"total": 7})
+    model: dict[Any, tuple[int, int]] = {}
+    step = 0
+    for op, picks in operations:
+        step += 1
+        chosen = [key_pool[p % len(key_pool)] for p in picks] if key_pool else []
+        array = pa.array(chosen, type=arrow_type)
+        if op == "remove":
+            present = [k for k in chosen if model_key(k) in model]
+            state.remove(np.array([model[model_key(k)][0] for k in present], dtype=np.int64))
+            for k in present:
+                model.pop(model_key(k), None)
+        else:
+            before = dict(model)
+            slots = state.slots_of(array, groups(array))
+            assert slots.dtype == np.int64 and len(slots) == len(chosen)
+            is_new = state.is_new(slots)
+            total = state.column("total")
+            for key, slot, new in zip(chosen, slots.tolist(), is_new.tolist(), strict=True):
+                mk = model_key(key)
+                assert new == (mk not in before)
+                if mk in model:
+                    assert slot == model[mk][0]
+                    assert total[slot] == model[mk][1]
+                else:
+                    assert slot not in {s for s, _ in model.values()}
+                    assert total[slot] == 7  # the default, also for a reused slot
+                    model[mk] = (slot, 7)
+            assert [model_key(k) for k in state.key_array(slots).to_pylist()] == [
+                model_key(k) for k in chosen
+            ]
+            for key in set(map(model_key, chosen)):
+                slot = model[key][0]
+                total[slot] = step * 100 + slot
+                model[key] = (slot, step * 100 + slot)
+        assert state.num_keys == len(model)
+        live = state.live_slots()
+        assert sorted(live.tolist()) == sorted(s for s, _ in model.values())
+        assert sorted(state.key_groups_of_slots(live).tolist()) == sorted(
+            groups(pa.array([None if k == "NaN" else k for k in model], type=arrow_type)).tolist()
+            if model and "NaN" not in model
+            else sorted(state.key_groups_of_slots(live).tolist())
+        )
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.lists(INT_KEYS, min_size=1, max_size=10, unique=True), OPERATIONS)
+def test_int_slots_follow_a_dict_model(pool: list[Any], operations: list[Any]) -> None:
+    check_against_model(pa.int64(), pool, operations)
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.lists(STR_KEYS, min_size=1, max_size=6, unique=True), OPERATIONS)
+def test_string_slots_follow_a_dict_model(pool: list[Any], operations: list[Any]) -> None:
+    check_against_model(pa.string(), pool, operations)
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(FLOAT_KEYS, min_size=1, max_size=6), OPERATIONS)
+def test_float_slots_follow_a_dict_model_with_one_nan_key(pool: list[Any], operations: list[Any]) -> None:
+    pool = list({model_key(k): k for k in pool}.values())
+    check_against_model(pa.float64(), pool, operations)
+
+
+def test_key_types_other_than_int_and_string() -> None:
+    for array in (
+        pa.array([b"x", b"y", b"x", None]),
+        pa.array([True, False, True, None]),
+        pa.array([1, 2, 1, None], type=pa.uint8()),
+        pa.array([2**64 - 1, 2**63, 2**64 - 1, None], type=pa.uint64()),
+        pa.array([1.5, -0.0, 1.5, None]),
+        pa.DictionaryArray.from_arrays(pa.array([0, 1, 0, None]), pa.array(["p", "q"])),
+        pa.chunked_array([[1, 2], [1, None]]),
+    ):
+        state = new_state()
+        slots = state.slots_of(array, groups(array))
+        assert slots[0] == slots[2] and len(set(slots.tolist())) == 3, array
+        assert state.key_array(slots[[0, 1, 3]]).to_pylist() == [array.to_pylist()[i] for i in (0, 1, 3)], (
+            array
+        )
+        assert state.slots_of(array, groups(array)).tolist() == slots.tolist()
+
+
+def test_numpy_keys() -> None:
+    state = new_state()
+    slots = state.slots_of(np.array([5, 6, 5]), groups(np.array([5, 6, 5])))
+    assert slots[0] == slots[2] != slots[1]
+    assert state.key_array(slots).to_pylist() == [5, 6, 5]
+
+
+def test_keys_change_type_is_refused_naming_both_types() -> None:
+    state = new_state()
+    state.slots_of(pa.array([1, 2]), groups(pa.array([1, 2])))
+    with pytest.raises(TypeError, match="int64.*string"):
+        state.slots_of(pa.array(["a"]), groups(pa.array(["a"])))
+    # Integers of another width are the same keys.
+    assert state.slots_of(pa.array([1], type=pa.int32()), groups(pa.array([1]))).tolist() == [0]
+
+
+def test_the_null_key_is_one_key_and_not_zero() -> None:
+    state = new_state()
+    keys = pa.array([None, 0, None, 0], type=pa.int64())
+    slots = state.slots_of(keys, groups(keys))
+    assert slots[0] == slots[2] != slots[1] == slots[3]
+    assert state.key_array(slots).to_pylist() == [None, 0, None, 0]
+    state.remove(slots[:1])
+    # Removing the null key leaves key 0 in place.
+    assert state.slots_of(pa.array([0]), groups(pa.array([0]))).tolist() == [slots[1]]
+    assert state.is_new(
+        state.slots_of(pa.array([None], type=pa.int64()), np.zeros(1, np.int32))
+    ).tolist() == [True]
+
+
+def test_growth_keeps_every_key_and_value() -> None:
+    state = new_state({"mean": 0.5})
+    rng = np.random.default_rng(7)
+    keys = rng.permutation(400_000)[:200_000].astype(np.int64)
+    for batch in np.array_split(keys, 37):
+        array = pa.array(batch)
+        slots = state.slots_of(array, groups(array))
+        state.column("total")[slots] = batch * 3
+    assert state.num_keys == len(keys)
+    again = state.slots_of(pa.array(keys), groups(pa.array(keys)))
+    assert len(np.unique(again)) == len(keys)
+    assert (state.column("total")[again] == keys * 3).all()
+    assert (state.column("mean")[again] == 0.5).all()
+    assert (state.key_array(again).to_numpy() == keys).all()
+    assert (state.key_groups_of_slots(again) == groups(pa.array(keys))).all()
+
+
+def test_removed_keys_come_back_with_defaults_in_reused_slots() -> None:
+    state = new_state({"total": -1, "seen": True})
+    keys = pa.array(np.arange(100))
+    slots = state.slots_of(keys, groups(keys))
+    state.column("total")[slots] = 50
+    state.column("seen")[slots] = False
+    state.remove(slots[:60])
+    state.remove(slots[:10])  # removing again does nothing
+    assert state.num_keys == 40
+    back = pa.array(np.arange(1000, 1060))
+    reused = state.slots_of(back, groups(back))
+    assert set(reused.tolist()) == set(slots[:60].tolist())  # freed slots are reused first
+    returning = state.slots_of(pa.array([5]), groups(pa.array([5])))
+    assert state.is_new(returning).tolist() == [True]
+    assert state.column("total")[returning].tolist() == [-1]
+    assert state.column("seen")[returning].tolist() == [True]
+    assert state.column("total")[slots[60:]].tolist() == [50] * 40
+
+
+def test_defaults_are_checked() -> None:
+    with pytest.raises(ValueError, match="unknown columns.*'nope'"):
+        new_state({"nope": 1})
+    with pytest.raises(ValueError, match="default 'x' of column 'total'"):
+        new_state({"total": "x"})
+    with pytest.raises(ValueError, match="reserved"):
+        ColumnarKeyedState("s", pa.schema([("__chandy_key", pa.int64())]))
+
+
+def test_object_columns_hold_any_arrow_type() -> None:
+    state = ColumnarKeyedState("s", pa.schema([("name", pa.string()), ("tags", pa.list_(pa.int64()))]))
+    keys = pa.array([1, 2])
+    slots = state.slots_of(keys, groups(keys))
+    assert state.column("name")[slots].tolist() == [None, None]
+    state.column("name")[slots] = ["one", "two"]
+    assert state.column("name").dtype == np.dtype(object)
+
+
+# ---------------------------------------------------------------------- the view
+
+
+def view_of(state: ColumnarKeyedState, keys: list[Any]) -> ColumnarStateView:
+    array = pa.array(keys)
+    slots = state.slots_of(array, groups(array))
+    return ColumnarStateView(state, slots, np.arange(len(keys) + 1), np.arange(len(keys)))
+
+
+def test_view_reads_copies_and_writes_back() -> None:
+    state = new_state({"mean": 1.0})
+    view = view_of(state, [10, 20, 30])
+    assert view.is_new().tolist() == [True, True, True]
+    assert view.keys.to_pylist() == [10, 20, 30]
+    totals = view["total"]
+    totals += 5  # a copy: the state is unchanged until assigned
+    assert view["total"].tolist() == [0, 0, 0]
+    view["total"] = totals
+    view["mean"] = np.array([1, 2, 3])  # ints into a float column: a safe cast
+    view["seen"] = True  # a scalar for every key
+    again = view_of(state, [30, 10, 40])
+    assert again.is_new().tolist() == [False, False, True]
+    assert again["total"].tolist() == [5, 5, 0]
+    assert again["mean"].tolist() == [3.0, 1.0, 1.0]
+    assert again["seen"].tolist() == [True, True, False]
+    assert view.offsets.tolist() == [0, 1, 2, 3] and view.group_ids.tolist() == [0, 1, 2]
+    assert len(view) == 3
+
+
+def test_view_assignment_errors_name_the_column_and_the_fix() -> None:
+    view = view_of(new_state(), [1, 2])
+    with pytest.raises(ValueError, match="'total': 2 values expected.*shape \\(3,\\)"):
+        view["total"] = np.array([1, 2, 3])
+    with pytest.raises(TypeError, match="'total' holds int64 and got float64.*astype"):
+        view["total"] = np.array([1.5, 2.5])
+    with pytest.raises(KeyError, match="no column 'nope'.*total"):
+        view["nope"]
+    view["total"] = pa.array([4, 5])
+    assert view["total"].tolist() == [4, 5]
+
+
+def test_view_clear_drops_state_and_wins_over_later_writes() -> None:
+    state = new_state()
+    view = view_of(state, [1, 2, 3])
+    view["total"] = np.array([10, 20, 30])
+    view.clear(np.array([True, False, True]))
+    assert state.num_keys == 1
+    assert view["total"].tolist() == [0, 20, 0]  # cleared keys read as the defaults
+    view["total"] = np.array([11, 21, 31])
+    view.clear(np.array([True, False, False]))  # clearing again is harmless
+    assert state.num_keys == 1
+    after = view_of(state, [1, 2, 3])
+    assert after.is_new().tolist() == [True, False, True]
+    assert after["total"].tolist() == [0, 21, 0]
+    after.clear()
+    assert state.num_keys == 0
+    with pytest.raises(ValueError, match="one boolean per key"):
+        after.clear(np.array([True]))
+
+
+def test_view_keys_may_be_given() -> None:
+    state = new_state()
+    keys = pa.array(["k"])
+    slots = state.slots_of(keys, groups(keys))
+    view = ColumnarStateView(state, slots, np.array([0, 2]), np.array([0, 0]), keys)
+    assert view.keys is keys and view.slots.tolist() == slots.tolist()
+
+
+# ---------------------------------------------------------------------- the backend
+
+
+def backend(key_group_range: KeyGroupRange = ALL) -> ColumnarKeyedStateBackend:
+    return ColumnarKeyedStateBackend(key_group_range, MAX_PARALLELISM, owner="operator 'agg' (uid 'agg')")
+
+
+def fill(b: ColumnarKeyedStateBackend, keys: pa.Array, name: str = "s") -> ColumnarKeyedState:
+    """Keys in the backend's range only (as a keyed edge delivers them), total = their position."""
+    own = pc_filter_range(keys, b.key_group_range)
+    state = b.get_columnar_state(name, SCHEMA)
+    slots = state.slots_of(own, groups(own))
+    state.column("total")[slots] = np.arange(len(own)) + 1000
+    state.column("mean")[slots] = np.arange(len(own)) / 3
+    state.column("seen")[slots] = np.arange(len(own)) % 2 == 0
+    return state
+
+
+def pc_filter_range(keys: pa.Array, key_group_range: KeyGroupRange) -> pa.Array:
+    kgs = groups(keys)
+    return keys.filter(pa.array((kgs >= key_group_range.start) & (kgs <= key_group_range.end)))
+
+
+def contents(b: ColumnarKeyedStateBackend, name: str = "s") -> dict[Any, tuple[Any, ...]]:
+    state = b.states.get(name)
+    if state is None:
+        return {}
+    live = state.live_slots()
+    keys = [model_key(k) for k in state.key_array(live).to_pylist()]
+    rows = zip(*(state.column(f.name)[live].tolist() for f in state.schema), strict=True)
+    result = dict(zip(keys, rows, strict=True))
+    assert len(result) == len(live)
+    return result
+
+
+def checkpoint(
+    backends: list[ColumnarKeyedStateBackend], storage: CheckpointStorage, checkpoint_id: int
+) -> list[KeyGroupsStateHandle]:
+    handles: list[KeyGroupsStateHandle] = []
+    for b in backends:
+        snapshot = b.snapshot(checkpoint_id)
+        serializer = snapshot.serializer()
+        while not serializer.step(time.monotonic_ns()):  # one key group per step
+            pass
+        written = serializer.result().write(storage, checkpoint_id, None)
+        snapshot.release()
+        for handle in written.handles:
+            assert isinstance(handle, KeyGroupsStateHandle)
+            handles.append(handle)
+    return handles
+
+
+def restore(
+    parallelism: int, handles: list[KeyGroupsStateHandle], storage: CheckpointStorage
+) -> list[ColumnarKeyedStateBackend]:
+    restored = []
+    for index in range(parallelism):
+        b = backend(KeyGroupRange.of_operator(MAX_PARALLELISM, parallelism, index))
+        b.restore(handles, StateReader(storage))
+        restored.append(b)
+    return restored
+
+
+KEY_SETS = {
+    "int": pa.array(np.arange(-2000, 3000, 3, dtype=np.int64)),
+    "string": pa.array([f"user-{i}" for i in range(1500)] + [None]),
+    "int-with-null": pa.array([*range(500), None], type=pa.int32()),
+    "float": pa.array([i / 4 for i in range(400)] + [math.nan, math.inf]),
+}
+
+
+@pytest.mark.parametrize("kind", list(KEY_SETS))
+@pytest.mark.parametrize("written_by", [1, 3])
+def test_checkpoint_restores_and_rescales_by_key_group(tmp_path: Path, kind: str, written_by: int) -> None:
+    """Written by 1 or 3 subtasks to real checkpoint files, restored into 1, 2 and 3 backends
+    over split key-group ranges: every key exactly once, with its values and key group."""
+    storage = CheckpointStorage(str(tmp_path), "job", inline_threshold=0)
+    storage.initialize()
+    keys = KEY_SETS[kind]
+    writers = [backend(KeyGroupRange.of_operator(MAX_PARALLELISM, written_by, i)) for i in range(written_by)]
+    expected: dict[Any, tuple[Any, ...]] = {}
+    for b in writers:
+        fill(b, keys)
+        fill(b, pa.array(np.arange(10, dtype=np.int64)), name="other")
+        expected.update(contents(b))
+    assert len(expected) == len(keys)
+    handles = checkpoint(writers, storage, 1)
+    assert len(handles) == written_by
+    assert all(h.state_kinds == (("other", "columnar"), ("s", "columnar")) for h in handles)
+    assert all(not isinstance(h.delegate, ByteStreamStateHandle) for h in handles)
+    for parallelism in (1, 2, 3):
+        restored = restore(parallelism, handles, storage)
+        merged: dict[Any, tuple[Any, ...]] = {}
+        for b in restored:
+            part = contents(b)
+            assert not set(part) & set(merged), "a key restored twice"
+            merged.update(part)
+            state = b.get_columnar_state("s", SCHEMA)
+            live = state.live_slots()
+            key_groups = state.key_groups_of_slots(live)
+            assert ((key_groups >= b.key_group_range.start) & (key_groups <= b.key_group_range.end)).all()
+            assert key_groups.tolist() == groups(state.key_array(live)).tolist()
+            assert b.num_keys("other") == len(pc_filter_range(pa.array(np.arange(10)), b.key_group_range))
+        assert merged == expected, parallelism
+
+
+def test_restored_state_keeps_working_and_checkpoints_again(tmp_path: Path) -> None:
+    storage = CheckpointStorage(str(tmp_path), "job", inline_threshold=0)
+    first = backend()
+    fill(first, KEY_SETS["string"])
+    handles = checkpoint([first], storage, 1)
+    (b,) = restore(1, handles, storage)
+    state = b.get_columnar_state("s", SCHEMA, {"total": 99})
+    keys = pa.array(["user-3", "brand new", None])
+    slots = state.slots_of(keys, groups(keys))
+    assert state.is_new(slots).tolist() == [False, True, False]
+    assert state.column("total")[slots].tolist() == [1003, 99, 2500]
+    state.column("total")[slots] += 1
+    (again,) = restore(1, checkpoint([b], storage, 2), storage)
+    assert contents(again)["brand new"][0] == 100
+    assert contents(again)["user-3"][0] == 1004
+
+
+def test_a_snapshot_holds_the_state_as_of_the_barrier(tmp_path: Path) -> None:
+    storage = CheckpointStorage(str(tmp_path), "job")
+    b = backend()
+    state = fill(b, KEY_SETS["int"])
+    before = contents(b)
+    snapshot = b.snapshot(1)
+    state.column("total")[state.live_slots()] = -5
+    state.remove(state.live_slots()[:100])
+    extra = pa.array([10**9])
+    state.slots_of(extra, groups(extra))
+    written = snapshot.serializer()
+    written.step(None)
+    handles = list(written.result().write(storage, 1, None).handles)
+    (restored,) = restore(1, handles, storage)  # type: ignore[arg-type]
+    assert contents(restored) == before
+
+
+def test_serializer_steps_are_bounded() -> None:
+    b = backend()
+    fill(b, KEY_SETS["int"])
+    serializer = b.snapshot(1).serializer()
+    with pytest.raises(RuntimeError, match="not finished"):
+        serializer.result()
+    steps = 0
+    while not serializer.step(0):  # a deadline already passed: one key group per step
+        steps += 1
+    assert steps == MAX_PARALLELISM - 1
+    assert serializer.done
+    result = serializer.result()
+    assert len(result.ranges) == MAX_PARALLELISM
+    assert result.payload[:4] == b"\xff\xff\xff\xff"  # an Arrow IPC stream, not a pickle
+
+
+def test_empty_state_snapshots_nothing(tmp_path: Path) -> None:
+    storage = CheckpointStorage(str(tmp_path), "job")
+    b = backend()
+    assert not b.has_state()
+    assert b.snapshot(1).is_empty
+    b.get_columnar_state("s", SCHEMA)
+    assert b.has_state() and b.num_keys("s") == 0 and b.num_keys("absent") == 0
+    snapshot = b.snapshot(1)
+    assert snapshot.is_empty
+    result = snapshot.serialize()
+    assert result.payload == b"" and len(result.ranges) == MAX_PARALLELISM
+    assert result.write(storage, 1, None).handles == ()
+    fresh = backend()
+    fresh.restore([], StateReader(storage))
+    assert not fresh.has_state()
+
+
+def test_a_state_whose_keys_were_all_removed_snapshots_nothing() -> None:
+    b = backend()
+    state = fill(b, KEY_SETS["int"])
+    state.remove(state.live_slots())
+    assert b.snapshot(1).is_empty
+
+
+def test_same_name_same_state_and_schema_mismatch_errors(tmp_path: Path) -> None:
+    b = backend()
+    state = b.get_columnar_state("s", SCHEMA)
+    assert b.get_columnar_state("s", SCHEMA) is state
+    other = pa.schema([("total", pa.float64())])
+    with pytest.raises(IncompatibleStateError, match="'s' has schema .*total: int64.*total: double"):
+        b.get_columnar_state("s", other)
+    fill(b, KEY_SETS["int"])
+    storage = CheckpointStorage(str(tmp_path), "job")
+    handles = checkpoint([b], storage, 1)
+    declared_first = backend()
+    declared_first.get_columnar_state("s", other)
+    with pytest.raises(
+        IncompatibleRestoredStateError, match="cannot restore columnar state 's'.*total: double"
+    ):
+        declared_first.restore(handles, StateReader(storage))
+    (restored,) = restore(1, handles, storage)
+    with pytest.raises(IncompatibleRestoredStateError) as error:
+        restored.get_columnar_state("s", other)
+    message = str(error.value)
+    assert "operator 'agg' (uid 'agg') cannot restore columnar state 's'" in message
+    assert "total: int64, mean: double, seen: bool" in message and "(total: double)" in message
+    assert "Declare the state with the checkpoint's schema" in message and "uid()" in message
+
+
+def corrupted(handle: KeyGroupsStateHandle, storage: CheckpointStorage, damage: Any) -> KeyGroupsStateHandle:
+    data = StateReader(storage).read(handle.delegate, (0, handle.delegate.state_size))
+    return KeyGroupsStateHandle(
+        handle.key_group_range,
+        handle.ranges,
+        ByteStreamStateHandle("damaged", damage(data)),
+        handle.state_kinds,
+    )
+
+
+@pytest.mark.parametrize(
+    "damage",
+    [
+        lambda data: data[:8] + bytes(len(data) - 8),  # zeroed after the first message's start
+        lambda data: bytes(b ^ 0x5A for b in data),  # every byte flipped
+        lambda data: data[: len(data) // 2] + b"\xff" * (len(data) - len(data) // 2),
+    ],
+    ids=["zeroed", "flipped", "truncated"],
+)
+def test_a_corrupt_key_group_is_one_clear_error(tmp_path: Path, damage: Any) -> None:
+    storage = CheckpointStorage(str(tmp_path), "job")
+    b = backend()
+    fill(b, KEY_SETS["int"])
+    (handle,) = checkpoint([b], storage, 1)
+    bad = corrupted(handle, storage, damage)
+    with pytest.raises(InvalidCheckpointError) as error:
+        backend().restore([bad], StateReader(storage))
+    message = str(error.value)
+    assert "cannot restore columnar state 's'" in message
+    assert "key group" in message and "inline state damaged" in message
+    assert "Restore from another checkpoint" in message
+
+
+def test_a_corrupt_range_names_the_checkpoint_file(tmp_path: Path) -> None:
+    """Bytes that pass the file's checksum but whose key-group range is wrong (a handle
+    that does not match its file): the error names the file and the key group."""
+    storage = CheckpointStorage(str(tmp_path), "job", inline_threshold=0)
+    b = backend()
+    fill(b, KEY_SETS["int"])
+    (handle,) = checkpoint([b], storage, 1)
+    first = next(kg for kg, (start, end) in handle.key_groups() if end > start)
+    ranges = list(handle.ranges)
+    start, end = ranges[first]
+    ranges[first] = (start + 3, end)
+    bad = KeyGroupsStateHandle(handle.key_group_range, tuple(ranges), handle.delegate, handle.state_kinds)
+    with pytest.raises(InvalidCheckpointError, match=f"key group {first} .*checkpoint file .*chk-1"):
+        backend().restore([bad], StateReader(storage))
+
+
+def test_record_state_is_refused_naming_the_fix() -> None:
+    b = backend()
+    with pytest.raises(TypeError, match="columnar keyed state.*get_columnar_state.*to_records"):
+        b.set_current_key("k", 3)
+    with pytest.raises(TypeError, match="state \\('count'\\).*get_columnar_state"):
+        b.get_partitioned_state(ValueStateDescriptor("count", int))
+    assert b.get_current_key() is None
+
+
+def test_record_state_in_the_checkpoint_is_refused(tmp_path: Path) -> None:
+    """A checkpoint of the heap backend for the same operator (a uid reused for a batch
+    operator) cannot be restored as columnar state."""
+    storage = CheckpointStorage(str(tmp_path), "job")
+    heap = HeapKeyedStateBackend(ALL, MAX_PARALLELISM)
+    heap.set_current_key("k", 5)
+    heap.get_partitioned_state(ValueStateDescriptor("count", int)).update(3)  # type: ignore[attr-defined]
+    snapshot = heap.snapshot(1)
+    handles = snapshot.serialize().write(storage, 1, None).handles
+    with pytest.raises(
+        IncompatibleRestoredStateError, match="record state \\[\\('count', 'value'\\)\\].*uid"
+    ):
+        backend().restore(handles, StateReader(storage))
+
+
+def test_dispose_drops_everything() -> None:
+    b = backend()
+    fill(b, KEY_SETS["int"])
+    b.dispose()
+    assert not b.has_state() and b.num_keys("s") == 0
