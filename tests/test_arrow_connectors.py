@@ -534,3 +534,10 @@ def test_kafka_batch_serializer_value_column_and_errors() -> None:
     ]
     with pytest.raises(KafkaConnectorError, match="no column 'nope'"):
         KafkaRecordBatchSerializationSchema("t", value_column="nope").serialize_batch(batch)
+
+
+def test_a_batch_sink_fed_records_names_the_conversion(tmp_path: Path) -> None:
+    sink = FileSink.for_bulk_format(str(tmp_path), ParquetBulkWriters.for_record_batches()).build()
+    h = OperatorHarness(SinkWriterOperator(sink)).open()
+    with pytest.raises(InvalidProgramError, match="to_batches"):
+        h.process({"key": 1})

@@ -15,6 +15,7 @@ from chandy.core.connector import (
 )
 from chandy.core.functions import SinkFunction
 from chandy.core.state import ListStateDescriptor
+from chandy.errors import InvalidProgramError
 from chandy.task.batches import TimestampedBatch, values_of
 from chandy.task.operators.base import (
     StateInitializationContext,
@@ -159,6 +160,11 @@ class SinkWriterOperator(StreamOperator):
         assert self.writer is not None
         if self.sink.columnar:
             # A batch sink gets each pyarrow.RecordBatch whole (Sink.columnar).
+            if isinstance(records, (list, TimestampedBatch)):
+                raise InvalidProgramError(
+                    f"{type(self.sink).__name__} takes Arrow record batches, but a stream of records "
+                    "was sunk into it: convert with .to_batches() before sink_to()"
+                )
             self.writer.write_batch(records)
         else:
             self.writer.write_batch(values_of(records))
