@@ -440,6 +440,15 @@ def test_keys_computed_by_a_function_never_reach_the_output() -> None:
     assert totals == [{"key": "odd", "v": 4}, {"key": "even", "v": 6}]
 
 
+def test_a_null_key_is_one_key() -> None:
+    """A null key is a key like any other (the record path's None), for int and string keys."""
+    for keys in (pa.array([1, None, 1, None], pa.int64()), pa.array(["a", None, "a", None])):
+        rows = run(
+            KeyedBatchAggregateOperator("sum", "v", True, "k"), keyed({"k": keys, "v": [1, 2, 3, 4]}, "k")
+        )
+        assert per_key(rows) == {keys[0].as_py(): [1, 4], None: [2, 6]}
+
+
 def test_int_keys_of_every_width_and_span_group_correctly() -> None:
     """Narrow, signed and unsigned keys, and a span wider than 2**16 that is still counted
     directly (two radix passes), against the same keys as strings (always hashed)."""
@@ -720,6 +729,9 @@ def test_batches_become_named_rows_and_back() -> None:
     driver.process(keyed(batch.to_pydict(), "id"))  # the engine's columns are dropped
     (rows,) = driver.output
     assert rows == records and [r.name for r in rows] == ["a", None]
+    rows[0].set_field_names(["x", "y", "z"])  # the rows of a batch share nothing mutable
+    rows[0]["x"] = 7
+    assert rows[1].as_dict() == {"id": 2, "name": None, "score": 1.5} and rows[0].as_dict()["x"] == 7
     assert records_to_batch(rows).equals(batch)
     empty = Driver(BatchesToRecordsOperator)
     empty.process(batch.slice(0, 0))

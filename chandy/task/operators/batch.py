@@ -32,7 +32,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from chandy.core.types import Row
+from chandy.core.types import Row, RowKind
 from chandy.state.arrow_keys import INTERNAL_COLUMNS, KEY_COLUMN, KEY_GROUP_COLUMN
 from chandy.state.columnar import ColumnarKeyedState, ColumnarKeyedStateBackend, ColumnarStateView
 from chandy.task.batches import TimestampedBatch
@@ -239,16 +239,29 @@ class BatchesToRecordsOperator(StreamOperator):
 
 
 def batch_to_rows(batch: pa.RecordBatch) -> list[Row]:
-    """One named ``Row`` per row of ``batch`` (without its internal columns)."""
+    """One named ``Row`` per row of ``batch`` (without its internal columns).
+
+    Rows are built by setting their four slots directly, with one field-name list shared by
+    the batch's rows (a Row never changes its list in place; ``set_field_names`` replaces
+    it): ``Row(*values)`` and ``set_field_names`` per row cost three times as much (1.5 us
+    against 0.5 a row), which a job mixing the record and batch APIs pays on every row."""
     batch = _user_columns(batch)
-    names = batch.schema.names
+    names = list(batch.schema.names)
     if not names:
         return [Row() for _ in range(batch.num_rows)]
+    new = object.__new__
+    slot = vars(Row)  # the slot descriptors
+    set_fields, set_values = slot["_fields"].__set__, slot["_values"].__set__
+    set_from_dict, set_kind = slot["_from_dict"].__set__, slot["_row_kind"].__set__
+    insert = RowKind.INSERT
     rows: list[Row] = []
     append = rows.append
     for values in zip(*(column.to_pylist() for column in batch.columns), strict=True):
-        row = Row(*values)
-        row.set_field_names(names)
+        row = new(Row)
+        set_fields(row, names)
+        set_values(row, list(values))
+        set_from_dict(row, False)
+        set_kind(row, insert)
         append(row)
     return rows
 
