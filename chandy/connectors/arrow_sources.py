@@ -14,7 +14,7 @@ split and offset machinery they share.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from typing import Any, cast
 
 import numpy as np
@@ -23,32 +23,9 @@ import pyarrow as pa
 from chandy.connectors.data_generator import DataGeneratorReader, DataGeneratorSource
 from chandy.connectors.number_sequence import NumberSequenceReader, NumberSequenceSource
 from chandy.core.connector import SourceReaderContext
+from chandy.task.operators.batch import to_record_batch
 
-__all__ = ["ArrowDataGeneratorSource", "ArrowNumberSequenceSource", "as_record_batch"]
-
-
-def as_record_batch(result: Any, who: str) -> pa.RecordBatch:
-    """``result`` (a ``RecordBatch``, a ``Table`` or a mapping of column name to array-like)
-    as one record batch; anything else is a ``TypeError`` naming ``who`` and what to return."""
-    if isinstance(result, pa.RecordBatch):
-        return result
-    if isinstance(result, pa.Table):
-        return result.combine_chunks().to_batches()[0] if result.num_rows else _empty_batch(result.schema)
-    if isinstance(result, Mapping):
-        return pa.RecordBatch.from_pydict(
-            {
-                name: column if isinstance(column, pa.Array) else pa.array(column)
-                for name, column in result.items()
-            }
-        )
-    raise TypeError(
-        f"{who} must return a pyarrow.RecordBatch, a pyarrow.Table or a dict of column name to "
-        f"array (numpy array, pyarrow array or list), got {type(result).__name__}"
-    )
-
-
-def _empty_batch(schema: pa.Schema) -> pa.RecordBatch:
-    return pa.RecordBatch.from_arrays([pa.array([], type=f.type) for f in schema], schema=schema)
+__all__ = ["ArrowDataGeneratorSource", "ArrowNumberSequenceSource"]
 
 
 class ArrowNumberSequenceReader(NumberSequenceReader):
@@ -95,9 +72,17 @@ class ArrowDataGeneratorReader(DataGeneratorReader):
         if n <= 0:
             return []
         indices = np.arange(split.position, split.position + n * split.step, split.step, dtype=np.int64)
-        batch = as_record_batch(self._generate(indices), "ArrowDataGeneratorSource: the generator")
+        result = self._generate(indices)
+        try:
+            batch = to_record_batch(result)
+        except TypeError:
+            raise TypeError(
+                "ArrowDataGeneratorSource: the generator must return a pyarrow.RecordBatch, a "
+                "pyarrow.Table, a pandas DataFrame or a dict of column name to array (numpy "
+                f"array, pyarrow array or list), got {type(result).__name__}"
+            ) from None
         self.advance(split, n)  # only once the batch was made: a raising generator moves nothing
-        return batch
+        return [] if batch is None else batch
 
 
 class ArrowDataGeneratorSource(DataGeneratorSource):
