@@ -729,10 +729,10 @@ def test_batches_become_named_rows_and_back() -> None:
     driver.process(keyed(batch.to_pydict(), "id"))  # the engine's columns are dropped
     (rows,) = driver.output
     assert rows == records and [r.name for r in rows] == ["a", None]
+    assert records_to_batch(rows).equals(batch)
     rows[0].set_field_names(["x", "y", "z"])  # the rows of a batch share nothing mutable
     rows[0]["x"] = 7
     assert rows[1].as_dict() == {"id": 2, "name": None, "score": 1.5} and rows[0].as_dict()["x"] == 7
-    assert records_to_batch(rows).equals(batch)
     empty = Driver(BatchesToRecordsOperator)
     empty.process(batch.slice(0, 0))
     assert empty.output == []
