@@ -499,7 +499,10 @@ class KeyedBatchAggregateOperator(StreamOperator):
     aggregated column (``count`` for count). Running: one row per input row, the input's
     columns with the aggregated one replaced by the key's aggregate up to and including that
     row (count: a ``count`` column appended), grouped by key in arrival order per key: the
-    record path's ``KeyedStream.sum`` over rows.
+    record path's ``KeyedStream.sum`` over rows, with one difference, SQL's (an aggregate
+    ``OVER`` the key's rows so far): every row keeps its own other columns, where Flink's
+    ``sum`` / ``min`` / ``max`` keep those of the key's first record (which would mean keeping
+    whole rows in state).
     """
 
     keyed = True
