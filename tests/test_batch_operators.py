@@ -600,6 +600,41 @@ def test_state_written_by_the_function_persists_to_the_next_batch() -> None:
     assert by_key == {"a": [0, 1, 2, 3], "b": [0, 1], "c": [0]}
 
 
+@pytest.mark.parametrize("key_kind", sorted(KEYS))
+def test_user_function_state_matches_the_model(key_kind: str) -> None:
+    """Randomized batches: each key's rows are numbered 0, 1, 2, ... across batches, in
+    arrival order, from the count the function keeps in columnar state."""
+
+    @settings(max_examples=30, derandomize=True, deadline=None, database=None)
+    @given(batches_of(key_kind, "int"))
+    def check(batches: list[list[tuple[Any, Any]]]) -> None:
+        driver = Driver(lambda: KeyedBatchProcessOperator(numbering, NUMBERING_STATE, "k"))
+        for rows in batches:
+            driver.process(as_batch(rows, "int"))
+        expected: dict[Any, list[int]] = defaultdict(list)
+        for key, _ in (row for rows in batches for row in rows):
+            expected[key].append(len(expected[key]))
+        assert per_key([{"k": r["k"], "v": r["n"]} for r in driver.rows()]) == expected
+
+    check()
+
+
+def test_cleared_keys_start_again_as_new() -> None:
+    """``is_new`` marks keys without state; ``clear`` drops a key's state, so it is new again."""
+    seen: list[list[tuple[Any, bool]]] = []
+
+    def forget_at_two(batch: pa.RecordBatch, state: KeyedBatchState) -> None:
+        seen.append(list(zip(state.keys.to_pylist(), state.is_new().tolist(), strict=True)))
+        state["seen"] = state["seen"] + np.diff(np.asarray(state.offsets))
+        state.clear(state["seen"] >= 2)
+
+    driver = Driver(lambda: KeyedBatchProcessOperator(forget_at_two, NUMBERING_STATE, "k"))
+    for keys in (["a", "b", "a"], ["a", "b"], ["a", "b"]):
+        driver.process(keyed({"k": keys}, "k"))
+    assert seen == [[("a", True), ("b", True)], [("a", True), ("b", False)], [("a", False), ("b", True)]]
+    assert driver.backend.num_keys(KeyedBatchProcessOperator.STATE_NAME) == 1
+
+
 def test_a_function_returning_nothing_or_no_rows_emits_nothing() -> None:
     for returned in (None, pa.record_batch({"x": pa.array([], pa.int64())})):
         driver = Driver(lambda r=returned: KeyedBatchProcessOperator(lambda b, s: r, NUMBERING_STATE, "k"))  # type: ignore[misc]
