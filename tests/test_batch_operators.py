@@ -502,6 +502,18 @@ def test_bad_aggregations_are_refused_with_the_fix() -> None:
         run(KeyedBatchAggregateOperator("sum", "v", False, "k"), ints, floats)
 
 
+def test_batch_operators_refuse_record_batches() -> None:
+    for make in (
+        lambda: KeyedBatchAggregateOperator("sum", "v", True, "k"),
+        lambda: KeyedBatchProcessOperator(numbering, NUMBERING_STATE, "k"),
+        lambda: MapBatchesOperator(lambda b: b),
+        BatchesToRecordsOperator,
+    ):
+        driver = Driver(make)
+        with pytest.raises(TypeError, match="takes Arrow record batches and got a list: .* to_batches"):
+            driver.process([1, 2])
+
+
 def test_a_keyed_batch_operator_needs_the_columnar_backend() -> None:
     operator = KeyedBatchAggregateOperator("sum", "v", False, "k")
     heap = HeapKeyedStateBackend(KeyGroupRange(0, MAX_PARALLELISM - 1), MAX_PARALLELISM)

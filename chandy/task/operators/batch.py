@@ -75,6 +75,18 @@ def to_record_batch(result: Any) -> pa.RecordBatch | None:
     raise TypeError(f"a batch function returned a {type(result).__qualname__}; return {_RETURNABLE}")
 
 
+def _rows(operator: StreamOperator, batch: Any) -> int:
+    """The rows of ``batch``, which must be a ``RecordBatch``: a record batch (a list) here is
+    a wiring mistake, named instead of failing on a missing attribute."""
+    if type(batch) is not pa.RecordBatch:
+        raise TypeError(
+            f"{operator.name} takes Arrow record batches and got a {type(batch).__name__}: its input "
+            "must be a batch stream (turn a DataStream into one with to_batches())"
+        )
+    rows: int = batch.num_rows
+    return rows
+
+
 def _user_columns(batch: pa.RecordBatch) -> pa.RecordBatch:
     """``batch`` without the engine's keyed-edge columns."""
     names = batch.schema.names
@@ -95,7 +107,7 @@ class MapBatchesOperator(UdfOperator):
         self._call = resolve_call(self.user_function, "map_batch")
 
     def process_batch(self, records: Any) -> None:
-        if records.num_rows == 0:
+        if _rows(self, records) == 0:
             return
         out = to_record_batch(self._call(records))
         if out is not None and out.num_rows:
@@ -234,7 +246,7 @@ class BatchesToRecordsOperator(StreamOperator):
     (the engine's keyed-edge columns dropped)."""
 
     def process_batch(self, records: Any) -> None:
-        if records.num_rows:
+        if _rows(self, records):
             self.output(batch_to_rows(records))
 
 
@@ -577,7 +589,7 @@ class KeyedBatchAggregateOperator(StreamOperator):
         return self._state
 
     def process_batch(self, records: Any) -> None:
-        if records.num_rows == 0:
+        if _rows(self, records) == 0:
             return
         aggregated = self._values(records)
         values = aggregated.values
@@ -701,7 +713,7 @@ class KeyedBatchProcessOperator(UdfOperator):
         self._call = resolve_call(self.user_function, "process_batch")
 
     def process_batch(self, records: Any) -> None:
-        if records.num_rows == 0:
+        if _rows(self, records) == 0:
             return
         state = self._state
         assert state is not None, "process_batch before open"
