@@ -158,6 +158,21 @@ def test_keys_change_type_is_refused_naming_both_types() -> None:
         state.slots_of(pa.array(["a"]), groups(pa.array(["a"])))
     # Integers of another width are the same keys.
     assert state.slots_of(pa.array([1], type=pa.int32()), groups(pa.array([1]))).tolist() == [0]
+    strings = new_state()
+    first = strings.slots_of(pa.array(["a", "b"]), groups(pa.array(["a", "b"])))
+    for layout in (pa.large_string(), pa.string_view()):
+        same = pa.array(["b", "a"], type=layout)
+        assert strings.slots_of(same, groups(same)).tolist() == first[::-1].tolist()
+    for other in (pa.array([1.5]), pa.array([b"a"]), pa.array([1])):
+        # Arrow would cast 1.5 to "1.5": a float is not a string key, whatever casts exist.
+        with pytest.raises(TypeError, match="holds keys of type string"):
+            strings.slots_of(other, groups(other))
+
+
+def test_nested_keys_are_refused_naming_the_fix() -> None:
+    keys = pa.array([{"a": 1, "b": "x"}])
+    with pytest.raises(TypeError, match="cannot be keyed by struct.*one key column"):
+        new_state().slots_of(keys, np.zeros(1, dtype=np.int32))
 
 
 def test_the_null_key_is_one_key_and_not_zero() -> None:

@@ -204,6 +204,28 @@ def _is_int_like(arrow_type: pa.DataType) -> bool:
     return bool(pa.types.is_integer(arrow_type) or pa.types.is_boolean(arrow_type))
 
 
+def _key_family(arrow_type: pa.DataType) -> str:
+    """Key types whose values are the same keys in another layout share a family."""
+    if _is_int_like(arrow_type):
+        return "int"
+    if (
+        pa.types.is_string(arrow_type)
+        or pa.types.is_large_string(arrow_type)
+        or pa.types.is_string_view(arrow_type)
+    ):
+        return "string"
+    if (
+        pa.types.is_binary(arrow_type)
+        or pa.types.is_large_binary(arrow_type)
+        or pa.types.is_binary_view(arrow_type)
+        or pa.types.is_fixed_size_binary(arrow_type)
+    ):
+        return "binary"
+    if pa.types.is_floating(arrow_type):
+        return "float"
+    return str(arrow_type)
+
+
 class ColumnarKeyedState:
     """One named columnar state: per key a slot, per column of ``schema`` a numpy array by slot.
 
@@ -339,6 +361,15 @@ class ColumnarKeyedState:
             return pa.array(values, mask=mask).cast(key_type)
         return pa.array(self._okeys[slots].tolist(), type=key_type)
 
+    def keys_at_barrier(self, slots: np.ndarray) -> pa.Array | np.ndarray:
+        """The keys of ``slots`` as cheaply as a barrier allows: an Arrow array of integer keys
+        (vectorised), else a numpy array of the key objects (immutable values, shared) for
+        :func:`_object_keys` to convert later, off the barrier."""
+        if self._int_keys:
+            return self.key_array(slots)
+        copied: np.ndarray = self._okeys[slots]
+        return copied
+
     # ------------------------------------------------------------------ lookups
 
     def slots_of(self, keys: pa.Array | pa.ChunkedArray | np.ndarray, key_groups: np.ndarray) -> np.ndarray:
@@ -352,6 +383,9 @@ class ColumnarKeyedState:
         if len(key_groups) != len(array):
             raise ValueError(f"slots_of: {len(array)} keys but {len(key_groups)} key groups")
         self._check_key_type(array.type)
+        if not self._int_keys and array.type != self.key_type:
+            # The same keys in another layout (string / large_string / string_view, ...).
+            array = array.cast(self.key_type)
         if self._int_keys:
             return self._int_slots(array, key_groups)
         return self._generic_slots(array, key_groups)
@@ -362,14 +396,18 @@ class ColumnarKeyedState:
                 if self.key_type is None:
                     self._int_keys = False
                 return
+            if pa.types.is_nested(key_type):
+                raise TypeError(
+                    f"columnar state '{self.name}' cannot be keyed by {key_type} values (a batch key "
+                    "must be a scalar: an int, string, binary, float, bool, date or decimal); combine "
+                    "the columns into one key column, e.g. a string, in the key_by function"
+                )
             self.key_type = key_type
             self._int_keys = _is_int_like(key_type)
             return
         if pa.types.is_null(key_type):
             return
-        if _is_int_like(key_type) != bool(self._int_keys) or (
-            not self._int_keys and key_type != self.key_type
-        ):
+        if _key_family(key_type) != _key_family(self.key_type):
             raise TypeError(
                 f"columnar state '{self.name}' holds keys of type {self.key_type} and got keys of "
                 f"type {key_type}: the keys of one keyed stream must keep one type (cast the key "
@@ -585,7 +623,8 @@ class _StateCopy:
     name: str
     schema: pa.Schema
     key_type: pa.DataType
-    keys: pa.Array
+    #: The keys, sorted by key group: Arrow, or key objects to convert per key group.
+    keys: pa.Array | np.ndarray
     columns: list[np.ndarray]
     #: Rows ``bounds[i]:bounds[i + 1]`` are in key group ``range.start + i``.
     bounds: np.ndarray
@@ -613,7 +652,7 @@ def _copy_state(state: ColumnarKeyedState, key_group_range: KeyGroupRange) -> _S
         state.name,
         state.schema,
         state.key_type,
-        state.key_array(live),
+        state.keys_at_barrier(live),
         [state.column(f.name)[live] for f in state.schema],
         bounds,
     )
@@ -673,8 +712,11 @@ class ColumnarSerializer:
                 lo, hi = int(copy.bounds[i]), int(copy.bounds[i + 1])
                 if lo == hi:
                     continue
+                keys = copy.keys[lo:hi]
+                if isinstance(keys, np.ndarray):
+                    keys = pa.array(keys.tolist(), type=copy.key_type)
                 arrays = [
-                    copy.keys[lo:hi],
+                    keys,
                     *(
                         pa.array(c[lo:hi], type=f.type)
                         for c, f in zip(copy.columns, copy.schema, strict=True)
