@@ -2,14 +2,16 @@
 
 The point of the batch path is to stop paying the interpreter per record, so nothing here
 runs Python per row or per key: a batch is grouped by key with one dictionary encoding (a
-hash of every key, in C) and one stable radix sort of the dense group ids, keyed state is
-read and written a whole column at a time (:mod:`chandy.state.columnar`), and the
-aggregations are numpy scans over the grouped values.
+hash of every key, in C; integer keys of a small span are counted instead, by their offset
+from the batch's smallest) and one stable radix sort of the group ids, keyed state is read
+and written a whole column at a time (:mod:`chandy.state.columnar`), only for the batch's
+distinct keys, and the aggregations are numpy scans over the grouped values.
 
-Grouping. A keyed batch is grouped in the order of each key's first row in the batch, and
-within a key its rows keep their arrival order (Flink's order per key); both the running
-aggregations and :class:`KeyedBatchProcessOperator` emit in that grouped order. The
-engine's columns on a keyed edge (:data:`~chandy.state.arrow_keys.KEY_GROUP_COLUMN`, and
+Grouping. The rows of a key come out together, in their arrival order (Flink's order per
+key); the keys come in the order of their first row in the batch, or ascending for integer
+keys of a small span (no order between keys is promised). Both the running aggregations
+and :class:`KeyedBatchProcessOperator` emit in that grouped order. The engine's columns on
+a keyed edge (:data:`~chandy.state.arrow_keys.KEY_GROUP_COLUMN`, and
 :data:`~chandy.state.arrow_keys.KEY_COLUMN` for ``key_by(fn)``) are read here and never
 reach user code or the output.
 
@@ -23,7 +25,6 @@ from __future__ import annotations
 
 import ctypes
 import ctypes.util
-import logging
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -37,8 +38,6 @@ from chandy.state.arrow_keys import INTERNAL_COLUMNS, KEY_COLUMN, KEY_GROUP_COLU
 from chandy.state.columnar import ColumnarKeyedState, ColumnarKeyedStateBackend, ColumnarStateView
 from chandy.task.batches import TimestampedBatch
 from chandy.task.operators.base import StreamOperator, UdfOperator, resolve_call
-
-logger = logging.getLogger(__name__)
 
 #: What the functions of the batch path may return, for the errors that name it.
 _RETURNABLE = (
@@ -76,8 +75,8 @@ def to_record_batch(result: Any) -> pa.RecordBatch | None:
 
 
 def _rows(operator: StreamOperator, batch: Any) -> int:
-    """The rows of ``batch``, which must be a ``RecordBatch``: a record batch (a list) here is
-    a wiring mistake, named instead of failing on a missing attribute."""
+    """The rows of ``batch``, which must be a ``RecordBatch``: a batch of records (a list)
+    here is a wiring mistake, named instead of failing on a missing attribute."""
     if type(batch) is not pa.RecordBatch:
         raise TypeError(
             f"{operator.name} takes Arrow record batches and got a {type(batch).__name__}: its input "
@@ -123,10 +122,9 @@ class RecordsToBatchesOperator(StreamOperator):
     A record is a tuple (a named tuple's fields give the column names) or a ``Row`` (a named
     row's fields give them), a dict (its keys do: every key of any record of the batch), or
     anything else, which is a scalar in one column, ``value``. Unnamed fields are ``f0``,
-    ``f1``, ... (Flink's names). Without a
-    ``schema`` the column types are inferred from each batch, so a stream whose types vary
-    (an int column that is sometimes null in a whole batch, say) should give one. Timestamps
-    are dropped: a RecordBatch carries none.
+    ``f1``, ... (Flink's names). Without a ``schema`` the column types are inferred from each
+    batch, so a stream whose types vary (an int column that is sometimes null in a whole
+    batch, say) should give one. Timestamps are dropped: a RecordBatch carries none.
     """
 
     def __init__(self, schema: pa.Schema | None = None) -> None:
