@@ -380,6 +380,24 @@ def test_a_key_with_only_nulls_aggregates_to_null_until_a_value_arrives() -> Non
     assert counts == [{"k": 1, "count": 0}, {"k": 2, "count": 1}, {"k": 1, "count": 1}]
 
 
+def test_a_column_of_nulls_only_is_no_value_whatever_its_arrow_type() -> None:
+    """A batch whose column holds only nulls may come typed ``null`` (Arrow infers it from
+    records without a schema): it adds nothing, as nulls of the column's type would."""
+    ints = keyed({"k": [1, 2], "v": [5, 7]}, "k")
+    nulls = keyed({"k": [1, 3], "v": [None, None]}, "k")
+    assert nulls.schema.field("v").type == pa.null()
+    for function, first, then in [("sum", 5, 5), ("max", 5, 5), ("mean", 5.0, 5.0), ("count", 1, 1)]:
+        rows = run(KeyedBatchAggregateOperator(function, "v", False, "k"), ints, nulls)
+        name = "count" if function == "count" else "v"
+        assert [(r["k"], r[name]) for r in rows[2:]] == [(1, then), (3, 0 if function == "count" else None)]
+        running_rows = run(KeyedBatchAggregateOperator(function, "v", True, "k"), ints, nulls)
+        assert running_rows[2][name] == first and running_rows[3][name] == (
+            0 if function == "count" else None
+        )
+    (only_nulls,) = outputs(KeyedBatchAggregateOperator("min", "v", True, "k"), nulls)
+    assert only_nulls.column("v").to_pylist() == [None, None]
+
+
 def test_min_and_max_keep_the_column_type_and_its_extremes() -> None:
     big, small = np.iinfo(np.int64).max, np.iinfo(np.int64).min
     batch = keyed({"k": [1, 2, 1], "v": pa.array([big, small, 0], pa.int64())}, "k")

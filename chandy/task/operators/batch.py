@@ -552,6 +552,10 @@ class KeyedBatchAggregateOperator(StreamOperator):
             return _Aggregated(column, None, valid)
         kind = column.type
         dtype: np.dtype[Any]
+        if pa.types.is_null(kind):  # only nulls (typed so by inference): no value, in the state's type
+            dtype = self._dtype or np.dtype(np.int64)
+            values = np.full(len(column), _identity(self.function, dtype), dtype=dtype)
+            return _Aggregated(None, values, np.zeros(len(column), dtype=bool))
         if pa.types.is_integer(kind) or pa.types.is_boolean(kind):
             dtype = np.dtype(np.int64)
         elif pa.types.is_floating(kind):
