@@ -8,6 +8,7 @@ import datetime
 import decimal
 import math
 import struct
+import zlib
 from typing import Any
 
 import numpy as np
@@ -16,7 +17,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from chandy.state.arrow_keys import hashes_of, key_groups_of
+from chandy.state.arrow_keys import _crc32s, hashes_of, key_groups_of
 from chandy.state.key_groups import assign_to_key_group, stable_hash
 
 MAX_PARALLELISMS = st.sampled_from([1, 2, 7, 128, 1000, 4096, 32768])
@@ -135,6 +136,41 @@ def test_strings(values: list[str | None], max_parallelism: int) -> None:
     assert_same(pa.array(values, type=pa.string_view()), values, max_parallelism)
     present = [v for v in values if v is not None]
     assert_same(np.array(present, dtype=object), present, max_parallelism)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.binary(max_size=40) | st.none(), max_size=30), st.integers(0, 5))
+def test_vectorised_crc32_equals_zlib(values: list[bytes | None], cut: int) -> None:
+    array = pa.array(values, type=pa.large_binary())
+    crcs = _crc32s(array, always=True)
+    assert crcs is not None
+    assert crcs.tolist() == [zlib.crc32(v or b"") for v in values]
+    sliced = array.slice(min(cut, len(values)))  # an offset into the buffers
+    assert _crc32s(sliced, always=True).tolist() == [zlib.crc32(v or b"") for v in values[cut:]]  # type: ignore[union-attr]
+
+
+@pytest.mark.parametrize(
+    "kind", [pa.string(), pa.large_string(), pa.string_view(), pa.binary(), pa.large_binary()]
+)
+def test_many_distinct_strings_and_bytes_take_the_vectorised_hash(kind: pa.DataType) -> None:
+    """Enough distinct values for the vectorised CRC-32 (thousands of short keys, as real
+    key columns hold), with unicode, empty values, nulls and a dictionary-encoded copy."""
+    rng = np.random.default_rng(3)
+    alphabet = ["a", "Z", "0", "é", "ß", "€", "😀", "-", " "]
+    texts = ["".join(rng.choice(alphabet, size=rng.integers(0, 14))) for _ in range(4000)]
+    values: list[Any] = [None if i % 97 == 0 else t for i, t in enumerate(texts)]
+    if (
+        not pa.types.is_string(kind)
+        and not pa.types.is_large_string(kind)
+        and not pa.types.is_string_view(kind)
+    ):
+        values = [None if v is None else v.encode() for v in values]
+    distinct = pa.array(values, type=kind)
+    assert _crc32s(distinct.cast(pa.large_binary())) is not None  # the cost model picks it
+    rows = pa.array([values[i] for i in rng.integers(0, len(values), 20000)], type=kind)
+    for max_parallelism in (128, 32768):
+        assert_same(rows, rows.to_pylist(), max_parallelism)
+        assert_same(rows.dictionary_encode(), rows.to_pylist(), max_parallelism)
 
 
 def test_a_lone_surrogate_cannot_be_an_arrow_string() -> None:
