@@ -34,7 +34,7 @@ from chandy.core.connector import Source, SourceReader, SourceReaderContext
 from chandy.core.watermark_strategy import WatermarkStrategy
 from chandy.errors import InvalidProgramError
 from chandy.task.operators.sink import SinkWriterOperator
-from chandy.task.operators.source import SourceOperator
+from chandy.task.operators.source import InputStatus, SourceOperator
 from tests.kafka_broker import KafkaBroker, unique_topic
 from tests.operator_harness import OperatorHarness
 
@@ -541,3 +541,19 @@ def test_a_batch_sink_fed_records_names_the_conversion(tmp_path: Path) -> None:
     h = OperatorHarness(SinkWriterOperator(sink)).open()
     with pytest.raises(InvalidProgramError, match="to_batches"):
         h.process({"key": 1})
+
+
+def test_source_operator_emits_batches_and_restores_from_its_split_state() -> None:
+    emitted: list[Any] = []
+    op = SourceOperator(ArrowNumberSequenceSource(0, 99), WatermarkStrategy.no_watermarks())
+    h = OperatorHarness(op, output=emitted.append).open()
+    assert op.emit_next(30) is InputStatus.MORE_AVAILABLE
+    snapshot = h.snapshot(1)
+    assert op.emit_next(30) is InputStatus.MORE_AVAILABLE  # lost with the failure
+    restored: list[Any] = []
+    op2 = SourceOperator(ArrowNumberSequenceSource(0, 99))
+    OperatorHarness(op2, output=restored.append, attempt=1).open([snapshot], restored_checkpoint_id=1)
+    while op2.emit_next(30) is not InputStatus.END_OF_INPUT:
+        pass
+    batches = [b for b in emitted[:1] + restored if isinstance(b, pa.RecordBatch)]
+    assert [v for b in batches for v in b.column("value").to_pylist()] == list(range(100))
