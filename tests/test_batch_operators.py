@@ -516,7 +516,7 @@ def test_bad_aggregations_are_refused_with_the_fix() -> None:
     with pytest.raises(TypeError, match=f"without the {KEY_GROUP_COLUMN} column"):
         run(KeyedBatchAggregateOperator("sum", "v", False, "k"), pa.record_batch({"k": [1], "v": [1]}))
     ints, floats = keyed({"k": [1], "v": [1]}, "k"), keyed({"k": [1], "v": [1.5]}, "k")
-    with pytest.raises(TypeError, match="column 'v' was int64 and is now float64; cast it"):
+    with pytest.raises(TypeError, match="column 'v' was int64 and is now float64; give the column one type"):
         run(KeyedBatchAggregateOperator("sum", "v", False, "k"), ints, floats)
 
 

@@ -578,7 +578,8 @@ class KeyedBatchAggregateOperator(StreamOperator):
             if dtype is not None and dtype != self._dtype:
                 raise TypeError(
                     f"{self.name}: column {self.column!r} was {self._dtype} and is now {dtype}; "
-                    "cast it to one type before the aggregation (map_batches)"
+                    "give the column one type: a schema for to_batches() (without one each batch's "
+                    "types are inferred from its records), or a cast in map_batches"
                 )
             return self._state
         fields = [pa.field(_COUNT, pa.int64())]
