@@ -45,7 +45,7 @@ def new_state(defaults: dict[str, Any] | None = None) -> ColumnarKeyedState:
 
 INT_KEYS = st.integers(-3, 3) | st.sampled_from([2**63 - 1, -(2**63), 2**40]) | st.none()
 STR_KEYS = st.sampled_from(["a", "b", "é", "", "long key " * 5]) | st.none()
-FLOAT_KEYS = st.sampled_from([0.5, -1.5, math.inf, math.nan, 2.0]) | st.none()
+FLOAT_KEYS = st.sampled_from([0.5, -1.5, math.inf, math.nan, 2.0, 0.0, -0.0]) | st.none()
 
 OPERATIONS = st.lists(
     st.tuples(st.sampled_from(["batch", "batch", "remove"]), st.lists(st.integers(0, 1000), max_size=12)),
@@ -123,6 +123,28 @@ def test_string_slots_follow_a_dict_model(pool: list[Any], operations: list[Any]
 def test_float_slots_follow_a_dict_model_with_one_nan_key(pool: list[Any], operations: list[Any]) -> None:
     pool = list({model_key(k): k for k in pool}.values())
     check_against_model(pa.float64(), pool, operations)
+
+
+@pytest.mark.parametrize("batch_keys", [200, 5000], ids=["dict-lookups", "arrow-lookups"])
+def test_string_keys_at_scale_with_removals(batch_keys: int) -> None:
+    """Thousands of string keys, most removed and some back: with batches of few distinct keys
+    (looked up in the dict) and of many (looked up in Arrow, dead entries compacted)."""
+    state = new_state()
+    keys = [f"k{i}" for i in range(6000)]
+    rng = np.random.default_rng(5)
+    slot_of: dict[str, int] = {}
+    for round_ in range(8):
+        chosen = [keys[i] for i in rng.integers(0, len(keys), batch_keys)]
+        array = pa.array(chosen)
+        slots = state.slots_of(array, groups(array))
+        for key, slot in zip(chosen, slots.tolist(), strict=True):
+            assert slot_of.setdefault(key, slot) == slot, (round_, key)
+        assert len(set(slot_of.values())) == len(slot_of) == state.num_keys
+        gone = [k for k in slot_of if rng.random() < 0.6]
+        state.remove(np.array([slot_of.pop(k) for k in gone], dtype=np.int64))
+        assert state.num_keys == len(slot_of)
+    live = state.live_slots()
+    assert dict(zip(state.key_array(live).to_pylist(), live.tolist(), strict=True)) == slot_of
 
 
 def test_key_types_other_than_int_and_string() -> None:

@@ -178,6 +178,77 @@ class _IntIndex:
         return self._live
 
 
+class _KnownKeys:
+    """Non-integer keys -> slot for a whole batch in Arrow: ``pc.index_in`` against an Arrow
+    array of the known keys (hashed in C++, per batch), for as long as that array is not much
+    longer than the batch's distinct keys (3x cheaper than a Python dict lookup per key:
+    38 against 106 ns for 10,000 string keys; 177 against 470 for 100,000).
+
+    Keys are appended as they get slots; a removed key's entry is marked dead (slot -1) and
+    the dead are dropped with a vectorised ``filter`` once they are half the array."""
+
+    __slots__ = ("_chunks", "_slot_chunks", "_keys", "_slots", "_position", "_dead")
+
+    def __init__(self, key_type: pa.DataType) -> None:
+        self._chunks: list[pa.Array] = []
+        self._slot_chunks: list[np.ndarray] = []
+        self._keys: pa.Array = pa.array([], type=key_type)
+        self._slots = np.empty(0, dtype=np.int64)
+        #: The position of every slot's key in ``_keys`` (by slot; grown on demand).
+        self._position = np.empty(0, dtype=np.int64)
+        self._dead = 0
+
+    def __len__(self) -> int:
+        return len(self._keys) + sum(len(c) for c in self._chunks)
+
+    def add(self, keys: pa.Array, slots: np.ndarray) -> None:
+        self._chunks.append(keys)
+        self._slot_chunks.append(slots)
+
+    def _combine(self) -> None:
+        if not self._chunks:
+            return
+        start = len(self._keys)
+        self._keys = pa.concat_arrays([self._keys, *self._chunks])
+        added = np.concatenate(self._slot_chunks)
+        self._slots = np.concatenate([self._slots, added])
+        self._chunks, self._slot_chunks = [], []
+        if added.size and int(added.max()) >= len(self._position):
+            grown = np.full(max(2 * len(self._position), int(added.max()) + 1), -1, dtype=np.int64)
+            grown[: len(self._position)] = self._position
+            self._position = grown
+        self._position[added] = np.arange(start, start + len(added))
+
+    def find(self, distinct: pa.Array) -> np.ndarray:
+        """The slot of every key of ``distinct`` (-1 where not found)."""
+        self._combine()
+        at = pc.index_in(distinct, value_set=self._keys, skip_nulls=False)
+        positions = pc.fill_null(at, -1).to_numpy(zero_copy_only=False)
+        found: np.ndarray = np.where(positions >= 0, self._slots[positions], -1)
+        return found
+
+    def remove(self, slots: np.ndarray) -> None:
+        self._combine()
+        slots = slots[slots < len(self._position)]
+        positions = self._position[slots]
+        positions = positions[positions >= 0]
+        self._slots[positions] = -1
+        self._position[slots] = -1
+        self._dead += len(positions)
+        if self._dead * 2 > len(self._keys):
+            keep = self._slots >= 0
+            self._keys = self._keys.filter(pa.array(keep))
+            self._slots = self._slots[keep]
+            self._position[self._slots] = np.arange(len(self._slots))
+            self._dead = 0
+
+
+#: The known keys are looked up in Arrow while they are at most this many times the batch's
+#: distinct keys: index_in hashes every known key per batch (about 100 ns each for strings),
+#: a dict lookup of a key costs 100 to 700 ns (more as the dict outgrows the caches).
+_INDEX_IN_RATIO = 4
+
+
 def _numpy_dtype(arrow_type: pa.DataType) -> np.dtype[Any]:
     """The dtype of a state column: numpy's own for numbers and booleans, else objects."""
     if pa.types.is_boolean(arrow_type):
@@ -247,6 +318,7 @@ class ColumnarKeyedState:
         self._int_keys: bool | None = None
         self._index = _IntIndex()
         self._dict: dict[Any, int] = {}
+        self._known: _KnownKeys | None = None
         self._null_slot = -1
         #: The number of :meth:`slots_of` calls so far: a slot born in the latest is new.
         self.epoch = 0
@@ -445,30 +517,48 @@ class ColumnarKeyedState:
         return slots
 
     def _generic_slots(self, array: pa.Array, key_groups: np.ndarray) -> np.ndarray:
+        """Slots of non-integer keys: the batch is dictionary-encoded, its distinct keys are
+        looked up in Arrow (:class:`_KnownKeys`) while the state holds few keys compared to
+        them, else (and for what Arrow did not find, such as ``-0.0`` for a known ``0.0``) in
+        the dict, which has every key."""
         encoded = pc.dictionary_encode(array, null_encoding="encode")
-        distinct = encoded.dictionary.to_pylist()
-        if pa.types.is_floating(array.type):
-            distinct = [_NAN if _is_nan(v) else v for v in distinct]
-        lookup = self._dict
-        distinct_slots = np.fromiter(
-            (lookup.get(k, -1) for k in distinct), dtype=np.int64, count=len(distinct)
-        )
+        dictionary = encoded.dictionary
         indices = encoded.indices.to_numpy(zero_copy_only=False)
-        missing = np.flatnonzero(distinct_slots < 0)
+        if self._known is None:
+            self._known = _KnownKeys(dictionary.type)
+        if self._count and self._count <= _INDEX_IN_RATIO * len(dictionary):
+            distinct_slots = self._known.find(dictionary)
+            unresolved = np.flatnonzero(distinct_slots < 0)
+        else:
+            distinct_slots = np.full(len(dictionary), -1, dtype=np.int64)
+            unresolved = np.arange(len(dictionary))
+        if not unresolved.size:
+            result: np.ndarray = distinct_slots[indices]
+            return result
+        rest = dictionary.take(pa.array(unresolved)).to_pylist()
+        if pa.types.is_floating(array.type):
+            rest = [_NAN if _is_nan(v) else v for v in rest]
+        lookup = self._dict
+        distinct_slots[unresolved] = np.fromiter(
+            (lookup.get(k, -1) for k in rest), dtype=np.int64, count=len(rest)
+        )
+        missing = np.flatnonzero(distinct_slots[unresolved] < 0)
         if missing.size:
+            new = unresolved[missing]
             # The key group of a new key: that of any of its rows (they are all the same).
-            row_of = np.empty(len(distinct), dtype=np.int64)
+            row_of = np.empty(len(dictionary), dtype=np.int64)
             row_of[indices] = np.arange(len(indices))
-            new_slots = self._allocate(len(missing))
+            new_slots = self._allocate(len(new))
             for k, slot in zip(missing.tolist(), new_slots.tolist(), strict=True):
-                key = distinct[k]
+                key = rest[k]
                 lookup[key] = slot
                 self._okeys[slot] = key
                 if key is None:
                     self._null_slot = slot
-            self._key_groups[new_slots] = key_groups[row_of[missing]]
-            distinct_slots[missing] = new_slots
-        result: np.ndarray = distinct_slots[indices]
+            self._key_groups[new_slots] = key_groups[row_of[new]]
+            self._known.add(dictionary.take(pa.array(new)), new_slots)
+            distinct_slots[new] = new_slots
+        result = distinct_slots[indices]
         return result
 
     # ------------------------------------------------------------------ removal
@@ -489,6 +579,8 @@ class ColumnarKeyedState:
             for key in self._okeys[slots].tolist():
                 self._dict.pop(_NAN if _is_nan(key) else key, None)
             self._okeys[slots] = None
+            if self._known is not None:
+                self._known.remove(slots)
         self._alive[slots] = False
         self._born[slots] = -1
         self._free = np.concatenate([self._free, slots])
