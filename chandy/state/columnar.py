@@ -422,25 +422,30 @@ class ColumnarKeyedState:
     def key_array(self, slots: np.ndarray) -> pa.Array:
         """The keys of ``slots`` as an Arrow array of the keys' type."""
         slots = np.asarray(slots, dtype=np.int64)
-        key_type = self.key_type if self.key_type is not None else pa.null()
-        if self._int_keys:
-            values = self._ikeys[slots]
-            mask = (slots == self._null_slot) if self._null_slot >= 0 else None
-            if pa.types.is_boolean(key_type):
-                return pa.array(values.astype(bool), mask=mask)
-            if key_type == pa.uint64():
-                return pa.array(values.view(np.uint64), mask=mask)
-            return pa.array(values, mask=mask).cast(key_type)
-        return pa.array(self._okeys[slots].tolist(), type=key_type)
+        stored = self._ikeys if self._int_keys else self._okeys
+        return _keys_to_arrow(stored[slots], slots, self._null_slot, self.key_type, bool(self._int_keys))
 
-    def keys_at_barrier(self, slots: np.ndarray) -> pa.Array | np.ndarray:
-        """The keys of ``slots`` as cheaply as a barrier allows: an Arrow array of integer keys
-        (vectorised), else a numpy array of the key objects (immutable values, shared) for
-        :func:`_object_keys` to convert later, off the barrier."""
-        if self._int_keys:
-            return self.key_array(slots)
-        copied: np.ndarray = self._okeys[slots]
-        return copied
+    def copy_at_barrier(self) -> _StateCopy | None:
+        """What a snapshot needs of this state, copied as cheaply as a barrier allows: the
+        per-slot arrays up to the highest slot ever used, contiguous (memcpy speed); the
+        sort by key group and the gathers happen later, in the serializer. ``None`` when the
+        state holds no key."""
+        if not self._count:
+            return None
+        high = self._high
+        assert self.key_type is not None
+        stored = self._ikeys if self._int_keys else self._okeys  # key objects are immutable: shared
+        return _StateCopy(
+            self.name,
+            self.schema,
+            self.key_type,
+            bool(self._int_keys),
+            self._null_slot,
+            self._alive[:high].copy(),
+            self._key_groups[:high].copy(),
+            stored[:high].copy(),
+            [self._columns[f.name][:high].copy() for f in self.schema],
+        )
 
     # ------------------------------------------------------------------ lookups
 
@@ -708,46 +713,66 @@ class ColumnarStateView(KeyedBatchState):
 # ---------------------------------------------------------------------- snapshots
 
 
+def _keys_to_arrow(
+    stored: np.ndarray, slots: np.ndarray, null_slot: int, key_type: pa.DataType | None, int_keys: bool
+) -> pa.Array:
+    """The Arrow array of keys ``stored`` (those of ``slots``): integer keys from their int64
+    (or uint64 bits) form, with the null key's slot masked; other keys from their objects."""
+    key_type = key_type if key_type is not None else pa.null()
+    if not int_keys:
+        return pa.array(stored.tolist(), type=key_type)
+    mask = (slots == null_slot) if null_slot >= 0 else None
+    if pa.types.is_boolean(key_type):
+        return pa.array(stored.astype(bool), mask=mask)
+    if key_type == pa.uint64():
+        return pa.array(stored.view(np.uint64), mask=mask)
+    return pa.array(stored, mask=mask).cast(key_type)
+
+
 @dataclass
 class _StateCopy:
-    """One state's live rows at the barrier, sorted by key group."""
+    """One state's per-slot arrays as they were at the barrier (slots ``[0, high)``)."""
 
     name: str
     schema: pa.Schema
     key_type: pa.DataType
-    #: The keys, sorted by key group: Arrow, or key objects to convert per key group.
-    keys: pa.Array | np.ndarray
+    int_keys: bool
+    null_slot: int
+    alive: np.ndarray
+    key_groups: np.ndarray
+    #: int64 keys, or key objects.
+    keys: np.ndarray
     columns: list[np.ndarray]
-    #: Rows ``bounds[i]:bounds[i + 1]`` are in key group ``range.start + i``.
-    bounds: np.ndarray
+    #: The live slots sorted by key group, and where each key group's start: slots
+    #: ``slots[bounds[i]:bounds[i + 1]]`` are in key group ``range.start + i`` (see :meth:`sort`).
+    slots: np.ndarray | None = None
+    bounds: np.ndarray | None = None
+
+    def sort(self, key_group_range: KeyGroupRange) -> None:
+        live = np.flatnonzero(self.alive)
+        # Key groups fit an int16 (at most 32768 of them): numpy sorts those by radix, in
+        # linear time (7 against 44 ms for a million keys).
+        groups = self.key_groups[live].astype(np.int16)
+        order = np.argsort(groups, kind="stable")
+        self.slots = live[order]
+        self.bounds = np.searchsorted(
+            groups[order], np.arange(key_group_range.start, key_group_range.end + 2), side="left"
+        )
+
+    def batch(self, index: int, schema: pa.Schema) -> pa.RecordBatch | None:
+        """The rows of the ``index``-th key group of the range (``None`` when it has none)."""
+        assert self.slots is not None and self.bounds is not None
+        slots = self.slots[int(self.bounds[index]) : int(self.bounds[index + 1])]
+        if not slots.size:
+            return None
+        keys = _keys_to_arrow(self.keys[slots], slots, self.null_slot, self.key_type, self.int_keys)
+        columns = (pa.array(c[slots], type=f.type) for c, f in zip(self.columns, self.schema, strict=True))
+        return pa.RecordBatch.from_arrays([keys, *columns], schema=schema)
 
     def ipc_schema(self) -> pa.Schema:
         metadata = dict(self.schema.metadata or {})
         metadata[STATE_NAME_METADATA] = self.name.encode()
         return pa.schema([pa.field(KEY_COLUMN, self.key_type), *self.schema], metadata=metadata)
-
-
-def _copy_state(state: ColumnarKeyedState, key_group_range: KeyGroupRange) -> _StateCopy | None:
-    live = state.live_slots()
-    if not live.size:
-        return None
-    # Key groups fit an int16 (at most 32768 of them): numpy sorts those by radix, in linear
-    # time (7 against 44 ms for a million keys), and this runs at the barrier.
-    groups = state.key_groups_of_slots(live).astype(np.int16)
-    order = np.argsort(groups, kind="stable")
-    live = live[order]
-    bounds = np.searchsorted(
-        groups[order], np.arange(key_group_range.start, key_group_range.end + 2), side="left"
-    )
-    assert state.key_type is not None
-    return _StateCopy(
-        state.name,
-        state.schema,
-        state.key_type,
-        state.keys_at_barrier(live),
-        [state.column(f.name)[live] for f in state.schema],
-        bounds,
-    )
 
 
 class ColumnarSnapshot:
@@ -801,22 +826,14 @@ class ColumnarSerializer:
             self._next += 1
             start = self._offset
             for copy, schema in zip(self._copies, self._schemas, strict=True):
-                lo, hi = int(copy.bounds[i]), int(copy.bounds[i + 1])
-                if lo == hi:
+                if copy.slots is None:
+                    copy.sort(self._snapshot.key_group_range)
+                batch = copy.batch(i, schema)
+                if batch is None:
                     continue
-                keys = copy.keys[lo:hi]
-                if isinstance(keys, np.ndarray):
-                    keys = pa.array(keys.tolist(), type=copy.key_type)
-                arrays = [
-                    keys,
-                    *(
-                        pa.array(c[lo:hi], type=f.type)
-                        for c, f in zip(copy.columns, copy.schema, strict=True)
-                    ),
-                ]
                 sink = pa.BufferOutputStream()
                 with pa.ipc.new_stream(sink, schema) as writer:
-                    writer.write_batch(pa.RecordBatch.from_arrays(arrays, schema=schema))
+                    writer.write_batch(batch)
                 blob = sink.getvalue().to_pybytes()
                 self._parts.append(blob)
                 self._offset += len(blob)
@@ -937,7 +954,7 @@ class ColumnarKeyedStateBackend(KeyedStateBackend):
     ) -> ColumnarSnapshot:
         """Copy every state's live rows, sorted by key group (the synchronous part). The
         columnar backend has one format, full snapshots in Arrow IPC, whatever is asked."""
-        copies = [_copy_state(s, self.key_group_range) for _, s in sorted(self.states.items())]
+        copies = [state.copy_at_barrier() for _, state in sorted(self.states.items())]
         return ColumnarSnapshot(self.key_group_range, [c for c in copies if c is not None], self.states)
 
     def restore(self, handles: Iterable[KeyedStateHandle], reader: StateFileReader) -> None:
