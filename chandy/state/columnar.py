@@ -9,25 +9,39 @@ batch's keys, which :meth:`ColumnarKeyedState.slots_of` does without a Python ca
 * integer (and boolean) keys: an open-addressing hash table in numpy arrays (Fibonacci
   hashing, linear probing), probed for the whole batch at once: a gather and a compare per
   probe round, almost every key found in the first round at a load of at most one half.
-  Unseen keys are inserted the same way, vectorised. The cost does not depend on how many
-  keys the state holds (a few ns per key looked up);
+  Unseen keys are inserted the same way, vectorised;
 * every other key type (strings, binary, floats, dates, ...): the batch is dictionary
-  encoded in C (one hash per row), and only its *distinct* keys go through a Python dict
-  from key to slot. Float NaNs are one key, as Arrow's hashing treats them; a null key is
+  encoded in C (one hash per row) and only its *distinct* keys are looked up: with
+  ``pc.index_in`` against an Arrow array of the known keys while they are few compared to
+  the batch's, else in a Python dict from key to slot. Float NaNs are one key; a null key is
   the key ``None``, for every key type.
+
+Measured (``slots_of`` over pre-built batches, ``time.perf_counter``, 2-core development
+machine; per row of the batch, and per key looked up when the caller passes the batch's
+distinct keys, as the batch operators do):
+
+=====================================  ==========================  ===========================
+keys in the state                      every row of a batch        distinct keys of the batch
+=====================================  ==========================  ===========================
+5,000 int64, 32,768-row batches        3.1 ns a row                0.7 ns a row (4.6 a key)
+1,000,000 int64, 32,768-row batches    13.6 ns a row               13 ns a key (cache misses)
+10,000 strings, 65,536-row batches     27 ns a row                 10.5 ns a row (69 a key)
+1,000,000 strings, 65,536-row batches  775 ns a row                760 ns a key (dict misses)
+=====================================  ==========================  ===========================
 
 Slots of removed keys are reused; a new or reused slot starts with the state's defaults.
 Columns grow by doubling, so :meth:`ColumnarKeyedState.column` must be fetched again after
 a :meth:`~ColumnarKeyedState.slots_of` that may have inserted keys.
 
-Checkpoints: :meth:`ColumnarKeyedStateBackend.snapshot` copies the live rows of every state,
-sorted by key group, at the barrier (a numpy copy per column: milliseconds for a million
-keys); the serializer then writes, key group by key group in bounded steps, one Arrow IPC
-stream per state that has keys in the group (the key column ``__chandy_key`` then the state's
-columns; the state's name in the schema metadata), concatenated into ONE stream per subtask
-whose per-key-group byte ranges go into a :class:`~chandy.state.handles.KeyGroupsStateHandle`
-(``state_kinds`` ``(name, "columnar")``). A restore reads only the key groups of its own range,
-so rescaling works exactly as for the heap backend's snapshots. Nothing is pickled.
+Checkpoints: :meth:`ColumnarKeyedStateBackend.snapshot` copies every state's per-slot arrays
+at the barrier, contiguously (0.04 ms for 5,000 keys, 1.6 ms for a million); the serializer
+then sorts the live slots by key group and writes, key group by key group in bounded steps,
+one Arrow IPC stream per state that has keys in the group (the key column ``__chandy_key``
+then the state's columns; the state's name in the schema metadata), concatenated into ONE
+stream per subtask whose per-key-group byte ranges go into a
+:class:`~chandy.state.handles.KeyGroupsStateHandle` (``state_kinds`` ``(name, "columnar")``).
+A restore reads only the key groups of its own range, so rescaling works exactly as for the
+heap backend's snapshots. Nothing is pickled.
 """
 
 from __future__ import annotations
@@ -982,6 +996,8 @@ class ColumnarKeyedStateBackend(KeyedStateBackend):
             for kg, byte_range in part.key_groups():
                 if byte_range[1] > byte_range[0]:
                     self._restore_key_group(part, kg, byte_range, reader)
+        for name in sorted(self._restored):
+            log.debug("%s restored columnar state '%s': %d keys", self.owner, name, self.num_keys(name))
 
     def _restore_key_group(
         self, handle: KeyGroupsStateHandle, key_group: int, byte_range: Range, reader: StateFileReader
