@@ -23,7 +23,6 @@ the consumer's queue (:meth:`InputChannel.in_flight_before`).
 from __future__ import annotations
 
 import itertools
-import pickle
 from abc import ABC, abstractmethod
 from collections import deque
 from collections.abc import Callable
@@ -31,6 +30,7 @@ from typing import Any
 
 from chandy.network.cancellation import TaskCancelledError
 from chandy.network.events import CheckpointBarrier, PriorityBarrier, RuntimeEvent, Watermark, WatermarkStatus
+from chandy.network.item_codec import encode_item, encoded_size
 from chandy.network.wakeup import Wakeup
 
 
@@ -88,7 +88,8 @@ class PriorityNotice:
 
 
 def is_channel_state(item: Any) -> bool:
-    """Whether ``item`` belongs in a checkpoint's in-flight data: record batches, watermarks
+    """Whether ``item`` belongs in a checkpoint's in-flight data: record batches (lists, columns or
+    Arrow record batches), watermarks
     and watermark statuses do; barriers, cancel markers and end-of-partition do not (they
     are control flow, decided again after a restore)."""
     return not isinstance(item, RuntimeEvent) or type(item) in (Watermark, WatermarkStatus)
@@ -129,7 +130,7 @@ class InputChannel(ABC):
     def serialized(self, item: Any) -> bytes:
         """``item``, the item :meth:`poll` just returned, as bytes (as it crossed, or would
         have crossed, a TCP channel)."""
-        return pickle.dumps(item, protocol=pickle.HIGHEST_PROTOCOL)
+        return encode_item(item)
 
     @abstractmethod
     def backlog(self) -> int:
@@ -273,15 +274,14 @@ class LocalChannel(OutputChannel, InputChannel):
 
     def in_flight_before(self, position: int) -> list[bytes]:
         items = overtaken_items(self._queue, self.taken, position, self.name)
-        dumps, protocol = pickle.dumps, pickle.HIGHEST_PROTOCOL
-        return [dumps(item, protocol=protocol) for item in items if is_channel_state(item)]
+        return [encode_item(item) for item in items if is_channel_state(item)]
 
     def backlog(self) -> int:
         return len(self._queue)
 
     def size_of(self, item: Any) -> int:
         # In memory nothing was serialized; measure what a TCP channel would have sent.
-        return len(pickle.dumps(item, protocol=pickle.HIGHEST_PROTOCOL))
+        return encoded_size(item)
 
     def close(self) -> None:
         """The consumer is gone: wake a blocked producer so it fails instead of hanging."""

@@ -20,13 +20,13 @@ with or without recovered items.
 
 from __future__ import annotations
 
-import pickle
 from collections import deque
 from collections.abc import Sequence
 from typing import Any
 
 from chandy.network.channel import InputChannel, PriorityNotice
 from chandy.network.events import EndOfPartition, PriorityBarrier
+from chandy.network.item_codec import decode_item
 from chandy.network.wakeup import Wakeup
 
 
@@ -62,7 +62,7 @@ class _RecoveredChannel(InputChannel):
     def poll(self) -> Any:
         if self.recovered:
             payload = self._last = self.recovered.popleft()
-            return pickle.loads(payload)
+            return decode_item(payload)
         self._gate.channels[self._index] = self.live
         self._last = None
         return self.live.poll()

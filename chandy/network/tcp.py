@@ -27,8 +27,9 @@ its next ordinary send waits until the consumer's takes bring it above zero agai
 Frames carry the channel's key: ``(generation, edge, producer subtask,
 consumer subtask)``. The generation changes with every deployment of the job's
 tasks, so frames of cancelled tasks can never reach their successors.
-Items are pickled by the sending task and unpickled by the receiving task
-(not the socket threads); every connection passed the job-secret handshake
+Items are encoded by the sending task and decoded by the receiving task (not the socket
+threads) with :mod:`chandy.network.item_codec`: Arrow record batches as Arrow IPC streams,
+everything else pickled; every connection passed the job-secret handshake
 before its first frame is read.
 """
 
@@ -58,6 +59,7 @@ from chandy.network.channel import (
 )
 from chandy.network.events import CheckpointBarrier, PriorityBarrier
 from chandy.network.framing import FramedSocket, accept_authenticated
+from chandy.network.item_codec import decode_item, encode_item, is_arrow_payload
 from chandy.network.wakeup import Wakeup
 
 log = logging.getLogger(__name__)
@@ -126,14 +128,13 @@ class RemoteOutputChannel(OutputChannel):
                 raise TaskCancelledError()
             if self._producer is not None:
                 self._producer.wait(0.05)
-        self._write(pickle.dumps(item, protocol=pickle.HIGHEST_PROTOCOL), self._header)
+        self._write(encode_item(item), self._header)
         self.sent += 1
 
     def send_overdraft(self, item: Any) -> None:
         with self._lock:
             self._credits -= 1  # may go below zero: send() waits until it is positive again
-        payload = pickle.dumps(item, protocol=pickle.HIGHEST_PROTOCOL)
-        self._send_frame(payload, self._header)
+        self._send_frame(encode_item(item), self._header)
         self.sent += 1
 
     def send_priority(self, barrier: CheckpointBarrier) -> None:
@@ -163,7 +164,7 @@ class RemoteOutputChannel(OutputChannel):
 class RemoteInputChannel(InputChannel):
     """The consumer's end of a channel from a task in another slot.
 
-    The socket thread only queues raw frames; the task thread unpickles an item
+    The socket thread only queues raw frames; the task thread decodes an item
     when it takes it, so decoding is paid where the item is used.
     """
 
@@ -225,7 +226,7 @@ class RemoteInputChannel(InputChannel):
             self._announce(self._unannounced)
             self._unannounced = 0
         self._last_frame = payload
-        return pickle.loads(payload)
+        return decode_item(payload)
 
     def poll_priority(self) -> PriorityBarrier | None:
         try:
@@ -238,7 +239,7 @@ class RemoteInputChannel(InputChannel):
         frames = overtaken_items(self._queue, self.taken, position, self.key)
         # Events are told from batches by decoding them: paid only for what a barrier
         # overtook, at most the channel's credit and one overdraft.
-        return [frame for frame in frames if is_channel_state(pickle.loads(frame))]
+        return [frame for frame in frames if is_arrow_payload(frame) or is_channel_state(decode_item(frame))]
 
     def serialized(self, item: Any) -> bytes:
         return self._last_frame  # the frame of the item just taken

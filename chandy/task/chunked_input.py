@@ -30,12 +30,12 @@ checkpoints disabled nothing here runs.
 
 from __future__ import annotations
 
-import pickle
 from collections.abc import Callable
 from typing import Any
 
 from chandy.network.channel_state import ChannelStateWriter
 from chandy.network.checkpointed_input_gate import CheckpointedInputGate
+from chandy.network.item_codec import encode_item
 
 #: Longest a chunk of a batch should take. An unaligned barrier waits at most about this long
 #: for the task (plus the chunk in progress when the estimate is off). Small against the
@@ -133,6 +133,4 @@ class ChunkedInput:
             return
         channel, batch, done = in_hand
         rest = batch[done:]
-        channel_state.add_input(
-            checkpoint_id, channel, [pickle.dumps(rest, protocol=pickle.HIGHEST_PROTOCOL)]
-        )
+        channel_state.add_input(checkpoint_id, channel, [encode_item(rest)])
