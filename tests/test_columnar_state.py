@@ -191,6 +191,34 @@ def test_keys_change_type_is_refused_naming_both_types() -> None:
             strings.slots_of(other, groups(other))
 
 
+@pytest.mark.parametrize("later", [pa.array(["a", None]), pa.array([7, None]), pa.array([b"x", None])])
+def test_keys_of_arrow_null_type_first_then_typed_keys(later: pa.Array) -> None:
+    """A first batch whose keys are all null may carry Arrow's null type (pa.array([None])):
+    the null key keeps its slot when typed keys arrive."""
+    state = new_state()
+    null_only = pa.array([None, None])
+    first = state.slots_of(null_only, groups(null_only))
+    assert first[0] == first[1] and state.key_array(first).to_pylist() == [None, None]
+    slots = state.slots_of(later, groups(later))
+    assert slots[1] == first[0] and slots[0] != first[0]
+    assert state.key_array(slots).to_pylist() == later.to_pylist()
+    assert state.slots_of(null_only, groups(null_only)).tolist() == first.tolist()
+    assert state.key_array(state.live_slots()).type == later.type
+
+
+def test_an_emptied_state_takes_keys_of_another_type() -> None:
+    state = new_state()
+    strings = pa.array(["a", "b"])
+    for _ in range(2):  # the second lookup goes through Arrow's index_in
+        slots = state.slots_of(strings, groups(strings))
+    state.remove(slots)
+    for keys in (pa.array([b"a", b"c"]), pa.array([1, 2])):
+        first = state.slots_of(keys, groups(keys))
+        assert state.slots_of(keys, groups(keys)).tolist() == first.tolist()
+        assert state.key_array(first).to_pylist() == keys.to_pylist()
+        state.remove(first)
+
+
 def test_nested_keys_are_refused_naming_the_fix() -> None:
     keys = pa.array([{"a": 1, "b": "x"}])
     with pytest.raises(TypeError, match="cannot be keyed by struct.*one key column"):

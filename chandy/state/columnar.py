@@ -238,7 +238,9 @@ class _KnownKeys:
         self._combine()
         at = pc.index_in(distinct, value_set=self._keys, skip_nulls=False)
         positions = pc.fill_null(at, -1).to_numpy(zero_copy_only=False)
-        found: np.ndarray = np.where(positions >= 0, self._slots[positions], -1)
+        found = np.full(len(positions), -1, dtype=np.int64)
+        hit = positions >= 0
+        found[hit] = self._slots[positions[hit]]
         return found
 
     def remove(self, slots: np.ndarray) -> None:
@@ -482,28 +484,38 @@ class ColumnarKeyedState:
         return self._generic_slots(array, key_groups)
 
     def _check_key_type(self, key_type: pa.DataType) -> None:
-        if self.key_type is None or (self._count == 0 and key_type != pa.null()):
-            if pa.types.is_null(key_type):
-                if self.key_type is None:
-                    self._int_keys = False
-                return
-            if pa.types.is_nested(key_type):
+        """Take ``key_type`` as the keys' type while the state has no keys of another (none
+        at all, or only the null key, which a batch of nulls may type as Arrow's ``null``);
+        after that, accept the same keys in another layout only (see :func:`_key_family`)."""
+        current = self.key_type
+        if current is not None and pa.types.is_null(key_type):
+            return  # nulls only: the null key, whatever the keys' type
+        if current is not None and self._count and not pa.types.is_null(current):
+            if _key_family(key_type) != _key_family(current):
                 raise TypeError(
-                    f"columnar state '{self.name}' cannot be keyed by {key_type} values (a batch key "
-                    "must be a scalar: an int, string, binary, float, bool, date or decimal); combine "
-                    "the columns into one key column, e.g. a string, in the key_by function"
+                    f"columnar state '{self.name}' holds keys of type {current} and got keys of "
+                    f"type {key_type}: the keys of one keyed stream must keep one type (cast the "
+                    "key column in the function that produces it)"
                 )
-            self.key_type = key_type
-            self._int_keys = _is_int_like(key_type)
             return
-        if pa.types.is_null(key_type):
-            return
-        if _key_family(key_type) != _key_family(self.key_type):
+        if pa.types.is_nested(key_type):
             raise TypeError(
-                f"columnar state '{self.name}' holds keys of type {self.key_type} and got keys of "
-                f"type {key_type}: the keys of one keyed stream must keep one type (cast the key "
-                "column in the function that produces it)"
+                f"columnar state '{self.name}' cannot be keyed by {key_type} values (a batch key "
+                "must be a scalar: an int, string, binary, float, bool, date or decimal); combine "
+                "the columns into one key column, e.g. a string, in the key_by function"
             )
+        if key_type == current:
+            return
+        # A new key type for an empty state, or for one holding only the null key.
+        if not self._count:
+            self._dict.clear()
+            self._index = _IntIndex()
+        self._known = None  # rebuilt for the new type; the dict still has the null key
+        self.key_type = key_type
+        self._int_keys = _is_int_like(key_type)
+        if self._null_slot >= 0:
+            self._ikeys[self._null_slot] = 0
+            self._dict[None] = self._null_slot
 
     def _int_slots(self, array: pa.Array, key_groups: np.ndarray) -> np.ndarray:
         nulls = array.null_count
