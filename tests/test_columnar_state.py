@@ -5,6 +5,7 @@ restored and rescaled by key group."""
 from __future__ import annotations
 
 import math
+import struct
 import time
 from pathlib import Path
 from typing import Any
@@ -164,6 +165,18 @@ def test_key_types_other_than_int_and_string() -> None:
             array
         )
         assert state.slots_of(array, groups(array)).tolist() == slots.tolist()
+
+
+def test_keys_equal_in_python_but_not_in_arrow_are_one_key() -> None:
+    """0.0 and -0.0, and NaNs of different bits, are distinct values to Arrow's hashing and one
+    key each to the state (as in a Python dict; all NaNs are one key)."""
+    other_nan = struct.unpack("<d", struct.pack("<Q", 0x7FF8000000000001))[0]
+    state = new_state()
+    keys = pa.array([0.0, -0.0, math.nan, other_nan, 1.0])
+    slots = state.slots_of(keys, np.zeros(len(keys), dtype=np.int32))
+    assert slots[0] == slots[1] and slots[2] == slots[3] and len(set(slots.tolist())) == 3
+    assert state.num_keys == 3
+    assert state.slots_of(keys, np.zeros(len(keys), dtype=np.int32)).tolist() == slots.tolist()
 
 
 def test_numpy_keys() -> None:

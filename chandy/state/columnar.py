@@ -575,20 +575,28 @@ class ColumnarKeyedState:
         )
         missing = np.flatnonzero(distinct_slots[unresolved] < 0)
         if missing.size:
-            new = unresolved[missing]
-            # The key group of a new key: that of any of its rows (they are all the same).
-            row_of = np.empty(len(dictionary), dtype=np.int64)
-            row_of[indices] = np.arange(len(indices))
-            new_slots = self._allocate(len(new))
-            for k, slot in zip(missing.tolist(), new_slots.tolist(), strict=True):
-                key = rest[k]
+            # Arrow's distinct values that are one key in Python (0.0 and -0.0, NaNs of other
+            # bits) get one slot: the first of them is the key's representative.
+            position: dict[Any, int] = {}
+            owner = np.fromiter(
+                (position.setdefault(rest[k], len(position)) for k in missing.tolist()),
+                dtype=np.int64,
+                count=len(missing),
+            )
+            firsts = np.unique(owner, return_index=True)[1]
+            representatives = unresolved[missing[firsts]]
+            new_slots = self._allocate(len(position))
+            for key, slot in zip(position, new_slots.tolist(), strict=True):
                 lookup[key] = slot
                 self._okeys[slot] = key
                 if key is None:
                     self._null_slot = slot
-            self._key_groups[new_slots] = key_groups[row_of[new]]
-            self._known.add(dictionary.take(pa.array(new)), new_slots)
-            distinct_slots[new] = new_slots
+            # The key group of a new key: that of any of its rows (they are all the same).
+            row_of = np.empty(len(dictionary), dtype=np.int64)
+            row_of[indices] = np.arange(len(indices))
+            self._key_groups[new_slots] = key_groups[row_of[representatives]]
+            self._known.add(dictionary.take(pa.array(representatives)), new_slots)
+            distinct_slots[unresolved[missing]] = new_slots[owner]
         result = distinct_slots[indices]
         return result
 
