@@ -1,0 +1,183 @@
+"""The batch path's partitioners: every row lands where the record path would put its record."""
+
+from __future__ import annotations
+
+import random
+from collections import Counter
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+import pytest
+
+from chandy.state.arrow_keys import KEY_COLUMN, KEY_GROUP_COLUMN
+from chandy.state.key_groups import KeyGroupRange, assign_to_key_group
+from chandy.task.arrow_partitioners import (
+    ArrowBroadcastPartitioner,
+    ArrowForwardPartitioner,
+    ArrowKeyGroupPartitioner,
+    ArrowRebalancePartitioner,
+    ArrowRescalePartitioner,
+    ArrowShufflePartitioner,
+    ColumnarPartitioner,
+)
+from chandy.task.partitioners import ForwardPartitioner, KeyGroupStreamPartitioner
+
+
+def keyed(partitioner: ArrowKeyGroupPartitioner, channels: int, subtask: int = 0) -> ArrowKeyGroupPartitioner:
+    copy = partitioner.copy()
+    assert isinstance(copy, ArrowKeyGroupPartitioner)
+    copy.setup(channels, subtask)
+    return copy
+
+
+def random_batch(rng: random.Random, n: int, kind: str) -> pa.RecordBatch:
+    if kind == "int":
+        keys: pa.Array = pa.array(
+            [rng.randrange(-(2**40), 2**40) if rng.random() < 0.3 else rng.randrange(50) for _ in range(n)],
+            pa.int64(),
+        )
+    else:
+        keys = pa.array([f"user-{rng.randrange(300)}" if rng.random() < 0.95 else None for _ in range(n)])
+    return pa.record_batch({"key": keys, "row": pa.array(range(n), pa.int64())})
+
+
+@pytest.mark.parametrize("kind", ["int", "str"])
+@pytest.mark.parametrize("channels", [1, 2, 3, 8, 20])
+def test_every_row_goes_to_the_subtask_owning_its_record_path_key_group(kind: str, channels: int) -> None:
+    rng = random.Random(f"{kind}{channels}")
+    max_p = 128
+    partitioner = keyed(ArrowKeyGroupPartitioner("key").for_target(max_p, ship_keys=True), channels)
+    record_path = KeyGroupStreamPartitioner(lambda row: row[0]).for_target(max_p, ship_keys=True)
+    record_path.setup(channels, 0)
+    for _ in range(5):
+        batch = random_batch(rng, rng.randrange(1, 3000), kind)
+        pieces = partitioner.split(batch)
+        assert len({c for c, _ in pieces}) == len(pieces) and all(p.num_rows for _, p in pieces)
+        seen = []
+        for channel, piece in pieces:
+            assert piece.schema.names == ["key", "row", KEY_GROUP_COLUMN]
+            assert piece.schema.field(KEY_GROUP_COLUMN).type == pa.int32()
+            rows = piece.column("row").to_pylist()
+            assert rows == sorted(rows)  # batch order kept within a channel
+            seen += rows
+            for key, group in zip(
+                piece.column("key").to_pylist(), piece.column(KEY_GROUP_COLUMN).to_pylist(), strict=True
+            ):
+                assert group == assign_to_key_group(key, max_p)
+                assert group in KeyGroupRange.of_operator(max_p, channels, channel)
+        assert sorted(seen) == list(range(batch.num_rows))
+        # The record path routes the same keys to the same channels.
+        buffers = [record_path.new_buffer() for _ in range(channels)]
+        record_path.partition(
+            list(zip(batch.column("key").to_pylist(), batch.column("row").to_pylist(), strict=True)), buffers
+        )
+        for channel, piece in pieces:
+            assert [v[1] for v in buffers[channel].values] == piece.column("row").to_pylist()
+
+
+def test_a_function_key_ships_its_keys_and_groups_and_ship_keys_off_leaves_the_batch_as_it_came() -> None:
+    max_p = 64
+    batch = pa.record_batch(
+        {"a": pa.array(range(1000), pa.int64()), "b": pa.array([i % 7 for i in range(1000)], pa.int64())}
+    )
+
+    def key(b: pa.RecordBatch) -> Any:
+        return pc.add(pc.multiply(b.column("b"), 10), pc.bit_wise_and(b.column("a"), 1))
+
+    shipped = keyed(ArrowKeyGroupPartitioner(key).for_target(max_p, ship_keys=True), 3)
+    plain = keyed(ArrowKeyGroupPartitioner(key).for_target(max_p, ship_keys=False), 3)
+    shipped_pieces, plain_pieces = shipped.split(batch), plain.split(batch)
+    assert [c for c, _ in shipped_pieces] == [c for c, _ in plain_pieces]
+    for (channel, piece), (_, bare) in zip(shipped_pieces, plain_pieces, strict=True):
+        assert piece.schema.names == ["a", "b", KEY_COLUMN, KEY_GROUP_COLUMN]
+        assert bare.schema.names == ["a", "b"]
+        assert bare.equals(piece.select(["a", "b"]))
+        for a, b, k, g in zip(*(piece.column(i).to_pylist() for i in range(4)), strict=True):
+            assert k == b * 10 + (a & 1) and g == assign_to_key_group(k, max_p)
+            assert g in KeyGroupRange.of_operator(max_p, 3, channel)
+    # Keyed again downstream of a keyed operator: the old internal columns are replaced.
+    again = keyed(ArrowKeyGroupPartitioner("a").for_target(max_p, ship_keys=True), 1)
+    [(_, rekeyed)] = again.split(pa.concat_batches([p for _, p in shipped_pieces]))
+    assert rekeyed.schema.names == ["a", "b", KEY_GROUP_COLUMN]
+
+
+def test_a_function_returning_numpy_or_a_list_and_its_errors() -> None:
+    batch = pa.record_batch({"x": pa.array([3, 1, 3, 2], pa.int64())})
+    numpy_key = keyed(
+        ArrowKeyGroupPartitioner(lambda b: b.column("x").to_numpy() * 2).for_target(16, True), 2
+    )
+    list_key = keyed(
+        ArrowKeyGroupPartitioner(lambda b: [str(v) for v in b.column("x").to_pylist()]).for_target(16, True),
+        2,
+    )
+    for partitioner, expected in ((numpy_key, [6, 2, 6, 4]), (list_key, ["3", "1", "3", "2"])):
+        keys = [k for _, p in partitioner.split(batch) for k in p.column(KEY_COLUMN).to_pylist()]
+        assert sorted(keys) == sorted(expected)
+    with pytest.raises(ValueError, match="returned 1 keys for a batch of 4 rows"):
+        keyed(ArrowKeyGroupPartitioner(lambda b: [1]).for_target(16, True), 2).split(batch)
+    with pytest.raises(KeyError, match=r"no column 'y'; its columns are \['x'\]"):
+        keyed(ArrowKeyGroupPartitioner("y").for_target(16, True), 2).split(batch)
+    with pytest.raises(TypeError, match="to_batches"):
+        keyed(ArrowKeyGroupPartitioner("x").for_target(16, True), 2).split([1, 2])
+    with pytest.raises(ValueError, match="outside"):
+        keyed(ArrowKeyGroupPartitioner("x").for_target(4, True), 5)
+
+
+def test_whole_batch_partitioners() -> None:
+    batches = [pa.record_batch({"v": pa.array(range(i, i + 10))}) for i in range(0, 120, 10)]
+    empty = batches[0].slice(0, 0)
+
+    def route(partitioner: ColumnarPartitioner, channels: int, subtask: int = 0) -> list[list[int]]:
+        partitioner.setup(channels, subtask)
+        out: list[list[int]] = [[] for _ in range(channels)]
+        assert partitioner.split(empty) == []
+        for batch in batches:
+            buffers: list[Any] = [partitioner.new_buffer() for _ in range(channels)]
+            partitioner.partition(batch, buffers)
+            for channel, pieces in enumerate(buffers):
+                for piece in pieces:
+                    out[channel] += piece.column("v").to_pylist()
+        return out
+
+    assert route(ArrowForwardPartitioner(), 1) == [list(range(120))]
+    assert isinstance(ArrowForwardPartitioner(), ForwardPartitioner)  # chains like the record one
+    rebalanced = route(ArrowRebalancePartitioner(), 4, subtask=1)
+    assert [len(c) for c in rebalanced] == [30] * 4 and sorted(v for c in rebalanced for v in c) == list(
+        range(120)
+    )
+    assert route(ArrowRescalePartitioner(), 3)[0][:10] == list(range(10))  # starts at its first channel
+    assert ArrowRescalePartitioner().is_pointwise and not ArrowRebalancePartitioner().is_pointwise
+    assert route(ArrowBroadcastPartitioner(), 3) == [list(range(120))] * 3
+    shuffled = route(ArrowShufflePartitioner(seed=3), 4)
+    assert sorted(v for c in shuffled for v in c) == list(range(120)) and all(
+        c == sorted(c) for c in shuffled
+    )
+    assert min(len(c) for c in shuffled) > 10
+    assert shuffled == route(ArrowShufflePartitioner(seed=3), 4)  # seeded: reproducible
+
+
+def test_columnar_partitioners_never_carry_the_record_paths_timestamps() -> None:
+    for partitioner in (ArrowForwardPartitioner(), ArrowKeyGroupPartitioner("k"), ArrowShufflePartitioner()):
+        timed = partitioner.with_timestamps(True)
+        assert type(timed) is type(partitioner) and not timed.timestamped and timed.columnar
+        with pytest.raises(TypeError, match="never carries"):
+            timed.partition_timestamped([], [], [])
+
+
+def test_key_groups_spread_evenly_over_many_channels() -> None:
+    """Beyond the per-channel take the batch is cut by one argsort: same routing, rows in order."""
+    rng = np.random.default_rng(5)
+    batch = pa.record_batch(
+        {"k": pa.array(rng.integers(0, 10_000, 20_000)), "row": pa.array(np.arange(20_000))}
+    )
+    partitioner = keyed(ArrowKeyGroupPartitioner("k").for_target(256, True), 40)
+    pieces = partitioner.split(batch)
+    counts = Counter({c: p.num_rows for c, p in pieces})
+    assert sum(counts.values()) == 20_000 and len(counts) == 40
+    for channel, piece in pieces:
+        groups = piece.column(KEY_GROUP_COLUMN).to_numpy()
+        assert np.all(groups * 40 // 256 == channel)
+        rows = piece.column("row").to_numpy()
+        assert np.all(np.diff(rows) > 0)
