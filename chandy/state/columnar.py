@@ -17,16 +17,18 @@ batch's keys, which :meth:`ColumnarKeyedState.slots_of` does without a Python ca
   the key ``None``, for every key type.
 
 Measured (``slots_of`` over pre-built batches, ``time.perf_counter``, 2-core development
-machine; per row of the batch, and per key looked up when the caller passes the batch's
-distinct keys, as the batch operators do):
+machine, glibc's ``M_TOP_PAD`` raised as the batch operators' ``open`` does: without it the
+top of the heap is trimmed and faulted in again for every batch's numpy temporaries, 11
+instead of 3.1 ns a row in the first line; per row of the batch, and per key looked up when
+the caller passes the batch's distinct keys, as the batch operators do):
 
 =====================================  ==========================  ===========================
 keys in the state                      every row of a batch        distinct keys of the batch
 =====================================  ==========================  ===========================
-5,000 int64, 32,768-row batches        3.1 ns a row                0.7 ns a row (4.6 a key)
-1,000,000 int64, 32,768-row batches    13.6 ns a row               13 ns a key (cache misses)
-10,000 strings, 65,536-row batches     27 ns a row                 10.5 ns a row (69 a key)
-1,000,000 strings, 65,536-row batches  775 ns a row                760 ns a key (dict misses)
+5,000 int64, 32,768-row batches        3.1 ns a row                0.7 ns a row (4.9 a key)
+1,000,000 int64, 32,768-row batches    15 ns a row                 14 ns a key (cache misses)
+10,000 strings, 65,536-row batches     26 ns a row                 11.6 ns a row (76 a key)
+1,000,000 strings, 65,536-row batches  750 ns a row                745 ns a key (dict misses)
 =====================================  ==========================  ===========================
 
 Slots of removed keys are reused; a new or reused slot starts with the state's defaults.
