@@ -269,6 +269,18 @@ def test_growth_keeps_every_key_and_value() -> None:
     assert (state.key_groups_of_slots(again) == groups(pa.array(keys))).all()
 
 
+def test_distinct_keys_may_skip_the_search_for_repeats() -> None:
+    state, same = new_state(), new_state()
+    rng = np.random.default_rng(11)
+    for _ in range(5):
+        keys = pa.array(np.unique(rng.integers(-(2**62), 2**62, 3000)))
+        assert (
+            state.slots_of(keys, groups(keys), distinct=True).tolist()
+            == same.slots_of(keys, groups(keys)).tolist()
+        )
+    assert state.num_keys == same.num_keys
+
+
 def test_removed_keys_come_back_with_defaults_in_reused_slots() -> None:
     state = new_state({"total": -1, "seen": True})
     keys = pa.array(np.arange(100))

@@ -112,8 +112,8 @@ class _IntIndex:
 
     def _reset(self, bits: int) -> None:
         self._bits = bits
-        self._table = np.zeros(2 << bits, dtype=np.int64)
-        self._table[1::2] = _EMPTY
+        # Keys of empty positions are never read: one pass of -1 (_EMPTY) over the table.
+        self._table = np.full(2 << bits, _EMPTY, dtype=np.int64)
         self._used = 0
 
     def _positions(self, keys: np.ndarray) -> np.ndarray:
@@ -164,9 +164,11 @@ class _IntIndex:
         at = self._positions(keys)
         while len(keys):
             empty = np.flatnonzero(table[at + 1] == _EMPTY)
-            # Several keys may want one empty position: the first of each takes it.
-            _, first = np.unique(at[empty], return_index=True)
-            winners = empty[first]
+            # Several keys may want one empty position: each writes its own mark (below the
+            # tombstone) there and the one whose mark stayed (the last) takes it; no sort.
+            marks = -3 - empty
+            table[at[empty] + 1] = marks
+            winners = empty[table[at[empty] + 1] == marks]
             table[at[winners]] = keys[winners]
             table[at[winners] + 1] = slots[winners]
             rest = np.ones(len(keys), dtype=bool)
@@ -467,9 +469,13 @@ class ColumnarKeyedState:
 
     # ------------------------------------------------------------------ lookups
 
-    def slots_of(self, keys: pa.Array | pa.ChunkedArray | np.ndarray, key_groups: np.ndarray) -> np.ndarray:
+    def slots_of(
+        self, keys: pa.Array | pa.ChunkedArray | np.ndarray, key_groups: np.ndarray, *, distinct: bool = False
+    ) -> np.ndarray:
         """The slot of every element of ``keys`` (int64), inserting the keys not seen yet
-        (with the defaults, in ``key_groups``: the key group of every element)."""
+        (with the defaults, in ``key_groups``: the key group of every element). ``distinct``:
+        the caller knows no key repeats (a batch's distinct keys), which saves sorting the new
+        integer keys to find their repeats."""
         self.epoch += 1
         array = _as_arrow(keys)
         if pa.types.is_dictionary(array.type):
@@ -482,7 +488,7 @@ class ColumnarKeyedState:
             # The same keys in another layout (string / large_string / string_view, ...).
             array = array.cast(self.key_type)
         if self._int_keys:
-            return self._int_slots(array, key_groups)
+            return self._int_slots(array, key_groups, distinct)
         return self._generic_slots(array, key_groups)
 
     def _check_key_type(self, key_type: pa.DataType) -> None:
@@ -519,7 +525,7 @@ class ColumnarKeyedState:
             self._ikeys[self._null_slot] = 0
             self._dict[None] = self._null_slot
 
-    def _int_slots(self, array: pa.Array, key_groups: np.ndarray) -> np.ndarray:
+    def _int_slots(self, array: pa.Array, key_groups: np.ndarray, distinct: bool) -> np.ndarray:
         nulls = array.null_count
         if pa.types.is_null(array.type):
             values = np.zeros(len(array), dtype=np.int64)
@@ -541,12 +547,15 @@ class ColumnarKeyedState:
             slots[is_null] = self._null_slot
         missing = np.flatnonzero(slots < 0)
         if missing.size:
-            new_keys, first, inverse = np.unique(values[missing], return_index=True, return_inverse=True)
+            if distinct:
+                new_keys, first, inverse = values[missing], np.arange(len(missing)), None
+            else:
+                new_keys, first, inverse = np.unique(values[missing], return_index=True, return_inverse=True)
             new_slots = self._allocate(len(new_keys))
             self._ikeys[new_slots] = new_keys
             self._key_groups[new_slots] = key_groups[missing[first]]
             self._index.insert(new_keys, new_slots)
-            slots[missing] = new_slots[inverse.reshape(-1)]
+            slots[missing] = new_slots if inverse is None else new_slots[inverse.reshape(-1)]
         return slots
 
     def _generic_slots(self, array: pa.Array, key_groups: np.ndarray) -> np.ndarray:
@@ -633,10 +642,10 @@ class ColumnarKeyedState:
 
     # ------------------------------------------------------------------ restore
 
-    def _load(self, keys: pa.Array, key_group: int, columns: Mapping[str, np.ndarray]) -> None:
-        """Insert restored keys (distinct, not present) of ``key_group`` with their values."""
+    def _load(self, keys: pa.Array, key_groups: np.ndarray, columns: Mapping[str, np.ndarray]) -> None:
+        """Insert restored keys (distinct, not present), in ``key_groups``, with their values."""
         epoch = self.epoch
-        slots = self.slots_of(keys, np.full(len(keys), key_group, dtype=np.int32))
+        slots = self.slots_of(keys, key_groups, distinct=True)
         self.epoch = epoch
         self._born[slots] = -1
         for name, values in columns.items():
@@ -996,6 +1005,8 @@ class ColumnarKeyedStateBackend(KeyedStateBackend):
     def restore(self, handles: Iterable[KeyedStateHandle], reader: StateFileReader) -> None:
         """Load the key groups of this backend's range from ``handles`` (which may cover
         other ranges too: a restore after rescaling)."""
+        #: Per state, its restored key groups (as read; loaded into the state once, below).
+        read: dict[str, list[tuple[pa.Table, int]]] = {}
         for handle in handles:
             if isinstance(handle, IncrementalKeyedStateHandle):
                 raise IncompatibleRestoredStateError(
@@ -1017,13 +1028,22 @@ class ColumnarKeyedStateBackend(KeyedStateBackend):
                 continue
             for kg, byte_range in part.key_groups():
                 if byte_range[1] > byte_range[0]:
-                    self._restore_key_group(part, kg, byte_range, reader)
+                    self._read_key_group(part, kg, byte_range, reader, read)
+        for name, parts in read.items():
+            self._load(self.states[name], parts)
         for name in sorted(self._restored):
             log.debug("%s restored columnar state '%s': %d keys", self.owner, name, self.num_keys(name))
 
-    def _restore_key_group(
-        self, handle: KeyGroupsStateHandle, key_group: int, byte_range: Range, reader: StateFileReader
+    def _read_key_group(
+        self,
+        handle: KeyGroupsStateHandle,
+        key_group: int,
+        byte_range: Range,
+        reader: StateFileReader,
+        read: dict[str, list[tuple[pa.Table, int]]],
     ) -> None:
+        """Parse one key group's IPC streams (one per state) into ``read``, checking each
+        stream's state and schema."""
         data = reader.read(handle.delegate, byte_range)
         source = pa.BufferReader(pa.py_buffer(data))
         name = ", ".join(repr(n) for n, _ in handle.state_kinds) or "(unknown)"
@@ -1033,7 +1053,9 @@ class ColumnarKeyedStateBackend(KeyedStateBackend):
                 schema = stream.schema
                 name = repr((schema.metadata or {})[STATE_NAME_METADATA].decode())
                 table = stream.read_all()
-                self._load(schema, table, key_group)
+                state = self._restored_state(schema)
+                if table.num_rows:
+                    read.setdefault(state.name, []).append((table, key_group))
         except IncompatibleStateError:
             raise  # a schema the job declares differently: not corruption
         except (pa.ArrowException, OSError, KeyError, IndexError, ValueError, UnicodeDecodeError) as exc:
@@ -1043,7 +1065,9 @@ class ColumnarKeyedStateBackend(KeyedStateBackend):
                 f"({type(exc).__name__}: {exc}). Restore from another checkpoint."
             ) from None
 
-    def _load(self, ipc_schema: pa.Schema, table: pa.Table, key_group: int) -> None:
+    def _restored_state(self, ipc_schema: pa.Schema) -> ColumnarKeyedState:
+        """The state a checkpointed stream with ``ipc_schema`` belongs to (created as the
+        checkpoint declares it, or the job's, which must have the same schema)."""
         metadata = dict(ipc_schema.metadata or {})
         name = metadata.pop(STATE_NAME_METADATA).decode()
         if ipc_schema.names[0] != KEY_COLUMN:
@@ -1062,13 +1086,25 @@ class ColumnarKeyedStateBackend(KeyedStateBackend):
                 f"({_describe(state.schema)}) in another"
             )
         self._restored.add(name)
-        if not table.num_rows:
-            return
-        keys = table.column(0).combine_chunks()
-        columns = {
-            f.name: _to_numpy(table.column(i + 1), state.column(f.name).dtype) for i, f in enumerate(schema)
-        }
-        state._load(keys, key_group, columns)
+        return state
+
+    @staticmethod
+    def _load(state: ColumnarKeyedState, parts: list[tuple[pa.Table, int]]) -> None:
+        """Insert the keys and values of every restored key group of ``state`` at once (one
+        lookup for all of them), grouped by the key type they were written with."""
+        by_type: dict[pa.DataType, list[tuple[pa.Table, int]]] = {}
+        for table, key_group in parts:
+            by_type.setdefault(table.schema.field(0).type, []).append((table, key_group))
+        for same in by_type.values():
+            table = pa.concat_tables([t for t, _ in same])
+            key_groups = np.repeat(
+                np.array([kg for _, kg in same], dtype=np.int32), [t.num_rows for t, _ in same]
+            )
+            columns = {
+                f.name: _to_numpy(table.column(i + 1), state.column(f.name).dtype)
+                for i, f in enumerate(state.schema)
+            }
+            state._load(table.column(0).combine_chunks(), key_groups, columns)
 
     def dispose(self) -> None:
         self.states.clear()
