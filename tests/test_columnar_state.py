@@ -512,7 +512,7 @@ def test_every_column_type_round_trips(tmp_path: Path) -> None:
         ],
         metadata={b"owner": b"test"},
     )
-    values = {
+    values: dict[str, list[Any]] = {
         "i8": [-128, 127],
         "u64": [2**64 - 1, 0],
         "f32": [1.5, -0.25],
