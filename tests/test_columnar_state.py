@@ -320,6 +320,15 @@ def test_object_columns_hold_any_arrow_type() -> None:
     assert state.column("name").dtype == np.dtype(object)
 
 
+def test_a_mutable_default_is_copied_for_every_new_key() -> None:
+    state = ColumnarKeyedState("s", pa.schema([("seen", pa.list_(pa.int64()))]), {"seen": []})
+    keys = pa.array([1, 2])
+    slots = state.slots_of(keys, groups(keys))
+    state.column("seen")[slots[0]].append(5)
+    assert state.column("seen")[slots].tolist() == [[5], []]
+    assert state.defaults["seen"] == []
+
+
 # ---------------------------------------------------------------------- the view
 
 
@@ -361,6 +370,16 @@ def test_view_assignment_errors_name_the_column_and_the_fix() -> None:
     assert view["total"].tolist() == [4, 5]
 
 
+def test_view_refuses_integers_that_do_not_fit_the_column() -> None:
+    state = ColumnarKeyedState("s", pa.schema([("small", pa.int8())]))
+    view = view_of(state, [1, 2])
+    view["small"] = np.array([-128, 127], dtype=np.int64)  # a narrower column: fits, cast
+    assert view["small"].tolist() == [-128, 127]
+    with pytest.raises(OverflowError, match="'small' holds int8.*300.*outside"):
+        view["small"] = np.array([1, 300])
+    assert view["small"].tolist() == [-128, 127]
+
+
 def test_view_clear_drops_state_and_wins_over_later_writes() -> None:
     state = new_state()
     view = view_of(state, [1, 2, 3])
@@ -378,6 +397,16 @@ def test_view_clear_drops_state_and_wins_over_later_writes() -> None:
     assert state.num_keys == 0
     with pytest.raises(ValueError, match="one boolean per key"):
         after.clear(np.array([True]))
+
+
+def test_view_writes_lists_into_object_columns() -> None:
+    state = ColumnarKeyedState("s", pa.schema([("seen", pa.list_(pa.int64())), ("name", pa.string())]))
+    view = view_of(state, [1, 2])
+    view["seen"] = [[1, 2], [3, 4]]  # equal lengths: not a 2-d array
+    view["name"] = pa.array(["a", None])
+    assert view["seen"].tolist() == [[1, 2], [3, 4]] and view["name"].tolist() == ["a", None]
+    with pytest.raises(ValueError, match="2 values expected"):
+        view["seen"] = [[1, 2]]
 
 
 def test_view_keys_may_be_given() -> None:

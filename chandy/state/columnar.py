@@ -48,6 +48,8 @@ heap backend's snapshots. Nothing is pickled.
 
 from __future__ import annotations
 
+import copy
+import itertools
 import logging
 import math
 import time
@@ -77,7 +79,12 @@ from chandy.state.handles import (
     KeyGroupsStateHandle,
     Range,
 )
-from chandy.state.heap import IncompatibleRestoredStateError, IncompatibleStateError, SerializedKeyedState
+from chandy.state.heap import (
+    IncompatibleRestoredStateError,
+    IncompatibleStateError,
+    SerializedKeyedState,
+    is_immutable,
+)
 from chandy.state.key_groups import KeyGroupRange
 from chandy.util.clock import Clock, SystemClock
 
@@ -390,7 +397,10 @@ class ColumnarKeyedState:
             new[old:] = fill
             return new
 
-        self._columns = {c: grown(a, self.defaults[c]) for c, a in self._columns.items()}
+        # Slots past the used ones get their defaults when handed out (_allocate).
+        self._columns = {
+            c: grown(a, None if a.dtype == object else self.defaults[c]) for c, a in self._columns.items()
+        }
         self._alive = grown(self._alive, False)
         self._key_groups = grown(self._key_groups, 0)
         self._born = grown(self._born, -1)
@@ -408,11 +418,22 @@ class ColumnarKeyedState:
         slots = np.concatenate([reused, np.arange(self._high, self._high + fresh, dtype=np.int64)])
         self._high += fresh
         for column, values in self._columns.items():
-            values[slots] = self.defaults[column]
+            values[slots] = self.defaults_of(column, len(slots))
         self._alive[slots] = True
         self._born[slots] = self.epoch
         self._count += n
         return slots
+
+    def defaults_of(self, column: str, count: int) -> Any:
+        """The default of ``column`` for ``count`` keys, ready to assign: a scalar for numpy
+        columns; for object columns an array holding the default once per key, a copy for
+        each when it is mutable (a list default must not be one list shared by every key)."""
+        default = self.defaults[column]
+        if self._dtypes[column] != np.dtype(object):
+            return default
+        if is_immutable(default):
+            return np.fromiter(itertools.repeat(default, count), dtype=object, count=count)
+        return np.fromiter((copy.deepcopy(default) for _ in range(count)), dtype=object, count=count)
 
     @property
     def num_keys(self) -> int:
@@ -712,12 +733,23 @@ class ColumnarStateView(KeyedBatchState):
     def __getitem__(self, column: str) -> np.ndarray:
         values: np.ndarray = self._state.column(column)[self._slots]
         if self._cleared is not None:
-            values[self._cleared] = self._state.defaults[column]
+            values[self._cleared] = self._state.defaults_of(column, int(self._cleared.sum()))
         return values
 
     def __setitem__(self, column: str, values: Any) -> None:
         target = self._state.column(column)
-        if isinstance(values, (pa.Array, pa.ChunkedArray)):
+        if target.dtype == np.dtype(object):
+            # Python values (lists included) one per key: never broadcast into a 2-d array.
+            if isinstance(values, (pa.Array, pa.ChunkedArray)):
+                values = values.to_pylist()
+            if not isinstance(values, np.ndarray):
+                values = (
+                    list(values)
+                    if isinstance(values, Iterable) and not isinstance(values, (str, bytes))
+                    else [values] * len(self._slots)
+                )
+                values = np.fromiter(values, dtype=object, count=len(values))
+        elif isinstance(values, (pa.Array, pa.ChunkedArray)):
             values = values.to_numpy(zero_copy_only=False)
         array = np.asarray(values)
         if array.ndim == 0:
@@ -733,6 +765,19 @@ class ColumnarStateView(KeyedBatchState):
                     f"columnar state '{self._state.name}', column '{column}' holds {target.dtype} "
                     f"and got {array.dtype} values; convert them first (values.astype({target.dtype}))"
                 )
+            if (
+                target.dtype.kind in "iu"
+                and array.size
+                and not np.can_cast(array.dtype, target.dtype, "safe")
+            ):
+                info = np.iinfo(target.dtype)
+                low, high = array.min(), array.max()
+                if low < info.min or high > info.max:
+                    raise OverflowError(
+                        f"columnar state '{self._state.name}', column '{column}' holds {target.dtype} "
+                        f"and got values from {low} to {high}, outside [{info.min}, {info.max}]; "
+                        "declare the column with a wider type in the state schema"
+                    )
             array = array.astype(target.dtype)
         if self._cleared is None:
             target[self._slots] = array
@@ -855,7 +900,7 @@ class ColumnarSerializer:
     def __init__(self, snapshot: ColumnarSnapshot) -> None:
         self._snapshot = snapshot
         self._copies = snapshot._copies
-        self._schemas = [copy.ipc_schema() for copy in self._copies]
+        self._schemas = [state_copy.ipc_schema() for state_copy in self._copies]
         self._state_kinds = tuple((name, COLUMNAR_KIND) for name in snapshot.names)
         self._next = 0
         self._parts: list[bytes] = []
@@ -870,10 +915,10 @@ class ColumnarSerializer:
             i = self._next
             self._next += 1
             start = self._offset
-            for copy, schema in zip(self._copies, self._schemas, strict=True):
-                if copy.slots is None:
-                    copy.sort(self._snapshot.key_group_range)
-                batch = copy.batch(i, schema)
+            for state_copy, schema in zip(self._copies, self._schemas, strict=True):
+                if state_copy.slots is None:
+                    state_copy.sort(self._snapshot.key_group_range)
+                batch = state_copy.batch(i, schema)
                 if batch is None:
                     continue
                 sink = pa.BufferOutputStream()
