@@ -649,6 +649,21 @@ def test_a_state_whose_keys_were_all_removed_snapshots_nothing() -> None:
     assert b.snapshot(1).is_empty
 
 
+@pytest.mark.parametrize("keys", [pa.array([1, 2, 3]), pa.array(["a", "b", "c"])], ids=["int", "string"])
+def test_keys_outside_the_backends_key_groups_are_refused(keys: pa.Array) -> None:
+    """A snapshot writes the backend's key groups only: a key of another would be lost."""
+    b = backend(KeyGroupRange(0, 9))
+    state = b.get_columnar_state("s", SCHEMA)
+    with pytest.raises(
+        ValueError, match="key group 77, outside this backend's range KeyGroupRange\\(start=0, end=9\\)"
+    ):
+        state.slots_of(keys, np.array([3, 77, 5], dtype=np.int32))
+    assert state.num_keys == 0
+    assert state.slots_of(keys, np.array([3, 4, 5], dtype=np.int32)).tolist() == [0, 1, 2]
+    unbounded = ColumnarKeyedState("free", SCHEMA)  # outside a backend: any key group
+    assert len(unbounded.slots_of(keys, np.array([3, 77, 5], dtype=np.int32))) == 3
+
+
 def test_same_name_same_state_and_schema_mismatch_errors(tmp_path: Path) -> None:
     b = backend()
     state = b.get_columnar_state("s", SCHEMA)

@@ -53,7 +53,7 @@ import itertools
 import logging
 import math
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -347,6 +347,8 @@ class ColumnarKeyedState:
         self._dict: dict[Any, int] = {}
         self._known: _KnownKeys | None = None
         self._null_slot = -1
+        #: The key groups new keys may be in (the backend's range); any while ``None``.
+        self.key_group_range: KeyGroupRange | None = None
         #: The number of :meth:`slots_of` calls so far: a slot born in the latest is new.
         self.epoch = 0
         self._capacity = 0
@@ -558,15 +560,25 @@ class ColumnarKeyedState:
             values = array.to_numpy(zero_copy_only=False)
         values = values.astype(np.int64, copy=False) if values.dtype != np.uint64 else values.view(np.int64)
         slots, _ = self._index.find(values)
+        is_null = None
         if nulls or pa.types.is_null(array.type):
             is_null = np.ones(len(array), dtype=bool) if nulls == len(array) else np.asarray(array.is_null())
-            if self._null_slot < 0:
-                first_null = int(np.argmax(is_null))
-                self._null_slot = int(self._allocate(1)[0])
-                self._key_groups[self._null_slot] = key_groups[first_null]
-                self._ikeys[self._null_slot] = 0
             slots[is_null] = self._null_slot
         missing = np.flatnonzero(slots < 0)
+        if missing.size:
+            self._check_key_groups(
+                key_groups[missing],
+                lambda i: (
+                    None if is_null is not None and is_null[missing[i]] else self._int_key(values[missing[i]])
+                ),
+            )
+        if is_null is not None and self._null_slot < 0:
+            first_null = int(np.argmax(is_null))
+            self._null_slot = int(self._allocate(1)[0])
+            self._key_groups[self._null_slot] = key_groups[first_null]
+            self._ikeys[self._null_slot] = 0
+            slots[is_null] = self._null_slot
+            missing = np.flatnonzero(slots < 0)
         if missing.size:
             if distinct:
                 new_keys, first, inverse = values[missing], np.arange(len(missing)), None
@@ -617,20 +629,42 @@ class ColumnarKeyedState:
             )
             firsts = np.unique(owner, return_index=True)[1]
             representatives = unresolved[missing[firsts]]
+            # The key group of a new key: that of any of its rows (they are all the same).
+            row_of = np.empty(len(dictionary), dtype=np.int64)
+            row_of[indices] = np.arange(len(indices))
+            new_groups = key_groups[row_of[representatives]]
+            self._check_key_groups(new_groups, lambda i: list(position)[i])
             new_slots = self._allocate(len(position))
             for key, slot in zip(position, new_slots.tolist(), strict=True):
                 lookup[key] = slot
                 self._okeys[slot] = key
                 if key is None:
                     self._null_slot = slot
-            # The key group of a new key: that of any of its rows (they are all the same).
-            row_of = np.empty(len(dictionary), dtype=np.int64)
-            row_of[indices] = np.arange(len(indices))
-            self._key_groups[new_slots] = key_groups[row_of[representatives]]
+            self._key_groups[new_slots] = new_groups
             self._known.add(dictionary.take(pa.array(representatives)), new_slots)
             distinct_slots[unresolved[missing]] = new_slots[owner]
         result = distinct_slots[indices]
         return result
+
+    def _int_key(self, value: np.int64) -> int:
+        """An integer key as the user wrote it (uint64 keys are stored by their bits)."""
+        return int(np.int64(value).view(np.uint64)) if self.key_type == pa.uint64() else int(value)
+
+    def _check_key_groups(self, key_groups: np.ndarray, key_at: Callable[[int], Any]) -> None:
+        """Refuse new keys outside :attr:`key_group_range` (when set, by the backend): a
+        snapshot writes the backend's key groups only, so their state would be lost."""
+        own = self.key_group_range
+        if own is None or not key_groups.size:
+            return
+        outside = (key_groups < own.start) | (key_groups > own.end)
+        if outside.any():
+            i = int(np.argmax(outside))
+            raise ValueError(
+                f"columnar state '{self.name}': key {key_at(i)!r} is in key group {int(key_groups[i])}, "
+                f"outside this backend's range {own}: a keyed batch must reach the subtask that owns "
+                "its key groups (partitioned by ArrowKeyGroupPartitioner with the operator's max "
+                "parallelism)"
+            )
 
     # ------------------------------------------------------------------ removal
 
@@ -1001,6 +1035,7 @@ class ColumnarKeyedStateBackend(KeyedStateBackend):
         state = self.states.get(name)
         if state is None:
             state = self.states[name] = ColumnarKeyedState(name, schema, defaults)
+            state.key_group_range = self.key_group_range
             self._declared.add(name)
             return state
         if not state.schema.equals(schema, check_metadata=False):
@@ -1123,6 +1158,7 @@ class ColumnarKeyedStateBackend(KeyedStateBackend):
         state = self.states.get(name)
         if state is None:
             state = self.states[name] = ColumnarKeyedState(name, schema)
+            state.key_group_range = self.key_group_range
         elif not state.schema.equals(schema, check_metadata=False):
             if name in self._declared:
                 raise self._incompatible_restore(name, schema, state.schema)
