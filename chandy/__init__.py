@@ -14,6 +14,12 @@ _EXPORTS = {
     "StreamExecutionEnvironment": "chandy.api.environment",
     "DataStream": "chandy.api.datastream",
     "KeyedStream": "chandy.api.datastream",
+    # The batch path (Arrow record batches; docs/batches.md)
+    "BatchStream": "chandy.api.batch_stream",
+    "KeyedBatchStream": "chandy.api.batch_stream",
+    "MapBatchesFunction": "chandy.core.functions",
+    "KeyedBatchFunction": "chandy.core.functions",
+    "KeyedBatchState": "chandy.core.functions",
     "Configuration": "chandy.config",
     "JobExecutionResult": "chandy.runtime.job_result",
     "JobExecutionError": "chandy.errors",
@@ -40,6 +46,7 @@ _EXPORTS = {
 }
 
 __all__ = [
+    "BatchStream",
     "CheckpointConfig",
     "CheckpointingMode",
     "Configuration",
@@ -53,7 +60,11 @@ __all__ = [
     "JobClient",
     "JobExecutionError",
     "JobExecutionResult",
+    "KeyedBatchFunction",
+    "KeyedBatchState",
+    "KeyedBatchStream",
     "KeyedStream",
+    "MapBatchesFunction",
     "OutputTag",
     "Row",
     "RowKind",
@@ -68,6 +79,7 @@ __all__ = [
 ]
 
 if TYPE_CHECKING:
+    from chandy.api.batch_stream import BatchStream, KeyedBatchStream
     from chandy.api.checkpoint_config import CheckpointConfig
     from chandy.api.datastream import DataStream, KeyedStream
     from chandy.api.environment import StreamExecutionEnvironment
@@ -77,6 +89,7 @@ if TYPE_CHECKING:
         ExternalizedCheckpointCleanup,
         ExternalizedCheckpointRetention,
     )
+    from chandy.core.functions import KeyedBatchFunction, KeyedBatchState, MapBatchesFunction
     from chandy.core.output_tag import OutputTag
     from chandy.core.time import Duration, Time, TimeDomain
     from chandy.core.types import Row, RowKind, TypeInformation, Types

@@ -11,7 +11,7 @@ from __future__ import annotations
 import functools
 import uuid
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any, overload
+from typing import TYPE_CHECKING, Any, Self, overload
 
 from chandy.core.connector import Sink, TwoPhaseCommittingSink
 from chandy.core.functions import (
@@ -60,6 +60,9 @@ from chandy.task.partitioners import (
 )
 
 if TYPE_CHECKING:
+    import pyarrow as pa
+
+    from chandy.api.batch_stream import BatchStream
     from chandy.api.broadcast_stream import BroadcastConnectedStream, BroadcastStream
     from chandy.api.connected_streams import ConnectedStreams
     from chandy.api.environment import StreamExecutionEnvironment
@@ -70,6 +73,15 @@ if TYPE_CHECKING:
 #: An input of the next operator: a node, the partitioning of the edge, and the side
 #: output tag the edge carries (``None``: the node's main output).
 _Input = tuple[StreamNode, StreamPartitioner | None, str | None]
+
+
+def _batch_hint(stream: Any, fix: str) -> str:
+    """The way out when a batch stream was passed where records are expected."""
+    from chandy.api.batch_stream import BatchStream
+
+    if isinstance(stream, BatchStream):
+        return f": a BatchStream carries Arrow batches, not records; {fix}"
+    return ""
 
 
 def _check_function(func: Any, base: type[Function], method: str, operation: str) -> Any:
@@ -137,8 +149,8 @@ class _NodeHandle:
         return self
 
 
-class DataStream(_NodeHandle):
-    """A stream of records (PyFlink's ``DataStream``)."""
+class _Stream(_NodeHandle):
+    """What a record stream and a batch stream share: the inputs the next operator hangs off."""
 
     def __init__(
         self, env: StreamExecutionEnvironment, node: StreamNode | None, inputs: list[_Input]
@@ -147,13 +159,11 @@ class DataStream(_NodeHandle):
         self._inputs = inputs
 
     @classmethod
-    def _of(cls, env: StreamExecutionEnvironment, node: StreamNode) -> DataStream:
+    def _of(cls, env: StreamExecutionEnvironment, node: StreamNode) -> Self:
         return cls(env, node, [(node, None, None)])
 
     def get_execution_environment(self) -> StreamExecutionEnvironment:
         return self._env
-
-    # ------------------------------------------------------------ operators
 
     def _add_operator(
         self,
@@ -163,13 +173,31 @@ class DataStream(_NodeHandle):
         keyed: bool = False,
         is_sink: bool = False,
         output_type: Any = None,
+        columnar: bool = False,
     ) -> StreamNode:
         graph = self._env._stream_graph
         node = graph.add_node(name, factory, keyed=keyed, is_sink=is_sink)
         node.output_type = output_type
+        node.columnar = columnar
         for source, partitioner, tag in self._inputs:
             graph.add_edge(source, node, partitioner, tag)
         return node
+
+    def _sink_to(self, sink: Sink) -> DataStreamSink:
+        """The sink node writing to ``sink`` (checked by the caller to take this stream's items)."""
+        sink.validate()
+        if isinstance(sink, TwoPhaseCommittingSink):
+            self._env._two_phase_sinks.append(type(sink).__name__)
+        node = self._add_operator(
+            f"Sink: {type(sink).__name__}", functools.partial(SinkWriterOperator, sink), is_sink=True
+        )
+        return DataStreamSink(self._env, node)
+
+
+class DataStream(_Stream):
+    """A stream of records (PyFlink's ``DataStream``)."""
+
+    # ------------------------------------------------------------ operators
 
     def _add_two_input_operator(
         self,
@@ -333,7 +361,10 @@ class DataStream(_NodeHandle):
         inputs = list(self._inputs)
         for stream in streams:
             if not isinstance(stream, DataStream):
-                raise InvalidProgramError(f"union() takes DataStreams, got {type(stream).__name__}")
+                raise InvalidProgramError(
+                    f"union() takes DataStreams, got {type(stream).__name__}"
+                    + _batch_hint(stream, "union it after its to_records()")
+                )
             if stream._env is not self._env:
                 raise InvalidProgramError("union() of streams from different environments")
             inputs.extend(stream._inputs)
@@ -354,6 +385,11 @@ class DataStream(_NodeHandle):
         from chandy.api.broadcast_stream import BroadcastConnectedStream, BroadcastStream
         from chandy.api.connected_streams import ConnectedStreams
 
+        if not isinstance(ds, (DataStream, BroadcastStream)):
+            raise InvalidProgramError(
+                f"connect() takes a DataStream or a BroadcastStream, got {type(ds).__name__}"
+                + _batch_hint(ds, "connect its to_records()")
+            )
         if isinstance(ds, BroadcastStream):
             return BroadcastConnectedStream(self, ds)
         return ConnectedStreams(self, ds)
@@ -373,6 +409,27 @@ class DataStream(_NodeHandle):
         if slide == 0:
             return AllWindowedStream(self, CountTumblingWindowAssigner(size))
         return AllWindowedStream(self, CountSlidingWindowAssigner(size, slide))
+
+    # ------------------------------------------------------------ the batch path
+
+    def to_batches(self, schema: pa.Schema | None = None) -> BatchStream:
+        """This stream's records as Arrow record batches: a :class:`BatchStream` for vectorised
+        operators (``map_batches``, ``key_by(column).sum(...)``, ...); ``to_records()`` comes back.
+
+        Records may be tuples, ``Row``s, dicts or plain values (a column named ``value``);
+        without a ``schema`` the column types are inferred per batch, so give one when a
+        column could be all nulls or its type must not vary. The records of one input batch
+        become one record batch, so latency is what it is on the record path. Event timestamps
+        stay behind (watermarks go on): see docs/batches.md."""
+        from chandy.api.batch_stream import BatchStream, check_schema
+        from chandy.task.operators.batch import RecordsToBatchesOperator
+
+        if schema is not None:
+            schema = check_schema(schema, "to_batches(schema)")
+        node = self._add_operator(
+            "Records to Batches", functools.partial(RecordsToBatchesOperator, schema), columnar=True
+        )
+        return BatchStream._of(self._env, node)
 
     def _output_type(self) -> Any:
         """The declared type of this stream's records (``None``: undeclared, or the inputs'
@@ -406,13 +463,13 @@ class DataStream(_NodeHandle):
         """Write to a :class:`~chandy.core.connector.Sink` (file, Kafka, ...)."""
         if not isinstance(sink, Sink):
             raise InvalidProgramError(f"sink_to() takes a Sink, got {type(sink).__name__}")
-        sink.validate()
-        if isinstance(sink, TwoPhaseCommittingSink):
-            self._env._two_phase_sinks.append(type(sink).__name__)
-        node = self._add_operator(
-            f"Sink: {type(sink).__name__}", functools.partial(SinkWriterOperator, sink), is_sink=True
-        )
-        return DataStreamSink(self._env, node)
+        if sink.columnar:
+            raise InvalidProgramError(
+                f"{type(sink).__name__} is a batch sink (it writes Arrow record batches), and this "
+                "stream carries records: write them with .to_batches().sink_to(sink), or use the "
+                "sink's record form"
+            )
+        return self._sink_to(sink)
 
     def execute_and_collect(
         self, job_execution_name: str | None = None, limit: int | None = None

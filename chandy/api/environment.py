@@ -41,6 +41,7 @@ from chandy.runtime.status_line import show_status_line
 from chandy.task.operators.source import SourceOperator
 
 if TYPE_CHECKING:
+    from chandy.api.batch_stream import BatchStream
     from chandy.web.service import WebService
 
 log = logging.getLogger(__name__)
@@ -255,12 +256,16 @@ class StreamExecutionEnvironment:
         watermark_strategy: WatermarkStrategy | None = None,
         source_name: str = "Source",
         type_info: Any = None,
-    ) -> DataStream:
-        """A stream read from ``source`` (a :class:`~chandy.core.connector.Source`).
+    ) -> DataStream | BatchStream:
+        """A stream read from ``source`` (a :class:`~chandy.core.connector.Source`): a
+        :class:`DataStream` of records, or for a batch source (``source.columnar``: it reads
+        Arrow record batches, ``chandy.network.arrow-batch-size`` rows at a time) a
+        :class:`~chandy.api.batch_stream.BatchStream`.
 
         With a ``watermark_strategy`` the records get event timestamps and the source
         generates watermarks (per source subtask, every ``pipeline.auto-watermark-interval``);
-        ``WatermarkStrategy.no_watermarks()`` or ``None`` for none."""
+        ``WatermarkStrategy.no_watermarks()`` or ``None`` for none. A batch source takes no
+        strategy (docs/batches.md says where event time comes from on the batch path)."""
         if not isinstance(source, Source):
             raise InvalidProgramError(f"from_source() takes a Source, got {type(source).__name__}")
         if watermark_strategy is not None and not isinstance(watermark_strategy, WatermarkStrategy):
@@ -268,6 +273,12 @@ class StreamExecutionEnvironment:
                 "from_source(source, watermark_strategy, source_name): watermark_strategy must be "
                 f"a WatermarkStrategy (or None), got {type(watermark_strategy).__name__}"
             )
+        assigns_timestamps = watermark_strategy is not None and (
+            watermark_strategy.emits_watermarks or watermark_strategy.create_timestamp_extractor() is not None
+        )
+        if source.columnar:
+            _check_batch_source(source, source_name, assigns_timestamps, type_info)
+            watermark_strategy = None  # no_watermarks(): nothing to run per batch
         source.validate()
         if source.get_boundedness() is Boundedness.CONTINUOUS_UNBOUNDED:
             self._unbounded_sources.append(source_name)
@@ -277,9 +288,12 @@ class StreamExecutionEnvironment:
             source_name, functools.partial(SourceOperator, source, watermark_strategy), is_source=True
         )
         node.output_type = type_info
-        node.assigns_timestamps = watermark_strategy is not None and (
-            watermark_strategy.emits_watermarks or watermark_strategy.create_timestamp_extractor() is not None
-        )
+        node.assigns_timestamps = assigns_timestamps
+        if source.columnar:
+            from chandy.api.batch_stream import BatchStream
+
+            node.columnar = True
+            return BatchStream._of(self, node)
         return DataStream._of(self, node)
 
     def from_collection(self, collection: Iterable[Any], type_info: Any = None) -> DataStream:
@@ -300,7 +314,7 @@ class StreamExecutionEnvironment:
             source_name="Collection Source",
             type_info=type_info,
         )
-        assert stream._node is not None
+        assert isinstance(stream, DataStream) and stream._node is not None
         stream._node.parallelism = 1
         return stream
 
@@ -308,7 +322,9 @@ class StreamExecutionEnvironment:
         """The integers ``start..end`` inclusive, read in parallel."""
         from chandy.connectors.number_sequence import NumberSequenceSource
 
-        return self.from_source(NumberSequenceSource(start, end), source_name="Sequence Source")
+        stream = self.from_source(NumberSequenceSource(start, end), source_name="Sequence Source")
+        assert isinstance(stream, DataStream)
+        return stream
 
     # ------------------------------------------------------------------ execution
 
@@ -497,6 +513,23 @@ class StreamExecutionEnvironment:
                 ],
             },
             indent=2,
+        )
+
+
+def _check_batch_source(source: Source, source_name: str, assigns_timestamps: bool, type_info: Any) -> None:
+    """What ``from_source`` refuses for a batch source, each with the way out."""
+    if assigns_timestamps:
+        raise InvalidProgramError(
+            f"from_source({type(source).__name__}, ...) ('{source_name}'): a batch source takes no "
+            "watermark strategy (pass None or WatermarkStrategy.no_watermarks()): timestamps and "
+            "watermarks are assigned per record, on the record path. For event time, read the "
+            "source's record counterpart with the strategy and call to_batches() after it: "
+            "watermarks pass through batch operators unchanged (see docs/batches.md)"
+        )
+    if type_info is not None:
+        raise InvalidProgramError(
+            f"from_source({type(source).__name__}, ...) ('{source_name}'): type_info declares the "
+            "type of records; a batch source's batches carry their own Arrow schema, so leave it out"
         )
 
 

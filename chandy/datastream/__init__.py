@@ -17,6 +17,7 @@ from chandy.common._lazy import exports_of, load_export
 _EXPORTS = {
     **exports_of("chandy.api.environment", "StreamExecutionEnvironment"),
     **exports_of("chandy.api.datastream", "DataStream", "KeyedStream", "DataStreamSink"),
+    **exports_of("chandy.api.batch_stream", "BatchStream", "KeyedBatchStream"),
     **exports_of("chandy.api.windowed_stream", "WindowedStream", "AllWindowedStream"),
     **exports_of("chandy.api.connected_streams", "ConnectedStreams"),
     **exports_of("chandy.api.broadcast_stream", "BroadcastStream", "BroadcastConnectedStream"),
@@ -46,6 +47,9 @@ _EXPORTS = {
         "CoProcessFunction",
         "KeyedCoProcessFunction",
         "BroadcastProcessFunction",
+        "MapBatchesFunction",
+        "KeyedBatchFunction",
+        "KeyedBatchState",
         "KeyedBroadcastProcessFunction",
         "SinkFunction",
         "AggregateFunction",
@@ -80,6 +84,7 @@ __all__ = [
     "AsyncFunction",
     "AsyncRetryPredicate",
     "AsyncRetryStrategy",
+    "BatchStream",
     "BroadcastConnectedStream",
     "BroadcastProcessFunction",
     "BroadcastStream",
@@ -99,10 +104,14 @@ __all__ = [
     "GlobalWindow",
     "HashMapStateBackend",
     "KeySelector",
+    "KeyedBatchFunction",
+    "KeyedBatchState",
+    "KeyedBatchStream",
     "KeyedBroadcastProcessFunction",
     "KeyedCoProcessFunction",
     "KeyedProcessFunction",
     "KeyedStream",
+    "MapBatchesFunction",
     "MapFunction",
     "MergingWindowAssigner",
     "OutputTag",
@@ -134,6 +143,7 @@ def __getattr__(name: str) -> Any:
 
 if TYPE_CHECKING:
     from chandy.api.async_data_stream import AsyncDataStream
+    from chandy.api.batch_stream import BatchStream, KeyedBatchStream
     from chandy.api.broadcast_stream import BroadcastConnectedStream, BroadcastStream
     from chandy.api.checkpoint_config import CheckpointConfig
     from chandy.api.connected_streams import ConnectedStreams
@@ -158,10 +168,13 @@ if TYPE_CHECKING:
         CoProcessFunction,
         FilterFunction,
         FlatMapFunction,
+        KeyedBatchFunction,
+        KeyedBatchState,
         KeyedBroadcastProcessFunction,
         KeyedCoProcessFunction,
         KeyedProcessFunction,
         KeySelector,
+        MapBatchesFunction,
         MapFunction,
         Partitioner,
         ProcessAllWindowFunction,

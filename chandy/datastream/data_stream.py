@@ -8,6 +8,7 @@ from chandy.common._lazy import exports_of, load_export
 
 _EXPORTS = {
     **exports_of("chandy.api.datastream", "DataStream", "KeyedStream", "DataStreamSink"),
+    **exports_of("chandy.api.batch_stream", "BatchStream", "KeyedBatchStream"),
     **exports_of("chandy.api.windowed_stream", "WindowedStream", "AllWindowedStream"),
     **exports_of("chandy.api.connected_streams", "ConnectedStreams"),
     **exports_of("chandy.api.broadcast_stream", "BroadcastStream", "BroadcastConnectedStream"),
@@ -15,11 +16,13 @@ _EXPORTS = {
 
 __all__ = [
     "AllWindowedStream",
+    "BatchStream",
     "BroadcastConnectedStream",
     "BroadcastStream",
     "ConnectedStreams",
     "DataStream",
     "DataStreamSink",
+    "KeyedBatchStream",
     "KeyedStream",
     "WindowedStream",
 ]
@@ -30,6 +33,7 @@ def __getattr__(name: str) -> Any:
 
 
 if TYPE_CHECKING:
+    from chandy.api.batch_stream import BatchStream, KeyedBatchStream
     from chandy.api.broadcast_stream import BroadcastConnectedStream, BroadcastStream
     from chandy.api.connected_streams import ConnectedStreams
     from chandy.api.datastream import DataStream, DataStreamSink, KeyedStream

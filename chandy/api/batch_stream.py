@@ -1,0 +1,311 @@
+"""BatchStream and KeyedBatchStream: the vectorised (Arrow) half of the pipeline-building API.
+
+A :class:`BatchStream` stands for a node whose output is ``pyarrow.RecordBatch``es rather than
+lists of records (``StreamNode.columnar``): its operators run numpy / pyarrow.compute over
+whole columns, so the interpreter is paid per batch, not per record. It sits beside
+:class:`~chandy.api.datastream.DataStream`, not under it: a batch stream has no ``map`` or
+``process`` (their functions take one record), and a record operator never receives a batch.
+``DataStream.to_batches()`` and :meth:`BatchStream.to_records` cross between the two, so one
+job may mix both; keys hash the same way on either path, so a key lands on one subtask
+whichever path keyed it.
+
+The names follow PySpark's batch APIs where they exist (``map_batches`` is ``mapInArrow``'s
+shape, ``process_batches`` that of ``applyInPandasWithState``), PyFlink's everywhere else
+(``key_by``, ``rebalance``, ``union``, ``sink_to``, ``execute_and_collect``). See
+docs/batches.md.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING, Any, TypeAlias
+
+import pyarrow as pa
+
+from chandy.api.datastream import DataStream, DataStreamSink, _check_function, _Input, _Stream
+from chandy.core.connector import Sink
+from chandy.core.functions import KeyedBatchFunction, KeySelector, MapBatchesFunction
+from chandy.errors import InvalidProgramError
+from chandy.state.arrow_keys import INTERNAL_COLUMNS, KEY_COLUMN
+from chandy.task.arrow_partitioners import (
+    ArrowBroadcastPartitioner,
+    ArrowForwardPartitioner,
+    ArrowKeyGroupPartitioner,
+    ArrowRebalancePartitioner,
+    ArrowRescalePartitioner,
+    ArrowShufflePartitioner,
+)
+from chandy.task.operators.base import StreamOperator
+from chandy.task.operators.batch import (
+    BatchesToRecordsOperator,
+    KeyedBatchAggregateOperator,
+    KeyedBatchProcessOperator,
+    MapBatchesOperator,
+)
+from chandy.task.partitioners import StreamPartitioner
+
+if TYPE_CHECKING:
+    from chandy.api.environment import StreamExecutionEnvironment
+    from chandy.runtime.collect import CollectIterator
+
+#: What a schema may be given as: an Arrow schema, or a mapping of column name to an Arrow
+#: type (``pa.int64()``) or its name (``"int64"``).
+SchemaLike: TypeAlias = "pa.Schema | Mapping[str, Any]"
+
+
+def check_schema(schema: Any, what: str) -> pa.Schema:
+    """``schema`` as a ``pa.Schema``, or an error naming ``what`` and the accepted forms."""
+    if isinstance(schema, pa.Schema):
+        fields = list(schema)
+    elif isinstance(schema, Mapping):
+        fields = []
+        for name, kind in schema.items():
+            if not isinstance(name, str) or not name:
+                raise InvalidProgramError(f"{what}: column names are non-empty strings, got {name!r}")
+            fields.append(pa.field(name, _arrow_type(kind, f"{what}: column {name!r}")))
+    else:
+        raise InvalidProgramError(
+            f"{what} takes a pyarrow.Schema or a dict of column name to Arrow type "
+            f"(e.g. {{'total': pa.int64()}}), got {type(schema).__name__}"
+        )
+    if not fields:
+        raise InvalidProgramError(f"{what} has no columns")
+    names = [f.name for f in fields]
+    duplicated = sorted({n for n in names if names.count(n) > 1})
+    if duplicated:
+        raise InvalidProgramError(f"{what} names the column(s) {duplicated} more than once")
+    internal = sorted(set(names) & set(INTERNAL_COLUMNS))
+    if internal:
+        raise InvalidProgramError(f"{what}: {internal} are chandy's internal column names; rename them")
+    return pa.schema(fields)
+
+
+def _arrow_type(kind: Any, what: str) -> pa.DataType:
+    if isinstance(kind, pa.DataType):
+        return kind
+    if isinstance(kind, str):
+        try:
+            return pa.type_for_alias(kind)
+        except ValueError:
+            pass
+    raise InvalidProgramError(
+        f"{what} has type {kind!r}: give a pyarrow type (pa.int64(), pa.float64(), ...) or its name ('int64')"
+    )
+
+
+def _check_column(column: Any, operation: str) -> str:
+    if not isinstance(column, str) or not column:
+        raise InvalidProgramError(
+            f"{operation}() takes the name of a column of the batches (a non-empty string), got {column!r}"
+        )
+    if column in INTERNAL_COLUMNS:
+        raise InvalidProgramError(f"{operation}(): {column!r} is an internal column of chandy's")
+    return column
+
+
+def _optional_column(column: Any, operation: str) -> str | None:
+    return None if column is None else _check_column(column, operation)
+
+
+class BatchStream(_Stream):
+    """A stream of Arrow record batches (the batch path; see the module's docstring)."""
+
+    # ------------------------------------------------------------ operators
+
+    def _batch_operator(
+        self, name: str, factory: Callable[[], StreamOperator], *, keyed: bool = False
+    ) -> BatchStream:
+        return BatchStream._of(self._env, self._add_operator(name, factory, keyed=keyed, columnar=True))
+
+    def map_batches(self, func: MapBatchesFunction | Callable[[pa.RecordBatch], Any]) -> BatchStream:
+        """Apply ``func`` to every record batch (PySpark's ``mapInArrow``): it returns a
+        ``pyarrow.RecordBatch`` or ``Table``, a dict of column name to array, a pandas
+        ``DataFrame``, or ``None`` for no output; any number of rows and any columns."""
+        func = _check_function(func, MapBatchesFunction, "map_batch", "map_batches")
+        return self._batch_operator("MapBatches", functools.partial(MapBatchesOperator, func))
+
+    def to_records(self) -> DataStream:
+        """Back to the record path: one ``Row`` per row of each batch, with the columns as
+        named fields (``row.total`` or ``row[1]``), for the record API's operators."""
+        return DataStream._of(self._env, self._add_operator("Batches to Records", BatchesToRecordsOperator))
+
+    # ------------------------------------------------------------ partitioning
+
+    def _repartition(self, partitioner: StreamPartitioner) -> BatchStream:
+        return BatchStream(self._env, None, [(node, partitioner, tag) for node, _, tag in self._inputs])
+
+    def key_by(self, key: str | KeySelector | Callable[[pa.RecordBatch], Any]) -> KeyedBatchStream:
+        """Partition by key: every row with the same key goes to the same subtask, the one the
+        record path's ``key_by`` sends the same key to. ``key`` names a column, or is a
+        function of the batch returning one key per row (an Arrow or numpy array)."""
+        if isinstance(key, str):
+            partitioner = ArrowKeyGroupPartitioner(_check_column(key, "key_by"))
+            key_column = key
+        else:
+            key = _check_function(key, KeySelector, "get_key", "key_by")
+            select = key.get_key if isinstance(key, KeySelector) else key
+            partitioner = ArrowKeyGroupPartitioner(select)
+            key_column = KEY_COLUMN
+        return KeyedBatchStream(
+            self._env, [(node, partitioner, tag) for node, _, tag in self._inputs], key_column
+        )
+
+    def rebalance(self) -> BatchStream:
+        """Batches round-robin over the next operator's subtasks."""
+        return self._repartition(ArrowRebalancePartitioner())
+
+    def shuffle(self) -> BatchStream:
+        """Each batch to a random subtask of the next operator."""
+        return self._repartition(ArrowShufflePartitioner())
+
+    def forward(self) -> BatchStream:
+        """Subtask i to subtask i; the next operator must have the same parallelism."""
+        return self._repartition(ArrowForwardPartitioner())
+
+    def rescale(self) -> BatchStream:
+        """Batches round-robin over a subset of the next operator's subtasks (as the record
+        path's ``rescale``)."""
+        return self._repartition(ArrowRescalePartitioner())
+
+    def broadcast(self) -> BatchStream:
+        """Every batch to every subtask of the next operator."""
+        return self._repartition(ArrowBroadcastPartitioner())
+
+    def union(self, *streams: BatchStream) -> BatchStream:
+        """One stream with the batches of this and every other batch stream (their schemas
+        may differ; the next operator sees each batch as it was)."""
+        inputs: list[_Input] = list(self._inputs)
+        for stream in streams:
+            if not isinstance(stream, BatchStream):
+                hint = (
+                    ": it is a record stream; convert it with to_batches() first"
+                    if isinstance(stream, DataStream)
+                    else ""
+                )
+                raise InvalidProgramError(f"union() takes BatchStreams, got {type(stream).__name__}{hint}")
+            if stream._env is not self._env:
+                raise InvalidProgramError("union() of streams from different environments")
+            inputs.extend(stream._inputs)
+        return BatchStream(self._env, None, inputs)
+
+    # ------------------------------------------------------------ sinks
+
+    def sink_to(self, sink: Sink) -> DataStreamSink:
+        """Write the batches to a batch sink (``sink.columnar``: its writer takes whole
+        record batches). A record sink goes after ``to_records()``."""
+        if not isinstance(sink, Sink):
+            raise InvalidProgramError(f"sink_to() takes a Sink, got {type(sink).__name__}")
+        if not sink.columnar:
+            raise InvalidProgramError(
+                f"{type(sink).__name__} writes records, and a BatchStream carries Arrow batches: "
+                "use a batch sink (see docs/batches.md), or write rows with .to_records().sink_to(sink)"
+            )
+        return self._sink_to(sink)
+
+    def print(self, sink_identifier: str | None = None) -> DataStreamSink:
+        """Write every row to stdout, as ``to_records().print()`` does."""
+        return self.to_records().print(sink_identifier)
+
+    def execute_and_collect(
+        self, job_execution_name: str | None = None, limit: int | None = None
+    ) -> CollectIterator | list[Any]:
+        """Run the job and return its rows (``Row``s, as ``to_records()`` makes them): an
+        iterator, or with ``limit`` a list of the first ``limit``."""
+        return self.to_records().execute_and_collect(job_execution_name, limit)
+
+
+class KeyedBatchStream(BatchStream):
+    """A batch stream partitioned by key: keyed aggregations and ``process_batches``, with
+    columnar keyed state (checkpointed per key group, restored and rescaled like the record
+    path's). The other batch operators (``map_batches``, ``sink_to``, ...) work as on any
+    batch stream, on batches partitioned by key."""
+
+    def __init__(self, env: StreamExecutionEnvironment, inputs: list[_Input], key_column: str) -> None:
+        super().__init__(env, None, inputs)
+        self._key_column = key_column
+
+    def _keyed_aggregate(self, name: str, function: str, column: str | None, running: bool) -> BatchStream:
+        return self._batch_operator(
+            name,
+            functools.partial(KeyedBatchAggregateOperator, function, column, running, self._key_column),
+            keyed=True,
+        )
+
+    # One row per distinct key of each batch, with the key's aggregate after that batch.
+
+    def sum(self, column: str) -> BatchStream:
+        """Per batch, one row per key of the batch: the key and the sum of ``column`` over
+        every row of that key so far (the column keeps its name)."""
+        return self._keyed_aggregate("Keyed Batch Sum", "sum", _check_column(column, "sum"), False)
+
+    def count(self, column: str | None = None) -> BatchStream:
+        """Per batch, one row per key of the batch: the key and its rows so far (a ``count``
+        column); with a ``column``, its non-null values so far (named like the column)."""
+        return self._keyed_aggregate("Keyed Batch Count", "count", _optional_column(column, "count"), False)
+
+    def min(self, column: str) -> BatchStream:
+        """Per batch, one row per key of the batch: the key and the smallest ``column`` so far."""
+        return self._keyed_aggregate("Keyed Batch Min", "min", _check_column(column, "min"), False)
+
+    def max(self, column: str) -> BatchStream:
+        """Per batch, one row per key of the batch: the key and the largest ``column`` so far."""
+        return self._keyed_aggregate("Keyed Batch Max", "max", _check_column(column, "max"), False)
+
+    def mean(self, column: str) -> BatchStream:
+        """Per batch, one row per key of the batch: the key and the mean of ``column`` so far."""
+        return self._keyed_aggregate("Keyed Batch Mean", "mean", _check_column(column, "mean"), False)
+
+    # One row per input row, as the record path's KeyedStream.sum: the row with the aggregate.
+
+    def running_sum(self, column: str) -> BatchStream:
+        """One row per input row, ``column`` replaced by its key's sum up to and including
+        that row (the record path's ``key_by(...).sum(...)``); rows come grouped by key, in
+        arrival order within a key."""
+        return self._keyed_aggregate(
+            "Keyed Batch Running Sum", "sum", _check_column(column, "running_sum"), True
+        )
+
+    def running_count(self, column: str | None = None) -> BatchStream:
+        """One row per input row, with a ``count`` column appended: the key's rows up to and
+        including it (with a ``column``: its non-null values up to there)."""
+        return self._keyed_aggregate(
+            "Keyed Batch Running Count", "count", _optional_column(column, "running_count"), True
+        )
+
+    def running_min(self, column: str) -> BatchStream:
+        """One row per input row, ``column`` replaced by its key's minimum so far."""
+        return self._keyed_aggregate(
+            "Keyed Batch Running Min", "min", _check_column(column, "running_min"), True
+        )
+
+    def running_max(self, column: str) -> BatchStream:
+        """One row per input row, ``column`` replaced by its key's maximum so far."""
+        return self._keyed_aggregate(
+            "Keyed Batch Running Max", "max", _check_column(column, "running_max"), True
+        )
+
+    def running_mean(self, column: str) -> BatchStream:
+        """One row per input row, ``column`` replaced by its key's mean so far."""
+        return self._keyed_aggregate(
+            "Keyed Batch Running Mean", "mean", _check_column(column, "running_mean"), True
+        )
+
+    def process_batches(
+        self,
+        func: KeyedBatchFunction | Callable[[pa.RecordBatch, Any], Any],
+        state_schema: SchemaLike,
+    ) -> BatchStream:
+        """A vectorised keyed function with columnar state (PySpark's
+        ``applyInPandasWithState``, for every key of a batch at once): ``func(batch, state)``
+        gets the batch grouped by key and a :class:`~chandy.core.functions.KeyedBatchState`
+        over ``state_schema``'s columns (one value per key; numbers and booleans are numpy
+        columns, other types numpy arrays of objects), and returns the rows to emit, as
+        ``map_batches`` functions do."""
+        func = _check_function(func, KeyedBatchFunction, "process_batch", "process_batches")
+        schema = check_schema(state_schema, "process_batches(state_schema)")
+        return self._batch_operator(
+            "Keyed Batch Process",
+            functools.partial(KeyedBatchProcessOperator, func, schema, self._key_column),
+            keyed=True,
+        )

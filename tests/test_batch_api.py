@@ -1,0 +1,351 @@
+"""The batch API (``BatchStream``, ``KeyedBatchStream``, ``to_batches`` / ``to_records``): the
+graphs it builds, every error it raises at build time, and small jobs on the local executor.
+
+The end-to-end runs compare against results computed here in plain Python, the way the
+record path would compute them (a running sum per key in arrival order, ...).
+"""
+
+from __future__ import annotations
+
+import functools
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+import pytest
+
+from chandy import BatchStream, KeyedBatchStream, StreamExecutionEnvironment, WatermarkStrategy
+from chandy.api.datastream import DataStream
+from chandy.connectors.arrow_sources import ArrowNumberSequenceSource
+from chandy.connectors.file_sink import FileSink, ParquetBulkWriters
+from chandy.connectors.sinks import DiscardingSink
+from chandy.core.functions import KeyedBatchFunction, KeyedBatchState, MapBatchesFunction, MapFunction
+from chandy.errors import InvalidProgramError
+from chandy.graph.stream_graph import StreamEdge, StreamNode
+from chandy.state.arrow_keys import KEY_COLUMN
+from chandy.task.arrow_partitioners import (
+    ArrowBroadcastPartitioner,
+    ArrowForwardPartitioner,
+    ArrowKeyGroupPartitioner,
+    ArrowRebalancePartitioner,
+    ArrowRescalePartitioner,
+    ArrowShufflePartitioner,
+)
+from chandy.task.operators.batch import (
+    BatchesToRecordsOperator,
+    KeyedBatchAggregateOperator,
+    KeyedBatchProcessOperator,
+    MapBatchesOperator,
+    RecordsToBatchesOperator,
+)
+
+
+def local_env(parallelism: int = 2) -> StreamExecutionEnvironment:
+    env = StreamExecutionEnvironment.get_execution_environment(
+        {"chandy.rest.enabled": False}, executor="local"
+    )
+    env.set_parallelism(parallelism)
+    return env
+
+
+def node_of(stream: Any) -> StreamNode:
+    assert stream._node is not None
+    node: StreamNode = stream._node
+    return node
+
+
+def only_input(node: StreamNode) -> StreamEdge:
+    assert len(node.in_edges) == 1, node.in_edges
+    return node.in_edges[0]
+
+
+def factory_of(node: StreamNode) -> functools.partial[Any]:
+    factory = node.operator_factory
+    assert isinstance(factory, functools.partial)
+    return factory
+
+
+def numbers(env: StreamExecutionEnvironment, end: int = 100) -> BatchStream:
+    stream = env.from_source(ArrowNumberSequenceSource(1, end), source_name="numbers")
+    assert isinstance(stream, BatchStream)
+    return stream
+
+
+def double(batch: pa.RecordBatch) -> dict[str, Any]:
+    return {"value": pc.multiply(batch.column("value"), 2)}
+
+
+# ---------------------------------------------------------------------------- graphs
+
+
+def test_a_batch_source_gives_a_batch_stream_on_a_columnar_node() -> None:
+    env = local_env()
+    stream = numbers(env)
+    node = node_of(stream)
+    assert node.is_source and node.columnar and not node.assigns_timestamps
+    # A record source still gives a record stream on a record node.
+    records = env.from_sequence(1, 10)
+    assert type(records) is DataStream and not node_of(records).columnar
+
+
+def test_no_watermarks_is_accepted_on_a_batch_source() -> None:
+    env = local_env()
+    stream = env.from_source(ArrowNumberSequenceSource(1, 10), WatermarkStrategy.no_watermarks(), "numbers")
+    assert isinstance(stream, BatchStream) and not node_of(stream).assigns_timestamps
+
+
+def test_map_batches_is_a_columnar_node_fed_by_the_default_edge() -> None:
+    env = local_env()
+    mapped = numbers(env).map_batches(double)
+    node = node_of(mapped)
+    assert node.columnar and not node.keyed
+    assert factory_of(node).func is MapBatchesOperator and factory_of(node).args == (double,)
+    assert only_input(node).partitioner is None  # the job graph picks the columnar forward / rebalance
+
+
+class Doubling(MapBatchesFunction):
+    def map_batch(self, batch: Any) -> Any:
+        return double(batch)
+
+
+def test_map_batches_takes_a_map_batches_function() -> None:
+    env = local_env()
+    function = Doubling()
+    assert factory_of(node_of(numbers(env).map_batches(function))).args == (function,)
+
+
+def test_key_by_a_column_uses_the_arrow_key_group_partitioner_and_the_column_as_key() -> None:
+    env = local_env()
+    keyed = numbers(env).key_by("value")
+    assert isinstance(keyed, KeyedBatchStream)
+    summed = keyed.sum("value")
+    node = node_of(summed)
+    assert node.keyed and node.columnar and isinstance(summed, BatchStream)
+    partitioner = only_input(node).partitioner
+    assert isinstance(partitioner, ArrowKeyGroupPartitioner) and partitioner.columnar
+    factory = factory_of(node)
+    assert factory.func is KeyedBatchAggregateOperator
+    assert factory.args == ("sum", "value", False, "value")
+
+
+def key_of(batch: pa.RecordBatch) -> Any:
+    return pc.bit_wise_and(batch.column("value"), 7)
+
+
+def test_key_by_a_function_ships_the_keys_in_the_key_column() -> None:
+    env = local_env()
+    node = node_of(numbers(env).key_by(key_of).running_sum("value"))
+    assert isinstance(only_input(node).partitioner, ArrowKeyGroupPartitioner)
+    assert factory_of(node).args == ("sum", "value", True, KEY_COLUMN)
+
+
+@pytest.mark.parametrize(
+    ("call", "expected"),
+    [
+        (lambda k: k.sum("v"), ("sum", "v", False)),
+        (lambda k: k.count(), ("count", None, False)),
+        (lambda k: k.min("v"), ("min", "v", False)),
+        (lambda k: k.max("v"), ("max", "v", False)),
+        (lambda k: k.mean("v"), ("mean", "v", False)),
+        (lambda k: k.running_sum("v"), ("sum", "v", True)),
+        (lambda k: k.running_count(), ("count", None, True)),
+        (lambda k: k.running_min("v"), ("min", "v", True)),
+        (lambda k: k.running_max("v"), ("max", "v", True)),
+        (lambda k: k.running_mean("v"), ("mean", "v", True)),
+    ],
+)
+def test_every_keyed_aggregation_builds_its_operator(call: Any, expected: tuple[Any, ...]) -> None:
+    env = local_env()
+    node = node_of(call(numbers(env).key_by("k")))
+    assert node.keyed and node.columnar
+    assert factory_of(node).func is KeyedBatchAggregateOperator
+    assert factory_of(node).args == (*expected, "k")
+
+
+class CountPerKey(KeyedBatchFunction):
+    def process_batch(self, batch: Any, state: KeyedBatchState) -> Any:
+        counts = state["count"] + np.diff(state.offsets)
+        state["count"] = counts
+        return {"key": state.keys, "count": counts}
+
+
+def test_process_batches_builds_a_keyed_operator_with_the_state_schema() -> None:
+    env = local_env()
+    function = CountPerKey()
+    node = node_of(numbers(env).key_by("value").process_batches(function, {"count": pa.int64()}))
+    assert node.keyed and node.columnar
+    factory = factory_of(node)
+    assert factory.func is KeyedBatchProcessOperator
+    assert factory.args == (function, pa.schema([("count", pa.int64())]), "value")
+    # A schema given as a pa.Schema, and types by their names, work the same way.
+    schema = pa.schema([("total", pa.float64()), ("seen", pa.bool_())])
+    node = node_of(numbers(env).key_by("value").process_batches(function, schema))
+    assert factory_of(node).args[1] == schema
+    node = node_of(
+        numbers(env).key_by("value").process_batches(function, {"total": "double", "seen": "bool"})
+    )
+    assert factory_of(node).args[1] == schema
+
+
+@pytest.mark.parametrize(
+    ("partition", "partitioner"),
+    [
+        (BatchStream.rebalance, ArrowRebalancePartitioner),
+        (BatchStream.shuffle, ArrowShufflePartitioner),
+        (BatchStream.forward, ArrowForwardPartitioner),
+        (BatchStream.rescale, ArrowRescalePartitioner),
+        (BatchStream.broadcast, ArrowBroadcastPartitioner),
+    ],
+)
+def test_partitionings_use_the_arrow_partitioners(partition: Any, partitioner: type[Any]) -> None:
+    env = local_env()
+    node = node_of(partition(numbers(env)).map_batches(double))
+    edge = only_input(node)
+    assert type(edge.partitioner) is partitioner and edge.partitioner.columnar
+
+
+def test_to_records_and_to_batches_cross_between_the_paths() -> None:
+    env = local_env()
+    records = numbers(env).to_records()
+    assert type(records) is DataStream
+    to_records = node_of(records)
+    assert not to_records.columnar and factory_of_or_class(to_records) is BatchesToRecordsOperator
+    schema = pa.schema([("value", pa.int64())])
+    batches = records.map(lambda row: (row.value,)).to_batches(schema)
+    assert isinstance(batches, BatchStream)
+    to_batches = node_of(batches)
+    assert to_batches.columnar and not to_batches.keyed
+    assert factory_of(to_batches).func is RecordsToBatchesOperator and factory_of(to_batches).args == (
+        schema,
+    )
+    assert factory_of(node_of(records.to_batches({"value": "int64"}))).args == (schema,)
+
+
+def factory_of_or_class(node: StreamNode) -> Any:
+    factory = node.operator_factory
+    return factory.func if isinstance(factory, functools.partial) else factory
+
+
+def test_union_of_batch_streams_feeds_one_node_from_each() -> None:
+    env = local_env()
+    first, second, third = numbers(env), numbers(env), numbers(env).map_batches(double)
+    node = node_of(first.union(second, third).map_batches(double))
+    assert {e.source.id for e in node.in_edges} == {node_of(s).id for s in (first, second, third)}
+
+
+# ---------------------------------------------------------------------------- errors
+
+
+def test_a_record_sink_on_a_batch_stream_names_to_records() -> None:
+    env = local_env()
+    with pytest.raises(InvalidProgramError, match=r"DiscardingSink writes records.*to_records\(\)\.sink_to"):
+        numbers(env).sink_to(DiscardingSink())
+    with pytest.raises(InvalidProgramError, match=r"sink_to\(\) takes a Sink, got builtin_function"):
+        numbers(env).sink_to(print)  # type: ignore[arg-type]
+    numbers(env).to_records().sink_to(DiscardingSink())  # the way out works
+
+
+def test_a_batch_sink_on_a_record_stream_names_to_batches(tmp_path: Path) -> None:
+    env = local_env()
+    sink = FileSink.for_bulk_format(str(tmp_path), ParquetBulkWriters.for_record_batches()).build()
+    with pytest.raises(InvalidProgramError, match=r"FileSink is a batch sink.*\.to_batches\(\)\.sink_to"):
+        env.from_sequence(1, 3).sink_to(sink)
+    env.from_sequence(1, 3).to_batches().sink_to(sink)  # the way out works
+
+
+def test_a_union_of_batch_and_record_streams_names_the_conversion() -> None:
+    env = local_env()
+    batches, records = numbers(env), env.from_sequence(1, 10)
+    with pytest.raises(InvalidProgramError, match=r"got DataStream: it is a record stream.*to_batches\(\)"):
+        batches.union(records)  # type: ignore[arg-type]
+    with pytest.raises(InvalidProgramError, match=r"got BatchStream: a BatchStream carries.*to_records\(\)"):
+        records.union(batches)  # type: ignore[arg-type]
+    with pytest.raises(InvalidProgramError, match=r"connect\(\).*got BatchStream.*to_records\(\)"):
+        records.connect(batches)  # type: ignore[call-overload]
+    with pytest.raises(InvalidProgramError, match="different environments"):
+        batches.union(numbers(local_env()))
+
+
+def test_map_batches_rejects_what_is_not_a_batch_function() -> None:
+    env = local_env()
+    with pytest.raises(
+        InvalidProgramError, match="map_batches\\(\\) takes a MapBatchesFunction or a callable, got int"
+    ):
+        numbers(env).map_batches(3)  # type: ignore[arg-type]
+
+    class Mapper(MapFunction):
+        def map(self, value: Any) -> Any:
+            return value
+
+    with pytest.raises(
+        InvalidProgramError, match="got Mapper \\(a function class must implement 'map_batch'\\)"
+    ):
+        numbers(env).map_batches(Mapper())  # type: ignore[arg-type]
+
+
+def test_key_by_and_aggregations_reject_bad_columns() -> None:
+    env = local_env()
+    with pytest.raises(InvalidProgramError, match="key_by\\(\\) takes a KeySelector or a callable, got int"):
+        numbers(env).key_by(3)  # type: ignore[arg-type]
+    with pytest.raises(InvalidProgramError, match="key_by\\(\\) takes the name of a column.*got ''"):
+        numbers(env).key_by("")
+    with pytest.raises(InvalidProgramError, match="internal column"):
+        numbers(env).key_by(KEY_COLUMN)
+    keyed = numbers(env).key_by("value")
+    with pytest.raises(InvalidProgramError, match="sum\\(\\) takes the name of a column.*got 0"):
+        keyed.sum(0)  # type: ignore[arg-type]
+    with pytest.raises(InvalidProgramError, match="running_mean\\(\\) takes the name of a column"):
+        keyed.running_mean(None)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(
+    ("state_schema", "message"),
+    [
+        ([("count", pa.int64())], "takes a pyarrow.Schema or a dict of column name to Arrow type"),
+        ({}, "has no columns"),
+        ({"count": int}, "column 'count' has type <class 'int'>: give a pyarrow type"),
+        ({"count": "int65"}, "column 'count' has type 'int65'"),
+        ({KEY_COLUMN: pa.int64()}, "internal column names"),
+        ({"": pa.int64()}, "column names are non-empty strings"),
+        (
+            pa.schema([("a", pa.int64()), ("a", pa.int32())]),
+            "names the column\\(s\\) \\['a'\\] more than once",
+        ),
+    ],
+)
+def test_process_batches_rejects_a_bad_state_schema(state_schema: Any, message: str) -> None:
+    env = local_env()
+    with pytest.raises(InvalidProgramError, match=message):
+        numbers(env).key_by("value").process_batches(CountPerKey(), state_schema)
+
+
+def test_process_batches_rejects_what_is_not_a_keyed_batch_function() -> None:
+    env = local_env()
+    with pytest.raises(
+        InvalidProgramError, match="got Doubling \\(a function class must implement 'process_batch'\\)"
+    ):
+        numbers(env).key_by("value").process_batches(Doubling(), {"count": pa.int64()})  # type: ignore[arg-type]
+
+
+def test_a_batch_source_refuses_a_watermark_strategy_and_a_type_info() -> None:
+    env = local_env()
+    strategy = WatermarkStrategy.for_monotonous_timestamps()
+    with pytest.raises(InvalidProgramError, match=r"takes no watermark strategy.*to_batches\(\) after it"):
+        env.from_source(ArrowNumberSequenceSource(1, 10), strategy, "numbers")
+    with pytest.raises(InvalidProgramError, match="a batch source's batches carry their own Arrow schema"):
+        env.from_source(ArrowNumberSequenceSource(1, 10), None, "numbers", type_info=int)
+
+
+def test_to_batches_rejects_a_bad_schema() -> None:
+    env = local_env()
+    with pytest.raises(InvalidProgramError, match="to_batches\\(schema\\) takes a pyarrow.Schema"):
+        env.from_sequence(1, 3).to_batches("value int64")  # type: ignore[arg-type]
+
+
+def test_operator_settings_on_a_partitioning_name_the_fix() -> None:
+    env = local_env()
+    with pytest.raises(InvalidProgramError, match="name\\(\\) applies to an operator"):
+        numbers(env).rebalance().name("x")
+    assert numbers(env).map_batches(double).name("doubled").uid("d").get_name() == "doubled"
