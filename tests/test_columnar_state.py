@@ -575,6 +575,56 @@ def test_every_column_type_round_trips(tmp_path: Path) -> None:
     assert again.column("u64").dtype == np.uint64 and again.column("f32").dtype == np.float32
 
 
+@settings(max_examples=60, deadline=None)
+@given(
+    st.lists(st.integers(-(2**63), 2**63 - 1) | st.none(), max_size=60, unique=True)
+    | st.lists(st.text(max_size=4) | st.none(), max_size=60, unique=True),
+    st.sampled_from([1, 3, 16, 128]),
+    st.integers(1, 4),
+    st.integers(1, 4),
+    st.sets(st.integers(0, 59)),
+)
+def test_any_keys_rescale_from_any_parallelism_to_any_other(
+    keys: list[Any], max_parallelism: int, written_by: int, restored_by: int, removed: set[int]
+) -> None:
+    written_by, restored_by = min(written_by, max_parallelism), min(restored_by, max_parallelism)
+    storage = CheckpointStorage(None, "job")  # in memory: the bytes are inlined in the handles
+    array = pa.array(keys)
+    key_groups = key_groups_of(array, max_parallelism)
+    expected: dict[Any, int] = {}
+    handles: list[KeyGroupsStateHandle] = []
+    for index in range(written_by):
+        own = KeyGroupRange.of_operator(max_parallelism, written_by, index)
+        writer = ColumnarKeyedStateBackend(own, max_parallelism)
+        state = writer.get_columnar_state("s", SCHEMA)
+        mine = (key_groups >= own.start) & (key_groups <= own.end)
+        slots = state.slots_of(array.filter(pa.array(mine)), key_groups[mine])
+        state.column("total")[slots] = np.flatnonzero(mine)
+        gone = [i for i, row in enumerate(np.flatnonzero(mine).tolist()) if row in removed]
+        state.remove(slots[gone])
+        expected.update({keys[row]: row for row in np.flatnonzero(mine).tolist() if row not in removed})
+        snapshot = writer.snapshot(1)
+        handles.extend(
+            h
+            for h in snapshot.serialize().write(storage, 1, None).handles
+            if isinstance(h, KeyGroupsStateHandle)
+        )
+    restored: dict[Any, int] = {}
+    for index in range(restored_by):
+        own = KeyGroupRange.of_operator(max_parallelism, restored_by, index)
+        reader = ColumnarKeyedStateBackend(own, max_parallelism)
+        reader.restore(handles, StateReader(storage))
+        state = reader.get_columnar_state("s", SCHEMA)
+        live = state.live_slots()
+        for key, total in zip(
+            state.key_array(live).to_pylist(), state.column("total")[live].tolist(), strict=True
+        ):
+            assert key not in restored
+            restored[key] = total
+        assert reader.num_keys("s") == len(live)
+    assert restored == expected
+
+
 def test_restored_state_keeps_working_and_checkpoints_again(tmp_path: Path) -> None:
     storage = CheckpointStorage(str(tmp_path), "job", inline_threshold=0)
     first = backend()
