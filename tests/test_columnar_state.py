@@ -128,14 +128,21 @@ def test_float_slots_follow_a_dict_model_with_one_nan_key(pool: list[Any], opera
     check_against_model(pa.float64(), pool, operations)
 
 
-@pytest.mark.parametrize("batch_keys", [200, 5000], ids=["dict-lookups", "arrow-lookups"])
-def test_string_keys_at_scale_with_removals(batch_keys: int) -> None:
-    """Thousands of string keys, most removed and some back: with batches of few distinct keys
-    (looked up in the dict) and of many (looked up in Arrow, dead entries compacted)."""
+@pytest.mark.parametrize(
+    ("kind", "batch_keys"),
+    [("string", 200), ("string", 5000), ("int", 200), ("int", 5000)],
+    ids=["string-dict-lookups", "string-arrow-lookups", "int-few", "int-many"],
+)
+def test_keys_at_scale_with_removals(kind: str, batch_keys: int) -> None:
+    """Thousands of keys, most removed and some back, round after round: string keys in
+    batches of few distinct keys (looked up in the dict) and of many (looked up in Arrow, dead
+    entries compacted); int keys through the index's tombstones and rebuilds."""
     state = new_state()
-    keys = [f"k{i}" for i in range(6000)]
+    keys: list[Any] = (
+        [f"k{i}" for i in range(6000)] if kind == "string" else [i * 7919 - 10**6 for i in range(6000)]
+    )
     rng = np.random.default_rng(5)
-    slot_of: dict[str, int] = {}
+    slot_of: dict[Any, int] = {}
     for round_ in range(8):
         chosen = [keys[i] for i in rng.integers(0, len(keys), batch_keys)]
         array = pa.array(chosen)
