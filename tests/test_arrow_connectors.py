@@ -557,3 +557,47 @@ def test_source_operator_emits_batches_and_restores_from_its_split_state() -> No
         pass
     batches = [b for b in emitted[:1] + restored if isinstance(b, pa.RecordBatch)]
     assert [v for b in batches for v in b.column("value").to_pylist()] == list(range(100))
+
+
+def delta_sink_committed_checkpoint_1(path: Path) -> tuple[DeltaSink, OperatorHarness, Any]:
+    """A batch DeltaSink subtask that wrote keys 0..2 and committed them with checkpoint 1."""
+    sink = DeltaSink.for_record_batches(str(path), DELTA_SCHEMA, app_id="arrow")
+    sink.validate()
+    h = OperatorHarness(SinkWriterOperator(sink)).open()
+    write(h, batch_of(range(0, 3)))
+    state = h.snapshot(1)
+    h.notify_complete(1)
+    return sink, h, state
+
+
+def test_delta_sink_commits_the_end_of_input_of_an_attempt_restored_after_a_commit(tmp_path: Path) -> None:
+    """A restored attempt that reaches the end of its input before its first checkpoint
+    commits what it wrote: the end-of-input commit was numbered one past the attempt's last
+    checkpoint (0 in a new attempt), which the restored checkpoint's commit (1) had already
+    passed, so the committer skipped it as done and the rows were lost."""
+    sink, h, state = delta_sink_committed_checkpoint_1(tmp_path)
+    write(h, batch_of(range(3, 5)))  # lost with the failure
+    h.close()
+    again = OperatorHarness(SinkWriterOperator(sink), attempt=1).open([state], restored_checkpoint_id=1)
+    write(again, batch_of(range(3, 6)))
+    again.end_input()
+    assert delta_keys(tmp_path) == [0, 1, 2, 3, 4, 5]
+
+
+def test_delta_sink_redo_after_an_end_of_input_commit_adds_nothing_twice(tmp_path: Path) -> None:
+    """A subtask committed its end of input, then the job failed (another subtask) and
+    restored from checkpoint 1: the replayed rows, committed again under later checkpoints,
+    are already in the table (the end-of-input commit was numbered 2, so checkpoint 3's redo
+    went in a second time)."""
+    sink, h, state = delta_sink_committed_checkpoint_1(tmp_path)
+    write(h, batch_of(range(3, 6)))
+    h.end_input()  # committed: 0..5
+    again = OperatorHarness(SinkWriterOperator(sink), attempt=1).open([state], restored_checkpoint_id=1)
+    write(again, batch_of(range(3, 4)))
+    again.snapshot(2)
+    again.notify_complete(2)
+    write(again, batch_of(range(4, 6)))
+    again.snapshot(3)
+    again.notify_complete(3)
+    again.end_input()
+    assert delta_keys(tmp_path) == [0, 1, 2, 3, 4, 5]

@@ -6,7 +6,8 @@ but no Delta reader sees it: a Delta table is what its log says). When the
 checkpoint completes, the file is added to the log in one Delta transaction
 that also records ``(app id, version)``: app id
 ``<prefix>-<job id>-<sink uid>-<subtask>`` (prefix ``chandy`` unless given),
-version the checkpoint id. delta-rs does not skip a stale retry by itself, so
+version the checkpoint id (at the end of the input, ``END_OF_INPUT_VERSION``, past them
+all: nothing of that job and subtask follows it). delta-rs does not skip a stale retry by itself, so
 the committer reads ``transaction_version(app_id)`` first and skips what the
 log already has: a commit replayed after a restore never duplicates rows. The
 job id is part of the app id because checkpoint ids start again in every new
@@ -38,6 +39,14 @@ from chandy.core.connector import (
 from chandy.errors import InvalidProgramError
 
 log = logging.getLogger(__name__)
+
+
+#: The version of the commit a subtask makes at the end of its input (Kafka's end-of-input
+#: marker): past every checkpoint id of the job, so that neither it nor a replay after a
+#: later failure is taken for a commit already done, or done again. One past the writer's
+#: last checkpoint was both: 0 in an attempt restored after a commit (skipped: rows lost),
+#: and below the replayed checkpoints of a restore after it (committed twice).
+END_OF_INPUT_VERSION = 2**62
 
 
 @dataclass(frozen=True)
@@ -129,7 +138,6 @@ class DeltaSinkWriter(PrecommittingSinkWriter):
         self._writer: Any = None
         self._file: str | None = None
         self._records = 0
-        self._last_version = -1
 
     def write(self, element: Any) -> None:
         self.write_batch([element])
@@ -167,8 +175,7 @@ class DeltaSinkWriter(PrecommittingSinkWriter):
             os.fsync(fd)
         finally:
             os.close(fd)
-        version = checkpoint_id if checkpoint_id is not None else self._last_version + 1
-        self._last_version = version
+        version = checkpoint_id if checkpoint_id is not None else END_OF_INPUT_VERSION
         committable = DeltaCommittable(self.app_id, version, self._file, os.path.getsize(full), self._records)
         self._writer, self._file, self._records = None, None, 0
         return [committable]
