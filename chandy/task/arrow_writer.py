@@ -76,16 +76,13 @@ class ArrowRecordWriter(RecordWriter):
         self._rows[index] = 0
         size = self.batch_size
         parts = [batch] if n < 2 * size else [batch.slice(start, size) for start in range(0, n, size)]
-        channel = self.channels[index]
         for part in parts:
-            self.records_out += part.num_rows
-            self.batches_out += 1
             if overdraft:
-                channel.send_overdraft(part)
-            elif channel.has_credit():
-                channel.send(part)
-            else:  # the send waits for credit: backpressure, measured
-                self.blocked.timed(channel.send, part)
+                self.records_out += part.num_rows
+                self.batches_out += 1
+                self.channels[index].send_overdraft(part)
+            else:
+                self._send(index, part)  # counts len(part), its rows
 
     def flush(self) -> None:
         """Send every channel's buffered rows now."""
