@@ -69,8 +69,6 @@ class ArrowDataGeneratorReader(DataGeneratorReader):
         if not isinstance(due, tuple):
             return due
         split, n = due
-        if n <= 0:
-            return []
         indices = np.arange(split.position, split.position + n * split.step, split.step, dtype=np.int64)
         result = self._generate(indices)
         try:
