@@ -16,7 +16,10 @@ from chandy.network.input_gate import InputGate
 from chandy.network.item_codec import decode_item, encode_item, encoded_size, is_arrow_payload
 from chandy.network.tcp import ChannelKey, DataPlane
 from chandy.network.wakeup import Wakeup
+from chandy.task.chunked_input import PROBE_RECORDS
 from tests import test_tcp_priority as tcp
+from tests.test_task_unaligned import UNALIGNED
+from tests.test_task_unaligned_chunks import OneChannelTask
 
 planes = tcp.planes
 
@@ -153,3 +156,35 @@ def test_local_channel_serializes_a_record_batch_as_ipc_and_sizes_it_without_pic
     assert is_arrow_payload(channel.serialized(item)) and decode_item(channel.serialized(item)).equals(rb)
     assert channel.size_of(item) == rb.nbytes
     assert channel.size_of([1, 2]) == len(pickle.dumps([1, 2], protocol=pickle.HIGHEST_PROTOCOL))
+
+
+class ArrowBatchTask(OneChannelTask):
+    """:class:`OneChannelTask` whose input batches are Arrow record batches of a column ``v``."""
+
+    def head(self, batch: Any) -> None:
+        assert type(batch) is pa.RecordBatch
+        super().head(batch.column("v").to_pylist())
+
+
+def test_a_slow_record_batch_is_chunked_and_its_unprocessed_rest_is_arrow_channel_state() -> None:
+    """Unaligned checkpoints slice a slow RecordBatch like a list (``len`` and slices), and the
+    rest of the batch goes into the channel state as an Arrow IPC stream, replayed as a batch."""
+    task = ArrowBatchTask(UNALIGNED)
+    big = pa.record_batch({"v": pa.array(range(100), pa.int64())})
+    after = pa.record_batch({"v": pa.array(range(100, 110), pa.int64())})
+    task.channel.send(big)
+    task.channel.send(after)
+    polled = task.gate.poll_next()
+    assert polled is not None and polled[1] is big
+    task.chunked.process(task.head, 0, big)
+    assert task.chunks == [PROBE_RECORDS] + [10] * 8 + [4]
+    assert task.triggered == [(1, 36)]
+    (state,) = task.completed
+    assert state is not None
+    payloads = state.per_channel[0]
+    assert all(is_arrow_payload(p) for p in payloads)
+    assert [decode_item(p).column("v").to_pylist() for p in payloads] == [
+        list(range(36, 100)),
+        list(range(100, 110)),
+    ]
+    assert task.processed == list(range(100))

@@ -11,6 +11,9 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pytest
 
+from chandy.errors import InvalidProgramError
+from chandy.graph.job_graph import DistributionPattern, create_job_graph
+from chandy.graph.stream_graph import StreamGraph
 from chandy.state.arrow_keys import KEY_COLUMN, KEY_GROUP_COLUMN
 from chandy.state.key_groups import KeyGroupRange, assign_to_key_group
 from chandy.task.arrow_partitioners import (
@@ -22,7 +25,8 @@ from chandy.task.arrow_partitioners import (
     ArrowShufflePartitioner,
     ColumnarPartitioner,
 )
-from chandy.task.partitioners import ForwardPartitioner, KeyGroupStreamPartitioner
+from chandy.task.operators.base import StreamOperator
+from chandy.task.partitioners import ForwardPartitioner, KeyGroupStreamPartitioner, RebalancePartitioner
 
 
 def keyed(partitioner: ArrowKeyGroupPartitioner, channels: int, subtask: int = 0) -> ArrowKeyGroupPartitioner:
@@ -181,3 +185,61 @@ def test_key_groups_spread_evenly_over_many_channels() -> None:
         assert np.all(groups * 40 // 256 == channel)
         rows = piece.column("row").to_numpy()
         assert np.all(np.diff(rows) > 0)
+
+
+# ---------------------------------------------------------------------- the job graph's batch edges
+
+
+def never_built() -> StreamOperator:
+    raise AssertionError("building the job graph builds no operator")
+
+
+def batch_graph(partitioner: Any, *, source_columnar: bool, parallelisms: tuple[int, int] = (2, 2)) -> Any:
+    """source -> sink, the source emitting batches (or records), on the given partitioner."""
+    graph = StreamGraph()
+    source = graph.add_node("src", never_built, is_source=True, parallelism=parallelisms[0])
+    source.columnar = source_columnar
+    source.assigns_timestamps = True  # a batch edge carries no timestamp column all the same
+    sink = graph.add_node("sink", never_built, is_sink=True, keyed=True, parallelism=parallelisms[1])
+    graph.add_edge(source, sink, partitioner)
+    return create_job_graph(
+        graph,
+        job_name="j",
+        default_parallelism=2,
+        default_max_parallelism=0,
+        chaining_enabled=True,
+        config={},
+    )
+
+
+def test_a_batch_edge_without_a_partitioner_is_columnar_forward_and_chains_or_columnar_rebalance() -> None:
+    chained = batch_graph(None, source_columnar=True)
+    assert len(chained.vertices) == 1 and not chained.edges  # forward chains, as on the record path
+    split = batch_graph(None, source_columnar=True, parallelisms=(1, 3))
+    [edge] = split.edges
+    assert type(edge.partitioner) is ArrowRebalancePartitioner and not edge.partitioner.timestamped
+    assert edge.pattern is DistributionPattern.ALL_TO_ALL
+    records = batch_graph(None, source_columnar=False, parallelisms=(1, 3))
+    assert type(records.edges[0].partitioner) is RebalancePartitioner
+    rescaled = batch_graph(ArrowRescalePartitioner(), source_columnar=True, parallelisms=(1, 3))
+    assert rescaled.edges[0].pattern is DistributionPattern.POINTWISE
+
+
+def test_a_keyed_batch_edge_gets_the_target_max_parallelism_and_ships_keys_into_a_keyed_operator() -> None:
+    [edge] = batch_graph(ArrowKeyGroupPartitioner("k"), source_columnar=True, parallelisms=(2, 3)).edges
+    partitioner = edge.partitioner
+    assert isinstance(partitioner, ArrowKeyGroupPartitioner)
+    assert partitioner.max_parallelism == 128 and partitioner.ship_keys and not partitioner.timestamped
+
+
+def test_a_partitioner_of_the_other_path_is_an_invalid_program_naming_the_conversion() -> None:
+    with pytest.raises(InvalidProgramError, match=r"emits Arrow record batches.*REBALANCE.*to_records\(\)"):
+        batch_graph(RebalancePartitioner(), source_columnar=True)
+    with pytest.raises(InvalidProgramError, match=r"emits Arrow record batches.*HASH.*to_records\(\)"):
+        batch_graph(KeyGroupStreamPartitioner(lambda r: r), source_columnar=True)
+    with pytest.raises(InvalidProgramError, match=r"emits records.*SHUFFLE.*to_batches\(\)"):
+        batch_graph(ArrowShufflePartitioner(), source_columnar=False)
+    with pytest.raises(
+        InvalidProgramError, match="forward partitioning does not allow a change of parallelism"
+    ):
+        batch_graph(ArrowForwardPartitioner(), source_columnar=True, parallelisms=(1, 2))

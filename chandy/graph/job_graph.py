@@ -23,6 +23,11 @@ from typing import Any
 from chandy.errors import ConfigurationError, InvalidProgramError
 from chandy.graph.stream_graph import ChainingStrategy, StreamEdge, StreamGraph, StreamNode
 from chandy.state.key_groups import UPPER_BOUND_MAX_PARALLELISM, compute_default_max_parallelism
+from chandy.task.arrow_partitioners import (
+    ArrowForwardPartitioner,
+    ArrowKeyGroupPartitioner,
+    ArrowRebalancePartitioner,
+)
 from chandy.task.deployment import OperatorSpec
 from chandy.task.partitioners import (
     ForwardPartitioner,
@@ -201,7 +206,7 @@ def create_job_graph(
             source_vertex = vertices[head_of[node.id].id]
             target_vertex = vertices[edge.target.id]
             partitioner = edges[id(edge)]
-            if isinstance(partitioner, KeyGroupStreamPartitioner):
+            if isinstance(partitioner, (KeyGroupStreamPartitioner, ArrowKeyGroupPartitioner)):
                 partitioner = partitioner.for_target(
                     target_vertex.max_parallelism, ship_keys=edge.target.keyed
                 )
@@ -304,8 +309,13 @@ def _check_inputs(node: StreamNode) -> None:
 def _resolve_partitioner(edge: StreamEdge) -> StreamPartitioner:
     partitioner = edge.partitioner
     same = edge.source.parallelism == edge.target.parallelism
+    columnar = edge.source.columnar  # the edge carries Arrow record batches (the batch path)
     if partitioner is None:
+        if columnar:
+            return ArrowForwardPartitioner() if same else ArrowRebalancePartitioner()
         return ForwardPartitioner() if same else RebalancePartitioner()
+    if partitioner.columnar != columnar:
+        _mismatched_partitioner(edge, partitioner)
     if isinstance(partitioner, ForwardPartitioner) and not same:
         raise InvalidProgramError(
             f"forward partitioning does not allow a change of parallelism: '{edge.source.name}' "
@@ -314,3 +324,20 @@ def _resolve_partitioner(edge: StreamEdge) -> StreamPartitioner:
             "both the same parallelism"
         )
     return partitioner
+
+
+def _mismatched_partitioner(edge: StreamEdge, partitioner: StreamPartitioner) -> None:
+    """A record partitioner on an edge of Arrow batches, or a batch partitioner on an edge of
+    records: the partitioner would get items it cannot route. Named before anything runs."""
+    if edge.source.columnar:
+        raise InvalidProgramError(
+            f"'{edge.source.name}' emits Arrow record batches, but its edge to '{edge.target.name}' has "
+            f"the record partitioner {partitioner.name} ({type(partitioner).__name__}), which routes "
+            "records: partition the BatchStream with its own key_by / rebalance / shuffle / ..., or "
+            "convert it with to_records() first"
+        )
+    raise InvalidProgramError(
+        f"'{edge.source.name}' emits records, but its edge to '{edge.target.name}' has the batch "
+        f"partitioner {partitioner.name} ({type(partitioner).__name__}), which routes Arrow record "
+        "batches: convert the stream with to_batches() first, or partition it as a DataStream"
+    )

@@ -15,6 +15,7 @@ from typing import Any
 
 from chandy.network.events import ACTIVE, IDLE, Watermark
 from chandy.state.backend import KeyedStateBackend, KeyedStateSnapshot
+from chandy.state.columnar import ColumnarKeyedStateBackend
 from chandy.state.factory import keyed_state_backend_factory
 from chandy.state.handles import OperatorStateMeta
 from chandy.state.key_groups import KeyGroupRange
@@ -144,11 +145,13 @@ class OperatorChain:
                 network += [writers[i] for i in network_indexes]
             if not consumers:
                 tails.append(mine)
-            backend = (
-                create_backend(key_group_range, tdd.max_parallelism, _describe_operator(spec), services.clock)
-                if spec.keyed
-                else None
-            )
+            backend: KeyedStateBackend | None = None
+            if spec.keyed:
+                # A keyed batch operator keeps its state in columns, whatever state.backend.type says.
+                make_backend = ColumnarKeyedStateBackend if operator.columnar_state else create_backend
+                backend = make_backend(
+                    key_group_range, tdd.max_parallelism, _describe_operator(spec), services.clock
+                )
             context = StreamingRuntimeContext(
                 job_id=tdd.job_id,
                 job_name=tdd.job_name,

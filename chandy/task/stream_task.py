@@ -79,6 +79,8 @@ from chandy.network.input_gate import InputGate
 from chandy.network.wakeup import Wakeup
 from chandy.state.handles import FileStateHandle, InputChannelStateHandle
 from chandy.storage.checkpoint_storage import StateReader
+from chandy.task.arrow_partitioners import ColumnarPartitioner
+from chandy.task.arrow_writer import ArrowRecordWriter
 from chandy.task.checkpointing import SubtaskCheckpointCoordinator
 from chandy.task.chunked_input import ChunkedInput
 from chandy.task.deployment import TaskDeploymentDescriptor
@@ -127,6 +129,9 @@ class StreamTask:
         self._cancelled = False
         config = Configuration(tdd.config)
         self.batch_size = config.get(NetworkOptions.BATCH_SIZE)
+        #: Rows per record batch on the batch path: what a batch source reads at a time, and
+        #: what a batch edge's writer sends at once.
+        self.arrow_batch_size = config.get(NetworkOptions.ARROW_BATCH_SIZE)
         self.buffer_timeout_ns = config.get(ExecutionOptions.BUFFER_TIMEOUT) * 1_000_000
         self.checkpointed_input: CheckpointedInputGate | None = None
         #: Collects the in-flight data of unaligned checkpoints (a task with exactly-once inputs).
@@ -183,7 +188,10 @@ class StreamTask:
             partitioner.setup(len(channels), tdd.subtask_index)
             for channel in channels:
                 channel.bind_producer(self.wakeup, self.is_cancelled)
-            self.writers.append(RecordWriter(channels, partitioner, self.batch_size))
+            if isinstance(partitioner, ColumnarPartitioner):  # a batch edge: Arrow record batches
+                self.writers.append(ArrowRecordWriter(channels, partitioner, self.arrow_batch_size))
+            else:
+                self.writers.append(RecordWriter(channels, partitioner, self.batch_size))
         #: Records in and out, idle and backpressured time, watermarks (read by the executor's reporter).
         self.metrics = TaskMetrics(tdd.attempt_id, self.writers)
         self.chain: OperatorChain | None = None
@@ -529,7 +537,10 @@ class StreamTask:
         )
         if self._chunked is not None:  # chosen once: the default configuration's loop is unchanged
             process_input = self._process_input_in_chunks
-        batch_size = self.batch_size
+        # A batch source (``Source.columnar``) reads Arrow batches of arrow_batch_size rows.
+        batch_size = (
+            self.arrow_batch_size if source is not None and source.source.columnar else self.batch_size
+        )
         timers = self.processing_time
         clock = timers.clock
         metrics = self.metrics
