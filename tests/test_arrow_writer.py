@@ -8,15 +8,29 @@ from typing import Any
 import pyarrow as pa
 import pytest
 
+from chandy.connectors.arrow_sources import ArrowNumberSequenceReader, ArrowNumberSequenceSource
+from chandy.core.connector import SourceReaderContext
+from chandy.graph.execution_graph import ExecutionGraph
+from chandy.graph.job_graph import create_job_graph
+from chandy.graph.stream_graph import StreamGraph
+from chandy.messages.status import ExecutionState
 from chandy.network.channel import LocalChannel
 from chandy.network.events import END_OF_PARTITION, CheckpointBarrier, PriorityBarrier, Watermark
 from chandy.state.arrow_keys import KEY_GROUP_COLUMN
+from chandy.state.columnar import ColumnarKeyedStateBackend
 from chandy.task.arrow_partitioners import (
     ArrowForwardPartitioner,
     ArrowKeyGroupPartitioner,
     ColumnarPartitioner,
 )
 from chandy.task.arrow_writer import ArrowRecordWriter
+from chandy.task.deployment import TaskDeploymentDescriptor
+from chandy.task.operator_chain import OperatorChain
+from chandy.task.operators.batch import KeyedBatchAggregateOperator
+from chandy.task.operators.source import SourceOperator
+from chandy.task.services import TaskServices
+from chandy.task.stream_task import StreamTask
+from tests.test_task_checkpoint_failures import RecordingListener
 
 
 def rows(start: int, n: int, key_mod: int = 5) -> pa.RecordBatch:
@@ -143,3 +157,93 @@ def test_records_on_a_batch_edge_fail_naming_the_conversion() -> None:
         writer.emit_batch([1, 2, 3])
     with pytest.raises(ValueError, match="arrow-batch-size"):
         writer_with(ArrowForwardPartitioner(), 1, batch_size=0)
+
+
+# ---------------------------------------------------------------------- a real source task on a batch edge
+
+#: ``max_records`` of every poll of :class:`RecordingSequence`'s readers (same process: the task's
+#: cloudpickled copy of the class refers to this module).
+POLLS: list[int] = []
+
+
+class RecordingSequence(ArrowNumberSequenceSource):
+    """A batch number sequence whose readers record how many rows the task asked for."""
+
+    def create_reader(self, context: SourceReaderContext) -> ArrowNumberSequenceReader:
+        reader = super().create_reader(context)
+        poll = reader.poll_next
+
+        def recording_poll(max_records: int) -> pa.RecordBatch | None:
+            POLLS.append(max_records)
+            return poll(max_records)
+
+        reader.poll_next = recording_poll  # type: ignore[method-assign]
+        return reader
+
+
+def source_into_keyed_sum(end: int, config: dict[str, Any]) -> dict[str, TaskDeploymentDescriptor]:
+    """A batch source (parallelism 1) keyed by ``value`` into a keyed batch sum (parallelism 2)."""
+    graph = StreamGraph()
+    source = graph.add_node(
+        "Source", lambda: SourceOperator(RecordingSequence(1, end)), is_source=True, parallelism=1
+    )
+    source.columnar = True
+    total = graph.add_node(
+        "Sum",
+        lambda: KeyedBatchAggregateOperator("sum", "value", False, "value"),
+        is_sink=True,
+        keyed=True,
+        parallelism=2,
+    )
+    total.columnar = True
+    graph.add_edge(source, total, ArrowKeyGroupPartitioner("value"))
+    job = create_job_graph(
+        graph,
+        job_name="batch edge",
+        default_parallelism=1,
+        default_max_parallelism=0,
+        chaining_enabled=True,
+        config=config,
+    )
+    execution = ExecutionGraph(job)
+    return {
+        tdd.task_name.split(" ")[0]: tdd
+        for tdd in (execution.deployment_descriptor(subtasks[0]) for subtasks in execution.vertices.values())
+    }
+
+
+def test_a_batch_source_task_reads_arrow_batch_size_rows_and_sends_them_through_the_arrow_writer() -> None:
+    POLLS.clear()
+    config = {"chandy.network.arrow-batch-size": 3000, "chandy.network.batch-size": 7}
+    tdds = source_into_keyed_sum(10_000, config)
+    outputs = [LocalChannel(1000, name=f"out{i}") for i in range(2)]
+    listener = RecordingListener()
+    task = StreamTask(tdds["Source"], [], [outputs], TaskServices(), listener)
+    assert isinstance(task.writers[0], ArrowRecordWriter) and task.writers[0].batch_size == 3000
+    task.invoke()
+    assert listener.states[-1][0] is ExecutionState.FINISHED, listener.states
+    assert POLLS and set(POLLS) == {3000}
+    seen = []
+    for index, channel in enumerate(outputs):
+        items = drain(channel)
+        assert items[-1] is END_OF_PARTITION
+        batches = [i for i in items if isinstance(i, pa.RecordBatch)]
+        assert all(0 < b.num_rows < 6000 for b in batches)
+        values = [v for b in batches for v in b.column("value").to_pylist()]
+        assert values == sorted(values)
+        assert all(g * 2 // 128 == index for b in batches for g in b.column(KEY_GROUP_COLUMN).to_pylist())
+        seen += values
+    assert sorted(seen) == list(range(1, 10_001))
+
+
+def test_a_keyed_operator_with_columnar_state_gets_the_columnar_backend_whatever_the_config_says() -> None:
+    tdds = source_into_keyed_sum(10, {"state.backend.type": "rocksdb"})
+    chain = OperatorChain(tdds["Sum"], [], TaskServices(), lambda: False)
+    try:
+        [operator] = chain.operators.values()
+        assert operator.columnar_state and operator.runtime_context is not None
+        backend = operator.runtime_context.keyed_state_backend
+        assert isinstance(backend, ColumnarKeyedStateBackend)
+        assert backend.max_parallelism == 128
+    finally:
+        assert chain.close() is None
