@@ -87,10 +87,13 @@ def main(argv: list[str]) -> int:
         "--records",
         type=int,
         default=None,
-        help="records of W1, W2 and W5 (rounded up to whole windows) and keys of W4 and W4r, "
+        help="records of W1, W1v, W2 and W5 (rounded up to whole windows) and keys of W4 and W4r, "
         "for every system",
     )
-    suite.add_argument("--duration-s", type=float, default=None, help="length of W3")
+    suite.add_argument(
+        "--w1v-records", type=int, default=None, help="records of W1v (after --records; default 300 M)"
+    )
+    suite.add_argument("--duration-s", type=float, default=None, help="length of W3 and W3v")
     suite.add_argument(
         "--update-s", type=float, default=None, help="length of W4r's updates (1 %% of the keys per second)"
     )
@@ -235,6 +238,7 @@ def _run_suite(args: argparse.Namespace, argv: list[str]) -> int:
         sizes = replace(
             sizes,
             w1_records=args.records,
+            w1v_records=args.records,
             w2_records=args.records,
             w4_keys=args.records,
             w4r_keys=args.records,
@@ -243,6 +247,8 @@ def _run_suite(args: argparse.Namespace, argv: list[str]) -> int:
             w5_records_of={},
             slow_system_divisor={},
         )
+    if args.w1v_records is not None:
+        sizes = replace(sizes, w1v_records=args.w1v_records)
     if args.duration_s is not None:
         sizes = replace(sizes, w3_duration_s=args.duration_s)
     if args.update_s is not None:

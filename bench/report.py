@@ -30,6 +30,10 @@ class Metric:
     #: Whether chandy's ratio to a reference means anything (a count of checkpoints, or the
     #: in-flight bytes a system's buffers happen to hold, is a fact, not a score).
     compared: bool = True
+    #: The reference's figure a ratio compares it with, where that is another workload's:
+    #: W1v (chandy's batch path) against the reference's W1 (the same records and keys; only
+    #: chandy runs W1v). Empty: the reference's figure of the same name.
+    against: str = ""
 
     @property
     def key(self) -> str:
@@ -203,6 +207,39 @@ METRICS = [
         summary_key="w6_source_behind_s",
         compared=False,
     ),
+    Metric(
+        "w1v",
+        "records_per_s",
+        "W1v throughput (batch path)",
+        "records/s",
+        True,
+        summary_key="w1v_records_per_s",
+        against="records_per_s",
+    ),
+    Metric(
+        "w1v", "checkpoint_p50_ms", "W1v checkpoint p50", "ms", False, summary_key="w1v_checkpoint_p50_ms"
+    ),
+    Metric(
+        "w1v", "checkpoint_max_ms", "W1v checkpoint max", "ms", False, summary_key="w1v_checkpoint_max_ms"
+    ),
+    Metric(
+        "w3v",
+        "latency_p50_ms",
+        "W3v latency p50 (batch path)",
+        "ms",
+        False,
+        summary_key="w3v_latency_p50_ms",
+        against="latency_p50_ms",
+    ),
+    Metric(
+        "w3v",
+        "latency_p99_ms",
+        "W3v latency p99 (batch path)",
+        "ms",
+        False,
+        summary_key="w3v_latency_p99_ms",
+        against="latency_p99_ms",
+    ),
 ]
 #: W5's throughput, the figure its targets are about.
 W5_THROUGHPUT = next(m for m in METRICS if m.key == "w5_records_per_s")
@@ -234,14 +271,15 @@ def summarize(rows: list[dict[str, Any]]) -> dict[str, Any]:
             ]
             if values:
                 part[metric.key] = _spread(values)
-        base = [
-            r["records_per_s"]
-            for r in mine
-            if r.get("ok") and r["workload"] == "w1" and not r["checkpoint_interval_ms"]
-        ]
-        if base and "records_per_s" in part:
-            part["records_per_s_without_checkpoints"] = _spread(base)
-            part.update(_checkpoint_overhead(mine, part))
+        for workload, prefix in OVERHEAD_WORKLOADS.items():
+            base = [
+                r["records_per_s"]
+                for r in mine
+                if r.get("ok") and r["workload"] == workload and not r["checkpoint_interval_ms"]
+            ]
+            if base and f"{prefix}records_per_s" in part:
+                part[f"{prefix}records_per_s_without_checkpoints"] = _spread(base)
+                part.update(_checkpoint_overhead(mine, part, workload, prefix))
         exact = [r["exact"] for r in mine if r.get("ok") and r["workload"] == "w2"]
         if exact:
             part["w2_exact_runs"] = f"{sum(exact)} of {len(exact)}"
@@ -268,6 +306,11 @@ def summarize(rows: list[dict[str, Any]]) -> dict[str, Any]:
         summary[UNALIGNED].update(_unaligned_overhead(rows))
     return summary
 
+
+#: Workloads measured with checkpoints and without (``suite.WITH_NO_CHECKPOINT_BASELINE``), and
+#: the prefix of their figures' names in a summary: W1's checkpoint overhead is
+#: ``checkpoint_overhead``, W1v's ``w1v_checkpoint_overhead``.
+OVERHEAD_WORKLOADS = {"w1": "", "w1v": "w1v_"}
 
 #: chandy's variants with unaligned checkpoints and without (the same executor otherwise).
 UNALIGNED, ALIGNED = "chandy/unaligned", "chandy/spark"
@@ -320,8 +363,9 @@ def _unaligned_overhead(rows: list[dict[str, Any]]) -> dict[str, Any]:
     return found
 
 
-def _paired_w1(rows: list[dict[str, Any]], metric: str) -> list[tuple[float, float]]:
-    """(with checkpoints, without) of ``metric`` for every run that has both W1 cases.
+def _paired_w1(rows: list[dict[str, Any]], metric: str, workload: str = "w1") -> list[tuple[float, float]]:
+    """(with checkpoints, without) of ``metric`` for every run that has both cases of
+    ``workload`` (W1, or W1v).
 
     The two cases of a run follow each other, so a pair saw the same machine; a drift of
     the machine's speed over the whole comparison (see ``machine_loop_ms``) then moves
@@ -331,7 +375,10 @@ def _paired_w1(rows: list[dict[str, Any]], metric: str) -> list[tuple[float, flo
         w1 = [
             r
             for r in rows
-            if r.get("ok") and r["workload"] == "w1" and r.get("run", 0) == run and r.get(metric) is not None
+            if r.get("ok")
+            and r["workload"] == workload
+            and r.get("run", 0) == run
+            and r.get(metric) is not None
         ]
         checked = [r[metric] for r in w1 if r["checkpoint_interval_ms"]]
         unchecked = [r[metric] for r in w1 if not r["checkpoint_interval_ms"]]
@@ -340,25 +387,30 @@ def _paired_w1(rows: list[dict[str, Any]], metric: str) -> list[tuple[float, flo
     return pairs
 
 
-def _checkpoint_overhead(rows: list[dict[str, Any]], part: dict[str, Any]) -> dict[str, Any]:
-    """W1's checkpoint overhead: the median over runs of each run's throughput lost to
-    checkpoints (the ratio of the two medians where runs cannot be paired), and, where
-    the system reports it, the extra CPU time per record its task processes spent."""
+def _checkpoint_overhead(
+    rows: list[dict[str, Any]], part: dict[str, Any], workload: str = "w1", prefix: str = ""
+) -> dict[str, Any]:
+    """W1's (or W1v's) checkpoint overhead: the median over runs of each run's throughput
+    lost to checkpoints (the ratio of the two medians where runs cannot be paired), and,
+    where the system reports it, the extra CPU time per record its task processes spent.
+    The figures' names start with ``prefix``."""
     found: dict[str, Any] = {}
-    pairs = _paired_w1(rows, "records_per_s")
+    pairs = _paired_w1(rows, "records_per_s", workload)
     if pairs:
         losses = [1 - checked / unchecked for checked, unchecked in pairs]
-        found["checkpoint_overhead"] = statistics.median(losses)
-        found["checkpoint_overhead_runs"] = _spread(losses)
+        found[f"{prefix}checkpoint_overhead"] = statistics.median(losses)
+        found[f"{prefix}checkpoint_overhead_runs"] = _spread(losses)
     else:
-        found["checkpoint_overhead"] = (
-            1 - part["records_per_s"]["median"] / part["records_per_s_without_checkpoints"]["median"]
+        found[f"{prefix}checkpoint_overhead"] = (
+            1
+            - part[f"{prefix}records_per_s"]["median"]
+            / part[f"{prefix}records_per_s_without_checkpoints"]["median"]
         )
-    cpu = _paired_w1(rows, "task_cpu_us_per_record")
+    cpu = _paired_w1(rows, "task_cpu_us_per_record", workload)
     if cpu:
-        found["task_cpu_us_per_record"] = _spread([c for c, _ in cpu])
-        found["task_cpu_us_per_record_without_checkpoints"] = _spread([u for _, u in cpu])
-        found["checkpoint_cpu_overhead"] = statistics.median(c / u - 1 for c, u in cpu)
+        found[f"{prefix}task_cpu_us_per_record"] = _spread([c for c, _ in cpu])
+        found[f"{prefix}task_cpu_us_per_record_without_checkpoints"] = _spread([u for _, u in cpu])
+        found[f"{prefix}checkpoint_cpu_overhead"] = statistics.median(c / u - 1 for c, u in cpu)
     return found
 
 
@@ -382,7 +434,7 @@ def ratios(summary: dict[str, Any]) -> dict[str, dict[str, dict[str, float]]]:
             for metric in METRICS:
                 if not metric.compared or not _like_for_like(metric, mine, reference):
                     continue
-                a, b = _comparable(own, metric), _comparable(theirs, metric)
+                a, b = _comparable(own, metric), _comparable(theirs, _reference_metric(metric))
                 if a and b:
                     row[metric.key] = a / b if metric.higher_is_better else b / a
             result[mine][reference] = row
@@ -394,6 +446,13 @@ def ratios(summary: dict[str, Any]) -> dict[str, dict[str, dict[str, float]]]:
 LIKE_FOR_LIKE = {
     "w6": {("chandy/spark", "pyflink/thread"), ("chandy/unaligned", "pyflink/unaligned")},
 }
+
+
+def _reference_metric(metric: Metric) -> Metric:
+    """The reference's metric ``metric`` is compared with (``Metric.against``)."""
+    if not metric.against:
+        return metric
+    return next(m for m in METRICS if m.key == metric.against)
 
 
 def _like_for_like(metric: Metric, mine: str, reference: str) -> bool:
@@ -492,6 +551,7 @@ def targets(summary: dict[str, Any], chandy: str = "chandy/spark") -> list[dict[
     limit("latency_p99_ms", "W3 latency p99", 3, "ms")
     limit("recovery_s", "W2 recovery (raised exception)", 1, "s")
     checks += w5_targets(summary, own)
+    checks += batch_targets(summary, own)
     checks += rocksdb_targets(summary)
     checks += unaligned_targets(summary)
     return checks
@@ -532,6 +592,59 @@ def unaligned_targets(summary: dict[str, Any]) -> list[dict[str, Any]]:
                 f"throughput against aligned ({UNALIGNED} vs {ALIGNED})",
                 "measured": f"{overhead:.1%}",
                 "met": overhead <= W1_MAX_UNALIGNED_OVERHEAD,
+            }
+        )
+    return checks
+
+
+#: Issue 17's aims for the batch path: W1v at least 3x Spark's best W1 (its JVM
+#: ``groupBy().agg()``) and 30 M records/s, checkpoints costing at most 5 % of it, and W3's
+#: latency at 1,000 rows/s within 5 ms at p99.
+W1V_RATIO_TARGETS = (("spark_ss", 3.0),)
+W1V_MIN_RECORDS_PER_S = 30_000_000
+W1V_MAX_CHECKPOINT_OVERHEAD = 0.05
+W3V_MAX_LATENCY_P99_MS = 5.0
+
+
+def batch_targets(summary: dict[str, Any], own: dict[str, Any]) -> list[dict[str, Any]]:
+    """W1v (W1 on chandy's batch path) against the references' W1, its own rate and
+    checkpoint overhead; W3v's p99 latency."""
+    checks: list[dict[str, Any]] = []
+    if "w1v_records_per_s" in own:
+        rate = own["w1v_records_per_s"]["median"]
+        for system, factor in W1V_RATIO_TARGETS:
+            best = _best(summary, system, METRICS[0])
+            if best:
+                checks.append(
+                    {
+                        "target": f"W1v >= {factor:g}x {system}'s W1 (best variant: {best[0]})",
+                        "measured": f"{rate / best[1]:.2f}x",
+                        "met": rate / best[1] >= factor,
+                    }
+                )
+        checks.append(
+            {
+                "target": f"W1v >= {W1V_MIN_RECORDS_PER_S / 1e6:g} M records/s",
+                "measured": f"{rate / 1e6:.2f} M records/s",
+                "met": rate >= W1V_MIN_RECORDS_PER_S,
+            }
+        )
+    if "w1v_checkpoint_overhead" in own:
+        overhead = own["w1v_checkpoint_overhead"]
+        checks.append(
+            {
+                "target": f"W1v checkpoint overhead <= {W1V_MAX_CHECKPOINT_OVERHEAD:.0%}",
+                "measured": f"{overhead:.1%}",
+                "met": overhead <= W1V_MAX_CHECKPOINT_OVERHEAD,
+            }
+        )
+    if "w3v_latency_p99_ms" in own:
+        p99 = own["w3v_latency_p99_ms"]["median"]
+        checks.append(
+            {
+                "target": f"W3v latency p99 <= {W3V_MAX_LATENCY_P99_MS:g} ms",
+                "measured": f"{p99:.3g} ms",
+                "met": p99 <= W3V_MAX_LATENCY_P99_MS,
             }
         )
     return checks
@@ -713,33 +826,8 @@ def figures_table(summary: dict[str, Any]) -> str:
                         fmt(part["records"].get(metric.workload)),
                     ]
                 )
-        if "checkpoint_overhead" in part:
-            rows.append(
-                _throughput_row(
-                    key, part, "records_per_s_without_checkpoints", "W1 throughput without checkpoints"
-                )
-            )
-            rows.append(_share_row(key, part, "checkpoint_overhead", "W1 checkpoint overhead"))
-        if "checkpoint_cpu_overhead" in part:
-            for name, label in (
-                ("task_cpu_us_per_record", "W1 task CPU per record"),
-                ("task_cpu_us_per_record_without_checkpoints", "W1 task CPU per record without checkpoints"),
-            ):
-                figure = part[name]
-                rows.append(
-                    [
-                        key,
-                        label,
-                        f"{figure['median']:.3f} µs",
-                        f"{figure['min']:.3f}",
-                        f"{figure['max']:.3f}",
-                        str(figure["runs"]),
-                        fmt(part["records"].get("w1")),
-                    ]
-                )
-            rows.append(
-                [key, "W1 checkpoint CPU overhead", f"{part['checkpoint_cpu_overhead']:.1%}", "", "", "", ""]
-            )
+        for workload, prefix in OVERHEAD_WORKLOADS.items():
+            rows += _overhead_rows(key, part, workload, prefix)
         if "records_per_s_incl_first_batch" in part:
             rows.append(
                 _throughput_row(
@@ -774,7 +862,50 @@ def figures_table(summary: dict[str, Any]) -> str:
     return table(rows, ["system/variant", "figure", "median", "min", "max", "runs", "records"])
 
 
-def _share_row(key: str, part: dict[str, Any], name: str, label: str) -> list[str]:
+def _overhead_rows(key: str, part: dict[str, Any], workload: str, prefix: str) -> list[list[str]]:
+    """W1's (or W1v's) throughput without checkpoints, checkpoint overhead and task CPU per
+    record with and without checkpoints."""
+    rows: list[list[str]] = []
+    w = workload[0].upper() + workload[1:]  # W1, W1v
+    if f"{prefix}checkpoint_overhead" in part:
+        rows.append(
+            _throughput_row(
+                key,
+                part,
+                f"{prefix}records_per_s_without_checkpoints",
+                f"{w} throughput without checkpoints",
+                workload,
+            )
+        )
+        rows.append(
+            _share_row(key, part, f"{prefix}checkpoint_overhead", f"{w} checkpoint overhead", workload)
+        )
+    if f"{prefix}checkpoint_cpu_overhead" in part:
+        for name, label in (
+            (f"{prefix}task_cpu_us_per_record", f"{w} task CPU per record"),
+            (
+                f"{prefix}task_cpu_us_per_record_without_checkpoints",
+                f"{w} task CPU per record without checkpoints",
+            ),
+        ):
+            figure = part[name]
+            rows.append(
+                [
+                    key,
+                    label,
+                    f"{figure['median']:.3f} µs",
+                    f"{figure['min']:.3f}",
+                    f"{figure['max']:.3f}",
+                    str(figure["runs"]),
+                    fmt(part["records"].get(workload)),
+                ]
+            )
+        overhead = part[f"{prefix}checkpoint_cpu_overhead"]
+        rows.append([key, f"{w} checkpoint CPU overhead", f"{overhead:.1%}", "", "", "", ""])
+    return rows
+
+
+def _share_row(key: str, part: dict[str, Any], name: str, label: str, workload: str = "w1") -> list[str]:
     """A W1 figure that is a share (an overhead): its median over runs, with the spread of
     the runs' own figures (``<name>_runs``) where the runs could be paired."""
     spread = part.get(f"{name}_runs")
@@ -785,11 +916,11 @@ def _share_row(key: str, part: dict[str, Any], name: str, label: str) -> list[st
         f"{spread['min']:.1%}" if spread else "",
         f"{spread['max']:.1%}" if spread else "",
         str(spread["runs"]) if spread else "",
-        fmt(part["records"].get("w1")),
+        fmt(part["records"].get(workload)),
     ]
 
 
-def _throughput_row(key: str, part: dict[str, Any], name: str, label: str) -> list[str]:
+def _throughput_row(key: str, part: dict[str, Any], name: str, label: str, workload: str = "w1") -> list[str]:
     figure = part[name]
     return [
         key,
@@ -798,7 +929,7 @@ def _throughput_row(key: str, part: dict[str, Any], name: str, label: str) -> li
         fmt(figure["min"]),
         fmt(figure["max"]),
         str(figure["runs"]),
-        fmt(part["records"].get("w1")),
+        fmt(part["records"].get(workload)),
     ]
 
 
@@ -809,6 +940,8 @@ def ratios_table(summary: dict[str, Any]) -> str:
             for metric in METRICS:
                 if metric.key in row:
                     label = metric.label + (" per key" if metric.per_record else "")
+                    if metric.against:
+                        label += f" vs the reference's {_reference_metric(metric).label}"
                     rows.append([mine, reference, label, f"{row[metric.key]:.2f}x"])
     if not rows:
         return "(no reference system measured)"
@@ -936,6 +1069,13 @@ NOTES = """\
   unaligned with unaligned. `chandy/unaligned` is the Spark executor with
   `execution.checkpointing.unaligned.enabled: true` and an aligned-checkpoint timeout of 0;
   its W1 beside `chandy/spark`'s gives what unaligned checkpoints cost without backpressure.
+- **W1v and W3v** are W1 and W3 on chandy's batch path (issue 17): the same records and
+  keys as Arrow record batches (`ArrowNumberSequenceSource` -> `map_batches` adding the key
+  -> `key_by("key").running_sum("value")`, one output row per input row as W1's running sum;
+  W3v's rows from a rate-limited `ArrowDataGeneratorSource`), into a sink that takes whole
+  batches. Only chandy runs them: their ratios compare with each reference's W1 and W3
+  (Spark's `groupBy().agg()` is already vectorised, in its JVM). W1v's records are ten times
+  W1's and more, so that a run lasts seconds at its rate.
 - **W2 recovery** is from the raised exception to the first record processed after the
   restore: chandy and PyFlink restart inside the running job; Spark restarts the query
   from its checkpoint location, as a supervisor would (local mode retries no task);

@@ -64,6 +64,9 @@ def test_quick_bench_run_measures_every_workload_on_chandy(tmp_path: Path) -> No
         ("w4", 1000),
         ("w4r", 1000),
         ("w5", 1000),
+        ("w1v", 1000),
+        ("w1v", 0),
+        ("w3v", 1000),
     }
     assert all(r["ok"] for r in rows), [r.get("error") for r in rows]
     by_workload = {(r["workload"], r["checkpoint_interval_ms"]): r for r in rows}
@@ -81,6 +84,11 @@ def test_quick_bench_run_measures_every_workload_on_chandy(tmp_path: Path) -> No
     assert w5["exact"] and w5["results"] == 10_000 and w5["records_per_s"] > 0
     assert all(r["machine_loop_ms"] > 0 for r in rows)
     assert by_workload[("w1", 1000)]["task_cpu_us_per_record"] > 0
+    w1v = by_workload[("w1v", 1000)]  # the batch path: W1's records as Arrow batches
+    assert (
+        w1v["records"] == 40_000 and w1v["checkpoints_completed"] >= 1 and w1v["task_cpu_us_per_record"] > 0
+    )
+    assert by_workload[("w3v", 1000)]["records"] > 1000 and by_workload[("w3v", 1000)]["latency_p99_ms"] > 0
     summary = results["summary"]["chandy/local"]
     assert summary["w2_exact_runs"] == "1 of 1" and summary["w5_exact_runs"] == "1 of 1"
     assert "checkpoint_overhead" in summary and "checkpoint_cpu_overhead" in summary
@@ -157,8 +165,8 @@ def test_report_rewrites_the_markdown_from_saved_rows_and_bad_input_is_named(tmp
     assert refused.returncode != 0 and "not a suite results file" in refused.stderr
     missing = _bench("run", "--quick", "--resume", str(tmp_path / "nope.partial.jsonl"))
     assert missing.returncode != 0 and "no such file" in missing.stderr
-    planned = _bench("run", "--quick", "--workloads", "w1v")
-    assert planned.returncode != 0 and "vectorised path" in planned.stderr
+    unknown = _bench("run", "--quick", "--workloads", "w9")
+    assert unknown.returncode != 0 and "unknown workloads ['w9']" in unknown.stderr
 
 
 def _w1_row(run: int, interval_ms: int, records_per_s: float, cpu_us: float) -> dict[str, object]:
@@ -632,17 +640,23 @@ def test_w6_runs_aligned_and_unaligned_on_chandy_and_pyflink_only() -> None:
     assert QUICK.arguments("chandy", "unaligned", "w6")[-1] == "10"
 
 
+def _row(
+    system: str, variant: str, workload: str, run: int = 1, interval: int = 1000, **figures: object
+) -> dict[str, object]:
+    """A successful run's row as the suite saves it."""
+    return {
+        "system": system,
+        "variant": variant,
+        "workload": workload,
+        "run": run,
+        "ok": True,
+        "checkpoint_interval_ms": interval,
+        **figures,
+    }
+
+
 def test_unaligned_targets_pair_w1_runs_and_w6_ratios_compare_like_with_like() -> None:
-    def row(system: str, variant: str, workload: str, run: int = 1, **figures: object) -> dict[str, object]:
-        return {
-            "system": system,
-            "variant": variant,
-            "workload": workload,
-            "run": run,
-            "ok": True,
-            "checkpoint_interval_ms": 1000,
-            **figures,
-        }
+    row = _row
 
     w6 = {"records": 200_000, "checkpoints_under_backpressure": 10}
     rows = [
@@ -679,3 +693,56 @@ def test_unaligned_targets_pair_w1_runs_and_w6_ratios_compare_like_with_like() -
     assert "w6_checkpoint_p99_ms" not in ratios["chandy/unaligned"]["pyflink/thread"]  # unaligned vs aligned
     text = report.figures_table(summary)
     assert "W6 checkpoints under backpressure that were unaligned" in text and "9 of 10" in text
+
+
+def test_w1v_runs_on_chandy_only_and_is_compared_with_the_references_w1() -> None:
+    from bench.suite import FULL, parse_systems, plan
+
+    chosen = parse_systems("chandy:spark,spark_ss:groupby", quick=False)
+    cases = plan(chosen, ["w1", "w1v", "w3v"], with_no_checkpoint_baseline=True)
+    assert [(c.system, c.workload, c.checkpoint_interval_ms) for c in cases] == [
+        ("chandy", "w1", 1000),
+        ("chandy", "w1", 0),
+        ("spark_ss", "w1", 1000),
+        ("spark_ss", "w1", 0),
+        ("chandy", "w1v", 1000),
+        ("chandy", "w1v", 0),
+        ("chandy", "w3v", 1000),
+    ]
+    assert FULL.arguments("chandy", "spark", "w1v") == ["--records", "300000000"]
+    assert FULL.arguments("chandy", "spark", "w3v") == ["--rate", "1000", "--duration-s", "30"]
+
+    def row(
+        system: str, variant: str, workload: str, run: int, interval: int, **figures: object
+    ) -> dict[str, object]:
+        return _row(system, variant, workload, run, interval, records=1000, **figures)
+
+    rows = [
+        row("chandy", "spark", "w1", 1, 1000, records_per_s=3.0e6),
+        row("chandy", "spark", "w1v", 1, 1000, records_per_s=33.0e6, task_cpu_us_per_record=0.055),
+        row("chandy", "spark", "w1v", 1, 0, records_per_s=34.0e6, task_cpu_us_per_record=0.050),
+        row("chandy", "spark", "w1v", 2, 1000, records_per_s=20.0e6, task_cpu_us_per_record=0.060),
+        row("chandy", "spark", "w1v", 2, 0, records_per_s=40.0e6, task_cpu_us_per_record=0.050),
+        row("chandy", "spark", "w3v", 1, 1000, latency_p50_ms=1.0, latency_p99_ms=4.0),
+        row("spark_ss", "groupby", "w1", 1, 1000, records_per_s=11.0e6, latency_p99_ms=800.0),
+        row("spark_ss", "groupby", "w3", 1, 1000, latency_p50_ms=500.0, latency_p99_ms=800.0),
+    ]
+
+    summary = report.summarize(rows)
+    part = summary["chandy/spark"]
+    # paired per run: 1 - 33/34 and 1 - 20/40, median of the two
+    assert part["w1v_checkpoint_overhead"] == pytest.approx(((1 - 33 / 34) + 0.5) / 2)
+    assert part["w1v_task_cpu_us_per_record"]["median"] == pytest.approx(0.0575)
+    assert "checkpoint_overhead" not in part  # W1 had no run without checkpoints
+    ratios = report.ratios(summary)["chandy/spark"]["spark_ss/groupby"]
+    assert ratios["w1v_records_per_s"] == pytest.approx(26.5 / 11)  # against Spark's W1
+    assert ratios["records_per_s"] == pytest.approx(3 / 11)
+    assert ratios["w3v_latency_p99_ms"] == pytest.approx(200.0)
+    checks = {c["target"]: (c["measured"], c["met"]) for c in report.targets(summary)}
+    assert checks["W1v >= 3x spark_ss's W1 (best variant: spark_ss/groupby)"] == ("2.41x", False)
+    assert checks["W1v >= 30 M records/s"] == ("26.50 M records/s", False)
+    assert checks["W1v checkpoint overhead <= 5%"][1] is False
+    assert checks["W3v latency p99 <= 5 ms"] == ("4 ms", True)
+    text = report.figures_table(summary) + report.ratios_table(summary)
+    assert "W1v checkpoint overhead" in text and "W1v task CPU per record without checkpoints" in text
+    assert "W1v throughput (batch path) vs the reference's W1 throughput" in text

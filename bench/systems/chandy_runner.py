@@ -1,4 +1,4 @@
-"""chandy's runner: ``python -m bench.systems.chandy_runner <w1|...|w6> --work-dir DIR``.
+"""chandy's runner: ``python -m bench.systems.chandy_runner <w1|...|w6|w1v|w3v> --work-dir DIR``.
 
 Follows the runner protocol of :mod:`bench.systems`. ``--mode`` is the executor:
 ``spark`` (the default, a local Spark session with one slot per subtask) or ``local``
@@ -24,6 +24,9 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+import pyarrow as pa
+
 from bench.systems.w4r_records import Pacer, PhaseNotes, Phases, W4rRecords
 from bench.systems.w4r_records import figures as w4r_figures
 from bench.systems.w5_events import (
@@ -37,11 +40,12 @@ from bench.systems.w5_events import (
 from bench.systems.w5_events import figures as w5_figures
 from bench.systems.w6_records import Notes, W6Plan, unaligned_of
 from bench.systems.w6_records import figures as w6_figures
-from bench.timing import TimingSink, read_timings
+from bench.timing import BatchTimingSink, TimingSink, read_timings
 from bench.w1 import RunningSum
 from chandy import StreamExecutionEnvironment
 from chandy.config.options import CheckpointingOptions, NetworkOptions
 from chandy.connectors import DataGeneratorSource
+from chandy.connectors.arrow_sources import ArrowDataGeneratorSource, ArrowNumberSequenceSource
 from chandy.connectors.number_sequence import (
     NumberSequenceReader,
     NumberSequenceSource,
@@ -56,7 +60,12 @@ from chandy.core.connector import (
     SourceReader,
     SourceReaderContext,
 )
-from chandy.core.functions import CheckpointListener, KeyedProcessFunction, RuntimeContext
+from chandy.core.functions import (
+    CheckpointListener,
+    KeyedProcessFunction,
+    MapBatchesFunction,
+    RuntimeContext,
+)
 from chandy.core.state import ValueStateDescriptor
 from chandy.core.time import Time
 from chandy.core.watermark_strategy import TimestampAssigner, WatermarkGenerator, WatermarkStrategy
@@ -156,6 +165,13 @@ def w1(args: argparse.Namespace, work_dir: Path) -> dict[str, Any]:
         .sink_to(TimingSink(str(work_dir)))
     )
     client, wall = run(env, "W1 keyed running count")
+    return throughput_figures(args, work_dir, client, wall)
+
+
+def throughput_figures(
+    args: argparse.Namespace, work_dir: Path, client: JobClient, wall: float
+) -> dict[str, Any]:
+    """W1's (and W1v's) figures from the timing sinks' files and the job's statistics."""
     timing = read_timings(str(work_dir))
     if timing["count"] != args.records:
         raise RuntimeError(f"{timing['count']} of {args.records} records reached the sink")
@@ -397,6 +413,15 @@ def w3(args: argparse.Namespace, work_dir: Path) -> dict[str, Any]:
         .sink_to(LatencySink(str(work_dir)))
     )
     client, wall = run(env, "W3 latency")
+    return {
+        **latency_figures_of(work_dir),
+        "wall_s": wall,
+        **checkpoint_figures(client, args.checkpoint_interval_ms > 0),
+    }
+
+
+def latency_figures_of(work_dir: Path) -> dict[str, Any]:
+    """W3's figures from the latency sinks' files: the first second is warm-up."""
     pairs = [pair for p in work_dir.glob("latency-*.json") for pair in json.loads(p.read_text())]
     start = min(stamp for stamp, _ in pairs)
     latencies = sorted(latency * 1000 for stamp, latency in pairs if stamp >= start + 1.0)
@@ -405,8 +430,6 @@ def w3(args: argparse.Namespace, work_dir: Path) -> dict[str, Any]:
         "latency_p50_ms": percentile(latencies, 50),
         "latency_p99_ms": percentile(latencies, 99),
         "latency_max_ms": latencies[-1],
-        "wall_s": wall,
-        **checkpoint_figures(client, args.checkpoint_interval_ms > 0),
     }
 
 
@@ -414,6 +437,95 @@ def percentile(ordered: list[float], q: float) -> float:
     if not ordered:
         raise RuntimeError("no records measured")
     return ordered[min(len(ordered) - 1, int(len(ordered) * q / 100))]
+
+
+# ------------------------------------------------------------------ w1v, w3v: the batch path
+
+
+class KeyColumn(MapBatchesFunction):
+    """W1's key on the batch path: appends ``key = value % keys`` to each Arrow batch, one
+    numpy remainder over the column."""
+
+    def __init__(self, keys: int) -> None:
+        self.keys = keys
+
+    def map_batch(self, batch: pa.RecordBatch) -> pa.RecordBatch:
+        values = batch.column("value").to_numpy()
+        return batch.append_column("key", pa.array(values % self.keys))
+
+
+def w1v_job(env: StreamExecutionEnvironment, records: int, keys: int, directory: str) -> None:
+    """W1v's job (also profiled by ``python -m bench.profile``)."""
+    (
+        env.from_source(ArrowNumberSequenceSource(0, records - 1), source_name="numbers")
+        .map_batches(KeyColumn(keys))
+        .name("key")
+        .key_by("key")
+        .running_sum("value")
+        .name("running sum")
+        .sink_to(BatchTimingSink(directory))
+    )
+
+
+def w1v(args: argparse.Namespace, work_dir: Path) -> dict[str, Any]:
+    """W1 on the batch path (issue 17): ``ArrowNumberSequenceSource`` -> ``map_batches`` adding
+    the key -> ``key_by("key")`` -> ``running_sum("value")`` (one row per input row, as W1's
+    running sum) -> a discarding sink that takes whole batches."""
+    env = environment(args, work_dir)
+    w1v_job(env, args.records, args.keys, str(work_dir))
+    client, wall = run(env, "W1v keyed running sum, batch path")
+    return {
+        **throughput_figures(args, work_dir, client, wall),
+        "arrow_batch_size": env.get_configuration().get(NetworkOptions.ARROW_BATCH_SIZE),
+    }
+
+
+class StampedRows:
+    """W3v's rows: ``value`` = the index, ``stamp`` = the wall-clock time the source made the
+    batch (W3 stamps each record as its source emits it)."""
+
+    def __call__(self, indices: np.ndarray) -> dict[str, np.ndarray]:
+        return {"value": indices, "stamp": np.full(len(indices), time.time())}
+
+
+class _BatchLatencyWriter(_LatencyWriter):
+    def write_batch(self, elements: Any) -> None:
+        now = time.time()
+        stamps = elements.column("stamp").to_numpy()
+        self.latencies.extend(zip(stamps.tolist(), (now - stamps).tolist(), strict=True))
+
+
+class BatchLatencySink(LatencySink):
+    """W3's latency sink on the batch path: each row's ``now - stamp``, one clock read per batch."""
+
+    columnar = True
+
+    def create_writer(self, context: SinkWriterContext) -> SinkWriter:
+        return _BatchLatencyWriter(Path(self.directory) / f"latency-{context.subtask_index}.json")
+
+
+def w3v(args: argparse.Namespace, work_dir: Path) -> dict[str, Any]:
+    """W3 on the batch path: ``rate`` rows/s from an ``ArrowDataGeneratorSource`` (rate-limited,
+    so a poll takes only the rows due), W1v's key and running sum, latency at the sink."""
+    env = environment(args, work_dir)
+    count = int(args.rate * args.duration_s)
+    (
+        env.from_source(
+            ArrowDataGeneratorSource(StampedRows(), count, rate_per_second=args.rate), source_name="stamped"
+        )
+        .map_batches(KeyColumn(args.keys))
+        .name("key")
+        .key_by("key")
+        .running_sum("value")
+        .name("running sum")
+        .sink_to(BatchLatencySink(str(work_dir)))
+    )
+    client, wall = run(env, "W3v latency, batch path")
+    return {
+        **latency_figures_of(work_dir),
+        "wall_s": wall,
+        **checkpoint_figures(client, args.checkpoint_interval_ms > 0),
+    }
 
 
 # ------------------------------------------------------------------ w4
@@ -915,7 +1027,17 @@ def w6(args: argparse.Namespace, work_dir: Path) -> dict[str, Any]:
 # ------------------------------------------------------------------ main
 
 
-WORKLOADS = {"w1": w1, "w2": w2, "w3": w3, "w4": w4, "w4r": w4r, "w5": w5, "w6": w6}
+WORKLOADS = {
+    "w1": w1,
+    "w1v": w1v,
+    "w2": w2,
+    "w3": w3,
+    "w3v": w3v,
+    "w4": w4,
+    "w4r": w4r,
+    "w5": w5,
+    "w6": w6,
+}
 
 
 def parse(argv: list[str]) -> argparse.Namespace:

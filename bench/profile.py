@@ -1,0 +1,133 @@
+"""``python -m bench.profile``: where W1v's time goes, from cProfile of a local-executor run.
+
+On the local executor every subtask is a thread of this process, and cProfile profiles one
+thread: every thread the run starts gets a profiler of its own (``threading.setprofile``
+hands each new thread a hook that replaces itself with one), and their statistics are merged.
+The batch path calls Python once per batch, not per record, so cProfile's cost per call
+distorts it little; the figures are seconds of the threads' time (a thread waiting on the
+interpreter lock or a queue counts too), grouped by where the code lives, and the functions
+that took the most time themselves.
+"""
+
+from __future__ import annotations
+
+import argparse
+import cProfile
+import io
+import logging
+import pstats
+import sys
+import tempfile
+import threading
+import time
+from collections import defaultdict
+from typing import Any
+
+from bench.systems.chandy_runner import w1v_job
+from bench.timing import read_timings
+from chandy import StreamExecutionEnvironment
+
+#: Where a function's own time is counted, by the first pattern its file name holds.
+AREAS = (
+    ("chandy/task/operators/batch", "batch operators (grouping, columnar aggregation)"),
+    ("chandy/state/columnar", "columnar keyed state"),
+    ("chandy/state/arrow_keys", "key groups of a column"),
+    ("chandy/task/arrow", "Arrow partitioners and record writer"),
+    ("chandy/network", "channels and serialization"),
+    ("chandy/connectors", "sources"),
+    ("chandy/task", "task loop, chain, other operators"),
+    ("chandy/checkpoint", "checkpoints"),
+    ("chandy/", "other chandy"),
+    ("bench/", "the bench's functions (key column, timing sink)"),
+    ("pyarrow", "pyarrow (Python side)"),
+    ("numpy", "numpy (Python side)"),
+    ("threading", "threads: waits and locks"),
+    ("queue", "threads: waits and locks"),
+)
+
+
+def area_of(filename: str, function: str) -> str:
+    for pattern, area in AREAS:
+        if pattern in filename:
+            return area
+    if filename == "~":  # a C function: method of a builtin, numpy or pyarrow compute kernel
+        if "acquire" in function or "wait" in function or "sleep" in function:
+            return "threads: waits and locks"
+        return "C functions (numpy, pyarrow kernels, builtins)"
+    return "other Python"
+
+
+def profiled_run(
+    records: int, parallelism: int, keys: int, checkpoint_interval_ms: int
+) -> tuple[pstats.Stats, dict[str, Any]]:
+    profiles: list[cProfile.Profile] = []
+    lock = threading.Lock()
+
+    def start(frame: Any, event: str, arg: Any) -> None:
+        profile = cProfile.Profile()
+        with lock:
+            profiles.append(profile)
+        profile.enable()  # replaces this hook for the thread
+
+    main = cProfile.Profile()
+    with tempfile.TemporaryDirectory(prefix="chandy-profile-") as tmp:
+        env = StreamExecutionEnvironment.get_execution_environment(executor="local")
+        env.set_parallelism(parallelism)
+        if checkpoint_interval_ms:
+            env.enable_checkpointing(checkpoint_interval_ms)
+            env.get_checkpoint_config().set_checkpoint_storage(f"{tmp}/checkpoints")
+        w1v_job(env, records, keys, tmp)
+        threading.setprofile(start)
+        started = time.perf_counter()
+        main.enable()
+        try:
+            env.execute("W1v, profiled")
+        finally:
+            main.disable()
+            threading.setprofile(None)  # type: ignore[arg-type]
+        wall = time.perf_counter() - started
+        timing = read_timings(tmp)
+    stats = pstats.Stats(main)
+    for profile in profiles:
+        stats.add(profile)
+    span = timing["last"] - timing["first"]
+    return stats, {
+        "records": records,
+        "wall_s": wall,
+        "records_per_s_profiled": records / span if span > 0 else None,
+        "threads_profiled": len(profiles) + 1,
+    }
+
+
+def by_area(stats: pstats.Stats) -> dict[str, float]:
+    """Own time (``tottime``) of every function, summed by :data:`AREAS`."""
+    areas: dict[str, float] = defaultdict(float)
+    for (filename, _, function), (_, _, tottime, _, _) in stats.stats.items():  # type: ignore[attr-defined]
+        areas[area_of(filename, function)] += tottime
+    return dict(sorted(areas.items(), key=lambda kv: -kv[1]))
+
+
+def main(argv: list[str]) -> int:
+    parser = argparse.ArgumentParser(prog="python -m bench.profile")
+    parser.add_argument("--records", type=int, default=20_000_000)
+    parser.add_argument("--parallelism", type=int, default=2)
+    parser.add_argument("--keys", type=int, default=10_000)
+    parser.add_argument("--checkpoint-interval-ms", type=int, default=1000)
+    parser.add_argument("--top", type=int, default=25, help="functions listed by own time")
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.WARNING)
+    stats, run = profiled_run(args.records, args.parallelism, args.keys, args.checkpoint_interval_ms)
+    areas = by_area(stats)
+    total = sum(areas.values())
+    out = [f"W1v on the local executor, profiled: {run}", "", "own time by area (all threads):"]
+    out += [f"  {seconds:8.2f} s  {seconds / total:6.1%}  {area}" for area, seconds in areas.items()]
+    listing = io.StringIO()
+    stats.stream = listing  # type: ignore[attr-defined]
+    stats.sort_stats("tottime").print_stats(args.top)
+    out += ["", listing.getvalue()]
+    sys.stdout.write("\n".join(out) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
