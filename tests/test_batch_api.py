@@ -8,6 +8,7 @@ record path would compute them (a running sum per key in arrival order, ...).
 from __future__ import annotations
 
 import functools
+from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
@@ -16,7 +17,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pytest
 
-from chandy import BatchStream, KeyedBatchStream, StreamExecutionEnvironment, WatermarkStrategy
+from chandy import BatchStream, KeyedBatchStream, Row, StreamExecutionEnvironment, WatermarkStrategy
 from chandy.api.datastream import DataStream
 from chandy.connectors.arrow_sources import ArrowNumberSequenceSource
 from chandy.connectors.file_sink import FileSink, ParquetBulkWriters
@@ -146,6 +147,8 @@ def test_key_by_a_function_ships_the_keys_in_the_key_column() -> None:
     [
         (lambda k: k.sum("v"), ("sum", "v", False)),
         (lambda k: k.count(), ("count", None, False)),
+        (lambda k: k.count("v"), ("count", "v", False)),
+        (lambda k: k.running_count("v"), ("count", "v", True)),
         (lambda k: k.min("v"), ("min", "v", False)),
         (lambda k: k.max("v"), ("max", "v", False)),
         (lambda k: k.mean("v"), ("mean", "v", False)),
@@ -233,6 +236,19 @@ def test_union_of_batch_streams_feeds_one_node_from_each() -> None:
     first, second, third = numbers(env), numbers(env), numbers(env).map_batches(double)
     node = node_of(first.union(second, third).map_batches(double))
     assert {e.source.id for e in node.in_edges} == {node_of(s).id for s in (first, second, third)}
+
+
+def test_the_job_graph_gives_batch_edges_columnar_partitioners() -> None:
+    """Parallelism 1 -> 2 -> 2 (keyed) -> 1: the rebalance, the key groups and the rebalance into
+    the to_records node are all batch edges (to_records chains with the print sink)."""
+    env = local_env()
+    source = numbers(env).set_parallelism(1)
+    mapped = source.map_batches(double).set_parallelism(2)
+    mapped.key_by("value").sum("value").to_records().set_parallelism(1).print().set_parallelism(1)
+    job_graph = env._build_job_graph("graph", clear=False)
+    columnar = {(e.partitioner.name, e.partitioner.columnar) for v in job_graph.vertices for e in v.inputs}
+    assert all(is_columnar for _, is_columnar in columnar), columnar
+    assert len(job_graph.vertices) == 4
 
 
 # ---------------------------------------------------------------------------- errors
@@ -349,3 +365,118 @@ def test_operator_settings_on_a_partitioning_name_the_fix() -> None:
     with pytest.raises(InvalidProgramError, match="name\\(\\) applies to an operator"):
         numbers(env).rebalance().name("x")
     assert numbers(env).map_batches(double).name("doubled").uid("d").get_name() == "doubled"
+
+
+# ---------------------------------------------------------------------------- local runs
+
+
+def collect(stream: BatchStream | DataStream) -> list[Any]:
+    result = stream.execute_and_collect(limit=1_000_000)
+    assert isinstance(result, list)
+    return result
+
+
+def test_map_batches_runs_over_a_batch_source() -> None:
+    env = local_env()
+    rows = collect(numbers(env, 1000).map_batches(double))
+    assert sorted(row.value for row in rows) == [2 * i for i in range(1, 1001)]
+    assert all(isinstance(row, Row) for row in rows)
+
+
+def keyed_input(
+    env: StreamExecutionEnvironment, n: int, keys: int, seed: int
+) -> tuple[BatchStream, list[tuple[int, int]]]:
+    """``n`` random (key, value) rows, read in parallel as batches."""
+    rng = np.random.default_rng(seed)
+    pairs = [
+        (int(k), int(v)) for k, v in zip(rng.integers(0, keys, n), rng.integers(-50, 50, n), strict=True)
+    ]
+    stream = env.from_collection(pairs).to_batches({"key": "int64", "value": "int64"})
+    return stream, pairs
+
+
+def test_key_by_sum_gives_each_keys_total() -> None:
+    env = local_env()
+    stream, pairs = keyed_input(env, 3000, 37, seed=1)
+    rows = collect(stream.rebalance().key_by("key").sum("value"))
+    totals: dict[int, int] = defaultdict(int)
+    for key, value in pairs:
+        totals[key] += value
+    last: dict[int, int] = {}
+    for row in rows:  # one row per key per batch; each key's last row is its total
+        last[row.key] = row.value
+    assert last == totals
+
+
+def test_key_by_running_sum_matches_the_record_path() -> None:
+    """One row per input row with the key's sum up to it: per key, exactly the sequence the
+    record path's key_by(...).sum(...) emits, whatever the batches and the parallelism."""
+    env = local_env()
+    stream, pairs = keyed_input(env, 3000, 37, seed=2)
+    # One to_batches subtask: each key's rows reach its running sum in the collection's order.
+    stream.set_parallelism(1)
+    rows = collect(stream.key_by("key").running_sum("value").set_parallelism(3))
+    expected: dict[int, list[int]] = defaultdict(list)
+    sums: dict[int, int] = defaultdict(int)
+    for key, value in pairs:
+        sums[key] += value
+        expected[key].append(sums[key])
+    got: dict[int, list[int]] = defaultdict(list)
+    for row in rows:
+        got[row.key].append(row.value)
+    assert got == expected
+
+
+def test_process_batches_keeps_columnar_state_per_key() -> None:
+    env = local_env()
+    stream, pairs = keyed_input(env, 2000, 11, seed=3)
+    rows = collect(stream.key_by("key").process_batches(CountPerKey(), {"count": pa.int64()}))
+    counts: dict[int, int] = defaultdict(int)
+    for key, _ in pairs:
+        counts[key] += 1
+    last = {row.key: row["count"] for row in rows}
+    assert last == counts
+
+
+def test_key_by_a_function_counts_per_computed_key() -> None:
+    """The keys a function of the batch computed travel with the rows; the totals name
+    their key column ``key``."""
+    env = local_env()
+    rows = collect(numbers(env, 1000).key_by(lambda b: pc.bit_wise_and(b["value"], 3)).count())
+    assert {tuple(row.as_dict()) for row in rows} == {("key", "count")}
+    assert {row.key: row["count"] for row in rows} == {0: 250, 1: 250, 2: 250, 3: 250}
+
+
+class LastName(KeyedBatchFunction):
+    """Keeps each key's last name (a string column: numpy objects) and counts its rows."""
+
+    def process_batch(self, batch: Any, state: KeyedBatchState) -> Any:
+        names = batch["name"].to_numpy(zero_copy_only=False)
+        state["last"] = names[state.offsets[1:] - 1]
+        state["rows"] = state["rows"] + np.diff(state.offsets)
+        return {"key": state.keys, "last": state["last"], "rows": state["rows"]}
+
+
+def test_process_batches_keeps_state_of_other_types_as_objects() -> None:
+    env = local_env()
+    records = [(i % 5, f"name-{i}") for i in range(200)]
+    stream = env.from_collection(records).to_batches({"key": "int64", "name": "string"})
+    stream.set_parallelism(1)  # one input channel: each key's rows arrive in the collection's order
+    rows = collect(stream.key_by("key").process_batches(LastName(), {"last": "string", "rows": "int64"}))
+    latest = {row.key: (row.last, row.rows) for row in rows}
+    assert latest == {k: (f"name-{195 + k}", 40) for k in range(5)}
+
+
+def test_to_batches_and_to_records_round_trip_rows() -> None:
+    env = local_env()
+    records = [Row(name=f"n{i}", value=i, ok=i % 2 == 0) for i in range(500)]
+    stream = env.from_collection(records).to_batches().map_batches(lambda b: b).to_records()
+    rows = collect(stream)
+    assert sorted((r.name, r.value, r.ok) for r in rows) == sorted((r.name, r.value, r.ok) for r in records)
+
+
+def test_print_writes_rows(capfd: pytest.CaptureFixture[str]) -> None:
+    env = local_env(1)
+    numbers(env, 3).print()
+    env.execute("print rows")
+    assert capfd.readouterr().out.splitlines() == ["Row(value=1)", "Row(value=2)", "Row(value=3)"]

@@ -156,7 +156,7 @@ class BatchStream(_Stream):
         return self._repartition(ArrowRebalancePartitioner())
 
     def shuffle(self) -> BatchStream:
-        """Each batch to a random subtask of the next operator."""
+        """Each row to a random subtask of the next operator (the batch is split)."""
         return self._repartition(ArrowShufflePartitioner())
 
     def forward(self) -> BatchStream:
