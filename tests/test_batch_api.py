@@ -22,7 +22,16 @@ from chandy.api.datastream import DataStream
 from chandy.connectors.arrow_sources import ArrowNumberSequenceSource
 from chandy.connectors.file_sink import FileSink, ParquetBulkWriters
 from chandy.connectors.sinks import DiscardingSink
-from chandy.core.functions import KeyedBatchFunction, KeyedBatchState, MapBatchesFunction, MapFunction
+from chandy.core.functions import (
+    KeyedBatchFunction,
+    KeyedBatchState,
+    MapBatchesFunction,
+    MapFunction,
+    ProcessWindowFunction,
+)
+from chandy.core.time import Time
+from chandy.core.watermark_strategy import TimestampAssigner
+from chandy.core.windows import TumblingEventTimeWindows
 from chandy.errors import InvalidProgramError
 from chandy.graph.stream_graph import StreamEdge, StreamNode
 from chandy.state.arrow_keys import KEY_COLUMN
@@ -473,6 +482,47 @@ def test_to_batches_and_to_records_round_trip_rows() -> None:
     stream = env.from_collection(records).to_batches().map_batches(lambda b: b).to_records()
     rows = collect(stream)
     assert sorted((r.name, r.value, r.ok) for r in rows) == sorted((r.name, r.value, r.ok) for r in records)
+
+
+class SecondField(TimestampAssigner):
+    def extract_timestamp(self, value: Any, record_timestamp: int) -> int:
+        return int(value[1])
+
+
+class TsColumn(TimestampAssigner):
+    def extract_timestamp(self, value: Any, record_timestamp: int) -> int:
+        return int(value.ts)
+
+
+def test_an_event_time_window_after_a_batch_section() -> None:
+    """docs/batches.md's recipe: event time on the record path, a batch section, then the
+    timestamps assigned again from a column after to_records(), before the window."""
+    env = local_env()
+    data = [(f"k{i % 3}", i * 100) for i in range(100)]
+    records = env.from_collection(data).assign_timestamps_and_watermarks(
+        WatermarkStrategy.for_monotonous_timestamps().with_timestamp_assigner(SecondField())
+    )
+    batches = records.to_batches({"key": "string", "ts": "int64"}).map_batches(lambda b: b)
+    rows = batches.to_records().assign_timestamps_and_watermarks(
+        WatermarkStrategy.for_monotonous_timestamps().with_timestamp_assigner(TsColumn())
+    )
+    counts = (
+        rows.map(lambda r: (r.key, r.ts // 1000))
+        .key_by(lambda t: t[0])
+        .window(TumblingEventTimeWindows.of(Time.seconds(1)))
+        .process(CountWindow())
+    )
+    result = collect(counts)
+    expected: dict[tuple[str, int], int] = defaultdict(int)
+    for key, ts in data:
+        expected[(key, ts // 1000)] += 1
+    assert sorted(result) == sorted((key, second, n) for (key, second), n in expected.items())
+
+
+class CountWindow(ProcessWindowFunction):
+    def process(self, key: Any, context: Any, elements: Any) -> Any:
+        items = list(elements)
+        yield key, items[0][1], len(items)
 
 
 def test_print_writes_rows(capfd: pytest.CaptureFixture[str]) -> None:
