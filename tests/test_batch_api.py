@@ -192,9 +192,10 @@ def test_process_batches_builds_a_keyed_operator_with_the_state_schema() -> None
     assert factory.func is KeyedBatchProcessOperator
     assert factory.args == (function, pa.schema([("count", pa.int64())]), "value")
     # A schema given as a pa.Schema, and types by their names, work the same way.
-    schema = pa.schema([("total", pa.float64()), ("seen", pa.bool_())])
+    schema = pa.schema([("total", pa.float64()), ("seen", pa.bool_())], metadata={"v": "2"})
     node = node_of(numbers(env).key_by("value").process_batches(function, schema))
-    assert factory_of(node).args[1] == schema
+    assert factory_of(node).args[1].equals(schema, check_metadata=True)
+    schema = schema.remove_metadata()
     node = node_of(
         numbers(env).key_by("value").process_batches(function, {"total": "double", "seen": "bool"})
     )

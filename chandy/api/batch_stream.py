@@ -78,7 +78,7 @@ def check_schema(schema: Any, what: str) -> pa.Schema:
     internal = sorted(set(names) & set(INTERNAL_COLUMNS))
     if internal:
         raise InvalidProgramError(f"{what}: {internal} are chandy's internal column names; rename them")
-    return pa.schema(fields)
+    return schema if isinstance(schema, pa.Schema) else pa.schema(fields)  # a Schema keeps its metadata
 
 
 def _arrow_type(kind: Any, what: str) -> pa.DataType:
