@@ -13,7 +13,7 @@ does the same work and is held to the same results). ``chandy_runner.py`` runs i
 
 Command line (every runner accepts these; a runner may add its own, such as ``--mode``)::
 
-    python <system>_runner.py <w1|w2|w3|w4|w4r|w5|w6> --work-dir DIR
+    python <system>_runner.py <w1|w2|w3|w4|w4r|w5|w6|w1v|w3v> --work-dir DIR
         [--records N] [--parallelism 2] [--checkpoint-interval-ms 1000]
         [--keys 10000] [--rate 1000] [--duration-s 20] [--value-bytes 100]
         [--per-event-second 100000] [--update-fraction 0.01] [--update-s 20]
@@ -93,4 +93,9 @@ Workloads (same source semantics for every system)
   ``records_per_s`` at the sinks, ``source_behind_s``, ``checkpoints_completed``, each
   measured checkpoint (``checkpoints``), and the settings that bound the backlog in flight
   (chandy ``buffers_per_channel`` and ``batch_size``; PyFlink ``network_buffers``).
+* **w1v**, **w3v** w1 and w3 on chandy's batch path (Arrow record batches, columnar keyed
+  state): only ``chandy_runner.py`` runs them (``suite.CHANDY_ONLY_WORKLOADS``; the suite never
+  asks a reference runner for them, as it never asks Spark or Bytewax for w6), with w1's and
+  w3's figures plus ``arrow_batch_size``. The references' side of the comparison is their w1
+  and w3.
 """
