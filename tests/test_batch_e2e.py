@@ -52,7 +52,7 @@ from tests.test_checkpointing_e2e import (
     wait_for_checkpoints,
 )
 from tests.test_unaligned_checkpoints_e2e import run
-from tests.unaligned_jobs import wait_for
+from tests.unaligned_jobs import completed_checkpoints, wait_for
 
 #: End-to-end jobs on both executors, seconds each.
 pytestmark = pytest.mark.slow
@@ -268,15 +268,26 @@ def assert_exact(out: list[Row], n: int) -> None:
     )
 
 
+#: Unaligned checkpoints, each one unaligned (no timeout): in-flight RecordBatches become
+#: Arrow channel state.
+UNALIGNED = {
+    "execution.checkpointing.unaligned.enabled": True,
+    "execution.checkpointing.aligned-checkpoint-timeout": 0,
+}
+
+
 @on_rocksdb_too(executor=("local",))  # the batch operators' state stays columnar whatever the backend
-def test_exactly_once_through_failures(tmp_path: Path, executor: str) -> None:
-    """Checkpoints every 100 ms; map_batches raises once after two completed; on Spark a slot
-    process is then SIGKILLed two checkpoints after the restore. Every branch is exact."""
+@pytest.mark.parametrize("checkpoints_kind", ["aligned", "unaligned"])
+def test_exactly_once_through_failures(tmp_path: Path, executor: str, checkpoints_kind: str) -> None:
+    """Checkpoints every 100 ms (aligned, or all unaligned); map_batches raises once after two
+    completed; on Spark a slot process is then SIGKILLed two checkpoints after the restore.
+    Every branch is exact."""
     n = 200_000  # paced to 10,000 rows/s per subtask until released: 10 s at most
     probe = Probe()
     gate = str(tmp_path / "release")
     checkpoints = str(tmp_path / "checkpoints")
-    env = batch_env(executor, 2, **{"execution.checkpointing.dir": checkpoints})
+    unaligned_config = UNALIGNED if checkpoints_kind == "unaligned" else {}
+    env = batch_env(executor, 2, **{"execution.checkpointing.dir": checkpoints, **unaligned_config})
     paced = PacedKeys(0.05, gate, probe, checkpoints, fail_after=2)
     results = fan_out_job(env, n, paced).execute_and_collect("batch exactly once")
     client = results.job_client
@@ -311,6 +322,8 @@ def test_exactly_once_through_failures(tmp_path: Path, executor: str) -> None:
     assert client.restarts >= (2 if executor == "spark" else 1)
     stats = client.get_checkpoint_statistics()
     assert stats["counts"]["restored"] >= client.restarts  # every failure came back from a checkpoint
+    kinds = [c["is_unaligned"] for c in completed_checkpoints(stats)]
+    assert kinds and all(unaligned == bool(unaligned_config) for unaligned in kinds), kinds
     assert_exact(out, n)
 
 
