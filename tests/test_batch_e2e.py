@@ -42,7 +42,7 @@ from chandy.core.functions import (
 )
 from chandy.core.state import ValueStateDescriptor
 from chandy.core.types import Row
-from tests.jobs import kill_a_slot_after_checkpoints, release
+from tests.jobs import Throttle, kill_a_slot_after_checkpoints, release
 from tests.probes import Probe
 from tests.state_backends import on_rocksdb_too
 from tests.test_checkpointing_e2e import (
@@ -400,36 +400,80 @@ class RecordsSeen(KeyedProcessFunction):
         yield row.key, row.value, seen, row.batch_subtask, self.subtask
 
 
-def test_a_mixed_job_crosses_from_records_to_batches_and_back(executor: str) -> None:
-    """from_collection (records) -> to_batches() -> key_by("key").running_sum("value") ->
-    map_batches -> to_records() -> key_by(row.key).process(...): the running sums and the
-    record path's counts are exact, and each key met both keyed steps in the same subtask
-    (the key hash is one on both paths)."""
+def mixed_records() -> list[tuple[int, int]]:
     rng = np.random.default_rng(23)
-    records = [
-        (int(k), int(v))
-        for k, v in zip(rng.integers(0, 400, 10_000), rng.integers(1, 100, 10_000), strict=True)
-    ]
+    keys, values = rng.integers(0, 400, 10_000), rng.integers(1, 100, 10_000)
+    return [(int(k), int(v)) for k, v in zip(keys, values, strict=True)]
+
+
+def mixed_job(env: StreamExecutionEnvironment, records: list[tuple[int, int]], pace_s: float = 0.0) -> Any:
+    """from_collection (records, paced by ``pace_s`` a record) -> to_batches() ->
+    key_by("key").running_sum("value") -> map_batches -> to_records() -> key_by(row.key).process(...).
+    The source and to_batches have one subtask, so each key's rows stay in order."""
     schema = pa.schema([("key", pa.int64()), ("value", pa.int64())])
-    env = batch_env(executor, 2, interval_ms=0)
-    stream = (
+    return (
         env.from_collection(records)
+        .uid("records")
+        .map(Throttle(pace_s))
+        .uid("pace")
+        .set_parallelism(1)
         .to_batches(schema)
-        .set_parallelism(1)  # as its source: each key's rows stay in order
+        .uid("to batches")
+        .set_parallelism(1)
         .key_by("key")
         .running_sum("value")
+        .uid("running sum")
         .map_batches(SubtaskOfKey())
+        .uid("subtask")
         .to_records()
+        .uid("to records")
         .key_by(lambda row: row.key)
         .process(RecordsSeen())
+        .uid("seen")
     )
-    out, _ = run(stream, "mixed")
 
+
+def assert_mixed_exact(out: list[tuple[Any, ...]], records: list[tuple[int, int]], subtasks: int) -> None:
+    """Every key's running sums and the record path's counts, in order; each key met both keyed
+    steps in the same subtask (the key hash is one on both paths)."""
     values = by_key(records)
     got = by_key((key, (total, seen)) for key, total, seen, _, _ in out)
     assert got == {
         key: list(zip(prefix_sums(vs), range(1, len(vs) + 1), strict=True)) for key, vs in values.items()
     }
-    subtasks = {(batch_subtask, record_subtask) for _, _, _, batch_subtask, record_subtask in out}
-    assert all(a == b for a, b in subtasks), subtasks
-    assert {a for a, _ in subtasks} == {0, 1}  # both subtasks had keys
+    met = {(batch_subtask, record_subtask) for _, _, _, batch_subtask, record_subtask in out}
+    assert all(a == b for a, b in met), met
+    assert {a for a, _ in met} == set(range(subtasks))  # every subtask had keys
+
+
+def test_a_mixed_job_crosses_from_records_to_batches_and_back(executor: str) -> None:
+    """Records -> batches -> a keyed batch aggregation -> records -> a keyed record function: exact."""
+    records = mixed_records()
+    out, _ = run(mixed_job(batch_env(executor, 2, interval_ms=0), records), "mixed")
+    assert_mixed_exact(out, records, 2)
+
+
+def test_a_mixed_job_restores_its_record_and_columnar_state_at_another_parallelism(
+    tmp_path: Path, executor: str
+) -> None:
+    """The mixed job keeps a checkpoint at 2 subtasks and restores it at 3: the columnar running
+    sums and the record path's ValueState both go on, and a key still meets both keyed steps in
+    one subtask (key groups mean the same in either state)."""
+    records = mixed_records()
+    retain = {
+        "execution.checkpointing.dir": str(tmp_path / "first"),
+        "execution.checkpointing.externalized-checkpoint-retention": "RETAIN_ON_CANCELLATION",
+    }
+    results = mixed_job(batch_env(executor, 2, **retain), records, pace_s=0.0005).execute_and_collect("first")
+    first, reader = drain(results)
+    wait_for_checkpoints(tmp_path / "first", 1)
+    wait_for(lambda: len(first) > 100, "the first run's output")
+    cancel_keeping_results(results, reader)
+    assert len(first) < len(records)
+
+    env2 = batch_env(executor, 3, **{"execution.checkpointing.dir": str(tmp_path / "second")})
+    env2.set_restore_path(str(latest_checkpoint_dir(tmp_path / "first")))
+    second, client = run(mixed_job(env2, records), "second")
+
+    assert client.get_checkpoint_statistics()["counts"]["restored"] == 1
+    assert_mixed_exact(first + second, records, 3)
