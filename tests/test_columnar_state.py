@@ -416,6 +416,27 @@ def test_view_writes_lists_into_object_columns() -> None:
         view["seen"] = [[1, 2]]
 
 
+def test_view_reads_of_mutable_values_are_copies() -> None:
+    """Nothing is written until assigned, for lists and dicts too: a read gives copies, so a
+    value changed in place leaves the state as it was; immutable values stay shared."""
+    schema = pa.schema(
+        [("seen", pa.list_(pa.int64())), ("info", pa.struct([("n", pa.int64())])), ("name", pa.string())]
+    )
+    state = ColumnarKeyedState("s", schema, {"seen": [], "info": {"n": 0}, "name": "x"})
+    view = view_of(state, [1, 2])
+    seen, info = view["seen"], view["info"]
+    for lst in seen:
+        lst.append(10)
+    for d in info:
+        d["n"] = 7
+    assert view["seen"].tolist() == [[], []] and view["info"].tolist() == [{"n": 0}, {"n": 0}]
+    view["seen"] = seen
+    again = view_of(state, [1, 2])
+    assert again["seen"].tolist() == [[10], [10]] and again["info"].tolist() == [{"n": 0}, {"n": 0}]
+    names = again["name"]
+    assert names[0] is state.column("name")[again.slots[0]]  # str: shared, not copied
+
+
 def test_view_keys_may_be_given() -> None:
     state = new_state()
     keys = pa.array(["k"])
@@ -664,6 +685,30 @@ def test_a_snapshot_holds_the_state_as_of_the_barrier(tmp_path: Path) -> None:
     handles = list(written.result().write(storage, 1, None).handles)
     (restored,) = restore(1, handles, storage)  # type: ignore[arg-type]
     assert contents(restored) == before
+
+
+def test_a_snapshot_holds_nested_values_as_of_the_barrier(tmp_path: Path) -> None:
+    """List and struct values are Python objects a batch after the barrier may change in
+    place (before the serializer runs): the checkpoint holds them as they were at the barrier."""
+    storage = CheckpointStorage(str(tmp_path), "job")
+    b = backend()
+    schema = pa.schema([("seen", pa.list_(pa.int64())), ("info", pa.struct([("n", pa.int64())]))])
+    state = b.get_columnar_state("s", schema, {"seen": [], "info": {"n": 0}})
+    keys = pa.array([1, 2, 3])
+    slots = state.slots_of(keys, groups(keys))
+    state.column("seen")[slots] = np.fromiter(([10], [10], [10]), dtype=object, count=3)
+    state.column("info")[slots] = np.fromiter(({"n": 1}, {"n": 1}, {"n": 1}), dtype=object, count=3)
+    state.remove(slots[2:])  # a freed slot's stale value is not checkpointed
+    snapshot = b.snapshot(1)
+    for lst in state.column("seen")[slots]:
+        lst.append(20)  # in place, on the task thread, after the barrier
+    for d in state.column("info")[slots]:
+        d["n"] = 2
+    written = snapshot.serializer()
+    written.step(None)
+    handles = list(written.result().write(storage, 1, None).handles)
+    (restored,) = restore(1, handles, storage)  # type: ignore[arg-type]
+    assert contents(restored) == {1: ([10], {"n": 1}), 2: ([10], {"n": 1})}
 
 
 def test_serializer_steps_are_bounded() -> None:

@@ -339,6 +339,9 @@ class ColumnarKeyedState:
         self.schema = schema
         self.defaults: dict[str, Any] = {}
         self._dtypes = {f.name: _numpy_dtype(f.type) for f in schema}
+        #: Object columns whose values Python code can change in place (lists, dicts of
+        #: list / struct / map types): a barrier or a read must copy them by value.
+        self.mutable_columns = frozenset(f.name for f in schema if pa.types.is_nested(f.type))
         self.set_defaults(defaults)
         #: The Arrow type of the keys (from the first batch or the restore); None while unknown.
         self.key_type: pa.DataType | None = None
@@ -487,8 +490,21 @@ class ColumnarKeyedState:
             self._alive[:high].copy(),
             self._key_groups[:high].copy(),
             stored[:high].copy(),
-            [self._columns[f.name][:high].copy() for f in self.schema],
+            [self._column_at_barrier(f, high) for f in self.schema],
         )
+
+    def _column_at_barrier(self, field: pa.Field, high: int) -> np.ndarray | pa.Array:
+        """Column ``field`` of slots ``[0, high)`` as a snapshot must keep it. Numbers, and
+        objects no code can change (str, bytes, dates, decimals), are copied shallowly (a
+        memcpy of the array or of its pointers); lists and dicts of nested types are converted
+        to Arrow by value here, because a batch processed after the barrier (before the
+        serializer runs) may change them in place and would change the checkpoint with them."""
+        values = self._columns[field.name][:high]
+        if field.name not in self.mutable_columns:
+            return values.copy()
+        values = values.copy()
+        values[~self._alive[:high]] = None  # freed slots may hold stale values: not checkpointed
+        return pa.array(values.tolist(), type=field.type)
 
     # ------------------------------------------------------------------ lookups
 
@@ -717,10 +733,10 @@ class ColumnarStateView(KeyedBatchState):
     state on first use). Construction copies nothing; :meth:`is_new` is fixed when built
     (slots the latest ``slots_of`` inserted).
 
-    Reads copy (``state[col]`` is the column gathered at ``slots``; keys cleared in this
-    view read as the defaults); assignment writes a whole column back, cast to the column's
-    dtype. :meth:`clear` frees the keys at once; a later assignment in the same view does not
-    bring a cleared key back.
+    Reads copy (``state[col]`` is the column gathered at ``slots``, with copies of mutable
+    values: lists and dicts; keys cleared in this view read as the defaults); assignment
+    writes a whole column back, cast to the column's dtype. :meth:`clear` frees the keys at
+    once; a later assignment in the same view does not bring a cleared key back.
     """
 
     def __init__(
@@ -766,6 +782,10 @@ class ColumnarStateView(KeyedBatchState):
 
     def __getitem__(self, column: str) -> np.ndarray:
         values: np.ndarray = self._state.column(column)[self._slots]
+        if column in self._state.mutable_columns:
+            # The gather copied the pointers only: a list changed in place would change the
+            # state before (or without) the assignment, so give copies of mutable values.
+            values = np.fromiter((copy.deepcopy(v) for v in values.tolist()), dtype=object, count=len(values))
         if self._cleared is not None:
             values[self._cleared] = self._state.defaults_of(column, int(self._cleared.sum()))
         return values
@@ -866,7 +886,9 @@ class _StateCopy:
     key_groups: np.ndarray
     #: int64 keys, or key objects.
     keys: np.ndarray
-    columns: list[np.ndarray]
+    #: Per state column, numpy arrays by slot; nested types' columns as Arrow arrays (copied
+    #: by value at the barrier, see :meth:`ColumnarKeyedState._column_at_barrier`).
+    columns: list[np.ndarray | pa.Array]
     #: The live slots sorted by key group, and where each key group's start: slots
     #: ``slots[bounds[i]:bounds[i + 1]]`` are in key group ``range.start + i`` (see :meth:`sort`).
     slots: np.ndarray | None = None
@@ -890,7 +912,10 @@ class _StateCopy:
         if not slots.size:
             return None
         keys = _keys_to_arrow(self.keys[slots], slots, self.null_slot, self.key_type, self.int_keys)
-        columns = (pa.array(c[slots], type=f.type) for c, f in zip(self.columns, self.schema, strict=True))
+        columns = (
+            c.take(pa.array(slots)) if isinstance(c, pa.Array) else pa.array(c[slots], type=f.type)
+            for c, f in zip(self.columns, self.schema, strict=True)
+        )
         return pa.RecordBatch.from_arrays([keys, *columns], schema=schema)
 
     def ipc_schema(self) -> pa.Schema:
