@@ -185,6 +185,8 @@ KEYS = {
     "small ints": st.integers(-3, 12),  # counted directly from the smallest key
     "spread ints": st.sampled_from([-(2**62), -7, 0, 2**40, 2**62]),  # hashed (span too wide)
     "strings": st.sampled_from(["", "a", "b", "ü", "long key " * 3]),
+    # 0.0 and -0.0 are one key in Python and on the record path (equal, one hash).
+    "floats": st.sampled_from([0.0, -0.0, 1.5, -2.25, 1e300]),
 }
 VALUES = {
     "int": st.none() | st.integers(-(2**40), 2**40),
@@ -272,7 +274,9 @@ def test_aggregates_emit_each_key_of_a_batch_once(function: str, value_kind: str
         name = "count" if function == "count" else "v"
         assert out.schema.names == ["k", name]
         got = out.to_pylist()
-        assert sorted(map(repr, (r["k"] for r in got))) == sorted(map(repr, {k for k, _ in rows}))
+        # A float key comes out as its canonical form (-0.0 as 0.0).
+        canonical = {k + 0.0 if isinstance(k, float) else k for k, _ in rows}
+        assert sorted(map(repr, (r["k"] for r in got))) == sorted(map(repr, canonical))
         for row in got:
             assert same(result(function, states[row["k"]]), row[name]), (row, states[row["k"]])
 
@@ -465,6 +469,40 @@ def test_a_null_key_is_one_key() -> None:
             KeyedBatchAggregateOperator("sum", "v", True, "k"), keyed({"k": keys, "v": [1, 2, 3, 4]}, "k")
         )
         assert per_key(rows) == {keys[0].as_py(): [1, 4], None: [2, 6]}
+
+
+def nan(payload: int) -> float:
+    """A quiet NaN with ``payload`` in its low mantissa bits (0: numpy's and Arrow's NaN)."""
+    value: float = np.array([0x7FF8000000000000 | payload], dtype=np.uint64).view(np.float64)[0]
+    return value
+
+
+@pytest.mark.parametrize("arrow_type", [pa.float64(), pa.float32()])
+def test_float_keys_equal_in_python_are_one_group_and_one_slot(arrow_type: pa.DataType) -> None:
+    """0.0 and -0.0 are one key (as on the record path: equal, one key group), and so are
+    NaNs whatever their bits (the state keeps one NaN key): Arrow's dictionary encoding tells
+    them apart, and two groups sharing one slot lost one group's updates."""
+    zeros = pa.array(np.array([0.0, -0.0, 0.0, -0.0]), arrow_type)
+    assert len(set(key_groups_of(zeros, MAX_PARALLELISM).tolist())) == 1  # the partitioner agrees
+    batch = keyed({"k": zeros, "v": [1, 10, 100, 1000]}, "k")
+    assert run(KeyedBatchAggregateOperator("sum", "v", False, "k"), batch) == [{"k": 0.0, "v": 1111}]
+    assert [r["v"] for r in run(KeyedBatchAggregateOperator("sum", "v", True, "k"), batch)] == [
+        1,
+        11,
+        111,
+        1111,
+    ]
+    counted = run(
+        KeyedBatchAggregateOperator("count", None, False, "k"),
+        keyed({"k": pa.array([0.0, -0.0], arrow_type), "v": [1, 10]}, "k"),
+        keyed({"k": pa.array([0.0], arrow_type), "v": [100]}, "k"),
+    )
+    assert counted == [{"k": 0.0, "count": 2}, {"k": 0.0, "count": 3}]
+    nans = pa.array(np.array([nan(0), nan(1), nan(0), 2.0, nan(1)]), pa.float64())
+    rows = run(
+        KeyedBatchAggregateOperator("sum", "v", False, "k"), keyed({"k": nans, "v": [1, 2, 4, 8, 16]}, "k")
+    )
+    assert [(math.isnan(r["k"]), r["v"]) for r in rows] == [(True, 23), (False, 8)]
 
 
 def test_int_keys_of_every_width_and_span_group_correctly() -> None:

@@ -24,6 +24,7 @@ booleans) are summed as int64 (wrapping on overflow, like Java's ``long``), floa
 from __future__ import annotations
 
 import ctypes
+import math
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -381,11 +382,28 @@ def _group(batch: pa.RecordBatch, key_column: str, state: ColumnarKeyedState, so
             present = labels if labels is not None else np.arange(span)
             distinct = pa.array(present.astype(wide) + wide.type(low)).cast(keys.type)
             return _grouped_with_slots(batch, state, ids, span, labels, distinct, counts, sort)
+    if pa.types.is_floating(keys.type):
+        keys = _canonical_floats(keys)
     encoded = pc.dictionary_encode(keys, null_encoding="encode")
     ids = encoded.indices.to_numpy(zero_copy_only=False)
     distinct = encoded.dictionary
     counts = np.bincount(ids, minlength=len(distinct))
     return _grouped_with_slots(batch, state, ids, len(distinct), None, distinct, counts, sort)
+
+
+def _canonical_floats(keys: pa.Array) -> pa.Array:
+    """Float keys with -0.0 as 0.0 and every NaN as one NaN.
+
+    Arrow's dictionary encoding compares bits, but 0.0 and -0.0 are one key in Python and on
+    the record path (equal, and ``stable_hash`` gives them one key group), and the columnar
+    state keeps one NaN key: two groups for what the state holds in one slot would lose one
+    group's updates. (NaN keys of different bits are hashed by their bits on both paths, as
+    ``stable_hash`` does, so they may reach different subtasks; within a subtask they are one key.)"""
+    half = pa.types.is_float16(keys.type)
+    work = keys.cast(pa.float32()) if half else keys  # Arrow has no float16 arithmetic
+    zero = pa.scalar(0.0, work.type)
+    canonical = pc.if_else(pc.is_nan(work), pa.scalar(math.nan, work.type), pc.add(work, zero))  # -0 + 0 = 0
+    return canonical.cast(keys.type) if half else canonical
 
 
 def _grouped_with_slots(
