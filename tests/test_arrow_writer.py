@@ -23,7 +23,7 @@ from chandy.task.arrow_partitioners import (
     ArrowKeyGroupPartitioner,
     ColumnarPartitioner,
 )
-from chandy.task.arrow_writer import ArrowRecordWriter
+from chandy.task.arrow_writer import MAX_ITEM_BYTES, ArrowRecordWriter
 from chandy.task.deployment import TaskDeploymentDescriptor
 from chandy.task.operator_chain import OperatorChain
 from chandy.task.operators.batch import KeyedBatchAggregateOperator
@@ -84,6 +84,29 @@ def test_a_huge_buffer_leaves_in_slices_of_batch_size() -> None:
     sent = drain(channel)
     assert [b.num_rows for b in sent] == [100, 100, 100, 50]
     assert pa.concat_batches(sent).column("seq").to_pylist() == list(range(350))
+
+
+def test_wide_rows_leave_in_slices_of_at_most_max_item_bytes() -> None:
+    """An item is cut by bytes too: 2 x batch_size rows of wide rows could exceed the TCP frame
+    limit (1 GiB) and the job would restart forever. 100 rows of 1 MiB between narrow ones
+    (skewed widths: slices are cut again where a slice is still too large)."""
+    wide = b"w" * (1 << 20)
+    payloads = [b"n"] * 30 + [wide] * 100 + [b"n"] * 30
+    batch = pa.record_batch({"seq": pa.array(range(len(payloads))), "payload": pa.array(payloads)})
+    assert batch.nbytes > 1.5 * MAX_ITEM_BYTES
+    writer, [channel] = writer_with(ArrowForwardPartitioner(), 1, batch_size=65_536)
+    writer.emit_batch(batch)
+    writer.flush()
+    sent = drain(channel)
+    assert len(sent) >= 2 and all(0 < part.nbytes <= MAX_ITEM_BYTES for part in sent), [
+        (part.num_rows, part.nbytes) for part in sent
+    ]
+    assert pa.concat_batches(sent).column("seq").to_pylist() == list(range(len(payloads)))
+    assert (writer.records_out, writer.batches_out) == (len(payloads), len(sent))
+    writer.emit_batch(batch)  # beyond credit before a priority barrier: cut the same way
+    writer.broadcast_priority_barrier(CheckpointBarrier(1, 0))
+    overdrafted = [item for item in drain(channel) if isinstance(item, pa.RecordBatch)]
+    assert [part.num_rows for part in overdrafted] == [part.num_rows for part in sent]
 
 
 def test_keyed_rows_keep_their_order_per_channel_across_random_batches_and_flushes() -> None:

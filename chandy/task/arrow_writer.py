@@ -18,13 +18,16 @@ A channel never gets an empty batch, and its rows keep their emission order. Pie
 different schemas (a function returning a column of another type now and then) are never
 concatenated: a channel's buffer is sent before a piece of another schema joins it. A buffer
 of at least twice ``batch_size`` rows is sent in slices of ``batch_size`` (zero-copy), like the
-record writer's lists, so one item never holds more than twice the configured rows.
+record writer's lists, so one item never holds more than twice the configured rows; and an
+item is cut by bytes too, into slices of at most :data:`MAX_ITEM_BYTES`, so wide rows never make
+one larger than a TCP frame may be (``chandy.network.framing.MAX_FRAME_BYTES``: a frame over it
+fails the task, and the restarted task would send the same item again, forever).
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 import pyarrow as pa
@@ -34,6 +37,31 @@ from chandy.network.events import CheckpointBarrier
 from chandy.task.arrow_partitioners import ColumnarPartitioner
 from chandy.task.operators.batch import _keep_freed_heap
 from chandy.task.record_writer import RecordWriter
+
+#: The most bytes (``RecordBatch.nbytes``) one item of a batch edge holds, whatever its rows: far
+#: below the 1 GiB TCP frame limit, and large enough that a slice still amortises its frame.
+MAX_ITEM_BYTES = 64 << 20
+
+
+def _slices(batch: pa.RecordBatch, rows: int) -> Iterator[pa.RecordBatch]:
+    """``batch`` in zero-copy slices of at most ``rows`` rows and :data:`MAX_ITEM_BYTES` bytes,
+    in order. Rows are assumed about equally wide to choose the slices' rows, and a slice still
+    over the limit (wider rows than average) is halved until it fits or is one row (which no cut
+    can make smaller)."""
+    n = batch.num_rows
+    nbytes = batch.nbytes
+    if nbytes > MAX_ITEM_BYTES:
+        rows = max(1, min(rows, n * MAX_ITEM_BYTES // nbytes))
+    if rows >= n:
+        if nbytes > MAX_ITEM_BYTES and n > 1:
+            half = n // 2
+            yield from _slices(batch.slice(0, half), half)
+            yield from _slices(batch.slice(half), n - half)
+        else:
+            yield batch
+        return
+    for start in range(0, n, rows):
+        yield from _slices(batch.slice(start, rows), rows)
 
 
 class ArrowRecordWriter(RecordWriter):
@@ -74,15 +102,15 @@ class ArrowRecordWriter(RecordWriter):
 
     def _send_buffer(self, index: int, overdraft: bool) -> None:
         """Send channel ``index``'s buffered rows (at least one) as one batch, or in slices of
-        ``batch_size`` if they are twice that or more; empty the buffer."""
+        ``batch_size`` if they are twice that or more, and of at most :data:`MAX_ITEM_BYTES`;
+        empty the buffer."""
         pieces: list[pa.RecordBatch] = self._buffers[index]
         n = self._rows[index]
         batch = pieces[0] if len(pieces) == 1 else pa.concat_batches(pieces)
         self._buffers[index] = []
         self._rows[index] = 0
         size = self.batch_size
-        parts = [batch] if n < 2 * size else [batch.slice(start, size) for start in range(0, n, size)]
-        for part in parts:
+        for part in _slices(batch, n if n < 2 * size else size):
             if overdraft:
                 self.records_out += part.num_rows
                 self.batches_out += 1
