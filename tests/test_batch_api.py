@@ -311,6 +311,32 @@ def test_map_batches_rejects_what_is_not_a_batch_function() -> None:
         numbers(env).map_batches(Mapper())  # type: ignore[arg-type]
 
 
+def test_a_function_class_that_does_not_define_its_method_is_refused() -> None:
+    """A subclass with a misnamed method inherited the base's stub, which returned None (no
+    output): the job ran and emitted nothing. It is refused, naming the method to define."""
+    env = local_env()
+
+    class MisnamedMap(MapBatchesFunction):
+        def map(self, batch: Any) -> Any:
+            return batch
+
+    class MisnamedProcess(KeyedBatchFunction):
+        def process(self, batch: Any, state: Any) -> Any:
+            return batch
+
+    class MisnamedRecordMap(MapFunction):
+        def map_batch(self, value: Any) -> Any:
+            return value
+
+    with pytest.raises(InvalidProgramError, match="MisnamedMap does not define 'map_batch'"):
+        numbers(env).map_batches(MisnamedMap())
+    with pytest.raises(InvalidProgramError, match="MisnamedProcess does not define 'process_batch'"):
+        numbers(env).key_by("value").process_batches(MisnamedProcess(), {"n": pa.int64()})
+    with pytest.raises(InvalidProgramError, match="MisnamedRecordMap does not define 'map'"):
+        env.from_sequence(1, 3).map(MisnamedRecordMap())
+    numbers(env).map_batches(Doubling())  # a class that defines it is taken
+
+
 def test_key_by_and_aggregations_reject_bad_columns() -> None:
     env = local_env()
     with pytest.raises(InvalidProgramError, match="key_by\\(\\) takes a KeySelector or a callable, got int"):

@@ -85,7 +85,17 @@ def _batch_hint(stream: Any, fix: str) -> str:
 
 
 def _check_function(func: Any, base: type[Function], method: str, operation: str) -> Any:
-    if isinstance(func, base) or (callable(func) and not isinstance(func, Function)):
+    if isinstance(func, base):
+        # Function is no ABC, so a subclass that misnames its method (``map`` for
+        # ``map_batch``) could be instantiated, and the inherited abstract stub returned None
+        # ("no output"): the job ran and emitted nothing. Refuse it here, naming the method.
+        if getattr(getattr(type(func), method, None), "__isabstractmethod__", False):
+            raise InvalidProgramError(
+                f"{operation}(): {type(func).__name__} does not define '{method}', the method "
+                f"{base.__name__} calls; rename its method to '{method}'"
+            )
+        return func
+    if callable(func) and not isinstance(func, Function):
         return func
     raise InvalidProgramError(
         f"{operation}() takes a {base.__name__} or a callable, got {type(func).__name__}"
