@@ -51,6 +51,34 @@ class UnrecoverableError(ChandyError):
     """
 
 
+class BatchTypeError(UnrecoverableError, TypeError):
+    """A batch operation got a value of the wrong type from the job's own definition: a batch
+    function that returned an int, a sum over a string column, records on a batch edge.
+
+    The same batches meet the same functions after a restart, so the job fails at once. It is
+    a ``TypeError`` too, so code that caught the built-in type keeps working.
+    """
+
+
+class BatchValueError(UnrecoverableError, ValueError):
+    """A batch operation got a value of the right type but the wrong shape or content from the
+    job's own definition: a key function returning one key too few, columns of two lengths.
+
+    Unrecoverable for the reason :class:`BatchTypeError` is; a ``ValueError`` too.
+    """
+
+
+class BatchColumnError(UnrecoverableError, KeyError):
+    """A batch operation names a column its batches do not have (``key_by("nope")``).
+
+    Unrecoverable for the reason :class:`BatchTypeError` is; a ``KeyError`` too (the type a
+    missing column raised before), but printed as its message, not as a quoted key.
+    """
+
+    def __str__(self) -> str:
+        return str(self.args[0]) if self.args else ""
+
+
 class InvalidCheckpointError(UnrecoverableError):
     """A checkpoint or savepoint cannot be used: missing, incomplete, corrupt or incompatible.
 

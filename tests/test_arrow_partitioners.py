@@ -11,7 +11,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pytest
 
-from chandy.errors import InvalidProgramError
+from chandy.errors import InvalidProgramError, UnrecoverableError
 from chandy.graph.job_graph import DistributionPattern, create_job_graph
 from chandy.graph.stream_graph import StreamGraph
 from chandy.state.arrow_keys import KEY_COLUMN, KEY_GROUP_COLUMN
@@ -119,12 +119,15 @@ def test_a_function_returning_numpy_or_a_list_and_its_errors() -> None:
     for partitioner, expected in ((numpy_key, [6, 2, 6, 4]), (list_key, ["3", "1", "3", "2"])):
         keys = [k for _, p in partitioner.split(batch) for k in p.column(KEY_COLUMN).to_pylist()]
         assert sorted(keys) == sorted(expected)
-    with pytest.raises(ValueError, match="returned 1 keys for a batch of 4 rows"):
-        keyed(ArrowKeyGroupPartitioner(lambda b: [1]).for_target(16, True), 2).split(batch)
-    with pytest.raises(KeyError, match=r"no column 'y'; its columns are \['x'\]"):
-        keyed(ArrowKeyGroupPartitioner("y").for_target(16, True), 2).split(batch)
-    with pytest.raises(TypeError, match="to_batches"):
-        keyed(ArrowKeyGroupPartitioner("x").for_target(16, True), 2).split([1, 2])
+    # mistakes of the job's definition: the built-in type, and unrecoverable (a restart repeats them)
+    for kind, match, key, split in (
+        (ValueError, "returned 1 keys for a batch of 4 rows", lambda b: [1], batch),
+        (KeyError, r"^key_by\('y'\): the batch has no column 'y'; its columns are \['x'\]$", "y", batch),
+        (TypeError, "to_batches", "x", [1, 2]),
+    ):
+        with pytest.raises(kind, match=match) as refused:
+            keyed(ArrowKeyGroupPartitioner(key).for_target(16, True), 2).split(split)
+        assert isinstance(refused.value, UnrecoverableError), refused.value
     with pytest.raises(ValueError, match="outside"):
         keyed(ArrowKeyGroupPartitioner("x").for_target(4, True), 5)
 

@@ -26,6 +26,7 @@ from hypothesis import strategies as st
 
 from chandy.core.functions import KeyedBatchFunction, KeyedBatchState, MapBatchesFunction
 from chandy.core.types import Row
+from chandy.errors import UnrecoverableError
 from chandy.state.arrow_keys import KEY_COLUMN, KEY_GROUP_COLUMN, key_groups_of
 from chandy.state.columnar import ColumnarKeyedStateBackend
 from chandy.state.handles import KeyedStateHandle
@@ -579,15 +580,40 @@ def test_bad_aggregations_are_refused_with_the_fix() -> None:
     with pytest.raises(ValueError, match=r"sum\(\) aggregates a column"):
         KeyedBatchAggregateOperator("sum", None, False, "k")
     strings = keyed({"k": [1], "s": ["x"]}, "k")
-    with pytest.raises(TypeError, match="sum\\('s'\\) aggregates numbers, but column 's' is string"):
-        run(KeyedBatchAggregateOperator("sum", "s", False, "k"), strings)
-    with pytest.raises(KeyError, match=r"no column 'w'; its columns are \['k', 's'\]"):
-        run(KeyedBatchAggregateOperator("sum", "w", False, "k"), strings)
-    with pytest.raises(TypeError, match=f"without the {KEY_GROUP_COLUMN} column"):
-        run(KeyedBatchAggregateOperator("sum", "v", False, "k"), pa.record_batch({"k": [1], "v": [1]}))
     ints, floats = keyed({"k": [1], "v": [1]}, "k"), keyed({"k": [1], "v": [1.5]}, "k")
-    with pytest.raises(TypeError, match="column 'v' was int64 and is now float64; give the column one type"):
-        run(KeyedBatchAggregateOperator("sum", "v", False, "k"), ints, floats)
+    # mistakes of the job's definition: the error is the built-in type and unrecoverable (a
+    # restart would run the same definition over the same batches and fail the same way)
+    for kind, match, operator, batches in (
+        (
+            TypeError,
+            "^sum\\('s'\\) aggregates numbers, but column 's' is string",
+            ("sum", "s", False),
+            [strings],
+        ),
+        (TypeError, "^running_sum\\('s'\\) aggregates numbers", ("sum", "s", True), [strings]),
+        (
+            KeyError,
+            r"^sum\('w'\): the batch has no column 'w'; its columns are \['k', 's'\]$",
+            ("sum", "w", False),
+            [strings],
+        ),
+        (KeyError, r"^running_max\('w'\): the batch has no column 'w'", ("max", "w", True), [strings]),
+        (
+            TypeError,
+            f"without the {KEY_GROUP_COLUMN} column",
+            ("sum", "v", False),
+            [pa.record_batch({"k": [1], "v": [1]})],
+        ),
+        (
+            TypeError,
+            "column 'v' was int64 and is now float64; give the column one type",
+            ("sum", "v", False),
+            [ints, floats],
+        ),
+    ):
+        with pytest.raises(kind, match=match) as refused:
+            run(KeyedBatchAggregateOperator(*operator, "k"), *batches)
+        assert isinstance(refused.value, UnrecoverableError), refused.value
 
 
 def test_batch_operators_refuse_record_batches() -> None:
@@ -598,8 +624,11 @@ def test_batch_operators_refuse_record_batches() -> None:
         BatchesToRecordsOperator,
     ):
         driver = Driver(make)
-        with pytest.raises(TypeError, match="takes Arrow record batches and got a list: .* to_batches"):
+        with pytest.raises(
+            TypeError, match="takes Arrow record batches and got a list: .* to_batches"
+        ) as got:
             driver.process([1, 2])
+        assert isinstance(got.value, UnrecoverableError)
 
 
 def test_a_keyed_batch_operator_needs_the_columnar_backend() -> None:
@@ -762,13 +791,13 @@ def test_to_record_batch_takes_every_documented_return_type() -> None:
     assert empty is not None and empty.num_rows == 0 and empty.schema == expected.schema
     for column in (np.array([1, 2, 3]), [1, 2, 3], pa.array([1, 2, 3]), pa.chunked_array([[1], [2, 3]])):
         assert expected.equals(to_record_batch({"x": column}))
-    with pytest.raises(ValueError, match=r"one length, got \{'x': 3, 'y': 1\}"):
+    with pytest.raises(ValueError, match=r"one length, got \{'x': 3, 'y': 1\}") as lengths:
         to_record_batch({"x": [1, 2, 3], "y": [1]})
-    for wrong in ([1, 2, 3], 7, FakeDataFrame()):
-        with pytest.raises(
-            TypeError, match=f"returned a {type(wrong).__name__}; return a pyarrow.RecordBatch"
-        ):
+    assert isinstance(lengths.value, UnrecoverableError)  # the job's definition: a restart repeats it
+    for wrong, noun in (([1, 2, 3], "a list"), (7, "an int"), (FakeDataFrame(), "a FakeDataFrame")):
+        with pytest.raises(TypeError, match=f"returned {noun}; return a pyarrow.RecordBatch") as returned:
             to_record_batch(wrong)
+        assert isinstance(returned.value, UnrecoverableError)
 
 
 def test_map_batches_emits_what_has_rows() -> None:

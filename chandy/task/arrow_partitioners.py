@@ -43,6 +43,7 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
+from chandy.errors import BatchColumnError, BatchTypeError, BatchValueError
 from chandy.state.arrow_keys import INTERNAL_COLUMNS, KEY_COLUMN, KEY_GROUP_COLUMN, key_groups_of
 from chandy.task.partitioners import (
     BroadcastPartitioner,
@@ -91,7 +92,7 @@ class ColumnarPartitioner(StreamPartitioner):
 
 def _check_batch(batch: Any, partitioner: ColumnarPartitioner) -> pa.RecordBatch:
     if type(batch) is not pa.RecordBatch:
-        raise TypeError(
+        raise BatchTypeError(
             f"{partitioner.name} partitioning of a batch stream got a {type(batch).__name__}, not a "
             "pyarrow.RecordBatch: records reached a batch edge. Convert the stream with to_batches() "
             "before a batch operation (or to_records() before a record one)"
@@ -199,7 +200,7 @@ class ArrowKeyGroupPartitioner(ColumnarPartitioner):
         if isinstance(key, str):
             index = batch.schema.get_field_index(key)
             if index < 0:
-                raise KeyError(
+                raise BatchColumnError(
                     f"key_by({key!r}): the batch has no column {key!r}; its columns are "
                     f"{[n for n in batch.schema.names if n not in INTERNAL_COLUMNS]}"
                 )
@@ -209,13 +210,13 @@ class ArrowKeyGroupPartitioner(ColumnarPartitioner):
             try:
                 keys = pa.array(keys)
             except (TypeError, pa.ArrowException) as exc:
-                raise TypeError(
+                raise BatchTypeError(
                     f"key_by: the key function {getattr(key, '__qualname__', key)!r} returned a "
                     f"{type(keys).__name__}, which is not an array of one key per row: return an Arrow "
                     "or numpy array (e.g. pyarrow.compute over the batch's columns)"
                 ) from exc
         if len(keys) != batch.num_rows:
-            raise ValueError(
+            raise BatchValueError(
                 f"key_by: the key function {getattr(key, '__qualname__', key)!r} returned {len(keys)} keys "
                 f"for a batch of {batch.num_rows} rows; it must return exactly one key per row"
             )

@@ -34,6 +34,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from chandy.core.types import Row, RowKind
+from chandy.errors import BatchColumnError, BatchTypeError, BatchValueError
 from chandy.state.arrow_keys import INTERNAL_COLUMNS, KEY_COLUMN, KEY_GROUP_COLUMN
 from chandy.state.columnar import ColumnarKeyedState, ColumnarKeyedStateBackend, ColumnarStateView
 from chandy.task.batches import TimestampedBatch
@@ -67,19 +68,24 @@ def to_record_batch(result: Any) -> pa.RecordBatch | None:
         }
         lengths = {name: len(column) for name, column in columns.items()}
         if len(set(lengths.values())) > 1:
-            raise ValueError(f"the columns of a returned dict must have one length, got {lengths}")
+            raise BatchValueError(f"the columns of a returned dict must have one length, got {lengths}")
         return pa.RecordBatch.from_pydict(columns)
     if type(result).__name__ == "DataFrame" and hasattr(result, "to_dict") and hasattr(result, "columns"):
         return pa.RecordBatch.from_pandas(result, preserve_index=False)
-    raise TypeError(f"a batch function returned a {type(result).__qualname__}; return {_RETURNABLE}")
+    raise BatchTypeError(f"a batch function returned {_a(type(result).__qualname__)}; return {_RETURNABLE}")
+
+
+def _a(noun: str) -> str:
+    """``noun`` with its indefinite article ("an int", "a str")."""
+    return f"{'an' if noun[:1].lower() in 'aeiou' else 'a'} {noun}"
 
 
 def _rows(operator: StreamOperator, batch: Any) -> int:
     """The rows of ``batch``, which must be a ``RecordBatch``: a batch of records (a list)
     here is a wiring mistake, named instead of failing on a missing attribute."""
     if type(batch) is not pa.RecordBatch:
-        raise TypeError(
-            f"{operator.name} takes Arrow record batches and got a {type(batch).__name__}: its input "
+        raise BatchTypeError(
+            f"{operator.name} takes Arrow record batches and got {_a(type(batch).__name__)}: its input "
             "must be a batch stream (turn a DataStream into one with to_batches())"
         )
     rows: int = batch.num_rows
@@ -137,12 +143,12 @@ class RecordsToBatchesOperator(StreamOperator):
             self.output(records_to_batch(values, self.schema))
 
 
-def _records_error(record: Any, schema: pa.Schema | None, cause: object) -> TypeError:
+def _records_error(record: Any, schema: pa.Schema | None, cause: object) -> BatchTypeError:
     if schema is None:
         fix = "give to_batches() a schema (the column types were inferred from the records)"
     else:
         fix = f"make the records fit the schema, or give to_batches() a schema they fit (it got {schema})"
-    return TypeError(f"the record {record!r} cannot become a row of an Arrow batch: {cause}; {fix}")
+    return BatchTypeError(f"the record {record!r} cannot become a row of an Arrow batch: {cause}; {fix}")
 
 
 def _kind(record: Any) -> type:
@@ -212,7 +218,7 @@ def _scalar_field(schema: pa.Schema | None) -> pa.Field:
     if schema is None:
         return pa.field("value", pa.null())
     if len(schema) != 1:
-        raise TypeError(
+        raise BatchTypeError(
             f"records that are plain values make one column, but the schema has {len(schema)}: {schema}"
         )
     return schema.field(0)
@@ -444,16 +450,17 @@ def _grouped_with_slots(
     return grouped
 
 
-def _column(batch: pa.RecordBatch, name: str) -> pa.Array:
+def _column(batch: pa.RecordBatch, name: str, operation: str = "a keyed batch operator") -> pa.Array:
     index = batch.schema.get_field_index(name)
     if index < 0:
         if name == KEY_GROUP_COLUMN:
-            raise TypeError(
+            raise BatchTypeError(
                 f"a keyed batch operator got a batch without the {KEY_GROUP_COLUMN} column: its input must "
                 "be a keyed batch edge (key_by on a BatchStream, partitioned by ArrowKeyGroupPartitioner)"
             )
-        raise KeyError(
-            f"the batch has no column {name!r}; its columns are {_user_columns(batch).schema.names}"
+        raise BatchColumnError(
+            f"{operation}: the batch has no column {name!r}; its columns are "
+            f"{_user_columns(batch).schema.names}"
         )
     return batch.column(index)
 
@@ -462,7 +469,7 @@ def _columnar_backend(operator: StreamOperator) -> ColumnarKeyedStateBackend:
     assert operator.runtime_context is not None
     backend = operator.runtime_context.keyed_state_backend
     if not isinstance(backend, ColumnarKeyedStateBackend):
-        raise TypeError(
+        raise BatchTypeError(
             f"operator '{operator.name}' keeps columnar keyed state but its keyed state backend is "
             f"{type(backend).__name__}: the chain creates a ColumnarKeyedStateBackend for an operator "
             "with columnar_state = True (a harness must pass one)"
@@ -561,6 +568,10 @@ class KeyedBatchAggregateOperator(StreamOperator):
         self.running = running
         self.key_column = key_column
         self.name = f"{'running_' if running else ''}{function}({column or ''})"
+        #: The call as the user wrote it, for errors: running_sum('v').
+        self._call_text = (
+            f"{'running_' if running else ''}{function}({'' if column is None else repr(column)})"
+        )
         self.state_name = f"_batch_{function}"
         self._output_name = _COUNT if function == "count" else column
         self._state: ColumnarKeyedState | None = None
@@ -574,7 +585,7 @@ class KeyedBatchAggregateOperator(StreamOperator):
         """The aggregated column of ``batch`` as the aggregation reads it."""
         if self.column is None:
             return _Aggregated(None, None, None)
-        column = _column(batch, self.column)
+        column = _column(batch, self.column, self._call_text)
         valid = None
         if column.null_count:
             valid = pc.is_valid(column).to_numpy(zero_copy_only=False)
@@ -591,8 +602,8 @@ class KeyedBatchAggregateOperator(StreamOperator):
         elif pa.types.is_floating(kind):
             dtype = np.dtype(np.float64)
         else:
-            raise TypeError(
-                f"{self.function}({self.column!r}) aggregates numbers, but column {self.column!r} is "
+            raise BatchTypeError(
+                f"{self._call_text} aggregates numbers, but column {self.column!r} is "
                 f"{kind}: cast it first (map_batches), or use count()"
             )
         if valid is not None:
@@ -606,7 +617,7 @@ class KeyedBatchAggregateOperator(StreamOperator):
         """The state, made on the first batch, when the accumulator's type is known."""
         if self._state is not None:
             if dtype is not None and dtype != self._dtype:
-                raise TypeError(
+                raise BatchTypeError(
                     f"{self.name}: column {self.column!r} was {self._dtype} and is now {dtype}; "
                     "give the column one type: a schema for to_batches() (without one each batch's "
                     "types are inferred from its records), or a cast in map_batches"
