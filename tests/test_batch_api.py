@@ -396,6 +396,39 @@ def test_to_batches_rejects_a_bad_schema() -> None:
         env.from_sequence(1, 3).to_batches("value int64")  # type: ignore[arg-type]
 
 
+def test_every_schema_argument_takes_a_schema_or_a_dict_and_refuses_the_rest(tmp_path: Path) -> None:
+    """to_batches and process_batches took a dict, the connectors only a pa.Schema (and
+    DeltaSink failed obscurely in deltalake): every schema argument now takes both forms and
+    refuses anything else with the one error naming them."""
+    from deltalake import DeltaTable
+
+    from chandy.connectors.delta_sink import DeltaSink
+    from chandy.connectors.file_formats import CsvBatchFormat, JsonBatchFormat
+    from chandy.connectors.kafka_source import KafkaRecordBatchDeserializer
+
+    as_dict = {"k": "string", "v": pa.int64()}
+    expected = pa.schema([("k", pa.string()), ("v", pa.int64())])
+    takers: dict[str, Any] = {
+        "CsvBatchFormat(schema)": lambda schema: CsvBatchFormat(schema=schema).schema,
+        "JsonBatchFormat(schema)": lambda schema: JsonBatchFormat(schema=schema).schema,
+        "ParquetBulkWriters(schema)": lambda schema: ParquetBulkWriters.for_record_batches(schema).schema,
+        "KafkaRecordBatchDeserializer(schema)": lambda schema: (
+            KafkaRecordBatchDeserializer.json(schema).schema
+        ),
+        "DeltaSink(schema)": lambda schema: DeltaSink.for_record_batches(str(tmp_path), schema).schema,
+    }
+    for what, take in takers.items():
+        assert take(as_dict) == expected, what
+        assert take(expected) is expected, what
+        with pytest.raises(InvalidProgramError, match=r"takes a pyarrow.Schema or a dict of column name"):
+            take([("k", "string")])
+        with pytest.raises(InvalidProgramError, match=r"column 'v' has type 'int65'"):
+            take({"v": "int65"})
+    table = tmp_path / "delta"
+    DeltaSink.for_record_batches(str(table), schema=as_dict).validate()  # creates the table
+    assert DeltaTable(str(table)).schema().to_arrow().names == ["k", "v"]
+
+
 def test_operator_settings_on_a_partitioning_name_the_fix() -> None:
     env = local_env()
     with pytest.raises(InvalidProgramError, match="name\\(\\) applies to an operator"):

@@ -284,9 +284,9 @@ BAD_ARGUMENTS: list[tuple[str, Callable[[str], Any], type[Exception], str]] = [
     ),
     (
         "a Parquet schema that is not a pyarrow schema",
-        lambda d: ParquetBulkWriters.for_records({"id": "int64"}),
-        TypeError,
-        r"schema must be a pyarrow.Schema, e.g. pyarrow.schema\(\[\('id', pyarrow.int64\(\)\)\]\)",
+        lambda d: ParquetBulkWriters.for_records([("id", "int64")]),
+        InvalidProgramError,
+        r"ParquetBulkWriters\(schema\) takes a pyarrow.Schema or a dict of column name to Arrow type",
     ),
     (
         "a negative part size",

@@ -18,12 +18,13 @@ docs/batches.md.
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable, Mapping
-from typing import TYPE_CHECKING, Any, TypeAlias
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 
 from chandy.api.datastream import DataStream, DataStreamSink, _check_function, _Input, _Stream
+from chandy.connectors.arrow_schema import SchemaLike, check_schema
 from chandy.core.connector import Sink
 from chandy.core.functions import KeyedBatchFunction, KeySelector, MapBatchesFunction
 from chandy.errors import InvalidProgramError
@@ -48,50 +49,6 @@ from chandy.task.partitioners import StreamPartitioner
 if TYPE_CHECKING:
     from chandy.api.environment import StreamExecutionEnvironment
     from chandy.runtime.collect import CollectIterator
-
-#: What a schema may be given as: an Arrow schema, or a mapping of column name to an Arrow
-#: type (``pa.int64()``) or its name (``"int64"``).
-SchemaLike: TypeAlias = "pa.Schema | Mapping[str, Any]"
-
-
-def check_schema(schema: Any, what: str) -> pa.Schema:
-    """``schema`` as a ``pa.Schema``, or an error naming ``what`` and the accepted forms."""
-    if isinstance(schema, pa.Schema):
-        fields = list(schema)
-    elif isinstance(schema, Mapping):
-        fields = []
-        for name, kind in schema.items():
-            if not isinstance(name, str) or not name:
-                raise InvalidProgramError(f"{what}: column names are non-empty strings, got {name!r}")
-            fields.append(pa.field(name, _arrow_type(kind, f"{what}: column {name!r}")))
-    else:
-        raise InvalidProgramError(
-            f"{what} takes a pyarrow.Schema or a dict of column name to Arrow type "
-            f"(e.g. {{'total': pa.int64()}}), got {type(schema).__name__}"
-        )
-    if not fields:
-        raise InvalidProgramError(f"{what} has no columns")
-    names = [f.name for f in fields]
-    duplicated = sorted({n for n in names if names.count(n) > 1})
-    if duplicated:
-        raise InvalidProgramError(f"{what} names the column(s) {duplicated} more than once")
-    internal = sorted(set(names) & set(INTERNAL_COLUMNS))
-    if internal:
-        raise InvalidProgramError(f"{what}: {internal} are chandy's internal column names; rename them")
-    return schema if isinstance(schema, pa.Schema) else pa.schema(fields)  # a Schema keeps its metadata
-
-
-def _arrow_type(kind: Any, what: str) -> pa.DataType:
-    if isinstance(kind, pa.DataType):
-        return kind
-    if isinstance(kind, str):
-        try:
-            return pa.type_for_alias(kind)
-        except ValueError:
-            pass
-    raise InvalidProgramError(
-        f"{what} has type {kind!r}: give a pyarrow type (pa.int64(), pa.float64(), ...) or its name ('int64')"
-    )
 
 
 def _check_column(column: Any, operation: str) -> str:

@@ -60,13 +60,12 @@ from chandy.task.partitioners import (
 )
 
 if TYPE_CHECKING:
-    import pyarrow as pa
-
     from chandy.api.batch_stream import BatchStream
     from chandy.api.broadcast_stream import BroadcastConnectedStream, BroadcastStream
     from chandy.api.connected_streams import ConnectedStreams
     from chandy.api.environment import StreamExecutionEnvironment
     from chandy.api.windowed_stream import AllWindowedStream, WindowedStream
+    from chandy.connectors.arrow_schema import SchemaLike
     from chandy.core.windows import WindowAssigner
     from chandy.runtime.collect import CollectIterator
 
@@ -422,7 +421,7 @@ class DataStream(_Stream):
 
     # ------------------------------------------------------------ the batch path
 
-    def to_batches(self, schema: pa.Schema | None = None) -> BatchStream:
+    def to_batches(self, schema: SchemaLike | None = None) -> BatchStream:
         """This stream's records as Arrow record batches: a :class:`BatchStream` for vectorised
         operators (``map_batches``, ``key_by(column).sum(...)``, ...); ``to_records()`` comes back.
 
@@ -431,7 +430,8 @@ class DataStream(_Stream):
         column could be all nulls or its type must not vary. The records of one input batch
         become one record batch, so latency is what it is on the record path. Event timestamps
         stay behind (watermarks go on): see docs/batches.md."""
-        from chandy.api.batch_stream import BatchStream, check_schema
+        from chandy.api.batch_stream import BatchStream
+        from chandy.connectors.arrow_schema import check_schema
         from chandy.task.operators.batch import RecordsToBatchesOperator
 
         if schema is not None:

@@ -30,6 +30,7 @@ import uuid
 from dataclasses import dataclass
 from typing import Any
 
+from chandy.connectors.arrow_schema import SchemaLike, check_optional_schema
 from chandy.core.connector import (
     Committer,
     PrecommittingSinkWriter,
@@ -69,16 +70,23 @@ class DeltaSink(TwoPhaseCommittingSink):
     """
 
     def __init__(
-        self, table_uri: str, schema: Any = None, app_id: str | None = None, *, columnar: bool = False
+        self,
+        table_uri: str,
+        schema: SchemaLike | None = None,
+        app_id: str | None = None,
+        *,
+        columnar: bool = False,
     ) -> None:
         self.table_uri = table_uri
-        self.schema = schema
+        self.schema = check_optional_schema(schema, "DeltaSink(schema)")
         self.app_id = app_id
         #: Takes Arrow record batches (``BatchStream.sink_to``) instead of dict records.
         self.columnar = columnar
 
     @staticmethod
-    def for_record_batches(table_uri: str, schema: Any = None, app_id: str | None = None) -> DeltaSink:
+    def for_record_batches(
+        table_uri: str, schema: SchemaLike | None = None, app_id: str | None = None
+    ) -> DeltaSink:
         """A sink of Arrow record batches: each batch is written as it comes (its columns
         picked by the table's column names and cast to the table's types), exactly once
         like the record sink."""

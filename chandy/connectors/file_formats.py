@@ -26,6 +26,7 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, replace
 from typing import Any, BinaryIO
 
+from chandy.connectors.arrow_schema import SchemaLike, check_optional_schema
 from chandy.errors import UnrecoverableError
 
 log = logging.getLogger(__name__)
@@ -666,16 +667,9 @@ class _TypedBatchFormat(BatchFormat):
     """A batch format whose types come from ``schema`` or are inferred by pyarrow, which
     parses ``block_size`` bytes at a time."""
 
-    def __init__(self, schema: Any, block_size: int) -> None:
+    def __init__(self, schema: SchemaLike | None, block_size: int) -> None:
         who = type(self).__name__
-        if schema is not None:
-            import pyarrow as pa
-
-            if not isinstance(schema, pa.Schema):
-                raise TypeError(
-                    f"{who}: schema must be a pyarrow.Schema, e.g. pyarrow.schema([('id', "
-                    f"pyarrow.int64())]), or None to infer the types, got {type(schema).__name__}"
-                )
+        schema = check_optional_schema(schema, f"{who}(schema)")
         if isinstance(block_size, bool) or not isinstance(block_size, int) or block_size < 1024:
             raise ValueError(f"{who}: block_size must be an int >= 1024 (bytes), got {block_size!r}")
         self.schema = schema

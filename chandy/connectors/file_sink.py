@@ -32,6 +32,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from chandy.connectors.arrow_schema import check_optional_schema
 from chandy.core.connector import (
     Committer,
     PrecommittingSinkWriter,
@@ -252,16 +253,7 @@ class ParquetBulkWriters(BulkWriterFactory):
             raise ValueError(
                 f"{who}: compression must be one of {', '.join(self.COMPRESSIONS)}; got {compression!r}"
             )
-        if schema is not None:
-            import pyarrow as pa
-
-            if not isinstance(schema, pa.Schema):
-                raise TypeError(
-                    f"{who}: schema must be a pyarrow.Schema, e.g. "
-                    "pyarrow.schema([('id', pyarrow.int64())]), "
-                    f"or None to take the first batch's types, got {schema!r} ({type(schema).__name__})"
-                )
-        self.schema = schema
+        self.schema = check_optional_schema(schema, f"{who}(schema)")
         self.compression = compression
         self.columnar = columnar
 

@@ -35,6 +35,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
+from chandy.connectors.arrow_schema import SchemaLike, check_optional_schema
 from chandy.connectors.kafka_common import (
     DeserializationSchema,
     KafkaConnectorError,
@@ -277,9 +278,11 @@ class KafkaRecordBatchDeserializer:
 
     FORMATS = ("json", "string", "bytes")
 
-    def __init__(self, value_format: str = "json", schema: Any = None, metadata: bool = False) -> None:
+    def __init__(
+        self, value_format: str = "json", schema: SchemaLike | None = None, metadata: bool = False
+    ) -> None:
         self.value_format = value_format
-        self.schema = schema
+        self.schema = check_optional_schema(schema, "KafkaRecordBatchDeserializer(schema)")
         self.metadata = metadata
 
     @staticmethod
@@ -295,16 +298,10 @@ class KafkaRecordBatchDeserializer:
         return KafkaRecordBatchDeserializer("bytes", None, metadata)
 
     def validate(self, setting: str) -> None:
-        import pyarrow as pa
 
         if self.value_format not in self.FORMATS:
             raise ConfigurationError(
                 f"{setting}: value_format must be one of {', '.join(self.FORMATS)}, got {self.value_format!r}"
-            )
-        if self.schema is not None and not isinstance(self.schema, pa.Schema):
-            raise ConfigurationError(
-                f"{setting}: schema must be a pyarrow.Schema (or None to infer the types), "
-                f"got {type(self.schema).__name__}"
             )
         if self.schema is not None and self.value_format != "json":
             raise ConfigurationError(f"{setting}: a schema is for JSON values; {self.value_format} has none")
