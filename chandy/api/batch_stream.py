@@ -193,7 +193,10 @@ class KeyedBatchStream(BatchStream):
 
     def sum(self, column: str) -> BatchStream:
         """Per batch, one row per key of the batch: the key and the sum of ``column`` over
-        every row of that key so far (the column keeps its name)."""
+        every row of that key so far (the column keeps its name).
+
+        Porting from PyFlink: its ``KeyedStream.sum`` emits one record per input record;
+        that is :meth:`running_sum` here. This one is the per-batch total per key."""
         return self._keyed_aggregate("Keyed Batch Sum", "sum", _check_column(column, "sum"), False)
 
     def count(self, column: str | None = None) -> BatchStream:
@@ -202,11 +205,17 @@ class KeyedBatchStream(BatchStream):
         return self._keyed_aggregate("Keyed Batch Count", "count", _optional_column(column, "count"), False)
 
     def min(self, column: str) -> BatchStream:
-        """Per batch, one row per key of the batch: the key and the smallest ``column`` so far."""
+        """Per batch, one row per key of the batch: the key and the smallest ``column`` so far.
+
+        Porting from PyFlink: its ``KeyedStream.min`` emits one record per input record;
+        that is :meth:`running_min` here."""
         return self._keyed_aggregate("Keyed Batch Min", "min", _check_column(column, "min"), False)
 
     def max(self, column: str) -> BatchStream:
-        """Per batch, one row per key of the batch: the key and the largest ``column`` so far."""
+        """Per batch, one row per key of the batch: the key and the largest ``column`` so far.
+
+        Porting from PyFlink: its ``KeyedStream.max`` emits one record per input record;
+        that is :meth:`running_max` here."""
         return self._keyed_aggregate("Keyed Batch Max", "max", _check_column(column, "max"), False)
 
     def mean(self, column: str) -> BatchStream:
