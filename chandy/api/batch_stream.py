@@ -201,7 +201,7 @@ class KeyedBatchStream(BatchStream):
 
     def count(self, column: str | None = None) -> BatchStream:
         """Per batch, one row per key of the batch: the key and its rows so far (a ``count``
-        column); with a ``column``, its non-null values so far (named like the column)."""
+        column); with a ``column``, its non-null values so far (still in a ``count`` column)."""
         return self._keyed_aggregate("Keyed Batch Count", "count", _optional_column(column, "count"), False)
 
     def min(self, column: str) -> BatchStream:
