@@ -616,6 +616,25 @@ def test_bad_aggregations_are_refused_with_the_fix() -> None:
         assert isinstance(refused.value, UnrecoverableError), refused.value
 
 
+def test_aggregates_refuse_to_output_two_columns_of_one_name() -> None:
+    """An output row with two columns of one name (Row(count=1, count=1)) loses one to every
+    reader that goes by name; the operator refuses it and names the column and the fix."""
+    for operator, batch, column in (
+        (("count", None, True, "k"), keyed({"k": [1, 1], "count": [5, 6]}, "k"), "count"),
+        (("count", "v", True, "k"), keyed({"k": [1], "v": [2], "count": [5]}, "k"), "count"),
+        (("count", None, False, "count"), keyed({"count": [1, 2]}, "count"), "count"),
+        (("sum", "v", False, "v"), keyed({"v": [7]}, "v"), "v"),
+        (("max", "key", False, KEY_COLUMN), keyed({"key": [3]}, keys=[1]), "key"),
+    ):
+        with pytest.raises(ValueError, match=f"two columns named '{column}'.*map_batches") as refused:
+            run(KeyedBatchAggregateOperator(*operator), batch)
+        assert isinstance(refused.value, UnrecoverableError), refused.value
+    # where the names differ, the same operators run
+    assert run(KeyedBatchAggregateOperator("count", None, False, "k"), keyed({"k": [1, 1]}, "k")) == [
+        {"k": 1, "count": 2}
+    ]
+
+
 def test_batch_operators_refuse_record_batches() -> None:
     for make in (
         lambda: KeyedBatchAggregateOperator("sum", "v", True, "k"),

@@ -668,6 +668,7 @@ class KeyedBatchAggregateOperator(StreamOperator):
             result = op(acc[slots], grouped.per_group(batch_acc))
             acc[slots] = result
         key_name = "key" if self.key_column == KEY_COLUMN else self.key_column
+        self._refuse_name_twice(key_name, "key")
         out = self._output_column(column, result, new_count)
         return pa.RecordBatch.from_arrays([grouped.keys, out], names=[key_name, self._output_name])
 
@@ -705,8 +706,23 @@ class KeyedBatchAggregateOperator(StreamOperator):
         replaced = -1 if self.function == "count" else names.index(self.column)
         arrays = [out if i == replaced else c.take(indices) for i, c in enumerate(user.columns)]
         if replaced < 0:
+            if _COUNT in names:
+                self._refuse_name_twice(_COUNT, "input")
             return pa.RecordBatch.from_arrays([*arrays, out], names=[*names, _COUNT])
         return pa.RecordBatch.from_arrays(arrays, names=names)
+
+    def _refuse_name_twice(self, name: str, other: str) -> None:
+        """Refuse an output with two columns named ``name``: the aggregate's and the ``other``
+        (the key's, or one of the input's). A reader that goes by name (a Row's field, a
+        dict, a sink's schema) would see only one of them, the other lost silently."""
+        if name != self._output_name:
+            return
+        raise BatchValueError(
+            f"{self._call_text}: the output would have two columns named {name!r}, the {other} "
+            f"column and the aggregate; rename the {other} column first (map_batches, e.g. "
+            f"lambda b: b.rename_columns([...]))"
+            + (", or key by a renamed copy of it" if other == "key" else "")
+        )
 
     def _output_column(
         self, column: pa.Array | None, result: np.ndarray, counts: np.ndarray | None
