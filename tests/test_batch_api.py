@@ -429,6 +429,34 @@ def test_every_schema_argument_takes_a_schema_or_a_dict_and_refuses_the_rest(tmp
     assert DeltaTable(str(table)).schema().to_arrow().names == ["k", "v"]
 
 
+def test_record_methods_on_a_batch_stream_name_the_batch_way() -> None:
+    """A record method on a batch stream was a bare AttributeError; it names the batch
+    counterpart or the conversion to records."""
+    env = local_env()
+    batches, keyed = numbers(env), numbers(env).key_by("value")
+    with pytest.raises(
+        AttributeError, match=r"'map' is a record method.*map_batches\(.*to_records\(\)\.map\("
+    ):
+        batches.map(lambda x: x)
+    with pytest.raises(AttributeError, match=r"'filter' is a record method.*map_batches\("):
+        batches.filter(lambda x: x)
+    with pytest.raises(AttributeError, match=r"'add_sink' is a record method.*sink_to\(.*to_records\(\)"):
+        batches.add_sink(print)
+    with pytest.raises(
+        AttributeError, match=r"'window_all' is a record method.*to_records\(\)\.window_all\("
+    ):
+        batches.window_all
+    with pytest.raises(AttributeError, match=r"'process' is a record method.*process_batches\("):
+        keyed.process
+    with pytest.raises(AttributeError, match=r"'reduce' is a record method.*to_records\(\)\.key_by"):
+        keyed.reduce
+    with pytest.raises(AttributeError, match=r"'partition_custom' is a record method"):
+        batches.partition_custom
+    with pytest.raises(AttributeError, match=r"^'BatchStream' object has no attribute 'no_such_thing'$"):
+        batches.no_such_thing
+    assert not hasattr(batches, "no_such_thing") and hasattr(batches, "map_batches")
+
+
 def test_operator_settings_on_a_partitioning_name_the_fix() -> None:
     env = local_env()
     with pytest.raises(InvalidProgramError, match="name\\(\\) applies to an operator"):

@@ -23,7 +23,14 @@ from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 
-from chandy.api.datastream import DataStream, DataStreamSink, _check_function, _Input, _Stream
+from chandy.api.datastream import (
+    DataStream,
+    DataStreamSink,
+    KeyedStream,
+    _check_function,
+    _Input,
+    _Stream,
+)
 from chandy.connectors.arrow_schema import SchemaLike, check_schema
 from chandy.core.connector import Sink
 from chandy.core.functions import KeyedBatchFunction, KeySelector, MapBatchesFunction
@@ -51,6 +58,39 @@ if TYPE_CHECKING:
     from chandy.runtime.collect import CollectIterator
 
 
+#: The batch counterpart of a record method, where there is one (docs/batches.md's table).
+_BATCH_COUNTERPARTS = {
+    "map": "map_batches(fn)",
+    "flat_map": "map_batches(fn)",
+    "filter": "map_batches(fn) (return batch.filter(mask))",
+    "process": "map_batches(fn)",
+    "add_sink": "sink_to(batch_sink)",
+}
+_KEYED_BATCH_COUNTERPARTS = {
+    **_BATCH_COUNTERPARTS,
+    "process": "process_batches(fn, state_schema)",
+    "reduce": "sum / count / min / max / mean (per batch) or process_batches(fn, state_schema)",
+}
+
+
+def _record_method_error(stream: BatchStream, name: str) -> AttributeError:
+    """The AttributeError for ``name`` on a batch stream: with the batch way when ``name``
+    is a record stream's method, so a port from the record API is not left guessing."""
+    keyed = isinstance(stream, KeyedBatchStream)
+    record_class = KeyedStream if keyed else DataStream
+    plain = f"'{type(stream).__name__}' object has no attribute '{name}'"
+    if name.startswith("_") or not hasattr(record_class, name):
+        return AttributeError(plain)
+    counterpart = (_KEYED_BATCH_COUNTERPARTS if keyed else _BATCH_COUNTERPARTS).get(name)
+    records = "to_records().key_by(...)" if keyed and name in vars(KeyedStream) else "to_records()"
+    return AttributeError(
+        f"{plain}: '{name}' is a record method ({record_class.__name__}.{name}), and a "
+        f"{type(stream).__name__} carries Arrow batches: "
+        + (f"use {counterpart}, or " if counterpart else "")
+        + f"convert with {records}.{name}(...) (see docs/batches.md)"
+    )
+
+
 def _check_column(column: Any, operation: str) -> str:
     if not isinstance(column, str) or not column:
         raise InvalidProgramError(
@@ -67,6 +107,12 @@ def _optional_column(column: Any, operation: str) -> str | None:
 
 class BatchStream(_Stream):
     """A stream of Arrow record batches (the batch path; see the module's docstring)."""
+
+    if not TYPE_CHECKING:  # hidden from mypy, which would then accept any attribute
+
+        def __getattr__(self, name: str) -> Any:
+            # Only for names normal lookup did not find: a record method gets a hint.
+            raise _record_method_error(self, name)
 
     # ------------------------------------------------------------ operators
 
