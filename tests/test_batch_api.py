@@ -273,6 +273,43 @@ def test_a_record_sink_on_a_batch_stream_names_to_records() -> None:
     numbers(env).to_records().sink_to(DiscardingSink())  # the way out works
 
 
+def test_a_record_sink_with_a_batch_twin_names_the_twin(tmp_path: Path) -> None:
+    """The record FileSink, DeltaSink and KafkaSink have batch twins; the error names them
+    (it said only 'use a batch sink')."""
+    from chandy.connectors.delta_sink import DeltaSink
+    from chandy.connectors.file_sink import JsonLinesEncoder
+    from chandy.connectors.kafka_common import SimpleStringSchema
+    from chandy.connectors.kafka_sink import KafkaRecordSerializationSchema, KafkaSink
+
+    env = local_env()
+    file_sink = FileSink.for_row_format(str(tmp_path), JsonLinesEncoder()).build()
+    with pytest.raises(
+        InvalidProgramError,
+        match=r"FileSink writes records.*"
+        r"FileSink\.for_bulk_format\(path, ParquetBulkWriters\.for_record_batches\(\)\)",
+    ):
+        numbers(env).sink_to(file_sink)
+    with pytest.raises(
+        InvalidProgramError, match=r"DeltaSink writes records.*DeltaSink\.for_record_batches\("
+    ):
+        numbers(env).sink_to(DeltaSink(str(tmp_path / "delta")))
+    kafka = (
+        KafkaSink.builder()
+        .set_bootstrap_servers("localhost:9")
+        .set_record_serializer(
+            KafkaRecordSerializationSchema.builder()
+            .set_topic("t")
+            .set_value_serialization_schema(SimpleStringSchema())
+            .build()
+        )
+        .build()
+    )
+    with pytest.raises(
+        InvalidProgramError, match=r"KafkaSink writes records.*KafkaRecordBatchSerializationSchema\("
+    ):
+        numbers(env).sink_to(kafka)
+
+
 def test_a_batch_sink_on_a_record_stream_names_to_batches(tmp_path: Path) -> None:
     env = local_env()
     sink = FileSink.for_bulk_format(str(tmp_path), ParquetBulkWriters.for_record_batches()).build()

@@ -73,6 +73,19 @@ _KEYED_BATCH_COUNTERPARTS = {
 }
 
 
+#: A record sink's batch twin, by the record sink's class name (docs/batches.md, Connectors).
+_BATCH_SINK_TWINS = {
+    "FileSink": (
+        "its batch twin FileSink.for_bulk_format(path, ParquetBulkWriters.for_record_batches()).build()"
+    ),
+    "DeltaSink": "its batch twin DeltaSink.for_record_batches(table_uri, schema=None)",
+    "KafkaSink": (
+        "its batch twin, a KafkaSink built with "
+        "set_record_serializer(KafkaRecordBatchSerializationSchema(topic, ...))"
+    ),
+}
+
+
 def _record_method_error(stream: BatchStream, name: str) -> AttributeError:
     """The AttributeError for ``name`` on a batch stream: with the batch way when ``name``
     is a record stream's method, so a port from the record API is not left guessing."""
@@ -200,9 +213,17 @@ class BatchStream(_Stream):
         if not isinstance(sink, Sink):
             raise InvalidProgramError(f"sink_to() takes a Sink, got {type(sink).__name__}")
         if not sink.columnar:
+            twin = next(
+                (
+                    _BATCH_SINK_TWINS[c.__name__]
+                    for c in type(sink).__mro__
+                    if c.__name__ in _BATCH_SINK_TWINS
+                ),
+                "a batch sink",
+            )
             raise InvalidProgramError(
                 f"{type(sink).__name__} writes records, and a BatchStream carries Arrow batches: "
-                "use a batch sink (see docs/batches.md), or write rows with .to_records().sink_to(sink)"
+                f"use {twin} (see docs/batches.md), or write rows with .to_records().sink_to(sink)"
             )
         return self._sink_to(sink)
 
