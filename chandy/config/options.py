@@ -424,9 +424,11 @@ class NetworkOptions:
         "chandy.network.arrow-batch-size",
         65536,
         "Rows per Arrow record batch on the batch path (BatchStream): what a batch source "
-        "reads at a time and the most rows a batch edge sends at once (Spark's "
-        "spark.sql.execution.arrow.maxRecordsPerBatch). A partly filled batch leaves as on "
-        "the record path: when its task goes idle or after execution.buffer-timeout.",
+        "reads at a time, and how many rows a batch edge gathers per channel before it sends "
+        "them (Spark's spark.sql.execution.arrow.maxRecordsPerBatch); one item sent holds "
+        "fewer than twice this many rows (a buffer of twice or more is sent in slices of "
+        "this size), and at most 64 MiB. A partly filled batch leaves as on the record path: "
+        "when its task goes idle or after execution.buffer-timeout. From 1 to 16,777,216.",
         minimum=1,
         maximum=1 << 24,
     )
