@@ -137,7 +137,8 @@ class BatchStream(_Stream):
     def map_batches(self, func: MapBatchesFunction | Callable[[pa.RecordBatch], Any]) -> BatchStream:
         """Apply ``func`` to every record batch (PySpark's ``mapInArrow``): it returns a
         ``pyarrow.RecordBatch`` or ``Table``, a dict of column name to array, a pandas
-        ``DataFrame``, or ``None`` for no output; any number of rows and any columns."""
+        ``DataFrame`` (with pandas installed: it is not a dependency), or ``None`` for no
+        output; any number of rows and any columns. ``func`` always gets a ``RecordBatch``."""
         func = _check_function(func, MapBatchesFunction, "map_batch", "map_batches")
         return self._batch_operator("MapBatches", functools.partial(MapBatchesOperator, func))
 
