@@ -878,9 +878,32 @@ def test_a_schema_types_and_names_the_columns() -> None:
     schema = pa.schema([("id", pa.int32()), ("name", pa.string())])
     batch = records_to_batch([(1, "a"), Row(2, None)], schema)
     assert batch.schema == schema and batch.to_pydict() == {"id": [1, 2], "name": ["a", None]}
-    assert records_to_batch([{"id": 1, "name": "a", "extra": 0}], schema).schema == schema
     one = pa.schema([("n", pa.int16())])
     assert records_to_batch([1, 2], one).schema == one
+
+
+def test_named_records_meet_the_schema_by_name_and_lose_no_field() -> None:
+    """A dict key or a named field the schema does not name was dropped (a misspelled schema
+    name gave an all-null column and lost the real field), and named Rows were matched by
+    position, renamed silently. Names are matched by name; a name that matches nothing is
+    refused, naming it; unnamed tuples go by position."""
+    schema = pa.schema([("id", pa.int32()), ("name", pa.string())])
+    for records in ([{"id": 1, "name": "a", "extra": 0}], [{"id": 1, "nmae": "a"}]):
+        with pytest.raises(
+            TypeError, match=r"keys \['(extra|nmae)'\] are not in the schema \['id', 'name'\]"
+        ) as refused:
+            records_to_batch(records, schema)
+        assert isinstance(refused.value, UnrecoverableError)
+    # by name, whatever the order; a dict may lack a key (null), as before
+    swapped = records_to_batch([Row(name="a", id=1), Row(id=2, name="b"), (3, "c")], schema)
+    assert swapped.to_pydict() == {"id": [1, 2, 3], "name": ["a", "b", "c"]}
+    assert records_to_batch([{"id": 1}], schema).to_pydict() == {"id": [1], "name": [None]}
+    with pytest.raises(TypeError, match=r"Row\(key='a', n=1\).*\['key', 'n'\].*\['id', 'name'\]"):
+        records_to_batch([Row(key="a", n=1)], schema)
+    # without a schema the first named record's names are the columns: the others must match
+    assert records_to_batch([Row(x=1, y="a"), Row(y="b", x=2)]).to_pydict() == {"x": [1, 2], "y": ["a", "b"]}
+    with pytest.raises(TypeError, match=r"Row\(x=2, z='b'\)"):
+        records_to_batch([Row(x=1, y="a"), Row(x=2, z="b")])
 
 
 def test_records_that_do_not_fit_name_the_record_and_the_fix() -> None:

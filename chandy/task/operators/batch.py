@@ -131,6 +131,10 @@ class RecordsToBatchesOperator(StreamOperator):
     ``f1``, ... (Flink's names). Without a ``schema`` the column types are inferred from each
     batch, so a stream whose types vary (an int column that is sometimes null in a whole
     batch, say) should give one. Timestamps are dropped: a RecordBatch carries none.
+
+    Named fields meet the columns by name (the schema's, else the first record's), unnamed
+    ones by position; a dict key or a named field that no column has is refused, not dropped:
+    it is a field lost silently, most often to a misspelled name. A dict may lack a key (null).
     """
 
     def __init__(self, schema: pa.Schema | None = None) -> None:
@@ -169,6 +173,12 @@ def records_to_batch(values: list[Any], schema: pa.Schema | None = None) -> pa.R
         odd = values[next(i for i, v in enumerate(values) if _kind(v) is not kind)]
         raise _records_error(odd, schema, f"the batch mixes {kind.__name__}s with {type(odd).__name__}s")
     if kind is dict:
+        if schema is not None:  # a key the schema does not name would be lost (a misspelled name?)
+            unknown = set().union(*values).difference(schema.names)
+            if unknown:
+                odd = next(v for v in values if not unknown.isdisjoint(v))
+                missing = [k for k in odd if k in unknown]
+                raise _records_error(odd, schema, f"its keys {missing} are not in the schema {schema.names}")
         try:
             if schema is None:  # every key of every record is a column (null where a record lacks it)
                 keys = dict.fromkeys(name for value in values for name in value)
@@ -187,6 +197,9 @@ def records_to_batch(values: list[Any], schema: pa.Schema | None = None) -> pa.R
             schema=pa.schema([field]) if schema is not None else None,
             names=None if schema is not None else [field.name],
         )
+    names = list(schema.names) if schema is not None else getattr(first, "_fields", None)
+    if names:
+        values = _by_name(values, names, schema)
     width = len(first)
     if len(set(map(len, values))) > 1:
         odd = next(v for v in values if len(v) != width)
@@ -208,6 +221,25 @@ def records_to_batch(values: list[Any], schema: pa.Schema | None = None) -> pa.R
     except _MAPPING_ERROR as e:
         raise _records_error(_first_misfit(values, schema, enumerate), schema, e) from e
     return pa.RecordBatch.from_arrays(arrays, schema=schema)
+
+
+def _by_name(values: list[Any], names: list[str], schema: pa.Schema | None) -> list[Any]:
+    """``values`` with each named record (a named ``Row``, a named tuple) in the order of
+    ``names`` (the schema's, or else the first record's), matched by name: by position, a
+    record named otherwise would be renamed silently. Unnamed records go by position."""
+    out = values
+    for i, value in enumerate(values):
+        fields = getattr(value, "_fields", None)
+        if not fields or fields is names or list(fields) == names:
+            continue
+        if len(fields) != len(names) or set(fields) != set(names):
+            raise _records_error(
+                value, schema, f"its fields {list(fields)} are not the columns {names} (matched by name)"
+            )
+        if out is values:
+            out = list(values)
+        out[i] = tuple(value[list(fields).index(name)] for name in names)
+    return out
 
 
 def _scalar_fields(record: Any) -> list[tuple[int, Any]]:
