@@ -64,7 +64,8 @@ class DeltaCommittable:
 class DeltaSink(TwoPhaseCommittingSink):
     """Appends records (dicts) to the Delta table at ``table_uri``.
 
-    ``schema`` (a ``pyarrow.Schema``) creates the table when it does not exist yet;
+    ``schema`` (a ``pyarrow.Schema`` or a dict of column name to Arrow type) creates the
+    table when it does not exist yet (without one, a missing table is an error);
     an existing table's schema is used as it is. ``app_id`` is the prefix of the
     Delta application ids the sink commits under (see the module docs).
     """

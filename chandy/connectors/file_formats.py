@@ -700,7 +700,7 @@ class CsvBatchFormat(_TypedBatchFormat):
     def __init__(
         self,
         *,
-        schema: Any = None,
+        schema: SchemaLike | None = None,
         has_header: bool = True,
         column_names: Sequence[str] | None = None,
         delimiter: str = ",",
@@ -735,7 +735,7 @@ class JsonBatchFormat(_TypedBatchFormat):
 
     _reader_class = _JsonBatchReader
 
-    def __init__(self, *, schema: Any = None, block_size: int = 1 << 20) -> None:
+    def __init__(self, *, schema: SchemaLike | None = None, block_size: int = 1 << 20) -> None:
         super().__init__(schema, block_size)
 
     def __repr__(self) -> str:

@@ -32,7 +32,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from chandy.connectors.arrow_schema import check_optional_schema
+from chandy.connectors.arrow_schema import SchemaLike, check_optional_schema
 from chandy.core.connector import (
     Committer,
     PrecommittingSinkWriter,
@@ -247,7 +247,9 @@ class ParquetBulkWriters(BulkWriterFactory):
     #: What pyarrow's Parquet writer accepts (in any case).
     COMPRESSIONS = ("snappy", "gzip", "brotli", "lz4", "zstd", "none")
 
-    def __init__(self, schema: Any = None, compression: str = "snappy", columnar: bool = False) -> None:
+    def __init__(
+        self, schema: SchemaLike | None = None, compression: str = "snappy", columnar: bool = False
+    ) -> None:
         who = "ParquetBulkWriters"
         if not isinstance(compression, str) or compression.lower() not in self.COMPRESSIONS:
             raise ValueError(
@@ -258,12 +260,15 @@ class ParquetBulkWriters(BulkWriterFactory):
         self.columnar = columnar
 
     @staticmethod
-    def for_records(schema: Any = None, compression: str = "snappy") -> ParquetBulkWriters:
-        """Records are dicts; ``schema`` (a ``pyarrow.Schema``) or the first batch's types."""
+    def for_records(schema: SchemaLike | None = None, compression: str = "snappy") -> ParquetBulkWriters:
+        """Records are dicts; ``schema`` (a ``pyarrow.Schema`` or a dict of column name to
+        Arrow type) or the first batch's types."""
         return ParquetBulkWriters(schema, compression)
 
     @staticmethod
-    def for_record_batches(schema: Any = None, compression: str = "snappy") -> ParquetBulkWriters:
+    def for_record_batches(
+        schema: SchemaLike | None = None, compression: str = "snappy"
+    ) -> ParquetBulkWriters:
         """Arrow record batches (``BatchStream.sink_to``), written as they come, without a
         conversion to rows; cast to ``schema`` when given, else every batch must have the
         first one's schema."""

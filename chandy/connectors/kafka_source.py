@@ -286,15 +286,24 @@ class KafkaRecordBatchDeserializer:
         self.metadata = metadata
 
     @staticmethod
-    def json(schema: Any = None, metadata: bool = False) -> KafkaRecordBatchDeserializer:
+    def json(schema: SchemaLike | None = None, metadata: bool = False) -> KafkaRecordBatchDeserializer:
+        """Values are JSON objects, their fields the batch's columns. ``schema`` (a
+        ``pyarrow.Schema`` or a dict of column name to Arrow type) fixes the columns and
+        their types (other fields are dropped, missing ones are null); without it pyarrow
+        infers them from each poll's records, so give one when a field may be absent or
+        null in a whole poll. ``metadata=True`` adds the ``kafka_*`` columns."""
         return KafkaRecordBatchDeserializer("json", schema, metadata)
 
     @staticmethod
     def string(metadata: bool = False) -> KafkaRecordBatchDeserializer:
+        """Values as UTF-8 text, in one column ``value`` (``utf8``); ``metadata=True`` adds
+        the ``kafka_*`` columns."""
         return KafkaRecordBatchDeserializer("string", None, metadata)
 
     @staticmethod
     def bytes(metadata: bool = False) -> KafkaRecordBatchDeserializer:
+        """Values as they are, in one column ``value`` (``binary``), for a format you decode
+        in ``map_batches``; ``metadata=True`` adds the ``kafka_*`` columns."""
         return KafkaRecordBatchDeserializer("bytes", None, metadata)
 
     def validate(self, setting: str) -> None:
