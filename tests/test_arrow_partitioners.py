@@ -132,6 +132,35 @@ def test_a_function_returning_numpy_or_a_list_and_its_errors() -> None:
         keyed(ArrowKeyGroupPartitioner("x").for_target(4, True), 5)
 
 
+def test_a_key_function_treating_the_batch_as_a_record_or_returning_many_columns_is_told_why() -> None:
+    """The key function gets the whole RecordBatch: one written for a record (r.customer)
+    failed with the bare AttributeError; one returning several columns per row (tuples, a
+    struct) failed deep in Arrow's dictionary encoding, or as 'not an array'."""
+    batch = pa.record_batch({"x": [1, 2], "y": ["a", "b"]})
+
+    def split(key: Any) -> Any:
+        return keyed(ArrowKeyGroupPartitioner(key).for_target(16, True), 2).split(batch)
+
+    with pytest.raises(TypeError, match=r"gets the whole RecordBatch.*array of one key per row") as wrong:
+        split(lambda r: r.customer)
+    assert isinstance(wrong.value, UnrecoverableError)
+    assert isinstance(wrong.value.__cause__, AttributeError)
+    with pytest.raises(ZeroDivisionError):  # an error of another kind is the function's own
+        split(lambda b: 1 // 0)
+    nested = batch.append_column("s", pa.StructArray.from_arrays([batch["x"], batch["y"]], names=["x", "y"]))
+    for key in (
+        lambda b: [(1, "a"), (2, "b")],
+        lambda b: [(1, 2), (3, 4)],
+        lambda b: pa.StructArray.from_arrays([b["x"], b["y"]], names=["x", "y"]),
+        lambda b: np.array([[1, 2], [3, 4]]),
+    ):
+        with pytest.raises(TypeError, match="one key per row, not several.*map_batches") as many:
+            split(key)
+        assert isinstance(many.value, UnrecoverableError)
+    with pytest.raises(TypeError, match=r"key_by\('s'\).*struct.*one key per row, not several"):
+        keyed(ArrowKeyGroupPartitioner("s").for_target(16, True), 2).split(nested)
+
+
 def test_whole_batch_partitioners() -> None:
     batches = [pa.record_batch({"v": pa.array(range(i, i + 10))}) for i in range(0, 120, 10)]
     empty = batches[0].slice(0, 0)

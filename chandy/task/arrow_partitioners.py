@@ -62,6 +62,14 @@ _TAKE_PER_CHANNEL_UP_TO = 16
 Pieces = list[tuple[int, pa.RecordBatch]]
 
 
+#: Why a key of several values (a tuple, a struct, a list) is refused, and what to do instead.
+_ONE_KEY = (
+    "a batch edge needs one key per row, not several values: key by one column, or combine the "
+    "columns into one first in map_batches (e.g. pyarrow.compute.binary_join_element_wise over "
+    "string columns), since Arrow groups and hashes only scalar keys"
+)
+
+
 class ColumnarPartitioner(StreamPartitioner):
     """A partitioner of an edge that carries Arrow record batches (see the module's docstring)."""
 
@@ -204,21 +212,37 @@ class ArrowKeyGroupPartitioner(ColumnarPartitioner):
                     f"key_by({key!r}): the batch has no column {key!r}; its columns are "
                     f"{[n for n in batch.schema.names if n not in INTERNAL_COLUMNS]}"
                 )
-            return batch.column(index)
-        keys = key(batch)
+            column = batch.column(index)
+            if pa.types.is_nested(column.type):
+                raise BatchTypeError(f"key_by({key!r}): the column is {column.type}; {_ONE_KEY}")
+            return column
+        name = f"key_by: the key function {getattr(key, '__qualname__', key)!r}"
+        try:
+            keys = key(batch)
+        except (AttributeError, TypeError, KeyError, IndexError) as exc:  # written for one record?
+            raise BatchTypeError(
+                f"{name} failed ({type(exc).__name__}: {exc}): it gets the whole RecordBatch, not a "
+                "record, and must return an array of one key per row (e.g. lambda b: b.column('name'), "
+                "or pyarrow.compute over the batch's columns)"
+            ) from exc
         if not isinstance(keys, (pa.Array, pa.ChunkedArray, np.ndarray)):
+            if isinstance(keys, (list, tuple)) and keys and isinstance(keys[0], (tuple, dict)):
+                raise BatchTypeError(f"{name} returned {type(keys[0]).__name__}s; {_ONE_KEY}")
             try:
                 keys = pa.array(keys)
             except (TypeError, pa.ArrowException) as exc:
                 raise BatchTypeError(
-                    f"key_by: the key function {getattr(key, '__qualname__', key)!r} returned a "
-                    f"{type(keys).__name__}, which is not an array of one key per row: return an Arrow "
-                    "or numpy array (e.g. pyarrow.compute over the batch's columns)"
+                    f"{name} returned a {type(keys).__name__}, which is not an array of one key per "
+                    "row: return an Arrow or numpy array (e.g. pyarrow.compute over the batch's columns)"
                 ) from exc
+        if isinstance(keys, np.ndarray) and keys.ndim != 1:
+            raise BatchTypeError(f"{name} returned a {keys.ndim}-dimensional numpy array; {_ONE_KEY}")
+        if not isinstance(keys, np.ndarray) and pa.types.is_nested(keys.type):
+            raise BatchTypeError(f"{name} returned keys of type {keys.type}; {_ONE_KEY}")
         if len(keys) != batch.num_rows:
             raise BatchValueError(
-                f"key_by: the key function {getattr(key, '__qualname__', key)!r} returned {len(keys)} keys "
-                f"for a batch of {batch.num_rows} rows; it must return exactly one key per row"
+                f"{name} returned {len(keys)} keys for a batch of {batch.num_rows} rows; it must return "
+                "exactly one key per row"
             )
         return keys
 
