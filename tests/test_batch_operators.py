@@ -686,6 +686,31 @@ def numbering(batch: pa.RecordBatch, state: KeyedBatchState) -> dict[str, Any]:
     return {"k": batch.column("k"), "n": seen[np.asarray(state.group_ids)] + within}
 
 
+def test_state_writes_of_the_wrong_shape_or_type_fail_the_job_once() -> None:
+    """A process_batches function that writes one value per row instead of per key, strings
+    into a number column, or a mask of the wrong length does so on every run: the errors are
+    the built-in types and unrecoverable, so a restart strategy does not repeat them forever."""
+    batch = keyed({"k": [1, 1, 2]}, "k")
+
+    def per_row(b: pa.RecordBatch, state: KeyedBatchState) -> None:
+        state["seen"] = np.zeros(b.num_rows)
+
+    def strings(b: pa.RecordBatch, state: KeyedBatchState) -> None:
+        state["seen"] = np.array(["x"] * len(state.keys))
+
+    def mask(b: pa.RecordBatch, state: KeyedBatchState) -> None:
+        state.clear(np.ones(b.num_rows, dtype=bool))
+
+    for function, kind, match in (
+        (per_row, ValueError, "2 values expected .* shape \\(3,\\)"),
+        (strings, TypeError, "holds int64 and got <U1 values"),
+        (mask, ValueError, "one boolean per key of the batch \\(2\\)"),
+    ):
+        with pytest.raises(kind, match=match) as refused:
+            run(KeyedBatchProcessOperator(function, NUMBERING_STATE, "k"), batch)
+        assert isinstance(refused.value, UnrecoverableError), refused.value
+
+
 class Recording(KeyedBatchFunction):
     """Records what it was given; emits the batch it got."""
 

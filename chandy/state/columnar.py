@@ -63,7 +63,7 @@ import pyarrow.compute as pc
 
 from chandy.core.functions import KeyedBatchState
 from chandy.core.state import State, StateDescriptor
-from chandy.errors import InvalidCheckpointError
+from chandy.errors import BatchTypeError, BatchValueError, InvalidCheckpointError
 from chandy.state.arrow_keys import KEY_COLUMN
 from chandy.state.backend import (
     LAST_CONFIRMED,
@@ -809,13 +809,13 @@ class ColumnarStateView(KeyedBatchState):
         if array.ndim == 0:
             array = np.broadcast_to(array, (len(self._slots),))
         if array.shape != (len(self._slots),):
-            raise ValueError(
+            raise BatchValueError(
                 f"columnar state '{self._state.name}', column '{column}': {len(self._slots)} values "
                 f"expected (one per key of the batch), got an array of shape {array.shape}"
             )
         if target.dtype != np.dtype(object) and array.dtype != target.dtype:
             if not np.can_cast(array.dtype, target.dtype, casting="same_kind"):
-                raise TypeError(
+                raise BatchTypeError(
                     f"columnar state '{self._state.name}', column '{column}' holds {target.dtype} "
                     f"and got {array.dtype} values; convert them first (values.astype({target.dtype}))"
                 )
@@ -845,7 +845,7 @@ class ColumnarStateView(KeyedBatchState):
         else:
             chosen = np.asarray(mask, dtype=bool)
             if chosen.shape != (len(self._slots),):
-                raise ValueError(
+                raise BatchValueError(
                     f"clear(mask): one boolean per key of the batch ({len(self._slots)}) expected, "
                     f"got shape {chosen.shape}"
                 )
