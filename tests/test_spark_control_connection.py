@@ -11,12 +11,27 @@ from chandy.network.framing import FramedSocket
 from chandy.runtime.spark.executor import SlotConnection
 from chandy.runtime.spark.messages import RegisterSlot, Shutdown
 
+#: Socket buffers of the test connections. Set before the connection is made, they turn off
+#: Linux's buffer autotuning, which may grow a loopback receive buffer to
+#: ``net.ipv4.tcp_rmem``'s maximum (32 MiB here): a 4 MB message then fits in the buffers
+#: and the send the tests need to be stuck returns at once (a clean CI run failed so).
+SOCKET_BUFFER_BYTES = 64 * 1024
+
 
 def tcp_pair() -> tuple[socket.socket, socket.socket]:
-    """Two ends of a loopback TCP connection (the driver's, the slot's)."""
-    with socket.create_server(("127.0.0.1", 0)) as server:
-        client = socket.create_connection(server.getsockname())
+    """Two ends of a loopback TCP connection (the driver's, the slot's) with small buffers."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as server:
+        server.setsockopt(
+            socket.SOL_SOCKET, socket.SO_RCVBUF, SOCKET_BUFFER_BYTES
+        )  # accepted sockets inherit it
+        server.bind(("127.0.0.1", 0))
+        server.listen(1)
+        client = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        client.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, SOCKET_BUFFER_BYTES)
+        client.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, SOCKET_BUFFER_BYTES)
+        client.connect(server.getsockname())
         accepted, _ = server.accept()
+        accepted.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, SOCKET_BUFFER_BYTES)
     return accepted, client
 
 
