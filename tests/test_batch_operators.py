@@ -545,8 +545,8 @@ def test_int_keys_of_every_width_and_span_group_correctly() -> None:
 _HEAP_PROBE = """
 import resource
 import numpy as np
-from chandy.task.operators.batch import _keep_freed_heap
-_keep_freed_heap()
+from chandy.util.memory import keep_freed_heap
+keep_freed_heap()
 before = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
 for _ in range(500):
     column = np.ones(65536, dtype=np.int64)

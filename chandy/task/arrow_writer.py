@@ -35,8 +35,8 @@ import pyarrow as pa
 from chandy.network.channel import OutputChannel
 from chandy.network.events import CheckpointBarrier
 from chandy.task.arrow_partitioners import ColumnarPartitioner
-from chandy.task.operators.batch import _keep_freed_heap
 from chandy.task.record_writer import RecordWriter
+from chandy.util.memory import keep_freed_heap
 
 #: The most bytes (``RecordBatch.nbytes``) one item of a batch edge holds, whatever its rows: far
 #: below the 1 GiB TCP frame limit, and large enough that a slice still amortises its frame.
@@ -77,9 +77,9 @@ class ArrowRecordWriter(RecordWriter):
         super().__init__(channels, partitioner, batch_size)
         # Partitioning allocates and frees a few arrays of a batch's size per batch: keep the
         # freed heap instead of faulting it in again page by page (6.4 instead of 11.5 ns a row
-        # to key 65,536-row batches of int keys onto 2 channels; see _keep_freed_heap). A batch
+        # to key 65,536-row batches of int keys onto 2 channels; see keep_freed_heap). A batch
         # source's task may hold no batch operator that would have asked already.
-        _keep_freed_heap()
+        keep_freed_heap()
         self._split = partitioner.split
         #: Rows buffered per channel (the pieces in ``_buffers``).
         self._rows = [0] * len(self.channels)

@@ -23,7 +23,6 @@ booleans) are summed as int64 (wrapping on overflow, like Java's ``long``), floa
 
 from __future__ import annotations
 
-import ctypes
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -39,6 +38,7 @@ from chandy.state.arrow_keys import INTERNAL_COLUMNS, KEY_COLUMN, KEY_GROUP_COLU
 from chandy.state.columnar import ColumnarKeyedState, ColumnarKeyedStateBackend, ColumnarStateView
 from chandy.task.batches import TimestampedBatch
 from chandy.task.operators.base import StreamOperator, UdfOperator, resolve_call
+from chandy.util.memory import keep_freed_heap
 
 #: What the functions of the batch path may return, for the errors that name it.
 _RETURNABLE = (
@@ -317,41 +317,6 @@ def batch_to_rows(batch: pa.RecordBatch) -> list[Row]:
 # ---------------------------------------------------------------------------- keyed: grouping
 
 
-#: glibc's mallopt(3) parameters (malloc.h).
-_M_TOP_PAD = -2
-_M_MMAP_THRESHOLD = -3
-#: Allocations at least this large are mmapped; smaller ones (a batch's columns: 512 KiB for
-#: 65,536 int64 rows) come from the heap. 32 MiB is glibc's largest on 64-bit systems
-#: (``4 * 1024 * 1024 * sizeof(long)``; mallopt refuses more).
-_MMAP_THRESHOLD_BYTES = 32 << 20
-
-
-def _keep_freed_heap(pad_bytes: int = 16 << 20) -> None:
-    """Ask glibc to keep ``pad_bytes`` of freed heap instead of returning it to the system.
-
-    A batch operator allocates and frees a few arrays of a batch's size per batch; with
-    glibc's defaults (128 KiB of padding) the top of the heap is trimmed after each batch and
-    faulted in again page by page in the next: without this a keyed running sum over 32k-row
-    batches measured 20 to 25 ns a row instead of 17.5 to 18.5 (13 instead of 11.5 with the
-    batches in cache).
-    Setting ``M_TOP_PAD`` also turns off glibc's dynamic mmap threshold (mallopt(3)), which
-    otherwise rises to the size of the largest freed mmapped block: called before any large
-    free, it left the threshold at 128 KiB and every batch-sized column was mmapped and
-    unmapped (300 instead of 17 us per 512 KiB array), so the threshold is set explicitly
-    (:data:`_MMAP_THRESHOLD_BYTES`).
-    Both are process-wide settings that only keep more memory mapped, so setting them again
-    is harmless; this is a no-op outside glibc.
-    """
-    try:  # the process's own symbols, libc's among them (find_library would run ldconfig)
-        mallopt = ctypes.CDLL(None).mallopt
-        mallopt.argtypes = (ctypes.c_int, ctypes.c_int)
-        mallopt.restype = ctypes.c_int
-        mallopt(_M_MMAP_THRESHOLD, _MMAP_THRESHOLD_BYTES)
-        mallopt(_M_TOP_PAD, pad_bytes)
-    except (OSError, AttributeError, TypeError):  # no mallopt (macOS; Windows has no CDLL(None))
-        return
-
-
 def _stable_order(ids: np.ndarray, bound: int) -> np.ndarray:
     """The permutation that sorts ``ids`` (ints in ``[0, bound)``) stably: numpy sorts 8- and
     16-bit ints stably by radix (2.4 ns a row for 32k rows against 50 for int32's timsort), so
@@ -610,7 +575,7 @@ class KeyedBatchAggregateOperator(StreamOperator):
         self._dtype: np.dtype[Any] | None = None
 
     def open(self) -> None:
-        _keep_freed_heap()
+        keep_freed_heap()
         self._backend = _columnar_backend(self)
 
     def _values(self, batch: pa.RecordBatch) -> _Aggregated:
@@ -799,7 +764,7 @@ class KeyedBatchProcessOperator(UdfOperator):
         self._state: ColumnarKeyedState | None = None
 
     def open(self) -> None:
-        _keep_freed_heap()
+        keep_freed_heap()
         self._state = _columnar_backend(self).get_columnar_state(self.STATE_NAME, self.state_schema)
         super().open()
         self._call = resolve_call(self.user_function, "process_batch")
