@@ -15,6 +15,7 @@ from chandy.network.channel import LocalChannel
 from chandy.network.channel_state import ChannelStateWriter, InputChannelState
 from chandy.network.checkpointed_input_gate import CheckpointedInputGate
 from chandy.network.events import (
+    END_OF_DATA,
     END_OF_PARTITION,
     CancelCheckpointMarker,
     CheckpointBarrier,
@@ -69,6 +70,39 @@ def test_records_after_a_barrier_wait_until_every_channel_delivered_it() -> None
     assert [e[:2] for e in actions.events] == [("trigger", 1)]
     assert out == [["a2 (after the barrier)"]]  # released after the snapshot was triggered
     assert actions.events[0][2].bytes_processed_during_alignment > 0  # b2 was read meanwhile
+
+
+def test_the_last_end_of_data_returns_to_the_task_before_the_barrier_behind_it() -> None:
+    """The final checkpoint's barrier follows the end of data on every channel. The gate must
+    hand the end of the input to the task first (it returns ``None`` with is_end_of_data), so
+    the task finishes its operators before the barrier triggers its snapshot: that snapshot is
+    its final checkpoint, covering what the operators did while finishing."""
+    channels, gate, actions = aligned(2)
+    channels[0].send(["a"])
+    channels[0].send(END_OF_DATA)
+    channels[0].send(CheckpointBarrier(4, 0))
+    channels[1].send(["b"])
+    channels[1].send(END_OF_DATA)
+    channels[1].send(CheckpointBarrier(4, 0))
+    assert drain(gate) == [["a"], ["b"]]
+    assert gate.is_end_of_data() and not gate.is_finished()
+    assert actions.events == []  # not yet: the task ends its input first
+    assert gate.poll_next() is None
+    assert [e[:2] for e in actions.events] == [("trigger", 4)]  # the barrier is still taken
+    channels[0].send(END_OF_PARTITION)
+    channels[1].send(END_OF_PARTITION)
+    assert drain(gate) == []
+    assert gate.is_finished()
+
+
+def test_an_end_of_partition_ends_the_data_of_a_channel_without_an_end_of_data() -> None:
+    channels, gate, _ = aligned(2)
+    channels[0].send(END_OF_DATA)
+    assert drain(gate) == [] and not gate.is_end_of_data()
+    channels[1].send(END_OF_PARTITION)
+    assert drain(gate) == [] and gate.is_end_of_data()
+    channels[0].send(END_OF_PARTITION)
+    assert drain(gate) == [] and gate.is_finished()
 
 
 def test_cancel_markers_abort_and_end_of_partition_finishes() -> None:

@@ -266,11 +266,13 @@ class KeepEveryKey(KeyedProcessFunction):
         return ()
 
 
-def test_a_task_that_ends_while_its_checkpoint_is_being_serialized_declines_it() -> None:
+def test_a_task_waits_for_its_final_checkpoint_even_while_it_is_being_serialized() -> None:
     """The keyed task reads barrier 1 with a large state, so serializing it takes many short
-    steps (mails between batches); the end of its input comes right behind the barrier, so
-    the task ends and its mailbox drops the remaining steps. The checkpoint was neither
-    acknowledged nor declined, and the coordinator would have waited for its timeout."""
+    steps (mails between batches). The source's end of data came before the barrier, so
+    checkpoint 1 is the keyed task's final checkpoint too: it must not end (and drop the rest
+    of the steps) when the source's end of partition arrives, but serialize, acknowledge and
+    end only once checkpoint 1 completed (Flink's FLIP-147: every task waits for a
+    checkpoint taken after its operators finished)."""
     keys = 300_000
     env = one_task_env()
     env.from_sequence(0, keys - 1).key_by(lambda x: x).process(KeepEveryKey()).add_sink(lambda v: None)
@@ -289,19 +291,19 @@ def test_a_task_that_ends_while_its_checkpoint_is_being_serialized_declines_it()
         source = source_vertex.current_execution.attempt_id
         keyed = keyed_vertex.current_execution.attempt_id
         wait_for(lambda: responder.ended_inputs >= 1, "the source to read all its input")
-        # Both mails at once: the source sends barrier 1 and, right behind it, the end of its
-        # partition (checkpoint 1 is its final checkpoint), before the keyed task is done
-        # serializing.
         deployment.trigger_checkpoint(source, 1, 0, CheckpointOptions())
+        wait_for(lambda: any(a.attempt_id == source for a in responder.acks), "the source's ack")
+        assert not listener.finished  # neither ends before checkpoint 1 completed
+        wait_for(lambda: any(a.attempt_id == keyed for a in responder.acks), "the keyed task's ack", 120)
+        assert not listener.finished
         deployment.notify_checkpoint_complete(source, 1, 0)
+        deployment.notify_checkpoint_complete(keyed, 1, 0)
         wait_for(lambda: listener.finished == {source, keyed}, "both tasks to finish", timeout_s=120)
     finally:
         deployment.cancel()
         deployment.wait_stopped(30)
-    assert not any(a.attempt_id == keyed for a in responder.acks)  # it could not write it ...
-    assert [(d.attempt_id, d.checkpoint_id, d.reason) for d in responder.declines] == [
-        (keyed, 1, CheckpointFailureReason.CHECKPOINT_DECLINED_TASK_CLOSING)  # ... and said so
-    ]
+    assert [a.checkpoint_id for a in responder.acks if a.attempt_id == keyed] == [1]
+    assert responder.declines == []
 
 
 # ---------------------------------------------------------------------- whole jobs

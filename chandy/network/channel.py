@@ -90,7 +90,7 @@ class PriorityNotice:
 def is_channel_state(item: Any) -> bool:
     """Whether ``item`` belongs in a checkpoint's in-flight data: record batches (lists, columns or
     Arrow record batches), watermarks
-    and watermark statuses do; barriers, cancel markers and end-of-partition do not (they
+    and watermark statuses do; barriers, cancel markers, end-of-data and end-of-partition do not (they
     are control flow, decided again after a restore)."""
     return not isinstance(item, RuntimeEvent) or type(item) in (Watermark, WatermarkStatus)
 

@@ -1,8 +1,9 @@
 """CheckpointedInputGate: an input gate whose checkpoint events go to a barrier handler.
 
-The task reads data through it and never sees a barrier, a cancel marker or an
-end of partition: those go to the :class:`CheckpointBarrierHandler`, which may
-block channels (alignment), trigger the task's checkpoint or abort it. While a
+The task reads data through it and never sees a barrier, a cancel marker, an end
+of data (the gate counts them: :meth:`is_end_of_data`) or an end of partition:
+those go to the :class:`CheckpointBarrierHandler`, which may block channels
+(alignment), trigger the task's checkpoint or abort it. While a
 checkpoint aligns, the size of every buffer read is reported to the handler
 (bytes processed during alignment, a checkpoint metric).
 
@@ -44,6 +45,7 @@ from chandy.network.channel import is_channel_state
 from chandy.network.events import (
     CancelCheckpointMarker,
     CheckpointBarrier,
+    EndOfData,
     EndOfPartition,
     PriorityBarrier,
     RuntimeEvent,
@@ -91,7 +93,8 @@ class CheckpointedInputGate:
     def poll_next(self) -> tuple[int, Any] | None:
         """The next data batch as ``(channel, batch)``, or a watermark event the task must
         forward as ``(channel, Watermark | WatermarkStatus)``, or ``None`` if nothing can be
-        read now (then :meth:`is_finished` tells whether anything ever will)."""
+        read now (then :meth:`is_end_of_data` tells whether a record ever will). It returns
+        ``None`` right after the last channel's end of data, before any barrier behind it."""
         gate, handler, forward, notice = self.gate, self.handler, self._forward, self._notice
         while True:
             if forward:
@@ -131,6 +134,15 @@ class CheckpointedInputGate:
             elif isinstance(item, EndOfPartition):
                 out = self.valve.channel_finished(channel)
                 handler.process_end_of_partition(channel)
+                if not out and not forward and gate.take_end_of_data():
+                    return None  # the task ends its input now: see the EndOfData branch
+            elif isinstance(item, EndOfData):
+                # Counted by the gate (is_end_of_data). The last one ends the task's input: it
+                # returns to the task at once, so that the task finishes its operators before it
+                # takes any barrier that followed (that checkpoint is its final one).
+                if not forward and gate.take_end_of_data():
+                    return None
+                continue
             else:
                 raise RuntimeError(f"unexpected event {item!r} on channel {channel}")
             if out:
@@ -229,3 +241,8 @@ class CheckpointedInputGate:
     def is_finished(self) -> bool:
         """Every input channel has ended."""
         return self.gate.is_finished()
+
+    def is_end_of_data(self) -> bool:
+        """Every input channel delivered its end of data (or ended): no more records or
+        watermarks, only barriers and the ends of the partitions."""
+        return self.gate.is_end_of_data()

@@ -2,7 +2,8 @@
 
 A channel carries one ordered stream of items: a record batch (a ``list``) or a
 :class:`RuntimeEvent`. Because events never overtake records, an
-:class:`EndOfPartition` marks exactly where a producer's output ends.
+:class:`EndOfData` marks exactly where a producer's records end, and an
+:class:`EndOfPartition` where the channel itself ends.
 """
 
 from __future__ import annotations
@@ -23,6 +24,24 @@ class EndOfPartition(RuntimeEvent):
 
 
 END_OF_PARTITION = EndOfPartition()
+
+
+@dataclass(frozen=True, slots=True)
+class EndOfData(RuntimeEvent):
+    """The producer's operators finished: no record or watermark follows on this channel,
+    but checkpoint barriers still may (Flink's ``EndOfData``, FLIP-147).
+
+    A bounded job ends in two steps. Every task, once each of its input channels delivered
+    this event, ends its input (``end_input``, ``finish``), sends it on, and waits for a
+    checkpoint taken *after* that to complete: the final checkpoint, whose barrier travels
+    behind this event through every task, so one checkpoint covers what every operator did
+    while finishing (a two-phase-commit sink's last transaction among it). Only then does
+    the task send :class:`EndOfPartition` and end. A task that ended before its output was
+    covered by a completed checkpoint could otherwise have committed output that the
+    checkpoint a failover restores from does not account for."""
+
+
+END_OF_DATA = EndOfData()
 
 
 DEFAULT_OPTIONS = CheckpointOptions()

@@ -25,7 +25,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from chandy.network.channel import InputChannel, PriorityNotice
-from chandy.network.events import EndOfPartition, PriorityBarrier
+from chandy.network.events import EndOfData, EndOfPartition, PriorityBarrier
 from chandy.network.item_codec import decode_item
 from chandy.network.wakeup import Wakeup
 
@@ -86,7 +86,19 @@ class _RecoveredChannel(InputChannel):
 class InputGate:
     """All input channels of one task."""
 
-    __slots__ = ("channels", "_blocked", "_finished", "num_finished", "_next", "_n", "_notice", "_wakeup")
+    __slots__ = (
+        "channels",
+        "_blocked",
+        "_finished",
+        "num_finished",
+        "_data_ended",
+        "num_data_ended",
+        "_end_of_data_untold",
+        "_next",
+        "_n",
+        "_notice",
+        "_wakeup",
+    )
 
     def __init__(self, channels: Sequence[InputChannel], wakeup: Wakeup) -> None:
         if not channels:
@@ -101,6 +113,10 @@ class InputGate:
         self._blocked = [False] * self._n
         self._finished = [False] * self._n
         self.num_finished = 0
+        #: Channels that delivered :class:`EndOfData` (or ended without one).
+        self._data_ended = [False] * self._n
+        self.num_data_ended = 0
+        self._end_of_data_untold = False
         self._next = 0
 
     @property
@@ -120,9 +136,13 @@ class InputGate:
             item = channels[index].poll()
             if item is not None:
                 self._next = index + 1 if index + 1 < n else 0
-                if type(item) is EndOfPartition:
+                kind = type(item)
+                if kind is EndOfPartition:
                     self._finished[index] = True
                     self.num_finished += 1
+                    self._end_data(index)
+                elif kind is EndOfData:
+                    self._end_data(index)
                 return index, item
         return None
 
@@ -184,9 +204,27 @@ class InputGate:
             current = current.live
         return current.taken >= position
 
+    def _end_data(self, index: int) -> None:
+        if not self._data_ended[index]:
+            self._data_ended[index] = True
+            self.num_data_ended += 1
+            self._end_of_data_untold = self.num_data_ended == self._n
+
+    def take_end_of_data(self) -> bool:
+        """True once: right after the item that ended the data of the last channel."""
+        if self._end_of_data_untold:
+            self._end_of_data_untold = False
+            return True
+        return False
+
     def is_finished(self) -> bool:
         """Every channel delivered its :class:`EndOfPartition`."""
         return self.num_finished == self._n
+
+    def is_end_of_data(self) -> bool:
+        """Every channel delivered its :class:`EndOfData` (or its end of partition): no record
+        will arrive any more, only checkpoint barriers and the ends of the partitions."""
+        return self.num_data_ended == self._n
 
     def is_channel_finished(self, index: int) -> bool:
         return self._finished[index]

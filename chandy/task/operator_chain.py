@@ -288,8 +288,14 @@ class OperatorChain:
         context = operator.runtime_context
         return context.keyed_state_backend if context is not None else None
 
-    def end_input(self) -> None:
-        """Input ended: tell the head, then let every operator flush, head first."""
+    def end_input(self, *, final_checkpoint: bool = False) -> None:
+        """Input ended: tell the head, then let every operator flush, head first.
+
+        ``final_checkpoint``: the task takes a checkpoint after this and waits for its
+        completion before it ends, so an operator may leave its last external commit to that
+        checkpoint (see :attr:`StreamOperator.final_checkpoint_follows`)."""
+        for operator in self.in_order():
+            operator.final_checkpoint_follows = final_checkpoint
         self.head.end_input()
         for operator in self.in_order():
             operator.finish()

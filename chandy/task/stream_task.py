@@ -69,6 +69,7 @@ from chandy.network.channel import InputChannel, OutputChannel
 from chandy.network.channel_state import ChannelStateWriter, decode_payloads
 from chandy.network.checkpointed_input_gate import CheckpointedInputGate
 from chandy.network.events import (
+    END_OF_DATA,
     END_OF_PARTITION,
     CancelCheckpointMarker,
     CheckpointBarrier,
@@ -162,12 +163,11 @@ class StreamTask:
             assert self.checkpointed_input is not None
             self._chunked = ChunkedInput(self.checkpointed_input, services.clock.monotonic_ns)
         self.checkpoints: SubtaskCheckpointCoordinator | None = None
-        #: A bounded source waits for one checkpoint after its end of input before it ends,
-        #: so that two-phase-commit sinks commit everything it read (Flink's final checkpoint).
-        self._needs_final_checkpoint = (
-            self.checkpointed_input is None
-            and config.get(CheckpointingOptions.INTERVAL) is not None
-            and config.get(CheckpointingOptions.CHECKPOINTS_AFTER_TASKS_FINISH)
+        #: Once its operators finished, a task waits for one checkpoint taken after that
+        #: before it ends, so that two-phase-commit sinks commit everything (Flink's final
+        #: checkpoint; see ``_finish_operators``).
+        self._needs_final_checkpoint = config.get(CheckpointingOptions.INTERVAL) is not None and config.get(
+            CheckpointingOptions.CHECKPOINTS_AFTER_TASKS_FINISH
         )
         self._awaiting_final_checkpoint = False
         self._final_checkpoint_id: int | None = None
@@ -311,16 +311,61 @@ class StreamTask:
         the job over and cancels this task."""
         self._serve_mails_until(lambda: self._sync_savepoint_done)
 
-    def _wait_for_final_checkpoint(self) -> None:
-        """All input read: keep serving mails until a checkpoint taken after this point has
-        completed; only then does the end of the stream go downstream."""
-        self._awaiting_final_checkpoint = True
+    def _finish_operators(self) -> None:
+        """The input ended (every channel's end of data, or the source's reader): end the
+        operators' input and finish them, send the end of data on, then (with checkpointing)
+        wait for the final checkpoint (Flink's FLIP-147).
+
+        The final checkpoint is the first one this task takes after ``finish``: its barrier
+        follows the end of data through every task downstream, so it covers what every
+        operator emitted, stored or prepared while finishing, and its completion, which
+        commits the two-phase-commit sinks' last transactions, comes before any task ends.
+        A task that ended first would leave a failover nothing but an earlier checkpoint to
+        restore, and the sources would read again what the sink had already committed."""
+        chain = self.chain
+        assert chain is not None
+        final = self._needs_final_checkpoint
+        chain.end_input(final_checkpoint=final)
+        for writer in self.writers:
+            writer.broadcast_event(END_OF_DATA)
+        self._awaiting_final_checkpoint = final
+        if self.checkpointed_input is not None:
+            self._take_deferred_checkpoints()
+        if not final:
+            return
         responder = self.services.checkpoint_responder
-        if responder is not None:
+        if responder is not None and self.checkpointed_input is None:
             from chandy.messages.checkpoint import EndOfInputReached
 
             responder.report_end_of_input(EndOfInputReached(self.tdd.job_id, self.tdd.attempt_id))
-        self._serve_mails_until(lambda: self._final_checkpoint_done)
+        self._serve_until(lambda: self._final_checkpoint_done)
+
+    def _serve_until(self, done: Callable[[], bool]) -> None:
+        """After the end of data: serve mails (triggers, completion notices) and the input
+        (barriers, the ends of the partitions) until ``done()``. No record may arrive now."""
+        checkpointed_input = self.checkpointed_input
+        if checkpointed_input is None:
+            self._serve_mails_until(done)
+            return
+        while not done():
+            if self.mailbox.has_mail():
+                self._process_mails()
+            if self._cancelled:
+                raise TaskCancelledError()
+            if done():
+                return
+            polled = checkpointed_input.poll_next()
+            if polled is not None:
+                item = polled[1]
+                if not isinstance(item, RuntimeEvent):
+                    raise RuntimeError(
+                        f"{self.tdd.name_with_subtask}: {len(item)} records arrived on input channel "
+                        f"{polled[0]} after every input channel had ended its data"
+                    )
+                continue  # a watermark forwarded as a channel ended: event time is over
+            for writer in self.writers:
+                writer.flush()
+            self.metrics.wait_idle(self.wakeup, 0.1)  # the input ended: waiting is idling
 
     def _decline_closed(self, checkpoint_id: int) -> None:
         log.info(
@@ -442,11 +487,11 @@ class StreamTask:
             if self._sync_savepoint_id is not None:
                 self._finish_after_sync_savepoint()
             else:
-                self.chain.end_input()
-                if self.checkpointed_input is not None:
-                    self._take_deferred_checkpoints()
-                if self._needs_final_checkpoint:
-                    self._wait_for_final_checkpoint()
+                self._finish_operators()
+            if self.checkpointed_input is not None:
+                # Upstream tasks may still checkpoint before their ends of partition: this
+                # task takes part until then, and its own end of partition follows.
+                self._serve_until(self.checkpointed_input.is_finished)
             for writer in self.writers:
                 writer.broadcast_event(END_OF_PARTITION)
         except TaskCancelledError:
@@ -608,7 +653,7 @@ class StreamTask:
         assert checkpointed_input is not None
         polled = checkpointed_input.poll_next()
         if polled is None:
-            return _END if checkpointed_input.is_finished() else _NOTHING
+            return _END if checkpointed_input.is_end_of_data() else _NOTHING
         item = polled[1]
         if isinstance(item, RuntimeEvent):
             self._forward_event(head, item)
@@ -632,7 +677,7 @@ class StreamTask:
         if polled is not None:  # a watermark or watermark status the valve forwards
             self._forward_event(head, polled[1])
             return _MORE
-        return _END if checkpointed_input.is_finished() else _NOTHING
+        return _END if checkpointed_input.is_end_of_data() else _NOTHING
 
     def _batch_input(self, head: StreamOperator, channel: int) -> Callable[[Any], None]:
         """Where a batch of ``channel`` goes: the head, or the input of a two-input head that
@@ -658,7 +703,7 @@ class StreamTask:
         assert checkpointed_input is not None
         polled = checkpointed_input.poll_next()
         if polled is None:
-            return _END if checkpointed_input.is_finished() else _NOTHING
+            return _END if checkpointed_input.is_end_of_data() else _NOTHING
         channel, item = polled
         if isinstance(item, RuntimeEvent):
             self._forward_event(head, item)

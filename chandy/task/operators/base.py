@@ -131,6 +131,12 @@ class StreamOperator:
         self.mailbox: Mailbox | None = None
         self.runtime_context: StreamingRuntimeContext | None = None
         self.operator_state_backend = OperatorStateBackend()
+        #: Set before ``finish``: a checkpoint will be taken after ``finish`` and its completion
+        #: notified before the task ends (Flink's final checkpoint). A two-phase-commit sink
+        #: then leaves its last transaction to that checkpoint instead of committing it in
+        #: ``finish``: a commit no completed checkpoint accounts for would be repeated by the
+        #: replay after a failover that restores an earlier checkpoint.
+        self.final_checkpoint_follows = False
 
     def setup(self, runtime_context: StreamingRuntimeContext, output: Emit) -> None:
         """Bind to the task: context (and keyed state backend) and output."""

@@ -87,9 +87,13 @@ class SinkWriterOperator(StreamOperator):
     the writer prepares its commit and the committables join the checkpoint (as union
     state, so that after a restore at any parallelism every subtask knows all of them
     and each commits its share); the checkpoint's completion commits them; a restore
-    commits what the restored checkpoint held before anything is written. Without
-    checkpointing, or for whatever a final checkpoint did not cover, the writer's output
-    is committed at end of input.
+    commits what the restored checkpoint held before anything is written. At the end of
+    the input nothing is committed: the final checkpoint, taken after ``finish``,
+    prepares the last transaction and its completion commits it, so every commit is one
+    that a completed checkpoint accounts for (a failover restores that checkpoint or a
+    later one, and nothing is written twice). Only without checkpointing (or with
+    ``execution.checkpointing.checkpoints-after-tasks-finish: false``) is the writer's
+    output committed at end of input.
 
     A plain :class:`SinkWriter` is flushed at every checkpoint (at-least-once).
     """
@@ -201,7 +205,7 @@ class SinkWriterOperator(StreamOperator):
         writer = self.writer
         if writer is None:
             return
-        if isinstance(writer, PrecommittingSinkWriter):
+        if isinstance(writer, PrecommittingSinkWriter) and not self.final_checkpoint_follows:
             # End of input: what a final checkpoint did not already commit is committed now.
             last = writer.prepare_commit(None)
             self._commit(self._pending)
@@ -310,8 +314,10 @@ class CollectSinkOperator(StreamOperator):
             self._publish(records, pending_id)
 
     def finish(self) -> None:
-        # End of input: nothing follows, publish what is held (see docs: the final
-        # checkpoint of bounded jobs will make this part exactly-once too).
+        if self.final_checkpoint_follows:
+            # The final checkpoint holds what is buffered; its completion publishes it.
+            return
+        # End of input without a final checkpoint: nothing follows, publish what is held.
         for pending_id, records in self._pending:
             self._publish(records, pending_id)
         self._pending = []

@@ -1,0 +1,167 @@
+"""A bounded job whose subtasks end at different times, and faults timed to a subtask's end.
+
+Subtask 0 reads a short split and ends; subtask 1 reads a long one, paced until the fault has
+struck, so the fault lands while subtask 0 is finishing (or has finished) and subtask 1 still
+runs. Signals between subtasks are files in one directory: the subtasks are threads on the
+local executor and processes on Spark, and every attempt of every subtask sees the same files.
+A fault strikes once (the directory ``struck`` is created atomically by the one that raises).
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from typing import Any
+
+from chandy.connectors.number_sequence import NumberSequenceSource, NumberSequenceSplit
+from chandy.core.functions import (
+    CheckpointedFunction,
+    CheckpointListener,
+    FunctionInitializationContext,
+    FunctionSnapshotContext,
+    KeyedProcessFunction,
+    MapFunction,
+    RuntimeContext,
+)
+from chandy.core.state import ValueStateDescriptor
+
+#: Where a fault strikes, relative to subtask 0 ending its input:
+#: ``end-of-input``: as subtask 0 maps the last record of its split (before its end of input,
+#: so before its final checkpoint is triggered);
+#: ``final-snapshot``: in a snapshot of a checkpoint taken after subtask 0 read its last record
+#: (its final checkpoint, pending);
+#: ``final-complete``: as a checkpoint taken after that completes, in the completion notice
+#: (the map is ahead of the sink in its chain: the sink has not committed yet);
+#: ``finished``: once subtask 0's task has ended (its final transaction committed).
+MOMENTS = ("end-of-input", "final-snapshot", "final-complete", "finished")
+
+
+class UnevenNumberSequence(NumberSequenceSource):
+    """``NumberSequenceSource`` with splits of the given sizes: subtask ``i`` reads ``sizes[i]``
+    numbers (a bounded job whose splits end at very different times)."""
+
+    def __init__(self, sizes: list[int]) -> None:
+        super().__init__(0, sum(sizes) - 1)
+        self.sizes = list(sizes)
+
+    def create_splits(self, parallelism: int) -> list[NumberSequenceSplit]:
+        if parallelism != len(self.sizes):
+            raise ValueError(f"UnevenNumberSequence has {len(self.sizes)} splits, not {parallelism}")
+        splits, start = [], 0
+        for i, size in enumerate(self.sizes):
+            splits.append(NumberSequenceSplit(i, start, start + size - 1))
+            start += size
+        return splits
+
+
+class FaultNearTheEnd(MapFunction, CheckpointedFunction, CheckpointListener):
+    """Identity map that raises once in subtask ``victim`` at ``moment`` (see :data:`MOMENTS`).
+
+    Subtask 1 sleeps ``pace_s`` per record until the fault struck, so it is still running when
+    subtask 0 ends. ``last_of_split0`` is the last number subtask 0 reads."""
+
+    def __init__(self, signals: str, moment: str, victim: int, last_of_split0: int, pace_s: float) -> None:
+        if moment not in MOMENTS:
+            raise ValueError(f"moment must be one of {MOMENTS}")
+        if moment == "finished" and victim == 0:
+            raise ValueError("a finished subtask cannot fail")
+        self.signals = signals
+        self.moment = moment
+        self.victim = victim
+        self.last_of_split0 = last_of_split0
+        self.pace_s = pace_s
+        self.seen_last = False
+        self.struck_seen = False
+
+    # -- the signals
+
+    def _path(self, name: str) -> str:
+        return os.path.join(self.signals, name)
+
+    def _signal(self, name: str) -> None:
+        with open(self._path(name), "a"):
+            pass
+
+    def _signalled(self, name: str) -> bool:
+        return os.path.exists(self._path(name))
+
+    def _strike(self, where: str) -> None:
+        try:
+            os.mkdir(self._path("struck"))
+        except FileExistsError:
+            return
+        raise RuntimeError(f"induced fault in subtask {self.subtask} at {self.moment} ({where})")
+
+    def _struck(self) -> bool:
+        if not self.struck_seen:
+            self.struck_seen = self._signalled("struck")
+        return self.struck_seen
+
+    # -- the function
+
+    def open(self, runtime_context: RuntimeContext) -> None:
+        self.subtask = runtime_context.get_index_of_this_subtask()
+
+    def initialize_state(self, context: FunctionInitializationContext) -> None:
+        pass
+
+    def map(self, value: Any) -> Any:
+        if self.subtask == 0 and value == self.last_of_split0:
+            self.seen_last = True
+            self._signal("ended")
+            if self.moment == "end-of-input" and self.victim == 0:
+                self._strike("its last record")
+        elif self.subtask == 1 and not self._struck():
+            if self.victim == 1 and (
+                (self.moment == "end-of-input" and self._signalled("ended"))
+                or (self.moment == "finished" and self._signalled("closed"))
+            ):
+                self._strike(f"record {value}")
+            time.sleep(self.pace_s)
+        return value
+
+    def snapshot_state(self, context: FunctionSnapshotContext) -> None:
+        if self.moment != "final-snapshot" or self._struck():
+            return
+        checkpoint_id = context.get_checkpoint_id()
+        if self.subtask == 0 and self.seen_last:
+            self._signal(f"final-{checkpoint_id}")
+            if self.victim == 0:
+                self._strike(f"the snapshot of checkpoint {checkpoint_id}")
+        elif self.subtask == 1 and self.victim == 1 and self._final_at_or_before(checkpoint_id):
+            self._strike(f"the snapshot of checkpoint {checkpoint_id}")
+
+    def notify_checkpoint_complete(self, checkpoint_id: int) -> None:
+        if self.moment != "final-complete" or self._struck():
+            return
+        if self.subtask == 0 and self.seen_last:
+            self._signal(f"final-{checkpoint_id}")
+            if self.victim == 0:
+                self._strike(f"the completion of checkpoint {checkpoint_id}")
+        elif self.subtask == 1 and self.victim == 1 and self._final_at_or_before(checkpoint_id):
+            self._strike(f"the completion of checkpoint {checkpoint_id}")
+
+    def notify_checkpoint_aborted(self, checkpoint_id: int) -> None:
+        pass
+
+    def _final_at_or_before(self, checkpoint_id: int) -> bool:
+        """Subtask 0 took (or was told of) a checkpoint after its last record, up to this one."""
+        return any(
+            name.startswith("final-") and int(name[6:]) <= checkpoint_id for name in os.listdir(self.signals)
+        )
+
+    def close(self) -> None:
+        if self.subtask == 0 and self.seen_last:
+            self._signal("closed")
+
+
+class RunningCount(KeyedProcessFunction):
+    """Each record as ``{"v": value, "k": key, "c": running count of its key}``."""
+
+    def open(self, runtime_context: RuntimeContext) -> None:
+        self.count = runtime_context.get_state(ValueStateDescriptor("count"))
+
+    def process_element(self, value: int, ctx: KeyedProcessFunction.Context) -> Any:
+        count = (self.count.value() or 0) + 1
+        self.count.update(count)
+        yield {"v": value, "k": ctx.get_current_key(), "c": count}
