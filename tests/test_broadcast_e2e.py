@@ -86,11 +86,14 @@ class DynamicFilter(KeyedBroadcastProcessFunction, CheckpointedFunction, Checkpo
         self.processed = 0
         self.rules_here = 0
         self.checkpoint_with: dict[int, int] = {}  # rules held at each checkpoint
+        self.emitted = 0
+        self.emitted_at: dict[int, int] = {}  # records emitted before each checkpoint
         self.ready_for_failure = False
         self.reported_ready = False
 
     def snapshot_state(self, context: FunctionSnapshotContext) -> None:
         self.checkpoint_with[context.get_checkpoint_id()] = self.rules_here
+        self.emitted_at[context.get_checkpoint_id()] = self.emitted
 
     def notify_checkpoint_complete(self, checkpoint_id: int) -> None:
         held = max((n for c, n in self.checkpoint_with.items() if c <= checkpoint_id), default=0)
@@ -100,6 +103,11 @@ class DynamicFilter(KeyedBroadcastProcessFunction, CheckpointedFunction, Checkpo
                 self.probe.add(READY_TO_FAIL)
         if held == VERSIONS and not self.reported_ready:
             self.reported_ready = True
+            # What the completed checkpoint's collect results hold, reported first: a test that
+            # cancels once "ready" waits until its client received them, since the next job,
+            # restored from the checkpoint, does not deliver them again.
+            emitted = max((n for c, n in self.emitted_at.items() if c <= checkpoint_id), default=0)
+            self.probe.add(f"ready-{self.run}-records", emitted)
             self.probe.add(f"ready-{self.run}")
 
     def process_element(self, value: Any, ctx: KeyedBroadcastProcessFunction.ReadOnlyContext) -> Any:
@@ -117,6 +125,7 @@ class DynamicFilter(KeyedBroadcastProcessFunction, CheckpointedFunction, Checkpo
         if threshold is None:
             self.pending.add(seq)  # its rule has not arrived: wait for it
         elif amount_of(seq) >= threshold:
+            self.emitted += 1
             yield key, seq, amount_of(seq)
 
     def process_broadcast_element(self, value: Any, ctx: KeyedBroadcastProcessFunction.Context) -> Any:
@@ -140,6 +149,7 @@ class DynamicFilter(KeyedBroadcastProcessFunction, CheckpointedFunction, Checkpo
                 pending.clear()
 
         ctx.apply_to_keyed_state(PENDING, release)
+        self.emitted += len(released)
         return released
 
 
@@ -267,6 +277,7 @@ def test_a_restore_at_another_parallelism_gives_every_subtask_the_broadcast_stat
     wait_for(
         lambda: probe.get("ready-1") >= old, "a completed checkpoint holding every rule on every subtask"
     )
+    wait_for(lambda: len(first) >= probe.get("ready-1-records"), "the completed checkpoint's results")
     results.close()  # cancel: RETAIN_ON_CANCELLATION keeps the latest checkpoint
     reader.join(60)
     assert len(first) < len(expected()), "the first run was cancelled before its end"
