@@ -186,7 +186,13 @@ class OperatorChain:
             metrics.bind_chain([counters[spec.node_id] for spec in self.specs], tails[::-1])
         self._opened: list[StreamOperator] = []
         if tdd.task_restore is not None:
-            self._restore(tdd)
+            try:
+                self._restore(tdd)
+            except BaseException:
+                # The task never gets this chain to close: its state backends (a RocksDB
+                # database and its directory) are disposed of here.
+                self.close()
+                raise
 
     def _restore(self, tdd: TaskDeploymentDescriptor) -> None:
         """Load this subtask's share of the restored checkpoint into every operator."""

@@ -1,0 +1,385 @@
+"""Failures a restart cannot heal fail the job once (issue 26 §2), naming the cause and the fix.
+
+Restored state that holds a class the job's code no longer has (a savepoint of v1 restored
+with v2, where ``Acc`` was renamed): the v1 and v2 modules are written into a directory on
+``sys.path`` (and, for Spark, on the slots' ``PYTHONPATH``: the session's environment, which
+its Python workers inherit). Records that cannot be pickled on their way to another slot.
+Every test asserts that the job failed without a restart loop, from the JobMaster's count.
+"""
+
+from __future__ import annotations
+
+import importlib
+import re
+import shutil
+import sys
+import time
+import types
+import uuid
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from chandy import JobExecutionError, StreamExecutionEnvironment
+from chandy.core.state import MapStateDescriptor, ValueStateDescriptor
+from chandy.state.handles import ByteStreamStateHandle, KeyGroupsStateHandle
+from chandy.state.heap import HeapKeyedStateBackend
+from chandy.state.key_groups import KeyGroupRange, assign_to_key_group
+from chandy.state.missing_classes import StateClassNotFoundError
+from chandy.state.rocksdb.backend import RocksDBKeyedStateBackend
+from chandy.state.rocksdb.resources import SlotMemory
+from chandy.storage.checkpoint_storage import StateReader
+from chandy.task.processing_time import ProcessingTimeService
+from chandy.task.timers import InternalTimerService
+from chandy.util.clock import ManualClock
+from tests.jobs import Throttle
+from tests.state_backends import on_rocksdb_too
+from tests.test_checkpointing_e2e import checkpointing_env, latest_checkpoint_dir
+
+#: Small batches: a barrier waits behind a few throttled records, not a thousand.
+SMALL = {"chandy.network.batch-size": 20}
+
+#: v1 of the user's module: a keyed count whose running total is an ``Acc`` in value state,
+#: and a source-side counter that keeps an ``Acc`` in operator (list) state.
+V1 = '''
+import os
+
+from chandy.core.functions import (
+    CheckpointedFunction,
+    KeyedProcessFunction,
+    MapFunction,
+)
+from chandy.core.state import ListStateDescriptor, ValueStateDescriptor
+
+
+class Acc:
+    def __init__(self):
+        self.n = 0
+
+
+class Count(KeyedProcessFunction):
+    """Counts per key into an Acc; creates the file ``marker`` once a key counted 2."""
+
+    def __init__(self, marker):
+        self.marker = marker
+
+    def open(self, runtime_context):
+        self.acc = runtime_context.get_state(ValueStateDescriptor("acc"))
+
+    def process_element(self, value, ctx):
+        acc = self.acc.value() or Acc()
+        acc.n += 1
+        self.acc.update(acc)
+        if acc.n == 2:
+            open(self.marker, "a").close()
+        yield ctx.get_current_key(), acc.n
+
+
+class Seen(MapFunction, CheckpointedFunction):
+    """Counts its records in an Acc kept in operator state; creates ``marker`` at the second."""
+
+    def __init__(self, marker):
+        self.marker = marker
+
+    def initialize_state(self, context):
+        self.state = context.get_operator_state_store().get_list_state(ListStateDescriptor("seen"))
+        restored = list(self.state.get())
+        self.acc = restored[0] if restored else Acc()
+
+    def snapshot_state(self, context):
+        self.state.update([self.acc])
+
+    def map(self, value):
+        self.acc.n += 1
+        if self.acc.n == 2:
+            open(self.marker, "a").close()
+        return value
+
+
+class FailWhenTold(MapFunction):
+    """Raises once, when the file ``path`` exists (a test's signal), to make a failover."""
+
+    def __init__(self, path):
+        self.path = path
+        self.failed = False
+
+    def map(self, value):
+        if not self.failed and os.path.exists(self.path):
+            self.failed = True
+            os.rename(self.path, self.path + ".done")
+            raise RuntimeError("told to fail")
+        return value
+'''
+
+#: v2: ``Acc`` was renamed; nothing else changed.
+V2 = re.sub(r"\bAcc\b", "Accumulator", V1)
+
+
+class UserModules:
+    """Writes a user module (one name, v1 then v2) into a directory the driver and, when the
+    session's environment carries it, the Spark slots import from."""
+
+    def __init__(self, directory: Path) -> None:
+        self.directory = directory
+        self.name = f"accmod_{uuid.uuid4().hex[:8]}"
+
+    def install(self, source: str) -> Any:
+        """Write ``source`` as the module and import it afresh in this process."""
+        (self.directory / f"{self.name}.py").write_text(source)
+        shutil.rmtree(self.directory / "__pycache__", ignore_errors=True)
+        sys.modules.pop(self.name, None)
+        importlib.invalidate_caches()
+        return importlib.import_module(self.name)
+
+
+@pytest.fixture
+def user_modules(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, request: pytest.FixtureRequest
+) -> UserModules:
+    directory = tmp_path / "modules"
+    directory.mkdir()
+    monkeypatch.syspath_prepend(str(directory))
+    if "spark_session" in request.fixturenames:
+        # Spark starts Python workers with the SparkContext's environment (a new worker
+        # daemon for a new environment): the slots of the jobs this test starts import here.
+        environment = request.getfixturevalue("spark_session").sparkContext.environment
+        monkeypatch.setitem(environment, "PYTHONPATH", str(directory))
+    return UserModules(directory)
+
+
+def counting_job(env: StreamExecutionEnvironment, module: Any, base: Path, *, seen: bool = False) -> Any:
+    """A throttled sequence counted per key into ``Acc``s (``seen``: into an ``Acc`` in
+    operator state instead); the file ``base/counted`` appears once some state holds one,
+    and the job fails over once when the file ``base/fail`` appears."""
+    stream = env.from_sequence(0, 10**9).uid("source").map(Throttle(0.002)).uid("throttle")
+    stream = stream.map(module.FailWhenTold(str(base / "fail"))).uid("fail")
+    marker = str(base / "counted")
+    if seen:
+        stream = stream.map(module.Seen(marker)).uid("seen").name("Seen")
+    else:
+        stream = stream.key_by(lambda x: x % 4).process(module.Count(marker)).uid("counter").name("Counter")
+    stream.add_sink(lambda value: None).name("Discard")
+    return stream
+
+
+def savepoint_of_v1(env: StreamExecutionEnvironment, module: Any, base: Path, *, seen: bool = False) -> str:
+    """Run the v1 job until its state holds ``Acc`` objects, then stop it with a savepoint."""
+    counting_job(env, module, base, seen=seen)
+    client = env.execute_async("v1")
+    wait_for_file(base / "counted", client)
+    savepoint: str = client.stop_with_savepoint(savepoint_directory=str(base / "sp")).result(120)
+    return savepoint
+
+
+def wait_for_file(path: Path, client: Any, timeout_s: float = 120) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not path.exists():
+        assert not client.is_done(), "the job ended before it counted"
+        assert time.monotonic() < deadline, f"{path} did not appear in time"
+        time.sleep(0.01)
+
+
+def fails_once(env: StreamExecutionEnvironment, name: str, restarts: int = 0) -> JobExecutionError:
+    """Run the job ``env`` holds; it must fail after ``restarts`` restarts, no more."""
+    client = env.execute_async(name)
+    with pytest.raises(JobExecutionError) as info:
+        client.get_job_execution_result(timeout=120)
+    assert client.restarts == restarts, f"a failure no restart heals was restarted: {info.value}"
+    return info.value
+
+
+def assert_names_everything(error: BaseException, module: str, state: str, *, uid: str = "counter") -> None:
+    message = str(error)
+    for part in (
+        f"uid '{uid}'",
+        state,
+        f"{module}.Acc",  # the missing class, as module.qualname
+        "Can't get attribute 'Acc'",  # the original error
+        "Acc = <the new class>",  # fix 1: keep it importable under its old name
+        "new uid()",  # fix 2: start the operator without its state
+        "allow_non_restored_state",
+    ):
+        assert part in message, (part, message)
+
+
+@on_rocksdb_too(executor=("local", "spark"))
+def test_a_savepoint_whose_state_class_was_renamed_fails_the_restore_once(
+    tmp_path: Path, executor: str, user_modules: UserModules
+) -> None:
+    v1 = user_modules.install(V1)
+    savepoint = savepoint_of_v1(
+        checkpointing_env(interval_ms=600_000, executor=executor, **SMALL), v1, tmp_path
+    )
+
+    v2 = user_modules.install(V2)
+    env = checkpointing_env(interval_ms=600_000, executor=executor, **SMALL)
+    env.set_restore_path(savepoint)
+    counting_job(env, v2, tmp_path)
+    error = fails_once(env, "v2")
+    assert_names_everything(error, user_modules.name, "state 'acc'")
+    if executor == "local":
+        assert isinstance(error.__cause__, StateClassNotFoundError)
+
+
+@on_rocksdb_too(executor="local")  # RocksDB: a native restore, whose values are read lazily
+def test_a_retained_checkpoint_whose_state_class_was_renamed_fails_the_restore_once(
+    tmp_path: Path, executor: str, user_modules: UserModules
+) -> None:
+    v1 = user_modules.install(V1)
+    retain = {
+        "execution.checkpointing.dir": str(tmp_path / "checkpoints"),
+        "execution.checkpointing.externalized-checkpoint-retention": "RETAIN_ON_CANCELLATION",
+    }
+    env = checkpointing_env(interval_ms=600_000, executor=executor, **SMALL, **retain)
+    counting_job(env, v1, tmp_path)
+    client = env.execute_async("v1")
+    wait_for_file(tmp_path / "counted", client)
+    client.trigger_checkpoint()  # its state holds Acc objects
+    client.cancel()
+    with pytest.raises(JobExecutionError):
+        client.get_job_execution_result(timeout=60)
+
+    v2 = user_modules.install(V2)
+    env = checkpointing_env(interval_ms=600_000, executor=executor, **SMALL)
+    env.set_restore_path(str(latest_checkpoint_dir(tmp_path / "checkpoints")))
+    counting_job(env, v2, tmp_path)
+    error = fails_once(env, "v2")
+    assert_names_everything(error, user_modules.name, "state 'acc'")
+
+
+@on_rocksdb_too()
+def test_a_class_gone_when_the_job_restores_its_own_checkpoint_after_a_failover_fails_it_once(
+    tmp_path: Path, user_modules: UserModules
+) -> None:
+    """The job fails over once (a failing function), as jobs do; its restart restores the
+    job's own latest checkpoint, whose state holds a class the code no longer has (here
+    deleted from the module; on a cluster, a replaced executor with another version of the
+    module): that restore fails the job, instead of restarting it every second forever."""
+    v1 = user_modules.install(V1)
+    env = checkpointing_env(interval_ms=600_000, **SMALL)
+    counting_job(env, v1, tmp_path)
+    client = env.execute_async("fails over")
+    wait_for_file(tmp_path / "counted", client)
+    client.trigger_checkpoint()  # the latest completed checkpoint: its state holds Acc objects
+    del v1.Acc
+    (tmp_path / "fail").touch()  # FailWhenTold fails the job over
+    with pytest.raises(JobExecutionError) as info:
+        client.get_job_execution_result(timeout=120)
+    assert client.restarts == 1, "the failover restarts once; the failed restore must not restart again"
+    assert_names_everything(info.value, user_modules.name, "state 'acc'")
+    assert isinstance(info.value.__cause__, StateClassNotFoundError)
+
+
+def test_operator_state_whose_class_was_renamed_fails_the_restore_once_naming_it(
+    tmp_path: Path, user_modules: UserModules
+) -> None:
+    v1 = user_modules.install(V1)
+    savepoint = savepoint_of_v1(checkpointing_env(interval_ms=600_000, **SMALL), v1, tmp_path, seen=True)
+
+    v2 = user_modules.install(V2)
+    env = checkpointing_env(interval_ms=600_000, **SMALL)
+    env.set_restore_path(savepoint)
+    counting_job(env, v2, tmp_path, seen=True)
+    error = fails_once(env, "v2")
+    assert_names_everything(error, user_modules.name, "operator state 'seen'", uid="seen")
+
+
+# ---------------------------------------------------------------------- the backends, one by one
+
+
+@pytest.fixture
+def doomed_class(monkeypatch: pytest.MonkeyPatch) -> Iterator[Callable[[], Any]]:
+    """A class ``Doomed`` in a module of its own, and a function that deletes it (the code
+    that restores no longer has it) and returns nothing."""
+    module = types.ModuleType(f"doomed_{uuid.uuid4().hex[:8]}")
+    doomed = type("Doomed", (), {"__module__": module.__name__})
+    module.Doomed = doomed  # type: ignore[attr-defined]
+    monkeypatch.setitem(sys.modules, module.__name__, module)
+
+    def delete() -> None:
+        del module.Doomed  # type: ignore[attr-defined]
+
+    doomed.delete = staticmethod(delete)  # type: ignore[attr-defined]
+    yield doomed
+
+
+def at(backend: Any, key: Any) -> None:
+    backend.set_current_key(key, assign_to_key_group(key, 128))
+
+
+def heap_snapshot(backend: HeapKeyedStateBackend) -> list[KeyGroupsStateHandle]:
+    snapshot = backend.snapshot()
+    serialized = snapshot.serialize()
+    snapshot.release()
+    return [
+        KeyGroupsStateHandle(
+            serialized.key_group_range, serialized.ranges, ByteStreamStateHandle("x", serialized.payload)
+        )
+    ]
+
+
+def timer_service(backend: Any) -> InternalTimerService:
+    class Ignore:
+        def on_event_time(self, timer: Any) -> None: ...
+
+        def on_processing_time(self, timer: Any) -> None: ...
+
+    return InternalTimerService("t", backend, ProcessingTimeService(ManualClock()), Ignore())
+
+
+def test_the_heap_names_the_state_that_holds_the_missing_class(doomed_class: Any) -> None:
+    backend = HeapKeyedStateBackend(KeyGroupRange(0, 127), 128, owner="operator 'Count' (uid 'count')")
+    at(backend, "k")
+    backend.get_partitioned_state(ValueStateDescriptor("plain")).update(1)
+    backend.get_partitioned_state(ValueStateDescriptor("acc")).update(doomed_class())
+    handles = heap_snapshot(backend)
+    doomed_class.delete()
+    fresh = HeapKeyedStateBackend(KeyGroupRange(0, 127), 128, owner="operator 'Count' (uid 'count')")
+    with pytest.raises(StateClassNotFoundError) as info:
+        fresh.restore(handles, StateReader())
+    assert info.value.state == "acc" and info.value.owner == "operator 'Count' (uid 'count')"
+    assert info.value.missing == f"{doomed_class.__module__}.Doomed"
+    assert "cannot restore state 'acc'" in str(info.value)
+
+
+def test_the_heap_names_timers_whose_namespace_is_the_missing_class(doomed_class: Any) -> None:
+    backend = HeapKeyedStateBackend(KeyGroupRange(0, 127), 128, owner="operator 'Window'")
+    at(backend, "k")
+    timer_service(backend).register_event_time_timer(doomed_class(), 100)  # a window, say
+    handles = heap_snapshot(backend)
+    doomed_class.delete()
+    with pytest.raises(StateClassNotFoundError) as info:
+        HeapKeyedStateBackend(KeyGroupRange(0, 127), 128, owner="o").restore(handles, StateReader())
+    assert "cannot restore its timers (state '_timer_state/event_t')" in str(info.value)
+
+
+def test_rocksdb_names_the_state_it_reads_lazily_and_its_timers(tmp_path: Path, doomed_class: Any) -> None:
+    """A native restore reads no value; the first read of one names the state and the operator
+    from the handle that reads it."""
+    backend = RocksDBKeyedStateBackend(
+        KeyGroupRange(0, 127),
+        128,
+        directory=str(tmp_path),
+        memory=SlotMemory.of(64 << 20),
+        owner="operator 'Count' (uid 'count')",
+    )
+    try:
+        at(backend, "k")
+        backend.get_partitioned_state(ValueStateDescriptor("acc")).update(doomed_class())
+        backend.get_partitioned_state(MapStateDescriptor("map")).put("x", doomed_class())
+        timer_service(backend).register_event_time_timer(doomed_class(), 100)
+        backend.flush()
+        backend.cache.drop()  # as after a restore: the next reads decode RocksDB's bytes
+        doomed_class.delete()
+        for read, state in (
+            (lambda: backend.get_partitioned_state(ValueStateDescriptor("acc")).value(), "state 'acc'"),
+            (lambda: backend.get_partitioned_state(MapStateDescriptor("map")).get("x"), "state 'map'"),
+            (lambda: timer_service(backend), "its timers (state '_timer_state/event_t')"),
+        ):
+            with pytest.raises(StateClassNotFoundError) as info:
+                read()
+            assert f"operator 'Count' (uid 'count') cannot restore {state}" in str(info.value)
+    finally:
+        backend.dispose()
