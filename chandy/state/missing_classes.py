@@ -145,16 +145,18 @@ def states_holding_missing(data: bytes) -> list[str]:
 
 
 def missing_class_error(
-    missing: str, error: BaseException, owner: str | None, states: list[str], kind: str = ""
+    missing: str,
+    error: BaseException,
+    owner: str | None,
+    states: list[str],
+    kind: str = "",
+    what: str | None = None,
 ) -> StateClassNotFoundError:
-    """The error for state that holds ``missing``, with what it says and what to do."""
+    """The error for state that holds ``missing``, with what it says and what to do
+    (``what`` names the state when it is not one of the operator's named states)."""
     who = owner or "an operator"
-    if len(states) == 1:
-        what = describe_state(states[0], kind)
-    elif states:
-        what = "states " + ", ".join(f"'{s}'" for s in states)
-    else:
-        what = "its state"
+    if what is None:
+        what = _describe_states(states, kind)
     module, _, qualname = missing.rpartition(".")
     shipping = ""
     if isinstance(error, ImportError):
@@ -178,6 +180,14 @@ def missing_class_error(
     exc.missing, exc.owner = missing, owner
     exc.state = states[0] if len(states) == 1 else None
     return exc
+
+
+def _describe_states(states: list[str], kind: str) -> str:
+    if len(states) == 1:
+        return describe_state(states[0], kind)
+    if states:
+        return "states " + ", ".join(f"'{s}'" for s in states)
+    return "its state"
 
 
 def load_state(data: bytes, owner: str | None = None, state: str | None = None, kind: str = "") -> Any:
