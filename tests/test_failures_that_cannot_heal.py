@@ -13,6 +13,7 @@ import importlib
 import re
 import shutil
 import sys
+import threading
 import time
 import types
 import uuid
@@ -23,7 +24,14 @@ from typing import Any
 import pytest
 
 from chandy import JobExecutionError, StreamExecutionEnvironment
+from chandy.core.functions import MapFunction
 from chandy.core.state import MapStateDescriptor, ValueStateDescriptor
+from chandy.errors import UnrecoverableError, find_unrecoverable
+from chandy.messages.status import JobStatus
+from chandy.network.channel import LocalChannel
+from chandy.network.input_gate import InputGate
+from chandy.network.item_codec import RecordNotPicklableError, encode_item
+from chandy.network.wakeup import Wakeup
 from chandy.state.handles import ByteStreamStateHandle, KeyGroupsStateHandle
 from chandy.state.heap import HeapKeyedStateBackend
 from chandy.state.key_groups import KeyGroupRange, assign_to_key_group
@@ -204,6 +212,7 @@ def assert_names_everything(error: BaseException, module: str, state: str, *, ui
         assert part in message, (part, message)
 
 
+@pytest.mark.slow  # on Spark: two jobs, each deploying its slots
 @on_rocksdb_too(executor=("local", "spark"))
 def test_a_savepoint_whose_state_class_was_renamed_fails_the_restore_once(
     tmp_path: Path, executor: str, user_modules: UserModules
@@ -253,18 +262,22 @@ def test_a_retained_checkpoint_whose_state_class_was_renamed_fails_the_restore_o
 def test_a_class_gone_when_the_job_restores_its_own_checkpoint_after_a_failover_fails_it_once(
     tmp_path: Path, user_modules: UserModules
 ) -> None:
-    """The job fails over once (a failing function), as jobs do; its restart restores the
-    job's own latest checkpoint, whose state holds a class the code no longer has (here
-    deleted from the module; on a cluster, a replaced executor with another version of the
-    module): that restore fails the job, instead of restarting it every second forever."""
+    """The job fails over once (a failing function), as jobs do; while it waits to restart,
+    the class its state holds goes (deleted from the module here; on a cluster, an executor
+    replaced by one with another version of the module). The restart restores the job's own
+    latest checkpoint, which fails the job instead of restarting it every second forever."""
     v1 = user_modules.install(V1)
-    env = checkpointing_env(interval_ms=600_000, **SMALL)
+    env = checkpointing_env(interval_ms=600_000, **SMALL, **{"restart-strategy.fixed-delay.delay": 1000})
     counting_job(env, v1, tmp_path)
     client = env.execute_async("fails over")
     wait_for_file(tmp_path / "counted", client)
     client.trigger_checkpoint()  # the latest completed checkpoint: its state holds Acc objects
-    del v1.Acc
     (tmp_path / "fail").touch()  # FailWhenTold fails the job over
+    deadline = time.monotonic() + 60
+    while client.get_job_status() is not JobStatus.RESTARTING:  # every task cancelled, none reads state
+        assert time.monotonic() < deadline and not client.is_done(), client.get_job_status()
+        time.sleep(0.005)
+    del v1.Acc
     with pytest.raises(JobExecutionError) as info:
         client.get_job_execution_result(timeout=120)
     assert client.restarts == 1, "the failover restarts once; the failed restore must not restart again"
@@ -383,3 +396,121 @@ def test_rocksdb_names_the_state_it_reads_lazily_and_its_timers(tmp_path: Path, 
             assert f"operator 'Count' (uid 'count') cannot restore {state}" in str(info.value)
     finally:
         backend.dispose()
+
+
+def test_in_flight_records_of_an_unaligned_checkpoint_whose_class_is_gone_fail_once(
+    doomed_class: Any,
+) -> None:
+    """An unaligned checkpoint keeps records in flight, pickled: replaying them into a job
+    without their class fails it once, as state does."""
+    gate = InputGate([LocalChannel(4, name="live")], Wakeup())
+    gate.add_recovered(0, [encode_item([doomed_class()])])
+    doomed_class.delete()
+    with pytest.raises(StateClassNotFoundError) as info:
+        gate.poll_next()
+    message = str(info.value)
+    assert "cannot restore the in-flight records of its input channel 0" in message
+    assert f"{doomed_class.__module__}.Doomed" in message
+
+
+# ---------------------------------------------------------------------- records that cannot be pickled
+
+
+class Locked:
+    """A record with a lock inside: fine within a task, impossible to pickle."""
+
+    def __init__(self, value: int) -> None:
+        self.value = value
+        self.lock = threading.Lock()
+
+
+def locked_job(env: StreamExecutionEnvironment) -> Any:
+    return (
+        env.from_sequence(0, 1999)
+        .map(Throttle(0.0005))  # checkpoints while records are on their way
+        .map(Locked)
+        .uid("lock-it")
+        .name("LockIt")
+        .key_by(lambda record: record.value % 4)
+        .map(lambda record: record.value)
+        .name("Unlock")
+    )
+
+
+@pytest.mark.slow
+def test_a_record_that_cannot_be_pickled_to_another_slot_fails_the_job_once(spark_session: Any) -> None:
+    env = checkpointing_env(interval_ms=50, executor="spark", **SMALL)
+    locked_job(env).add_sink(lambda value: None)
+    error = fails_once(env, "locked records")
+    message = str(error)
+    for part in (
+        "operator 'LockIt' (uid 'lock-it') emitted a record that cannot be pickled",
+        "to send it to task 'Unlock",
+        f"a {__name__}.Locked",  # the record's type
+        "cannot pickle '_thread.lock' object",
+        "Emit picklable values",
+        "chain the operators",
+    ):
+        assert part in message, (part, message)
+
+
+def test_on_the_local_executor_records_that_cannot_be_pickled_cross_keyed_edges_with_checkpoints() -> None:
+    """The local executor hands records over in memory; measuring them for the alignment
+    statistics (it pickles them to count their bytes) must not fail the job."""
+    env = checkpointing_env(interval_ms=10, **SMALL)
+    results = locked_job(env).execute_and_collect("locked, local")
+    assert sorted(results) == list(range(2000))
+    assert results.job_client.restarts == 0
+
+
+def test_an_unpicklable_record_in_a_checkpoints_in_flight_data_is_unrecoverable_and_named() -> None:
+    """Unaligned checkpoints pickle the records in flight on either executor: one that cannot
+    be pickled fails the job once, by its type (the local channel only measures quietly)."""
+    channel = LocalChannel(4, name="test")
+    batch = [1, Locked(2)]
+    assert channel.size_of(batch) == 0
+    with pytest.raises(RecordNotPicklableError) as info:
+        channel.serialized(batch)
+    assert info.value.record_type == f"{__name__}.Locked"
+    assert isinstance(info.value, UnrecoverableError)
+
+
+# ---------------------------------------------------------------------- what counts as unrecoverable
+
+
+class Wraps(MapFunction):
+    """Catches an unrecoverable error and raises its own from it, as user code does."""
+
+    def map(self, value: Any) -> Any:
+        try:
+            raise UnrecoverableError("topic 'orders' does not exist")
+        except UnrecoverableError as exc:
+            raise RuntimeError("could not read the orders") from exc
+
+
+def test_an_unrecoverable_error_anywhere_in_the_chain_fails_the_job_once() -> None:
+    env = checkpointing_env(interval_ms=50, **SMALL)  # unlimited restarts, 50 ms apart
+    env.from_sequence(0, 9).map(Wraps()).add_sink(lambda value: None)
+    error = fails_once(env, "wrapped")
+    assert "could not read the orders" in str(error)
+    assert find_unrecoverable(error) is not None
+
+
+def test_find_unrecoverable_follows_causes_and_printed_contexts_only() -> None:
+    unrecoverable = UnrecoverableError("bad")
+    assert find_unrecoverable(unrecoverable) is unrecoverable
+    try:
+        try:
+            raise unrecoverable
+        except UnrecoverableError:
+            raise ValueError("while handling it") from None  # context suppressed: not a cause
+    except ValueError as suppressed:
+        assert find_unrecoverable(suppressed) is None
+    try:
+        try:
+            raise unrecoverable
+        except UnrecoverableError:
+            raise ValueError("while handling it")  # the implicit context is the point
+    except ValueError as implicit:
+        assert find_unrecoverable(implicit) is unrecoverable
+    assert find_unrecoverable(RuntimeError("transient")) is None
