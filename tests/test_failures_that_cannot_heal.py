@@ -30,7 +30,12 @@ from chandy.errors import UnrecoverableError, find_unrecoverable
 from chandy.messages.status import JobStatus
 from chandy.network.channel import LocalChannel
 from chandy.network.input_gate import InputGate
-from chandy.network.item_codec import RecordNotPicklableError, encode_item
+from chandy.network.item_codec import (
+    RecordClassNotFoundError,
+    RecordNotPicklableError,
+    decode_received,
+    encode_item,
+)
 from chandy.network.wakeup import Wakeup
 from chandy.state.handles import ByteStreamStateHandle, KeyGroupsStateHandle
 from chandy.state.heap import HeapKeyedStateBackend
@@ -473,6 +478,19 @@ def test_an_unpicklable_record_in_a_checkpoints_in_flight_data_is_unrecoverable_
         channel.serialized(batch)
     assert info.value.record_type == f"{__name__}.Locked"
     assert isinstance(info.value, UnrecoverableError)
+
+
+def test_a_record_whose_class_the_receiving_slot_cannot_import_is_unrecoverable_and_named(
+    doomed_class: Any,
+) -> None:
+    """A module shipped to some executors only: what the TCP channel received cannot be loaded."""
+    payload = encode_item([doomed_class()])
+    doomed_class.delete()
+    with pytest.raises(RecordClassNotFoundError) as info:
+        decode_received(payload)
+    assert isinstance(info.value, UnrecoverableError)
+    assert f"{doomed_class.__module__}.Doomed" in str(info.value)
+    assert "spark.submit.pyFiles" in str(info.value)
 
 
 # ---------------------------------------------------------------------- what counts as unrecoverable

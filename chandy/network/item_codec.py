@@ -22,6 +22,7 @@ from typing import Any
 import pyarrow as pa
 
 from chandy.errors import UnrecoverableError
+from chandy.state.missing_classes import find_missing_class
 
 #: First byte of an Arrow IPC stream (the 0xFFFFFFFF continuation marker of its first message).
 _IPC_FIRST_BYTE = 0xFF
@@ -93,6 +94,32 @@ def decode_item(payload: bytes) -> Any:
     if payload and payload[0] == _IPC_FIRST_BYTE:
         return _decode_batch(payload)
     return pickle.loads(payload)
+
+
+class RecordClassNotFoundError(UnrecoverableError, ImportError):
+    """A record that arrived from another slot holds a class this process cannot import: the
+    module that defines it was not shipped to this executor, or another version of it was.
+    The same records arrive again after a restart, so the job fails once, naming the class
+    and how to ship it."""
+
+
+def decode_received(payload: bytes) -> Any:
+    """:func:`decode_item` for a frame another process sent: a class of the record that this
+    process cannot import is a :class:`RecordClassNotFoundError`."""
+    try:
+        return decode_item(payload)
+    except (ImportError, AttributeError) as exc:
+        found = find_missing_class(payload)
+        if found is None:
+            raise
+        missing, error = found
+        raise RecordClassNotFoundError(
+            f"a record that arrived from another slot holds an object of class {missing}, which "
+            f"cannot be loaded here ({type(error).__name__}: {error}). Every Spark executor "
+            "must import the job's modules, in the version the driver runs: ship them with "
+            "spark.submit.pyFiles (spark-submit --py-files, SparkContext.addPyFile) or install "
+            "them in the executors' Python. A restart would fail the same way, so the job fails now."
+        ) from exc
 
 
 def is_arrow_payload(payload: bytes) -> bool:
