@@ -17,6 +17,7 @@ the receiving side, so the record path pays nothing measurable for it.
 from __future__ import annotations
 
 import pickle
+from collections.abc import Callable
 from typing import Any
 
 import pyarrow as pa
@@ -106,20 +107,29 @@ class RecordClassNotFoundError(UnrecoverableError, ImportError):
 def decode_received(payload: bytes) -> Any:
     """:func:`decode_item` for a frame another process sent: a class of the record that this
     process cannot import is a :class:`RecordClassNotFoundError`."""
+    return decode_naming_classes(payload, _unimportable_record)
+
+
+def decode_naming_classes(payload: bytes, error: Callable[[str, BaseException], BaseException]) -> Any:
+    """:func:`decode_item`, where a class of the item that cannot be loaded raises
+    ``error(missing, cause)`` (``missing`` as ``module.qualname``); other failures as they were."""
     try:
         return decode_item(payload)
     except (ImportError, AttributeError) as exc:
         found = find_missing_class(payload)
         if found is None:
             raise
-        missing, error = found
-        raise RecordClassNotFoundError(
-            f"a record that arrived from another slot holds an object of class {missing}, which "
-            f"cannot be loaded here ({type(error).__name__}: {error}). Every Spark executor "
-            "must import the job's modules, in the version the driver runs: ship them with "
-            "spark.submit.pyFiles (spark-submit --py-files, SparkContext.addPyFile) or install "
-            "them in the executors' Python. A restart would fail the same way, so the job fails now."
-        ) from exc
+        raise error(*found) from exc
+
+
+def _unimportable_record(missing: str, error: BaseException) -> RecordClassNotFoundError:
+    return RecordClassNotFoundError(
+        f"a record that arrived from another slot holds an object of class {missing}, which "
+        f"cannot be loaded here ({type(error).__name__}: {error}). Every Spark executor "
+        "must import the job's modules, in the version the driver runs: ship them with "
+        "spark.submit.pyFiles (spark-submit --py-files, SparkContext.addPyFile) or install "
+        "them in the executors' Python. A restart would fail the same way, so the job fails now."
+    )
 
 
 def is_arrow_payload(payload: bytes) -> bool:
