@@ -154,7 +154,8 @@ def user_modules(
     directory = tmp_path / "modules"
     directory.mkdir()
     monkeypatch.syspath_prepend(str(directory))
-    if "spark_session" in request.fixturenames:
+    names = request.fixturenames
+    if "spark_session" in names or ("executor" in names and request.getfixturevalue("executor") == "spark"):
         # Spark starts Python workers with the SparkContext's environment (a new worker
         # daemon for a new environment): the slots of the jobs this test starts import here.
         environment = request.getfixturevalue("spark_session").sparkContext.environment
