@@ -9,6 +9,7 @@ Every test asserts that the job failed without a restart loop, from the JobMaste
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import re
 import shutil
@@ -178,12 +179,26 @@ def counting_job(env: StreamExecutionEnvironment, module: Any, base: Path, *, se
     return stream
 
 
+@contextlib.contextmanager
+def running(env: StreamExecutionEnvironment, name: str) -> Iterator[Any]:
+    """The client of the job ``env`` holds, started; cancelled at the end if it still runs, and
+    waited for (a test that failed half-way must not leave an endless job behind)."""
+    client = env.execute_async(name)
+    try:
+        yield client
+    finally:
+        if not client.is_done():
+            client.cancel()
+            with contextlib.suppress(JobExecutionError):
+                client.get_job_execution_result(timeout=60)
+
+
 def savepoint_of_v1(env: StreamExecutionEnvironment, module: Any, base: Path, *, seen: bool = False) -> str:
     """Run the v1 job until its state holds ``Acc`` objects, then stop it with a savepoint."""
     counting_job(env, module, base, seen=seen)
-    client = env.execute_async("v1")
-    wait_for_file(base / "counted", client)
-    savepoint: str = client.stop_with_savepoint(savepoint_directory=str(base / "sp")).result(120)
+    with running(env, "v1") as client:
+        wait_for_file(base / "counted", client)
+        savepoint: str = client.stop_with_savepoint(savepoint_directory=str(base / "sp")).result(120)
     return savepoint
 
 
@@ -197,8 +212,7 @@ def wait_for_file(path: Path, client: Any, timeout_s: float = 120) -> None:
 
 def fails_once(env: StreamExecutionEnvironment, name: str, restarts: int = 0) -> JobExecutionError:
     """Run the job ``env`` holds; it must fail after ``restarts`` restarts, no more."""
-    client = env.execute_async(name)
-    with pytest.raises(JobExecutionError) as info:
+    with running(env, name) as client, pytest.raises(JobExecutionError) as info:
         client.get_job_execution_result(timeout=120)
     assert client.restarts == restarts, f"a failure no restart heals was restarted: {info.value}"
     return info.value
@@ -249,12 +263,9 @@ def test_a_retained_checkpoint_whose_state_class_was_renamed_fails_the_restore_o
     }
     env = checkpointing_env(interval_ms=600_000, executor=executor, **SMALL, **retain)
     counting_job(env, v1, tmp_path)
-    client = env.execute_async("v1")
-    wait_for_file(tmp_path / "counted", client)
-    client.trigger_checkpoint()  # its state holds Acc objects
-    client.cancel()
-    with pytest.raises(JobExecutionError):
-        client.get_job_execution_result(timeout=60)
+    with running(env, "v1") as client:
+        wait_for_file(tmp_path / "counted", client)
+        client.trigger_checkpoint()  # its state holds Acc objects
 
     v2 = user_modules.install(V2)
     env = checkpointing_env(interval_ms=600_000, executor=executor, **SMALL)
@@ -275,17 +286,17 @@ def test_a_class_gone_when_the_job_restores_its_own_checkpoint_after_a_failover_
     v1 = user_modules.install(V1)
     env = checkpointing_env(interval_ms=600_000, **SMALL, **{"restart-strategy.fixed-delay.delay": 1000})
     counting_job(env, v1, tmp_path)
-    client = env.execute_async("fails over")
-    wait_for_file(tmp_path / "counted", client)
-    client.trigger_checkpoint()  # the latest completed checkpoint: its state holds Acc objects
-    (tmp_path / "fail").touch()  # FailWhenTold fails the job over
-    deadline = time.monotonic() + 60
-    while client.get_job_status() is not JobStatus.RESTARTING:  # every task cancelled, none reads state
-        assert time.monotonic() < deadline and not client.is_done(), client.get_job_status()
-        time.sleep(0.005)
-    del v1.Acc
-    with pytest.raises(JobExecutionError) as info:
-        client.get_job_execution_result(timeout=120)
+    with running(env, "fails over") as client:
+        wait_for_file(tmp_path / "counted", client)
+        client.trigger_checkpoint()  # the latest completed checkpoint: its state holds Acc objects
+        (tmp_path / "fail").touch()  # FailWhenTold fails the job over
+        deadline = time.monotonic() + 60
+        while client.get_job_status() is not JobStatus.RESTARTING:  # every task cancelled
+            assert time.monotonic() < deadline and not client.is_done(), client.get_job_status()
+            time.sleep(0.005)
+        del v1.Acc
+        with pytest.raises(JobExecutionError) as info:
+            client.get_job_execution_result(timeout=120)
     assert client.restarts == 1, "the failover restarts once; the failed restore must not restart again"
     assert_names_everything(info.value, user_modules.name, "state 'acc'")
     assert isinstance(info.value.__cause__, StateClassNotFoundError)
