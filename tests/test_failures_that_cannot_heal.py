@@ -544,3 +544,15 @@ def test_find_unrecoverable_follows_causes_and_printed_contexts_only() -> None:
     except ValueError as implicit:
         assert find_unrecoverable(implicit) is unrecoverable
     assert find_unrecoverable(RuntimeError("transient")) is None
+
+
+def test_a_spark_session_stopped_under_a_running_job_fails_its_restart_once() -> None:
+    """A job whose session was stopped cannot deploy again: each restart failed the same way,
+    every second, forever (a test's job that outlived the session showed it)."""
+    from chandy.config.configuration import Configuration
+    from chandy.runtime.spark.executor import SparkExecutor
+
+    executor = SparkExecutor(Configuration())
+    executor.session = types.SimpleNamespace(sparkContext=types.SimpleNamespace(_jsc=None))  # stopped
+    with pytest.raises(UnrecoverableError, match="Spark session this job runs on was stopped"):
+        executor._ensure_session_and_server(2)
