@@ -51,6 +51,24 @@ class UnrecoverableError(ChandyError):
     """
 
 
+def find_unrecoverable(error: BaseException | None) -> UnrecoverableError | None:
+    """The :class:`UnrecoverableError` in ``error``'s chain (``error`` itself, then its
+    ``__cause__``, or its ``__context__`` where Python would print it), or ``None``.
+
+    The chain, not only the error: a function that catches an unrecoverable error and
+    raises its own (``raise MyError(...) from exc``) does not make the cause go away, and
+    Flink decides the same way (``ExecutionFailureHandler.isUnrecoverableError`` looks for
+    a non-recoverable throwable along the causes).
+    """
+    seen: set[int] = set()
+    while error is not None and id(error) not in seen:
+        if isinstance(error, UnrecoverableError):
+            return error
+        seen.add(id(error))
+        error = error.__cause__ or (None if error.__suppress_context__ else error.__context__)
+    return None
+
+
 class BatchTypeError(UnrecoverableError, TypeError):
     """A batch operation got a value of the wrong type from the job's own definition: a batch
     function that returned an int, a sum over a string column, records on a batch edge.

@@ -30,7 +30,7 @@ from typing import Any
 
 from chandy.network.cancellation import TaskCancelledError
 from chandy.network.events import CheckpointBarrier, PriorityBarrier, RuntimeEvent, Watermark, WatermarkStatus
-from chandy.network.item_codec import encode_item, encoded_size
+from chandy.network.item_codec import RecordNotPicklableError, encode_item, encoded_size
 from chandy.network.wakeup import Wakeup
 
 
@@ -281,7 +281,12 @@ class LocalChannel(OutputChannel, InputChannel):
 
     def size_of(self, item: Any) -> int:
         # In memory nothing was serialized; measure what a TCP channel would have sent.
-        return encoded_size(item)
+        try:
+            return encoded_size(item)
+        except RecordNotPicklableError:
+            # Records that stay in this process need not pickle (the local executor runs
+            # such jobs); measuring them for the alignment statistics must not fail them.
+            return 0
 
     def close(self) -> None:
         """The consumer is gone: wake a blocked producer so it fails instead of hanging."""

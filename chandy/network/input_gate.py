@@ -26,8 +26,9 @@ from typing import Any
 
 from chandy.network.channel import InputChannel, PriorityNotice
 from chandy.network.events import EndOfData, EndOfPartition, PriorityBarrier
-from chandy.network.item_codec import decode_item
+from chandy.network.item_codec import decode_naming_classes
 from chandy.network.wakeup import Wakeup
+from chandy.state.missing_classes import missing_class_error
 
 
 class _RecoveredChannel(InputChannel):
@@ -62,10 +63,14 @@ class _RecoveredChannel(InputChannel):
     def poll(self) -> Any:
         if self.recovered:
             payload = self._last = self.recovered.popleft()
-            return decode_item(payload)
+            return decode_naming_classes(payload, self._missing_class)
         self._gate.channels[self._index] = self.live
         self._last = None
         return self.live.poll()
+
+    def _missing_class(self, missing: str, error: BaseException) -> BaseException:
+        what = f"the in-flight records of its input channel {self._index} (unaligned checkpoint)"
+        return missing_class_error(missing, error, "the task", [], what=what)
 
     def poll_priority(self) -> PriorityBarrier | None:
         return self.live.poll_priority()

@@ -59,7 +59,7 @@ from chandy.network.channel import (
 )
 from chandy.network.events import CheckpointBarrier, PriorityBarrier
 from chandy.network.framing import FramedSocket, accept_authenticated
-from chandy.network.item_codec import decode_item, encode_item, is_arrow_payload
+from chandy.network.item_codec import decode_item, decode_received, encode_item, is_arrow_payload
 from chandy.network.wakeup import Wakeup
 
 log = logging.getLogger(__name__)
@@ -226,7 +226,7 @@ class RemoteInputChannel(InputChannel):
             self._announce(self._unannounced)
             self._unannounced = 0
         self._last_frame = payload
-        return decode_item(payload)
+        return decode_received(payload)
 
     def poll_priority(self) -> PriorityBarrier | None:
         try:

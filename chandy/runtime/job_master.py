@@ -67,7 +67,7 @@ from chandy.errors import (
     ConfigurationError,
     JobCancelledError,
     JobExecutionError,
-    UnrecoverableError,
+    find_unrecoverable,
 )
 from chandy.graph.execution_graph import ExecutionGraph, ExecutionVertex
 from chandy.graph.job_graph import JobGraph
@@ -955,7 +955,7 @@ class JobMaster:
         if failure is not None:
             unrecoverable = failure.unrecoverable
         else:
-            unrecoverable = counted and isinstance(error.__cause__, UnrecoverableError)
+            unrecoverable = counted and find_unrecoverable(error.__cause__) is not None
         if unrecoverable or (counted and not self.restart_strategy.can_restart()):
             eg.transition_state(current, JobStatus.FAILING, error)
             self._cancel_tasks()

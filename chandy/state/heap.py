@@ -70,10 +70,10 @@ from chandy.state.handles import (
     Range,
 )
 from chandy.state.key_groups import KeyGroupRange
+from chandy.state.missing_classes import TIMER_STATE_PREFIX as TIMER_STATE_PREFIX  # noqa: PLC0414 - re-exported
+from chandy.state.missing_classes import load_key_group
 from chandy.util.clock import Clock, SystemClock
 
-#: Names of the tables that hold timers (Flink's ``_timer_state/`` prefix): reserved, not user state.
-TIMER_STATE_PREFIX = "_timer_state/"
 #: The kind of a timer table.
 TIMERS_KIND = "timers"
 #: The kind of a namespaced table is this prefix and the kind of its values ("namespaced list").
@@ -340,7 +340,8 @@ class HeapKeyedStateBackend(KeyedStateBackend):
             for kg, byte_range in part.key_groups():
                 if byte_range[1] <= byte_range[0]:
                     continue
-                for name, (kind, values) in pickle.loads(read(part.delegate, byte_range)).items():
+                group = load_key_group(read(part.delegate, byte_range), self.owner)
+                for name, (kind, values) in group.items():
                     table = self.tables.get(name)
                     if table is None:
                         table = self.tables[name] = StateTable(

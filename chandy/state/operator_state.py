@@ -39,6 +39,7 @@ from chandy.state.handles import (
     StreamStateHandle,
 )
 from chandy.state.heap import IncompatibleRestoredStateError, IncompatibleStateError
+from chandy.state.missing_classes import load_state
 
 #: How a function declares operator state of each mode.
 _ACCESSORS = {
@@ -271,7 +272,7 @@ class OperatorStateBackend:
                     self._restored_modes[name] = meta.mode
                     entries = self.get_broadcast_state(MapStateDescriptor(name)).entries
                     for byte_range in meta.elements:
-                        key, value = pickle.loads(read(delegate, byte_range))
+                        key, value = load_state(read(delegate, byte_range), self.owner, name, "broadcast ")
                         entries[key] = value
                     continue
                 state = self.states.get(name)
@@ -279,4 +280,5 @@ class OperatorStateBackend:
                     state = self.states[name] = OperatorListState(name, meta.mode)
                     self._restored_modes[name] = meta.mode
                 for byte_range in meta.elements:
-                    state.elements.append(pickle.loads(read(delegate, byte_range)))
+                    element = load_state(read(delegate, byte_range), self.owner, name, "operator ")
+                    state.elements.append(element)

@@ -8,6 +8,7 @@ is handed to each in turn; the receivers never mutate their input list.
 
 from __future__ import annotations
 
+import itertools
 import logging
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -130,6 +131,11 @@ class OperatorChain:
             mine = counters[spec.node_id]
             targets: list[Emit] = [chained_input(n) for n in spec.chained_outputs]
             targets += [writers[i].emit_batch for i in spec.network_outputs]
+            for i in itertools.chain(spec.network_outputs, *(network for _, _, network in spec.side_outputs)):
+                writers[i].producer, writers[i].consumer = (
+                    _describe_operator(spec),
+                    tdd.outputs[i].target_name,
+                )
             # Watermarks and statuses go everywhere records go, side outputs included.
             consumers = list(spec.chained_outputs)
             network = [writers[i] for i in spec.network_outputs]
@@ -186,7 +192,13 @@ class OperatorChain:
             metrics.bind_chain([counters[spec.node_id] for spec in self.specs], tails[::-1])
         self._opened: list[StreamOperator] = []
         if tdd.task_restore is not None:
-            self._restore(tdd)
+            try:
+                self._restore(tdd)
+            except BaseException:
+                # The task never gets this chain to close: its state backends (a RocksDB
+                # database and its directory) are disposed of here.
+                self.close()
+                raise
 
     def _restore(self, tdd: TaskDeploymentDescriptor) -> None:
         """Load this subtask's share of the restored checkpoint into every operator."""

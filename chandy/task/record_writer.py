@@ -22,6 +22,7 @@ from typing import Any
 
 from chandy.network.channel import OutputChannel
 from chandy.network.events import CheckpointBarrier, RuntimeEvent
+from chandy.network.item_codec import RecordNotPicklableError, unpicklable_record_error
 from chandy.task.metrics import WaitTimer
 from chandy.task.partitioners import StreamPartitioner
 
@@ -39,6 +40,8 @@ class RecordWriter:
         "batches_out",
         "blocked",
         "timestamped",
+        "producer",
+        "consumer",
     )
 
     def __init__(
@@ -56,6 +59,9 @@ class RecordWriter:
         self.blocked = WaitTimer()
         #: The edge carries event timestamps (the partitioner's buffers have a timestamp column).
         self.timestamped = partitioner.timestamped
+        #: The operator that emits into this writer and the task it sends to (for errors).
+        self.producer: str | None = None
+        self.consumer: str | None = None
 
     def emit_batch(self, records: Any) -> None:
         """Route ``records`` (a list or a :class:`~chandy.task.batches.TimestampedBatch`) and
@@ -93,10 +99,17 @@ class RecordWriter:
         self.records_out += len(batch)
         self.batches_out += 1
         channel = self.channels[index]
-        if channel.has_credit():
-            channel.send(batch)
-        else:  # the send waits for credit: backpressure, measured
-            self.blocked.timed(channel.send, batch)
+        try:
+            if channel.has_credit():
+                channel.send(batch)
+            else:  # the send waits for credit: backpressure, measured
+                self.blocked.timed(channel.send, batch)
+        except RecordNotPicklableError as exc:
+            raise self._unpicklable(batch, exc) from exc.__cause__
+
+    def _unpicklable(self, batch: Any, error: RecordNotPicklableError) -> RecordNotPicklableError:
+        """``error`` (a TCP channel could not pickle ``batch``), naming who sent it where."""
+        return unpicklable_record_error(batch, error.__cause__ or error, self.producer, self.consumer)
 
     def flush(self) -> None:
         """Send every partly filled buffer now."""
@@ -129,7 +142,10 @@ class RecordWriter:
                 if buffer:
                     self.records_out += len(buffer)
                     self.batches_out += 1
-                    self.channels[index].send_overdraft(buffer)
+                    try:
+                        self.channels[index].send_overdraft(buffer)
+                    except RecordNotPicklableError as exc:
+                        raise self._unpicklable(buffer, exc) from exc.__cause__
                     buffers[index] = self.partitioner.new_buffer()
             self.pending_since_ns = 0
         for channel in self.channels:

@@ -12,7 +12,7 @@ from concurrent.futures import Executor
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from chandy.errors import UnrecoverableError
+from chandy.errors import find_unrecoverable
 from chandy.messages.checkpoint import CheckpointResponder
 from chandy.messages.ids import ExecutionAttemptID
 from chandy.messages.metrics import MetricsListener
@@ -28,7 +28,8 @@ class TaskFailure:
     ``exception`` is the original object when it could be kept (in-process or
     picklable); ``traceback_text`` always holds the formatted traceback.
     ``unrecoverable`` is decided where the exception is raised, since the object
-    may not survive the trip to the JobMaster.
+    may not survive the trip to the JobMaster: an :class:`~chandy.errors.UnrecoverableError`
+    anywhere in its chain fails the job instead of restarting it.
     """
 
     exception: BaseException | None
@@ -46,7 +47,7 @@ class TaskFailure:
             str(exc),
             "".join(traceback.format_exception(exc)),
             operator_name,
-            isinstance(exc, UnrecoverableError),
+            find_unrecoverable(exc) is not None,
         )
 
 

@@ -34,7 +34,7 @@ from urllib.parse import urlparse
 
 from chandy.config import Configuration
 from chandy.config.options import NetworkOptions, SparkOptions
-from chandy.errors import ConfigurationError, JobExecutionError
+from chandy.errors import ConfigurationError, JobExecutionError, UnrecoverableError
 from chandy.graph.execution_graph import ExecutionGraph
 from chandy.messages.checkpoint import (
     AcknowledgeCheckpoint,
@@ -424,6 +424,13 @@ class SparkExecutor(Executor):
         if self.session is None:
             spark_conf = {k: str(v) for k, v in self.config.to_dict().items() if k.startswith("spark.")}
             self.session = spark_session.get_or_create_session(slots, spark_conf)
+        elif getattr(self.session.sparkContext, "_jsc", True) is None:
+            # Stopped under the running job: each restart would fail to deploy the same way.
+            raise UnrecoverableError(
+                "the Spark session this job runs on was stopped (SparkSession.stop(), or its "
+                "SparkContext ended) while the job was running, so its tasks cannot be deployed "
+                "again; stop the session only after the job ended, and submit the job again"
+            )
         if self._server is None:
             host = self.session.sparkContext.getConf().get("spark.driver.host", "127.0.0.1")
             self._server = socket.create_server((host, 0))

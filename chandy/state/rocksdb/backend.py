@@ -311,7 +311,7 @@ class RocksDBKeyedStateBackend(HeapKeyedStateBackend):
             from chandy.state.rocksdb.canonical import restore_canonical
 
             self.flush()
-            restore_canonical(self.db, canonical, self.key_group_range, reader, self.work_dir)
+            restore_canonical(self.db, canonical, self.key_group_range, reader, self.work_dir, self.owner)
         self._load_catalogue()
 
     def _load_catalogue(self) -> None:

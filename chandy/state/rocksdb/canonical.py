@@ -32,7 +32,6 @@ import contextlib
 import itertools
 import logging
 import os
-import pickle
 import tempfile
 import time
 import uuid
@@ -52,6 +51,7 @@ from chandy.state.heap import (
     unexpired,
 )
 from chandy.state.key_groups import KeyGroupRange
+from chandy.state.missing_classes import load_key_group
 from chandy.state.rocksdb.codec import decode_from, encode, encode_key
 from chandy.state.rocksdb.in_flight import InFlightResults
 from chandy.state.rocksdb.layout import (
@@ -465,6 +465,7 @@ def restore_canonical(
     key_group_range: KeyGroupRange,
     reader: StateFileReader,
     work_dir: str | None = None,
+    owner: str = "the operator",
 ) -> dict[str, str]:
     """Write the key groups of ``handles`` that lie in ``key_group_range`` into ``db`` in the
     RocksDB layout, and the states' kinds into its catalogue; return the catalogue.
@@ -476,7 +477,9 @@ def restore_canonical(
     directory if ``None``), verified as it is copied, and its key groups read one at a time
     from there, never the whole file into memory. A state that one handle (or the
     database) holds as one kind and another as another kind stops the restore with an
-    :class:`IncompatibleRestoredStateError`.
+    :class:`IncompatibleRestoredStateError`, and a class it holds that the job no longer
+    has a :class:`~chandy.state.missing_classes.StateClassNotFoundError` (``owner`` names the
+    operator in both).
     """
     meta = _meta_family(db)
     catalogue: dict[str, str] = {
@@ -502,7 +505,7 @@ def restore_canonical(
         with _ranges_of(part.delegate, reader, work_dir) as read:
             for key_group, byte_range in groups:
                 blob = read(byte_range)
-                group: dict[str, tuple[str, dict[Any, Any]]] = pickle.loads(blob)
+                group = load_key_group(blob, owner)
                 writer.expect_entry_bytes(
                     len(blob) // max(1, sum(len(values) for _, values in group.values()))
                 )

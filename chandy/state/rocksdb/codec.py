@@ -36,6 +36,8 @@ import pickle
 import struct
 from typing import Any
 
+from chandy.state.missing_classes import class_error_of
+
 _NONE, _FALSE, _TRUE = b"\x00", b"\x01", b"\x02"
 _INT, _FLOAT, _STR, _BYTES, _TUPLE, _PICKLE = 0x10, 0x20, 0x30, 0x31, 0x40, 0x7F
 _INT_TAG, _FLOAT_TAG, _STR_TAG = b"\x10", b"\x20", b"\x30"
@@ -152,7 +154,14 @@ def decode_from(data: bytes, pos: int = 0) -> tuple[Any, int]:
         return frozenset(items), pos
     if tag == _PICKLE:
         n, start = _read_varint(data, pos + 1)
-        return pickle.loads(data[start : start + n]), start + n
+        pickled = data[start : start + n]
+        try:
+            return pickle.loads(pickled), start + n
+        except (ImportError, AttributeError) as exc:
+            error = class_error_of(pickled)  # a class the restored state holds is gone
+            if error is None:
+                raise
+            raise error from exc
     raise ValueError(f"corrupt state bytes: unknown tag 0x{tag:02x} at offset {pos}")
 
 
