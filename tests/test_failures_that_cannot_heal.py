@@ -25,7 +25,7 @@ from typing import Any
 import pytest
 
 from chandy import JobExecutionError, StreamExecutionEnvironment
-from chandy.core.functions import MapFunction
+from chandy.core.functions import KeyedProcessFunction, MapFunction, RuntimeContext
 from chandy.core.state import MapStateDescriptor, ValueStateDescriptor
 from chandy.errors import UnrecoverableError, find_unrecoverable
 from chandy.messages.status import JobStatus
@@ -44,6 +44,7 @@ from chandy.state.key_groups import KeyGroupRange, assign_to_key_group
 from chandy.state.missing_classes import StateClassNotFoundError
 from chandy.state.rocksdb.backend import RocksDBKeyedStateBackend
 from chandy.state.rocksdb.resources import SlotMemory
+from chandy.state.unpicklable import StateNotPicklableError
 from chandy.storage.checkpoint_storage import StateReader
 from chandy.task.processing_time import ProcessingTimeService
 from chandy.task.timers import InternalTimerService
@@ -556,3 +557,35 @@ def test_a_spark_session_stopped_under_a_running_job_fails_its_restart_once() ->
     executor.session = types.SimpleNamespace(sparkContext=types.SimpleNamespace(_jsc=None))  # stopped
     with pytest.raises(UnrecoverableError, match="Spark session this job runs on was stopped"):
         executor._ensure_session_and_server(2)
+
+
+# ---------------------------------------------------------------------- state that cannot be pickled
+
+
+class KeepALock(KeyedProcessFunction):
+    """Keeps a lock in value state: fine until a checkpoint (heap) or the write (RocksDB)
+    pickles it."""
+
+    def open(self, runtime_context: RuntimeContext) -> None:
+        self.held = runtime_context.get_state(ValueStateDescriptor("held-lock"))
+
+    def process_element(self, value: int, ctx: KeyedProcessFunction.Context) -> Any:
+        self.held.update(threading.Lock())
+        yield value
+
+
+@on_rocksdb_too()
+def test_state_that_cannot_be_pickled_fails_the_job_once(state_backend: str) -> None:
+    """Heap: every checkpoint would fail, the job fail over after the tolerated failures and
+    build the same lock again, forever. RocksDB: every write of the value fails, after every
+    restart. Either way the job fails once, naming the state, the value's type and the fix."""
+    env = checkpointing_env(interval_ms=20, **SMALL)
+    env.from_sequence(0, 1999).map(Throttle(0.0005)).key_by(lambda v: v % 4).process(KeepALock()).uid(
+        "keeper"
+    ).add_sink(lambda value: None)
+    error = fails_once(env, "a lock in state")
+    message = str(error)
+    for part in ("state 'held-lock'" if state_backend == "hashmap" else "keyed state", "_thread.lock"):
+        assert part in message, (part, message)
+    assert "create locks, connections, files and clients in open()" in message
+    assert isinstance(find_unrecoverable(error), StateNotPicklableError)

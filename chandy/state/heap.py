@@ -72,6 +72,7 @@ from chandy.state.handles import (
 from chandy.state.key_groups import KeyGroupRange
 from chandy.state.missing_classes import TIMER_STATE_PREFIX as TIMER_STATE_PREFIX  # noqa: PLC0414 - re-exported
 from chandy.state.missing_classes import load_key_group
+from chandy.state.unpicklable import first_unpicklable, unpicklable_state_error
 from chandy.util.clock import Clock, SystemClock
 
 #: The kind of a timer table.
@@ -782,7 +783,10 @@ class KeyGroupPayload:
     def add(self, group: dict[str, tuple[str, dict[Any, Any]]]) -> None:
         """The next key group: ``{name: (kind, {table key: value})}``, empty if it holds nothing."""
         if group:
-            blob = pickle.dumps(group, protocol=pickle.HIGHEST_PROTOCOL)
+            try:
+                blob = pickle.dumps(group, protocol=pickle.HIGHEST_PROTOCOL)
+            except Exception as exc:
+                raise _unpicklable_group_error(group, exc) from exc
             self._write(blob)
             self._ranges.append((self._offset, self._offset + len(blob)))
             self._offset += len(blob)
@@ -839,3 +843,14 @@ _KINDS: dict[type, tuple[str, type, type]] = {
     ReducingStateDescriptor: ("reducing", HeapReducingState, HeapNamespacedReducingState),
     AggregatingStateDescriptor: ("aggregating", HeapAggregatingState, HeapNamespacedAggregatingState),
 }
+
+
+def _unpicklable_group_error(group: dict[str, tuple[str, dict[Any, Any]]], error: BaseException) -> Exception:
+    """Which state of a key group, and which value in it, pickling failed on (only on failure)."""
+    for name, (_, table) in group.items():
+        try:
+            pickle.dumps(table, protocol=pickle.HIGHEST_PROTOCOL)
+        except Exception:  # noqa: BLE001 - looking for the culprit of a failure already seen
+            culprit = first_unpicklable(list(table.keys()) + list(table.values()))
+            return unpicklable_state_error(name, culprit, error)
+    return unpicklable_state_error(None, group, error)

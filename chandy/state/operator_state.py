@@ -40,6 +40,7 @@ from chandy.state.handles import (
 )
 from chandy.state.heap import IncompatibleRestoredStateError, IncompatibleStateError
 from chandy.state.missing_classes import load_state
+from chandy.state.unpicklable import unpicklable_state_error
 
 #: How a function declares operator state of each mode.
 _ACCESSORS = {
@@ -252,7 +253,10 @@ class OperatorStateBackend:
         for name, mode, elements in named:
             ranges: list[Range] = []
             for element in elements:
-                blob = pickle.dumps(element, protocol=pickle.HIGHEST_PROTOCOL)
+                try:
+                    blob = pickle.dumps(element, protocol=pickle.HIGHEST_PROTOCOL)
+                except Exception as exc:
+                    raise unpicklable_state_error(name, element, exc) from exc
                 parts.append(blob)
                 ranges.append((offset, offset + len(blob)))
                 offset += len(blob)

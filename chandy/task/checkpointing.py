@@ -49,6 +49,7 @@ from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import Executor
 from contextlib import contextmanager
 
+from chandy.errors import find_unrecoverable
 from chandy.messages.checkpoint import (
     AcknowledgeCheckpoint,
     CheckpointFailureReason,
@@ -302,9 +303,14 @@ class SubtaskCheckpointCoordinator:
                         lambda: self._dropped(checkpoint),
                     )
                     return
-        except Exception as exc:  # noqa: BLE001 - reported to the coordinator as a decline
+        except Exception as exc:
             self._awaiting.pop(checkpoint.checkpoint_id, None)
             checkpoint.discard()
+            if find_unrecoverable(exc) is not None:
+                # State that cannot be serialized (a lock in a ValueState) fails every
+                # checkpoint from now on, and again after a restart: fail the task (this runs
+                # on its thread), and the job fails once instead of checkpointing in vain.
+                raise
             self._fail_async(checkpoint.checkpoint_id, exc)
             return
         checkpoint.serialized = {i: s.result() for i, s in checkpoint.serializers.items()}

@@ -37,6 +37,7 @@ import struct
 from typing import Any
 
 from chandy.state.missing_classes import class_error_of
+from chandy.state.unpicklable import unpicklable_state_error
 
 _NONE, _FALSE, _TRUE = b"\x00", b"\x01", b"\x02"
 _INT, _FLOAT, _STR, _BYTES, _TUPLE, _PICKLE = 0x10, 0x20, 0x30, 0x31, 0x40, 0x7F
@@ -94,7 +95,10 @@ def encode(value: Any) -> bytes:
         return _BYTES_TAG + _varint(len(raw)) + raw
     elif t is bool:
         return _TRUE if value else _FALSE
-    pickled = pickle.dumps(value, protocol=pickle.HIGHEST_PROTOCOL)
+    try:
+        pickled = pickle.dumps(value, protocol=pickle.HIGHEST_PROTOCOL)
+    except Exception as exc:
+        raise unpicklable_state_error(None, value, exc) from exc
     return _PICKLE_TAG + _varint(len(pickled)) + pickled
 
 
