@@ -239,7 +239,7 @@ def test_a_timeout_of_zero_processes_one_record_per_chunk_and_an_arrow_batch_is_
 # ---------------------------------------------------------------------- the option
 
 
-def map_task(config: dict[str, Any]) -> StreamTask:
+def task_of(config: dict[str, Any], name: str = "Map") -> StreamTask:
     env = StreamExecutionEnvironment.get_execution_environment(executor="local")
     env.set_parallelism(1)
     env.configure(config)
@@ -248,9 +248,13 @@ def map_task(config: dict[str, Any]) -> StreamTask:
     tdds: list[TaskDeploymentDescriptor] = [
         graph.deployment_descriptor(subtasks[0]) for subtasks in graph.vertices.values()
     ]
-    (tdd,) = [t for t in tdds if t.task_name.startswith("Map")]
+    (tdd,) = [t for t in tdds if t.task_name.startswith(name)]
     return StreamTask(
-        tdd, [LocalChannel(4)], [[LocalChannel(4)]], TaskServices(clock=ManualClock()), RecordingListener()
+        tdd,
+        [LocalChannel(4) for _ in range(tdd.num_input_channels)],
+        [[LocalChannel(4)] for _ in tdd.outputs],
+        TaskServices(clock=ManualClock()),
+        RecordingListener(),
     )
 
 
@@ -268,10 +272,12 @@ def map_task(config: dict[str, Any]) -> StreamTask:
 def test_flinks_three_modes_of_the_buffer_timeout(
     config: dict[str, Any], flush_wait_ns: int, flusher: bool
 ) -> None:
-    task = map_task(config)
+    task = task_of(config)
     assert task.flush_wait_ns == flush_wait_ns
     assert (task._flusher is not None) is flusher
     assert (task._chunked is None) is (flush_wait_ns < 0), "-1 splits no batch (aligned checkpoints)"
+    sink = task_of(config, "Sink")
+    assert sink._flusher is None and sink._chunked is None, "a sink has nothing to flush"
 
 
 def test_a_buffer_timeout_below_minus_one_is_refused() -> None:

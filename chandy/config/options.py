@@ -434,7 +434,8 @@ class NetworkOptions:
     BATCH_SIZE = ConfigOption.integer(
         "chandy.network.batch-size",
         1024,
-        "Records per batch, the unit that crosses a channel (Flink's network buffer).",
+        "Records per batch, the unit that crosses a channel (Flink's network buffer). A "
+        "partly filled batch leaves when its task goes idle or within execution.buffer-timeout.",
         minimum=1,
         maximum=1 << 20,
     )

@@ -13,7 +13,8 @@ the operator chain in chunks, for two reasons:
   (:mod:`chandy.task.output_flusher`) sends it once it waited the other half; between two
   chunks the task thread sends what is due itself. A timeout of 0 (flush after every
   record) processes one record per chunk and flushes after each; -1 (flush only full
-  batches) splits nothing for this;
+  batches) splits nothing for this, and nor does a task without network outputs (a sink:
+  nothing to flush, and its cost may be per batch);
 * unaligned checkpoints: a task acts on a priority (unaligned) barrier between two input
   batches, and an unaligned checkpoint would wait for all of a slow one, where Flink takes
   the barrier between two records. With unaligned checkpoints enabled, chunks take at most

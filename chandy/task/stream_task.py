@@ -219,10 +219,12 @@ class StreamTask:
         self.state = ExecutionState.DEPLOYING
 
     def _chunking(self, unaligned: bool) -> ChunkedInput | None:
-        """How slow batches are split, if they are: for the buffer timeout (unless -1) and, with
-        unaligned checkpoints, for priority barriers (which only a task with inputs gets)."""
+        """How slow batches are split, if they are: for the buffer timeout (unless -1) when the
+        task sends on the network (a sink's batches stay whole: it has nothing to flush, and a
+        sink's cost may be per batch) and, with unaligned checkpoints, for priority barriers
+        (which only a task with inputs gets)."""
         unaligned = unaligned and self.channel_state is not None
-        flush_wait = self.flush_wait_ns
+        flush_wait = self.flush_wait_ns if self.tdd.outputs else -1
         if flush_wait < 0 and not unaligned:
             return None
         if flush_wait < 0:
