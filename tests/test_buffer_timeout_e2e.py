@@ -10,6 +10,7 @@ Nothing here bounds wall-clock time (the suite runs on loaded machines): the map
 inside one of its calls until the sink has received records the task produced before that
 call, which only a flush during the call can bring about; had they stayed in the writer, the
 wait would time out and the job fail. The recorded times are compared only as an order.
+The batch path is checked the same way: a batch function's rows leave while its next call runs.
 """
 
 from __future__ import annotations
@@ -17,10 +18,12 @@ from __future__ import annotations
 import time
 from typing import Any
 
+import pyarrow as pa
 import pytest
 
 from chandy import StreamExecutionEnvironment
-from chandy.core.functions import MapFunction, RuntimeContext, SinkFunction
+from chandy.connectors.arrow_sources import ArrowNumberSequenceSource
+from chandy.core.functions import MapBatchesFunction, MapFunction, RuntimeContext, SinkFunction
 from tests.probes import Probe
 
 RECORDS = 10
@@ -44,6 +47,16 @@ class ArrivalSink(SinkFunction):
         self.probe.append(("arrived", value, self.subtask, time.time()))
 
 
+def wait_for_arrivals(probe: Probe, needed: list[int], what: str) -> None:
+    """Return once the sink has received every record of ``needed``; raise after
+    :data:`WAIT_LIMIT_S` (the records stayed in their writer)."""
+    deadline = time.monotonic() + WAIT_LIMIT_S
+    while not set(needed) <= {item[1] for item in probe.items if item[0] == "arrived"}:
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"records {needed} did not reach the sink while {what} waited")
+        time.sleep(0.01)
+
+
 class WaitingMap(MapFunction):
     """Sleeps ``slow_s`` a record and logs ``("mapped", value, time)`` when a call returns;
     the call for a record in ``waits`` first waits until the sink has received the records
@@ -57,11 +70,7 @@ class WaitingMap(MapFunction):
     def map(self, value: int) -> int:
         needed = self.waits.get(value)
         if needed:
-            deadline = time.monotonic() + WAIT_LIMIT_S
-            while not set(needed) <= {item[1] for item in self.probe.items if item[0] == "arrived"}:
-                if time.monotonic() > deadline:
-                    raise TimeoutError(f"records {needed} did not reach the sink while record {value} waited")
-                time.sleep(0.01)
+            wait_for_arrivals(self.probe, needed, f"record {value}")
         time.sleep(self.slow_s)
         self.probe.append(("mapped", value, time.time()))
         return value
@@ -118,3 +127,47 @@ def test_with_a_timeout_of_minus_one_only_the_end_of_the_input_sends_a_partly_fi
     arrived, mapped = times(probe, "arrived"), times(probe, "mapped")
     assert sorted(arrived) == list(range(RECORDS))
     assert min(arrived.values()) > max(mapped.values())
+
+
+class WaitingBatchMap(MapBatchesFunction):
+    """Keeps the first row of every batch (so a channel's buffer stays partly filled), slowly;
+    the call for the batch that starts with a row of ``waits`` first waits for the rows
+    ``waits[row]`` to reach the sink."""
+
+    def __init__(self, probe: Probe, waits: dict[int, list[int]]) -> None:
+        self.probe = probe
+        self.waits = waits
+
+    def map_batch(self, batch: pa.RecordBatch) -> pa.RecordBatch:
+        first = batch.column("value")[0].as_py()
+        needed = self.waits.get(first)
+        if needed:
+            wait_for_arrivals(self.probe, needed, f"the batch of row {first}")
+        time.sleep(SLOW_S)
+        self.probe.append(("mapped", first, time.time()))
+        return batch.slice(0, 1)
+
+
+def test_the_batch_paths_rows_leave_while_the_next_batch_function_call_runs(executor: str) -> None:
+    """Batches of 2 rows, one kept: rows 0, 2, 4, 6 and 8, each less than a batch on its
+    channel, the batches alternating between the sink's subtasks. The call for the fourth
+    batch waits until rows 2 and 4, which the two calls before it produced, reached the sink
+    (row 4 right before it: only a flush during the waiting call can send it)."""
+    probe = Probe()
+    env = StreamExecutionEnvironment.get_execution_environment(executor=executor)
+    env.set_parallelism(1)
+    env.configure({"chandy.network.arrow-batch-size": 2})
+    (
+        env.from_source(ArrowNumberSequenceSource(0, RECORDS - 1), source_name="numbers")
+        .map_batches(WaitingBatchMap(probe, {6: [2, 4]}))
+        .rebalance()
+        .to_records()
+        .set_parallelism(2)
+        .map(lambda row: row.value)
+        .add_sink(ArrivalSink(probe))
+        .set_parallelism(2)
+    )
+    env.execute("buffer timeout, batch path")
+    arrived, mapped = times(probe, "arrived"), times(probe, "mapped")
+    assert sorted(arrived) == sorted(mapped) == [0, 2, 4, 6, 8]
+    assert arrived[4] < mapped[6]
