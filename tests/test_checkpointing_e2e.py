@@ -102,8 +102,10 @@ def test_at_least_once_never_loses_records(executor: str) -> None:
 
 def test_timed_out_checkpoints_are_aborted_and_the_job_goes_on(executor: str) -> None:
     probe = Probe()
-    # A slow phase (20 records x 0.1 s) holds barriers back far longer than the timeout;
-    # outside it checkpoints take a fraction of it, even on a loaded machine.
+    # A slow phase (3 calls of 1 s) holds barriers back far longer than the timeout: a task
+    # takes a checkpoint between two records of a slow batch (it processes it in chunks for
+    # the buffer timeout), but not inside one call. Outside it checkpoints take a fraction of
+    # the timeout, even on a loaded machine.
     env = checkpointing_env(
         executor=executor,
         interval_ms=50,
@@ -112,7 +114,7 @@ def test_timed_out_checkpoints_are_aborted_and_the_job_goes_on(executor: str) ->
             "execution.checkpointing.tolerable-failed-checkpoints": 100,
         },
     )
-    env.from_sequence(0, 2999).map(SlowMap(probe, budget=20, delay_s=0.1)).key_by(lambda x: x % 10).process(
+    env.from_sequence(0, 2999).map(SlowMap(probe, budget=3, delay_s=1.0)).key_by(lambda x: x % 10).process(
         KeyedCounter(300)
     ).print()
     client = env.execute_async("slow")
@@ -141,7 +143,7 @@ def test_too_many_timed_out_checkpoints_fail_the_job_over_and_it_recovers(execut
     )
     results = (
         env.from_sequence(0, n - 1)
-        .map(SlowMap(probe, budget=20, delay_s=0.1))
+        .map(SlowMap(probe, budget=3, delay_s=1.0))
         .key_by(lambda x: x % keys)
         .process(KeyedCounter(n // keys))
         .execute_and_collect()

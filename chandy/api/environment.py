@@ -180,7 +180,9 @@ class StreamExecutionEnvironment:
         return self._config.get(PipelineOptions.MAX_PARALLELISM)
 
     def set_buffer_timeout(self, timeout_millis: int) -> StreamExecutionEnvironment:
-        """Longest wait of a record in a partly filled batch while its task is busy."""
+        """Longest wait of a record produced by a busy task before it is sent (PyFlink's):
+        a positive value bounds it, 0 sends every record at once, -1 sends only full batches
+        (``execution.buffer-timeout``)."""
         self._config.set(ExecutionOptions.BUFFER_TIMEOUT, timeout_millis)
         self._config.get(ExecutionOptions.BUFFER_TIMEOUT)
         return self

@@ -9,9 +9,17 @@ from __future__ import annotations
 import enum
 from typing import Any
 
-from chandy.config.configuration import ConfigOption
+from chandy.config.configuration import ConfigOption, parse_duration_ms
 
 UPPER_BOUND_MAX_PARALLELISM = 32768
+
+
+def _parse_buffer_timeout(value: Any) -> int:
+    """A duration, or -1: Flink's "flush only full buffers" (``setBufferTimeout(-1)``)."""
+    if isinstance(value, (int, float, str)) and not isinstance(value, bool):
+        if str(value).strip().lower() in ("-1", "-1.0", "-1ms", "-1 ms"):
+            return -1
+    return parse_duration_ms(value)
 
 
 class PipelineOptions:
@@ -403,12 +411,22 @@ class ExecutionOptions:
         "of this process).",
         choices=("spark", "local"),
     )
-    BUFFER_TIMEOUT = ConfigOption.duration(
+    BUFFER_TIMEOUT: ConfigOption[int] = ConfigOption(
         "execution.buffer-timeout",
         100,
-        "Longest time a record waits in a partly filled output batch while its task is busy. "
-        "An idle task flushes at once, so this bounds latency only under load.",
-        deprecated_keys=("execution.buffer-timeout.interval",),
+        "Longest time a record produced by a busy task waits before it is sent (Flink's buffer "
+        "timeout), even while the task is inside one long function call. An idle task sends "
+        "at once. 0 sends every record as soon as it is produced (lowest latency, least "
+        "throughput); -1 sends only full batches (chandy.network.batch-size records) and what "
+        "an event (watermark, barrier, end of input) pushes out, not even when the task goes idle.",
+        _parse_buffer_timeout,
+        "a duration such as 100, '100 ms' or '1 s', or -1",
+        ("execution.buffer-timeout.interval",),
+    )
+    BUFFER_TIMEOUT_ENABLED = ConfigOption.boolean(
+        "execution.buffer-timeout.enabled",
+        True,
+        "False: only full batches leave, as with execution.buffer-timeout -1 (Flink's switch).",
     )
 
 
@@ -416,7 +434,8 @@ class NetworkOptions:
     BATCH_SIZE = ConfigOption.integer(
         "chandy.network.batch-size",
         1024,
-        "Records per batch, the unit that crosses a channel (Flink's network buffer).",
+        "Records per batch, the unit that crosses a channel (Flink's network buffer). A "
+        "partly filled batch leaves when its task goes idle or within execution.buffer-timeout.",
         minimum=1,
         maximum=1 << 20,
     )

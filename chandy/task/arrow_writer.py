@@ -8,8 +8,10 @@ pieces and sends them as one concatenated batch when they hold ``batch_size`` ro
 (``chandy.network.arrow-batch-size``), exactly when :class:`~chandy.task.record_writer.RecordWriter`
 sends its lists:
 
-* when the task goes idle (it flushes before it sleeps), and at the buffer timeout while it
-  stays busy (``pending_since_ns``), so latency at low rates stays in milliseconds;
+* when the task goes idle (it flushes before it sleeps), and within the buffer timeout while
+  it stays busy, even inside one long batch function call (the task's output flusher sends
+  what waited half of ``execution.buffer-timeout``, see :mod:`chandy.task.output_flusher`),
+  so latency at low rates stays in milliseconds;
 * before any event (barrier, watermark, end of partition), so events stay in order behind the
   rows emitted before them, and beyond credit before a priority barrier (overdraft), so the
   producer never holds rows the barrier overtakes.
@@ -27,13 +29,12 @@ fails the task, and the restarted task would send the same item again, forever).
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 import pyarrow as pa
 
 from chandy.network.channel import OutputChannel
-from chandy.network.events import CheckpointBarrier
 from chandy.task.arrow_partitioners import ColumnarPartitioner
 from chandy.task.record_writer import RecordWriter
 from chandy.util.memory import keep_freed_heap
@@ -70,11 +71,15 @@ class ArrowRecordWriter(RecordWriter):
     __slots__ = ("_rows", "_split")
 
     def __init__(
-        self, channels: Sequence[OutputChannel], partitioner: ColumnarPartitioner, batch_size: int
+        self,
+        channels: Sequence[OutputChannel],
+        partitioner: ColumnarPartitioner,
+        batch_size: int,
+        now_ns: Callable[[], int] = time.monotonic_ns,
     ) -> None:
         if batch_size < 1:
             raise ValueError(f"chandy.network.arrow-batch-size must be at least 1 row, got {batch_size}")
-        super().__init__(channels, partitioner, batch_size)
+        super().__init__(channels, partitioner, batch_size, now_ns)
         # Partitioning allocates and frees a few arrays of a batch's size per batch: keep the
         # freed heap instead of faulting it in again page by page (6.4 instead of 11.5 ns a row
         # to key 65,536-row batches of int keys onto 2 channels; see keep_freed_heap). A batch
@@ -87,20 +92,21 @@ class ArrowRecordWriter(RecordWriter):
 
     def emit_batch(self, records: Any) -> None:
         """Route the record batch ``records`` and send every channel's buffer that filled up."""
-        buffers, rows, size = self._buffers, self._rows, self.batch_size
-        for index, piece in self._split(records):
-            buffer = buffers[index]
-            if buffer and not piece.schema.equals(buffer[0].schema):
-                self._send_buffer(index, overdraft=False)
+        with self.lock:
+            buffers, rows, size = self._buffers, self._rows, self.batch_size
+            for index, piece in self._split(records):
                 buffer = buffers[index]
-            buffer.append(piece)
-            rows[index] += piece.num_rows
-            if rows[index] >= size:
-                self._send_buffer(index, overdraft=False)
-        if not self.pending_since_ns and any(rows):
-            self.pending_since_ns = time.monotonic_ns()
+                if buffer and not piece.schema.equals(buffer[0].schema):
+                    self._send_pending(index, overdraft=False)
+                    buffer = buffers[index]
+                buffer.append(piece)
+                rows[index] += piece.num_rows
+                if rows[index] >= size:
+                    self._send_pending(index, overdraft=False)
+            if not self.pending_since_ns and any(rows):
+                self.pending_since_ns = self._now_ns()
 
-    def _send_buffer(self, index: int, overdraft: bool) -> None:
+    def _send_pending(self, index: int, overdraft: bool) -> None:
         """Send channel ``index``'s buffered rows (at least one) as one batch, or in slices of
         ``batch_size`` if they are twice that or more, and of at most :data:`MAX_ITEM_BYTES`;
         empty the buffer."""
@@ -118,22 +124,5 @@ class ArrowRecordWriter(RecordWriter):
             else:
                 self._send(index, part)  # counts len(part), its rows
 
-    def flush(self) -> None:
-        """Send every channel's buffered rows now."""
-        if not self.pending_since_ns:
-            return
-        for index, rows in enumerate(self._rows):
-            if rows:
-                self._send_buffer(index, overdraft=False)
-        self.pending_since_ns = 0
-
-    def broadcast_priority_barrier(self, barrier: CheckpointBarrier) -> None:
-        """Send the buffered rows beyond credit, then ``barrier`` ahead of what the channels hold
-        (see :meth:`RecordWriter.broadcast_priority_barrier` for why)."""
-        if self.pending_since_ns:
-            for index, rows in enumerate(self._rows):
-                if rows:
-                    self._send_buffer(index, overdraft=True)
-            self.pending_since_ns = 0
-        for channel in self.channels:
-            channel.send_priority(barrier)
+    def _has_pending(self, index: int) -> bool:
+        return self._rows[index] > 0

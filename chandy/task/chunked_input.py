@@ -1,12 +1,25 @@
-"""Slow input batches in chunks, so that an unaligned barrier is taken between records.
+"""Slow input batches in chunks: for the buffer timeout, and for unaligned barriers.
 
-A task acts on a priority (unaligned) barrier between two input batches. Behind a slow
-operator one batch can take long (a sink at 0.4 ms per record takes 400 ms for 1,024
-records), and an unaligned checkpoint would wait for all of it, where Flink takes the
-barrier between two records. With unaligned checkpoints enabled, the task therefore hands
-a batch it expects to be slow to the operator chain in chunks of about
-:data:`TARGET_CHUNK_NS` each, and between two chunks lets the input gate give the priority
-barriers that arrived to the barrier handler.
+An operator processes a whole input batch before its output reaches the task's record
+writers (a map builds its output list in one comprehension), and the task acts on mail and
+barriers only between batches. Behind a slow operator one batch can take long (a map at
+0.2 s per record takes 2 s for 10 records, a sink at 0.4 ms per record 400 ms for 1,024),
+where Flink handles records one at a time. So a task hands a batch it expects to be slow to
+the operator chain in chunks, for two reasons:
+
+* the buffer timeout (``execution.buffer-timeout``, Flink's): a record produced while its
+  task is busy leaves within the timeout. Chunks of at most half of it get each chunk's
+  output into the writers soon after it was produced, where the task's output flusher
+  (:mod:`chandy.task.output_flusher`) sends it once it waited the other half; between two
+  chunks the task thread sends what is due itself. A timeout of 0 (flush after every
+  record) processes one record per chunk and flushes after each; -1 (flush only full
+  batches) splits nothing for this, and nor does a task without network outputs (a sink:
+  nothing to flush, and its cost may be per batch);
+* unaligned checkpoints: a task acts on a priority (unaligned) barrier between two input
+  batches, and an unaligned checkpoint would wait for all of a slow one, where Flink takes
+  the barrier between two records. With unaligned checkpoints enabled, chunks take at most
+  :data:`TARGET_CHUNK_NS` and the input gate gives the priority barriers that arrived
+  meanwhile to the barrier handler between two chunks.
 
 Only an unaligned checkpoint may start between two chunks: its snapshot holds what the
 operators processed, and the rest of the batch, which was sent before its channel's barrier
@@ -23,9 +36,13 @@ checkpoint arriving mid-batch needs nothing more.)
 What a batch costs is not known before it is processed, so it is estimated: an
 exponentially weighted average of nanoseconds per record over the batches (and chunks)
 processed, measured on the task's clock. A batch expected to take at most the target is
-processed whole, as without unaligned checkpoints; so is every batch of a fast operator.
-The task chooses this way of reading once, at the start of its loop: with unaligned
-checkpoints disabled nothing here runs.
+processed whole, as it always was: every batch of a fast operator is (1,024 records of a
+keyed sum take about 0.3 ms against the default 50 ms), so the hot path pays two clock
+reads and a multiplication per batch. A source task is chunked the same way, by asking its
+reader for at most the records expected to take a chunk's time (:meth:`ChunkedInput.limit`).
+Arrow record batches (the batch path) are never cut: a batch function's cost is mostly per
+call, so cutting its batches would multiply it; their rows still leave within the timeout
+once the function returned (the flusher sends them while the next call runs).
 """
 
 from __future__ import annotations
@@ -33,15 +50,17 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+import pyarrow as pa
+
 from chandy.network.channel_state import ChannelStateWriter
 from chandy.network.checkpointed_input_gate import CheckpointedInputGate
 from chandy.network.item_codec import encode_item
 
-#: Longest a chunk of a batch should take. An unaligned barrier waits at most about this long
-#: for the task (plus the chunk in progress when the estimate is off). Small against the
-#: checkpoint times it is for (PyFlink takes such a barrier in 16 ms p50 behind a slow sink),
-#: large against the cost of a chunk (a slice and a call, microseconds), so a task that splits
-#: its batches loses nothing measurable in throughput.
+#: Longest a chunk of a batch should take with unaligned checkpoints. An unaligned barrier waits
+#: at most about this long for the task (plus the chunk in progress when the estimate is off).
+#: Small against the checkpoint times it is for (PyFlink takes such a barrier in 16 ms p50
+#: behind a slow sink), large against the cost of a chunk (a slice and a call, microseconds),
+#: so a task that splits its batches loses nothing measurable in throughput.
 TARGET_CHUNK_NS = 10_000_000
 
 #: Records in the first chunk while nothing is measured yet: a first batch behind a slow
@@ -55,19 +74,38 @@ EWMA_WEIGHT = 0.25
 
 
 class ChunkedInput:
-    """Processes input batches whole or in chunks, taking priority barriers between chunks."""
+    """Processes input batches whole or in chunks; with a gate, takes priority barriers between
+    chunks."""
 
-    __slots__ = ("_gate", "_now_ns", "_target_ns", "ns_per_record", "_measured", "_in_hand")
+    __slots__ = (
+        "_gate",
+        "_now_ns",
+        "_target_ns",
+        "_probe",
+        "_after_chunk",
+        "ns_per_record",
+        "_measured",
+        "_in_hand",
+    )
 
     def __init__(
         self,
-        gate: CheckpointedInputGate,
+        gate: CheckpointedInputGate | None,
         now_ns: Callable[[], int],
         target_ns: int = TARGET_CHUNK_NS,
+        *,
+        probe_records: int = PROBE_RECORDS,
+        after_chunk: Callable[[], object] | None = None,
     ) -> None:
+        """``gate``: the task's input, whose priority barriers are handled between chunks
+        (unaligned checkpoints); ``None`` when chunks are only for the buffer timeout.
+        ``target_ns``: the longest a chunk should take (0: one record per chunk).
+        ``after_chunk``: called between two chunks (the task sends what is due)."""
         self._gate = gate
         self._now_ns = now_ns
         self._target_ns = target_ns
+        self._probe = probe_records
+        self._after_chunk = after_chunk
         #: Estimated processing time of one record (ns), once :attr:`_measured`.
         self.ns_per_record = 0.0
         self._measured = False
@@ -79,7 +117,9 @@ class ChunkedInput:
         """Hand ``batch``, taken from ``channel``, to ``process_batch``: whole if it is
         expected to be quick, else in chunks with priority barriers handled in between."""
         n = len(batch)
-        if self._measured and n * self.ns_per_record <= self._target_ns:
+        if (self._measured and n * self.ns_per_record <= self._target_ns) or (
+            self._gate is None and type(batch) is pa.RecordBatch
+        ):
             now_ns = self._now_ns
             start = now_ns()
             process_batch(batch)
@@ -87,28 +127,49 @@ class ChunkedInput:
             return
         self._process_chunks(process_batch, channel, batch, n)
 
+    def _chunk_size(self, n: int) -> int:
+        """Records in the next chunk."""
+        if not self._measured:
+            return self._probe
+        if self._target_ns <= 0:
+            return 1
+        if not self.ns_per_record:
+            return n
+        return max(1, int(self._target_ns / self.ns_per_record))
+
+    def limit(self, n: int) -> int:
+        """At most how many of ``n`` records a source should read in one go: those expected to
+        take no longer than the target (what a chunk of a batch would hold)."""
+        if self._measured and n * self.ns_per_record <= self._target_ns:
+            return n
+        return min(n, self._chunk_size(n))
+
     def _process_chunks(
         self, process_batch: Callable[[Any], object], channel: int, batch: Any, n: int
     ) -> None:
-        now_ns, gate = self._now_ns, self._gate
+        now_ns, gate, after_chunk = self._now_ns, self._gate, self._after_chunk
         done = 0
         while done < n:
-            if self._measured:
-                size = max(1, int(self._target_ns / self.ns_per_record)) if self.ns_per_record else n
-            else:
-                size = PROBE_RECORDS
-            end = min(n, done + size)
+            end = min(n, done + self._chunk_size(n))
             chunk = batch if done == 0 and end == n else batch[done:end]
             start = now_ns()
             process_batch(chunk)
             self._observe(now_ns() - start, end - done)
             done = end
-            if done < n and gate.has_priority_event:
-                self._in_hand = (channel, batch, done)
-                try:
-                    gate.process_priority_events(mid_batch=True)
-                finally:
-                    self._in_hand = None
+            if done < n:
+                if after_chunk is not None:
+                    after_chunk()
+                if gate is not None and gate.has_priority_event:
+                    self._in_hand = (channel, batch, done)
+                    try:
+                        gate.process_priority_events(mid_batch=True)
+                    finally:
+                        self._in_hand = None
+
+    def observe(self, elapsed_ns: int, records: int) -> None:
+        """``records`` took ``elapsed_ns`` (a source's read and what its chain did with them)."""
+        if records:
+            self._observe(elapsed_ns, records)
 
     def _observe(self, elapsed_ns: int, records: int) -> None:
         sample = elapsed_ns / records if records else 0.0

@@ -3,21 +3,32 @@
 Records collect in one buffer per output channel and leave when the buffer
 holds ``batch_size`` records (a batch is never more than twice that), when the
 task goes idle (a task that has nothing to read flushes before it sleeps, so a
-trickle of records is not delayed), or when the oldest pending record is older
-than the buffer timeout while the task stays busy. Events (end of partition,
-later checkpoint barriers) first flush every buffer, so they stay in order
-behind the records emitted before them.
+trickle of records is not delayed), or when the oldest pending record has waited
+half the buffer timeout while the task stays busy (see
+:mod:`chandy.task.output_flusher` for who checks that, and why half). Events (end
+of partition, later checkpoint barriers) first flush every buffer, so they stay
+in order behind the records emitted before them.
 
 A priority barrier (an unaligned checkpoint's, or an aligned one with a timeout) is the
 exception: :meth:`RecordWriter.broadcast_priority_barrier` flushes every buffer beyond the
 channels' credit (Flink's overdraft buffers) and sends the barrier ahead of what the
 channels hold, so it reaches the consumer at once even under backpressure.
+
+Two threads use a writer: the task thread, which emits, flushes and broadcasts, and the
+task's output flusher (Flink's ``OutputFlusher``), which sends what waited too long while
+the task thread is busy in a long batch or user call. :attr:`RecordWriter.lock` makes their
+turns exclusive: the task thread takes it once per call (per emitted *batch*, not per record:
+about 0.1 ns a record at the default batch size), the flusher only if it is free and only to
+send to channels that have credit, so it never waits for the task thread nor for a consumer.
+Only the task thread adds records, so it may read :attr:`~RecordWriter.pending_since_ns`
+without the lock: the flusher only ever clears it.
 """
 
 from __future__ import annotations
 
+import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from chandy.network.channel import OutputChannel
@@ -35,6 +46,8 @@ class RecordWriter:
         "partitioner",
         "batch_size",
         "_buffers",
+        "_now_ns",
+        "lock",
         "pending_since_ns",
         "records_out",
         "batches_out",
@@ -45,12 +58,20 @@ class RecordWriter:
     )
 
     def __init__(
-        self, channels: Sequence[OutputChannel], partitioner: StreamPartitioner, batch_size: int
+        self,
+        channels: Sequence[OutputChannel],
+        partitioner: StreamPartitioner,
+        batch_size: int,
+        now_ns: Callable[[], int] = time.monotonic_ns,
     ) -> None:
         self.channels = list(channels)
         self.partitioner = partitioner
         self.batch_size = batch_size
         self._buffers: list[Any] = [partitioner.new_buffer() for _ in self.channels]
+        #: The task's monotonic clock (injected in tests), for :attr:`pending_since_ns`.
+        self._now_ns = now_ns
+        #: Held by whoever touches the buffers or sends: the task thread, or the output flusher.
+        self.lock = threading.Lock()
         #: Monotonic time the oldest unsent record was emitted; 0 when nothing is pending.
         self.pending_since_ns = 0
         self.records_out = 0
@@ -66,34 +87,35 @@ class RecordWriter:
     def emit_batch(self, records: Any) -> None:
         """Route ``records`` (a list or a :class:`~chandy.task.batches.TimestampedBatch`) and
         send every buffer that filled up."""
-        buffers = self._buffers
-        if self.timestamped:
-            if type(records) is list:
-                self.partitioner.partition_timestamped(records, [None] * len(records), buffers)
-            else:
-                self.partitioner.partition_timestamped(records.values, records.timestamps, buffers)
-        elif type(records) is list:
-            self.partitioner.partition(records, buffers)
-        else:  # timestamps the edge does not carry (nothing downstream can use them)
-            self.partitioner.partition(records.values, buffers)
-        size = self.batch_size
-        pending = False
-        for index, buffer in enumerate(buffers):
-            n = len(buffer)
-            if n >= size:
-                if n < 2 * size:  # send as is: a batch holds at most twice batch_size
-                    self._send(index, buffer)
-                    buffers[index] = self.partitioner.new_buffer()
-                    continue
-                cut = n - n % size
-                for start in range(0, cut, size):
-                    self._send(index, buffer[start : start + size])
-                del buffer[:cut]
-                n -= cut
-            if n:
-                pending = True
-        if pending and not self.pending_since_ns:
-            self.pending_since_ns = time.monotonic_ns()
+        with self.lock:
+            buffers = self._buffers
+            if self.timestamped:
+                if type(records) is list:
+                    self.partitioner.partition_timestamped(records, [None] * len(records), buffers)
+                else:
+                    self.partitioner.partition_timestamped(records.values, records.timestamps, buffers)
+            elif type(records) is list:
+                self.partitioner.partition(records, buffers)
+            else:  # timestamps the edge does not carry (nothing downstream can use them)
+                self.partitioner.partition(records.values, buffers)
+            size = self.batch_size
+            pending = False
+            for index, buffer in enumerate(buffers):
+                n = len(buffer)
+                if n >= size:
+                    if n < 2 * size:  # send as is: a batch holds at most twice batch_size
+                        self._send(index, buffer)
+                        buffers[index] = self.partitioner.new_buffer()
+                        continue
+                    cut = n - n % size
+                    for start in range(0, cut, size):
+                        self._send(index, buffer[start : start + size])
+                    del buffer[:cut]
+                    n -= cut
+                if n:
+                    pending = True
+            if pending and not self.pending_since_ns:
+                self.pending_since_ns = self._now_ns()
 
     def _send(self, index: int, batch: Any) -> None:
         self.records_out += len(batch)
@@ -111,22 +133,79 @@ class RecordWriter:
         """``error`` (a TCP channel could not pickle ``batch``), naming who sent it where."""
         return unpicklable_record_error(batch, error.__cause__ or error, self.producer, self.consumer)
 
+    # The two hooks a writer of another buffer type (ArrowRecordWriter) overrides; both are
+    # called with the lock held.
+
+    def _has_pending(self, index: int) -> bool:
+        """Channel ``index``'s buffer holds records."""
+        return bool(self._buffers[index])
+
+    def _send_pending(self, index: int, overdraft: bool) -> None:
+        """Send channel ``index``'s buffered records (at least one) and empty its buffer;
+        ``overdraft``: without waiting for credit (:meth:`OutputChannel.send_overdraft`)."""
+        buffer = self._buffers[index]
+        self._buffers[index] = self.partitioner.new_buffer()
+        if overdraft:
+            self.records_out += len(buffer)
+            self.batches_out += 1
+            try:
+                self.channels[index].send_overdraft(buffer)
+            except RecordNotPicklableError as exc:
+                raise self._unpicklable(buffer, exc) from exc.__cause__
+        else:
+            self._send(index, buffer)
+
+    def _send_all_pending(self, overdraft: bool) -> None:
+        for index in range(len(self.channels)):
+            if self._has_pending(index):
+                self._send_pending(index, overdraft)
+        self.pending_since_ns = 0
+
     def flush(self) -> None:
-        """Send every partly filled buffer now."""
+        """Send every partly filled buffer now (task thread)."""
         if not self.pending_since_ns:
             return
-        buffers = self._buffers
-        for index, buffer in enumerate(buffers):
-            if buffer:
-                self._send(index, buffer)
-                buffers[index] = self.partitioner.new_buffer()
-        self.pending_since_ns = 0
+        with self.lock:
+            if self.pending_since_ns:  # the output flusher may have sent them meanwhile
+                self._send_all_pending(overdraft=False)
+
+    def flush_if_waited(self, now_ns: int, max_wait_ns: int) -> bool:
+        """The output flusher's flush: if the oldest pending record was emitted ``max_wait_ns``
+        or more before ``now_ns``, send every buffer whose channel has credit.
+
+        Never waits: not for the lock (the task thread holding it is emitting or sending
+        anyway), nor for credit (a buffer of a channel without credit stays, and leaves with
+        the task thread's next send on that channel). A buffer goes out beyond credit only in
+        the rare slices after its first item (:class:`~chandy.task.arrow_writer.ArrowRecordWriter`
+        cuts a buffer of more than 64 MiB). Returns False when something due stayed behind."""
+        since = self.pending_since_ns
+        if not since or now_ns - since < max_wait_ns:
+            return True
+        if not self.lock.acquire(blocking=False):
+            return False
+        try:
+            if not self.pending_since_ns:
+                return True
+            stayed = False
+            for index, channel in enumerate(self.channels):
+                if self._has_pending(index):
+                    if channel.has_credit():
+                        self._send_pending(index, overdraft=True)
+                    else:
+                        stayed = True
+            if not stayed:
+                self.pending_since_ns = 0
+            return not stayed
+        finally:
+            self.lock.release()
 
     def broadcast_event(self, event: RuntimeEvent) -> None:
         """Flush, then send ``event`` on every channel, behind every record already emitted."""
-        self.flush()
-        for channel in self.channels:
-            channel.send(event)
+        with self.lock:
+            if self.pending_since_ns:
+                self._send_all_pending(overdraft=False)
+            for channel in self.channels:
+                channel.send(event)
 
     def broadcast_priority_barrier(self, barrier: CheckpointBarrier) -> None:
         """Send ``barrier`` ahead of the data queued in every channel (unaligned or timeoutable).
@@ -136,20 +215,11 @@ class RecordWriter:
         overtakes, so all of a checkpoint's in-flight data sits in the consumers' queues,
         where their channel state captures it. Waiting for credit here would hold the
         barrier behind the very backpressure it exists to overtake."""
-        if self.pending_since_ns:
-            buffers = self._buffers
-            for index, buffer in enumerate(buffers):
-                if buffer:
-                    self.records_out += len(buffer)
-                    self.batches_out += 1
-                    try:
-                        self.channels[index].send_overdraft(buffer)
-                    except RecordNotPicklableError as exc:
-                        raise self._unpicklable(buffer, exc) from exc.__cause__
-                    buffers[index] = self.partitioner.new_buffer()
-            self.pending_since_ns = 0
-        for channel in self.channels:
-            channel.send_priority(barrier)
+        with self.lock:
+            if self.pending_since_ns:
+                self._send_all_pending(overdraft=True)
+            for channel in self.channels:
+                channel.send_priority(barrier)
 
     def is_available(self) -> bool:
         """Every channel has credit: the next batch will not block."""

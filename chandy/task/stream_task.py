@@ -13,6 +13,14 @@ batches (so an idle pipeline does not hold records back) and sleeps on its
 and the mailbox all signal. When an output channel has no credit the task stops
 reading (backpressure travels upstream) but keeps taking mail.
 
+The buffer timeout (``execution.buffer-timeout``, Flink's): while the task stays busy, a
+record it produced leaves within the timeout. A batch expected to take longer than half of
+it goes to the operators in chunks (:mod:`chandy.task.chunked_input`; a source reads fewer
+records at a time), and what waited in a writer for the other half is sent: by this thread
+after every batch and chunk, and by the task's :class:`~chandy.task.output_flusher.OutputFlusher`
+thread while this one is inside a long call. A timeout of 0 processes and flushes one record
+at a time; -1 sends only full batches (and what events flush), not even when idle.
+
 Checkpoints: a source task checkpoints when the coordinator's trigger arrives
 as a mail; a task with inputs when its barrier handler has seen the barrier on
 every input (aligned for EXACTLY_ONCE, tracked for AT_LEAST_ONCE). Either way
@@ -43,7 +51,6 @@ savepoint completed, so a two-phase-commit sink commits the savepoint's transact
 from __future__ import annotations
 
 import logging
-import time
 import types
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -83,16 +90,18 @@ from chandy.storage.checkpoint_storage import StateReader
 from chandy.task.arrow_partitioners import ColumnarPartitioner
 from chandy.task.arrow_writer import ArrowRecordWriter
 from chandy.task.checkpointing import SubtaskCheckpointCoordinator
-from chandy.task.chunked_input import ChunkedInput
+from chandy.task.chunked_input import PROBE_RECORDS, TARGET_CHUNK_NS, ChunkedInput
 from chandy.task.deployment import TaskDeploymentDescriptor
 from chandy.task.mailbox import Mailbox
 from chandy.task.metrics import TaskMetrics
 from chandy.task.operator_chain import OperatorChain
 from chandy.task.operators.base import StreamOperator, TwoInputStreamOperator
 from chandy.task.operators.source import InputStatus, SourceOperator
+from chandy.task.output_flusher import OutputFlusher
 from chandy.task.processing_time import ProcessingTimeService, ProcessingTimeTimer
 from chandy.task.record_writer import RecordWriter
 from chandy.task.services import TaskFailure, TaskServices, TaskStateListener
+from chandy.util.clock import monotonic_ns_of
 
 log = logging.getLogger(__name__)
 
@@ -133,7 +142,13 @@ class StreamTask:
         #: Rows per record batch on the batch path: what a batch source reads at a time, and
         #: what a batch edge's writer sends at once.
         self.arrow_batch_size = config.get(NetworkOptions.ARROW_BATCH_SIZE)
-        self.buffer_timeout_ns = config.get(ExecutionOptions.BUFFER_TIMEOUT) * 1_000_000
+        self._now_ns = monotonic_ns_of(services.clock)
+        timeout_ms = config.get(ExecutionOptions.BUFFER_TIMEOUT)
+        if not config.get(ExecutionOptions.BUFFER_TIMEOUT_ENABLED):
+            timeout_ms = -1
+        #: How long a record may wait in a writer while the task is busy: half the buffer
+        #: timeout (chunks of a slow batch take at most the other half); -1: no limit.
+        self.flush_wait_ns = -1 if timeout_ms < 0 else timeout_ms * 1_000_000 // 2
         self.checkpointed_input: CheckpointedInputGate | None = None
         #: Collects the in-flight data of unaligned checkpoints (a task with exactly-once inputs).
         self.channel_state: ChannelStateWriter | None = None
@@ -156,12 +171,10 @@ class StreamTask:
             else:
                 handler = CheckpointBarrierTracker(len(input_channels), self)
             self.checkpointed_input = CheckpointedInputGate(gate, handler)
-        #: With unaligned checkpoints, slow batches are processed in chunks and a priority
-        #: barrier is taken between two chunks (see :mod:`chandy.task.chunked_input`).
-        self._chunked: ChunkedInput | None = None
-        if self.channel_state is not None and config.get(CheckpointingOptions.UNALIGNED):
-            assert self.checkpointed_input is not None
-            self._chunked = ChunkedInput(self.checkpointed_input, services.clock.monotonic_ns)
+        #: Slow batches are processed in chunks (see :mod:`chandy.task.chunked_input`): of half
+        #: the buffer timeout, and with unaligned checkpoints of at most TARGET_CHUNK_NS, with
+        #: priority barriers taken between two chunks.
+        self._chunked = self._chunking(config.get(CheckpointingOptions.UNALIGNED))
         self.checkpoints: SubtaskCheckpointCoordinator | None = None
         #: Once its operators finished, a task waits for one checkpoint taken after that
         #: before it ends, so that two-phase-commit sinks commit everything (Flink's final
@@ -189,13 +202,71 @@ class StreamTask:
             for channel in channels:
                 channel.bind_producer(self.wakeup, self.is_cancelled)
             if isinstance(partitioner, ColumnarPartitioner):  # a batch edge: Arrow record batches
-                self.writers.append(ArrowRecordWriter(channels, partitioner, self.arrow_batch_size))
+                self.writers.append(
+                    ArrowRecordWriter(channels, partitioner, self.arrow_batch_size, self._now_ns)
+                )
             else:
-                self.writers.append(RecordWriter(channels, partitioner, self.batch_size))
+                self.writers.append(RecordWriter(channels, partitioner, self.batch_size, self._now_ns))
+        #: Sends what waited too long while this thread is busy (a buffer timeout above 0).
+        self._flusher: OutputFlusher | None = None
+        if self.flush_wait_ns > 0 and self.writers:
+            self._flusher = OutputFlusher(
+                self.writers, self.flush_wait_ns, self._now_ns, tdd.name_with_subtask, self._flusher_failed
+            )
         #: Records in and out, idle and backpressured time, watermarks (read by the executor's reporter).
         self.metrics = TaskMetrics(tdd.attempt_id, self.writers)
         self.chain: OperatorChain | None = None
         self.state = ExecutionState.DEPLOYING
+
+    def _chunking(self, unaligned: bool) -> ChunkedInput | None:
+        """How slow batches are split, if they are: for the buffer timeout (unless -1) when the
+        task sends on the network (a sink's batches stay whole: it has nothing to flush, and a
+        sink's cost may be per batch) and, with unaligned checkpoints, for priority barriers
+        (which only a task with inputs gets)."""
+        unaligned = unaligned and self.channel_state is not None
+        flush_wait = self.flush_wait_ns if self.tdd.outputs else -1
+        if flush_wait < 0 and not unaligned:
+            return None
+        if flush_wait < 0:
+            target = TARGET_CHUNK_NS
+        else:
+            target = min(flush_wait, TARGET_CHUNK_NS) if unaligned else flush_wait
+        return ChunkedInput(
+            self.checkpointed_input if unaligned else None,
+            self._now_ns,
+            target,
+            # The buffer timeout's promise holds from the first record on: measure it alone.
+            probe_records=PROBE_RECORDS if flush_wait < 0 else 1,
+            after_chunk=None if flush_wait < 0 else self._flush_due,
+        )
+
+    def _flush_due(self) -> None:
+        """Send what waited ``flush_wait_ns`` in a writer (task thread; 0: everything)."""
+        flush_wait = self.flush_wait_ns
+        now = 0
+        for writer in self.writers:
+            since = writer.pending_since_ns
+            if since:
+                now = now or self._now_ns()
+                if now - since >= flush_wait:
+                    writer.flush()
+
+    def _flusher_failed(self, failure: BaseException) -> None:
+        """The output flusher's send failed (its thread): the task fails with the error."""
+
+        def fail() -> None:
+            raise failure
+
+        self.mailbox.put(fail, "the output flusher failed")
+
+    def _stop_flusher(self) -> None:
+        """Stop the output flusher; raise what made it fail, if anything did."""
+        flusher = self._flusher
+        if flusher is None:
+            return
+        flusher.stop()
+        if flusher.failure is not None:
+            raise flusher.failure
 
     # ------------------------------------------------------------------ control
 
@@ -480,6 +551,8 @@ class StreamTask:
             if self._cancelled:
                 raise TaskCancelledError()
             self._transition(ExecutionState.RUNNING)
+            if self._flusher is not None:
+                self._flusher.start()
             self._run_mailbox_loop()
             # Flink quiesces the timer service when the input ends: processing-time timers
             # still pending do not fire; event-time ones fired on the final watermark.
@@ -492,6 +565,7 @@ class StreamTask:
                 # Upstream tasks may still checkpoint before their ends of partition: this
                 # task takes part until then, and its own end of partition follows.
                 self._serve_until(self.checkpointed_input.is_finished)
+            self._stop_flusher()  # before the end of the stream: nothing it held may be lost
             for writer in self.writers:
                 writer.broadcast_event(END_OF_PARTITION)
         except TaskCancelledError:
@@ -499,6 +573,8 @@ class StreamTask:
         except BaseException as exc:  # noqa: BLE001 - any failure fails the task, never the thread
             failure = TaskFailure.of(exc, _operator_of(exc))
         finally:
+            if self._flusher is not None:
+                self._flusher.stop()
             self.mailbox.close()
             if self.checkpoints is not None:
                 self.checkpoints.close()
@@ -566,7 +642,9 @@ class StreamTask:
         assert self.chain is not None
         mailbox = self.mailbox
         writers = self.writers
-        timeout_ns = self.buffer_timeout_ns
+        flush_wait_ns = self.flush_wait_ns
+        flush_due = self._flush_due
+        now_ns = self._now_ns
         wakeup = self.wakeup
         head = self.chain.head
         checkpointed_input = self.checkpointed_input
@@ -580,12 +658,14 @@ class StreamTask:
         process_input = (
             self._process_two_inputs if isinstance(head, TwoInputStreamOperator) else self._process_input
         )
-        if self._chunked is not None:  # chosen once: the default configuration's loop is unchanged
+        if self._chunked is not None:  # chosen once: with -1 and aligned checkpoints, whole batches
             process_input = self._process_input_in_chunks
-        # A batch source (``Source.columnar``) reads Arrow batches of arrow_batch_size rows.
-        batch_size = (
-            self.arrow_batch_size if source is not None and source.source.columnar else self.batch_size
-        )
+        # A batch source (``Source.columnar``) reads Arrow batches of arrow_batch_size rows, and
+        # whatever the clock says: a batch is never cut (see chunked_input).
+        columnar_source = source is not None and source.source.columnar
+        batch_size = self.arrow_batch_size if columnar_source else self.batch_size
+        source_chunks = None if columnar_source else self._chunked
+        emitted = self.metrics.head  # the source's counters: records it emitted
         timers = self.processing_time
         clock = timers.clock
         metrics = self.metrics
@@ -609,24 +689,24 @@ class StreamTask:
                     wakeup, 0.1 if until_timer is None else min(0.1, until_timer / 1000)
                 )
                 continue
-            if source is not None:
-                status = source.emit_next(batch_size)
-            else:
+            if source is None:
                 status = process_input(head)
+            elif source_chunks is None:
+                status = source.emit_next(batch_size)
+            else:  # as many records as take at most a chunk's time
+                before = emitted.records_out
+                start = now_ns()
+                status = source.emit_next(source_chunks.limit(batch_size))
+                source_chunks.observe(now_ns() - start, emitted.records_out - before)
             if status is _MORE:
-                if timeout_ns:
-                    now = 0
-                    for writer in writers:
-                        since = writer.pending_since_ns
-                        if since:
-                            now = now or time.monotonic_ns()
-                            if now - since >= timeout_ns:
-                                writer.flush()
+                if flush_wait_ns >= 0:
+                    flush_due()
                 continue
             if status is _END:
                 return
-            for writer in writers:
-                writer.flush()
+            if flush_wait_ns >= 0:  # -1: not even an idle task sends a partly filled batch
+                for writer in writers:
+                    writer.flush()
             until_timer = timers.delay_until_next_ms()
             metrics.wait_idle(
                 wakeup, idle_wait if until_timer is None else min(idle_wait, until_timer / 1000)
