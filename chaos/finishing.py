@@ -34,7 +34,7 @@ import time
 from typing import Any
 
 from chandy.connectors.number_sequence import NumberSequenceSource, NumberSequenceSplit
-from chaos.faultyfs import FaultPlan
+from chaos.faultyfs import SITE_METADATA, SITE_STATE, FaultPlan
 
 #: Where a finishing fault strikes, relative to a source subtask's end of input.
 MOMENTS = ("end-of-input", "final-snapshot", "final-complete", "finished")
@@ -93,6 +93,18 @@ def finish_params(choice: float) -> dict[str, Any]:
     moment = rng.choice(MOMENTS)
     victim = "other" if moment == "finished" or rng.random() < 0.5 else "self"
     return {"moment": moment, "victim": victim, "choice": rng.random()}
+
+
+def finish_storage_params(choice: float) -> dict[str, str]:
+    """A ``finish-storage`` fault, drawn from its seeded ``choice``: which write (``metadata``
+    or ``state``), what it does (``raise`` or ``hang``), and after the ``first`` split ended
+    (a subtask's final checkpoint) or ``all`` of them (the job's final checkpoint)."""
+    rng = random.Random(choice)
+    return {
+        "site": SITE_METADATA if rng.random() < 0.5 else SITE_STATE,
+        "after": "first" if rng.random() < 0.5 else "all",
+        "action": "raise" if rng.random() < 0.5 else "hang",
+    }
 
 
 class FinishFaults:

@@ -62,7 +62,7 @@ from chandy.connectors.number_sequence import NumberSequenceSource
 from chandy.messages.status import JobStatus
 from chaos import job
 from chaos.faultyfs import SITE_METADATA, SITE_STATE, ArmedFault, FaultPlan
-from chaos.finishing import SITE_FINISH, finish_params, uneven_sizes
+from chaos.finishing import SITE_FINISH, finish_params, finish_storage_params, uneven_sizes
 from chaos.verify import SinkVerdict, verify_run
 
 log = logging.getLogger("chaos")
@@ -557,14 +557,10 @@ def _armed(name: str, fault: Fault, parallelism: int) -> ArmedFault:
         action = "raise" if fault.kind == "finish-raise" else "kill"
         return ArmedFault(name, SITE_FINISH, action, params=finish_params(fault.choice))
     if fault.kind == "finish-storage":
-        rng = random.Random(fault.choice)
-        site = SITE_METADATA if rng.random() < 0.5 else SITE_STATE
-        # after the first split ended: during a subtask's final checkpoint; after all: the job's
-        params = {"after_ended": 1 if rng.random() < 0.5 else parallelism}
-        if rng.random() < 0.5:
-            return ArmedFault(name, site, "raise", params=params)
-        hang_s = CHECKPOINT_TIMEOUT_S + HANG_BEYOND_TIMEOUT_S
-        return ArmedFault(name, site, "hang", hang_s=hang_s, params=params)
+        drawn = finish_storage_params(fault.choice)
+        params = {"after_ended": 1 if drawn["after"] == "first" else parallelism}
+        hang_s = CHECKPOINT_TIMEOUT_S + HANG_BEYOND_TIMEOUT_S if drawn["action"] == "hang" else 0.0
+        return ArmedFault(name, drawn["site"], drawn["action"], hang_s=hang_s, params=params)
     raise ValueError(f"{fault.kind} is not an armed fault")
 
 
