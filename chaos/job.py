@@ -115,7 +115,9 @@ class Pace(MapFunction, CheckpointedFunction, CheckpointListener):
         pass
 
     def close(self) -> None:
-        self.finishing.on_close()
+        finishing: FinishFaults | None = getattr(self, "finishing", None)
+        if finishing is not None:  # None: closed after a failed open, nothing to strike
+            finishing.on_close()
 
 
 class UserFaults:
