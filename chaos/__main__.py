@@ -1,8 +1,16 @@
-"""``python -m chaos --runs N --seed S [--faults kill-slot,...] [--master M] [--only-seed X]``.
+"""Seeded chaos runs of a bounded job, each judged exactly-once from its committed output.
+
+``python -m chaos --runs N --seed S [--executor spark|local] [--faults kill-slot,...]
+[--master M] [--only-seed X]``.
 
 Prints one line per run (its seed, shape, faults and what they did, the verdict, the
 time) and a summary; exits non-zero when a run was not exact. A failing run replays
-alone with ``--only-seed`` and the same ``--faults`` and ``--master``.
+alone with ``--only-seed`` and the same ``--executor``, ``--faults`` and ``--master``.
+
+``--executor local`` runs the same scenarios on the local executor, every subtask a thread
+of this process: there is no slot process, Spark task or executor JVM to kill, so the kinds
+that kill (kill-slot, kill-supervisor, kill-jvm, finish-kill) are not offered there; its
+default is every other kind (user, commit, storage and finishing faults, and bursts).
 """
 
 from __future__ import annotations
@@ -12,9 +20,12 @@ import logging
 import sys
 import tempfile
 
-from chaos.suite import CLUSTER_ONLY, FAULT_KINDS, Runner, Summary, make_scenario
+from chaos.suite import CLUSTER_ONLY, FAULT_KINDS, SPARK_ONLY, Runner, Summary, make_scenario
 
-DEFAULT_FAULTS = tuple(k for k in FAULT_KINDS if k not in CLUSTER_ONLY)
+DEFAULT_FAULTS = {
+    "spark": tuple(k for k in FAULT_KINDS if k not in CLUSTER_ONLY),
+    "local": tuple(k for k in FAULT_KINDS if k not in SPARK_ONLY),
+}
 
 
 def _out(line: str) -> None:
@@ -28,29 +39,47 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--runs", type=int, default=20, help="how many seeded runs (default 20)")
     parser.add_argument("--seed", type=int, default=1, help="seed of the first run; run i has seed S+i")
     parser.add_argument("--only-seed", type=int, help="replay this one run")
-    parser.add_argument("--executor", choices=("spark",), default="spark")
+    parser.add_argument(
+        "--executor",
+        choices=("spark", "local"),
+        default="spark",
+        help="spark (default): slots are Spark tasks; local: every subtask a thread of this "
+        f"process, without the kinds that kill a process ({', '.join(SPARK_ONLY)})",
+    )
     parser.add_argument(
         "--master",
         help="Spark master (default local[4]; local-cluster[4,1,1024] when --faults has kill-jvm)",
     )
     parser.add_argument(
         "--faults",
-        default=",".join(DEFAULT_FAULTS),
         help=f"comma-separated fault kinds from {', '.join(FAULT_KINDS)}, or 'all' "
-        "(default: all but kill-jvm)",
+        "(default: on spark all but kill-jvm; on local all but the kinds that kill; 'all' "
+        "means every kind the executor offers)",
     )
     parser.add_argument("--timeout", type=float, default=120.0, help="seconds before a run counts as hung")
     parser.add_argument("--workdir", help="where runs write (default: a new temporary directory)")
     parser.add_argument("--keep", action="store_true", help="keep the output of exact runs too")
     parser.add_argument("-v", "--verbose", action="store_true", help="chandy's and chaos's logs on stderr")
     args = parser.parse_args(argv)
-    kinds = tuple(k.strip() for k in args.faults.split(",") if k.strip())
+    local = args.executor == "local"
+    if args.faults is None:
+        kinds = DEFAULT_FAULTS[args.executor]
+    else:
+        kinds = tuple(k.strip() for k in args.faults.split(",") if k.strip())
     if kinds == ("all",):
-        kinds = FAULT_KINDS
+        kinds = DEFAULT_FAULTS["local"] if local else FAULT_KINDS
     unknown = [k for k in kinds if k not in FAULT_KINDS]
     if unknown:
         parser.error(f"unknown fault kinds {unknown}; choose from {', '.join(FAULT_KINDS)}")
+    killing = [k for k in kinds if k in SPARK_ONLY]
+    if local and killing:
+        parser.error(f"{killing} kill processes of Spark slots; the local executor runs subtasks as threads")
     args.kinds = kinds
+    if local:
+        if args.master is not None:
+            parser.error("--master is for --executor spark")
+        args.master = ""
+        return args
     if args.master is None:
         args.master = "local-cluster[4,1,1024]" if "kill-jvm" in kinds else "local[4]"
     if "kill-jvm" in kinds and not args.master.startswith("local-cluster"):
@@ -70,8 +99,8 @@ def main(argv: list[str]) -> int:
     )
     seeds = [args.only_seed] if args.only_seed is not None else [args.seed + i for i in range(args.runs)]
     workdir = args.workdir or tempfile.mkdtemp(prefix="chaos-")
-    runner = Runner(workdir, args.master, args.timeout, keep=args.keep)
-    _out(f"chaos: {len(seeds)} runs on {args.master} ({runner.slots} slots), faults {','.join(args.kinds)}")
+    runner = Runner(workdir, args.master, args.timeout, keep=args.keep, executor=args.executor)
+    _out(f"chaos: {len(seeds)} runs on {runner.master} ({runner.slots} slots), faults {','.join(args.kinds)}")
     results = []
     try:
         for seed in seeds:
@@ -83,10 +112,11 @@ def main(argv: list[str]) -> int:
     finally:
         summary = Summary(results)
         _out(summary.line())
+        target = f"--master '{args.master}'" if args.master else "--executor local"
         for seed in summary.failed_seeds:
             _out(
                 f"  replay: python -m chaos --only-seed {seed} --faults {','.join(args.kinds)} "
-                f"--master '{args.master}'  (output kept in {workdir}/run-{seed})"
+                f"{target}  (output kept in {workdir}/run-{seed})"
             )
         runner.close()
     return 0 if results and not summary.failed_seeds else 1

@@ -19,6 +19,13 @@ A fault is one JSON file, ``armed/<name>.json``. The process that hits it first
 claims it by renaming it to ``fired/<name>.json`` (a rename is atomic: exactly one
 claimant wins, even across processes), then rewrites it with where and when it
 fired. Faults still in ``armed/`` when a run ends did not happen.
+
+Faults timed to a subtask finishing (:mod:`chaos.finishing`) use two more directories:
+``marks/`` (a source split whose last record was read: ``ended-<id>``; a storage fault
+with ``params["after_ended"] = k`` waits for ``k`` of them, so it strikes during a
+subtask's final checkpoint, or the job's) and ``triggers/`` (a finishing subtask asks
+another subtask, or the chaos driver, to strike now; whoever takes the trigger, by an
+atomic rename again, strikes).
 """
 
 from __future__ import annotations
@@ -64,8 +71,10 @@ class FaultPlan:
         self.directory = directory
         self.armed_dir = os.path.join(directory, "armed")
         self.fired_dir = os.path.join(directory, "fired")
-        os.makedirs(self.armed_dir, exist_ok=True)
-        os.makedirs(self.fired_dir, exist_ok=True)
+        self.marks_dir = os.path.join(directory, "marks")
+        self.triggers_dir = os.path.join(directory, "triggers")
+        for path in (self.armed_dir, self.fired_dir, self.marks_dir, self.triggers_dir):
+            os.makedirs(path, exist_ok=True)
 
     @staticmethod
     def for_root(root: str) -> FaultPlan:
@@ -101,6 +110,8 @@ class FaultPlan:
                 continue  # claimed by another process meanwhile
             if fault.site != site or any(fault.params.get(k) != v for k, v in match.items()):
                 continue
+            if len(self.marks("ended-")) < fault.params.get("after_ended", 0):
+                continue  # aimed at a final checkpoint: not before enough splits ended
             fired = os.path.join(self.fired_dir, name)
             try:
                 os.rename(path, fired)
@@ -110,8 +121,11 @@ class FaultPlan:
         return None
 
     def record_fired(self, fault: ArmedFault, **details: Any) -> None:
-        """Note when, where and how a claimed fault struck (for the run's report)."""
-        record = {**asdict(fault), "time": time.time(), "pid": os.getpid(), **details}
+        """Note when, where and how a claimed fault struck (for the run's report); a fault
+        claimed by one subtask and struck by another is noted twice, the second adding to
+        the first (``struck: False``, then ``True``)."""
+        record = {**(self.fired(fault.name) or {}), **asdict(fault), "time": time.time(), "pid": os.getpid()}
+        record.update(details)
         tmp = os.path.join(self.fired_dir, f".{fault.name}.{uuid.uuid4().hex}")
         with open(tmp, "w") as f:
             json.dump(record, f)
@@ -125,6 +139,57 @@ class FaultPlan:
                 return record
         except (FileNotFoundError, json.JSONDecodeError):
             return None
+
+    def mark(self, name: str) -> None:
+        """Note a fact the whole run may consult (e.g. ``ended-<id>``: a split was read)."""
+        with open(os.path.join(self.marks_dir, name), "a"):
+            pass
+
+    def marks(self, prefix: str) -> list[str]:
+        try:
+            return [name for name in os.listdir(self.marks_dir) if name.startswith(prefix)]
+        except FileNotFoundError:
+            return []
+
+    def post_trigger(self, fault: ArmedFault, **details: Any) -> None:
+        """Ask another party to strike ``fault`` now (see :meth:`take_trigger`)."""
+        tmp = os.path.join(self.directory, f".{fault.name}.{uuid.uuid4().hex}")
+        with open(tmp, "w") as f:
+            json.dump({"fault": asdict(fault), **details}, f)
+        os.replace(tmp, os.path.join(self.triggers_dir, f"{fault.name}.json"))
+
+    def take_trigger(self, action: str, skip_from: Any = None) -> tuple[ArmedFault, dict[str, Any]] | None:
+        """A posted trigger of ``action`` (not one posted by ``skip_from``), now owned by the
+        caller (or withdrawn, when the poster takes it back), or ``None``."""
+        try:
+            names = os.listdir(self.triggers_dir)
+        except FileNotFoundError:
+            return None
+        for name in sorted(n for n in names if n.endswith(".json")):
+            path = os.path.join(self.triggers_dir, name)
+            try:
+                with open(path) as f:
+                    trigger: dict[str, Any] = json.load(f)
+            except (FileNotFoundError, json.JSONDecodeError):
+                continue
+            fault = ArmedFault(**trigger.pop("fault"))
+            if fault.action != action or (skip_from is not None and trigger.get("from") == skip_from):
+                continue
+            try:
+                os.rename(path, f"{path}.taken")
+            except FileNotFoundError:
+                continue  # taken by another party, or withdrawn
+            return fault, trigger
+        return None
+
+    def withdraw_trigger(self, name: str) -> bool:
+        """Take back a trigger nobody took; False when someone took it meanwhile."""
+        path = os.path.join(self.triggers_dir, f"{name}.json")
+        try:
+            os.rename(path, f"{path}.withdrawn")
+        except FileNotFoundError:
+            return False
+        return True
 
     def disarm_all(self) -> list[str]:
         """Take back every fault that has not struck; their names."""

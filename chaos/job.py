@@ -1,5 +1,9 @@
 """The chaos job: a paced sequence, then two branches.
 
+The sequence's source splits have sizes of their own (:class:`chaos.finishing.UnevenNumberSequence`),
+so paced subtasks finish at very different times, while the others still run; the pacing map
+is where the faults timed to a subtask finishing strike (:mod:`chaos.finishing`).
+
 Running sums: keyed running sums -> FileSink (Parquet) and DeltaSink. Record ``i`` goes
 to key ``i % keys`` and comes out as ``{key, id, count, sum}``: ``count`` and ``sum``
 are the running count and sum of its key, kept in keyed state. A record processed twice
@@ -35,14 +39,23 @@ import pyarrow as pa
 import chaos.faultyfs  # noqa: F401 - registers faulty:// in every process that loads the job
 from chandy import StreamExecutionEnvironment
 from chandy.connectors import DeltaSink, FileSink, ParquetBulkWriters
-from chandy.connectors.number_sequence import NumberSequenceSource
 from chandy.core.connector import Committer
-from chandy.core.functions import AggregateFunction, KeyedProcessFunction, MapFunction, RuntimeContext
+from chandy.core.functions import (
+    AggregateFunction,
+    CheckpointedFunction,
+    CheckpointListener,
+    FunctionInitializationContext,
+    FunctionSnapshotContext,
+    KeyedProcessFunction,
+    MapFunction,
+    RuntimeContext,
+)
 from chandy.core.state import MapStateDescriptor, ValueStateDescriptor
 from chandy.core.time import MAX_WATERMARK, Time, TimeDomain
 from chandy.core.watermark_strategy import TimestampAssigner, WatermarkStrategy
 from chandy.core.windows import TumblingEventTimeWindows
 from chaos.faultyfs import FaultPlan, InjectedFault
+from chaos.finishing import FinishFaults, UnevenNumberSequence, last_ids
 
 SCHEMA = pa.schema([("key", pa.int64()), ("id", pa.int64()), ("count", pa.int64()), ("sum", pa.int64())])
 WINDOW_SCHEMA = pa.schema(
@@ -65,23 +78,46 @@ EARLY = -2
 POLL_S = 0.05
 
 
-class Pace(MapFunction):
+class Pace(MapFunction, CheckpointedFunction, CheckpointListener):
     """Holds each subtask to ``rate`` records per second, so a run lasts long enough for
-    its faults to land (sleeps only when ahead: a loaded machine does not slow it more)."""
+    its faults to land (sleeps only when ahead: a loaded machine does not slow it more).
+    Chained to the source, it sees each subtask's end of input, final checkpoint and end,
+    and strikes the faults timed to them (:class:`chaos.finishing.FinishFaults`)."""
 
-    def __init__(self, rate: float) -> None:
+    def __init__(self, rate: float, plan_dir: str, sizes: list[int]) -> None:
         self.rate = rate
+        self.plan_dir = plan_dir
+        self.ends = last_ids(sizes)
 
     def open(self, runtime_context: RuntimeContext) -> None:
         self.start = time.monotonic()
         self.count = 0
+        self.finishing = FinishFaults(self.plan_dir, runtime_context.get_index_of_this_subtask(), self.ends)
+
+    def initialize_state(self, context: FunctionInitializationContext) -> None:
+        pass  # no state: a checkpointed function only to see the snapshots
 
     def map(self, value: Any) -> Any:
+        self.finishing.on_record(value)
         self.count += 1
         ahead = self.count / self.rate - (time.monotonic() - self.start)
         if ahead > 0.005:
             time.sleep(ahead)
         return value
+
+    def snapshot_state(self, context: FunctionSnapshotContext) -> None:
+        self.finishing.on_snapshot(context.get_checkpoint_id())
+
+    def notify_checkpoint_complete(self, checkpoint_id: int) -> None:
+        self.finishing.on_complete(checkpoint_id)
+
+    def notify_checkpoint_aborted(self, checkpoint_id: int) -> None:
+        pass
+
+    def close(self) -> None:
+        finishing: FinishFaults | None = getattr(self, "finishing", None)
+        if finishing is not None:  # None: closed after a failed open, nothing to strike
+            finishing.on_close()
 
 
 class UserFaults:
@@ -129,13 +165,13 @@ class RunningSum(KeyedProcessFunction):
 
 class EventTime(TimestampAssigner):
     """Record ``i``'s timestamp: ``STEP_MS`` per position in its source split, plus up to
-    ``DISORDER_MS`` fixed per id. Counting from the split's start (the source's own
-    split rule) keeps every source subtask at the same event time, so the watermark, the
-    minimum over them, advances all through the run and windows fire while faults strike,
-    not all at the end."""
+    ``DISORDER_MS`` fixed per id. Counting from the split's start keeps every source
+    subtask at the same event time while it runs (a split that ended emits the final
+    watermark), so the watermark, the minimum over them, advances all through the run and
+    windows fire while faults strike, not all at the end."""
 
-    def __init__(self, records: int, parallelism: int) -> None:
-        splits = NumberSequenceSource(0, records - 1).create_splits(parallelism)
+    def __init__(self, sizes: list[int]) -> None:
+        splits = UnevenNumberSequence(sizes).create_splits(len(sizes))
         self.starts = [split.position for split in splits]
 
     def of(self, i: int) -> int:
@@ -284,20 +320,20 @@ def build(
     env: StreamExecutionEnvironment,
     run_dir: str,
     plan_dir: str,
-    records: int,
+    sizes: list[int],
     keys: int,
     rate: float,
-    parallelism: int,
     window_ms: int,
 ) -> None:
     """The job of one chaos run, writing under ``run_dir`` (``parquet/``, ``delta/``,
-    ``windows/``); ``parallelism`` is the job's (the event time follows its source splits)."""
-    paced = env.from_sequence(0, records - 1).uid("source").map(Pace(rate)).uid("pace")
+    ``windows/``); one source split of each size in ``sizes`` (the job's parallelism)."""
+    source = env.from_source(UnevenNumberSequence(sizes), source_name="Sequence Source")
+    paced = source.uid("source").map(Pace(rate, plan_dir, sizes)).uid("pace")
     counted = paced.key_by(lambda i, k=keys: key_of(i, k)).process(RunningSum(plan_dir)).uid("sum")
     counted.sink_to(ChaosFileSink(plan_dir, os.path.join(run_dir, "parquet"))).uid("parquet")
     counted.sink_to(ChaosDeltaSink(plan_dir, os.path.join(run_dir, "delta"))).uid("delta")
     strategy = WatermarkStrategy.for_bounded_out_of_orderness(DISORDER_MS).with_timestamp_assigner(
-        EventTime(records, parallelism)
+        EventTime(sizes)
     )
     (
         paced.assign_timestamps_and_watermarks(strategy)

@@ -2,8 +2,11 @@
 
 A run is fully described by its seed (with the fault kinds allowed and the number of
 slots the session offers): the seed draws the job's shape (parallelism 2-4,
-checkpoint interval 100-500 ms, records, keys, pace, event-time window) and the fault schedule (which
-faults, at how many seconds after the job's slots came up). Replaying a seed replays
+checkpoint interval 100-500 ms, records, keys, pace, event-time window, the sizes of the
+source splits, the state backend and aligned or unaligned checkpoints) and the fault
+schedule (which faults, at how many seconds after the job's slots came up). The same
+scenarios run on Spark or on the local executor (``executor``: every subtask a thread of
+this process, where there is no process of a slot to kill). Replaying a seed replays
 that schedule (with the same version of this module: a new fault kind changes what a
 seed draws); where a fault lands in the job (which record, which checkpoint) still
 depends on timing, which is the point of random moments.
@@ -25,6 +28,15 @@ Fault kinds:
 ``storage-hang``    the next checkpoint write (a state file, or ``_metadata``) hangs past the
                     checkpoint timeout, then completes
 ``storage-partial`` the next state-file write leaves half a file and raises
+``finish-raise``    a source subtask reaching a moment of its end (its last record, its final
+                    checkpoint's snapshot, that checkpoint's completion notice, its end once
+                    that completed: :mod:`chaos.finishing`) raises there, or makes another
+                    running source subtask raise at once
+``finish-kill``     the same moments, a SIGKILL of the finishing subtask's slot process or of
+                    another slot's (Spark only)
+``finish-storage``  a storage raise or hang (``_metadata`` or a state file) that waits for the
+                    first source split to end (a subtask's final checkpoint) or for all of
+                    them (the job's final checkpoint)
 ``burst``           not a fault: lets a fault follow the one before within 0.1-1.5 s, and
                     then as soon as the job is failing over (within 3 s), so it strikes
                     during the recovery
@@ -38,6 +50,7 @@ import random
 import shutil
 import signal
 import statistics
+import threading
 import time
 from collections import Counter
 from dataclasses import dataclass, field
@@ -45,9 +58,11 @@ from pathlib import Path
 from typing import Any
 
 from chandy import StreamExecutionEnvironment
+from chandy.connectors.number_sequence import NumberSequenceSource
 from chandy.messages.status import JobStatus
 from chaos import job
 from chaos.faultyfs import SITE_METADATA, SITE_STATE, ArmedFault, FaultPlan
+from chaos.finishing import SITE_FINISH, finish_params, finish_storage_params, uneven_sizes
 from chaos.verify import SinkVerdict, verify_run
 
 log = logging.getLogger("chaos")
@@ -61,14 +76,29 @@ FAULT_KINDS = (
     "storage-raise",
     "storage-hang",
     "storage-partial",
+    "finish-raise",
+    "finish-kill",
+    "finish-storage",
     "burst",
 )
 #: Kinds that need executors in JVMs of their own.
 CLUSTER_ONLY = ("kill-jvm",)
+#: Kinds the driver strikes itself, at their moment in the schedule.
+KILL_KINDS = ("kill-slot", "kill-supervisor", "kill-jvm")
+#: Kinds that kill processes of a slot: the local executor runs subtasks as threads.
+SPARK_ONLY = (*KILL_KINDS, "finish-kill")
+#: Keyed state backends a seed draws from, and the configuration of each (RocksDB gets a
+#: local directory inside its run's directory).
+BACKENDS: dict[str, dict[str, Any]] = {
+    "heap": {},
+    "rocksdb": {"state.backend.type": "rocksdb", "execution.checkpointing.incremental": True},
+}
 #: Processes of a slot, as the executor lists them.
 PID_KEYS = ("pid", "supervisor_pid", "jvm_pid")
 #: Armed faults wait for their site in the job; the others the driver does itself.
-ARMED_KINDS = ("user-raise", "commit-raise", "storage-raise", "storage-hang", "storage-partial")
+ARMED_KINDS = tuple(k for k in FAULT_KINDS if k not in (*KILL_KINDS, "burst"))
+#: Armed faults that a finishing subtask claims, and another party may strike.
+FINISH_KINDS = ("finish-raise", "finish-kill")
 
 #: How long after a job's end its checkpoint files may take to be deleted.
 LEFTOVER_GRACE_S = 5.0
@@ -77,6 +107,8 @@ RECOVERY_WAIT_S = 3.0
 #: A checkpoint that takes longer than this expires; a hanging write hangs past it.
 CHECKPOINT_TIMEOUT_S = 3.0
 HANG_BEYOND_TIMEOUT_S = 1.5
+#: How many subtasks a run may have on the local executor (as many as on Spark's local[4]).
+LOCAL_SLOTS = 4
 
 
 @dataclass
@@ -105,17 +137,35 @@ class Scenario:
     duration_s: float
     restart_delay_ms: int
     faults: list[Fault]
-    #: The event-time branch's tumbling window (drawn last: older seeds draw what they drew).
+    #: The event-time branch's tumbling window.
     window_ms: int = 500
+    #: The source splits' sizes (adding to ``records``), or empty for even splits.
+    sizes: tuple[int, ...] = ()
+    #: ``heap`` or ``rocksdb`` (incremental checkpoints): see :data:`BACKENDS`.
+    backend: str = "heap"
+    unaligned: bool = False
+
+    @property
+    def split_sizes(self) -> list[int]:
+        if self.sizes:
+            return list(self.sizes)
+        splits = NumberSequenceSource(0, self.records - 1).create_splits(self.parallelism)
+        return [split.end - split.position + 1 for split in splits]
 
     @property
     def rate_per_subtask(self) -> float:
-        return self.records / self.parallelism / self.duration_s
+        """Every subtask's pace: the longest split takes ``duration_s``, shorter ones end sooner."""
+        return max(self.split_sizes) / self.duration_s
+
+    def shape(self) -> str:
+        return (
+            f"p={self.parallelism} ckpt={self.interval_ms}ms{' unaligned' if self.unaligned else ''} "
+            f"{self.backend} n={self.records} splits={'/'.join(map(str, self.split_sizes))}"
+        )
 
     def describe(self) -> str:
         return (
-            f"seed={self.seed} p={self.parallelism} ckpt={self.interval_ms}ms n={self.records} "
-            f"keys={self.keys} window={self.window_ms}ms "
+            f"seed={self.seed} {self.shape()} keys={self.keys} window={self.window_ms}ms "
             f"faults=[{', '.join(f.describe() for f in self.faults)}]"
         )
 
@@ -140,6 +190,7 @@ def make_scenario(seed: int, kinds: tuple[str, ...], max_parallelism: int) -> Sc
     records = rng.randint(20_000, 50_000)
     keys = rng.choice((20, 50, 100, 200))
     restart_delay_ms = rng.choice((0, 0, 100, 500))
+    window_ms = rng.choice((250, 500, 1000))
     return Scenario(
         seed=seed,
         parallelism=parallelism,
@@ -149,7 +200,10 @@ def make_scenario(seed: int, kinds: tuple[str, ...], max_parallelism: int) -> Sc
         duration_s=round(duration, 2),
         restart_delay_ms=restart_delay_ms,
         faults=faults,
-        window_ms=rng.choice((250, 500, 1000)),
+        window_ms=window_ms,
+        sizes=tuple(uneven_sizes(rng, records, parallelism)),
+        backend=rng.choice(tuple(BACKENDS)),
+        unaligned=rng.random() < 0.4,
     )
 
 
@@ -194,9 +248,8 @@ class RunResult:
         faults = ", ".join(f"{f.describe()} {f.outcome}" for f in self.scenario.faults) or "none"
         verdict = "exact" if self.exact else "NOT EXACT"
         text = (
-            f"seed={self.scenario.seed} p={self.scenario.parallelism} ckpt={self.scenario.interval_ms}ms "
-            f"n={self.scenario.records}: {faults} | restarts={self.restarts} {self.status} {verdict} "
-            f"{self.seconds:.1f}s"
+            f"seed={self.scenario.seed} {self.scenario.shape()}: {faults} | restarts={self.restarts} "
+            f"{self.status} {verdict} {self.seconds:.1f}s"
         )
         if self.hung:
             text += " HUNG"
@@ -211,21 +264,36 @@ class RunResult:
 
 class Runner:
     """Runs scenarios one after another on one Spark session (starting one costs seconds):
-    ``session`` when given (a test's), else one on ``master`` that :meth:`close` stops."""
+    ``session`` when given (a test's), else one on ``master`` that :meth:`close` stops. With
+    ``executor="local"`` every job runs on the local executor (threads of this process), and
+    there is no session."""
 
     def __init__(
-        self, workdir: str, master: str, timeout_s: float, keep: bool = False, session: Any = None
+        self,
+        workdir: str,
+        master: str,
+        timeout_s: float,
+        keep: bool = False,
+        session: Any = None,
+        executor: str = "spark",
     ) -> None:
         self.workdir = workdir
         self.timeout_s = timeout_s
         self.keep = keep
-        self._owns_session = session is None
+        self.executor = executor
+        #: Never kill this one: it is the driver (and, on local[N], the only executor).
+        self.driver_jvm_pid: int | None = None
+        self._owns_session = session is None and executor == "spark"
+        self.session = None
+        if executor == "local":
+            self.master = "the local executor"
+            self.slots = LOCAL_SLOTS
+            return
         self.session = start_session(master) if session is None else session
-        self.master: str = self.session.sparkContext.master
+        self.master = self.session.sparkContext.master
         gateway = getattr(self.session.sparkContext, "_gateway", None)
         proc = getattr(gateway, "proc", None)
-        #: Never kill this one: it is the driver (and, on local[N], the only executor).
-        self.driver_jvm_pid: int | None = proc.pid if proc is not None else None
+        self.driver_jvm_pid = proc.pid if proc is not None else None
         self.slots = _total_slots(self.session)
 
     def run(self, scenario: Scenario) -> RunResult:
@@ -233,9 +301,14 @@ class Runner:
         shutil.rmtree(run_dir, ignore_errors=True)
         os.makedirs(run_dir)
         plan = FaultPlan.for_root(run_dir)
-        env = StreamExecutionEnvironment.get_execution_environment(executor="spark")
+        env = StreamExecutionEnvironment.get_execution_environment(executor=self.executor)
         env.set_parallelism(scenario.parallelism)
         env.enable_checkpointing(scenario.interval_ms)
+        env.configure(BACKENDS[scenario.backend])
+        if scenario.backend == "rocksdb":
+            env.configure({"state.backend.rocksdb.localdir": os.path.join(run_dir, "rocksdb")})
+        if scenario.unaligned:
+            env.configure({"execution.checkpointing.unaligned.enabled": True})
         env.configure(
             {
                 "execution.checkpointing.dir": f"faulty://{run_dir}/checkpoints",
@@ -250,19 +323,28 @@ class Runner:
             env,
             run_dir,
             plan.directory,
-            scenario.records,
+            scenario.split_sizes,
             scenario.keys,
             scenario.rate_per_subtask,
-            scenario.parallelism,
             scenario.window_ms,
         )
         started = time.monotonic()
         client = env.execute_async(f"chaos seed {scenario.seed}")
         error: str | None = None
         hung = False
+        stop_watching = threading.Event()
+        watcher = threading.Thread(
+            target=self._strike_finish_kills,
+            args=(client, plan, stop_watching),
+            name=f"chaos-finish-kills-{scenario.seed}",
+            daemon=True,
+        )
+        if any(f.kind == "finish-kill" for f in scenario.faults):
+            watcher.start()
         try:
             self._inject(client, plan, scenario, self._wait_running(client, started))
         except BaseException:
+            stop_watching.set()
             client.cancel()  # a defect of the chaos driver itself (or Ctrl-C): no job left behind
             raise
         try:
@@ -279,18 +361,16 @@ class Runner:
         except Exception as exc:  # noqa: BLE001 - a failed job is a finding, reported per run
             error = _first_line(exc)
         seconds = time.monotonic() - started
+        stop_watching.set()
+        if watcher.is_alive():
+            watcher.join()
         for name in plan.disarm_all():
             self._fault_named(scenario, name).outcome = "not happened (job ended first)"
         for i, fault in enumerate(scenario.faults):
             if fault.kind in ARMED_KINDS and fault.outcome == "armed":
-                fired = plan.fired(_fault_name(i, fault))
-                fault.outcome = (
-                    f"fired ({_where(fired)}, armed while {fault.armed_while})" if fired else "not happened"
-                )
+                fault.outcome = _armed_outcome(fault, plan.fired(_fault_name(i, fault)))
         status = client.get_job_status().name
-        verdicts = verify_run(
-            run_dir, scenario.records, scenario.keys, scenario.parallelism, scenario.window_ms
-        )
+        verdicts = verify_run(run_dir, scenario.split_sizes, scenario.keys, scenario.window_ms)
         result = RunResult(scenario, seconds, status, client.restarts, verdicts, error, hung)
         deadline = time.monotonic() + LEFTOVER_GRACE_S  # deletes run off the JobMaster thread
         while result.finished and time.monotonic() < deadline:
@@ -303,9 +383,12 @@ class Runner:
         return result
 
     def _wait_running(self, client: Any, started: float) -> float:
-        """When the job's slots are up: the origin of the fault schedule."""
+        """When the job's slots are up (on the local executor: when it runs): the origin of
+        the fault schedule."""
         while not client.is_done() and time.monotonic() < started + self.timeout_s:
-            if client.get_job_status() == JobStatus.RUNNING and client.get_task_slots():
+            if client.get_job_status() == JobStatus.RUNNING and (
+                self.executor == "local" or client.get_task_slots()
+            ):
                 break
             time.sleep(0.02)
         return time.monotonic()
@@ -329,7 +412,7 @@ class Runner:
                 fault.outcome = "not happened (job ended first)"
                 continue
             if fault.kind in ARMED_KINDS:
-                plan.arm(_armed(_fault_name(i, fault), fault))
+                plan.arm(_armed(_fault_name(i, fault), fault, scenario.parallelism))
                 fault.outcome = "armed"
                 fault.armed_while = _phase(client.get_job_status(), client.get_task_slots())
             else:
@@ -376,6 +459,32 @@ class Runner:
             time.sleep(0.02)
         return "not happened (job ended first)"
 
+    def _strike_finish_kills(self, client: Any, plan: FaultPlan, stop: threading.Event) -> None:
+        """Takes the ``finish-kill`` triggers a finishing subtask posts (it waits in its moment
+        meanwhile) and SIGKILLs its slot process (``self``) or another live slot's (``other``)."""
+        while not stop.is_set():
+            taken = plan.take_trigger("kill")
+            if taken is None:
+                stop.wait(0.003)
+                continue
+            fault, trigger = taken
+            poster = trigger["pid"]
+            live = [s for s in client.get_task_slots() if s["alive"] and s.get("pid")]
+            if fault.params["victim"] == "self":
+                victims = [s for s in live if s["pid"] == poster]
+            else:
+                victims = [s for s in live if s["pid"] != poster and s["pid"] != self.driver_jvm_pid]
+            if not victims:
+                plan.record_fired(fault, gave_up=f"no live slot process to kill ({fault.params['victim']})")
+                continue
+            slot = victims[int(fault.params["choice"] * len(victims))]
+            struck_by = f"SIGKILL of slot {slot['index']} (pid {slot['pid']})"
+            plan.record_fired(fault, struck=True, struck_by=struck_by)
+            try:
+                os.kill(slot["pid"], signal.SIGKILL)
+            except ProcessLookupError:
+                plan.record_fired(fault, struck=False, gave_up=f"slot {slot['index']} was gone")
+
     def _python_workers(self) -> set[int]:
         """This session's PySpark worker processes (forked by a ``pyspark.daemon`` that
         descends from our driver JVM; other sessions on the machine are never touched)."""
@@ -413,7 +522,7 @@ class Runner:
         return scenario.faults[index]
 
     def close(self) -> None:
-        if self._owns_session:
+        if self._owns_session and self.session is not None:
             self.session.stop()
 
 
@@ -430,7 +539,7 @@ def _fault_name(index: int, fault: Fault) -> str:
     return f"{index}-{fault.kind}"
 
 
-def _armed(name: str, fault: Fault) -> ArmedFault:
+def _armed(name: str, fault: Fault, parallelism: int) -> ArmedFault:
     if fault.kind == "user-raise":
         function = "sum" if fault.choice < 0.4 else "timers" if fault.choice < 0.75 else "timers-at-end"
         return ArmedFault(name, "user", "raise", params={"function": function})
@@ -444,7 +553,31 @@ def _armed(name: str, fault: Fault) -> ArmedFault:
         return ArmedFault(name, site, "hang", hang_s=CHECKPOINT_TIMEOUT_S + HANG_BEYOND_TIMEOUT_S)
     if fault.kind == "storage-partial":
         return ArmedFault(name, SITE_STATE, "partial")
+    if fault.kind in FINISH_KINDS:
+        action = "raise" if fault.kind == "finish-raise" else "kill"
+        return ArmedFault(name, SITE_FINISH, action, params=finish_params(fault.choice))
+    if fault.kind == "finish-storage":
+        drawn = finish_storage_params(fault.choice)
+        params = {"after_ended": 1 if drawn["after"] == "first" else parallelism}
+        hang_s = CHECKPOINT_TIMEOUT_S + HANG_BEYOND_TIMEOUT_S if drawn["action"] == "hang" else 0.0
+        return ArmedFault(name, drawn["site"], drawn["action"], hang_s=hang_s, params=params)
     raise ValueError(f"{fault.kind} is not an armed fault")
+
+
+def _armed_outcome(fault: Fault, fired: dict[str, Any] | None) -> str:
+    """What an armed fault did, from what its plan recorded."""
+    if fired is None:
+        return "not happened"
+    if fault.kind in FINISH_KINDS:
+        moment = f"{fired['params']['moment']}, victim {fired['params']['victim']}"
+        if not fired.get("struck"):
+            why = fired.get("gave_up", "no strike")
+            return f"not happened ({moment}: claimed by {fired['record']}; {why})"
+        return f"fired ({moment}: {fired['record']}; {fired['struck_by']}, armed while {fault.armed_while})"
+    where = _where(fired)
+    if fault.kind == "finish-storage":
+        where += f", after {fired['params']['after_ended']} split(s) ended"
+    return f"fired ({where}, armed while {fault.armed_while})"
 
 
 def _where(fired: dict[str, Any]) -> str:
@@ -502,7 +635,10 @@ class Summary:
         duplicated = sum(r.duplicated for r in self.results)
         hung = sum(r.hung for r in self.results)
         text = f"chaos: {exact}/{runs} runs exact, {faults} faults, {lost} lost, {duplicated} duplicated"
-        extra = [f"{missed} faults did not happen"] if missed else []
+        by_kind = Counter(f.kind for r in self.results for f in r.fired)
+        extra = [", ".join(f"{n} {kind}" for kind, n in sorted(by_kind.items()))] if by_kind else []
+        if missed:
+            extra.append(f"{missed} faults did not happen")
         if hung:
             extra.append(f"{hung} hung")
         leaking = sum(bool(r.leftovers) for r in self.results)

@@ -97,11 +97,12 @@ def _sample(records: int, seen: Counter[int]) -> list[int]:
     return missing
 
 
-def expected_windows(records: int, num_keys: int, parallelism: int, window_ms: int) -> dict[Window, Totals]:
-    """``(key, window_start) -> (count, sum)`` of the ids in each window of an exact run."""
-    event_time = EventTime(records, parallelism)
+def expected_windows(sizes: list[int], num_keys: int, window_ms: int) -> dict[Window, Totals]:
+    """``(key, window_start) -> (count, sum)`` of the ids in each window of an exact run
+    whose source splits have ``sizes``."""
+    event_time = EventTime(sizes)
     expected: dict[Window, Totals] = {}
-    for i in range(records):
+    for i in range(sum(sizes)):
         ts = event_time.of(i)
         window = (i % num_keys, ts - ts % window_ms)
         count, total = expected.get(window, (0, 0))
@@ -177,10 +178,9 @@ def read_delta(table_uri: str) -> dict[str, list[int]]:
     return {name: table[name].to_pylist() for name in ("key", "id", "count", "sum")}
 
 
-def verify_run(
-    run_dir: str, records: int, num_keys: int, parallelism: int, window_ms: int
-) -> list[SinkVerdict]:
-    """The three sinks of a run, judged."""
+def verify_run(run_dir: str, sizes: list[int], num_keys: int, window_ms: int) -> list[SinkVerdict]:
+    """The three sinks of a run (whose source splits have ``sizes``), judged."""
+    records = sum(sizes)
     verdicts = []
     for sink, columns in (
         ("parquet", read_parquet_dir(os.path.join(run_dir, "parquet"))),
@@ -199,7 +199,7 @@ def verify_run(
             windows["window_start"],
             windows["count"],
             windows["sum"],
-            expected_windows(records, num_keys, parallelism, window_ms),
+            expected_windows(sizes, num_keys, window_ms),
         )
     )
     return verdicts

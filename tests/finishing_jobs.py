@@ -13,7 +13,6 @@ import os
 import time
 from typing import Any
 
-from chandy.connectors.number_sequence import NumberSequenceSource, NumberSequenceSplit
 from chandy.core.functions import (
     CheckpointedFunction,
     CheckpointListener,
@@ -24,6 +23,7 @@ from chandy.core.functions import (
     RuntimeContext,
 )
 from chandy.core.state import ValueStateDescriptor
+from chaos.finishing import UnevenNumberSequence
 
 #: Where a fault strikes, relative to subtask 0 ending its input:
 #: ``end-of-input``: as subtask 0 maps the last record of its split (before its end of input,
@@ -35,23 +35,7 @@ from chandy.core.state import ValueStateDescriptor
 #: ``finished``: once subtask 0's task has ended (its final transaction committed).
 MOMENTS = ("end-of-input", "final-snapshot", "final-complete", "finished")
 
-
-class UnevenNumberSequence(NumberSequenceSource):
-    """``NumberSequenceSource`` with splits of the given sizes: subtask ``i`` reads ``sizes[i]``
-    numbers (a bounded job whose splits end at very different times)."""
-
-    def __init__(self, sizes: list[int]) -> None:
-        super().__init__(0, sum(sizes) - 1)
-        self.sizes = list(sizes)
-
-    def create_splits(self, parallelism: int) -> list[NumberSequenceSplit]:
-        if parallelism != len(self.sizes):
-            raise ValueError(f"UnevenNumberSequence has {len(self.sizes)} splits, not {parallelism}")
-        splits, start = [], 0
-        for i, size in enumerate(self.sizes):
-            splits.append(NumberSequenceSplit(i, start, start + size - 1))
-            start += size
-        return splits
+__all__ = ["MOMENTS", "FaultNearTheEnd", "RunningCount", "UnevenNumberSequence"]
 
 
 class FaultNearTheEnd(MapFunction, CheckpointedFunction, CheckpointListener):

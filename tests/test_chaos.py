@@ -1,11 +1,13 @@
-"""The chaos suite: its fault-injecting filesystem, its exactly-once oracle, and a short
-seeded subset of its runs on Spark (the long run is ``python -m chaos --runs 100``)."""
+"""The chaos suite: its fault-injecting filesystem, its exactly-once oracle, its faults timed
+to a subtask finishing, and a short seeded subset of its runs on Spark and on the local
+executor (the long run is ``python -m chaos --runs 200``)."""
 
 from __future__ import annotations
 
 import os
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -19,8 +21,16 @@ from chandy.state.handles import FileStateHandle
 from chandy.storage.checkpoint_storage import CheckpointStorage
 from chandy.task.operators.process import KeyedProcessOperator
 from chaos.faultyfs import PLAN_DIR_NAME, SITE_METADATA, SITE_STATE, ArmedFault, FaultPlan, InjectedFault
+from chaos.finishing import (
+    MOMENTS,
+    SITE_FINISH,
+    FinishFaults,
+    finish_params,
+    finish_storage_params,
+    last_ids,
+)
 from chaos.job import DISORDER_MS, EARLY, NO_ROW, EventTime, HoldWindows, window_key
-from chaos.suite import FAULT_KINDS, Fault, Runner, Scenario, make_scenario
+from chaos.suite import FAULT_KINDS, SPARK_ONLY, Fault, Runner, Scenario, make_scenario
 from chaos.verify import check_rows, check_windows, expected_windows
 from tests.operator_harness import KeyedOperatorHarness
 
@@ -177,7 +187,7 @@ def test_event_time_keeps_every_source_split_within_the_watermarks_bound() -> No
     # Each source subtask reads its split in id order; its watermark is the largest timestamp
     # seen minus DISORDER_MS, minus 1: no record may be at or below it (it would be late and
     # dropped, which the oracle would call a loss). And every split starts at event time 0.
-    event_time = EventTime(10_001, 3)
+    event_time = EventTime([3333, 3334, 3334])
     for start, end in ((0, 3333), (3333, 6667), (6667, 10_001)):
         assert event_time.of(start) < DISORDER_MS
         highest = -(2**63)
@@ -198,7 +208,7 @@ def window_rows(expected: dict[tuple[int, int], tuple[int, int]]) -> tuple[list[
 
 
 def test_the_window_oracle_passes_an_exact_output_and_sees_each_kind_of_error() -> None:
-    expected = expected_windows(3000, 7, 2, 100)
+    expected = expected_windows([1500, 1500], 7, 100)
     assert len(expected) == 7 * 16  # 1500 ms (and the disorder) per split, in 100 ms windows
     assert sum(c for c, _ in expected.values()) == 3000 and sum(s for _, s in expected.values()) == sum(
         range(3000)
@@ -274,6 +284,88 @@ def test_a_seed_is_a_replayable_schedule_of_the_allowed_kinds() -> None:
     assert {make_scenario(s, FAULT_KINDS, 4).window_ms for s in range(50)} == {250, 500, 1000}
 
 
+def test_a_seed_draws_uneven_splits_both_backends_and_both_checkpoint_modes() -> None:
+    scenarios = [make_scenario(s, FAULT_KINDS, 4) for s in range(60)]
+    for scenario in scenarios:
+        sizes = scenario.split_sizes
+        assert len(sizes) == scenario.parallelism and sum(sizes) == scenario.records
+        assert min(sizes) <= 0.4 * max(sizes) + 1  # the shortest split ends while the longest runs
+    assert {s.backend for s in scenarios} == {"heap", "rocksdb"}
+    assert {s.unaligned for s in scenarios} == {False, True}
+    fired_kinds = {f.kind for s in scenarios for f in s.faults}
+    assert {"finish-raise", "finish-kill", "finish-storage"} <= fired_kinds
+    drawn = {(p["moment"], p["victim"]) for p in (finish_params(c / 100) for c in range(100))}
+    assert drawn == {(m, v) for m in MOMENTS for v in ("self", "other")} - {("finished", "self")}
+
+
+def test_a_storage_fault_aimed_at_a_final_checkpoint_waits_for_the_splits_to_end(tmp_path: Path) -> None:
+    plan = FaultPlan(str(tmp_path / "plan"))
+    plan.arm(ArmedFault("m", SITE_METADATA, "raise", params={"after_ended": 2}))
+    assert plan.claim(SITE_METADATA) is None
+    plan.mark("ended-9")
+    assert plan.claim(SITE_METADATA) is None
+    plan.mark("ended-19")
+    fault = plan.claim(SITE_METADATA)
+    assert fault is not None and fault.name == "m"
+
+
+def finisher(plan_dir: str, subtask: int) -> FinishFaults:
+    return FinishFaults(plan_dir, subtask, last_ids([10, 20]))
+
+
+def test_a_finishing_subtask_raises_at_its_moment_itself(tmp_path: Path) -> None:
+    plan = FaultPlan(str(tmp_path / "plan"))
+    plan.arm(ArmedFault("f", SITE_FINISH, "raise", params={"moment": "final-snapshot", "victim": "self"}))
+    subtask = finisher(plan.directory, 0)
+    subtask.on_record(8)
+    subtask.on_snapshot(3)  # before its last record: not its final checkpoint
+    subtask.on_record(9)
+    assert plan.marks("ended-") == ["ended-9"]
+    with pytest.raises(RuntimeError, match="final checkpoint 4"):
+        subtask.on_snapshot(4)
+    fired = plan.fired("f")
+    assert fired is not None and fired["struck"] and fired["subtask"] == 0
+
+
+def test_a_finishing_subtask_waits_in_its_moment_until_another_one_raised(tmp_path: Path) -> None:
+    plan = FaultPlan(str(tmp_path / "plan"))
+    params = {"moment": "final-complete", "victim": "other"}
+    plan.arm(ArmedFault("f", SITE_FINISH, "raise", params=params))
+    first, other = finisher(plan.directory, 0), finisher(plan.directory, 1)
+    first.on_record(9)
+    first.on_snapshot(5)
+    raised: list[str] = []
+
+    def run_other() -> None:
+        while not raised:
+            try:
+                other.on_record(15)
+            except RuntimeError as exc:
+                raised.append(str(exc))
+            other.next_poll = 0.0
+            time.sleep(0.002)
+
+    thread = threading.Thread(target=run_other)
+    thread.start()
+    first.on_complete(5)  # returns once subtask 1 raised
+    thread.join(10)
+    assert raised and "as subtask 0 reached its final checkpoint 5's completion notice" in raised[0]
+    fired = plan.fired("f")
+    assert fired is not None and fired["struck"] and "subtask 1 raised" in fired["struck_by"]
+
+
+def test_a_trigger_nobody_takes_is_withdrawn_and_the_fault_did_not_happen(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr("chaos.finishing.STRIKE_WAIT_S", 0.05)
+    plan = FaultPlan(str(tmp_path / "plan"))
+    plan.arm(ArmedFault("f", SITE_FINISH, "raise", params={"moment": "end-of-input", "victim": "other"}))
+    finisher(plan.directory, 0).on_record(9)  # the last subtask running: nobody takes it
+    fired = plan.fired("f")
+    assert fired is not None and not fired["struck"] and "no other party" in fired["gave_up"]
+    assert plan.take_trigger("raise") is None
+
+
 # ---------------------------------------------------------------- seeded runs on Spark
 
 SUBSET = {
@@ -320,6 +412,95 @@ def test_a_seeded_chaos_run_is_exact(runner: Runner, name: str) -> None:
         [Fault(f.kind, f.at_s, f.choice, in_recovery=f.in_recovery) for f in SUBSET[name]],
     )
     result = runner.run(scenario)
+    assert result.exact, result.line()
+    assert result.restarts >= 1, result.line()
+    assert [f for f in scenario.faults if not f.outcome.startswith("fired")] == [], result.line()
+
+
+def finish_choice(moment: str, victim: str) -> float:
+    """A ``choice`` that makes a finish-raise/finish-kill strike at ``moment`` in ``victim``."""
+    drawn = ((c / 1000, finish_params(c / 1000)) for c in range(1000))
+    return next(c for c, params in drawn if (params["moment"], params["victim"]) == (moment, victim))
+
+
+def storage_choice(site: str, after: str, action: str) -> float:
+    """A ``choice`` that makes a finish-storage fault the given one."""
+    wanted = {"site": site, "after": after, "action": action}
+    return next(c / 1000 for c in range(1000) if finish_storage_params(c / 1000) == wanted)
+
+
+#: Runs whose source splits end at very different times, with faults timed to a subtask
+#: finishing (armed before the first split ends, each strikes at the next moment it names):
+#: (executor, split sizes, backend, unaligned, faults).
+FINISHING: dict[str, tuple[str, tuple[int, ...], str, bool, list[Fault]]] = {
+    # the other slot is SIGKILLed while subtask 0 snapshots its final checkpoint; the replay's
+    # subtask 0 raises at its final checkpoint's completion notice; the job's final checkpoint
+    # fails to write its _metadata
+    "spark-final-checkpoint-kill-and-raise-rocksdb-unaligned": (
+        "spark",
+        (6_000, 18_000),
+        "rocksdb",
+        True,
+        [
+            Fault("finish-kill", 0.3, finish_choice("final-snapshot", "other")),
+            Fault("finish-raise", 0.4, finish_choice("final-complete", "self")),
+            Fault("finish-storage", 0.5, storage_choice(SITE_METADATA, "all", "raise")),
+        ],
+    ),
+    # subtask 1 raises as subtask 0 reads its last record, a state file of subtask 0's final
+    # checkpoint fails to write, and subtask 1 raises again once subtask 0 has finished
+    "local-other-fails-as-it-ends-and-after-it-finished": (
+        "local",
+        (5_000, 19_000),
+        "heap",
+        True,
+        [
+            Fault("finish-raise", 0.3, finish_choice("end-of-input", "other")),
+            Fault("finish-storage", 0.4, storage_choice(SITE_STATE, "first", "raise")),
+            Fault("finish-raise", 0.5, finish_choice("finished", "other")),
+        ],
+    ),
+    # three splits: another subtask raises in the final snapshot of the first to end, that one
+    # raises at its own final checkpoint's completion, and the job's last _metadata write hangs
+    "local-final-snapshot-and-completion-rocksdb": (
+        "local",
+        (3_000, 7_000, 14_000),
+        "rocksdb",
+        False,
+        [
+            Fault("finish-raise", 0.3, finish_choice("final-snapshot", "other")),
+            Fault("finish-raise", 0.4, finish_choice("final-complete", "self")),
+            Fault("finish-storage", 0.5, storage_choice(SITE_METADATA, "all", "hang")),
+        ],
+    ),
+}
+
+
+@pytest.fixture(scope="module")
+def local_runner(tmp_path_factory: pytest.TempPathFactory) -> Runner:
+    return Runner(str(tmp_path_factory.mktemp("chaos-local")), "", timeout_s=150, executor="local")
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", list(FINISHING))
+def test_a_seeded_run_with_subtasks_finishing_is_exact(request: pytest.FixtureRequest, name: str) -> None:
+    executor, sizes, backend, unaligned, faults = FINISHING[name]
+    assert executor == "spark" or not any(f.kind in SPARK_ONLY for f in faults)
+    chosen: Runner = request.getfixturevalue("runner" if executor == "spark" else "local_runner")
+    scenario = Scenario(
+        2000 + list(FINISHING).index(name),
+        len(sizes),
+        200,
+        sum(sizes),
+        50,
+        6.0,
+        0,
+        [Fault(f.kind, f.at_s, f.choice) for f in faults],
+        sizes=sizes,
+        backend=backend,
+        unaligned=unaligned,
+    )
+    result = chosen.run(scenario)
     assert result.exact, result.line()
     assert result.restarts >= 1, result.line()
     assert [f for f in scenario.faults if not f.outcome.startswith("fired")] == [], result.line()
