@@ -26,7 +26,9 @@ from chandy.config.options import RecoveryClaimMode, StateRecoveryOptions
 from chandy.errors import ConfigurationError
 from tests.state_backends import on_rocksdb_too
 
-CHANDY = shutil.which("chandy") or os.path.join(os.path.dirname(sys.executable), "chandy")
+#: The entry point installed beside the interpreter that runs the tests (.venv/bin/chandy),
+#: not whichever ``chandy`` comes first on PATH (another environment's, or none).
+CHANDY = os.path.join(os.path.dirname(sys.executable), "chandy")
 
 
 @pytest.fixture(autouse=True)
