@@ -9,6 +9,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from chandy.connectors.number_sequence import NumberSequenceReader, NumberSequenceSource
+from chandy.core.connector import SourceReaderContext
 from chandy.core.functions import (
     CheckpointedFunction,
     FilterFunction,
@@ -149,6 +151,37 @@ class Throttle(MapFunction):
         if not self.released:
             time.sleep(self.delay_s)
         return value
+
+
+class HoldingSequence(NumberSequenceSource):
+    """``from_sequence(start, end)`` whose readers stop after ``hold_after`` numbers each and
+    then emit nothing until the job is cancelled: idle, so checkpoints go on. A test that
+    must act while the job still runs (cancel it after a checkpoint, take a savepoint) waits
+    for the event it needs, never for time: the job cannot finish first, however slow or
+    loaded the machine. ``hold_after=None`` reads to the end (the same source's state, for
+    the run that restores)."""
+
+    def __init__(self, start: int, end: int, hold_after: int | None) -> None:
+        super().__init__(start, end)
+        self.hold_after = hold_after
+
+    def create_reader(self, context: SourceReaderContext) -> NumberSequenceReader:
+        return _HoldingReader(self.hold_after)
+
+
+class _HoldingReader(NumberSequenceReader):
+    def __init__(self, hold_after: int | None) -> None:
+        super().__init__()
+        self.left = hold_after
+
+    def poll_next(self, max_records: int) -> list[int] | None:
+        if self.left is None:
+            return super().poll_next(max_records)
+        if self.left == 0:
+            return []  # held: nothing available, for good
+        batch = super().poll_next(min(max_records, self.left))
+        self.left -= len(batch or [])
+        return batch
 
 
 def release(until: str) -> None:
