@@ -159,29 +159,39 @@ class HoldingSequence(NumberSequenceSource):
     must act while the job still runs (cancel it after a checkpoint, take a savepoint) waits
     for the event it needs, never for time: the job cannot finish first, however slow or
     loaded the machine. ``hold_after=None`` reads to the end (the same source's state, for
-    the run that restores)."""
+    the run that restores).
 
-    def __init__(self, start: int, end: int, hold_after: int | None) -> None:
+    With ``more_per_checkpoint``, each completed checkpoint lets every reader emit that many
+    more: a job that must see some checkpoints before its end gets them, paced by the
+    checkpoints themselves instead of by sleeps."""
+
+    def __init__(self, start: int, end: int, hold_after: int | None, more_per_checkpoint: int = 0) -> None:
         super().__init__(start, end)
         self.hold_after = hold_after
+        self.more_per_checkpoint = more_per_checkpoint
 
     def create_reader(self, context: SourceReaderContext) -> NumberSequenceReader:
-        return _HoldingReader(self.hold_after)
+        return _HoldingReader(self.hold_after, self.more_per_checkpoint)
 
 
 class _HoldingReader(NumberSequenceReader):
-    def __init__(self, hold_after: int | None) -> None:
+    def __init__(self, hold_after: int | None, more_per_checkpoint: int) -> None:
         super().__init__()
         self.left = hold_after
+        self.more_per_checkpoint = more_per_checkpoint
 
     def poll_next(self, max_records: int) -> list[int] | None:
         if self.left is None:
             return super().poll_next(max_records)
         if self.left == 0:
-            return []  # held: nothing available, for good
+            return []  # held: nothing available until a checkpoint completes, or for good
         batch = super().poll_next(min(max_records, self.left))
         self.left -= len(batch or [])
         return batch
+
+    def notify_checkpoint_complete(self, checkpoint_id: int) -> None:
+        if self.left is not None:
+            self.left += self.more_per_checkpoint
 
 
 def release(until: str) -> None:

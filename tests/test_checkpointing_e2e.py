@@ -26,6 +26,7 @@ from tests.jobs import (
     CountingFilter,
     CountingMap,
     FailOnceMap,
+    HoldingSequence,
     KeyedCounter,
     SlowMap,
     Throttle,
@@ -252,14 +253,13 @@ def test_restore_a_retained_checkpoint_after_cancel(
     retain = {
         "execution.checkpointing.dir": str(tmp_path),
         "execution.checkpointing.externalized-checkpoint-retention": "RETAIN_ON_CANCELLATION",
-        "chandy.network.batch-size": 20,  # the first run's barriers and cancel wait behind 20 paced records
     }
     env = checkpointing_env(executor=executor, interval_ms=50, **retain)
+    # Each source subtask stops half-way: the first run is still running when the test cancels
+    # it after its first checkpoint, however slow the machine (no key is complete: nothing collected).
     results = (
-        env.from_sequence(0, n - 1)
+        env.from_source(HoldingSequence(0, n - 1, hold_after=n // 4), source_name="numbers")
         .uid("source")
-        .map(Throttle(0.0005))
-        .uid("throttle")
         .map(CountingMap("map", probe))
         .uid("map")
         .key_by(lambda x: x % keys)
@@ -281,10 +281,8 @@ def test_restore_a_retained_checkpoint_after_cancel(
     )
     env2.set_restore_path(str(retained))
     second = (
-        env2.from_sequence(0, n - 1)
+        env2.from_source(HoldingSequence(0, n - 1, hold_after=None), source_name="numbers")
         .uid("source")
-        .map(Throttle(0.0))
-        .uid("throttle")
         .map(CountingMap("map", probe))
         .uid("map")
         .key_by(lambda x: x % keys)
@@ -481,14 +479,11 @@ def test_a_retained_checkpoint_can_be_moved_and_still_restores(tmp_path: Path, e
         "execution.checkpointing.dir": str(tmp_path / "original"),
         "execution.checkpointing.data-inline-threshold": 0,
         "execution.checkpointing.externalized-checkpoint-retention": "RETAIN_ON_CANCELLATION",
-        "chandy.network.batch-size": 20,  # the first run's barriers and cancel wait behind 20 paced records
     }
     env = checkpointing_env(executor=executor, interval_ms=50, **retain)
-    results = (
-        env.from_sequence(0, n - 1)
+    results = (  # each source subtask stops half-way: running until cancelled, nothing collected
+        env.from_source(HoldingSequence(0, n - 1, hold_after=n // 4), source_name="numbers")
         .uid("source")
-        .map(Throttle(0.0005))
-        .uid("throttle")
         .key_by(lambda x: x % keys)
         .process(KeyedCounter(n // keys))
         .uid("counter")
@@ -496,8 +491,8 @@ def test_a_retained_checkpoint_can_be_moved_and_still_restores(tmp_path: Path, e
     )
     first, reader = drain(results)
     wait_for_checkpoints(tmp_path / "original", 1)
-    results.close()
-    reader.join(30)
+    cancel_keeping_results(results, reader)
+    assert first == []
     retained = latest_checkpoint_dir(tmp_path / "original")
     assert [f for f in retained.iterdir() if f.name != "_metadata"]  # state lives in files
     moved = tmp_path / "archive" / "my-checkpoint"
@@ -506,16 +501,14 @@ def test_a_retained_checkpoint_can_be_moved_and_still_restores(tmp_path: Path, e
     env2 = checkpointing_env(executor=executor, interval_ms=100)
     env2.set_restore_path(str(moved / "_metadata"))
     second = (
-        env2.from_sequence(0, n - 1)
+        env2.from_source(HoldingSequence(0, n - 1, hold_after=None), source_name="numbers")
         .uid("source")
-        .map(Throttle(0.0))
-        .uid("throttle")
         .key_by(lambda x: x % keys)
         .process(KeyedCounter(n // keys))
         .uid("counter")
         .execute_and_collect("second run", limit=10**6)
     )
-    assert sorted(first + second) == [(k, n // keys) for k in range(keys)]
+    assert sorted(second) == [(k, n // keys) for k in range(keys)]
 
 
 def test_a_corrupt_state_file_is_refused_naming_it(tmp_path: Path, executor: str) -> None:
