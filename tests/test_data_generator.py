@@ -14,6 +14,7 @@ from chandy.connectors import DataGeneratorSource
 from chandy.core.connector import Boundedness, SourceReaderContext
 from tests.jobs import KeyedCounter
 from tests.test_checkpointing_e2e import (
+    cancel_keeping_results,
     checkpointing_env,
     drain,
     latest_checkpoint_dir,
@@ -123,12 +124,17 @@ def test_restore_from_a_retained_checkpoint_continues_without_duplicates_or_gaps
             "execution.checkpointing.externalized-checkpoint-retention": "RETAIN_ON_CANCELLATION",
         },
     )
-    results = pipeline(env, 3000).execute_and_collect("first run")
+    # 600 records/s: 10 s for all, and the test cancels the job after its third checkpoint
+    # (every 50 ms; each after more records), so the first run cannot end first on a loaded machine.
+    results = pipeline(env, 600).execute_and_collect("first run")
     first, reader = drain(results)
     wait_for_checkpoints(tmp_path / "first", 1)
-    time.sleep(0.3)  # a few more checkpoints (every 50 ms), with records read before them
-    results.close()  # cancelled well before the 2 s the rate needs for all records
-    reader.join(30)
+    deadline = time.monotonic() + 60
+    while results.job_client.get_checkpoint_statistics(timeout=60)["counts"]["completed"] < 3:
+        assert time.monotonic() < deadline, "no 3 checkpoints in 60 s"
+        time.sleep(0.01)
+    cancel_keeping_results(results, reader)
+    assert len(first) < keys  # no key was complete
     retained = latest_checkpoint_dir(tmp_path / "first")
 
     env2 = checkpointing_env(
