@@ -163,28 +163,41 @@ class HoldingSequence(NumberSequenceSource):
 
     With ``more_per_checkpoint``, each completed checkpoint lets every reader emit that many
     more: a job that must see some checkpoints before its end gets them, paced by the
-    checkpoints themselves instead of by sleeps."""
+    checkpoints themselves instead of by sleeps. With ``until`` (a file's path), the hold ends
+    for good once that file exists (:func:`release`): the test lets the job finish once it saw
+    what it waited for."""
 
-    def __init__(self, start: int, end: int, hold_after: int | None, more_per_checkpoint: int = 0) -> None:
+    def __init__(
+        self,
+        start: int,
+        end: int,
+        hold_after: int | None,
+        more_per_checkpoint: int = 0,
+        until: str | None = None,
+    ) -> None:
         super().__init__(start, end)
         self.hold_after = hold_after
         self.more_per_checkpoint = more_per_checkpoint
+        self.until = until
 
     def create_reader(self, context: SourceReaderContext) -> NumberSequenceReader:
-        return _HoldingReader(self.hold_after, self.more_per_checkpoint)
+        return _HoldingReader(self.hold_after, self.more_per_checkpoint, self.until)
 
 
 class _HoldingReader(NumberSequenceReader):
-    def __init__(self, hold_after: int | None, more_per_checkpoint: int) -> None:
+    def __init__(self, hold_after: int | None, more_per_checkpoint: int, until: str | None) -> None:
         super().__init__()
         self.left = hold_after
         self.more_per_checkpoint = more_per_checkpoint
+        self.until = until
 
     def poll_next(self, max_records: int) -> list[int] | None:
+        if self.left == 0 and self.until is not None and os.path.exists(self.until):
+            self.left = None  # released
         if self.left is None:
             return super().poll_next(max_records)
         if self.left == 0:
-            return []  # held: nothing available until a checkpoint completes, or for good
+            return []  # held: nothing available until a checkpoint completes or the release, or for good
         batch = super().poll_next(min(max_records, self.left))
         self.left -= len(batch or [])
         return batch
@@ -195,7 +208,8 @@ class _HoldingReader(NumberSequenceReader):
 
 
 def release(until: str) -> None:
-    """Lets every :class:`Throttle` waiting ``until`` this file run at full speed."""
+    """Lets every :class:`Throttle` waiting ``until`` this file run at full speed (and every
+    :class:`HoldingSequence` waiting for it go on)."""
     Path(until).touch()
 
 
