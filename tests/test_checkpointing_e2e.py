@@ -173,14 +173,16 @@ def test_checkpoint_listeners_hear_completed_checkpoints_and_stats_are_flinks_sh
     probe = Probe()
     gate = os.path.join(probe.directory, "release-throttle")
     env = checkpointing_env(executor=executor, parallelism=1, interval_ms=30)
-    env.from_sequence(0, 50_000).map(Throttle(0.00005, until=gate)).add_sink(CheckpointRecorder(probe))
+    # the source holds half-way until the test heard three checkpoints: the job cannot end first
+    numbers = HoldingSequence(0, 50_000, hold_after=25_000, until=gate)
+    env.from_source(numbers, source_name="numbers").add_sink(CheckpointRecorder(probe))
     client = env.execute_async("listener")
     deadline = time.monotonic() + 60
     while len(probe.items) < 3:
         assert time.monotonic() < deadline
         time.sleep(0.02)
     stats = client.get_checkpoint_statistics()
-    release(gate)  # three were heard while it ran: the rest of the input need not be paced
+    release(gate)  # three were heard while it ran: the rest of the input goes on
     client.get_job_execution_result(timeout=120)
     ids = list(probe.items)
     assert ids == sorted(ids) and len(set(ids)) == len(ids)
