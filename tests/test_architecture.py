@@ -147,6 +147,7 @@ print(failed)
 """
 
 
+@pytest.mark.slow
 def test_every_module_imports_on_its_own() -> None:
     """No module depends on another having been imported first (no hidden cycles)."""
     names = [module_name(p) for p in all_modules()]

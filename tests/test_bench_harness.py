@@ -28,6 +28,7 @@ from bench.systems.w5_events import figures as w5_figures
 ROOT = Path(__file__).resolve().parent.parent
 
 
+@pytest.mark.slow
 def test_quick_bench_run_measures_every_workload_on_chandy(tmp_path: Path) -> None:
     done = subprocess.run(
         [

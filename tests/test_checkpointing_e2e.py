@@ -169,6 +169,7 @@ class CheckpointRecorder(SinkFunction, CheckpointListener):
         self.probe.append(checkpoint_id)
 
 
+@pytest.mark.quick  # the quick subset's checkpoint statistics on both executors
 def test_checkpoint_listeners_hear_completed_checkpoints_and_stats_are_flinks_shape(executor: str) -> None:
     probe = Probe()
     gate = os.path.join(probe.directory, "release-throttle")

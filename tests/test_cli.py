@@ -420,6 +420,7 @@ def wait_until_running(job: DetachedJob, *extra: str, env: dict[str, str] | None
         time.sleep(0.2)
 
 
+@pytest.mark.slow
 def test_a_detached_job_is_listed_savepointed_and_cancelled_with_a_token(tmp_path: Path) -> None:
     savepoints = tmp_path / "savepoints"
     job = run_detached(
@@ -494,6 +495,7 @@ TWO_JOBS = textwrap.dedent(
 )
 
 
+@pytest.mark.slow
 def test_list_shows_running_and_terminated_jobs_and_run_passes_the_exit_code(tmp_path: Path) -> None:
     job = tmp_path / "two_jobs.py"
     job.write_text(TWO_JOBS)
@@ -532,6 +534,7 @@ def test_list_shows_running_and_terminated_jobs_and_run_passes_the_exit_code(tmp
             runner.wait(timeout=60)
 
 
+@pytest.mark.slow
 @on_rocksdb_too()
 def test_stop_with_a_savepoint_then_run_from_it_at_another_parallelism(tmp_path: Path) -> None:
     job = run_detached(tmp_path)

@@ -71,6 +71,7 @@ def savepoint_path(output: str) -> Path:
     return Path(match.group(1).removeprefix("file:"))
 
 
+@pytest.mark.slow
 def test_flink_list_savepoint_and_stop(
     flink: Path, executor: str, tmp_path: Path, cleanup: list[StreamExecutionEnvironment]
 ) -> None:

@@ -248,6 +248,7 @@ def test_a_fresh_cache_of_large_values_stays_within_its_share_writing_and_readin
             made.dispose()
 
 
+@pytest.mark.slow
 def test_memtables_stay_within_the_write_buffer_managers_share_while_large_values_pour_in(
     tmp_path: Path,
 ) -> None:

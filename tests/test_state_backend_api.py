@@ -8,6 +8,7 @@ from __future__ import annotations
 import importlib
 import os
 import shutil
+import time
 import warnings
 from pathlib import Path
 from typing import Any
@@ -275,6 +276,13 @@ def _stop_with_savepoint(
     results = counter_job(env, N // 4).execute_and_collect("until the savepoint")  # holds half-way
     out, reader = drain(results)
     wait_for_checkpoints(base / "checkpoints", 1)
+    # Two completed checkpoints of this job: a source subtask that got no split at the new
+    # parallelism has finished by then and the coordinator knows it. A savepoint triggered
+    # while it was finishing was declined by it (stop-with-savepoint failed, seen under load).
+    deadline = time.monotonic() + 120
+    while results.job_client.get_checkpoint_statistics(timeout=60)["counts"]["completed"] < 2:
+        assert time.monotonic() < deadline, "no two checkpoints in 120 s"
+        time.sleep(0.02)
     savepoint = results.job_client.stop_with_savepoint(
         savepoint_directory=str(base / "savepoints"), format_type=format_type
     ).result(60)
