@@ -24,8 +24,10 @@ SPARK_SLOTS = 4
 
 
 def _runs_on_spark(item: pytest.Item) -> bool:
+    """The test uses the shared Spark session, or a parameter of it is "spark" (the executor
+    fixture's, or a test's own that requests the session inside)."""
     callspec = getattr(item, "callspec", None)
-    on_spark = callspec is not None and callspec.params.get("executor") == "spark"
+    on_spark = callspec is not None and "spark" in callspec.params.values()
     return on_spark or "spark_session" in getattr(item, "fixturenames", ())
 
 

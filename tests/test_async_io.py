@@ -583,6 +583,7 @@ def test_a_request_cancelled_by_the_function_itself_fails_the_task_instead_of_ha
         h.harness.close()
 
 
+@pytest.mark.slow
 def test_the_remote_inference_example_gives_each_comment_one_result() -> None:
     """examples/async_inference.py (PyFlink's remote_model_inference.py), as a user runs it:
     a third of the first attempts time out and are retried a second later; every row's

@@ -104,6 +104,7 @@ def _bench(*args: str) -> subprocess.CompletedProcess[str]:
     )
 
 
+@pytest.mark.slow
 def test_an_interrupted_run_resumes_without_rerunning_what_it_kept(tmp_path: Path) -> None:
     options = [
         "run",
@@ -136,6 +137,7 @@ def test_an_interrupted_run_resumes_without_rerunning_what_it_kept(tmp_path: Pat
     assert [r["run_s"] for r in rows if r["checkpoint_interval_ms"]] == [-1.0]
 
 
+@pytest.mark.slow
 def test_report_rewrites_the_markdown_from_saved_rows_and_bad_input_is_named(tmp_path: Path) -> None:
     done = _bench(
         "run",

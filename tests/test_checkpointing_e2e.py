@@ -169,7 +169,6 @@ class CheckpointRecorder(SinkFunction, CheckpointListener):
         self.probe.append(checkpoint_id)
 
 
-@pytest.mark.quick  # the quick subset's checkpoint statistics on both executors
 def test_checkpoint_listeners_hear_completed_checkpoints_and_stats_are_flinks_shape(executor: str) -> None:
     probe = Probe()
     gate = os.path.join(probe.directory, "release-throttle")
@@ -560,6 +559,7 @@ class SlowFinishSink(SinkFunction):
         time.sleep(self.delay_s)
 
 
+@pytest.mark.slow
 def test_a_task_busy_finishing_after_its_upstream_finished_does_not_stall_checkpoints() -> None:
     """Flink's FLIP-147 plan: a running task whose every upstream task has finished gets no
     barrier any more, so it is triggered directly, and it takes that checkpoint once its

@@ -529,6 +529,7 @@ def count_per_key(
     return paced.key_by(lambda x: x % keys).process(KeyedCounter(records // keys))
 
 
+@pytest.mark.slow
 def test_a_job_on_rocksdb_leaves_no_orphan_in_shared_and_deletes_nothing_referenced(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:

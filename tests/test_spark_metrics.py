@@ -10,6 +10,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from chandy import StreamExecutionEnvironment
 from chandy.config import Configuration
 from chandy.core.functions import KeyedProcessFunction
@@ -127,6 +129,7 @@ def test_execute_names_the_rest_servers_dashboard_in_the_spark_job(spark_session
         assert any(text == expected for _, text in spark_jobs(spark_session)), spark_jobs(spark_session)
 
 
+@pytest.mark.slow
 def test_a_slot_closes_while_its_metrics_report_is_stuck_on_a_driver_that_reads_nothing() -> None:
     """A driver that is hung (alive, not reading) must not keep a slot process from ending:
     the report stuck in ``sendall`` is left to the connection's close."""

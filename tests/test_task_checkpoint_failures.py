@@ -266,6 +266,7 @@ class KeepEveryKey(KeyedProcessFunction):
         return ()
 
 
+@pytest.mark.slow
 def test_a_task_that_ends_while_its_checkpoint_is_being_serialized_declines_it() -> None:
     """The keyed task reads barrier 1 with a large state, so serializing it takes many short
     steps (mails between batches); the end of its input comes right behind the barrier, so
@@ -321,6 +322,7 @@ def failover_env() -> StreamExecutionEnvironment:
     return env
 
 
+@pytest.mark.slow
 def test_a_job_whose_snapshot_state_raises_fails_over_and_counts_exactly_once() -> None:
     n, keys = 20_000, 20
     probe = Probe()
