@@ -38,6 +38,7 @@ def test_bounded_output_is_exact(executor: str, parallelism: int, count: int) ->
         assert sorted(out) == expected
 
 
+@pytest.mark.slow
 def test_rate_limit_spreads_records_over_time(executor: str) -> None:
     env = StreamExecutionEnvironment.get_execution_environment(executor=executor)
     env.set_parallelism(2)

@@ -432,6 +432,7 @@ def test_bad_configuration_is_rejected_when_the_job_is_built(tmp_path: Path) -> 
 # --------------------------------------------------------------------------- continuous mode
 
 
+@pytest.mark.slow
 def test_continuous_file_source_reads_files_appearing_while_running_once_also_across_a_failover(
     tmp_path: Path, executor: str
 ) -> None:

@@ -331,6 +331,7 @@ def test_a_missing_topic_is_refused_when_the_job_is_built(kafka_broker: KafkaBro
     assert kafka_broker.partitions(missing) == []
 
 
+@pytest.mark.slow
 def test_an_unreachable_broker_is_refused_when_the_job_is_built() -> None:
     servers = f"127.0.0.1:{free_port()}"
     built = (

@@ -560,6 +560,7 @@ def test_a_job_on_rocksdb_leaves_no_orphan_in_shared_and_deletes_nothing_referen
     assert "Could not delete" not in caplog.text
 
 
+@pytest.mark.slow
 def test_a_finished_job_on_rocksdb_leaves_no_shared_file(tmp_path: Path) -> None:
     """Retention keeps nothing of a finished job: its checkpoints, their shared files and the
     job directory go."""

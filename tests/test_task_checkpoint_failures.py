@@ -342,6 +342,7 @@ def test_a_job_whose_snapshot_state_raises_fails_over_and_counts_exactly_once() 
     assert sorted(out) == [(k, n // keys) for k in range(keys)]  # every key once, count exact
 
 
+@pytest.mark.slow
 def test_a_file_sink_whose_prepare_commit_fails_half_way_still_writes_every_record_once(
     tmp_path: Path,
 ) -> None:
