@@ -23,6 +23,24 @@ pytest_plugins = ["tests.kafka_broker"]
 SPARK_SLOTS = 4
 
 
+def _runs_on_spark(item: pytest.Item) -> bool:
+    """The test uses the shared Spark session, or a parameter of it is "spark" (the executor
+    fixture's, or a test's own that requests the session inside)."""
+    callspec = getattr(item, "callspec", None)
+    on_spark = callspec is not None and "spark" in callspec.params.values()
+    return on_spark or "spark_session" in getattr(item, "fixturenames", ())
+
+
+@pytest.hookimpl(tryfirst=True)  # before pytest's own hook deselects by -m
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """The quick subset, ``pytest -m "not slow"`` (README.md): every test on the Spark executor
+    counts as slow (each Spark job takes seconds), except those marked ``quick``, which keep
+    the checkpoint path on Spark in the subset."""
+    for item in items:
+        if _runs_on_spark(item) and item.get_closest_marker("quick") is None:
+            item.add_marker(pytest.mark.slow)
+
+
 @pytest.fixture(autouse=True)
 def _chandy_logging(caplog: pytest.LogCaptureFixture) -> None:
     caplog.set_level(logging.INFO, logger="chandy")

@@ -9,6 +9,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from chandy.connectors.number_sequence import NumberSequenceReader, NumberSequenceSource
+from chandy.core.connector import SourceReaderContext
 from chandy.core.functions import (
     CheckpointedFunction,
     FilterFunction,
@@ -151,8 +153,63 @@ class Throttle(MapFunction):
         return value
 
 
+class HoldingSequence(NumberSequenceSource):
+    """``from_sequence(start, end)`` whose readers stop after ``hold_after`` numbers each and
+    then emit nothing until the job is cancelled: idle, so checkpoints go on. A test that
+    must act while the job still runs (cancel it after a checkpoint, take a savepoint) waits
+    for the event it needs, never for time: the job cannot finish first, however slow or
+    loaded the machine. ``hold_after=None`` reads to the end (the same source's state, for
+    the run that restores).
+
+    With ``more_per_checkpoint``, each completed checkpoint lets every reader emit that many
+    more: a job that must see some checkpoints before its end gets them, paced by the
+    checkpoints themselves instead of by sleeps. With ``until`` (a file's path), the hold ends
+    for good once that file exists (:func:`release`): the test lets the job finish once it saw
+    what it waited for."""
+
+    def __init__(
+        self,
+        start: int,
+        end: int,
+        hold_after: int | None,
+        more_per_checkpoint: int = 0,
+        until: str | None = None,
+    ) -> None:
+        super().__init__(start, end)
+        self.hold_after = hold_after
+        self.more_per_checkpoint = more_per_checkpoint
+        self.until = until
+
+    def create_reader(self, context: SourceReaderContext) -> NumberSequenceReader:
+        return _HoldingReader(self.hold_after, self.more_per_checkpoint, self.until)
+
+
+class _HoldingReader(NumberSequenceReader):
+    def __init__(self, hold_after: int | None, more_per_checkpoint: int, until: str | None) -> None:
+        super().__init__()
+        self.left = hold_after
+        self.more_per_checkpoint = more_per_checkpoint
+        self.until = until
+
+    def poll_next(self, max_records: int) -> list[int] | None:
+        if self.left == 0 and self.until is not None and os.path.exists(self.until):
+            self.left = None  # released
+        if self.left is None:
+            return super().poll_next(max_records)
+        if self.left == 0:
+            return []  # held: nothing available until a checkpoint completes or the release, or for good
+        batch = super().poll_next(min(max_records, self.left))
+        self.left -= len(batch or [])
+        return batch
+
+    def notify_checkpoint_complete(self, checkpoint_id: int) -> None:
+        if self.left is not None:
+            self.left += self.more_per_checkpoint
+
+
 def release(until: str) -> None:
-    """Lets every :class:`Throttle` waiting ``until`` this file run at full speed."""
+    """Lets every :class:`Throttle` waiting ``until`` this file run at full speed (and every
+    :class:`HoldingSequence` waiting for it go on)."""
     Path(until).touch()
 
 

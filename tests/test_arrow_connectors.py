@@ -624,6 +624,7 @@ def test_job_csv_files_to_delta_exactly_once_through_a_failure(tmp_path: Path) -
     assert delta_keys(tmp_path / "table") == list(range(n))
 
 
+@pytest.mark.slow
 def test_job_kafka_to_kafka_on_the_batch_path(kafka_broker: KafkaBroker) -> None:
     n = 20_000
     source_topic = kafka_broker.create_topic(unique_topic("arrow-in"), partitions=2)

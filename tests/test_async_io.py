@@ -46,7 +46,7 @@ from chandy.task.operators.async_wait import AsyncWaitOperator, InFlightRecord, 
 from tests.async_server import DoublingClient, RequestServer, ServiceError
 from tests.operator_harness import OperatorHarness, Snapshot
 from tests.probes import Probe
-from tests.test_checkpointing_e2e import latest_checkpoint_dir
+from tests.test_checkpointing_e2e import cancel_keeping_results, drain, latest_checkpoint_dir
 
 
 class AsyncHarness:
@@ -583,6 +583,7 @@ def test_a_request_cancelled_by_the_function_itself_fails_the_task_instead_of_ha
         h.harness.close()
 
 
+@pytest.mark.slow
 def test_the_remote_inference_example_gives_each_comment_one_result() -> None:
     """examples/async_inference.py (PyFlink's remote_model_inference.py), as a user runs it:
     a third of the first attempts time out and are retried a second later; every row's
@@ -693,9 +694,7 @@ def test_requests_in_flight_in_a_retained_checkpoint_are_sent_again_at_a_higher_
             return min(probe.get("completed-0"), probe.get("completed-1"))
 
         first_results = job(2, tmp_path / "first").execute_and_collect("async I/O before rescaling")
-        first: list[Any] = []
-        reader = threading.Thread(target=lambda: first.extend(first_results), daemon=True)
-        reader.start()
+        first, reader = drain(first_results)
         try:
             server.wait_for_requests(n)
             # Every record is queued now; a checkpoint triggered after the next completion holds them all.
@@ -704,9 +703,8 @@ def test_requests_in_flight_in_a_retained_checkpoint_are_sent_again_at_a_higher_
             while completed() < baseline + 2:
                 assert time.monotonic() < deadline, "no checkpoint completed"
                 time.sleep(0.01)
-        finally:
-            first_results.close()  # cancel: the retained checkpoint holds the queued records
-            reader.join(60)
+        finally:  # cancel: the retained checkpoint holds the queued records
+            cancel_keeping_results(first_results, reader)
         # each subtask emitted its results up to its first hanging request (1 and 3 on subtask 1)
         assert 0 < len(first) < n // 2
 

@@ -42,7 +42,7 @@ from chandy.core.functions import (
 )
 from chandy.core.state import ValueStateDescriptor
 from chandy.core.types import Row
-from tests.jobs import Throttle, kill_a_slot_after_checkpoints, release
+from tests.jobs import HoldingSequence, kill_a_slot_after_checkpoints, release
 from tests.probes import Probe
 from tests.state_backends import on_rocksdb_too
 from tests.test_checkpointing_e2e import (
@@ -406,15 +406,19 @@ def mixed_records() -> list[tuple[int, int]]:
     return [(int(k), int(v)) for k, v in zip(keys, values, strict=True)]
 
 
-def mixed_job(env: StreamExecutionEnvironment, records: list[tuple[int, int]], pace_s: float = 0.0) -> Any:
-    """from_collection (records, paced by ``pace_s`` a record) -> to_batches() ->
-    key_by("key").running_sum("value") -> map_batches -> to_records() -> key_by(row.key).process(...).
-    The source and to_batches have one subtask, so each key's rows stay in order."""
+def mixed_job(
+    env: StreamExecutionEnvironment, records: list[tuple[int, int]], hold_after: int | None = None
+) -> Any:
+    """the records (the first ``hold_after`` only, then none until cancelled: see
+    :class:`HoldingSequence`) -> to_batches() -> key_by("key").running_sum("value") -> map_batches
+    -> to_records() -> key_by(row.key).process(...). The source and to_batches have one subtask,
+    so each key's rows stay in order."""
     schema = pa.schema([("key", pa.int64()), ("value", pa.int64())])
     return (
-        env.from_collection(records)
+        env.from_source(HoldingSequence(0, len(records) - 1, hold_after), source_name="positions")
         .uid("records")
-        .map(Throttle(pace_s))
+        .set_parallelism(1)
+        .map(lambda i: records[i])
         .uid("pace")
         .set_parallelism(1)
         .to_batches(schema)
@@ -464,12 +468,15 @@ def test_a_mixed_job_restores_its_record_and_columnar_state_at_another_paralleli
         "execution.checkpointing.dir": str(tmp_path / "first"),
         "execution.checkpointing.externalized-checkpoint-retention": "RETAIN_ON_CANCELLATION",
     }
-    results = mixed_job(batch_env(executor, 2, **retain), records, pace_s=0.0005).execute_and_collect("first")
+    half = len(records) // 2  # the first run holds there: it is still running when it is cancelled
+    results = mixed_job(batch_env(executor, 2, **retain), records, hold_after=half).execute_and_collect(
+        "first"
+    )
     first, reader = drain(results)
     wait_for_checkpoints(tmp_path / "first", 1)
     wait_for(lambda: len(first) > 100, "the first run's output")
     cancel_keeping_results(results, reader)
-    assert len(first) < len(records)
+    assert len(first) <= half
 
     env2 = batch_env(executor, 3, **{"execution.checkpointing.dir": str(tmp_path / "second")})
     env2.set_restore_path(str(latest_checkpoint_dir(tmp_path / "first")))

@@ -28,6 +28,7 @@ from bench.systems.w5_events import figures as w5_figures
 ROOT = Path(__file__).resolve().parent.parent
 
 
+@pytest.mark.slow
 def test_quick_bench_run_measures_every_workload_on_chandy(tmp_path: Path) -> None:
     done = subprocess.run(
         [
@@ -103,6 +104,7 @@ def _bench(*args: str) -> subprocess.CompletedProcess[str]:
     )
 
 
+@pytest.mark.slow
 def test_an_interrupted_run_resumes_without_rerunning_what_it_kept(tmp_path: Path) -> None:
     options = [
         "run",
@@ -135,6 +137,7 @@ def test_an_interrupted_run_resumes_without_rerunning_what_it_kept(tmp_path: Pat
     assert [r["run_s"] for r in rows if r["checkpoint_interval_ms"]] == [-1.0]
 
 
+@pytest.mark.slow
 def test_report_rewrites_the_markdown_from_saved_rows_and_bad_input_is_named(tmp_path: Path) -> None:
     done = _bench(
         "run",

@@ -17,7 +17,6 @@ without them its events would wait forever and be missing from the output.
 
 from __future__ import annotations
 
-import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -37,7 +36,7 @@ from chandy.core.state import ListStateDescriptor, MapStateDescriptor
 from tests.jobs import Throttle
 from tests.probes import Probe
 from tests.state_backends import on_rocksdb_too
-from tests.test_checkpointing_e2e import latest_checkpoint_dir
+from tests.test_checkpointing_e2e import cancel_keeping_results, drain, latest_checkpoint_dir
 from tests.test_timers_e2e import wait_for
 
 N = 4_000
@@ -271,15 +270,12 @@ def test_a_restore_at_another_parallelism_gives_every_subtask_the_broadcast_stat
         }
     )
     results = first_job.execute_and_collect("rules before rescaling")
-    first: list[Any] = []
-    reader = threading.Thread(target=lambda: first.extend(results), daemon=True)
-    reader.start()
+    first, reader = drain(results)
     wait_for(
         lambda: probe.get("ready-1") >= old, "a completed checkpoint holding every rule on every subtask"
     )
     wait_for(lambda: len(first) >= probe.get("ready-1-records"), "the completed checkpoint's results")
-    results.close()  # cancel: RETAIN_ON_CANCELLATION keeps the latest checkpoint
-    reader.join(60)
+    cancel_keeping_results(results, reader)  # RETAIN_ON_CANCELLATION keeps the latest checkpoint
     assert len(first) < len(expected()), "the first run was cancelled before its end"
 
     second_job = rules_job(executor, probe, new, run=2, pace=(0.0, 0.0))

@@ -186,6 +186,7 @@ def chandy(*args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(command, capture_output=True, text=True, timeout=120, cwd=ROOT)
 
 
+@pytest.mark.slow
 def test_checkpoint_inspect_lists_the_channel_state(storage: CheckpointStorage) -> None:
     """The installed command, on a real ``chk-N``: per subtask the channels holding in-flight
     data and their bytes, a summary line, and the channel state file among the state files."""

@@ -26,6 +26,7 @@ from tests.jobs import (
     CountingFilter,
     CountingMap,
     FailOnceMap,
+    HoldingSequence,
     KeyedCounter,
     SlowMap,
     Throttle,
@@ -174,14 +175,16 @@ def test_checkpoint_listeners_hear_completed_checkpoints_and_stats_are_flinks_sh
     probe = Probe()
     gate = os.path.join(probe.directory, "release-throttle")
     env = checkpointing_env(executor=executor, parallelism=1, interval_ms=30)
-    env.from_sequence(0, 50_000).map(Throttle(0.00005, until=gate)).add_sink(CheckpointRecorder(probe))
+    # the source holds half-way until the test heard three checkpoints: the job cannot end first
+    numbers = HoldingSequence(0, 50_000, hold_after=25_000, until=gate)
+    env.from_source(numbers, source_name="numbers").add_sink(CheckpointRecorder(probe))
     client = env.execute_async("listener")
     deadline = time.monotonic() + 60
     while len(probe.items) < 3:
         assert time.monotonic() < deadline
         time.sleep(0.02)
     stats = client.get_checkpoint_statistics()
-    release(gate)  # three were heard while it ran: the rest of the input need not be paced
+    release(gate)  # three were heard while it ran: the rest of the input goes on
     client.get_job_execution_result(timeout=120)
     ids = list(probe.items)
     assert ids == sorted(ids) and len(set(ids)) == len(ids)
@@ -254,14 +257,13 @@ def test_restore_a_retained_checkpoint_after_cancel(
     retain = {
         "execution.checkpointing.dir": str(tmp_path),
         "execution.checkpointing.externalized-checkpoint-retention": "RETAIN_ON_CANCELLATION",
-        "chandy.network.batch-size": 20,  # the first run's barriers and cancel wait behind 20 paced records
     }
     env = checkpointing_env(executor=executor, interval_ms=50, **retain)
+    # Each source subtask stops half-way: the first run is still running when the test cancels
+    # it after its first checkpoint, however slow the machine (no key is complete: nothing collected).
     results = (
-        env.from_sequence(0, n - 1)
+        env.from_source(HoldingSequence(0, n - 1, hold_after=n // 4), source_name="numbers")
         .uid("source")
-        .map(Throttle(0.0005))
-        .uid("throttle")
         .map(CountingMap("map", probe))
         .uid("map")
         .key_by(lambda x: x % keys)
@@ -283,10 +285,8 @@ def test_restore_a_retained_checkpoint_after_cancel(
     )
     env2.set_restore_path(str(retained))
     second = (
-        env2.from_sequence(0, n - 1)
+        env2.from_source(HoldingSequence(0, n - 1, hold_after=None), source_name="numbers")
         .uid("source")
-        .map(Throttle(0.0))
-        .uid("throttle")
         .map(CountingMap("map", probe))
         .uid("map")
         .key_by(lambda x: x % keys)
@@ -483,14 +483,11 @@ def test_a_retained_checkpoint_can_be_moved_and_still_restores(tmp_path: Path, e
         "execution.checkpointing.dir": str(tmp_path / "original"),
         "execution.checkpointing.data-inline-threshold": 0,
         "execution.checkpointing.externalized-checkpoint-retention": "RETAIN_ON_CANCELLATION",
-        "chandy.network.batch-size": 20,  # the first run's barriers and cancel wait behind 20 paced records
     }
     env = checkpointing_env(executor=executor, interval_ms=50, **retain)
-    results = (
-        env.from_sequence(0, n - 1)
+    results = (  # each source subtask stops half-way: running until cancelled, nothing collected
+        env.from_source(HoldingSequence(0, n - 1, hold_after=n // 4), source_name="numbers")
         .uid("source")
-        .map(Throttle(0.0005))
-        .uid("throttle")
         .key_by(lambda x: x % keys)
         .process(KeyedCounter(n // keys))
         .uid("counter")
@@ -498,8 +495,8 @@ def test_a_retained_checkpoint_can_be_moved_and_still_restores(tmp_path: Path, e
     )
     first, reader = drain(results)
     wait_for_checkpoints(tmp_path / "original", 1)
-    results.close()
-    reader.join(30)
+    cancel_keeping_results(results, reader)
+    assert first == []
     retained = latest_checkpoint_dir(tmp_path / "original")
     assert [f for f in retained.iterdir() if f.name != "_metadata"]  # state lives in files
     moved = tmp_path / "archive" / "my-checkpoint"
@@ -508,16 +505,14 @@ def test_a_retained_checkpoint_can_be_moved_and_still_restores(tmp_path: Path, e
     env2 = checkpointing_env(executor=executor, interval_ms=100)
     env2.set_restore_path(str(moved / "_metadata"))
     second = (
-        env2.from_sequence(0, n - 1)
+        env2.from_source(HoldingSequence(0, n - 1, hold_after=None), source_name="numbers")
         .uid("source")
-        .map(Throttle(0.0))
-        .uid("throttle")
         .key_by(lambda x: x % keys)
         .process(KeyedCounter(n // keys))
         .uid("counter")
         .execute_and_collect("second run", limit=10**6)
     )
-    assert sorted(first + second) == [(k, n // keys) for k in range(keys)]
+    assert sorted(second) == [(k, n // keys) for k in range(keys)]
 
 
 def test_a_corrupt_state_file_is_refused_naming_it(tmp_path: Path, executor: str) -> None:
@@ -566,6 +561,7 @@ class SlowFinishSink(SinkFunction):
         time.sleep(self.delay_s)
 
 
+@pytest.mark.slow
 def test_a_task_busy_finishing_after_its_upstream_finished_does_not_stall_checkpoints() -> None:
     """Flink's FLIP-147 plan: a running task whose every upstream task has finished gets no
     barrier any more, so it is triggered directly, and it takes that checkpoint once its

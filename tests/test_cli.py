@@ -26,7 +26,9 @@ from chandy.config.options import RecoveryClaimMode, StateRecoveryOptions
 from chandy.errors import ConfigurationError
 from tests.state_backends import on_rocksdb_too
 
-CHANDY = shutil.which("chandy") or os.path.join(os.path.dirname(sys.executable), "chandy")
+#: The entry point installed beside the interpreter that runs the tests (.venv/bin/chandy),
+#: not whichever ``chandy`` comes first on PATH (another environment's, or none).
+CHANDY = os.path.join(os.path.dirname(sys.executable), "chandy")
 
 
 @pytest.fixture(autouse=True)
@@ -220,6 +222,7 @@ def test_run_passes_settings_arguments_and_exit_code(tmp_path: Path) -> None:
     assert "JobID" not in result.stdout  # not fixed, so not known before the job starts
 
 
+@pytest.mark.slow
 def test_run_restores_from_a_retained_checkpoint_at_another_parallelism(tmp_path: Path) -> None:
     job = tmp_path / "count.py"
     job.write_text(COUNT_JOB)
@@ -315,6 +318,7 @@ def test_run_usage_errors_are_one_line(tmp_path: Path) -> None:
 # ---------------------------------------------------------------------- REST commands: errors
 
 
+@pytest.mark.slow
 def test_rest_commands_without_a_server_name_the_address(tmp_path: Path) -> None:
     address = f"127.0.0.1:{free_port()}"
     for args in (["list"], ["cancel", "a" * 32], ["savepoint", "b" * 32, str(tmp_path)], ["stop", "c" * 32]):
@@ -418,6 +422,7 @@ def wait_until_running(job: DetachedJob, *extra: str, env: dict[str, str] | None
         time.sleep(0.2)
 
 
+@pytest.mark.slow
 def test_a_detached_job_is_listed_savepointed_and_cancelled_with_a_token(tmp_path: Path) -> None:
     savepoints = tmp_path / "savepoints"
     job = run_detached(
@@ -492,6 +497,7 @@ TWO_JOBS = textwrap.dedent(
 )
 
 
+@pytest.mark.slow
 def test_list_shows_running_and_terminated_jobs_and_run_passes_the_exit_code(tmp_path: Path) -> None:
     job = tmp_path / "two_jobs.py"
     job.write_text(TWO_JOBS)
@@ -530,6 +536,7 @@ def test_list_shows_running_and_terminated_jobs_and_run_passes_the_exit_code(tmp
             runner.wait(timeout=60)
 
 
+@pytest.mark.slow
 @on_rocksdb_too()
 def test_stop_with_a_savepoint_then_run_from_it_at_another_parallelism(tmp_path: Path) -> None:
     job = run_detached(tmp_path)
@@ -590,6 +597,7 @@ def test_stop_with_a_savepoint_then_run_from_it_at_another_parallelism(tmp_path:
     assert result["final"] == {str(k): 1000 for k in range(30)}
 
 
+@pytest.mark.slow
 def test_stop_of_a_program_that_exits_at_once_finds_the_savepoint_on_disk(tmp_path: Path) -> None:
     """A program that collects its job's results ends (and its REST API with it) as soon as the
     stop finished, before the outcome was fetched: the completed savepoint is found on disk."""
@@ -656,6 +664,7 @@ def copy_checkpoint(source: Path, target: Path) -> Path:
     return target
 
 
+@pytest.mark.slow
 def test_inspect_shows_operators_uids_state_kinds_key_groups_and_files(retained: Path) -> None:
     result = chandy("checkpoint", "inspect", str(retained), "--json", timeout=60)
     assert result.returncode == 0, result.stderr
@@ -710,6 +719,7 @@ def test_inspect_reports_missing_state_files_and_exits_1(retained: Path, tmp_pat
     assert "state files of" in result.stderr and "a restore from it would be refused" in result.stderr
 
 
+@pytest.mark.slow
 def test_checkpoint_list_shows_valid_and_broken_checkpoints(retained: Path, tmp_path: Path) -> None:
     root = tmp_path / "checkpoints"
     job_dir = root / retained.parent.name
@@ -742,6 +752,7 @@ def test_checkpoint_list_shows_valid_and_broken_checkpoints(retained: Path, tmp_
     assert "INVALID: _metadata is corrupt (checksum mismatch)" in lines[2]
 
 
+@pytest.mark.slow
 def test_inspect_and_list_check_the_shared_files_of_incremental_checkpoints(tmp_path: Path) -> None:
     from chandy.storage.checkpoint_storage import CheckpointStorage
     from tests.test_completed_checkpoint_store import JOB_ID, finalized_incremental_checkpoint

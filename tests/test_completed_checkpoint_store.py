@@ -285,6 +285,7 @@ def test_metadata_with_a_flipped_byte_in_the_body_is_corrupt(storage: Checkpoint
     assert "corrupt" in str(error.value)
 
 
+@pytest.mark.slow
 def test_any_flipped_byte_is_a_clear_error(storage: CheckpointStorage) -> None:
     """Every single-byte flip is refused with an error naming the file, never a wrong restore;
     past the fixed header (magic, version) the error says the file is corrupt."""

@@ -439,6 +439,7 @@ def test_a_timer_in_a_non_keyed_co_process_function_fails_the_job_with_the_fix(
     assert "key_by(k1, k2)" in str(failure.value.__cause__)
 
 
+@pytest.mark.slow
 def test_the_connected_streams_example_prints_each_payment_at_the_rate_of_its_time() -> None:
     """examples/connected_streams.py, as a user runs it (on the local executor)."""
     root = Path(__file__).resolve().parent.parent
@@ -463,6 +464,7 @@ def test_the_connected_streams_example_prints_each_payment_at_the_rate_of_its_ti
     ]
 
 
+@pytest.mark.slow
 def test_a_user_function_annotated_with_the_co_contexts_type_checks(tmp_path: Path) -> None:
     """``KeyedCoProcessFunction.Context`` and its siblings are PyFlink's names for the
     contexts; a user's strictly type-checked job annotates with them."""

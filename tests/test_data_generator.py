@@ -14,6 +14,7 @@ from chandy.connectors import DataGeneratorSource
 from chandy.core.connector import Boundedness, SourceReaderContext
 from tests.jobs import KeyedCounter
 from tests.test_checkpointing_e2e import (
+    cancel_keeping_results,
     checkpointing_env,
     drain,
     latest_checkpoint_dir,
@@ -37,6 +38,7 @@ def test_bounded_output_is_exact(executor: str, parallelism: int, count: int) ->
         assert sorted(out) == expected
 
 
+@pytest.mark.slow
 def test_rate_limit_spreads_records_over_time(executor: str) -> None:
     env = StreamExecutionEnvironment.get_execution_environment(executor=executor)
     env.set_parallelism(2)
@@ -54,7 +56,7 @@ def test_rate_limit_spreads_records_over_time(executor: str) -> None:
     assert in_first_second <= 100 + 10, in_first_second
 
 
-def test_rate_limited_reader_emits_small_batches_and_never_blocks() -> None:
+def test_rate_limited_reader_emits_small_batches_and_never_blocks(monkeypatch: pytest.MonkeyPatch) -> None:
     source = DataGeneratorSource(lambda i: i, None, records_per_second=2000)
     readers = [source.create_reader(SourceReaderContext(i, 2, 0)) for i in range(2)]
     for i, reader in enumerate(readers):
@@ -64,12 +66,19 @@ def test_rate_limited_reader_emits_small_batches_and_never_blocks() -> None:
     started = time.monotonic()
     batches: list[list[Any]] = []
     immediate_repolls: list[list[Any]] = []
+    pause = time.sleep
+
+    def no_sleep(seconds: float) -> None:
+        raise AssertionError(f"poll_next slept {seconds} s: it must return at once, due or not")
+
     while time.monotonic() - started < 0.5:
-        poll_started = time.monotonic()
+        # returns at once, due or not: a poll that sleeps fails (not a wall-clock bound, which
+        # a loaded machine breaks by descheduling the test between two readings of the clock)
+        monkeypatch.setattr(time, "sleep", no_sleep)
         batch = reader.poll_next(1024)
-        assert time.monotonic() - poll_started < 0.01  # returns at once, due or not
         batches.append(batch)
         again = reader.poll_next(1024)  # at once: (almost always) nothing due yet
+        monkeypatch.setattr(time, "sleep", pause)
         batches.append(again)
         immediate_repolls.append(again)
         time.sleep(reader.idle_wait_s)
@@ -123,12 +132,17 @@ def test_restore_from_a_retained_checkpoint_continues_without_duplicates_or_gaps
             "execution.checkpointing.externalized-checkpoint-retention": "RETAIN_ON_CANCELLATION",
         },
     )
-    results = pipeline(env, 3000).execute_and_collect("first run")
+    # 600 records/s: 10 s for all, and the test cancels the job after its third checkpoint
+    # (every 50 ms; each after more records), so the first run cannot end first on a loaded machine.
+    results = pipeline(env, 600).execute_and_collect("first run")
     first, reader = drain(results)
     wait_for_checkpoints(tmp_path / "first", 1)
-    time.sleep(0.3)  # a few more checkpoints (every 50 ms), with records read before them
-    results.close()  # cancelled well before the 2 s the rate needs for all records
-    reader.join(30)
+    deadline = time.monotonic() + 60
+    while results.job_client.get_checkpoint_statistics(timeout=60)["counts"]["completed"] < 3:
+        assert time.monotonic() < deadline, "no 3 checkpoints in 60 s"
+        time.sleep(0.01)
+    cancel_keeping_results(results, reader)
+    assert len(first) < keys  # no key was complete
     retained = latest_checkpoint_dir(tmp_path / "first")
 
     env2 = checkpointing_env(

@@ -14,6 +14,7 @@ import pytest
 ROOT = Path(__file__).resolve().parent.parent
 
 
+@pytest.mark.slow
 def test_kafka_to_parquet_example_commits_every_order_once(tmp_path: Path) -> None:
     """It starts its own broker, so it runs with no Kafka around, and owns that broker:
     the process ends only once the broker is stopped."""
@@ -78,6 +79,7 @@ def _run_windowing_example(kind: str, *options: str) -> str:
 
 
 @pytest.mark.parametrize("kind", ["tumbling", "sliding", "session", "dynamic-session", "count"])
+@pytest.mark.slow
 def test_windowing_example_prints_what_pyflink_prints(kind: str) -> None:
     """Line for line, in PyFlink's order (one subtask: windows fire in event-time order)."""
     expected = (PYFLINK_OUTPUTS / f"windowing-{kind}.txt").read_text(encoding="utf-8")
@@ -91,6 +93,7 @@ def test_windowing_example_runs_on_spark() -> None:
     assert _run_windowing_example("session").splitlines() == expected.splitlines()
 
 
+@pytest.mark.slow
 def test_event_time_timer_example_prints_what_pyflink_prints() -> None:
     """PyFlink's timer example (as adapted in event_time_timer.pyflink.py beside the output):
     every timer fires at the end of the input, each printing its key's total. Flink does not
@@ -107,6 +110,7 @@ def test_event_time_timer_example_prints_what_pyflink_prints() -> None:
     assert len(done.stdout.splitlines()) == 8, "one line per distinct (key, timer)"
 
 
+@pytest.mark.slow
 def test_windowing_example_writes_files_with_output(tmp_path: Path) -> None:
     _run_windowing_example("tumbling", "--executor", "local", "--output", str(tmp_path))
     lines = sorted(
@@ -123,6 +127,7 @@ def _code_blocks(page: str) -> list[tuple[str, str]]:
     return re.findall(r"```(\w+)\n(.*?)```", page, re.S)
 
 
+@pytest.mark.slow
 def test_the_event_time_guides_example_prints_what_it_says() -> None:
     """docs/event-time.md's complete example runs as printed (on the local executor) and
     prints the lines the page shows after it."""
@@ -142,6 +147,7 @@ def test_the_event_time_guides_example_prints_what_it_says() -> None:
 # PyFlink the benchmarks install, which the test suite does not need.
 
 
+@pytest.mark.slow
 def test_large_state_rocksdb_example_alerts_exactly_once_and_checkpoints_incrementally(
     tmp_path: Path,
 ) -> None:

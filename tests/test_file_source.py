@@ -269,6 +269,7 @@ def test_parquet_is_read_in_row_group_steps(tmp_path: Path) -> None:
 # --------------------------------------------------------------------------- bounded mode
 
 
+@pytest.mark.slow
 def test_exactly_once_through_a_failure_mid_file(tmp_path: Path, executor: str) -> None:
     files, rows = 3, 4000
     for f in range(files):
@@ -431,6 +432,7 @@ def test_bad_configuration_is_rejected_when_the_job_is_built(tmp_path: Path) -> 
 # --------------------------------------------------------------------------- continuous mode
 
 
+@pytest.mark.slow
 def test_continuous_file_source_reads_files_appearing_while_running_once_also_across_a_failover(
     tmp_path: Path, executor: str
 ) -> None:
@@ -477,6 +479,7 @@ def test_continuous_file_source_reads_files_appearing_while_running_once_also_ac
     assert set(counts) == {f"{name}:{i}" for name in names for i in range(lines)}
 
 
+@pytest.mark.slow
 def test_continuous_file_source_restores_at_another_parallelism(tmp_path: Path, executor: str) -> None:
     inbox = tmp_path / "inbox"
     inbox.mkdir()

@@ -71,6 +71,7 @@ def savepoint_path(output: str) -> Path:
     return Path(match.group(1).removeprefix("file:"))
 
 
+@pytest.mark.slow
 def test_flink_list_savepoint_and_stop(
     flink: Path, executor: str, tmp_path: Path, cleanup: list[StreamExecutionEnvironment]
 ) -> None:
@@ -97,6 +98,7 @@ def test_flink_list_savepoint_and_stop(
     assert f"{job_id} : chandy job for flink's cli (FINISHED)" in listed, listed
 
 
+@pytest.mark.slow
 def test_flink_cancel(flink: Path, cleanup: list[StreamExecutionEnvironment]) -> None:
     env, client, address = start("local", "to be cancelled")
     cleanup.append(env)
@@ -107,6 +109,7 @@ def test_flink_cancel(flink: Path, cleanup: list[StreamExecutionEnvironment]) ->
     assert client.get_job_status() is JobStatus.CANCELED
 
 
+@pytest.mark.slow
 def test_flink_savepoint_failure_shows_chandys_reason(
     flink: Path, tmp_path: Path, cleanup: list[StreamExecutionEnvironment]
 ) -> None:

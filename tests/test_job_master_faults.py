@@ -267,6 +267,7 @@ def test_a_failed_first_deployment_is_restarted_by_the_restart_strategy() -> Non
     assert sum(final_counts(probe, "map").values()) == 20_000
 
 
+@pytest.mark.slow
 def test_failed_deployments_during_restarts_are_restarted_until_one_succeeds(
     caplog: pytest.LogCaptureFixture,
 ) -> None:

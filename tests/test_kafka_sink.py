@@ -118,6 +118,7 @@ def test_a_transaction_commits_only_when_its_checkpoint_completes(
     h.close()
 
 
+@pytest.mark.slow
 def test_a_restore_commits_the_transaction_whose_commit_the_failure_prevented(
     kafka_broker: KafkaBroker, topic: str
 ) -> None:
@@ -155,6 +156,7 @@ def test_a_restore_does_not_redo_a_transaction_that_was_committed(
     assert marker(kafka_broker, s) == 1
 
 
+@pytest.mark.slow
 def test_a_restore_fences_the_transactions_a_failed_attempt_left_open(
     kafka_broker: KafkaBroker, topic: str
 ) -> None:
@@ -183,6 +185,7 @@ def test_a_restore_fences_the_transactions_a_failed_attempt_left_open(
     restored.close()
 
 
+@pytest.mark.slow
 def test_a_restore_at_lower_parallelism_commits_every_old_subtasks_transactions(
     kafka_broker: KafkaBroker, topic: str, caplog: pytest.LogCaptureFixture
 ) -> None:
@@ -239,6 +242,7 @@ def test_at_least_once_flushes_at_every_checkpoint(kafka_broker: KafkaBroker, to
 # ---------------------------------------------------------------------------- whole jobs
 
 
+@pytest.mark.slow
 def test_exactly_once_job_writes_every_record_once(
     kafka_broker: KafkaBroker, topic: str, executor: str
 ) -> None:
@@ -257,6 +261,7 @@ def test_exactly_once_job_writes_every_record_once(
     assert sorted(values(kafka_broker, topic), key=int) == [str(i) for i in range(n)]
 
 
+@pytest.mark.slow
 def test_exactly_once_job_through_a_failure_commits_each_checkpoint_once(
     kafka_broker: KafkaBroker, topic: str, executor: str
 ) -> None:
@@ -326,6 +331,7 @@ def test_a_missing_topic_is_refused_when_the_job_is_built(kafka_broker: KafkaBro
     assert kafka_broker.partitions(missing) == []
 
 
+@pytest.mark.slow
 def test_an_unreachable_broker_is_refused_when_the_job_is_built() -> None:
     servers = f"127.0.0.1:{free_port()}"
     built = (

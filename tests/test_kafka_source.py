@@ -345,6 +345,7 @@ def test_a_missing_topic_fails_a_checkpointed_job_at_once_instead_of_restarting(
     assert client.restarts == 0
 
 
+@pytest.mark.slow
 def test_an_unreachable_broker_fails_the_job_within_seconds(executor: str) -> None:
     servers = f"127.0.0.1:{free_port()}"
     source = (

@@ -4,6 +4,7 @@
 
 from __future__ import annotations
 
+import time
 from collections import Counter, defaultdict
 from pathlib import Path
 from typing import Any, NamedTuple
@@ -19,9 +20,15 @@ from chandy.graph.execution_graph import ExecutionGraph
 from chandy.graph.job_graph import DistributionPattern
 from chandy.task.operators.keyed import MaxByFunction, MaxFunction, MinByFunction, MinFunction, SumFunction
 from chandy.task.partitioners import CustomPartitionerWrapper, RescalePartitioner
-from tests.jobs import CountingMap, KeyedCounter, Throttle, final_counts
+from tests.jobs import CountingMap, HoldingSequence, KeyedCounter, final_counts
 from tests.probes import Probe
-from tests.test_checkpointing_e2e import checkpointing_env, drain, latest_checkpoint_dir, wait_for_checkpoints
+from tests.test_checkpointing_e2e import (
+    cancel_keeping_results,
+    checkpointing_env,
+    drain,
+    latest_checkpoint_dir,
+    wait_for_checkpoints,
+)
 
 
 def env_with(parallelism: int, executor: str = "local") -> StreamExecutionEnvironment:
@@ -181,16 +188,13 @@ def test_min_state_is_checkpointed_and_restored_exactly_once(tmp_path: Path) -> 
     """min keeps its aggregate in keyed state: a job cancelled after a checkpoint and
     restored from it emits, across both runs, exactly the running minimum of every key once
     per record, with the other fields still those of the key's first record."""
-    n, keys = 3_000, 5
+    n, keys, cut = 3_000, 5, 1_300
 
-    def job(env: StreamExecutionEnvironment, delay: float) -> Any:
+    def job(env: StreamExecutionEnvironment, hold_after: int | None) -> Any:
         return (
-            env.from_sequence(0, n - 1)
+            env.from_source(HoldingSequence(0, n - 1, hold_after), source_name="numbers")
             .uid("source")
             .set_parallelism(1)  # one source: each key's records arrive in order
-            .map(Throttle(delay))
-            .uid("throttle")
-            .set_parallelism(1)
             .map(lambda x: (x % keys, (x * 7919) % 1000, x))
             .uid("fields")
             .set_parallelism(1)
@@ -204,15 +208,20 @@ def test_min_state_is_checkpointed_and_restored_exactly_once(tmp_path: Path) -> 
         "execution.checkpointing.externalized-checkpoint-retention": "RETAIN_ON_CANCELLATION",
         "chandy.network.batch-size": 20,
     }
-    results = job(checkpointing_env(interval_ms=30, **retain), 0.001).execute_and_collect("first")
+    # The first run's source stops after `cut` records, so the job cannot end before the test
+    # cancels it, however slow the machine. The collect sink hands results over when the
+    # checkpoint after them completes: once all `cut` are here, a checkpoint holds them all.
+    results = job(checkpointing_env(interval_ms=30, **retain), hold_after=cut).execute_and_collect("first")
     first, reader = drain(results)
-    wait_for_checkpoints(tmp_path / "a", 1)
-    results.close()
-    reader.join(30)
+    deadline = time.monotonic() + 120
+    while len(first) < cut and reader.is_alive():
+        assert time.monotonic() < deadline, f"{len(first)} of {cut} results after 120 s"
+        time.sleep(0.02)
+    cancel_keeping_results(results, reader)
+    assert len(first) == cut
     env = checkpointing_env(interval_ms=100, **{"execution.checkpointing.dir": str(tmp_path / "b")})
     env.set_restore_path(str(latest_checkpoint_dir(tmp_path / "a")))
-    second = job(env, 0.0).execute_and_collect("second", limit=10**6)
-    assert 0 < len(first) < n, "the cut fell inside the job"
+    second = job(env, hold_after=None).execute_and_collect("second", limit=10**6)
     expected: dict[int, list[tuple[int, int, int]]] = {}
     for x in range(n):
         key, value = x % keys, (x * 7919) % 1000
@@ -385,12 +394,12 @@ def test_restore_of_a_job_whose_rescale_edge_changed_parallelism(
         request.getfixturevalue("spark_session")
     n, keys = 20_000, 20
 
-    def job(env: StreamExecutionEnvironment, delay: float, map_parallelism: int, probe: Probe) -> Any:
+    def job(
+        env: StreamExecutionEnvironment, hold_after: int | None, map_parallelism: int, probe: Probe
+    ) -> Any:
         return (
-            env.from_sequence(0, n - 1)
+            env.from_source(HoldingSequence(0, n - 1, hold_after), source_name="numbers")
             .uid("source")
-            .map(Throttle(delay))
-            .uid("throttle")
             .rescale()
             .map(CountingMap("map", probe))
             .uid("map")
@@ -405,18 +414,20 @@ def test_restore_of_a_job_whose_rescale_edge_changed_parallelism(
         "execution.checkpointing.externalized-checkpoint-retention": "RETAIN_ON_CANCELLATION",
     }
     first_env = checkpointing_env(interval_ms=50, executor=on, **retain)
-    results = job(first_env, 0.0005, 3, Probe()).execute_and_collect("first run")
+    # Each source subtask stops half-way (no key is complete, so nothing is collected): the
+    # first run is still running whenever its first checkpoint completes, however slow the machine.
+    results = job(first_env, n // 4, 3, Probe()).execute_and_collect("first run")
     first, reader = drain(results)
     wait_for_checkpoints(tmp_path, 1)
-    results.close()
-    reader.join(30)
+    cancel_keeping_results(results, reader)
+    assert first == []
     env = checkpointing_env(
         interval_ms=100, executor=on, **{"execution.checkpointing.dir": str(tmp_path / "second")}
     )
     env.set_restore_path(str(latest_checkpoint_dir(tmp_path)))
     probe = Probe()
-    second = job(env, 0.0, new_parallelism, probe).execute_and_collect("second run", limit=10**6)
-    assert sorted(first + second) == [(k, n // keys) for k in range(keys)]
+    second = job(env, None, new_parallelism, probe).execute_and_collect("second run", limit=10**6)
+    assert sorted(second) == [(k, n // keys) for k in range(keys)]
     # the restored counters continue where the checkpoint was, redistributed over the new subtasks
     assert sum(final_counts(probe, "map").values()) == n
     assert len(final_counts(probe, "map")) == new_parallelism

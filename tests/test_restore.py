@@ -36,10 +36,16 @@ from chandy.core.state import ListStateDescriptor, ValueStateDescriptor
 from chandy.graph.job_graph import validate_job_id
 from chandy.state.heap import IncompatibleRestoredStateError
 from chandy.storage.checkpoint_storage import CheckpointStorage
-from tests.jobs import CountingMap, KeyedCounter, Throttle
+from tests.jobs import CountingMap, HoldingSequence, KeyedCounter, Throttle
 from tests.probes import Probe
 from tests.state_backends import on_rocksdb_too
-from tests.test_checkpointing_e2e import checkpointing_env, drain, latest_checkpoint_dir, wait_for_checkpoints
+from tests.test_checkpointing_e2e import (
+    cancel_keeping_results,
+    checkpointing_env,
+    drain,
+    latest_checkpoint_dir,
+    wait_for_checkpoints,
+)
 
 N, KEYS = 6_000, 6
 #: Every state in a file of its own, so that a deleted snapshot cannot go unnoticed.
@@ -84,18 +90,31 @@ class OpenCounter(MapFunction):
         return value
 
 
+#: A restored run that must take checkpoints of its own before it ends: each source subtask
+#: emits 250 numbers per completed checkpoint (at least 1,500 are left after a retained run).
+PACED = {"hold_after": 250, "more_per_checkpoint": 250}
+
+
 def counter_job(
-    env: StreamExecutionEnvironment, throttle: float, *, uid: str = "counter", extra: bool = False
+    env: StreamExecutionEnvironment,
+    hold_after: int | None = None,
+    more_per_checkpoint: int = 0,
+    *,
+    uid: str = "counter",
+    extra: bool = False,
 ) -> Any:
-    """A throttled sequence into a keyed count; ``extra`` adds a second stateful operator."""
-    stream = env.from_sequence(0, N - 1).uid("source").map(Throttle(throttle)).uid("throttle")
+    """A sequence into a keyed count (see :class:`HoldingSequence` for ``hold_after`` and
+    ``more_per_checkpoint``); ``extra`` adds a second stateful operator."""
+    source = HoldingSequence(0, N - 1, hold_after, more_per_checkpoint)
+    stream = env.from_source(source, source_name="numbers").uid("source").map(Throttle(0.0)).uid("throttle")
     if extra:
         stream = stream.key_by(lambda x: x % 2).process(PassThrough()).uid("extra")
     return stream.key_by(lambda x: x % KEYS).process(KeyedCounter(N // KEYS)).uid(uid)
 
 
 def retained_run(base: Path, *, extra: bool = False, **config: Any) -> tuple[list[Any], Path]:
-    """Run the counter job, cancel it after its second checkpoint; its output and retained checkpoint."""
+    """Run the counter job, cancel it after its first checkpoint; its output and retained checkpoint.
+    Its source subtasks stop half-way, so the job is still running then (no key is complete)."""
     env = checkpointing_env(
         interval_ms=30,
         **{
@@ -105,12 +124,10 @@ def retained_run(base: Path, *, extra: bool = False, **config: Any) -> tuple[lis
             **config,
         },
     )
-    results = counter_job(env, 0.0005, extra=extra).execute_and_collect("first run")
+    results = counter_job(env, N // 4, extra=extra).execute_and_collect("first run")
     out, reader = drain(results)
     wait_for_checkpoints(base, 1)
-    time.sleep(0.1)
-    results.close()
-    reader.join(30)
+    cancel_keeping_results(results, reader)
     return out, latest_checkpoint_dir(base)
 
 
@@ -150,7 +167,7 @@ def test_no_claim_never_deletes_the_restored_checkpoint_and_the_next_one_stands_
 
     # A run that finishes after many checkpoints of its own (one retained at a time).
     env = restored_env(tmp_path / "b", retained)
-    results = counter_job(env, 0.0002).execute_and_collect("finishes")
+    results = counter_job(env, **PACED).execute_and_collect("finishes")
     second = list(results)
     stats = results.job_client.get_checkpoint_statistics()
     assert stats["counts"]["completed"] >= 5, stats["counts"]
@@ -164,20 +181,21 @@ def test_no_claim_never_deletes_the_restored_checkpoint_and_the_next_one_stands_
         retained,
         **{"execution.checkpointing.externalized-checkpoint-retention": "RETAIN_ON_CANCELLATION"},
     )
-    results = counter_job(env, 0.0005).execute_and_collect("cancelled")
+    results = counter_job(env, 250).execute_and_collect("cancelled")  # holds: no key completes
     third, reader = drain(results)
     wait_for_checkpoints(tmp_path / "c", 1)
+    deadline = time.monotonic() + 120
     while results.job_client.get_checkpoint_statistics()["counts"]["completed"] < 3:
+        assert time.monotonic() < deadline, "the held job took no 3 checkpoints in 120 s"
         time.sleep(0.01)
-    results.close()
-    reader.join(30)
+    cancel_keeping_results(results, reader)
     assert contents(retained) == before
 
     # That run's checkpoint needs nothing of the snapshot the run started from.
     shutil.rmtree(retained.parent.parent)
     own = latest_checkpoint_dir(tmp_path / "c")
     env = restored_env(tmp_path / "d", own)
-    fourth = list(counter_job(env, 0.0).execute_and_collect("from the restored run's checkpoint"))
+    fourth = list(counter_job(env).execute_and_collect("from the restored run's checkpoint"))
     assert sorted(first + third + fourth) == expected()
 
 
@@ -186,7 +204,7 @@ def test_no_claim_never_deletes_the_restored_checkpoint_and_the_next_one_stands_
 def test_claim_deletes_the_restored_checkpoint_once_subsumed(tmp_path: Path) -> None:
     first, retained = retained_run(tmp_path / "a")
     env = restored_env(tmp_path / "b", retained, **{"execution.state-recovery.claim-mode": "CLAIM"})
-    results = counter_job(env, 0.0002).execute_and_collect("claims")
+    results = counter_job(env, **PACED).execute_and_collect("claims")
     second = list(results)
     assert sorted(first + second) == expected()
     assert results.job_client.get_checkpoint_statistics()["counts"]["completed"] >= 2
@@ -213,7 +231,7 @@ def test_claim_owns_even_a_savepoint_and_no_claim_keeps_it_also_at_another_paral
     before = contents(kept)
 
     env = restored_env(tmp_path / "b", kept, parallelism=3)
-    results = counter_job(env, 0.0002).execute_and_collect("no claim, rescaled")
+    results = counter_job(env, **PACED).execute_and_collect("no claim, rescaled")
     assert sorted(first + list(results)) == expected()
     assert results.job_client.get_checkpoint_statistics()["latest"]["restored"]["is_savepoint"] is True
     assert contents(kept) == before
@@ -221,7 +239,9 @@ def test_claim_owns_even_a_savepoint_and_no_claim_keeps_it_also_at_another_paral
     env = restored_env(
         tmp_path / "c", claimed, parallelism=3, **{"execution.savepoint-restore-mode": "CLAIM"}
     )
-    assert sorted(first + list(counter_job(env, 0.0002).execute_and_collect("claim, rescaled"))) == expected()
+    assert (
+        sorted(first + list(counter_job(env, **PACED).execute_and_collect("claim, rescaled"))) == expected()
+    )
     assert not claimed.exists()
 
 
@@ -231,7 +251,7 @@ def test_claim_owns_even_a_savepoint_and_no_claim_keeps_it_also_at_another_paral
 def test_state_of_a_removed_operator_is_refused_naming_it_and_both_fixes(tmp_path: Path) -> None:
     _, retained = retained_run(tmp_path / "a", extra=True)
     env = restored_env(tmp_path / "b", retained)
-    counter_job(env, 0.0).print()
+    counter_job(env).print()
     with pytest.raises(InvalidCheckpointError) as info:
         env.execute()
     message = str(info.value)
@@ -246,7 +266,7 @@ def test_state_of_a_removed_operator_is_refused_naming_it_and_both_fixes(tmp_pat
 def test_with_ignore_unclaimed_state_a_removed_operators_state_is_skipped(tmp_path: Path) -> None:
     first, retained = retained_run(tmp_path / "a", extra=True)
     env = restored_env(tmp_path / "b", retained, **{"execution.state-recovery.ignore-unclaimed-state": True})
-    second = list(counter_job(env, 0.0).execute_and_collect())
+    second = list(counter_job(env).execute_and_collect())
     assert sorted(first + second) == expected()  # the kept operator's state came back
 
 
@@ -254,7 +274,7 @@ def test_a_changed_max_parallelism_is_refused_naming_operator_uid_and_fix(tmp_pa
     _, retained = retained_run(tmp_path / "a")
     env = restored_env(tmp_path / "b", retained)
     env.set_max_parallelism(256)
-    counter_job(env, 0.0).print()
+    counter_job(env).print()
     with pytest.raises(InvalidCheckpointError) as info:
         env.execute()
     message = str(info.value)
@@ -451,7 +471,7 @@ def test_a_job_submitted_again_under_its_id_owns_its_checkpoints_and_skips_broke
     # A path given as well is overridden by the job's own, newer checkpoints (Flink's HA).
     _, elsewhere = retained_run(tmp_path / "other")
     env = restored_env(tmp_path, elsewhere, **fixed)
-    results = counter_job(env, 0.0002).execute_and_collect("again")
+    results = counter_job(env, **PACED).execute_and_collect("again")
     second = list(results)
     assert sorted(first + second) == expected()
     stats = results.job_client.get_checkpoint_statistics()
@@ -472,7 +492,7 @@ def test_a_job_submitted_again_under_its_id_owns_its_checkpoints_and_skips_broke
 @on_rocksdb_too()
 def test_a_real_savepoint_is_kept_by_no_claim_and_deleted_by_claim_once_subsumed(tmp_path: Path) -> None:
     env = checkpointing_env(interval_ms=30, **{"execution.checkpointing.dir": str(tmp_path / "a"), **FILES})
-    results = counter_job(env, 0.0005).execute_and_collect("stopped with a savepoint")
+    results = counter_job(env, N // 4).execute_and_collect("stopped with a savepoint")  # holds half-way
     first, reader = drain(results)
     wait_for_checkpoints(tmp_path / "a", 1)
     savepoint = Path(
@@ -482,13 +502,13 @@ def test_a_real_savepoint_is_kept_by_no_claim_and_deleted_by_claim_once_subsumed
     before = contents(savepoint)
 
     env = restored_env(tmp_path / "b", savepoint, parallelism=3)
-    assert sorted(first + list(counter_job(env, 0.0002).execute_and_collect())) == expected()
+    assert sorted(first + list(counter_job(env, **PACED).execute_and_collect())) == expected()
     assert contents(savepoint) == before
 
     env = restored_env(
         tmp_path / "c", savepoint, parallelism=1, **{"execution.state-recovery.claim-mode": "CLAIM"}
     )
-    results = counter_job(env, 0.0002).execute_and_collect()
+    results = counter_job(env, **PACED).execute_and_collect()
     assert sorted(first + list(results)) == expected()
     assert results.job_client.get_checkpoint_statistics()["latest"]["restored"]["is_savepoint"] is True
     assert not savepoint.exists()
@@ -507,7 +527,7 @@ def test_deleting_a_claimed_checkpoint_that_cannot_be_deleted_is_logged_not_rais
 def test_a_fixed_job_id_with_nothing_of_its_own_on_disk_starts_from_the_restore_path(tmp_path: Path) -> None:
     first, retained = retained_run(tmp_path / "a")
     env = restored_env(tmp_path / "b", retained, **{"$internal.pipeline.job-id": "ab" * 16})
-    results = counter_job(env, 0.0).execute_and_collect()
+    results = counter_job(env).execute_and_collect()
     assert sorted(first + list(results)) == expected()
     assert results.job_client.get_checkpoint_statistics()["latest"]["restored"]["external_path"] == str(
         retained
@@ -527,9 +547,9 @@ class UnionCountingMap(CountingMap):
 def test_operator_state_that_changed_distribution_mode_fails_the_job_at_once(tmp_path: Path) -> None:
     def job(env: StreamExecutionEnvironment, counting: CountingMap) -> Any:
         return (
-            env.from_sequence(0, N - 1)
+            env.from_source(HoldingSequence(0, N - 1, N // 4), source_name="numbers")  # holds half-way
             .uid("source")
-            .map(Throttle(0.0005))
+            .map(Throttle(0.0))
             .uid("throttle")
             .map(counting)
             .uid("map")
@@ -544,8 +564,7 @@ def test_operator_state_that_changed_distribution_mode_fails_the_job_at_once(tmp
     results = job(env, CountingMap("map", Probe())).execute_and_collect()
     _, reader = drain(results)
     wait_for_checkpoints(base, 1)
-    results.close()
-    reader.join(30)
+    cancel_keeping_results(results, reader)
 
     env = restored_env(tmp_path / "b", latest_checkpoint_dir(base))
     job(env, UnionCountingMap("map", Probe())).print()

@@ -586,6 +586,7 @@ def keyed_job_outputs(backend: dict[str, Any], tmp_path: Path) -> list[Any]:
     return sorted(results, key=repr)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("incremental", [True, False], ids=["incremental", "canonical"])
 def test_operators_that_reach_into_tables_give_the_heaps_results(tmp_path: Path, incremental: bool) -> None:
     """The same job on the heap and on RocksDB (with a 2 MB budget, so the cache evicts while

@@ -199,6 +199,7 @@ def run_killed_and_restored(job: Job, timeout_s: float = 300) -> tuple[Run, Run]
     return first, second
 
 
+@pytest.mark.slow
 def test_a_fresh_cache_of_large_values_stays_within_its_share_writing_and_reading(tmp_path: Path) -> None:
     """A new backend's cache knows no value sizes yet: its first limit assumes small ones
     (about 15,900 entries of a 4 MB share). 20,000 values of 4 KB written, then read back by a
@@ -248,6 +249,7 @@ def test_a_fresh_cache_of_large_values_stays_within_its_share_writing_and_readin
             made.dispose()
 
 
+@pytest.mark.slow
 def test_memtables_stay_within_the_write_buffer_managers_share_while_large_values_pour_in(
     tmp_path: Path,
 ) -> None:

@@ -42,7 +42,7 @@ from chandy.state.handles import ByteStreamStateHandle, FileStateHandle, Increme
 from chandy.state.key_groups import KeyGroupRange
 from chandy.state.snapshot import OperatorSubtaskState, TaskStateSnapshot
 from chandy.storage.checkpoint_storage import SHARED_DIR, CheckpointStorage
-from tests.jobs import KeyedCounter, Throttle
+from tests.jobs import HoldingSequence, KeyedCounter, Throttle
 from tests.test_checkpoint_coordinator import (
     A1,
     A2,
@@ -57,7 +57,13 @@ from tests.test_checkpoint_coordinator import (
     succeeded,
 )
 from tests.test_checkpoint_coordinator_failures import FailingStore
-from tests.test_checkpointing_e2e import checkpointing_env, drain, latest_checkpoint_dir, wait_for_checkpoints
+from tests.test_checkpointing_e2e import (
+    cancel_keeping_results,
+    checkpointing_env,
+    drain,
+    latest_checkpoint_dir,
+    wait_for_checkpoints,
+)
 from tests.test_rocksdb_incremental import _checkpoint_id, _files_written_after, _start_kill_job
 
 R = ExternalizedCheckpointRetention
@@ -513,12 +519,17 @@ def rocksdb_env(tmp_path: Path, **config: Any) -> StreamExecutionEnvironment:
     )
 
 
-def count_per_key(env: StreamExecutionEnvironment, records: int, keys: int, delay_s: float) -> DataStream:
-    """A keyed count over ``keys`` keys, paced so that many checkpoints fall into it."""
-    paced = env.from_sequence(0, records - 1).map(Throttle(delay_s))
+def count_per_key(
+    env: StreamExecutionEnvironment, records: int, keys: int, delay_s: float, hold_after: int | None = None
+) -> DataStream:
+    """A keyed count over ``keys`` keys, paced so that many checkpoints fall into it; with
+    ``hold_after``, each source subtask stops there until cancelled (:class:`HoldingSequence`)."""
+    source = HoldingSequence(0, records - 1, hold_after)
+    paced = env.from_source(source, source_name="numbers").map(Throttle(delay_s))
     return paced.key_by(lambda x: x % keys).process(KeyedCounter(records // keys))
 
 
+@pytest.mark.slow
 def test_a_job_on_rocksdb_leaves_no_orphan_in_shared_and_deletes_nothing_referenced(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
@@ -549,6 +560,7 @@ def test_a_job_on_rocksdb_leaves_no_orphan_in_shared_and_deletes_nothing_referen
     assert "Could not delete" not in caplog.text
 
 
+@pytest.mark.slow
 def test_a_finished_job_on_rocksdb_leaves_no_shared_file(tmp_path: Path) -> None:
     """Retention keeps nothing of a finished job: its checkpoints, their shared files and the
     job directory go."""
@@ -565,11 +577,11 @@ def test_a_job_directory_moved_whole_restores_its_incremental_checkpoint(tmp_pat
     env = rocksdb_env(
         tmp_path, **{"execution.checkpointing.externalized-checkpoint-retention": "RETAIN_ON_CANCELLATION"}
     )
-    results = count_per_key(env, n, keys, 0.0005).execute_and_collect("first run")
+    # each source subtask stops half-way: still running when it is cancelled (no key complete)
+    results = count_per_key(env, n, keys, 0.0, hold_after=n // 4).execute_and_collect("first run")
     first, reader = drain(results)
     wait_for_checkpoints(tmp_path / "checkpoints", 2)
-    results.close()
-    reader.join(30)
+    cancel_keeping_results(results, reader)
     retained = latest_checkpoint_dir(tmp_path / "checkpoints")
     assert shared_files_of_retained_checkpoints(retained.parent)[1]  # it references shared files
     moved = tmp_path / "archive" / "moved-job"

@@ -7,14 +7,17 @@ from __future__ import annotations
 
 import threading
 import time
+from pathlib import Path
 from typing import Any
+
+import pytest
 
 from chandy import StreamExecutionEnvironment
 from chandy.config import Configuration
 from chandy.core.functions import KeyedProcessFunction
 from chandy.runtime.job_master import JobMaster
 from chandy.runtime.spark.executor import SparkExecutor, job_description
-from tests.jobs import Throttle
+from tests.jobs import HoldingSequence, release
 from tests.test_task_metrics import operator_totals
 
 
@@ -41,7 +44,9 @@ def spark_jobs(session: Any) -> list[tuple[str, str]]:
     return found
 
 
-def test_slots_report_metrics_to_the_driver_and_the_stage_names_the_job(spark_session: Any) -> None:
+def test_slots_report_metrics_to_the_driver_and_the_stage_names_the_job(
+    spark_session: Any, tmp_path: Path
+) -> None:
     env = StreamExecutionEnvironment.get_execution_environment(executor="spark")
     env.set_parallelism(2)
     env.configure(
@@ -51,10 +56,12 @@ def test_slots_report_metrics_to_the_driver_and_the_stage_names_the_job(spark_se
             "taskmanager.network.memory.buffers-per-channel": 1,
         }
     )
+    gate = str(tmp_path / "seen")  # the source holds half-way until the test saw live metrics
     (
-        env.from_collection(list(range(600)))
+        env.from_source(HoldingSequence(0, 599, hold_after=300, until=gate), source_name="numbers")
+        .set_parallelism(1)
         .name("numbers")
-        .map(Throttle(0.002))  # about 1.2 s per subtask: reports arrive while it runs
+        .map(lambda x: x)
         .name("paced")
         .key_by(lambda x: x % 5)
         .process(Forward())
@@ -69,11 +76,14 @@ def test_slots_report_metrics_to_the_driver_and_the_stage_names_the_job(spark_se
 
     def watch() -> None:  # what the driver holds while the slots run
         deadline = time.monotonic() + 120
-        while time.monotonic() < deadline and not live:
-            running = [s for s in job_master.metrics.subtask_metrics() if not s["finished"]]
-            if any(s["metrics"]["numRecordsOut"] > 0 for s in running):
-                live.extend(running)
-            time.sleep(0.02)
+        try:
+            while time.monotonic() < deadline and not live:
+                running = [s for s in job_master.metrics.subtask_metrics() if not s["finished"]]
+                if any(s["metrics"]["numRecordsOut"] > 0 for s in running):
+                    live.extend(running)
+                time.sleep(0.02)
+        finally:
+            release(gate)  # the job goes on to its end, seen or not
 
     watcher = threading.Thread(target=watch)
     watcher.start()
@@ -119,6 +129,7 @@ def test_execute_names_the_rest_servers_dashboard_in_the_spark_job(spark_session
         assert any(text == expected for _, text in spark_jobs(spark_session)), spark_jobs(spark_session)
 
 
+@pytest.mark.slow
 def test_a_slot_closes_while_its_metrics_report_is_stuck_on_a_driver_that_reads_nothing() -> None:
     """A driver that is hung (alive, not reading) must not keep a slot process from ending:
     the report stuck in ``sendall`` is left to the connection's close."""

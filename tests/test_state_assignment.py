@@ -122,6 +122,7 @@ def check_repartitioning(old: OldState, new_parallelism: int) -> None:
                 assert meta.mode is {"split": SPLIT, "union": UNION, "broadcast": BROADCAST}[name]
 
 
+@pytest.mark.slow
 def test_s52_partitionable_state_repartitioning_10000_random_runs() -> None:
     rng = random.Random(52)
     for _ in range(10_000):

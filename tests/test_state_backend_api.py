@@ -8,6 +8,7 @@ from __future__ import annotations
 import importlib
 import os
 import shutil
+import time
 import warnings
 from pathlib import Path
 from typing import Any
@@ -29,7 +30,7 @@ from chandy.core.state import MapStateDescriptor, ValueStateDescriptor
 from chandy.state.handles import IncrementalKeyedStateHandle
 from tests.probes import Probe
 from tests.test_checkpointing_e2e import checkpointing_env, drain, wait_for_checkpoints
-from tests.test_restore import FILES, counter_job, expected, restored_env, retained_run
+from tests.test_restore import FILES, N, counter_job, expected, restored_env, retained_run
 
 # ---------------------------------------------------------------------------- import paths
 
@@ -272,9 +273,16 @@ def _stop_with_savepoint(
 ) -> tuple[list[Any], Path]:
     """Runs the counter job (tests.test_restore) until its first checkpoint, stops it with a
     savepoint under ``base / "savepoints"``: its output, and the savepoint."""
-    results = counter_job(env, 0.0005).execute_and_collect("until the savepoint")
+    results = counter_job(env, N // 4).execute_and_collect("until the savepoint")  # holds half-way
     out, reader = drain(results)
     wait_for_checkpoints(base / "checkpoints", 1)
+    # Two completed checkpoints of this job: a source subtask that got no split at the new
+    # parallelism has finished by then and the coordinator knows it. A savepoint triggered
+    # while it was finishing was declined by it (stop-with-savepoint failed, seen under load).
+    deadline = time.monotonic() + 120
+    while results.job_client.get_checkpoint_statistics(timeout=60)["counts"]["completed"] < 2:
+        assert time.monotonic() < deadline, "no two checkpoints in 120 s"
+        time.sleep(0.02)
     savepoint = results.job_client.stop_with_savepoint(
         savepoint_directory=str(base / "savepoints"), format_type=format_type
     ).result(60)
@@ -303,7 +311,7 @@ def test_canonical_savepoints_move_a_job_from_the_heap_to_rocksdb_and_back_at_ot
     second, on_rocksdb = _stop_with_savepoint(env, tmp_path / "b", SavepointFormatType.CANONICAL)
     env = _env_on(HASHMAP, tmp_path / "c", 1)
     env.set_restore_path(str(on_rocksdb))
-    third = list(counter_job(env, 0.0).execute_and_collect("back on the heap"))
+    third = list(counter_job(env).execute_and_collect("back on the heap"))
     assert sorted(first + second + third) == expected()
 
 
@@ -332,7 +340,7 @@ def test_a_native_savepoint_is_self_contained_restores_on_rocksdb_and_is_refused
 
     env = _env_on(HASHMAP, tmp_path / "b", 2)
     env.set_restore_path(str(moved))
-    counter_job(env, 0.0).print()
+    counter_job(env).print()
     with pytest.raises(JobExecutionError) as refused:
         env.execute("native savepoint on the heap")
     message = str(refused.value)
@@ -341,7 +349,7 @@ def test_a_native_savepoint_is_self_contained_restores_on_rocksdb_and_is_refused
 
     env = _env_on(ROCKSDB, tmp_path / "c", 3)
     env.set_restore_path(str(moved))
-    second = list(counter_job(env, 0.0).execute_and_collect("native savepoint on RocksDB, rescaled"))
+    second = list(counter_job(env).execute_and_collect("native savepoint on RocksDB, rescaled"))
     assert sorted(first + second) == expected()
 
 
@@ -360,12 +368,12 @@ def test_an_incremental_checkpoint_needs_its_shared_files_and_moves_with_its_job
     shutil.copytree(retained, alone)
     with pytest.raises(InvalidCheckpointError, match=r"shared state file .*/alone/shared/.* is missing"):
         env = restored_env(tmp_path / "b", alone, **ROCKSDB)
-        counter_job(env, 0.0).print()
+        counter_job(env).print()
         env.execute("a checkpoint without its shared files")
 
     archive = tmp_path / "archive" / job_dir.name
     archive.parent.mkdir()
     job_dir.rename(archive)
     env = restored_env(tmp_path / "c", archive / retained.name, **ROCKSDB)
-    second = list(counter_job(env, 0.0).execute_and_collect("moved with its job directory"))
+    second = list(counter_job(env).execute_and_collect("moved with its job directory"))
     assert sorted(first + second) == expected()

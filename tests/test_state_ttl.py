@@ -788,6 +788,7 @@ class TtlKeyedCounter(KeyedCounter):
         self.counter = runtime_context.get_state(count)
 
 
+@pytest.mark.quick  # the quick subset's exactly-once-through-a-failure test on both executors
 def test_state_with_ttl_is_exactly_once_through_a_failure(executor: str) -> None:
     n, keys = 100_000, 100
     probe = Probe()

@@ -14,6 +14,8 @@ import sys
 import termios
 from pathlib import Path
 
+import pytest
+
 from chandy.config import Configuration
 from chandy.runtime.job_master import JobMaster
 from chandy.runtime.local_executor import LocalExecutor
@@ -47,6 +49,7 @@ def run_on_terminal(log: Path, *settings: str) -> str:
     return b"".join(chunks).decode(errors="replace")
 
 
+@pytest.mark.slow
 def test_on_a_terminal_the_line_shows_and_is_cleared_but_never_logged(tmp_path: Path) -> None:
     log = tmp_path / "job.log"
     shown = run_on_terminal(log)
@@ -63,6 +66,7 @@ def test_on_a_terminal_the_line_shows_and_is_cleared_but_never_logged(tmp_path: 
     assert "rec/s" not in logged and "\r" not in logged  # ...and holds nothing of the line
 
 
+@pytest.mark.slow
 def test_through_a_pipe_there_is_no_status_line(tmp_path: Path) -> None:
     log = tmp_path / "job.log"
     finished = subprocess.run(
@@ -74,6 +78,7 @@ def test_through_a_pipe_there_is_no_status_line(tmp_path: Path) -> None:
     assert "rec/s" not in log.read_text()
 
 
+@pytest.mark.slow
 def test_the_setting_turns_it_off_on_a_terminal(tmp_path: Path) -> None:
     shown = run_on_terminal(tmp_path / "job.log", "chandy.status-line.enabled=false")
     assert "rec/s" not in shown and "dashboard:" not in shown

@@ -130,6 +130,7 @@ def test_stop_with_drain_fires_every_window_before_the_savepoint(tmp_path: Path)
 
 
 @on_rocksdb_too()
+@pytest.mark.slow
 def test_stop_without_drain_keeps_pending_windows_in_the_savepoint(tmp_path: Path) -> None:
     out = tmp_path / "out"
     path = stop_window_job(tmp_path, out, drain=False)

@@ -266,6 +266,7 @@ class KeepEveryKey(KeyedProcessFunction):
         return ()
 
 
+@pytest.mark.slow
 def test_a_task_waits_for_its_final_checkpoint_even_while_it_is_being_serialized() -> None:
     """The keyed task reads barrier 1 with a large state, so serializing it takes many short
     steps (mails between batches). The source's end of data came before the barrier, so
@@ -323,6 +324,7 @@ def failover_env() -> StreamExecutionEnvironment:
     return env
 
 
+@pytest.mark.slow
 def test_a_job_whose_snapshot_state_raises_fails_over_and_counts_exactly_once() -> None:
     n, keys = 20_000, 20
     probe = Probe()
@@ -342,6 +344,7 @@ def test_a_job_whose_snapshot_state_raises_fails_over_and_counts_exactly_once() 
     assert sorted(out) == [(k, n // keys) for k in range(keys)]  # every key once, count exact
 
 
+@pytest.mark.slow
 def test_a_file_sink_whose_prepare_commit_fails_half_way_still_writes_every_record_once(
     tmp_path: Path,
 ) -> None:

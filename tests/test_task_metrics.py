@@ -13,6 +13,8 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
+import pytest
+
 from chandy import StreamExecutionEnvironment
 from chandy.core.functions import (
     CheckpointedFunction,
@@ -223,6 +225,7 @@ def test_a_fast_sink_leaves_the_source_unbackpressured_and_the_sink_idle() -> No
     assert totals["accumulateBackPressuredTimeMs"] < 0.02 * lifetime_ms(totals), totals
 
 
+@pytest.mark.slow
 def test_rates_follow_the_records_while_the_job_runs() -> None:
     env = local_env(1, **TIGHT)  # batches of 8 records, 32 ms each: a steady flow
     env.from_collection(list(range(500))).name("numbers").map(Throttle(0.004)).name("paced").add_sink(

@@ -20,6 +20,8 @@ import pickle
 import time
 from typing import Any
 
+import pytest
+
 from chandy import StreamExecutionEnvironment
 from chandy.core.functions import CoMapFunction
 from chandy.graph.execution_graph import ExecutionGraph
@@ -203,6 +205,7 @@ def test_a_slow_batch_is_split_and_the_rest_is_the_first_in_flight_data_of_its_c
     assert state[1] == wiring.sent[1]
 
 
+@pytest.mark.slow
 def test_a_restore_replays_the_rest_of_the_batch_then_the_rest_with_nothing_lost_or_doubled() -> None:
     responder = RecordingResponder()
     first = Wiring(output_capacity=1_000)

@@ -19,7 +19,6 @@ seen twice (or never) is a timer that fired twice (or was lost).
 
 from __future__ import annotations
 
-import threading
 import time
 from collections import Counter
 from pathlib import Path
@@ -42,7 +41,7 @@ from chandy.core.watermark_strategy import WatermarkStrategy
 from chandy.state.key_groups import assign_key_to_parallel_operator
 from tests.probes import Probe
 from tests.state_backends import on_rocksdb_too
-from tests.test_checkpointing_e2e import latest_checkpoint_dir
+from tests.test_checkpointing_e2e import cancel_keeping_results, drain, latest_checkpoint_dir
 
 N = 20_000
 KEYS = 20
@@ -246,12 +245,9 @@ def test_restored_at_another_parallelism_each_timer_fires_once_on_its_owner(
             "execution.checkpointing.externalized-checkpoint-retention": "RETAIN_ON_CANCELLATION",
         },
     ).execute_and_collect("timers before rescaling")
-    first: list[Any] = []
-    reader = threading.Thread(target=lambda: first.extend(results), daemon=True)
-    reader.start()
+    first, reader = drain(results)
     wait_for(lambda: probe.get("ready-1") >= old, "a completed checkpoint holding every subtask's timers")
-    results.close()  # cancel: RETAIN_ON_CANCELLATION keeps the latest checkpoint
-    reader.join(60)
+    cancel_keeping_results(results, reader)  # RETAIN_ON_CANCELLATION keeps the latest checkpoint
     retained = latest_checkpoint_dir(first_dir)
     assert processing_firings(probe) == [], "a processing-time timer fired before the cancel"
 

@@ -38,6 +38,7 @@ from chandy.core.functions import (
 from chandy.core.output_tag import OutputTag
 from chandy.core.state import MapStateDescriptor
 from chandy.core.watermark_strategy import WatermarkStrategy
+from tests.jobs import HoldingSequence
 from tests.probes import Probe
 from tests.state_backends import on_rocksdb_too
 from tests.test_checkpointing_e2e import (
@@ -162,9 +163,17 @@ def strategy(timestamp_of: Any) -> WatermarkStrategy:
 
 
 def join_job(
-    executor: str, probe: Probe, parallelism: int, *, fail: bool, delay_s: float = 0.0005, **config: Any
+    executor: str,
+    probe: Probe,
+    parallelism: int,
+    *,
+    fail: bool,
+    delay_s: float = 0.0005,
+    hold_after: int | None = None,
+    **config: Any,
 ) -> Any:
-    """Orders and prices joined by product, the join's main and side output as one stream."""
+    """Orders and prices joined by product, the join's main and side output as one stream.
+    With ``hold_after``, each orders subtask stops there until cancelled (:class:`HoldingSequence`)."""
     env = StreamExecutionEnvironment.get_execution_environment(executor=executor)
     env.set_parallelism(parallelism)
     env.enable_checkpointing(100)
@@ -177,7 +186,7 @@ def join_job(
         }
     )
     orders = (
-        env.from_source(NumberSequenceSource(0, ORDERS - 1), strategy(lambda i: i), "orders")
+        env.from_source(HoldingSequence(0, ORDERS - 1, hold_after), strategy(lambda i: i), "orders")
         .uid("orders")
         .map(Pace(delay_s))
         .uid("pace-orders")
@@ -229,7 +238,9 @@ def test_the_join_restored_at_a_higher_parallelism_finishes_exactly_once(tmp_pat
         "execution.checkpointing.dir": str(first_dir),
         "execution.checkpointing.externalized-checkpoint-retention": "RETAIN_ON_CANCELLATION",
     }
-    results = join_job("local", probe, 2, fail=False, delay_s=0.002, **retain).execute_and_collect("first")
+    # the orders stop half-way: the first run is still running when it is cancelled, however slow the machine
+    first_job = join_job("local", probe, 2, fail=False, delay_s=0.002, hold_after=ORDERS // 4, **retain)
+    results = first_job.execute_and_collect("first")
     first, reader = drain(results)
     wait_for_checkpoints(first_dir, 1)
     deadline = time.monotonic() + 60

@@ -20,6 +20,7 @@ import pytest
 from chandy import InvalidCheckpointError, StreamExecutionEnvironment
 from tests.jobs import kill_a_slot_after_checkpoints
 from tests.probes import Probe
+from tests.test_checkpointing_e2e import cancel_keeping_results, drain
 from tests.unaligned_jobs import (
     assert_exactly_once_in_order,
     completed_checkpoints,
@@ -175,9 +176,7 @@ def run_until_in_flight_data_is_checkpointed(
     first = unaligned_pipeline(env, probe, per_subtask, every=1, pause_s=0.002, name="first")
     results = first.execute_and_collect("first run")
     client = results.job_client
-    out: list[Any] = []
-    reader = threading.Thread(target=lambda: out.extend(results), daemon=True)
-    reader.start()
+    out, reader = drain(results)
 
     def checkpointed_in_flight_data() -> bool:
         return bool(unaligned_with_data(completed_checkpoints(client.get_checkpoint_statistics(timeout=60))))
@@ -200,8 +199,7 @@ def test_a_retained_unaligned_checkpoint_restores_at_its_parallelism_and_refuses
     probe = Probe()
     env = unaligned_env(executor, parallelism, **retain)
     results, client, first_out, reader = run_until_in_flight_data_is_checkpointed(env, probe, per_subtask)
-    results.close()  # cancels the job; RETAIN_ON_CANCELLATION keeps its latest checkpoint
-    reader.join(60)
+    cancel_keeping_results(results, reader)  # RETAIN_ON_CANCELLATION keeps its latest checkpoint
     retained_dirs = [p.parent for p in (tmp_path / "first").glob("*/chk-*/_metadata")]
     assert len(retained_dirs) == 1, retained_dirs
     retained = retained_dirs[0]

@@ -185,7 +185,7 @@ def test_restoring_an_unaligned_checkpoint_at_another_parallelism_is_refused_at_
     with_channel_state(retained, "counter")
 
     env = restored_env(tmp_path / "b", retained, parallelism=3)
-    counter_job(env, 0.0).print()
+    counter_job(env).print()
     with pytest.raises(InvalidCheckpointError) as info:
         env.execute()
     message = str(info.value)

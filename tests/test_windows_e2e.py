@@ -151,6 +151,7 @@ def test_window_all_and_count_windows(local_env: StreamExecutionEnvironment) -> 
         assert sorted(v for _, v, _ in got) == [0 + 1 + 2 + 3, 2 + 3 + 4 + 5, 4 + 5 + 6 + 7, 6 + 7 + 8 + 9]
 
 
+@pytest.mark.slow
 def test_window_api_errors_name_the_fix(local_env: StreamExecutionEnvironment) -> None:
     keyed = local_env.from_collection([1]).key_by(lambda x: x)
     with pytest.raises(InvalidProgramError, match="WindowAssigner"):
