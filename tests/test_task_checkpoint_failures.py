@@ -300,11 +300,18 @@ def test_a_task_waits_for_its_final_checkpoint_even_while_it_is_being_serialized
         deployment.notify_checkpoint_complete(source, 1, 0)
         deployment.notify_checkpoint_complete(keyed, 1, 0)
         wait_for(lambda: listener.finished == {source, keyed}, "both tasks to finish", timeout_s=120)
+        # A later checkpoint (a stop-with-savepoint) reaching the source just as it ended: it
+        # answers as a finished task, acknowledged with no state, instead of failing it.
+        deployment.trigger_checkpoint(source, 2, 0, CheckpointOptions())
+        wait_for(lambda: any(a.checkpoint_id == 2 for a in responder.acks), "the finished source's answer")
     finally:
         deployment.cancel()
         deployment.wait_stopped(30)
     assert [a.checkpoint_id for a in responder.acks if a.attempt_id == keyed] == [1]
     assert responder.declines == []
+    (late,) = [a for a in responder.acks if a.checkpoint_id == 2]
+    assert late.attempt_id == source and late.state is not None
+    assert all(s.finished and s.state_size == 0 for s in late.state.subtask_states.values())
 
 
 # ---------------------------------------------------------------------- whole jobs

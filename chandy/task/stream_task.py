@@ -185,6 +185,8 @@ class StreamTask:
         self._awaiting_final_checkpoint = False
         self._final_checkpoint_id: int | None = None
         self._final_checkpoint_done = False
+        #: The end of every partition went out: the task ended without a failure.
+        self._ended = False
         #: The synchronous savepoint (stop-with-savepoint) this task took, and whether it
         #: completed: the task then finishes without ending its input.
         self._sync_savepoint_id: int | None = None
@@ -439,13 +441,39 @@ class StreamTask:
             self.metrics.wait_idle(self.wakeup, 0.1)  # the input ended: waiting is idling
 
     def _decline_closed(self, checkpoint_id: int) -> None:
+        """A checkpoint reached this task when it could not take it (still starting, or its
+        mailbox closed as it ended): decline it. A task that ended after its final checkpoint
+        completed answers a later one as Flink does a finished task: acknowledged as finished,
+        with no state, since everything it did is committed. A stop-with-savepoint whose
+        trigger met a subtask just finishing (a source without a split) would otherwise fail."""
+        responder = self.services.checkpoint_responder
+        if self._ended and self._final_checkpoint_done:
+            log.info(
+                "%s is finished: acknowledges checkpoint %d as finished",
+                self.tdd.name_with_subtask,
+                checkpoint_id,
+            )
+            if responder is not None:
+                from chandy.messages.checkpoint import AcknowledgeCheckpoint, CheckpointMetrics
+                from chandy.state.snapshot import OperatorSubtaskState, TaskStateSnapshot
+
+                finished = {op.operator_id: OperatorSubtaskState(finished=True) for op in self.tdd.operators}
+                responder.acknowledge_checkpoint(
+                    AcknowledgeCheckpoint(
+                        self.tdd.job_id,
+                        self.tdd.attempt_id,
+                        checkpoint_id,
+                        CheckpointMetrics(),
+                        TaskStateSnapshot(finished),
+                    )
+                )
+            return
         log.info(
             "%s declines checkpoint %d: the task is %s, not running",
             self.tdd.name_with_subtask,
             checkpoint_id,
             self.state.name,
         )
-        responder = self.services.checkpoint_responder
         if responder is not None:
             from chandy.messages.checkpoint import DeclineCheckpoint
 
@@ -568,6 +596,7 @@ class StreamTask:
             self._stop_flusher()  # before the end of the stream: nothing it held may be lost
             for writer in self.writers:
                 writer.broadcast_event(END_OF_PARTITION)
+            self._ended = True
         except TaskCancelledError:
             pass
         except BaseException as exc:  # noqa: BLE001 - any failure fails the task, never the thread
