@@ -115,25 +115,41 @@ def test_a_fault_around_a_subtask_finishing_loses_and_repeats_nothing_local(
     run_with_fault("local", tmp_path, moment, victim, keyed)
 
 
+#: The cases where a sink chained to the finishing subtask committed twice before the fix.
+CHAINED_ON_SPARK = [
+    pytest.param("end-of-input", 1, False, id="chained-sink-other-fails-as-it-ends"),
+    pytest.param("final-snapshot", 1, False, id="chained-sink-other-fails-during-its-final-checkpoint"),
+    pytest.param("final-snapshot", 0, False, id="chained-sink-it-fails-in-its-final-snapshot"),
+]
+
+
 @pytest.mark.slow
-@pytest.mark.parametrize(("moment", "victim"), CASES)
-@pytest.mark.parametrize("keyed", [False, True], ids=["chained-sink", "keyed-sink"])
+@pytest.mark.parametrize(
+    ("moment", "victim", "keyed"),
+    [pytest.param(*case.values, True, id=f"keyed-sink-{case.id}") for case in CASES] + CHAINED_ON_SPARK,
+)
 def test_a_fault_around_a_subtask_finishing_loses_and_repeats_nothing_spark(
     spark_session: Any, tmp_path: Path, moment: str, victim: int, keyed: bool
 ) -> None:
+    """On Spark (slots in processes of their own, channels over TCP): every moment with the
+    keyed sink, and the chained sink where it went wrong before the fix."""
     run_with_fault("spark", tmp_path, moment, victim, keyed)
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("state_backend", ["rocksdb"], indirect=True)
 @pytest.mark.parametrize(
-    ("moment", "victim"),
+    ("executor", "moment", "victim", "keyed"),
     [
-        pytest.param("end-of-input", 1, id="other-fails-as-it-ends"),
-        pytest.param("final-complete", 0, id="it-fails-before-its-sink-commits"),
+        pytest.param("local", "end-of-input", 1, False, id="local-chained-sink-other-fails-as-it-ends"),
+        pytest.param(
+            "local", "final-complete", 0, True, id="local-keyed-sink-it-fails-before-its-sink-commits"
+        ),
+        pytest.param("spark", "end-of-input", 1, True, id="spark-keyed-sink-other-fails-as-it-ends"),
+        pytest.param("spark", "final-complete", 0, False, id="spark-chained-sink-it-fails-before-it-commits"),
     ],
+    indirect=["executor"],
 )
-@pytest.mark.parametrize("keyed", [False, True], ids=["chained-sink", "keyed-sink"])
 def test_a_fault_around_a_subtask_finishing_on_rocksdb(
     executor: str, state_backend: str, tmp_path: Path, moment: str, victim: int, keyed: bool
 ) -> None:
@@ -142,21 +158,34 @@ def test_a_fault_around_a_subtask_finishing_on_rocksdb(
     run_with_fault(executor, tmp_path, moment, victim, keyed)
 
 
+SINKS = {False: "chained", True: "keyed"}
+UNALIGNED_MOMENTS = [("end-of-input", 1), ("final-snapshot", 0), ("final-complete", 0)]
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize(
-    ("moment", "victim"),
+    ("executor", "moment", "victim", "keyed"),
     [
-        pytest.param("end-of-input", 1, id="other-fails-as-it-ends"),
-        pytest.param("final-snapshot", 0, id="it-fails-in-its-final-snapshot"),
-        pytest.param("final-complete", 0, id="it-fails-before-its-sink-commits"),
+        pytest.param(
+            "local", moment, victim, keyed, id=f"local-{moment}-{victim}-{'keyed' if keyed else 'chained'}"
+        )
+        for moment, victim in UNALIGNED_MOMENTS
+        for keyed in (False, True)
+    ]
+    + [
+        pytest.param(
+            "spark", "end-of-input", 1, keyed, id=f"spark-end-of-input-1-{'keyed' if keyed else 'chained'}"
+        )
+        for keyed in (False, True)
     ],
+    indirect=["executor"],
 )
-@pytest.mark.parametrize("keyed", [False, True], ids=["chained-sink", "keyed-sink"])
 def test_a_fault_around_a_subtask_finishing_with_unaligned_checkpoints(
     executor: str, tmp_path: Path, moment: str, victim: int, keyed: bool
 ) -> None:
     """Unaligned barriers overtake the end of data: a task may snapshot before it finished,
-    and its final checkpoint is then a later one, triggered directly once its upstream ended."""
+    and its final checkpoint is then a later one, triggered directly once its upstream ended.
+    Every moment on the local executor, the first on Spark (the suite's time)."""
     run_with_fault(
         executor, tmp_path, moment, victim, keyed, **{"execution.checkpointing.unaligned.enabled": True}
     )
