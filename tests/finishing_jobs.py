@@ -105,25 +105,23 @@ class FaultNearTheEnd(MapFunction, CheckpointedFunction, CheckpointListener):
         return value
 
     def snapshot_state(self, context: FunctionSnapshotContext) -> None:
-        if self.moment != "final-snapshot" or self._struck():
-            return
-        checkpoint_id = context.get_checkpoint_id()
-        if self.subtask == 0 and self.seen_last:
-            self._signal(f"final-{checkpoint_id}")
-            if self.victim == 0:
-                self._strike(f"the snapshot of checkpoint {checkpoint_id}")
-        elif self.subtask == 1 and self.victim == 1 and self._final_at_or_before(checkpoint_id):
-            self._strike(f"the snapshot of checkpoint {checkpoint_id}")
+        self._at_checkpoint("final-snapshot", context.get_checkpoint_id(), "the snapshot")
 
     def notify_checkpoint_complete(self, checkpoint_id: int) -> None:
-        if self.moment != "final-complete" or self._struck():
+        self._at_checkpoint("final-complete", checkpoint_id, "the completion")
+
+    def _at_checkpoint(self, moment: str, checkpoint_id: int, what: str) -> None:
+        """At ``moment`` of checkpoint ``checkpoint_id``: subtask 0, past its last record, marks
+        the checkpoint as its final one (and strikes if it is the victim); subtask 1 strikes
+        at that checkpoint or a later one, if it is the victim."""
+        if self.moment != moment or self._struck():
             return
         if self.subtask == 0 and self.seen_last:
             self._signal(f"final-{checkpoint_id}")
             if self.victim == 0:
-                self._strike(f"the completion of checkpoint {checkpoint_id}")
+                self._strike(f"{what} of checkpoint {checkpoint_id}")
         elif self.subtask == 1 and self.victim == 1 and self._final_at_or_before(checkpoint_id):
-            self._strike(f"the completion of checkpoint {checkpoint_id}")
+            self._strike(f"{what} of checkpoint {checkpoint_id}")
 
     def notify_checkpoint_aborted(self, checkpoint_id: int) -> None:
         pass

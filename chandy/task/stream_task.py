@@ -63,7 +63,13 @@ from chandy.config.options import (
     NetworkOptions,
 )
 from chandy.errors import InvalidCheckpointError, StorageError
-from chandy.messages.checkpoint import CheckpointFailureReason, CheckpointOptions, CheckpointType
+from chandy.messages.checkpoint import (
+    AcknowledgeCheckpoint,
+    CheckpointFailureReason,
+    CheckpointMetrics,
+    CheckpointOptions,
+    CheckpointType,
+)
 from chandy.messages.status import ExecutionState
 from chandy.network.barrier_handler import (
     AlignmentMetrics,
@@ -86,6 +92,7 @@ from chandy.network.events import (
 from chandy.network.input_gate import InputGate
 from chandy.network.wakeup import Wakeup
 from chandy.state.handles import FileStateHandle, InputChannelStateHandle
+from chandy.state.snapshot import OperatorSubtaskState, TaskStateSnapshot
 from chandy.storage.checkpoint_storage import StateReader
 from chandy.task.arrow_partitioners import ColumnarPartitioner
 from chandy.task.arrow_writer import ArrowRecordWriter
@@ -365,24 +372,12 @@ class StreamTask:
             assert isinstance(head, SourceOperator)
             head.stop(drain=options.drain)
 
-    def _serve_mails_until(self, done: Callable[[], bool]) -> None:
-        """Keep taking mails (checkpoint triggers, completion notices) until ``done()``."""
-        while not done():
-            if self.mailbox.has_mail():
-                self._process_mails()
-            if self._cancelled:
-                raise TaskCancelledError()
-            if not done():
-                for writer in self.writers:
-                    writer.flush()
-                self.metrics.wait_idle(self.wakeup, 0.1)  # the input ended: waiting is idling
-
     def _finish_after_sync_savepoint(self) -> None:
         """Stopped with a savepoint: no end_input/finish (the input did not end; the job
         continues from the savepoint), only the wait for the savepoint's completion notice,
         on which the sinks commit it. If the savepoint fails instead, the JobMaster fails
         the job over and cancels this task."""
-        self._serve_mails_until(lambda: self._sync_savepoint_done)
+        self._serve_until(lambda: self._sync_savepoint_done)
 
     def _finish_operators(self) -> None:
         """The input ended (every channel's end of data, or the source's reader): end the
@@ -414,12 +409,10 @@ class StreamTask:
         self._serve_until(lambda: self._final_checkpoint_done)
 
     def _serve_until(self, done: Callable[[], bool]) -> None:
-        """After the end of data: serve mails (triggers, completion notices) and the input
-        (barriers, the ends of the partitions) until ``done()``. No record may arrive now."""
+        """After the end of the input (or a synchronous savepoint): serve mails (triggers,
+        completion notices) and, in a task with inputs, the input (barriers, the ends of the
+        partitions) until ``done()``. No record may arrive now."""
         checkpointed_input = self.checkpointed_input
-        if checkpointed_input is None:
-            self._serve_mails_until(done)
-            return
         while not done():
             if self.mailbox.has_mail():
                 self._process_mails()
@@ -427,8 +420,7 @@ class StreamTask:
                 raise TaskCancelledError()
             if done():
                 return
-            polled = checkpointed_input.poll_next()
-            if polled is not None:
+            if checkpointed_input is not None and (polled := checkpointed_input.poll_next()) is not None:
                 item = polled[1]
                 if not isinstance(item, RuntimeEvent):
                     raise RuntimeError(
@@ -454,9 +446,6 @@ class StreamTask:
                 checkpoint_id,
             )
             if responder is not None:
-                from chandy.messages.checkpoint import AcknowledgeCheckpoint, CheckpointMetrics
-                from chandy.state.snapshot import OperatorSubtaskState, TaskStateSnapshot
-
                 finished = {op.operator_id: OperatorSubtaskState(finished=True) for op in self.tdd.operators}
                 responder.acknowledge_checkpoint(
                     AcknowledgeCheckpoint(
