@@ -404,6 +404,74 @@ def test_s36_trigger_ack_complete(tmp_path: Path) -> None:
     assert h.timer.pending() == []
 
 
+def finished_state(attempt_id: ExecutionAttemptID) -> TaskStateSnapshot:
+    """What a task that ended before the trigger reached it acknowledges: finished, no state."""
+    return TaskStateSnapshot({operator_id(attempt_id.vertex_id): OperatorSubtaskState(finished=True)})
+
+
+def test_a_task_whose_upstream_all_acknowledge_as_finished_is_triggered_itself() -> None:
+    """Sources A1 and A2 feed A3. The plan saw both running, so only they are triggered; both
+    had ended when the trigger arrived and acknowledge as finished, sending no barrier. The
+    coordinator then triggers A3 itself (once), and the checkpoint completes on its ack;
+    without that trigger the checkpoint waited for A3 until its timeout."""
+    plan = CheckpointPlan(
+        (A1, A2), tuple(task_to_ack(a) for a in (A1, A2, A3)), (A1, A2, A3), upstream_of={A3: (A1, A2)}
+    )
+    h = make_coordinator(plan)
+    future = h.coordinator.trigger_checkpoint()
+    assert h.gateway.triggered_ids(A3) == []
+
+    assert ack(h, A1, 1, finished_state(A1))
+    assert h.gateway.triggered_ids(A3) == []  # A2 may still send its barrier
+    assert ack(h, A2, 1, finished_state(A2))
+    assert h.gateway.triggered_ids(A3) == [1]
+    assert not future.done()
+
+    assert ack(h, A3, 1)
+    completed = succeeded(future)
+    assert h.gateway.triggered_ids(A3) == [1]
+    state = completed.operator_states[operator_id(1)].subtask_states[0]
+    assert state.finished
+
+
+def test_a_task_is_not_triggered_when_an_upstream_task_took_the_checkpoint() -> None:
+    """A1 acknowledges as finished but A2 took the checkpoint (its barrier is on its way to
+    A3): A3 waits for that barrier and is never triggered."""
+    plan = CheckpointPlan(
+        (A1, A2), tuple(task_to_ack(a) for a in (A1, A2, A3)), (A1, A2, A3), upstream_of={A3: (A1, A2)}
+    )
+    h = make_coordinator(plan)
+    future = h.coordinator.trigger_checkpoint()
+    assert ack(h, A1, 1, finished_state(A1))
+    assert ack(h, A2, 1)
+    assert ack(h, A3, 1)
+    succeeded(future)
+    assert h.gateway.triggered_ids(A3) == []
+
+
+def test_a_task_triggered_for_finished_upstream_that_cannot_be_reached_aborts_the_checkpoint() -> None:
+    """The trigger for A3 cannot be delivered (its slot is gone): the checkpoint fails at once
+    rather than waiting for its timeout."""
+
+    class Unreachable(RecordingGateway):
+        def trigger_checkpoint(
+            self,
+            attempt_id: ExecutionAttemptID,
+            checkpoint_id: int,
+            timestamp: int,
+            options: CheckpointOptions,
+        ) -> bool:
+            super().trigger_checkpoint(attempt_id, checkpoint_id, timestamp, options)
+            return attempt_id != A3
+
+    plan = CheckpointPlan((A1,), tuple(task_to_ack(a) for a in (A1, A3)), (A1, A3), upstream_of={A3: (A1,)})
+    h = make_coordinator(plan, gateway=Unreachable())
+    future = h.coordinator.trigger_checkpoint()
+    assert ack(h, A1, 1, finished_state(A1))
+    assert failure_reason(future) is R.TASK_CHECKPOINT_FAILURE
+    assert h.coordinator.number_of_pending_checkpoints == 0
+
+
 # ---------------------------------------------------------------------- S37
 
 

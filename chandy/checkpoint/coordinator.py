@@ -627,8 +627,19 @@ class CheckpointCoordinator:
     def _trigger_tasks(self, pending: PendingCheckpoint) -> None:
         if pending.disposed:
             return
+        if not self._deliver_trigger(pending, pending.plan.tasks_to_trigger):
+            return
+        pending.triggering = False
+        self._is_triggering = False
+        if pending.is_fully_acknowledged and not pending.disposed:
+            self._complete_pending_checkpoint(pending)
+        self._execute_queued_requests()
+
+    def _deliver_trigger(self, pending: PendingCheckpoint, attempt_ids: Sequence[ExecutionAttemptID]) -> bool:
+        """Send the checkpoint to ``attempt_ids``; False (the checkpoint aborted) if one could
+        not be reached."""
         options = self._options[pending.checkpoint_id]
-        for attempt_id in pending.plan.tasks_to_trigger:
+        for attempt_id in attempt_ids:
             try:
                 delivered = self._gateway.trigger_checkpoint(
                     attempt_id, pending.checkpoint_id, pending.checkpoint_timestamp, options
@@ -640,7 +651,7 @@ class CheckpointCoordinator:
                 )
                 failure.__cause__ = exc
                 self._abort_trigger(pending, failure)
-                return
+                return False
             if not delivered:
                 # Nothing could carry the trigger (no deployment, the slot is gone): the task
                 # will never acknowledge, so waiting for the timeout would only stall
@@ -654,12 +665,8 @@ class CheckpointCoordinator:
                         "(it has no slot or its slot is gone)",
                     ),
                 )
-                return
-        pending.triggering = False
-        self._is_triggering = False
-        if pending.is_fully_acknowledged and not pending.disposed:
-            self._complete_pending_checkpoint(pending)
-        self._execute_queued_requests()
+                return False
+        return True
 
     def _abort_trigger(self, pending: PendingCheckpoint, failure: CheckpointException) -> None:
         log.warning(
@@ -712,6 +719,17 @@ class CheckpointCoordinator:
             log.debug(
                 "Received acknowledgement of checkpoint %d from task %s.", checkpoint_id, message.attempt_id
             )
+            unreachable = pending.take_tasks_whose_upstream_ended()
+            if unreachable:
+                # The tasks feeding them had ended before the trigger reached them: no barrier
+                # will come, so these take the checkpoint on a trigger of their own.
+                log.info(
+                    "Checkpoint %d: triggering %d task(s) whose upstream tasks have all finished.",
+                    checkpoint_id,
+                    len(unreachable),
+                )
+                if not self._deliver_trigger(pending, unreachable):
+                    return True
             if pending.is_fully_acknowledged and not pending.triggering:
                 self._complete_pending_checkpoint(pending)
         elif result is TaskAcknowledgeResult.DUPLICATE:

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import enum
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from concurrent.futures import Future
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from chandy.checkpoint.completed_checkpoint import CompletedCheckpoint
 from chandy.checkpoint.metadata import CheckpointMetadata, MasterState, serialize
@@ -57,6 +57,12 @@ class CheckpointPlan:
     tasks_to_wait_for: tuple[TaskToAck, ...]
     tasks_to_commit_to: tuple[ExecutionAttemptID, ...]
     finished_tasks: tuple[TaskToAck, ...] = ()
+    #: For each task to wait for that is not triggered, the running tasks whose barriers it
+    #: waits for. A task the plan saw running may have ended before the trigger reached it;
+    #: it then acknowledges as finished and sends no barrier, so once every upstream task of
+    #: a waiting task did that, the coordinator triggers the waiting task itself (FLIP-147's
+    #: plan, decided again as tasks turn out to have finished).
+    upstream_of: Mapping[ExecutionAttemptID, tuple[ExecutionAttemptID, ...]] = field(default_factory=dict)
 
 
 class IllegalCheckpointStateError(RuntimeError):
@@ -94,6 +100,11 @@ class PendingCheckpoint:
             t.attempt_id: t for t in plan.tasks_to_wait_for
         }
         self.acknowledged_tasks: set[ExecutionAttemptID] = set()
+        #: The tasks this checkpoint was sent to: the plan's, then any triggered because
+        #: all their upstream tasks acknowledged as finished.
+        self.triggered_tasks: set[ExecutionAttemptID] = set(plan.tasks_to_trigger)
+        #: Tasks that acknowledged as finished (they had ended): no barrier comes from them.
+        self.ended_tasks: set[ExecutionAttemptID] = set()
         self.operator_states: dict[str, OperatorState] = {}
         self.not_yet_acknowledged_master_states: set[str] = set(master_hook_ids)
         self.master_states: list[MasterState] = []
@@ -144,7 +155,23 @@ class PendingCheckpoint:
                 operator_state.put_state(task.subtask_index, subtask_state)
         if state is not None:
             self._received.append(state)
+            if state.is_finished:
+                self.ended_tasks.add(attempt_id)
         return TaskAcknowledgeResult.SUCCESS
+
+    def take_tasks_whose_upstream_ended(self) -> list[ExecutionAttemptID]:
+        """The waiting tasks that no barrier can reach any more, because every upstream task
+        they wait for acknowledged as finished; each is returned once (marked triggered)."""
+        ready = [
+            attempt_id
+            for attempt_id, upstream in self.plan.upstream_of.items()
+            if upstream
+            and attempt_id not in self.triggered_tasks
+            and attempt_id in self.not_yet_acknowledged_tasks
+            and all(u in self.ended_tasks for u in upstream)
+        ]
+        self.triggered_tasks.update(ready)
+        return ready
 
     def _operator_state(self, task: TaskToAck, operator_id: str) -> OperatorState:
         operator_state = self.operator_states.get(operator_id)

@@ -606,6 +606,7 @@ class JobMaster:
         self._main_thread.assert_main_thread()
         eg = self.execution_graph
         to_trigger, to_wait, finished = [], [], []
+        upstream_of: dict[ExecutionAttemptID, tuple[ExecutionAttemptID, ...]] = {}
         for ev in eg.all_execution_vertices():
             execution = ev.current_execution
             vertex = ev.job_vertex
@@ -627,27 +628,36 @@ class JobMaster:
                     CheckpointFailureReason.NOT_ALL_REQUIRED_TASKS_RUNNING,
                     f"task {ev.name_with_subtask} is {execution.state.value}",
                 )
-            if vertex.is_source or self._upstream_finished(ev):
+            running_upstream = () if vertex.is_source else self._running_upstream(ev)
+            if vertex.is_source or not running_upstream:
                 to_trigger.append(execution.attempt_id)
+            else:
+                upstream_of[execution.attempt_id] = running_upstream
             to_wait.append(task)
         if not to_trigger:
             raise CheckpointException(
                 CheckpointFailureReason.NOT_ALL_REQUIRED_TASKS_RUNNING, "every source has finished"
             )
         return CheckpointPlan(
-            tuple(to_trigger), tuple(to_wait), tuple(t.attempt_id for t in to_wait), tuple(finished)
+            tuple(to_trigger),
+            tuple(to_wait),
+            tuple(t.attempt_id for t in to_wait),
+            tuple(finished),
+            upstream_of,
         )
 
-    def _upstream_finished(self, ev: ExecutionVertex) -> bool:
-        """Every subtask that feeds ``ev``'s input channels has finished."""
+    def _running_upstream(self, ev: ExecutionVertex) -> tuple[ExecutionAttemptID, ...]:
+        """The attempts of the subtasks feeding ``ev``'s input channels that have not finished
+        (each once): the tasks whose barriers ``ev`` waits for."""
         eg = self.execution_graph
         job_graph = eg.job_graph
+        running: dict[ExecutionAttemptID, None] = {}
         for channel in eg.input_channel_ids(ev.job_vertex, ev.subtask_index):
             producer_vertex = job_graph.edges[channel.edge_index].source_vertex_id
-            producer = eg.vertices[producer_vertex][channel.producer_subtask]
-            if producer.current_execution.state is not ExecutionState.FINISHED:
-                return False
-        return True
+            producer = eg.vertices[producer_vertex][channel.producer_subtask].current_execution
+            if producer.state is not ExecutionState.FINISHED:
+                running[producer.attempt_id] = None
+        return tuple(running)
 
     # -- the JobMaster thread ----------------------------------------------------
 

@@ -99,6 +99,11 @@ class TaskStateSnapshot:
     def state_size(self) -> int:
         return sum(s.state_size for s in self.subtask_states.values())
 
+    @property
+    def is_finished(self) -> bool:
+        """The subtask had ended when the checkpoint reached it: every operator is finished."""
+        return bool(self.subtask_states) and all(s.finished for s in self.subtask_states.values())
+
     def file_handles(self) -> list[FileStateHandle]:
         """Every file this snapshot wrote (to discard an unused snapshot): its exclusive files
         and the shared files it uploaded, never shared files of earlier checkpoints."""

@@ -296,7 +296,7 @@ class StreamTask:
         self.mailbox.put(
             lambda: self._on_trigger(checkpoint_id, timestamp, options),
             f"checkpoint {checkpoint_id}",
-            on_drop=lambda: self._decline_closed(checkpoint_id),
+            on_drop=lambda: self._decline_closed(checkpoint_id, options),
         )
 
     def _on_trigger(self, checkpoint_id: int, timestamp: int, options: CheckpointOptions) -> None:
@@ -340,7 +340,7 @@ class StreamTask:
         if self.checkpoints is None or self.state is not ExecutionState.RUNNING:
             if channel_state is not None:
                 channel_state.abort(checkpoint_id)
-            self._decline_closed(checkpoint_id)
+            self._decline_closed(checkpoint_id, options)
             self._broadcast_cancel(checkpoint_id)
             return
         if self._awaiting_final_checkpoint and self._final_checkpoint_id is None:
@@ -432,12 +432,14 @@ class StreamTask:
                 writer.flush()
             self.metrics.wait_idle(self.wakeup, 0.1)  # the input ended: waiting is idling
 
-    def _decline_closed(self, checkpoint_id: int) -> None:
+    def _decline_closed(self, checkpoint_id: int, options: CheckpointOptions) -> None:
         """A checkpoint reached this task when it could not take it (still starting, or its
         mailbox closed as it ended): decline it. A task that ended after its final checkpoint
         completed answers a later one as Flink does a finished task: acknowledged as finished,
         with no state, since everything it did is committed. A stop-with-savepoint whose
-        trigger met a subtask just finishing (a source without a split) would otherwise fail."""
+        trigger met a subtask just finishing (a source without a split) would otherwise fail.
+        Such a task sends no barrier: the coordinator triggers the tasks it fed itself.
+        Its part is unaligned when ``options`` are (as Flink reports every subtask)."""
         responder = self.services.checkpoint_responder
         if self._ended and self._final_checkpoint_done:
             log.info(
@@ -452,7 +454,7 @@ class StreamTask:
                         self.tdd.job_id,
                         self.tdd.attempt_id,
                         checkpoint_id,
-                        CheckpointMetrics(),
+                        CheckpointMetrics(unaligned=options.is_unaligned),
                         TaskStateSnapshot(finished),
                     )
                 )
