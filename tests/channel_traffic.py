@@ -10,14 +10,37 @@ from __future__ import annotations
 
 import pickle
 import random
+import socket
 import threading
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 from chandy.network.channel import OutputChannel
 from chandy.network.events import CheckpointBarrier, PriorityBarrier
 from chandy.network.input_gate import InputGate
+from chandy.network.tcp import DataPlane, bind_data_listener
 from chandy.network.wakeup import Wakeup
+
+
+@contextmanager
+def data_planes(secret: bytes, count: int = 2) -> Iterator[list[DataPlane]]:
+    """``count`` slots' data planes on loopback, each knowing the others' addresses and not yet
+    connected to them; closed with their listeners at the end."""
+    listeners: list[tuple[socket.socket, str]] = [bind_data_listener("127.0.0.1") for _ in range(count)]
+    peers = {slot: address for slot, (_, address) in enumerate(listeners)}
+    data = [
+        DataPlane(slot, secret, listener, address, peers)
+        for slot, (listener, address) in enumerate(listeners)
+    ]
+    try:
+        yield data
+    finally:
+        for plane in data:
+            plane.close()
+        for listener, _ in listeners:
+            listener.close()
 
 
 def send_in_background(channel: OutputChannel, item: Any) -> tuple[threading.Event, threading.Thread]:

@@ -6,6 +6,7 @@ import gc
 import json
 import logging
 import os
+import shutil
 import threading
 import time
 from collections.abc import Iterator
@@ -15,6 +16,7 @@ import pytest
 
 from chandy import StreamExecutionEnvironment
 from chandy.api.environment import CONFIG_ENV_VAR
+from tests.probes import PROBE_ROOT_ENV_VAR
 from tests.state_backends import CLEANUP_TIMEOUT_S, CONFIGURATIONS
 
 pytest_plugins = ["tests.kafka_broker"]
@@ -39,6 +41,23 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
         if _runs_on_spark(item) and item.get_closest_marker("quick") is None:
             item.add_marker(pytest.mark.slow)
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _probe_directories(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
+    """Every :class:`tests.probes.Probe` of the run is made under one directory of the
+    session's, removed at its end: tests create probes freely (dozens per run) and never
+    remove them, and they used to pile up in the system's temporary directory. Spark's
+    Python workers get each probe's absolute path, not this variable."""
+    root = tmp_path_factory.mktemp("probes")
+    previous = os.environ.get(PROBE_ROOT_ENV_VAR)
+    os.environ[PROBE_ROOT_ENV_VAR] = str(root)
+    yield
+    if previous is None:
+        os.environ.pop(PROBE_ROOT_ENV_VAR, None)
+    else:
+        os.environ[PROBE_ROOT_ENV_VAR] = previous
+    shutil.rmtree(root, ignore_errors=True)
 
 
 @pytest.fixture(autouse=True)

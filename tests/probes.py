@@ -21,13 +21,19 @@ from pathlib import Path
 from typing import Any
 
 _LENGTH = struct.Struct(">I")
+#: The directory under which probes without a directory of their own are made: the test
+#: session's (tests/conftest.py sets it, and removes it at the end), so that no run leaves
+#: ``chandy-probe-*`` directories behind. Unset (a script), the system's temporary directory.
+PROBE_ROOT_ENV_VAR = "CHANDY_TEST_PROBE_ROOT"
 
 
 class Probe:
     """A bag of values and named counters shared by a test and its tasks."""
 
     def __init__(self, directory: str | None = None) -> None:
-        self.directory = directory or tempfile.mkdtemp(prefix="chandy-probe-")
+        self.directory = directory or tempfile.mkdtemp(
+            prefix="chandy-probe-", dir=os.environ.get(PROBE_ROOT_ENV_VAR)
+        )
         Path(self.directory).mkdir(parents=True, exist_ok=True)
 
     @property

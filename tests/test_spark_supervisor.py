@@ -4,6 +4,7 @@ standing in for the driver, real SIGKILLs."""
 from __future__ import annotations
 
 import os
+import queue
 import signal
 import socket
 import threading
@@ -12,7 +13,7 @@ from collections.abc import Iterator
 import pytest
 
 from chandy.network.auth import new_secret
-from chandy.network.framing import FramedSocket, accept_authenticated, close_listener
+from chandy.network.framing import AuthenticatingAcceptor, FramedSocket, close_listener
 from chandy.network.tcp import bind_data_listener
 from chandy.runtime.spark.messages import RegisterSlot, Shutdown
 from chandy.runtime.spark.slot import SlotBootstrap, SlotStartupError, SlotSupervisor
@@ -49,10 +50,13 @@ def test_a_killed_slot_process_is_forked_again_and_registers_with_the_next_incar
 
     thread = threading.Thread(target=supervise, daemon=True)
     thread.start()
-    connections = accept_authenticated(control_server, secret, "control", lambda: False)
+    accepted: queue.Queue[FramedSocket] = queue.Queue()
+    acceptor = AuthenticatingAcceptor(
+        control_server, secret, "control", lambda connection, _: accepted.put(connection)
+    ).start()
     opened: list[FramedSocket] = []
     try:
-        first, _ = next(connections)
+        first = accepted.get(timeout=60)
         opened.append(first)
         registered = first.recv_message()
         assert isinstance(registered, RegisterSlot)
@@ -60,7 +64,7 @@ def test_a_killed_slot_process_is_forked_again_and_registers_with_the_next_incar
         assert registered.supervisor_pid == os.getpid() != registered.pid
         os.kill(registered.pid, signal.SIGKILL)
 
-        second, _ = next(connections)
+        second = accepted.get(timeout=60)
         opened.append(second)
         again = second.recv_message()
         assert isinstance(again, RegisterSlot)
@@ -74,6 +78,7 @@ def test_a_killed_slot_process_is_forked_again_and_registers_with_the_next_incar
         assert outcome == [None]  # told to stop: the Spark task ends normally
         assert not pid_alive(again.pid)
     finally:
+        acceptor.close()
         for connection in opened:
             connection.close()
         listener.close()

@@ -19,10 +19,9 @@ from chandy.network.tcp import (
     DataPlane,
     RemoteInputChannel,
     RemoteOutputChannel,
-    bind_data_listener,
 )
 from chandy.network.wakeup import Wakeup
-from tests.channel_traffic import consume_numbered, produce_numbered, send_in_background
+from tests.channel_traffic import consume_numbered, data_planes, produce_numbered, send_in_background
 
 KEY = ChannelKey(generation=1, edge_index=0, producer_subtask=0, consumer_subtask=1)
 
@@ -30,25 +29,13 @@ KEY = ChannelKey(generation=1, edge_index=0, producer_subtask=0, consumer_subtas
 @pytest.fixture
 def planes() -> Iterator[tuple[DataPlane, DataPlane]]:
     """Slot 0 (the producer's) and slot 1 (the consumer's), connected both ways."""
-    secret = new_secret()
-    listeners = [bind_data_listener("127.0.0.1") for _ in range(2)]
-    peers = {slot: address for slot, (_, address) in enumerate(listeners)}
-    data = [
-        DataPlane(slot, secret, listener, address, peers)
-        for slot, (listener, address) in enumerate(listeners)
-    ]
-    connecting = [threading.Thread(target=plane.connect_to_peers, args=(10.0,)) for plane in data]
-    for thread in connecting:
-        thread.start()
-    for thread in connecting:
-        thread.join(15)
-    try:
+    with data_planes(new_secret()) as data:
+        connecting = [threading.Thread(target=plane.connect_to_peers, args=(10.0,)) for plane in data]
+        for thread in connecting:
+            thread.start()
+        for thread in connecting:
+            thread.join(15)
         yield data[0], data[1]
-    finally:
-        for plane in data:
-            plane.close()
-        for listener, _ in listeners:
-            listener.close()
 
 
 def open_channel(

@@ -10,10 +10,12 @@ what it sets itself still wins, as in Flink.
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import shutil
 import signal
+import stat
 import subprocess
 import sys
 import tempfile
@@ -116,7 +118,7 @@ def _exit_code(returncode: int) -> int:
 @click.option(
     "--log-file",
     type=click.Path(dir_okay=False, path_type=Path),
-    help="With --detached: where the job's output goes (default: <tmp>/chandy/job-<id>.log).",
+    help="With --detached: where the job's output goes (default: <tmp>/chandy-<uid>/job-<id>.log).",
 )
 @click.option("--master", metavar="URL", help="Submit through spark-submit to this Spark master.")
 def run(
@@ -190,17 +192,63 @@ def _run_attached(command: list[str], config: dict[str, Any]) -> int:
         signal.signal(signal.SIGTERM, previous)
 
 
+def private_log_directory() -> Path:
+    """``<tmp>/chandy-<uid>``: where detached jobs log unless told otherwise, created 0700.
+
+    The temporary directory is shared by every local user, and a job id can be fixed (so
+    its log's name predicted): another user could plant a symbolic link there and have the
+    job's output appended to a file of the victim's choosing, or read the log. A directory
+    of our own, that no one else can enter, rules both out; one that is someone else's, a
+    link, or open to others is refused rather than trusted.
+    """
+    directory = Path(tempfile.gettempdir()) / f"chandy-{os.getuid()}"
+    try:
+        os.mkdir(directory, 0o700)
+    except FileExistsError:
+        pass
+    except OSError as exc:
+        raise CliError(
+            f"cannot create the log directory {directory}: {exc.strerror}; pass --log-file"
+        ) from None
+    info = os.lstat(directory)
+    if not stat.S_ISDIR(info.st_mode):
+        problem = "is a symbolic link" if stat.S_ISLNK(info.st_mode) else "is not a directory"
+    elif info.st_uid != os.getuid():
+        problem = f"belongs to another user (uid {info.st_uid})"
+    elif stat.S_IMODE(info.st_mode) & 0o077:
+        problem = f"is open to other users (mode {stat.S_IMODE(info.st_mode):o}, not 700)"
+    else:
+        return directory
+    raise CliError(
+        f"refusing to write the job's log into {directory}: it {problem}; remove it or pass --log-file"
+    )
+
+
+def open_log(path: Path) -> int:
+    """Open (create 0600, or append to) a job's log, never through a symbolic link at
+    ``path``: a planted link must not redirect the output to another file."""
+    flags = os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC
+    try:
+        return os.open(path, flags, 0o600)
+    except OSError as exc:
+        why = "it is a symbolic link, which is not followed" if exc.errno == errno.ELOOP else exc.strerror
+        raise CliError(f"cannot write the job's log file {path}: {why}; pass --log-file") from None
+
+
 def _run_detached(command: list[str], config: dict[str, Any], job_id: str, log_file: Path | None) -> None:
     """Start the job in its own session (it outlives this command and the terminal), its
     output to a log file, and return at once."""
-    log_path = log_file or Path(tempfile.gettempdir()) / "chandy" / f"job-{job_id}.log"
-    try:
-        log_path.parent.mkdir(parents=True, exist_ok=True)
-        log = open(log_path, "ab")
-    except OSError as exc:
-        raise CliError(
-            f"cannot write the job's log file {log_path}: {exc.strerror}; pass --log-file"
-        ) from None
+    if log_file is None:
+        log_path = private_log_directory() / f"job-{job_id}.log"
+    else:
+        log_path = log_file
+        try:
+            log_path.parent.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise CliError(
+                f"cannot create the directory of the log file {log_path}: {exc.strerror}"
+            ) from None
+    log = os.fdopen(open_log(log_path), "ab")
     with log:
         process = subprocess.Popen(
             command,

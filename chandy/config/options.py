@@ -22,6 +22,34 @@ def _parse_buffer_timeout(value: Any) -> int:
     return parse_duration_ms(value)
 
 
+def _octal_mode(value: Any) -> int:
+    """A permission mode written in octal, as a string: ``"600"``, ``"0640"``, ``"0o750"``.
+
+    A number is refused: YAML reads an unquoted ``0640`` as 416 and ``640`` as six hundred
+    and forty, and neither is what the user meant.
+    """
+    if not isinstance(value, str):
+        raise ValueError(f"{value!r} is not a quoted octal mode (write it as a string, e.g. '640')")
+    text = value.strip().lower().removeprefix("0o")
+    if not text or len(text) > 4 or any(c not in "01234567" for c in text):
+        raise ValueError(f"{value!r} is not an octal mode")
+    return int(text, 8)
+
+
+def _mode_check(what: str, owner: int, allowed: int) -> Any:
+    """Refuses a mode that takes the job's own access away or lets every local user write."""
+
+    def check(mode: int) -> None:
+        if mode & ~allowed:
+            raise ValueError(f"{mode:o} has bits a {what} mode may not have (at most {allowed:o})")
+        if mode & owner != owner:
+            raise ValueError(f"{mode:o} takes away the owner's access ({owner:o}) the job needs")
+        if mode & 0o002:
+            raise ValueError(f"{mode:o} lets every local user write the job's checkpoints")
+
+    return check
+
+
 class PipelineOptions:
     NAME = ConfigOption.string("pipeline.name", None, "The job name when execute() is given none.")
     FIXED_JOB_ID = ConfigOption.string(
@@ -167,6 +195,28 @@ class CheckpointingOptions:
         None,
         "Default directory for savepoints (a path or URI) when a savepoint request names none.",
         deprecated_keys=("state.savepoints.dir",),
+    )
+    FILE_PERMISSIONS: ConfigOption[int] = ConfigOption(
+        "execution.checkpointing.file-permissions",
+        0o600,
+        "The mode (octal, as a string) of every file written to checkpoint and savepoint "
+        "directories on a local or mounted filesystem: only the job's user reads its state by "
+        "default. '640' lets the directory's group read them (shared storage, with "
+        "dir-permissions '750'). Object stores (s3://, gs://, ...) ignore it.",
+        _octal_mode,
+        "a quoted octal mode with the owner's rw bits (600) and no one else's write bit, e.g. '600', '640'",
+        check=_mode_check("file", 0o600, 0o777),
+    )
+    DIR_PERMISSIONS: ConfigOption[int] = ConfigOption(
+        "execution.checkpointing.dir-permissions",
+        0o700,
+        "The mode (octal, as a string) of every directory chandy creates for checkpoints and "
+        "savepoints (the job's directory, chk-N, shared, taskowned, savepoint-*) on a local or "
+        "mounted filesystem. Directories that already exist keep theirs. '750' (or '2750', "
+        "setgid) opens them to the group. Object stores ignore it.",
+        _octal_mode,
+        "a quoted octal mode with the owner's rwx bits (700) and no one else's write bit, e.g. '700', '750'",
+        check=_mode_check("directory", 0o700, 0o2777),
     )
     NUM_RETAINED = ConfigOption.integer(
         "execution.checkpointing.num-retained",

@@ -22,6 +22,7 @@ import hmac
 import logging
 import secrets
 import socket
+import time
 
 log = logging.getLogger(__name__)
 
@@ -43,12 +44,21 @@ def _mac(secret: bytes, role: bytes, first: bytes, second: bytes) -> bytes:
     return hmac.new(secret, role + first + second, _DIGEST).digest()
 
 
-def recv_exactly(sock: socket.socket, n: int) -> bytes:
-    """Exactly ``n`` bytes, or :class:`ConnectionError` if the peer closed first."""
+def recv_exactly(sock: socket.socket, n: int, deadline: float | None = None) -> bytes:
+    """Exactly ``n`` bytes, or :class:`ConnectionError` if the peer closed first.
+
+    ``deadline`` (a :func:`time.monotonic` instant) bounds the whole read, not each
+    ``recv``: a peer dripping one byte at a time must not hold the reader for longer.
+    """
     buffer = bytearray(n)
     view = memoryview(buffer)
     got = 0
     while got < n:
+        if deadline is not None:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise TimeoutError("the handshake's deadline passed")
+            sock.settimeout(left)
         count = sock.recv_into(view[got:], n - got)
         if count == 0:
             raise ConnectionError("the peer closed the connection")
@@ -56,14 +66,21 @@ def recv_exactly(sock: socket.socket, n: int) -> bytes:
     return bytes(buffer)
 
 
-def authenticate_server_side(sock: socket.socket, secret: bytes) -> None:
-    """Run the handshake as the accepting side; raises :class:`AuthenticationError`."""
+def authenticate_server_side(
+    sock: socket.socket, secret: bytes, timeout_s: float = HANDSHAKE_TIMEOUT_S
+) -> None:
+    """Run the handshake as the accepting side; raises :class:`AuthenticationError`.
+
+    The whole handshake has ``timeout_s``: a peer that sends slowly fails it as surely
+    as one that sends nothing.
+    """
     previous = sock.gettimeout()
-    sock.settimeout(HANDSHAKE_TIMEOUT_S)
+    deadline = time.monotonic() + timeout_s
+    sock.settimeout(timeout_s)
     try:
         nonce_s = secrets.token_bytes(NONCE_BYTES)
         sock.sendall(nonce_s)
-        reply = recv_exactly(sock, NONCE_BYTES + _MAC_BYTES)
+        reply = recv_exactly(sock, NONCE_BYTES + _MAC_BYTES, deadline)
         nonce_c, proof = reply[:NONCE_BYTES], reply[NONCE_BYTES:]
         if not hmac.compare_digest(proof, _mac(secret, b"client", nonce_s, nonce_c)):
             raise AuthenticationError("the peer does not know the job's secret")

@@ -8,15 +8,21 @@ thread per connection whose owner closes it.
 from __future__ import annotations
 
 import logging
+import os
 import pickle
 import select
 import socket
 import struct
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any
 
-from chandy.network.auth import AuthenticationError, authenticate_server_side, recv_exactly
+from chandy.network.auth import (
+    HANDSHAKE_TIMEOUT_S,
+    AuthenticationError,
+    authenticate_server_side,
+    recv_exactly,
+)
 
 log = logging.getLogger(__name__)
 
@@ -25,39 +31,171 @@ _LENGTH = struct.Struct(">I")
 MAX_FRAME_BYTES = 1 << 30
 
 
-def accept_authenticated(
-    server: socket.socket,
-    secret: bytes,
-    what: str,
-    is_closed: Callable[[], bool],
-    stop_fd: int | None = None,
-) -> Iterator[tuple[FramedSocket, Any]]:
-    """Accept connections until the listener is closed, yielding only peers that passed
-    the secret handshake; every other peer is disconnected and logged.
+#: Handshakes one listener runs at once. A job's slots connect a few times each (once per
+#: incarnation, to the driver and to every peer), and an honest handshake takes one round
+#: trip, so this many only pile up when something connects and stays silent.
+MAX_PENDING_HANDSHAKES = 16
 
-    ``stop_fd`` (the read end of a pipe) ends the loop when it becomes readable. A
-    listener shared with other processes (a slot's data port, inherited from its
-    supervisor) must not be shut down to wake an ``accept()``: that would close it for
-    every process holding it.
+
+class AuthenticatingAcceptor:
+    """Accepts connections on a listener and runs each one's secret handshake on a thread
+    of its own, handing the peers that passed to ``on_connection``; every other peer is
+    disconnected and logged.
+
+    The accepting thread never reads from a peer: a connection that sends nothing (or
+    drips) cannot keep the next peer waiting for its nonce. Each handshake has its own
+    deadline (``timeout_s`` for the whole exchange), and at most ``max_pending`` run at
+    once: beyond that the *oldest* pending handshake is dropped, since an honest peer
+    completes in one round trip and only a silent one lingers. So a flood of silent
+    connections holds at most ``max_pending`` threads and sockets, and an honest peer
+    still gets through.
+
+    ``on_connection`` runs on the handshake's thread and should only hand the connection
+    on (start its reader); it owns the connection from then on. The listener belongs to
+    the caller: :meth:`close` does not close it (a slot's data port is shared with its
+    supervisor, and shutting it down would close it for every process holding it); a
+    pipe wakes the accepting thread instead.
+
+    Threads: the acceptor and the handshakes in progress, all joined by :meth:`close`.
     """
-    while not is_closed():
-        if stop_fd is not None:
-            readable, _, _ = select.select([server.fileno(), stop_fd], [], [])
-            if stop_fd in readable or is_closed():
+
+    def __init__(
+        self,
+        server: socket.socket,
+        secret: bytes,
+        what: str,
+        on_connection: Callable[[FramedSocket, Any], None],
+        max_pending: int = MAX_PENDING_HANDSHAKES,
+        timeout_s: float = HANDSHAKE_TIMEOUT_S,
+    ) -> None:
+        if max_pending < 1:
+            raise ValueError(f"max_pending must be at least 1, got {max_pending}")
+        self._server = server
+        self._secret = secret
+        self._what = what
+        self._on_connection = on_connection
+        self._max_pending = max_pending
+        self._timeout_s = timeout_s
+        self._lock = threading.Lock()
+        self._changed = threading.Condition(self._lock)
+        #: Pending handshakes, oldest first: each socket and the thread authenticating it.
+        self._pending: dict[socket.socket, threading.Thread] = {}
+        self._dropped: set[socket.socket] = set()
+        self._drops = 0
+        self._closed = False
+        self._stop_read, self._stop_write = os.pipe()
+        self._thread = threading.Thread(target=self._accept_loop, name=f"chandy {what} accept", daemon=True)
+
+    def start(self) -> AuthenticatingAcceptor:
+        self._thread.start()
+        return self
+
+    @property
+    def pending(self) -> int:
+        """Handshakes in progress now."""
+        with self._lock:
+            return len(self._pending)
+
+    def _accept_loop(self) -> None:
+        server = self._server.fileno()
+        while True:
+            try:
+                readable, _, _ = select.select([server, self._stop_read], [], [])
+            except (OSError, ValueError):
+                return  # the listener was closed under us
+            if self._stop_read in readable:
                 return
+            try:
+                sock, peer = self._server.accept()
+            except BlockingIOError:
+                continue  # another process holding the listener took the connection
+            except OSError:
+                return
+            with self._changed:
+                if self._closed:
+                    sock.close()
+                    return
+                if len(self._pending) >= self._max_pending:
+                    self._drop_oldest()
+                    self._changed.wait_for(lambda: len(self._pending) < self._max_pending or self._closed)
+                    if self._closed:
+                        sock.close()
+                        return
+                thread = threading.Thread(
+                    target=self._handshake,
+                    args=(sock, peer),
+                    name=f"chandy {self._what} handshake {peer[0]}:{peer[1]}",
+                    daemon=True,
+                )
+                self._pending[sock] = thread
+            thread.start()
+
+    def _drop_oldest(self) -> None:
+        """Make the oldest pending handshake fail now (lock held): shut its socket down, so
+        that its thread's ``recv`` returns; that thread closes it."""
+        oldest = next(iter(self._pending))
+        self._dropped.add(oldest)
+        self._drops += 1
+        if self._drops == 1 or self._drops % 100 == 0:
+            log.warning(
+                "%d %s connections dropped before their handshake ended: more than %d were "
+                "pending at once (connections that send nothing?)",
+                self._drops,
+                self._what,
+                self._max_pending,
+            )
         try:
-            sock, peer = server.accept()
-        except BlockingIOError:
-            continue  # another process holding the listener took the connection
+            oldest.shutdown(socket.SHUT_RDWR)
         except OSError:
-            return
+            pass
+
+    def _handshake(self, sock: socket.socket, peer: Any) -> None:
         try:
-            authenticate_server_side(sock, secret)
+            authenticate_server_side(sock, self._secret, self._timeout_s)
+            failure: str | None = None
         except AuthenticationError as exc:
-            log.warning("refused a %s connection from %s:%s: %s", what, peer[0], peer[1], exc)
+            failure = str(exc)
+        with self._changed:
+            del self._pending[sock]
+            dropped = sock in self._dropped
+            self._dropped.discard(sock)
+            closed = self._closed
+            self._changed.notify_all()
+        if failure is not None or dropped or closed:
+            if failure is not None and not dropped and not closed:
+                log.warning("refused a %s connection from %s:%s: %s", self._what, peer[0], peer[1], failure)
             sock.close()
-            continue
-        yield FramedSocket(sock), peer
+            return
+        connection = FramedSocket(sock)
+        try:
+            self._on_connection(connection, peer)
+        except Exception:
+            log.exception("handing on a %s connection from %s:%s failed", self._what, peer[0], peer[1])
+            connection.close()
+
+    def close(self) -> None:
+        """Stop accepting, fail the pending handshakes, and join every thread; the listener
+        stays open (it belongs to the caller). A handshake that already ended has handed its
+        connection on before this returns."""
+        with self._changed:
+            if self._closed:
+                return
+            self._closed = True
+            pending = dict(self._pending)
+            for sock in pending:
+                self._dropped.add(sock)
+                try:
+                    sock.shutdown(socket.SHUT_RDWR)
+                except OSError:
+                    pass
+            self._changed.notify_all()
+        os.write(self._stop_write, b"x")
+        if self._thread.ident is not None:
+            self._thread.join()
+        for thread in pending.values():
+            thread.join()
+        os.close(self._stop_read)
+        os.close(self._stop_write)
 
 
 def close_listener(server: socket.socket) -> None:

@@ -36,7 +36,6 @@ before its first frame is read.
 from __future__ import annotations
 
 import logging
-import os
 import pickle
 import socket
 import struct
@@ -58,7 +57,7 @@ from chandy.network.channel import (
     overtaken_items,
 )
 from chandy.network.events import CheckpointBarrier, PriorityBarrier
-from chandy.network.framing import FramedSocket, accept_authenticated
+from chandy.network.framing import AuthenticatingAcceptor, FramedSocket
 from chandy.network.item_codec import decode_item, decode_received, encode_item, is_arrow_payload
 from chandy.network.wakeup import Wakeup
 
@@ -324,10 +323,11 @@ class DataPlane:
         self._lock = threading.Lock()
         self._changed = threading.Condition(self._lock)
         self._threads: list[threading.Thread] = []
+        #: Accepted connections whose hello has not come yet.
+        self._greeting: set[FramedSocket] = set()
         self._closed = False
-        self._stop_read, self._stop_write = os.pipe()
         self.on_peer_lost: Callable[[int, str], None] = lambda slot, why: None
-        self._start(self._accept_loop, "chandy data accept")
+        self._acceptor = AuthenticatingAcceptor(listener, secret, "data", self._accepted).start()
 
     def _start(self, target: Callable[..., None], name: str, *args: Any) -> None:
         """Start a thread this data plane owns; finished ones are joined and dropped."""
@@ -407,40 +407,51 @@ class DataPlane:
             if not self._closed:
                 log.info("slot %d: could not reach slot %d again: %s", self.slot_index, slot, exc)
 
-    def _accept_loop(self) -> None:
-        for connection, _ in accept_authenticated(
-            self._server, self._secret, "data", lambda: self._closed, self._stop_read
-        ):
-            try:
-                connection.sock.settimeout(HANDSHAKE_TIMEOUT_S)
-                producer_slot, incarnation = _HELLO.unpack(connection.recv_frame())
-                connection.send_frame(_HELLO.pack(self.slot_index, self.incarnation))
-                connection.sock.settimeout(None)
-            except (OSError, struct.error):
+    def _accepted(self, connection: FramedSocket, peer: Any) -> None:
+        """A peer passed the handshake (on the acceptor's handshake thread): its hello is read
+        on a thread of its own, which then reads its frames."""
+        self._start(self._serve_incoming, f"chandy data from {peer[0]}:{peer[1]}", connection)
+
+    def _serve_incoming(self, connection: FramedSocket) -> None:
+        with self._lock:
+            if self._closed:
                 connection.close()
-                continue
-            if producer_slot not in self._peers:
-                log.warning(
-                    "slot %d: refused a data connection claiming slot %d", self.slot_index, producer_slot
-                )
+                return
+            self._greeting.add(connection)  # close() closes it, not waiting out the hello
+        try:
+            connection.sock.settimeout(HANDSHAKE_TIMEOUT_S)
+            producer_slot, incarnation = _HELLO.unpack(connection.recv_frame())
+            connection.send_frame(_HELLO.pack(self.slot_index, self.incarnation))
+            connection.sock.settimeout(None)
+        except (OSError, struct.error):
+            connection.close()
+            return
+        finally:
+            with self._lock:
+                self._greeting.discard(connection)
+        if producer_slot not in self._peers:
+            log.warning("slot %d: refused a data connection claiming slot %d", self.slot_index, producer_slot)
+            connection.close()
+            return
+        with self._changed:
+            old = self._incoming.get(producer_slot)
+            if self._closed or (old is not None and old.usable and old.incarnation > incarnation):
+                # Hellos are read concurrently: a dead incarnation's may come after its successor's.
                 connection.close()
-                continue
-            with self._changed:
-                old = self._incoming.get(producer_slot)
-                self._incoming[producer_slot] = _Link(connection, incarnation)
-                self._known[producer_slot] = max(self._known.get(producer_slot, 0), incarnation)
-                outgoing = self._outgoing.get(producer_slot)
-                stale = outgoing is None or not outgoing.usable or outgoing.incarnation < incarnation
-                self._changed.notify_all()
-            if old is not None:
-                old.connection.close()
-            self._start(self._read_data, f"chandy data from slot {producer_slot}", producer_slot, connection)
-            if stale and outgoing is not None:
-                # A new incarnation of that slot: it needs a connection from us too. Not from
-                # this thread, which must stay free to accept (the peer may be connecting here).
-                self._start(
-                    self._reconnect, f"chandy reconnect to slot {producer_slot}", producer_slot, incarnation
-                )
+                return
+            self._incoming[producer_slot] = _Link(connection, incarnation)
+            self._known[producer_slot] = max(self._known.get(producer_slot, 0), incarnation)
+            outgoing = self._outgoing.get(producer_slot)
+            stale = outgoing is None or not outgoing.usable or outgoing.incarnation < incarnation
+            self._changed.notify_all()
+        if old is not None:
+            old.connection.close()
+        if stale and outgoing is not None:
+            # A new incarnation of that slot: it needs a connection from us too.
+            self._start(
+                self._reconnect, f"chandy reconnect to slot {producer_slot}", producer_slot, incarnation
+            )
+        self._read_data(producer_slot, connection)
 
     def _read_data(self, producer_slot: int, connection: FramedSocket) -> None:
         header_size = _HEADER.size
@@ -557,15 +568,15 @@ class DataPlane:
         with self._changed:
             self._closed = True
             self._changed.notify_all()
+        self._acceptor.close()  # joined: no connection is handed on after this
+        with self._changed:
             links = [*self._outgoing.values(), *self._incoming.values()]
+            greeting = list(self._greeting)
             outputs = list(self._outputs.values())
             threads = list(self._threads)
-        os.write(self._stop_write, b"x")
-        for link in links:
-            link.connection.close()
+        for connection in [*(link.connection for link in links), *greeting]:
+            connection.close()
         for channel in outputs:
             channel.close()
         for thread in threads:
             thread.join(5)
-        os.close(self._stop_read)
-        os.close(self._stop_write)

@@ -87,6 +87,7 @@ from chandy.runtime.job_result import JobExecutionResult
 from chandy.runtime.metrics_store import JobMetricsStore
 from chandy.runtime.restart_strategy import restart_strategy_from
 from chandy.storage.checkpoint_storage import CheckpointStorage
+from chandy.storage.filesystem import FilePermissions
 from chandy.task.deployment import TaskRestore, serialize_chain
 from chandy.task.services import ResultPublisher, TaskFailure, TaskServices
 from chandy.util.clock import Clock, SystemClock
@@ -274,6 +275,10 @@ class JobMaster:
             self.job_id,
             create_subdir=config.get(CheckpointingOptions.CREATE_SUBDIR),
             inline_threshold=config.get(CheckpointingOptions.INLINE_THRESHOLD),
+            permissions=FilePermissions(
+                config.get(CheckpointingOptions.FILE_PERMISSIONS),
+                config.get(CheckpointingOptions.DIR_PERMISSIONS),
+            ),
         )
         coordinator_config = CheckpointCoordinatorConfiguration(
             interval_ms=config.get(CheckpointingOptions.INTERVAL),

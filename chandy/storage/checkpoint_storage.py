@@ -46,7 +46,7 @@ from typing import Any
 
 from chandy.errors import InvalidCheckpointError, StorageError
 from chandy.state.handles import ByteStreamStateHandle, FileStateHandle, Range, StreamStateHandle
-from chandy.storage.filesystem import FileSystem, resolve
+from chandy.storage.filesystem import PRIVATE, FilePermissions, FileSystem, resolve
 
 log = logging.getLogger(__name__)
 
@@ -69,11 +69,15 @@ class CheckpointStorage:
         *,
         create_subdir: bool = True,
         inline_threshold: int = 20 * 1024,
+        permissions: FilePermissions = PRIVATE,
     ) -> None:
+        """``permissions``: the modes of the files and directories created on a local disk
+        (``execution.checkpointing.file-permissions``/``dir-permissions``)."""
         self.base_uri = base_uri
         self.job_id = job_id
         self.create_subdir = create_subdir
         self.inline_threshold = inline_threshold
+        self.permissions = permissions
         self._fs: FileSystem | None = None
         self._job_dir: str | None = None
         self._made_dirs: set[str] = set()
@@ -99,7 +103,7 @@ class CheckpointStorage:
     def fs(self) -> FileSystem:
         if self._fs is None:
             assert self.base_uri is not None
-            self._fs, base = resolve(self.base_uri)
+            self._fs, base = resolve(self.base_uri, self.permissions)
             self._job_dir = self._fs.join(base, self.job_id) if self.create_subdir else base
         return self._fs
 
@@ -151,7 +155,7 @@ class CheckpointStorage:
             directory = self.checkpoint_dir(checkpoint_id)
             self._mkdirs_once(directory)
         else:
-            fs, directory = resolve(target_location)
+            fs, directory = resolve(target_location, self.permissions)
         path = fs.join(directory, uuid.uuid4().hex)
         # referenced only once _metadata (atomic, last) is written
         _create_or_delete(fs, path, lambda: fs.write_new(path, data))
@@ -185,7 +189,7 @@ class CheckpointStorage:
             fs = self.fs
             directory = self.checkpoint_dir(checkpoint_id)
         else:
-            fs, directory = resolve(target_location)  # created by the JobMaster, as in write_state
+            fs, directory = resolve(target_location, self.permissions)  # created by the JobMaster
         if target_location is None:
             self._mkdirs_once(directory)
         path = fs.join(directory, uuid.uuid4().hex)
@@ -217,7 +221,7 @@ class CheckpointStorage:
         """Create ``<target_directory>/savepoint-<job>-<random>/`` and return it (Flink's
         ``initializeLocationForSavepoint``); raises ``OSError``/``StorageError`` naming the
         directory if it cannot be created."""
-        fs, base = resolve(target_directory)
+        fs, base = resolve(target_directory, self.permissions)
         location = fs.join(base, f"{SAVEPOINT_DIR_PREFIX}{self.job_id[:6]}-{uuid.uuid4().hex[:12]}")
         fs.mkdirs(location)
         return location
@@ -229,7 +233,7 @@ class CheckpointStorage:
         returns the external pointer (the snapshot's directory) or ``None`` for in-memory
         storage."""
         if target_location is not None:
-            fs, directory = resolve(target_location)
+            fs, directory = resolve(target_location, self.permissions)
         elif not self.is_persistent:
             return None
         else:

@@ -5,6 +5,11 @@ Only what checkpoints need: write a file so that it appears whole or not at all
 delete. ``file://`` paths and plain paths use the local implementation; other
 schemes (``s3://``, ``hdfs://``, ``gs://``, ``memory://``) go through fsspec,
 where an object store's single PUT is atomic by itself.
+
+Local files and directories are created with explicit permissions
+(:class:`FilePermissions`, private by default: checkpoints hold the job's state, which
+other local users must not read). Object stores have no such modes: their access is the
+bucket's or the cluster's policy.
 """
 
 from __future__ import annotations
@@ -14,9 +19,26 @@ import shutil
 import uuid
 from abc import ABC, abstractmethod
 from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
 from urllib.parse import urlparse
 
 from chandy.errors import StorageError
+
+
+@dataclass(frozen=True)
+class FilePermissions:
+    """The modes of the files and directories checkpoint storage creates on a local disk.
+
+    Set explicitly after creation (``fchmod``/``chmod``), so the process's umask neither
+    opens nor narrows them. Directories that already existed are left as they are.
+    """
+
+    file_mode: int = 0o600
+    dir_mode: int = 0o700
+
+
+#: Only the user the job runs as reads or lists its checkpoints (Flink's advice for state).
+PRIVATE = FilePermissions()
 
 
 class FileSystem(ABC):
@@ -76,16 +98,20 @@ class FileSystem(ABC):
 
 
 class LocalFileSystem(FileSystem):
+    def __init__(self, permissions: FilePermissions = PRIVATE) -> None:
+        self.permissions = permissions
+
     def join(self, base: str, *parts: str) -> str:
         return os.path.join(base, *parts)
 
     # Raw os calls, as few as possible: in a busy process every system call gives up
     # the interpreter lock and waits to get it back behind the task threads.
 
-    @staticmethod
-    def _write_fd(path: str, chunks: Iterable[bytes], flags: int) -> None:
-        fd = os.open(path, flags, 0o644)
+    def _write_fd(self, path: str, chunks: Iterable[bytes], flags: int) -> None:
+        mode = self.permissions.file_mode
+        fd = os.open(path, flags, mode)
         try:
+            os.fchmod(fd, mode)  # the umask may have narrowed a shared mode; never widened it
             for chunk in chunks:
                 view = memoryview(chunk)
                 while view:
@@ -158,7 +184,25 @@ class LocalFileSystem(FileSystem):
         return sorted(os.listdir(path))
 
     def mkdirs(self, path: str) -> None:
-        os.makedirs(path, exist_ok=True)
+        """Create ``path`` and its missing parents with the directory mode; those that
+        exist keep theirs (the user's base directory is the user's)."""
+        missing = []
+        current = path
+        while not os.path.isdir(current):
+            missing.append(current)
+            parent = os.path.dirname(current)
+            if parent == current:
+                break
+            current = parent
+        mode = self.permissions.dir_mode
+        for directory in reversed(missing):
+            try:
+                os.mkdir(directory, mode)
+            except FileExistsError:
+                if not os.path.isdir(directory):
+                    raise
+                continue  # another task created it meanwhile, with the same mode
+            os.chmod(directory, mode)
 
     def delete(self, path: str, recursive: bool = False) -> None:
         try:
@@ -236,10 +280,11 @@ class FsspecFileSystem(FileSystem):
             self._fs.rm(path, recursive=recursive)
 
 
-def resolve(uri: str) -> tuple[FileSystem, str]:
+def resolve(uri: str, permissions: FilePermissions = PRIVATE) -> tuple[FileSystem, str]:
     """The filesystem for ``uri`` and the path to hand to it.
 
-    A plain path or ``file://`` URI is local (made absolute); other schemes go to fsspec.
+    A plain path or ``file://`` URI is local (made absolute), and creates its files and
+    directories with ``permissions``; other schemes go to fsspec.
     """
     if not isinstance(uri, str) or not uri.strip():
         raise StorageError(f"a checkpoint storage location must be a non-empty path or URI, got {uri!r}")
@@ -250,5 +295,5 @@ def resolve(uri: str) -> tuple[FileSystem, str]:
             raise StorageError(
                 f"'{uri}' names host '{parsed.netloc}'; a file:// URI must be file:///absolute/path"
             )
-        return LocalFileSystem(), os.path.abspath(os.path.expanduser(path))
+        return LocalFileSystem(permissions), os.path.abspath(os.path.expanduser(path))
     return FsspecFileSystem(parsed.scheme), uri

@@ -46,7 +46,7 @@ from chandy.messages.ids import ExecutionAttemptID
 from chandy.messages.metrics import MetricsReport
 from chandy.messages.status import ExecutionState
 from chandy.network.auth import new_secret
-from chandy.network.framing import FramedSocket, accept_authenticated, close_listener
+from chandy.network.framing import AuthenticatingAcceptor, FramedSocket, close_listener
 from chandy.runtime.executor import Deployment, Executor
 from chandy.runtime.spark import session as spark_session
 from chandy.runtime.spark.messages import (
@@ -391,8 +391,9 @@ class SparkDeployment(Deployment):
 class SparkExecutor(Executor):
     """Runs a job's tasks in long-running Spark barrier tasks (one per slot).
 
-    Threads: the control server's acceptor and the heartbeat watcher belong to the
-    executor (joined by :meth:`close`); each slot process's connection has a reader
+    Threads: the control server's acceptor (an :class:`AuthenticatingAcceptor`, with its
+    handshake threads) and the heartbeat watcher belong to the executor (joined by
+    :meth:`close`); each slot process's connection has a reader
     (``_serve_slot``, also the executor's), which owns that connection's sender and
     results threads and joins them when the connection ends. Finished threads are
     joined and dropped whenever a new one starts, so the list stays as long as the
@@ -416,6 +417,7 @@ class SparkExecutor(Executor):
         self._closing = threading.Event()
         self._lock = threading.Lock()
         self._server: socket.socket | None = None
+        self._acceptor: AuthenticatingAcceptor | None = None
         self._threads: list[threading.Thread] = []
 
     # -- setup ------------------------------------------------------------------
@@ -435,7 +437,9 @@ class SparkExecutor(Executor):
             host = self.session.sparkContext.getConf().get("spark.driver.host", "127.0.0.1")
             self._server = socket.create_server((host, 0))
             self.driver_address = f"{host}:{self._server.getsockname()[1]}"
-            self._start(self._accept_loop, "chandy control accept")
+            self._acceptor = AuthenticatingAcceptor(
+                self._server, self.secret, "control", self._accepted
+            ).start()
             self._start(self._watch_heartbeats, "chandy heartbeat watch")
 
     def _start(self, target: Callable[..., None], name: str, *args: Any) -> None:
@@ -543,12 +547,9 @@ class SparkExecutor(Executor):
 
     # -- control connections ------------------------------------------------------
 
-    def _accept_loop(self) -> None:
-        assert self._server is not None
-        for connection, peer in accept_authenticated(
-            self._server, self.secret, "control", lambda: self._closed
-        ):
-            self._start(self._serve_slot, f"chandy control {peer[0]}:{peer[1]}", connection)
+    def _accepted(self, connection: FramedSocket, peer: Any) -> None:
+        """A connection passed the handshake (on the acceptor's handshake thread)."""
+        self._start(self._serve_slot, f"chandy control {peer[0]}:{peer[1]}", connection)
 
     def _serve_slot(self, connection: FramedSocket) -> None:
         """Read one slot process's messages until its connection ends; then close it and
@@ -750,6 +751,8 @@ class SparkExecutor(Executor):
             self._closing.set()
         if self._pool is not None:
             self._pool.stop()
+        if self._acceptor is not None:
+            self._acceptor.close()  # joined: no connection is handed on after this
         if self._server is not None:
             close_listener(self._server)
         with self._lock:
