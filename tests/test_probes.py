@@ -7,26 +7,18 @@ import subprocess
 import sys
 from pathlib import Path
 
-import pytest
+from tests.probes import PROBE_ROOT_ENV_VAR
 
-from tests.probes import PROBE_ROOT_ENV_VAR, Probe
-
-_INNER = "CHANDY_TEST_INNER_PROBE_SESSION"
-
-
-@pytest.mark.skipif(_INNER not in os.environ, reason="run by the test below, in a session of its own")
-def test_a_session_that_makes_probes() -> None:
-    for _ in range(3):
-        probe = Probe()
-        probe.add("made")
-        assert Path(probe.directory).is_dir()
+#: A session that makes probes, run on its own below (not collected by the suite: its name
+#: does not match test_*.py, and pytest collects a file named on its command line anyway).
+INNER_SESSION = Path(__file__).with_name("probe_session.py")
 
 
 def test_a_test_session_leaves_no_probe_directories(tmp_path: Path) -> None:
     tmp, base = tmp_path / "tmp", tmp_path / "base"
     tmp.mkdir()
     env = {k: v for k, v in os.environ.items() if k != PROBE_ROOT_ENV_VAR}
-    env.update({_INNER: "1", "TMPDIR": str(tmp)})
+    env["TMPDIR"] = str(tmp)
     inner = subprocess.run(
         [
             sys.executable,
@@ -36,7 +28,7 @@ def test_a_test_session_leaves_no_probe_directories(tmp_path: Path) -> None:
             "-p",
             "no:cacheprovider",
             f"--basetemp={base}",
-            f"{__file__}::test_a_session_that_makes_probes",
+            str(INNER_SESSION),
         ],
         cwd=Path(__file__).parent.parent,
         env=env,
