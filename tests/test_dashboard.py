@@ -124,11 +124,15 @@ def start_orders_job(
     return env, client
 
 
-def launch_chromium(playwright: Any, executable: Path = CHROMIUM) -> Browser:
+def launch_chromium(
+    playwright: Any, executable: Path = CHROMIUM, extra_args: tuple[str, ...] = ()
+) -> Browser:
     """Debian's chromium; a missing one fails the test (setup.sh installs it), never skips it."""
     if not executable.exists():
         pytest.fail(f"Debian's chromium is not installed ({executable} is missing): run ./setup.sh")
-    browser: Browser = playwright.chromium.launch(executable_path=str(executable), args=CHROMIUM_ARGS)
+    browser: Browser = playwright.chromium.launch(
+        executable_path=str(executable), args=[*CHROMIUM_ARGS, *extra_args]
+    )
     return browser
 
 
