@@ -37,7 +37,7 @@ SAFE_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
 
 #: Sent with every answer: no page may frame this server's (clickjacking of the dashboard's
 #: buttons), nothing is loaded from elsewhere, and types are not sniffed.
-SECURITY_HEADERS: list[tuple[bytes, bytes]] = [
+SECURITY_HEADERS: tuple[tuple[bytes, bytes], ...] = (
     (b"x-frame-options", b"DENY"),
     (
         b"content-security-policy",
@@ -45,7 +45,7 @@ SECURITY_HEADERS: list[tuple[bytes, bytes]] = [
         b"form-action 'self'; frame-ancestors 'none'",
     ),
     (b"x-content-type-options", b"nosniff"),
-]
+)
 
 
 def host_name(header: str) -> str:
