@@ -422,11 +422,19 @@ def wait_until_running(job: DetachedJob, *extra: str, env: dict[str, str] | None
         time.sleep(0.2)
 
 
+#: rest.auth.token takes 16 characters or more.
+CLI_TOKEN = "s3cret-token-of-the-cli-tests"
+
+
 @pytest.mark.slow
 def test_a_detached_job_is_listed_savepointed_and_cancelled_with_a_token(tmp_path: Path) -> None:
     savepoints = tmp_path / "savepoints"
     job = run_detached(
-        tmp_path, "-D", "rest.auth.token=s3cret", "-D", f"execution.checkpointing.savepoint-dir={savepoints}"
+        tmp_path,
+        "-D",
+        f"rest.auth.token={CLI_TOKEN}",
+        "-D",
+        f"execution.checkpointing.savepoint-dir={savepoints}",
     )
     try:
         no_token = chandy("list", "-m", job.address, timeout=60)
@@ -434,16 +442,17 @@ def test_a_detached_job_is_listed_savepointed_and_cancelled_with_a_token(tmp_pat
         assert f"Error: the REST API at {job.address} requires a token (401 Unauthorized): pass --token" in (
             no_token.stderr
         )
-        wrong = chandy("cancel", "-m", job.address, "--token", "guess", job.job_id, timeout=60)
-        assert wrong.returncode == 1 and "rejected the token" in wrong.stderr
+        wrong = chandy("cancel", "-m", job.address, "--token", "a-guess-of-16-chars", job.job_id, timeout=60)
+        assert wrong.returncode == 1 and "does not hold the token you passed" in wrong.stderr
+        assert "the token was not sent" in wrong.stderr
 
-        token = {"CHANDY_REST_TOKEN": "s3cret"}
+        token = {"CHANDY_REST_TOKEN": CLI_TOKEN}
         line = wait_until_running(job, env=token)  # the token from the environment
         assert re.fullmatch(
             rf"\d\d\.\d\d\.\d{{4}} \d\d:\d\d:\d\d : {job.job_id} : cli test \(RUNNING\)", line
         )
 
-        taken = chandy("savepoint", "-m", job.address, "--token", "s3cret", job.job_id, timeout=300)
+        taken = chandy("savepoint", "-m", job.address, "--token", CLI_TOKEN, job.job_id, timeout=300)
         assert taken.returncode == 0, taken.stderr
         path = re.search(r"^Savepoint completed\. Path: (.+)$", taken.stdout, re.M)
         assert path and Path(path.group(1)).parent == savepoints, taken.stdout
@@ -456,10 +465,10 @@ def test_a_detached_job_is_listed_savepointed_and_cancelled_with_a_token(tmp_pat
             True,
         )
 
-        unknown = chandy("cancel", "-m", job.address, "--token", "s3cret", "f" * 32, timeout=60)
+        unknown = chandy("cancel", "-m", job.address, "--token", CLI_TOKEN, "f" * 32, timeout=60)
         assert unknown.returncode == 1 and f"Error: no job {'f' * 32} at {job.address}" in unknown.stderr
 
-        cancelled = chandy("cancel", "-m", job.address, "--token", "s3cret", job.job_id, timeout=60)
+        cancelled = chandy("cancel", "-m", job.address, "--token", CLI_TOKEN, job.job_id, timeout=60)
         assert cancelled.returncode == 0, cancelled.stderr
         assert cancelled.stdout.splitlines() == [
             f"Cancelling job {job.job_id}.",

@@ -43,6 +43,8 @@ CHROMIUM_ARGS = [
 #: Event time of order 0 (2026-11-24 00:00 UTC): watermarks read as times on the page.
 EPOCH_MS = 1_795_478_400_000
 PRODUCTS = ("apples", "pears", "plums", "figs", "dates", "limes", "kiwis")
+#: The token of the token test (rest.auth.token takes 16 characters or more).
+DASHBOARD_TOKEN = "s3cret-token-of-the-dashboard"
 #: Generous: the machine is shared and Spark tests may run beside this one.
 WAIT_MS = 90_000
 
@@ -122,11 +124,15 @@ def start_orders_job(
     return env, client
 
 
-def launch_chromium(playwright: Any, executable: Path = CHROMIUM) -> Browser:
+def launch_chromium(
+    playwright: Any, executable: Path = CHROMIUM, extra_args: tuple[str, ...] = ()
+) -> Browser:
     """Debian's chromium; a missing one fails the test (setup.sh installs it), never skips it."""
     if not executable.exists():
         pytest.fail(f"Debian's chromium is not installed ({executable} is missing): run ./setup.sh")
-    browser: Browser = playwright.chromium.launch(executable_path=str(executable), args=CHROMIUM_ARGS)
+    browser: Browser = playwright.chromium.launch(
+        executable_path=str(executable), args=[*CHROMIUM_ARGS, *extra_args]
+    )
     return browser
 
 
@@ -300,7 +306,7 @@ def test_the_dashboard_follows_a_running_job_and_stops_it_with_a_savepoint(
 
 @pytest.mark.slow
 def test_with_a_token_the_page_asks_for_it_once_and_keeps_it_for_the_tab(page: Page, tmp_path: Path) -> None:
-    env, client = start_orders_job(tmp_path, {"rest.auth.token": "s3cret-token"}, records_per_second=200)
+    env, client = start_orders_job(tmp_path, {"rest.auth.token": DASHBOARD_TOKEN}, records_per_second=200)
     try:
         url = env.rest_url
         assert url is not None
@@ -314,7 +320,7 @@ def test_with_a_token_the_page_asks_for_it_once_and_keeps_it_for_the_tab(page: P
         page.get_by_test_id("token-input").fill("wrong")
         page.get_by_test_id("token-submit").click()
         expect(page.get_by_test_id("token-error")).to_be_visible(timeout=WAIT_MS)
-        page.get_by_test_id("token-input").fill("s3cret-token")
+        page.get_by_test_id("token-input").fill(DASHBOARD_TOKEN)
         page.get_by_test_id("token-submit").click()
         expect(overlay).to_be_hidden()
         expect(job_row(page, job_id).get_by_test_id("job-row-status")).to_have_text(

@@ -316,13 +316,13 @@ def test_cancel_through_patch_then_the_finished_job_stays_listed(job: RunningJob
             for v in http.get(f"/jobs/{client.get_job_id()}").json()["vertices"]
             if v["name"].startswith("Sum")
         }
-        response = http.patch(f"/v1/jobs/{client.get_job_id()}", params={"mode": "cancel"})
+        response = http.patch(f"/v1/jobs/{client.get_job_id()}", params={"mode": "cancel"}, json={})
         assert response.status_code == 202 and response.json() == {}
         with pytest.raises(JobCancelledError):
             client.get_job_execution_result(timeout=60)
         (details,) = http.get("/jobs/overview").json()["jobs"]
         assert details["state"] == "CANCELED" and details["end-time"] >= details["start-time"]
-        assert http.patch(f"/jobs/{client.get_job_id()}").status_code == 202  # again: still CANCELED
+        assert http.patch(f"/jobs/{client.get_job_id()}", json={}).status_code == 202  # again: still CANCELED
         overview = http.get("/overview").json()
         assert overview["jobs-cancelled"] == 1 and overview["jobs-running"] == 0
     url = env.rest_url
@@ -338,7 +338,7 @@ def test_cancelling_a_finished_job_is_a_conflict() -> None:
     client = env.execute_async("short")
     client.get_job_execution_result(timeout=60)
     assert env.rest_url is not None
-    response = httpx.patch(f"{env.rest_url}/jobs/{client.get_job_id()}?mode=cancel")
+    response = httpx.patch(f"{env.rest_url}/jobs/{client.get_job_id()}?mode=cancel", json={})
     assert response.status_code == 409 and "FINISHED" in response.json()["errors"][0]
     env.close()
 
@@ -423,7 +423,10 @@ def test_savepoint_requests_that_cannot_start_are_refused(job: RunningJob) -> No
         f"/jobs/{job.job_id}/savepoints", json={"target-directory": "/tmp", "formatType": "ZIP"}
     )
     assert bad_format.status_code == 400 and "CANONICAL" in bad_format.json()["errors"][0]
-    assert job.http.post(f"/jobs/{job.job_id}/savepoints", content=b"{not json").status_code == 400
+    not_json = job.http.post(
+        f"/jobs/{job.job_id}/savepoints", content=b"{not json", headers={"Content-Type": "application/json"}
+    )
+    assert not_json.status_code == 400
     job.get(f"/jobs/{job.job_id}/savepoints/{'0' * 32}", status=404)
 
 

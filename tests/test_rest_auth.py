@@ -15,7 +15,7 @@ from chandy.web.auth import is_loopback
 from chandy.web.dispatcher import Dispatcher
 from chandy.web.server import RestServer
 
-TOKEN = "s3cret-token"
+TOKEN = "s3cret-token-of-the-rest-auth-tests"
 
 
 @pytest.fixture
@@ -67,7 +67,7 @@ def test_with_a_token_every_api_request_needs_it(
         assert response.headers["www-authenticate"].startswith("Bearer")
     wrong = httpx.get(server.url + "/jobs", headers={"Authorization": "Bearer nope"})
     assert wrong.status_code == 401
-    assert httpx.patch(server.url + "/jobs/0123?mode=cancel").status_code == 401
+    assert httpx.patch(server.url + "/jobs/0123?mode=cancel", json={}).status_code == 401
     refused = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
     assert any("127.0.0.1:" in m and "GET /metrics" in m and "no bearer token" in m for m in refused), refused
     assert any("GET /jobs" in m and "a wrong token" in m for m in refused), refused
@@ -86,7 +86,7 @@ def test_the_dashboard_page_loads_without_the_token(server: RestServer) -> None:
     assert page.status_code == 200 and "<html" in page.text.lower()
     assert httpx.get(server.url + "/index.html").status_code == 200
     assert httpx.get(server.url + "/../../etc/passwd").status_code in (401, 404)
-    assert httpx.post(server.url + "/").status_code == 401
+    assert httpx.post(server.url + "/", json={}).status_code == 401
 
 
 def test_the_start_up_log_says_the_api_requires_a_token(caplog: pytest.LogCaptureFixture) -> None:

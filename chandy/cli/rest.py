@@ -7,7 +7,9 @@ unknown job, an error the server reported.
 
 from __future__ import annotations
 
+import hmac
 import re
+import secrets
 import time
 from dataclasses import dataclass
 from typing import Any
@@ -15,6 +17,7 @@ from typing import Any
 import httpx
 
 from chandy.cli.errors import CliError
+from chandy.web.auth import IDENTITY_PATH, token_proof
 
 DEFAULT_ADDRESS = "127.0.0.1:8081"
 TOKEN_ENV_VAR = "CHANDY_REST_TOKEN"
@@ -54,15 +57,21 @@ class SavepointOutcome:
 
 
 class RestClient:
-    """Requests to one REST address, with Flink's versioned paths (``/v1/...``)."""
+    """Requests to one REST address, with Flink's versioned paths (``/v1/...``).
+
+    With a token, the first request asks the server to prove it holds the same token
+    (``GET /v1/chandy/identity``: an HMAC of a fresh nonce, see
+    :func:`chandy.web.auth.token_proof`) and sends the token only if it does: whatever
+    else may listen at the address (another job, another program on a port a job used to
+    have) never gets it. A server that needs no token gets none."""
 
     def __init__(self, address: str, token: str | None, timeout: float = 30.0) -> None:
         self.address = address
-        headers = {"Accept": "application/json"}
-        if token:
-            headers["Authorization"] = f"Bearer {token}"
         self._token = token
-        self._client = httpx.Client(base_url=base_url(address), headers=headers, timeout=timeout)
+        self._token_checked = not token
+        self._client = httpx.Client(
+            base_url=base_url(address), headers={"Accept": "application/json"}, timeout=timeout
+        )
 
     def close(self) -> None:
         self._client.close()
@@ -84,9 +93,27 @@ class RestClient:
         params: dict[str, str] | None = None,
         job_id: str | None = None,
     ) -> Any:
-        """The decoded JSON answer of ``method path``; any failure is a :class:`CliError`."""
+        """The decoded JSON answer of ``method path``; any failure is a :class:`CliError`.
+
+        Every request but a GET carries a JSON body (``{}`` if none), as Flink's client's do:
+        the server refuses a state-changing request of another type."""
+        headers = self._authorization()
+        if json is None and method != "GET":
+            json = {}
+        response = self._send(method, path, json=json, params=params, headers=headers)
+        return self._decode(response, method, path, job_id)
+
+    def _send(
+        self,
+        method: str,
+        path: str,
+        *,
+        json: dict[str, Any] | None = None,
+        params: dict[str, str] | None = None,
+        headers: dict[str, str] | None = None,
+    ) -> httpx.Response:
         try:
-            response = self._client.request(method, "/v1" + path, json=json, params=params)
+            return self._client.request(method, "/v1" + path, json=json, params=params, headers=headers)
         except httpx.ConnectError as exc:
             raise ApiUnreachable(
                 f"no chandy REST API at {self.address} ({_reason(exc)}): start a job there "
@@ -104,7 +131,36 @@ class RestClient:
             ) from None
         except httpx.HTTPError as exc:
             raise CliError(f"{method} {path} at {self.address} failed: {_reason(exc)}") from None
-        return self._decode(response, method, path, job_id)
+
+    def _authorization(self) -> dict[str, str]:
+        """The ``Authorization`` header, once the server proved it holds the token."""
+        if not self._token_checked:
+            self._check_identity()
+        return {"Authorization": f"Bearer {self._token}"} if self._token else {}
+
+    def _check_identity(self) -> None:
+        assert self._token is not None
+        nonce = secrets.token_hex(16)
+        response = self._send("GET", IDENTITY_PATH, params={"nonce": nonce})
+        try:
+            answer = response.json()
+        except ValueError:
+            answer = None
+        if response.status_code != 200 or not isinstance(answer, dict) or answer.get("service") != "chandy":
+            raise CliError(
+                f"{self.address} does not answer as a chandy REST API (GET /v1{IDENTITY_PATH}: "
+                f"{response.status_code}), so the token was not sent: is -m the address of a running "
+                "chandy job's REST API (its rest.port)?"
+            )
+        if answer.get("token-required") is not True:
+            self._token = None  # this server needs none: nothing secret goes out
+        elif not hmac.compare_digest(str(answer.get("proof")), token_proof(self._token, nonce)):
+            raise CliError(
+                f"the REST API at {self.address} does not hold the token you passed (it could not prove "
+                "it has it), so the token was not sent: another job or program may be listening there. "
+                f"Check -m/--jobmanager, and --token (or {TOKEN_ENV_VAR})"
+            )
+        self._token_checked = True
 
     def _decode(self, response: httpx.Response, method: str, path: str, job_id: str | None) -> Any:
         status = response.status_code

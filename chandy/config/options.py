@@ -426,8 +426,23 @@ class RestOptions:
     AUTH_TOKEN = ConfigOption.string(
         "rest.auth.token",
         None,
-        "Bearer token every REST request must carry ('Authorization: Bearer <token>'). "
-        "Required when rest.bind-address is not loopback.",
+        "Bearer token every REST request must carry ('Authorization: Bearer <token>'), at least "
+        "16 characters. Required when rest.bind-address is not loopback. With a token, a taken "
+        "rest.port is an error instead of a move to the next free port.",
+    )
+    ALLOWED_HOSTS = ConfigOption.string(
+        "rest.allowed-hosts",
+        None,
+        "Host names (comma-separated) a request's Host header may name besides localhost, IP "
+        "addresses, rest.bind-address and rest.address: the names clients reach the driver by. "
+        "Any other name is refused (403), which defeats DNS rebinding. '*' allows any name.",
+    )
+    MAX_CONTENT_LENGTH = ConfigOption.memory_size(
+        "rest.server.max-content-length",
+        1 << 20,
+        "Largest request body the REST server reads; a larger one is refused with 413 before "
+        "it is read (Flink's key; chandy's default is 1 mb, as no route takes more).",
+        maximum=1 << 30,
     )
     AWAIT_RESULTS_TIMEOUT = ConfigOption.duration(
         "chandy.rest.await-results-timeout",

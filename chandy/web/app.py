@@ -14,10 +14,13 @@ import functools
 import importlib.metadata
 import json
 import logging
+import os
+import re
 from collections.abc import Callable
 from concurrent.futures import Future
 from pathlib import Path
 from typing import Any, TypeVar
+from urllib.parse import urlparse
 
 from starlette.applications import Starlette
 from starlette.concurrency import run_in_threadpool
@@ -28,15 +31,16 @@ from starlette.routing import BaseRoute, Mount, Route
 from starlette.staticfiles import StaticFiles
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from chandy.config.options import SavepointFormatType
+from chandy.config.options import RestOptions, SavepointFormatType
 from chandy.errors import ConfigurationError
 from chandy.graph.job_graph import JobVertex
 from chandy.messages.status import JobStatus
 from chandy.runtime.job_master import JobMaster
 from chandy.web import views
-from chandy.web.auth import BearerTokenAuth
+from chandy.web.auth import IDENTITY_PATH, BearerTokenAuth, token_proof
 from chandy.web.dispatcher import DispatchedJob, Dispatcher
 from chandy.web.failure import serialized_throwable
+from chandy.web.guard import HostAllowList, RequestGuard
 from chandy.web.prometheus import PrometheusExporter
 
 log = logging.getLogger(__name__)
@@ -60,8 +64,11 @@ def chandy_version() -> str:
 class RestApi:
     """The handlers; they read the dispatcher's jobs through their JobMasters."""
 
-    def __init__(self, dispatcher: Dispatcher, *, call_timeout_s: float = CALL_TIMEOUT_S) -> None:
+    def __init__(
+        self, dispatcher: Dispatcher, *, token: str | None = None, call_timeout_s: float = CALL_TIMEOUT_S
+    ) -> None:
         self.dispatcher = dispatcher
+        self._token = token
         self.call_timeout_s = call_timeout_s
         self.prometheus = PrometheusExporter(dispatcher, call_timeout_s)
 
@@ -88,6 +95,7 @@ class RestApi:
 
     def routes(self) -> list[BaseRoute]:
         return [
+            Route(IDENTITY_PATH, self.identity, methods=["GET"]),
             Route("/config", self.config),
             Route("/overview", self.overview),
             Route("/jobs", self.jobs),
@@ -112,6 +120,24 @@ class RestApi:
         ]
 
     # ------------------------------------------------------------------ cluster
+
+    async def identity(self, request: Request) -> Response:
+        """chandy's own, served without the token: whether this server needs a token and,
+        if so, proof that it holds it (:func:`~chandy.web.auth.token_proof` of the client's
+        ``nonce``). A client checks the proof before it sends its token, so the token never
+        goes to whatever else listens where the client looked (another job, another program)."""
+        nonce = request.query_params.get("nonce", "")
+        if not _NONCE.match(nonce):
+            raise HTTPException(400, "'nonce' must be 32 to 128 hexadecimal digits")
+        token = self._token
+        return JSONResponse(
+            {
+                "service": "chandy",
+                "version": chandy_version(),
+                "token-required": token is not None,
+                "proof": token_proof(token, nonce) if token is not None else None,
+            }
+        )
 
     async def config(self, request: Request) -> Response:
         """Flink's ``DashboardConfiguration``."""
@@ -289,13 +315,24 @@ class RestApi:
     # ------------------------------------------------------------------ savepoints
 
     async def _body(self, request: Request) -> dict[str, Any]:
+        """The request's JSON object; anything else is Flink's 400 (never a 500)."""
         raw = await request.body()
         if not raw.strip():
             return {}
         try:
-            body = json.loads(raw)
+            body = json.loads(raw.decode("utf-8"))
+        except UnicodeDecodeError as exc:
+            raise HTTPException(
+                400,
+                "Request did not match expected format: the body is not UTF-8 "
+                f"({exc.reason} at byte {exc.start}).",
+            ) from None
         except json.JSONDecodeError as exc:
             raise HTTPException(400, f"Request did not match expected format: {exc}") from None
+        except RecursionError:
+            raise HTTPException(
+                400, "Request did not match expected format: the JSON is nested too deeply."
+            ) from None
         if not isinstance(body, dict):
             raise HTTPException(400, "Request did not match expected format: a JSON object is expected.")
         return body
@@ -304,10 +341,11 @@ class RestApi:
         self,
         job: DispatchedJob,
         body: dict[str, Any],
+        directory_field: str,
         start: Callable[[str | None, SavepointFormatType], Future[str]],
     ) -> Response:
         """Start a savepoint or stop; 202 with the trigger id the client polls with."""
-        trigger_id = body.get("triggerId")
+        trigger_id = _trigger_id(body)
         if trigger_id is not None and trigger_id in job.triggers:
             return JSONResponse({"request-id": trigger_id}, status_code=202)  # Flink: idempotent by id
         status = job.job_master.execution_graph.state
@@ -315,10 +353,10 @@ class RestApi:
             raise HTTPException(
                 409, f"Job {job.job_id} has already reached a terminal state ({status.value})."
             )
-        format_name = str(body.get("formatType") or "CANONICAL").upper()
+        format_name = (_string_field(body, "formatType") or "CANONICAL").upper()
         if format_name not in SavepointFormatType.__members__ or format_name == "DEFAULT":
             raise HTTPException(400, f"unknown formatType '{format_name}': use CANONICAL or NATIVE")
-        directory = body.get("target-directory", body.get("targetDirectory"))
+        directory = _target_directory(body, directory_field)
         future = start(directory, SavepointFormatType[format_name])
         if future.done() and isinstance(future.exception(), ConfigurationError):
             raise HTTPException(400, str(future.exception()))  # no directory: Flink answers 400 too
@@ -332,27 +370,35 @@ class RestApi:
         job = self._job(request)
         body = await self._body(request)
         master = job.job_master
+        cancel_job = _flink_boolean(body, "cancel-job")
 
         def start(directory: str | None, format_type: SavepointFormatType) -> Future[str]:
             savepoint = master.trigger_savepoint(directory, format_type)
-            if not body.get("cancel-job"):
+            if not cancel_job:
                 return savepoint
             return _then_cancel(savepoint, master, _client(request))
 
+        response = self._trigger(job, body, "target-directory", start)
         log.info(
             "Savepoint of job %s into %s requested by %s%s.",
             job.job_id,
             body.get("target-directory") or "the default directory",
             _client(request),
-            " (then cancel)" if body.get("cancel-job") else "",
+            " (then cancel)" if cancel_job else "",
         )
-        return self._trigger(job, body, start)
+        return response
 
     async def stop_with_savepoint(self, request: Request) -> Response:
         """``POST /jobs/:jobid/stop`` (``flink stop``): ``targetDirectory``, ``drain``, ``formatType``."""
         job = self._job(request)
         body = await self._body(request)
-        drain = bool(body.get("drain", False))
+        drain = _flink_boolean(body, "drain")
+        response = self._trigger(
+            job,
+            body,
+            "targetDirectory",
+            lambda directory, fmt: job.job_master.stop_with_savepoint(drain, directory, fmt),
+        )
         log.info(
             "Stop-with-savepoint%s of job %s into %s requested by %s.",
             " with drain" if drain else "",
@@ -360,9 +406,7 @@ class RestApi:
             body.get("targetDirectory") or "the default directory",
             _client(request),
         )
-        return self._trigger(
-            job, body, lambda directory, fmt: job.job_master.stop_with_savepoint(drain, directory, fmt)
-        )
+        return response
 
     async def savepoint_status(self, request: Request) -> Response:
         """Flink's ``AsynchronousOperationResult<SavepointInfo>`` of a savepoint or stop."""
@@ -387,6 +431,73 @@ class RestApi:
     async def prometheus_metrics(self, request: Request) -> Response:
         body = await run_in_threadpool(self.prometheus.render)
         return Response(body, media_type=self.prometheus.content_type)
+
+
+_TRIGGER_ID = re.compile(r"^[0-9a-fA-F]{32}$")
+_NONCE = re.compile(r"^[0-9a-fA-F]{32,128}$")
+
+#: The spellings of a boolean Flink's Jackson accepts in a JSON string.
+_JACKSON_BOOLEANS = {"true": True, "True": True, "TRUE": True, "false": False, "False": False, "FALSE": False}
+
+
+def _flink_boolean(body: dict[str, Any], field: str) -> bool:
+    """A boolean field as Flink's Jackson reads it: ``true``/``false``, or those words as a
+    string (``"false"`` is false: a non-empty string is not true); absent or null is false;
+    anything else is a 400."""
+    value = body.get(field)
+    if value is None:
+        return False
+    if isinstance(value, bool):
+        return value
+    if isinstance(value, str) and value in _JACKSON_BOOLEANS:
+        return _JACKSON_BOOLEANS[value]
+    raise HTTPException(
+        400,
+        f"Request did not match expected format: '{field}' must be true or false, got {json.dumps(value)}.",
+    )
+
+
+def _string_field(body: dict[str, Any], field: str) -> str | None:
+    value = body.get(field)
+    if value is None or isinstance(value, str):
+        return value
+    raise HTTPException(
+        400, f"Request did not match expected format: '{field}' must be a string, got {json.dumps(value)}."
+    )
+
+
+def _trigger_id(body: dict[str, Any]) -> str | None:
+    """Flink's ``triggerId``: 32 hexadecimal digits, as Flink's ``TriggerId`` parses it."""
+    value = _string_field(body, "triggerId")
+    if value is not None and not _TRIGGER_ID.match(value):
+        raise HTTPException(
+            400,
+            "Request did not match expected format: 'triggerId' must be 32 hexadecimal digits, "
+            f"got {value!r}.",
+        )
+    return value.lower() if value is not None else None
+
+
+def _target_directory(body: dict[str, Any], field: str) -> str | None:
+    """The directory a client asked for: an absolute path or a URI; none (absent, null or
+    empty) is ``execution.checkpointing.savepoint-dir``. A relative path is refused: it
+    would be resolved against the driver's working directory, which the client neither
+    knows nor chose, and could climb out of it (``../..``)."""
+    directory = _string_field(body, field)
+    if not directory:
+        return None
+    parsed = urlparse(directory)
+    local = parsed.scheme in ("", "file")
+    path = parsed.path if parsed.scheme == "file" else directory
+    if local and not os.path.isabs(path):
+        raise HTTPException(
+            400,
+            f"'{field}' must be an absolute path or a URI (such as s3://bucket/savepoints), got "
+            f"'{directory}': a relative path would be resolved against the driver's working directory. "
+            "Pass an absolute path (chandy's CLI makes a relative one absolute on your side), or none "
+            "for the job's execution.checkpointing.savepoint-dir.",
+        )
+    return directory
 
 
 def _then_cancel(savepoint: Future[str], master: JobMaster, client: str) -> Future[str]:
@@ -426,12 +537,19 @@ async def _error(request: Request, exc: Exception) -> Response:
 
 
 def create_app(
-    dispatcher: Dispatcher, *, token: str | None = None, static_dir: Path = STATIC_DIR
+    dispatcher: Dispatcher,
+    *,
+    token: str | None = None,
+    static_dir: Path = STATIC_DIR,
+    allowed_hosts: HostAllowList | None = None,
+    max_content_length: int = RestOptions.MAX_CONTENT_LENGTH.default,
 ) -> Starlette:
     """The server's ASGI app: the API at its paths and under ``/v1``, ``/metrics``, and
     the dashboard at ``/``. With ``token`` every API request needs it (the dashboard's own
-    files do not: they hold no job data, and the page asks for the token)."""
-    api = RestApi(dispatcher)
+    files do not: they hold no job data, and the page asks for the token). Every request
+    first passes :class:`~chandy.web.guard.RequestGuard` (``Host`` among ``allowed_hosts``,
+    loopback names and addresses by default; JSON for what changes state; the body limit)."""
+    api = RestApi(dispatcher, token=token)
     routes = api.routes()
     app = Starlette(
         routes=[
@@ -444,6 +562,11 @@ def create_app(
     )
     if token is not None:
         app.add_middleware(BearerTokenAuth, token=token, public_dir=static_dir)
+    app.add_middleware(
+        RequestGuard,
+        allowed_hosts=allowed_hosts or HostAllowList.of("127.0.0.1", None, None),
+        max_content_length=max_content_length,
+    )
     app.add_middleware(_RequestLog)
     return app
 

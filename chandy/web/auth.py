@@ -8,6 +8,7 @@ and with a token every request must carry ``Authorization: Bearer <token>``.
 
 from __future__ import annotations
 
+import hashlib
 import hmac
 import ipaddress
 import json
@@ -38,9 +39,51 @@ def is_loopback(address: str) -> bool:
     return bool(infos) and all(ipaddress.ip_address(info[4][0]).is_loopback for info in infos)
 
 
+#: The shortest token accepted: one a client cannot guess by trying (16 characters of
+#: ``secrets.token_urlsafe`` are 96 bits).
+MIN_TOKEN_LENGTH = 16
+
+#: Where a client asks a server to prove it holds the token, without sending it; served
+#: without the token (under ``/v1`` too).
+IDENTITY_PATH = "/chandy/identity"
+
+_PROOF_CONTEXT = b"chandy-rest-identity:"
+
+
+def check_token(token: str) -> None:
+    """Refuse a token that is easy to guess or can never match.
+
+    The API compares the token a client presents with surrounding whitespace removed (an
+    HTTP header's is), so a token of spaces, or one that begins or ends with a space, would
+    be accepted here and then refuse every client."""
+    problem = None
+    if token != token.strip():
+        problem = (
+            "it begins or ends with whitespace (which no HTTP header carries), so no client could match it"
+        )
+    elif len(token) < MIN_TOKEN_LENGTH:
+        problem = (
+            f"it has {len(token)} characters: at least {MIN_TOKEN_LENGTH} are required, so it cannot "
+            "be guessed"
+        )
+    if problem is not None:
+        raise ConfigurationError(
+            f"rest.auth.token is refused: {problem}. Generate one with: python -c "
+            '"import secrets; print(secrets.token_urlsafe(32))"'
+        )
+
+
+def token_proof(token: str, nonce: str) -> str:
+    """What a server holding ``token`` answers to a client's ``nonce``: proof that it holds
+    the token, which tells the client nothing about it (HMAC-SHA256)."""
+    return hmac.new(token.encode(), _PROOF_CONTEXT + nonce.encode(), hashlib.sha256).hexdigest()
+
+
 def check_exposure(bind_address: str, token: str | None) -> None:
-    """Refuse to serve an open control port: anything but loopback needs a token."""
+    """Refuse to serve an open control port (anything but loopback needs a token), and a
+    token that is weak or can never match (:func:`check_token`)."""
     if token:
+        check_token(token)
         return
     if not is_loopback(bind_address):
         raise ConfigurationError(
@@ -57,7 +100,8 @@ class BearerTokenAuth:
 
     The dashboard's own files (under ``public_dir``) are served without it: they hold no
     job data, and a browser cannot send a header when it first loads a page; the page
-    then asks for the token and sends it with every API call."""
+    then asks for the token and sends it with every API call. So is :data:`IDENTITY_PATH`,
+    which a client asks before it sends the token (see :func:`token_proof`)."""
 
     def __init__(self, app: ASGIApp, token: str, public_dir: Path | None = None) -> None:
         self.app = app
@@ -65,9 +109,13 @@ class BearerTokenAuth:
         self._public_dir = public_dir.resolve() if public_dir is not None else None
 
     def _is_public(self, scope: Scope) -> bool:
-        if self._public_dir is None or scope["method"] not in ("GET", "HEAD"):
+        if scope["method"] not in ("GET", "HEAD"):
             return False
         path: str = scope["path"]
+        if path in (IDENTITY_PATH, "/v1" + IDENTITY_PATH):
+            return True
+        if self._public_dir is None:
+            return False
         if path == "/":
             return True
         candidate = (self._public_dir / path.lstrip("/")).resolve()

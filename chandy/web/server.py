@@ -5,7 +5,9 @@ The environment starts it with its first job and stops it (see
 returns once the port is closed. The socket is bound here, before uvicorn runs,
 so the port rules are chandy's (Flink's): ``rest.bind-port`` (a port or a range)
 is taken strictly; otherwise ``rest.port``, and when that is taken the next free
-one of the following 100; ``0`` lets the system choose (tests use it). The URL
+one of the following 100, unless ``rest.auth.token`` is set: clients would send
+the token to whatever holds ``rest.port``, so that is an error instead; ``0`` lets
+the system choose (tests use it). The URL
 clients should use is :attr:`RestServer.url`.
 """
 
@@ -27,6 +29,7 @@ from chandy.errors import ConfigurationError
 from chandy.web.app import create_app
 from chandy.web.auth import check_exposure
 from chandy.web.dispatcher import Dispatcher
+from chandy.web.guard import HostAllowList
 
 log = logging.getLogger(__name__)
 
@@ -47,6 +50,8 @@ class RestSettings:
     bind_port: str | None
     address: str | None
     token: str | None
+    allowed_hosts: str | None = None
+    max_content_length: int = RestOptions.MAX_CONTENT_LENGTH.default
 
     @staticmethod
     def of(config: Configuration) -> RestSettings:
@@ -56,6 +61,8 @@ class RestSettings:
             bind_port=config.get(RestOptions.BIND_PORT),
             address=config.get(RestOptions.ADDRESS),
             token=config.get(RestOptions.AUTH_TOKEN) or None,
+            allowed_hosts=config.get(RestOptions.ALLOWED_HOSTS),
+            max_content_length=config.get(RestOptions.MAX_CONTENT_LENGTH),
         )
 
 
@@ -87,6 +94,8 @@ def bind_socket(settings: RestSettings) -> socket.socket:
     """A listening socket by the port rules (module docstring)."""
     family = socket.AF_INET6 if ":" in settings.bind_address else socket.AF_INET
     ports, strict = _ports_to_try(settings)
+    if settings.token is not None and not strict:
+        ports = ports[:1]  # no fallback with a token: clients send it to rest.port
     last_error: OSError | None = None
     for port in ports:
         sock = socket.socket(family, socket.SOCK_STREAM)
@@ -106,6 +115,14 @@ def bind_socket(settings: RestSettings) -> socket.socket:
             )
         sock.setblocking(False)
         return sock
+    if settings.token is not None and not strict:
+        raise ConfigurationError(
+            f"rest.port {ports[0]} is taken on {settings.bind_address} ({last_error}), and rest.auth.token "
+            "is set: chandy does not move a REST API that needs a token to the next free port, because "
+            f"clients pointed at {ports[0]} would send the token to whatever holds it. Free port "
+            f"{ports[0]}, set rest.port to a free port (0 lets the system choose; the log names it), or "
+            "set rest.bind-port to a port or a range you give clients."
+        )
     what = (
         f"no port of rest.bind-port '{settings.bind_port}'"
         if strict
@@ -187,7 +204,13 @@ class RestServer:
         """Bind, serve on a thread, return once uvicorn accepts connections."""
         sock = bind_socket(self.settings)
         self._port = sock.getsockname()[1]
-        app = create_app(self.dispatcher, token=self.settings.token)
+        settings = self.settings
+        app = create_app(
+            self.dispatcher,
+            token=settings.token,
+            allowed_hosts=HostAllowList.of(settings.bind_address, settings.address, settings.allowed_hosts),
+            max_content_length=settings.max_content_length,
+        )
         # log_config=None leaves the program's logging alone; uvicorn's own INFO lines ("Started
         # server process", "Shutting down") would repeat ours at every job, so warnings only.
         config = uvicorn.Config(

@@ -632,7 +632,7 @@
     state.action = "cancel";
     renderJob();
     try {
-      await api(`jobs/${state.jobId}?mode=cancel`, { method: "PATCH" });
+      await api(`jobs/${state.jobId}?mode=cancel`, { method: "PATCH", body: {} });
       showActionResult("success", "Cancellation requested.");
     } catch (error) {
       showActionResult("error", "Cancel failed: ", h("span", { "data-testid": "action-error" }, error.message));
