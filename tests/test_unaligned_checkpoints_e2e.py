@@ -116,7 +116,7 @@ def test_aligned_checkpoint_timeout_decides_every_checkpoint(executor: str, time
     """With unaligned checkpoints enabled, a timeout of 0 makes every checkpoint unaligned;
     one far above the alignment time keeps every checkpoint aligned (nothing persisted),
     and they still complete under backpressure."""
-    parallelism, per_subtask = 2, 25_000
+    parallelism, per_subtask = 2, 12_000
     probe = Probe()
     env = unaligned_env(
         executor, parallelism, **{"execution.checkpointing.aligned-checkpoint-timeout": timeout_ms}
@@ -144,11 +144,11 @@ def test_aligned_checkpoint_timeout_decides_every_checkpoint(executor: str, time
 
 
 def test_an_alignment_longer_than_the_timeout_switches_to_unaligned_midway(executor: str) -> None:
-    """A timeout of 50 ms with a backlog that takes about a second to drain: each checkpoint
+    """A timeout of 50 ms with a backlog that takes about half a second to drain: each checkpoint
     starts aligned (its barriers wait, so some subtask reports an alignment time), switches to
     unaligned when the timer fires, persists what its barriers then overtake and completes;
     every record still arrives once and in order."""
-    parallelism, per_subtask = 2, 12_000
+    parallelism, per_subtask = 2, 6_000
     probe = Probe()
     env = unaligned_env(executor, parallelism, **{"execution.checkpointing.aligned-checkpoint-timeout": 50})
     stream = unaligned_pipeline(env, probe, per_subtask, every=2, pause_s=0.001)

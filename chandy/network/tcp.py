@@ -333,9 +333,12 @@ class DataPlane:
         """Start a thread this data plane owns; finished ones are joined and dropped."""
         thread = threading.Thread(target=target, args=args, name=name, daemon=True)
         with self._lock:
+            # Started under the lock: connections are handed on from several handshake
+            # threads at once, and a thread not yet started is not alive, so another call
+            # would drop it from the list (and close() would join it before it started).
             self._threads = [t for t in self._threads if t.is_alive()]
+            thread.start()
             self._threads.append(thread)
-        thread.start()
 
     # -- connections --------------------------------------------------------
 

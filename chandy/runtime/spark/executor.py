@@ -446,12 +446,15 @@ class SparkExecutor(Executor):
         """Start a thread the executor owns; finished ones are joined and dropped."""
         thread = threading.Thread(target=target, args=args, name=name, daemon=True)
         with self._lock:
+            # Started under the lock: slots' connections are handed on from several
+            # handshake threads at once, and a thread not yet started is not alive, so
+            # another call would take it for finished and join it before it started.
             finished = [t for t in self._threads if not t.is_alive()]
             self._threads = [t for t in self._threads if t.is_alive()]
+            thread.start()
             self._threads.append(thread)
         for old in finished:
             old.join()
-        thread.start()
 
     def prepare(self, slots: int, checkpoint_dir: str | None) -> None:
         """Refuse, in seconds and with a clear message, a job this cluster cannot run."""
