@@ -41,6 +41,14 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
             item.add_marker(pytest.mark.slow)
 
 
+#: The suite is one deployment: its tests restore checkpoints across storage roots (tmp
+#: directories), module fixtures and subprocesses included, so they share one snapshot key,
+#: set for the whole session. Tests of the key's defaults (the generated key file beside the
+#: storage root) remove it with monkeypatch (tests/test_snapshot_security.py).
+SUITE_SNAPSHOT_KEY = "chandy test suite snapshot key"
+os.environ["CHANDY_SNAPSHOT_KEY"] = SUITE_SNAPSHOT_KEY
+
+
 @pytest.fixture(autouse=True)
 def _chandy_logging(caplog: pytest.LogCaptureFixture) -> None:
     caplog.set_level(logging.INFO, logger="chandy")

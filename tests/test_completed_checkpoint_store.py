@@ -21,7 +21,6 @@ from chandy.checkpoint.metadata import (
     parse,
     serialize,
 )
-from chandy.storage.snapshot_key import SnapshotKey
 from chandy.checkpoint.pending_checkpoint import CheckpointPlan, PendingCheckpoint, TaskToAck
 from chandy.checkpoint.properties import CheckpointProperties
 from chandy.config.options import ExternalizedCheckpointRetention
@@ -41,6 +40,7 @@ from chandy.state.handles import (
 from chandy.state.key_groups import KeyGroupRange
 from chandy.state.snapshot import OperatorSubtaskState, TaskStateSnapshot
 from chandy.storage.checkpoint_storage import METADATA_FILE_NAME, CheckpointStorage
+from chandy.storage.snapshot_key import SnapshotKey
 
 JOB_ID = "c0mp1e7edc0mp1e7edc0mp1e7edc0mp1"
 CHECKPOINT = CheckpointProperties.for_checkpoint(ExternalizedCheckpointRetention.NO_EXTERNALIZED_CHECKPOINTS)

@@ -210,7 +210,10 @@ def _signature(result: Authentication, key: SnapshotKey | None, data: bytes) -> 
             f"SIGNED WITH ANOTHER KEY (key id {named}; the key from {key.source} is "
             f"{key.key_id.hex()}): a restore with that key refuses it"
         )
-    return f"INVALID: modified after it was signed (the key from {key.source} does not verify it)"
+    return (
+        f"INVALID: corrupt or forged, modified after it was signed (the key from {key.source} "
+        "does not verify it)"
+    )
 
 
 def read_checkpoint(path: str, *, verify: bool = False, key_file: str | None = None) -> CheckpointReport:
@@ -440,6 +443,14 @@ class ListEntry:
     problem: str | None
 
 
+#: The STATUS of a snapshot in ``checkpoint list`` whose signature a restore refuses.
+_REFUSED_PROBLEM = {
+    Authentication.UNSIGNED.value: "_metadata is not signed (format version 1-3)",
+    Authentication.OTHER_KEY.value: "_metadata is signed with another key",
+    Authentication.MODIFIED.value: "_metadata's signature does not verify (corrupt or forged)",
+}
+
+
 def _list_entry(path: str) -> ListEntry:
     try:
         report = read_checkpoint(path)
@@ -448,7 +459,7 @@ def _list_entry(path: str) -> ListEntry:
     broken = report.broken_files
     problem = None
     if report.refused:
-        problem = report.signature.split(":")[0].split(" (")[0].lower()
+        problem = _REFUSED_PROBLEM[report.authentication]
     elif broken:
         kinds = sorted({f.status.split(" (")[0] for f in broken})
         problem = f"{len(broken)} of {len(report.state_files)} state files {' or '.join(kinds)}"

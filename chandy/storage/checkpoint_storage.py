@@ -48,7 +48,7 @@ from typing import Any
 from chandy.errors import InvalidCheckpointError, StorageError
 from chandy.state.handles import ByteStreamStateHandle, FileStateHandle, Range, StreamStateHandle
 from chandy.storage.filesystem import FileSystem, NotARegularFileError, resolve
-from chandy.storage.snapshot_key import SnapshotKey, key_at_root
+from chandy.storage.snapshot_key import SnapshotKey, environment_key, key_at_root
 
 log = logging.getLogger(__name__)
 
@@ -92,9 +92,12 @@ class CheckpointStorage:
         return state
 
     def signing_key(self, target_location: str | None = None) -> SnapshotKey:
-        """The key to sign a ``_metadata`` with: the deployment's, else the one generated in
-        this storage's root, else (in-memory storage writing a savepoint) the one in the
-        directory the savepoint was written into. Every written ``_metadata`` is signed."""
+        """The key to sign a ``_metadata`` with: the deployment's, else ``CHANDY_SNAPSHOT_KEY``,
+        else the one generated in this storage's root, else (in-memory storage writing a
+        savepoint) the one in the directory the savepoint was written into. Every written
+        ``_metadata`` is signed."""
+        if self.snapshot_key is None:
+            self.snapshot_key = environment_key()
         if self.snapshot_key is None:
             if self.base_uri is not None:
                 self.snapshot_key = key_at_root(self.base_uri)

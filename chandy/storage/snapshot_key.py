@@ -72,10 +72,9 @@ def snapshot_key(config: Configuration, environ: Mapping[str, str] | None = None
     """This deployment's key (see the module for the order), generating the key file in
     the checkpoint (or savepoint) storage's root if none exists; ``None`` if the
     deployment names no key and has no storage directory to keep one in."""
-    env = os.environ if environ is None else environ
-    value = env.get(KEY_ENV_VAR)
-    if value:
-        return SnapshotKey(value.encode("utf-8"), f"environment variable {KEY_ENV_VAR}")
+    from_env = environment_key(environ)
+    if from_env is not None:
+        return from_env
     key_file = config.get(CheckpointingOptions.SNAPSHOT_KEY_FILE)
     if key_file:
         return read_key_file(key_file)
@@ -84,6 +83,12 @@ def snapshot_key(config: Configuration, environ: Mapping[str, str] | None = None
         if root:
             return key_at_root(root)
     return None
+
+
+def environment_key(environ: Mapping[str, str] | None = None) -> SnapshotKey | None:
+    """The key in ``CHANDY_SNAPSHOT_KEY``, if set (it wins over every other source)."""
+    value = (os.environ if environ is None else environ).get(KEY_ENV_VAR)
+    return SnapshotKey(value.encode("utf-8"), f"environment variable {KEY_ENV_VAR}") if value else None
 
 
 def key_at_root(root: str) -> SnapshotKey:
