@@ -498,9 +498,7 @@ def shared_files_of_retained_checkpoints(job_dir: Path) -> tuple[list[Path], set
     referenced: set[str] = set()
     for directory in retained:
         # loading also checks that every file exists
-        metadata, _ = load_checkpoint_metadata(
-            str(directory), environment_key()
-        )  # also checks every file exists
+        metadata, _ = load_checkpoint_metadata(str(directory), environment_key())
         for state in metadata.operator_states:
             for subtask in state.subtask_states.values():
                 referenced.update(h.path for h in subtask.shared_handles() if isinstance(h, FileStateHandle))

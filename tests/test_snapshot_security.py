@@ -396,3 +396,11 @@ def test_the_shared_state_registry_deletes_only_inside_shared_roots(tmp_path: Pa
         {str(shared)},
     )
     assert not inside.exists() and outside.exists()
+
+
+def test_chandy_run_trust_snapshot_sets_the_option() -> None:
+    from chandy.cli.run import job_config
+
+    config = job_config(None, "/archive/savepoint-1", False, None, (), trust_snapshot=True)
+    assert config["execution.state-recovery.trust-snapshot"] is True
+    assert "execution.state-recovery.trust-snapshot" not in job_config(None, "/x", False, None, ())
