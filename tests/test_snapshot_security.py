@@ -268,6 +268,15 @@ def test_a_parallelism_of_a_billion_is_refused_at_once(tmp_path: Path) -> None:
     with pytest.raises(InvalidCheckpointError, match="'parallelism' 1000000000.0 is outside 1..32768"):
         restore(tmp_path, "local")
     assert time.monotonic() - started < 30  # a job's start and end; not minutes
+    inspect = chandy_command("checkpoint", "inspect", str(tmp_path))  # before: ran out of memory
+    assert inspect.returncode == 1 and "is outside 1..32768" in inspect.stderr
+
+
+def chandy_command(*args: str) -> subprocess.CompletedProcess[str]:
+    """The ``chandy`` command of this tree in a process of its own (a hang fails, bounded)."""
+    command = [sys.executable, "-c", "from chandy.cli.main import main; main()", *args]
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    return subprocess.run(command, capture_output=True, text=True, timeout=60, env=env)
 
 
 def test_json_nested_deep_is_an_invalid_checkpoint_not_a_recursion_error() -> None:
@@ -328,14 +337,7 @@ def test_inspect_verify_returns_on_a_fifo_or_dev_zero(tmp_path: Path, target: st
     if target == "/dev/zero":
         (directory / "state").unlink()
         (directory / "state").symlink_to("/dev/zero")
-    command = [sys.executable, "-c", "from chandy.cli.main import main; main()"]
-    result = subprocess.run(
-        [*command, "checkpoint", "inspect", "--verify", str(directory)],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        env={**os.environ, "PYTHONPATH": str(ROOT)},
-    )
+    result = chandy_command("checkpoint", "inspect", "--verify", str(directory))
     assert result.returncode == 1
     assert "not a regular file" in result.stdout.lower() or "not a regular file" in result.stderr.lower()
 
