@@ -104,6 +104,17 @@ class InvalidCheckpointError(UnrecoverableError):
     """
 
 
+class UntrustedCheckpointError(InvalidCheckpointError):
+    """A checkpoint or savepoint this deployment's snapshot key does not authenticate:
+    unsigned, signed with another key, or modified after it was signed.
+
+    Restoring it would unpickle state nobody vouches for, which runs code, so it is
+    refused before anything of it is decoded. The message names the path, why, and both
+    ways out: the key it was written with, or ``execution.state-recovery.trust-snapshot``
+    (``chandy run --trust-snapshot``) for a snapshot whose origin is trusted deliberately.
+    """
+
+
 class StorageError(ChandyError):
     """Checkpoint storage cannot be reached, read or written; the message names the path."""
 

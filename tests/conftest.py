@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import atexit
 import gc
 import json
 import logging
 import os
 import shutil
+import tempfile
 import threading
 import time
 from collections.abc import Iterator
@@ -58,6 +60,18 @@ def _probe_directories(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Non
     else:
         os.environ[PROBE_ROOT_ENV_VAR] = previous
     shutil.rmtree(root, ignore_errors=True)
+
+
+#: The suite is one deployment: its tests restore checkpoints across storage roots (tmp
+#: directories), module fixtures and subprocesses included, so they share one snapshot key,
+#: set for the whole session. Tests of the key's defaults (the generated key file beside the
+#: storage root) remove it with monkeypatch (tests/test_snapshot_security.py).
+SUITE_SNAPSHOT_KEY = "chandy test suite snapshot key"
+os.environ["CHANDY_SNAPSHOT_KEY"] = SUITE_SNAPSHOT_KEY
+#: A test that removes it and names no storage directory gets the user's own key: made under
+#: the system's temporary directory for the run, never in the real ~/.config.
+os.environ["XDG_CONFIG_HOME"] = _CONFIG_HOME = tempfile.mkdtemp(prefix="chandy-test-config-")
+atexit.register(shutil.rmtree, _CONFIG_HOME, ignore_errors=True)
 
 
 @pytest.fixture(autouse=True)

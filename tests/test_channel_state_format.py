@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from chandy.checkpoint.loader import load_checkpoint_metadata
-from chandy.checkpoint.metadata import VERSION_CHANNEL_STATE, CheckpointMetadata, deserialize, serialize
+from chandy.checkpoint.metadata import VERSION_SIGNED, CheckpointMetadata, deserialize, serialize
 from chandy.checkpoint.operator_state import OperatorState
 from chandy.errors import InvalidCheckpointError
 from chandy.network.channel_state import decode_payloads, encode_payloads
@@ -27,6 +27,7 @@ from chandy.state.handles import (
 )
 from chandy.state.snapshot import OperatorSubtaskState, TaskStateSnapshot
 from chandy.storage.checkpoint_storage import CheckpointStorage, StateReader
+from chandy.storage.snapshot_key import SnapshotKey
 
 
 def _channel_state(
@@ -100,6 +101,9 @@ def version_of(data: bytes) -> int:
     return int.from_bytes(data[8:12], "big")
 
 
+KEY = SnapshotKey(b"channel state test key", "test")
+
+
 @pytest.fixture
 def storage(tmp_path: Path) -> CheckpointStorage:
     storage = CheckpointStorage(str(tmp_path), JOB_ID)
@@ -112,18 +116,18 @@ def test_channel_state_round_trips_in_a_version_3_file_with_relative_paths(
 ) -> None:
     channels = written_channel_state(storage, 3)
     metadata = metadata_with(OperatorSubtaskState(input_channel_state=channels))
-    data = serialize(metadata, storage.checkpoint_dir(3))
+    data = serialize(metadata, storage.signing_key(), storage.checkpoint_dir(3))
     storage.write_metadata(3, data)
 
-    assert version_of(data) == VERSION_CHANNEL_STATE == 3
-    body = json.loads(data[20:-32])
+    assert version_of(data) == VERSION_SIGNED
+    body = json.loads(data[20:-72])
     stored = body["operators"][0]["subtasks"]["1"]["channels"][0]
     assert stored["delegate"]["type"] == "file" and "/" not in stored["delegate"]["path"]
-    assert deserialize(data, "m", storage.checkpoint_dir(3)) == metadata
+    assert deserialize(data, "m", storage.checkpoint_dir(3), key=storage.signing_key()) == metadata
 
     moved = tmp_path / "moved-chk"
     os.rename(storage.checkpoint_dir(3), moved)
-    loaded, _ = load_checkpoint_metadata(str(moved))
+    loaded, _ = load_checkpoint_metadata(str(moved), storage.signing_key())
     (restored,) = loaded.operator_states[0].subtask_states.values()
     assert [h.channel_index for h in restored.input_channel_state] == [0, 2]
     reader = StateReader()
@@ -142,37 +146,38 @@ def test_channel_state_round_trips_in_a_version_3_file_with_relative_paths(
     ) == (storage.inline_threshold)
 
 
-def test_a_checkpoint_without_channel_state_keeps_its_older_version() -> None:
-    """Aligned checkpoints stay readable by an older chandy: version 3 only when needed."""
+def test_a_checkpoint_without_channel_state_writes_no_channels() -> None:
     operator_stream = ByteStreamStateHandle("op", b"xyz")
     operator = OperatorStateHandle(
         {"s": OperatorStateMeta(OperatorStateDistributionMode.SPLIT_DISTRIBUTE, ((0, 3),))}, operator_stream
     )
-    data = serialize(metadata_with(OperatorSubtaskState(managed_operator_state=(operator,))))
-    assert version_of(data) == 1
-    assert "channels" not in json.loads(data[20:-32])["operators"][0]["subtasks"]["1"]
-    assert deserialize(data, "m").operator_states[0].subtask_states[1].input_channel_state == ()
+    data = serialize(metadata_with(OperatorSubtaskState(managed_operator_state=(operator,))), KEY)
+    assert "channels" not in json.loads(data[20:-72])["operators"][0]["subtasks"]["1"]
+    assert deserialize(data, "m", key=KEY).operator_states[0].subtask_states[1].input_channel_state == ()
 
 
 def rewritten(data: bytes, version: int) -> bytes:
-    head = data[:8] + version.to_bytes(4, "big") + data[12:-32]
+    """A signed file's body as an unsigned file of ``version`` (as chandy before 4 wrote)."""
+    head = data[:8] + version.to_bytes(4, "big") + data[12:-72]
     return head + hashlib.sha256(head).digest()
 
 
 def test_channel_state_in_an_older_version_file_is_a_clear_error() -> None:
     channels = (InputChannelStateHandle(0, ByteStreamStateHandle("c", b"\x00\x00\x00\x01x"), 0, 5),)
-    data = serialize(metadata_with(OperatorSubtaskState(input_channel_state=channels)))
-    assert deserialize(data, "m").operator_states[0].subtask_states[1].input_channel_state == channels
+    data = serialize(metadata_with(OperatorSubtaskState(input_channel_state=channels)), KEY)
+    assert (
+        deserialize(data, "m", key=KEY).operator_states[0].subtask_states[1].input_channel_state == channels
+    )
     with pytest.raises(
         InvalidCheckpointError, match="m has a valid checksum.*input channel state in a version 1"
     ):
-        deserialize(rewritten(data, 1), "m")
+        deserialize(rewritten(data, 1), "m", trust=True)
 
 
 def test_an_unknown_version_names_every_readable_one() -> None:
-    data = serialize(metadata_with(OperatorSubtaskState()))
-    with pytest.raises(InvalidCheckpointError, match="version 4; this chandy reads versions 1, 2, 3"):
-        deserialize(rewritten(data, 4), "m")
+    data = serialize(metadata_with(OperatorSubtaskState()), KEY)
+    with pytest.raises(InvalidCheckpointError, match="version 5; this chandy reads versions 1, 2, 3, 4"):
+        deserialize(rewritten(data, 5), "m", trust=True)
 
 
 # ---------------------------------------------------------------------- chandy checkpoint inspect
@@ -192,13 +197,14 @@ def test_checkpoint_inspect_lists_the_channel_state(storage: CheckpointStorage) 
     data and their bytes, a summary line, and the channel state file among the state files."""
     channels = written_channel_state(storage, 3)
     metadata = metadata_with(OperatorSubtaskState(input_channel_state=channels))
-    pointer = storage.write_metadata(3, serialize(metadata, storage.checkpoint_dir(3)))
+    pointer = storage.write_metadata(3, serialize(metadata, storage.signing_key(), storage.checkpoint_dir(3)))
     assert pointer is not None
 
     result = chandy("checkpoint", "inspect", pointer, "--json")
     assert result.returncode == 0, result.stderr
     report = json.loads(result.stdout)
-    assert report["format_version"] == 3 and report["valid"]
+    assert report["format_version"] == VERSION_SIGNED and report["valid"]
+    assert report["authentication"] == "valid"
     sizes = {h.channel_index: h.length for h in channels}
     assert report["operators"][0]["subtasks"][1]["channel_state"] == {str(c): n for c, n in sizes.items()}
     assert report["operators"][0]["subtasks"][0]["channel_state"] == {}
@@ -221,7 +227,9 @@ def test_checkpoint_inspect_lists_the_channel_state(storage: CheckpointStorage) 
 def test_checkpoint_inspect_says_an_aligned_checkpoint_holds_no_in_flight_data(
     storage: CheckpointStorage,
 ) -> None:
-    pointer = storage.write_metadata(4, serialize(metadata_with(OperatorSubtaskState(), 4)))
+    pointer = storage.write_metadata(
+        4, serialize(metadata_with(OperatorSubtaskState(), 4), storage.signing_key())
+    )
     assert pointer is not None
     result = chandy("checkpoint", "inspect", pointer)
     assert result.returncode == 0, result.stderr
@@ -233,7 +241,9 @@ def test_a_missing_channel_state_file_is_named_before_a_restore(storage: Checkpo
     pointer = storage.write_metadata(
         5,
         serialize(
-            metadata_with(OperatorSubtaskState(input_channel_state=channels), 5), storage.checkpoint_dir(5)
+            metadata_with(OperatorSubtaskState(input_channel_state=channels), 5),
+            storage.signing_key(),
+            storage.checkpoint_dir(5),
         ),
     )
     assert pointer is not None
@@ -241,5 +251,5 @@ def test_a_missing_channel_state_file_is_named_before_a_restore(storage: Checkpo
     assert isinstance(stream, FileStateHandle)
     os.remove(stream.path)
     with pytest.raises(InvalidCheckpointError) as error:
-        load_checkpoint_metadata(pointer)
+        load_checkpoint_metadata(pointer, storage.signing_key())
     assert f"state file {stream.path} referenced by" in str(error.value) and "is missing" in str(error.value)

@@ -680,7 +680,8 @@ def test_inspect_shows_operators_uids_state_kinds_key_groups_and_files(retained:
     report = json.loads(result.stdout)
     assert report["checkpoint_id"] == int(retained.name.removeprefix("chk-"))
     assert report["job_id"] == retained.parent.name and report["checkpoint_type"] == "CHECKPOINT"
-    assert report["format_version"] == 1 and report["checksum"].startswith("ok") and report["valid"]
+    assert report["format_version"] == 4 and report["checksum"].startswith("ok") and report["valid"]
+    assert report["authentication"] == "valid" and "CHANDY_SNAPSHOT_KEY" in report["signature"]
     operators = {op["uid"]: op for op in report["operators"]}
     counter = operators["counter"]
     assert counter["name"] and (counter["parallelism"], counter["max_parallelism"]) == (2, 128)
@@ -749,7 +750,8 @@ def test_checkpoint_list_shows_valid_and_broken_checkpoints(retained: Path, tmp_
         assert list(entries) == ["chk-5", "chk-6", "chk-7", "chk-12"]  # by id, not by name
         assert entries["chk-5"]["valid"] and entries["chk-5"]["checkpoint_type"] == "CHECKPOINT"
         assert entries["chk-5"]["state_size"] > 0 and entries["chk-5"]["timestamp"] > 0
-        assert entries["chk-6"]["problem"] == "_metadata is corrupt (checksum mismatch)"
+        # the last byte is the signature's: the checksum before it still matches
+        assert entries["chk-6"]["problem"] == "_metadata's signature does not verify (corrupt or forged)"
         assert entries["chk-7"]["problem"] == "_metadata does not exist"
         assert entries["chk-12"]["problem"].startswith("1 of ") and "missing" in entries["chk-12"]["problem"]
         assert not any(entries[name]["valid"] for name in ("chk-6", "chk-7", "chk-12"))
@@ -758,7 +760,7 @@ def test_checkpoint_list_shows_valid_and_broken_checkpoints(retained: Path, tmp_
     lines = text.stdout.splitlines()
     assert lines[0].split() == ["PATH", "ID", "TYPE", "TIME", "SIZE", "STATUS"]
     assert lines[1].startswith(f"{good.parent.name}/chk-5 ") and lines[1].endswith("valid")
-    assert "INVALID: _metadata is corrupt (checksum mismatch)" in lines[2]
+    assert "INVALID: _metadata's signature does not verify (corrupt or forged)" in lines[2]
 
 
 @pytest.mark.slow
@@ -775,7 +777,7 @@ def test_inspect_and_list_check_the_shared_files_of_incremental_checkpoints(tmp_
     result = chandy("checkpoint", "inspect", chk, "--json", timeout=60)
     assert result.returncode == 0, result.stderr
     report = json.loads(result.stdout)
-    assert report["format_version"] == 2 and report["valid"]
+    assert report["format_version"] == 4 and report["valid"]
     shared = sorted(f["path"] for f in report["state_files"] if f["shared"])
     assert shared == sorted(str(p) for p in shared_dir.iterdir()) and len(shared) == 4
     assert len([f for f in report["state_files"] if not f["shared"]]) == 2  # the MANIFESTs

@@ -15,11 +15,10 @@ from chandy.checkpoint.completed_checkpoint import CompletedCheckpoint, Complete
 from chandy.checkpoint.loader import load_checkpoint_metadata
 from chandy.checkpoint.metadata import (
     MAGIC,
-    VERSION,
-    VERSION_INCREMENTAL,
+    VERSION_SIGNED,
     CheckpointMetadata,
     MasterState,
-    deserialize,
+    parse,
     serialize,
 )
 from chandy.checkpoint.pending_checkpoint import CheckpointPlan, PendingCheckpoint, TaskToAck
@@ -41,6 +40,7 @@ from chandy.state.handles import (
 from chandy.state.key_groups import KeyGroupRange
 from chandy.state.snapshot import OperatorSubtaskState, TaskStateSnapshot
 from chandy.storage.checkpoint_storage import METADATA_FILE_NAME, CheckpointStorage
+from chandy.storage.snapshot_key import SnapshotKey
 
 JOB_ID = "c0mp1e7edc0mp1e7edc0mp1e7edc0mp1"
 CHECKPOINT = CheckpointProperties.for_checkpoint(ExternalizedCheckpointRetention.NO_EXTERNALIZED_CHECKPOINTS)
@@ -67,7 +67,7 @@ def completed_checkpoint(
         checkpoint_id, JOB_ID, 1_000 * checkpoint_id, props.checkpoint_type.value, []
     )
     pointer = storage.write_metadata(
-        checkpoint_id, serialize(metadata, storage.checkpoint_dir(checkpoint_id))
+        checkpoint_id, serialize(metadata, storage.signing_key(), storage.checkpoint_dir(checkpoint_id))
     )
     return CompletedCheckpoint(
         job_id=JOB_ID,
@@ -244,7 +244,7 @@ def test_metadata_round_trip(storage: CheckpointStorage, via_file: bool) -> None
     pointer = metadata_path(completed) if via_file else completed.external_pointer
     assert pointer is not None
 
-    metadata, directory = load_checkpoint_metadata(pointer)
+    metadata, directory = load_checkpoint_metadata(pointer, storage.signing_key())
 
     assert directory == completed.external_pointer
     assert metadata.checkpoint_id == completed.checkpoint_id
@@ -262,7 +262,7 @@ def test_metadata_stores_paths_relative_to_the_checkpoint(storage: CheckpointSto
     moved = tmp_path / "moved-chk"
     os.rename(completed.external_pointer, moved)
 
-    metadata, _ = load_checkpoint_metadata(str(moved))
+    metadata, _ = load_checkpoint_metadata(str(moved), storage.signing_key())
 
     window = next(s for s in metadata.operator_states if s.operator_id == "window")
     for subtask in window.subtask_states.values():
@@ -280,7 +280,7 @@ def test_metadata_with_a_flipped_byte_in_the_body_is_corrupt(storage: Checkpoint
     Path(path).write_bytes(bytes(data))
 
     with pytest.raises(InvalidCheckpointError) as error:
-        load_checkpoint_metadata(completed.external_pointer or "")
+        load_checkpoint_metadata(completed.external_pointer or "", storage.signing_key())
     assert path in str(error.value)
     assert "corrupt" in str(error.value)
 
@@ -298,12 +298,12 @@ def test_any_flipped_byte_is_a_clear_error(storage: CheckpointStorage) -> None:
         data[position] ^= 0x01
         Path(path).write_bytes(bytes(data))
         with pytest.raises(InvalidCheckpointError) as error:
-            load_checkpoint_metadata(path)
+            load_checkpoint_metadata(path, storage.signing_key())
         assert path in str(error.value), position
         if position >= header:
             assert "corrupt" in str(error.value), (position, str(error.value))
     Path(path).write_bytes(original)
-    assert load_checkpoint_metadata(path)[0].checkpoint_id == completed.checkpoint_id
+    assert load_checkpoint_metadata(path, storage.signing_key())[0].checkpoint_id == completed.checkpoint_id
 
 
 def test_truncated_metadata_is_a_clear_error(storage: CheckpointStorage) -> None:
@@ -311,7 +311,7 @@ def test_truncated_metadata_is_a_clear_error(storage: CheckpointStorage) -> None
     path = metadata_path(completed)
     Path(path).write_bytes(Path(path).read_bytes()[:10])
     with pytest.raises(InvalidCheckpointError, match="truncated") as error:
-        load_checkpoint_metadata(path)
+        load_checkpoint_metadata(path, storage.signing_key())
     assert path in str(error.value)
 
 
@@ -321,7 +321,7 @@ def test_checkpoint_directory_without_metadata_is_not_complete(storage: Checkpoi
     assert os.path.isdir(directory)
 
     with pytest.raises(InvalidCheckpointError) as error:
-        load_checkpoint_metadata(directory)
+        load_checkpoint_metadata(directory, storage.signing_key())
     message = str(error.value)
     assert "not a complete checkpoint" in message
     assert os.path.join(directory, METADATA_FILE_NAME) in message
@@ -330,7 +330,7 @@ def test_checkpoint_directory_without_metadata_is_not_complete(storage: Checkpoi
 def test_job_directory_points_at_a_complete_checkpoint(storage: CheckpointStorage) -> None:
     completed = finalized_checkpoint(storage)
     with pytest.raises(InvalidCheckpointError) as error:
-        load_checkpoint_metadata(storage.job_dir)
+        load_checkpoint_metadata(storage.job_dir, storage.signing_key())
     assert completed.external_pointer is not None
     assert completed.external_pointer in str(error.value)
 
@@ -338,7 +338,7 @@ def test_job_directory_points_at_a_complete_checkpoint(storage: CheckpointStorag
 def test_missing_path_is_a_clear_error(tmp_path: Path) -> None:
     missing = str(tmp_path / "no-such-job" / "chk-1")
     with pytest.raises(InvalidCheckpointError) as error:
-        load_checkpoint_metadata(missing)
+        load_checkpoint_metadata(missing, None)
     message = str(error.value)
     assert missing in message
     assert "does not exist" in message
@@ -416,16 +416,16 @@ def test_incremental_handles_round_trip_in_a_version_2_file(
     completed = finalized_incremental_checkpoint(storage, tmp_path)
     path = metadata_path(completed)
 
-    metadata, _ = load_checkpoint_metadata(path)
+    metadata, _ = load_checkpoint_metadata(path, storage.signing_key())
 
-    assert version_of(path) == VERSION_INCREMENTAL == 2
+    assert version_of(path) == VERSION_SIGNED
     assert {s.operator_id: s for s in metadata.operator_states} == completed.operator_states
     handle = metadata.operator_states[0].subtask_states[1].managed_keyed_state[0]
     assert isinstance(handle, IncrementalKeyedStateHandle)
     assert handle.uploaded == frozenset({"000011.sst"})
     assert handle.state_kinds == (("_timer_state/t", "timers"), ("count", "value"))
     # on disk: shared files relative to the job directory, the MANIFEST relative to chk-N
-    body = json.loads(Path(path).read_bytes()[20:-32])
+    body = json.loads(Path(path).read_bytes()[20:-72])
     stored = body["operators"][0]["subtasks"]["0"]["keyed"][0]
     assert stored["type"] == "incremental"
     assert all(h["path"].startswith("../shared/") for _, h in stored["shared"])
@@ -441,7 +441,7 @@ def test_a_job_directory_moved_whole_keeps_incremental_checkpoints_restorable(
     moved = tmp_path / "moved-job"
     os.rename(storage.job_dir, moved)
 
-    metadata, _ = load_checkpoint_metadata(str(moved / "chk-4"))
+    metadata, _ = load_checkpoint_metadata(str(moved / "chk-4"), storage.signing_key())
 
     files = [
         handle
@@ -460,16 +460,16 @@ def test_a_missing_shared_file_is_named_before_a_restore(storage: CheckpointStor
     os.remove(os.path.join(storage.job_dir, "shared", gone))
 
     with pytest.raises(InvalidCheckpointError) as error:
-        load_checkpoint_metadata(completed.external_pointer or "")
+        load_checkpoint_metadata(completed.external_pointer or "", storage.signing_key())
     message = str(error.value)
     assert f"shared state file {os.path.join(storage.job_dir, 'shared', gone)}" in message
     assert "is missing" in message and "shared/" in message and "Restore from another checkpoint" in message
 
 
-def test_a_checkpoint_without_incremental_state_stays_version_1(storage: CheckpointStorage) -> None:
-    """An older chandy reads every heap checkpoint: version 2 is written only when needed."""
+def test_every_checkpoint_is_written_signed_as_version_4(storage: CheckpointStorage) -> None:
+    """Version 4 (signed) whatever the content: an older chandy refuses it by version."""
     completed = finalized_checkpoint(storage)
-    assert version_of(metadata_path(completed)) == VERSION == 1
+    assert version_of(metadata_path(completed)) == VERSION_SIGNED == 4
 
 
 def metadata_file(version: int, body: dict[str, Any]) -> bytes:
@@ -514,7 +514,7 @@ INCREMENTAL_V2 = {
 
 @pytest.mark.parametrize("version", [1, 2])
 def test_version_1_and_2_files_are_read(version: int) -> None:
-    (operator,) = deserialize(
+    (operator,) = parse(
         metadata_file(version, one_keyed_operator(KEY_GROUPS_V1)), "m", "/j/chk-7"
     ).operator_states
     (handle,) = operator.subtask_states[0].managed_keyed_state
@@ -523,9 +523,7 @@ def test_version_1_and_2_files_are_read(version: int) -> None:
 
 
 def test_an_incremental_handle_reads_relative_to_the_job_directory() -> None:
-    (operator,) = deserialize(
-        metadata_file(2, one_keyed_operator(INCREMENTAL_V2)), "m", "/j/chk-7"
-    ).operator_states
+    (operator,) = parse(metadata_file(2, one_keyed_operator(INCREMENTAL_V2)), "m", "/j/chk-7").operator_states
     (handle,) = operator.subtask_states[0].managed_keyed_state
     assert handle == IncrementalKeyedStateHandle(
         KeyGroupRange(0, 127),
@@ -534,16 +532,18 @@ def test_an_incremental_handle_reads_relative_to_the_job_directory() -> None:
         (("1.sst", FileStateHandle("/j/shared/u1", 9, "11")),),
         (("CURRENT", ByteStreamStateHandle("c", b"\x00\x00")),),
     )
-    assert serialize(
-        deserialize(metadata_file(2, one_keyed_operator(INCREMENTAL_V2)), "m", "/j/chk-7"), "/j/chk-7"
-    )[8:12] == (2).to_bytes(4, "big")
+    key = SnapshotKey(b"k", "test")
+    again = serialize(
+        parse(metadata_file(2, one_keyed_operator(INCREMENTAL_V2)), "m", "/j/chk-7"), key, "/j/chk-7"
+    )
+    assert again[8:12] == (VERSION_SIGNED).to_bytes(4, "big")
 
 
-@pytest.mark.parametrize("version", [0, 4, 2**32 - 1])
+@pytest.mark.parametrize("version", [0, 5, 2**32 - 1])
 def test_an_unknown_version_is_refused_naming_it(version: int) -> None:
     with pytest.raises(InvalidCheckpointError) as error:
-        deserialize(metadata_file(version, one_keyed_operator(KEY_GROUPS_V1)), "x/_metadata")
-    assert f"x/_metadata has metadata format version {version}; this chandy reads versions 1, 2, 3" in str(
+        parse(metadata_file(version, one_keyed_operator(KEY_GROUPS_V1)), "x/_metadata")
+    assert f"x/_metadata has metadata format version {version}; this chandy reads versions 1, 2, 3, 4" in str(
         error.value
     )
 
@@ -561,7 +561,7 @@ def test_an_unreadable_keyed_handle_is_a_clear_error(version: int, keyed: dict[s
     with pytest.raises(
         InvalidCheckpointError, match="x/_metadata has a valid checksum but an unreadable body"
     ):
-        deserialize(metadata_file(version, one_keyed_operator(keyed)), "x/_metadata")
+        parse(metadata_file(version, one_keyed_operator(keyed)), "x/_metadata")
 
 
 def test_a_flipped_byte_in_a_version_2_file_is_corrupt(storage: CheckpointStorage, tmp_path: Path) -> None:
@@ -570,4 +570,4 @@ def test_a_flipped_byte_in_a_version_2_file_is_corrupt(storage: CheckpointStorag
     data[len(data) // 2] ^= 0x01
     Path(path).write_bytes(bytes(data))
     with pytest.raises(InvalidCheckpointError, match="corrupt"):
-        load_checkpoint_metadata(path)
+        load_checkpoint_metadata(path, storage.signing_key())

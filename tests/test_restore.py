@@ -36,6 +36,7 @@ from chandy.core.state import ListStateDescriptor, ValueStateDescriptor
 from chandy.graph.job_graph import validate_job_id
 from chandy.state.heap import IncompatibleRestoredStateError
 from chandy.storage.checkpoint_storage import CheckpointStorage
+from chandy.storage.snapshot_key import SnapshotKey, environment_key
 from tests.jobs import CountingMap, HoldingSequence, KeyedCounter, Throttle
 from tests.probes import Probe
 from tests.state_backends import on_rocksdb_too
@@ -214,9 +215,9 @@ def test_claim_deletes_the_restored_checkpoint_once_subsumed(tmp_path: Path) -> 
 def as_savepoint(checkpoint: Path, target: Path) -> Path:
     """A copy of a retained checkpoint that says it is a savepoint (what a savepoint is on disk)."""
     shutil.copytree(checkpoint, target)
-    metadata, _ = load_checkpoint_metadata(str(target))
+    metadata, _ = load_checkpoint_metadata(str(target), suite_key())
     metadata.checkpoint_type = "SAVEPOINT"
-    (target / "_metadata").write_bytes(serialize(metadata, str(target)))
+    (target / "_metadata").write_bytes(serialize(metadata, suite_key(), str(target)))
     return target
 
 
@@ -341,7 +342,7 @@ def test_a_state_that_changed_kind_fails_the_job_at_once_naming_everything(
 
 def test_metadata_names_uids_operators_and_state_kinds(tmp_path: Path) -> None:
     _, retained = retained_run(tmp_path / "a")
-    metadata, _ = load_checkpoint_metadata(str(retained))
+    metadata, _ = load_checkpoint_metadata(str(retained), suite_key())
     by_uid = {op.uid: op for op in metadata.operator_states}
     counter = by_uid["counter"]
     assert counter.name is not None and "KeyedProcess" in counter.name
@@ -387,13 +388,13 @@ def test_metadata_written_before_the_optional_fields_existed_still_reads() -> No
         ],
         "master_states": [],
     }
-    metadata = deserialize(_v1_file(old), "old/_metadata")
+    metadata = deserialize(_v1_file(old), "old/_metadata", trust=True)
     (operator,) = metadata.operator_states
     assert operator.uid is None and operator.name is None
     assert operator.subtask_states[0].managed_keyed_state[0].state_kinds == ()
     # written again, it reads back the same, and with the fields set they round-trip
     operator.uid, operator.name = "u", "Map"
-    again = deserialize(serialize(metadata), "new/_metadata")
+    again = deserialize(serialize(metadata, suite_key()), "new/_metadata", key=suite_key())
     assert (again.operator_states[0].uid, again.operator_states[0].name) == ("u", "Map")
     assert again.operator_states[0].describe() == "operator 'Map' (uid 'u', operator id op)"
 
@@ -426,9 +427,9 @@ def test_discovery_takes_the_latest_valid_checkpoint_and_ids_go_on_after_all_on_
     for checkpoint_id in good:  # copies of the retained one, renumbered: valid checkpoints
         target = job_dir / f"chk-{checkpoint_id}"
         shutil.copytree(retained, target)
-        metadata, _ = load_checkpoint_metadata(str(target))
+        metadata, _ = load_checkpoint_metadata(str(target), suite_key())
         metadata.checkpoint_id = checkpoint_id
-        (target / "_metadata").write_bytes(serialize(metadata, str(target)))
+        (target / "_metadata").write_bytes(serialize(metadata, suite_key(), str(target)))
     corrupt = job_dir / f"chk-{source_id + 3}"
     shutil.copytree(job_dir / f"chk-{good[-1]}", corrupt)
     data = bytearray((corrupt / "_metadata").read_bytes())
@@ -436,9 +437,9 @@ def test_discovery_takes_the_latest_valid_checkpoint_and_ids_go_on_after_all_on_
     (corrupt / "_metadata").write_bytes(bytes(data))
     missing_file = job_dir / f"chk-{source_id + 4}"
     shutil.copytree(job_dir / f"chk-{good[-1]}", missing_file)
-    metadata, _ = load_checkpoint_metadata(str(missing_file))
+    metadata, _ = load_checkpoint_metadata(str(missing_file), suite_key())
     metadata.checkpoint_id = source_id + 4
-    (missing_file / "_metadata").write_bytes(serialize(metadata, str(missing_file)))
+    (missing_file / "_metadata").write_bytes(serialize(metadata, suite_key(), str(missing_file)))
     next(p for p in missing_file.iterdir() if p.name != "_metadata").unlink()
     (job_dir / f"chk-{source_id + 5}").mkdir()  # a checkpoint the driver never completed
 
@@ -572,3 +573,10 @@ def test_operator_state_that_changed_distribution_mode_fails_the_job_at_once(tmp
         env, "uid 'map'", "operator state 'map-count'", "SPLIT_DISTRIBUTE", "get_list_state", "UNION"
     )
     assert isinstance(error.__cause__, IncompatibleRestoredStateError)
+
+
+def suite_key() -> SnapshotKey:
+    """The test suite's snapshot key (tests/conftest.py), which the jobs here sign and check with."""
+    key = environment_key()
+    assert key is not None
+    return key

@@ -44,6 +44,7 @@ from chandy.state.handles import (
 )
 from chandy.state.snapshot import OperatorSubtaskState, TaskStateSnapshot
 from chandy.storage.checkpoint_storage import METADATA_FILE_NAME, CheckpointStorage, read_verified
+from chandy.storage.snapshot_key import environment_key
 from tests.state_backends import on_rocksdb_too
 from tests.test_checkpoint_coordinator import (
     FlakyIDCounter,
@@ -144,7 +145,7 @@ def test_a_moved_savepoint_restores_from_its_new_place(tmp_path: Path) -> None:
 
     moved = tmp_path / "elsewhere" / "kept"
     shutil.move(location, moved)
-    metadata, directory = load_checkpoint_metadata(str(moved))
+    metadata, directory = load_checkpoint_metadata(str(moved), environment_key())
 
     assert directory == str(moved) and metadata.checkpoint_type == "SAVEPOINT"
     handles = [
@@ -260,7 +261,7 @@ def test_savepoints_survive_later_checkpoints_and_the_end_of_the_job(
     assert sorted(os.listdir(directory)) == sorted(
         [METADATA_FILE_NAME, *(Path(p).name for p in file_paths_in(metadata_body(directory)))]
     )
-    load_checkpoint_metadata(directory)  # still restorable
+    load_checkpoint_metadata(directory, environment_key())  # still restorable
 
 
 def test_a_savepoint_without_a_directory_of_its_own_survives_the_end_of_the_job(tmp_path: Path) -> None:
@@ -278,7 +279,7 @@ def test_a_savepoint_without_a_directory_of_its_own_survives_the_end_of_the_job(
     h.coordinator.shutdown(JobStatus.FINISHED)
 
     assert os.path.isfile(os.path.join(str(savepoint.external_pointer), METADATA_FILE_NAME))
-    load_checkpoint_metadata(str(savepoint.external_pointer))
+    load_checkpoint_metadata(str(savepoint.external_pointer), environment_key())
 
 
 # ---------------------------------------------------------------------- jobs

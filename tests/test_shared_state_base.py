@@ -20,6 +20,7 @@ from chandy.checkpoint.shared_state import SharedStateRegistry
 from chandy.config.options import ExternalizedCheckpointRetention
 from chandy.messages.status import JobStatus
 from chandy.state.handles import IncrementalKeyedStateHandle
+from chandy.storage.snapshot_key import environment_key
 from tests.test_checkpoint_coordinator import A1, A2, Harness, ack, decline, pending_ids, succeeded
 from tests.test_checkpoint_coordinator_failures import FailingStore
 from tests.test_shared_state_registry import (
@@ -200,7 +201,7 @@ def test_in_a_job_on_rocksdb_a_checkpoint_reuses_exactly_files_of_the_one_before
 
 
 def incremental_handles(directory: Path) -> list[IncrementalKeyedStateHandle]:
-    metadata, _ = load_checkpoint_metadata(str(directory))
+    metadata, _ = load_checkpoint_metadata(str(directory), environment_key())
     return [
         handle
         for state in metadata.operator_states

@@ -42,6 +42,7 @@ from chandy.state.handles import ByteStreamStateHandle, FileStateHandle, Increme
 from chandy.state.key_groups import KeyGroupRange
 from chandy.state.snapshot import OperatorSubtaskState, TaskStateSnapshot
 from chandy.storage.checkpoint_storage import SHARED_DIR, CheckpointStorage
+from chandy.storage.snapshot_key import environment_key
 from tests.jobs import HoldingSequence, KeyedCounter, Throttle
 from tests.test_checkpoint_coordinator import (
     A1,
@@ -238,7 +239,7 @@ def test_deleting_is_best_effort_and_logged(tmp_path: Path, caplog: pytest.LogCa
     blocker.write_bytes(b"")
     undeletable = FileStateHandle(str(blocker / "x"), 1, "0" * 64)  # its parent is a file
     with caplog.at_level(logging.INFO, logger="chandy.checkpoint.shared_state"):
-        delete_shared_files([files["a"], undeletable, files["b"]], JOB_ID, "test")
+        delete_shared_files([files["a"], undeletable, files["b"]], JOB_ID, "test", {str(tmp_path)})
     assert files.on_disk() == set()
     assert f"Could not delete shared state file {undeletable.path}" in caplog.text
     assert "Deleted 2 shared state file(s)" in caplog.text and "1 could not be deleted" in caplog.text
@@ -496,7 +497,8 @@ def shared_files_of_retained_checkpoints(job_dir: Path) -> tuple[list[Path], set
     )
     referenced: set[str] = set()
     for directory in retained:
-        metadata, _ = load_checkpoint_metadata(str(directory))  # also checks every file exists
+        # loading also checks that every file exists
+        metadata, _ = load_checkpoint_metadata(str(directory), environment_key())
         for state in metadata.operator_states:
             for subtask in state.subtask_states.values():
                 referenced.update(h.path for h in subtask.shared_handles() if isinstance(h, FileStateHandle))

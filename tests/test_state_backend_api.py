@@ -28,6 +28,7 @@ from chandy.config.options import SavepointFormatType
 from chandy.core.functions import KeyedProcessFunction, RuntimeContext
 from chandy.core.state import MapStateDescriptor, ValueStateDescriptor
 from chandy.state.handles import IncrementalKeyedStateHandle
+from chandy.storage.snapshot_key import environment_key
 from tests.probes import Probe
 from tests.test_checkpointing_e2e import checkpointing_env, drain, wait_for_checkpoints
 from tests.test_restore import FILES, N, counter_job, expected, restored_env, retained_run
@@ -325,7 +326,7 @@ def test_a_native_savepoint_is_self_contained_restores_on_rocksdb_and_is_refused
     first, savepoint = _stop_with_savepoint(
         _env_on(backend, tmp_path / "a", 2), tmp_path / "a", SavepointFormatType.NATIVE
     )
-    metadata, _ = load_checkpoint_metadata(str(savepoint))
+    metadata, _ = load_checkpoint_metadata(str(savepoint), environment_key())
     keyed = [
         h
         for op in metadata.operator_states

@@ -19,6 +19,7 @@ from chandy.network.channel_state import encode_payloads
 from chandy.state.handles import ByteStreamStateHandle, InputChannelStateHandle
 from chandy.state.snapshot import OperatorSubtaskState
 from chandy.storage.checkpoint_storage import METADATA_FILE_NAME
+from chandy.storage.snapshot_key import SnapshotKey, environment_key
 from tests.jobs import KeyedCounter, Throttle
 from tests.test_restore import KEYS, N, counter_job, restored_env, retained_run
 
@@ -165,14 +166,14 @@ def test_a_bad_max_subtasks_per_channel_state_file_is_refused() -> None:
 def with_channel_state(checkpoint: Path, uid: str) -> None:
     """Rewrite a retained checkpoint's ``_metadata`` as an unaligned checkpoint's: in-flight data
     on two input channels of subtask 0 of the operator with ``uid``."""
-    metadata, directory = load_checkpoint_metadata(str(checkpoint))
+    metadata, directory = load_checkpoint_metadata(str(checkpoint), suite_key())
     (operator,) = [op for op in metadata.operator_states if op.uid == uid]
     stream = ByteStreamStateHandle("in-flight", encode_payloads([b"x" * 10]) * 2)
     half = len(stream.data) // 2
     channels = (InputChannelStateHandle(0, stream, 0, half), InputChannelStateHandle(1, stream, half, half))
     old = operator.subtask_states.get(0, OperatorSubtaskState())
     operator.put_state(0, dataclasses.replace(old, input_channel_state=channels))
-    (checkpoint / METADATA_FILE_NAME).write_bytes(serialize(metadata, directory))
+    (checkpoint / METADATA_FILE_NAME).write_bytes(serialize(metadata, suite_key(), directory))
 
 
 @pytest.mark.slow
@@ -201,3 +202,10 @@ def test_restoring_an_unaligned_checkpoint_at_another_parallelism_is_refused_at_
     message = str(info.value)
     assert "(uid 'counter') cannot be restored because its number of input channels changed" in message
     assert "upstream operator 'Map' (uid 'throttle', operator id" in message and "from 2 to 3" in message
+
+
+def suite_key() -> SnapshotKey:
+    """The test suite's snapshot key (tests/conftest.py), which the jobs here sign and check with."""
+    key = environment_key()
+    assert key is not None
+    return key

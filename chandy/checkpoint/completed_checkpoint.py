@@ -14,7 +14,7 @@ from chandy.errors import StorageError
 from chandy.messages.checkpoint import CheckpointType
 from chandy.messages.status import JobStatus
 from chandy.state.handles import FileStateHandle
-from chandy.storage.checkpoint_storage import CheckpointStorage
+from chandy.storage.checkpoint_storage import CheckpointStorage, is_inside
 from chandy.storage.filesystem import resolve
 
 log = logging.getLogger(__name__)
@@ -102,8 +102,12 @@ class CompletedCheckpoint:
 
 def discard_location(directory: str, operator_states: Iterable[OperatorState]) -> None:
     """Delete a checkpoint or savepoint outside the job's storage: every exclusive state file
-    it references (some may lie outside its directory), then the directory with ``_metadata``.
-    Shared files are the ``SharedStateRegistry``'s to delete (see :meth:`CompletedCheckpoint.discard`).
+    it references inside its directory, then the directory with ``_metadata``. Shared files
+    are the ``SharedStateRegistry``'s to delete (see :meth:`CompletedCheckpoint.discard`).
+
+    A file the metadata places outside the directory is left, with a warning: the paths come
+    from the snapshot, and a claimed snapshot must not make the job delete anything but
+    itself (a crafted absolute path would otherwise name any file the job may delete).
 
     Best effort, as deleting the job's own checkpoints is: a failure is logged with what
     is left behind, and never fails the job.
@@ -113,9 +117,18 @@ def discard_location(directory: str, operator_states: Iterable[OperatorState]) -
         for operator in operator_states:
             for subtask in operator.subtask_states.values():
                 for handle in subtask.stream_handles():
-                    if isinstance(handle, FileStateHandle):
-                        handle_fs, handle_path = resolve(handle.path)
-                        handle_fs.delete(handle_path)
+                    if not isinstance(handle, FileStateHandle):
+                        continue
+                    handle_fs, handle_path = resolve(handle.path)
+                    if not is_inside(handle_path, path):
+                        log.warning(
+                            "Leaving %s, which the claimed checkpoint at %s references: it is "
+                            "outside that checkpoint's directory, so not the job's to delete.",
+                            handle.path,
+                            directory,
+                        )
+                        continue
+                    handle_fs.delete(handle_path)
         fs.delete(path, recursive=True)
     except (OSError, StorageError) as exc:
         log.warning(

@@ -84,7 +84,7 @@ from chandy.messages.ids import ExecutionAttemptID
 from chandy.messages.status import JobStatus
 from chandy.state.handles import FileStateHandle
 from chandy.state.snapshot import TaskStateSnapshot
-from chandy.storage.checkpoint_storage import SHARED_DIR, CheckpointStorage
+from chandy.storage.checkpoint_storage import SHARED_DIR, CheckpointStorage, shared_dir_of
 from chandy.util.clock import Clock
 from chandy.util.threads import MainThreadChecker
 from chandy.util.timer import Cancellable, Timer
@@ -216,6 +216,11 @@ class CheckpointCoordinator:
         self._gateway = gateway
         self.storage = storage
         self.completed_store = completed_store
+        #: Where shared state files may be deleted: the job's own ``shared/`` and that of
+        #: every checkpoint it claimed (a path in a checkpoint's metadata never widens it).
+        self._shared_roots: set[str] = set()
+        if storage.is_persistent:
+            self._shared_roots.add(storage.fs.join(storage.job_dir, SHARED_DIR))
         self.id_counter = id_counter
         self.stats = stats
         self.clock = clock
@@ -955,7 +960,7 @@ class CheckpointCoordinator:
                         DISCARD_WAIT_S,
                     )
                     return
-            delete_shared_files(unused, self.job_id, reason)
+            delete_shared_files(unused, self.job_id, reason, self._shared_roots)
 
         if inline:
             _run_inline(delete)
@@ -1106,6 +1111,8 @@ class CheckpointCoordinator:
                 self.shared_state_registry.register_checkpoint(
                     checkpoint.checkpoint_id, checkpoint.operator_states.values(), restored=True
                 )
+                if checkpoint.external_pointer is not None:
+                    self._shared_roots.add(shared_dir_of(checkpoint.external_pointer))
         for checkpoint in restored:
             subsumed = self.completed_store.add_checkpoint(checkpoint)
             self._subsumed(subsumed)
@@ -1218,7 +1225,10 @@ class CheckpointCoordinator:
             log.warning("Could not list the shared files of job %s to tidy them: %s", self.job_id, exc)
             return
         delete_shared_files(
-            orphans, self.job_id, "no checkpoint referenced them (uploads that never completed)"
+            orphans,
+            self.job_id,
+            "no checkpoint referenced them (uploads that never completed)",
+            self._shared_roots,
         )
 
     @property

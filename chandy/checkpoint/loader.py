@@ -2,16 +2,23 @@
 
 from __future__ import annotations
 
-from chandy.checkpoint.metadata import CheckpointMetadata, deserialize
+from chandy.checkpoint.metadata import MAX_METADATA_BYTES, CheckpointMetadata, deserialize
 from chandy.errors import InvalidCheckpointError, StorageError
 from chandy.state.handles import FileStateHandle, StreamStateHandle
 from chandy.storage.checkpoint_storage import CHECKPOINT_DIR_PREFIX, METADATA_FILE_NAME
 from chandy.storage.filesystem import resolve
+from chandy.storage.snapshot_key import SnapshotKey
 
 
-def load_checkpoint_metadata(pointer: str) -> tuple[CheckpointMetadata, str]:
+def load_checkpoint_metadata(
+    pointer: str, key: SnapshotKey | None, *, trust: bool = False
+) -> tuple[CheckpointMetadata, str]:
     """The metadata of the checkpoint at ``pointer`` (a chk-N / savepoint directory or its
-    ``_metadata`` file) and its directory. Every way it can be unusable is a clear error."""
+    ``_metadata`` file) and its directory. Every way it can be unusable is a clear error.
+
+    ``_metadata`` must be signed with ``key`` (checked before it is parsed), else it is
+    refused with :class:`~chandy.errors.UntrustedCheckpointError`, unless ``trust``
+    (``execution.state-recovery.trust-snapshot``)."""
     try:
         fs, path = resolve(pointer)
     except StorageError as exc:
@@ -46,12 +53,18 @@ def load_checkpoint_metadata(pointer: str) -> tuple[CheckpointMetadata, str]:
                 f"cannot restore from '{pointer}': {metadata_path} does not exist, so this is not "
                 "a complete checkpoint (it was still being written, or was aborted)." + hint
             )
+        size = fs.size(metadata_path)
+        if size > MAX_METADATA_BYTES:
+            raise InvalidCheckpointError(
+                f"{metadata_path} is {size} bytes, more than a _metadata file can be "
+                f"({MAX_METADATA_BYTES}): it is not one. Restore from another checkpoint."
+            )
         data = fs.read(metadata_path)
     except InvalidCheckpointError:
         raise
     except OSError as exc:
         raise InvalidCheckpointError(f"cannot read {metadata_path}: {exc}") from None
-    metadata = deserialize(data, metadata_path, directory)
+    metadata = deserialize(data, metadata_path, directory, key=key, trust=trust)
     check_state_files(metadata, metadata_path)
     return metadata, directory
 

@@ -1,12 +1,17 @@
-"""The ``_metadata`` format: versioned, checksummed, not a pickle.
+"""The ``_metadata`` format: versioned, signed, not a pickle.
 
-Layout::
+Layout (version 4, what chandy writes)::
 
     magic      8 bytes   b"CHANDYCK"
-    version    4 bytes   big-endian unsigned (1, 2 or 3, see "Compatibility")
+    version    4 bytes   big-endian unsigned (4; 1 to 3 are read, see "Compatibility")
     length     8 bytes   big-endian length of the body
     body       length    UTF-8 JSON (below)
-    checksum   32 bytes  SHA-256 of everything before it
+    key id     8 bytes   names the signing key without revealing it (:class:`SnapshotKey`)
+    checksum   32 bytes  SHA-256 of everything before it (integrity: a damaged file)
+    signature  32 bytes  HMAC-SHA256 of everything before it under the deployment's
+                         snapshot key (authenticity: who wrote it)
+
+Versions 1 to 3 end after the body with the checksum alone: they are not signed.
 
 The body names every operator (by operator id) with its parallelism, max
 parallelism and, per subtask, its keyed state handles (key-group range and one
@@ -95,14 +100,18 @@ lets a later chandy read (or refuse with a clear message) what an earlier one wr
 from __future__ import annotations
 
 import base64
+import enum
 import hashlib
+import hmac
 import json
+import logging
 import struct
 from dataclasses import dataclass, field
 from typing import Any
 
 from chandy.checkpoint.operator_state import OperatorState
-from chandy.errors import InvalidCheckpointError
+from chandy.config.options import UPPER_BOUND_MAX_PARALLELISM
+from chandy.errors import InvalidCheckpointError, UntrustedCheckpointError
 from chandy.state.handles import (
     ByteStreamStateHandle,
     FileStateHandle,
@@ -117,18 +126,46 @@ from chandy.state.handles import (
 )
 from chandy.state.key_groups import KeyGroupRange
 from chandy.state.snapshot import OperatorSubtaskState
+from chandy.storage.snapshot_key import SnapshotKey
+
+log = logging.getLogger(__name__)
 
 MAGIC = b"CHANDYCK"
-#: The version written when the file holds no incremental handle.
+#: The first version, unsigned: a file of heap-backend state.
 VERSION = 1
-#: The version written when it does (see "Compatibility").
+#: Unsigned, with incremental handles (see "Compatibility").
 VERSION_INCREMENTAL = 2
-#: The version written when it holds input channel state (unaligned checkpoints).
+#: Unsigned, with input channel state (unaligned checkpoints).
 VERSION_CHANNEL_STATE = 3
-#: Every version this module reads.
-READABLE_VERSIONS = (VERSION, VERSION_INCREMENTAL, VERSION_CHANNEL_STATE)
+#: Signed (key id, checksum, HMAC-SHA256): every file chandy writes now.
+VERSION_SIGNED = 4
+#: Every version this module reads (1 to 3 only when trusted deliberately, for a restore).
+READABLE_VERSIONS = (VERSION, VERSION_INCREMENTAL, VERSION_CHANNEL_STATE, VERSION_SIGNED)
 _HEADER = struct.Struct(">8sIQ")
 _CHECKSUM_LEN = 32
+_KEY_ID_LEN = 8
+_SIGNATURE_LEN = 32
+#: The trailer of a signed file: key id, SHA-256, HMAC-SHA256.
+_SIGNED_TRAILER_LEN = _KEY_ID_LEN + _CHECKSUM_LEN + _SIGNATURE_LEN
+#: A ``_metadata`` larger than this is refused unread (inline state is at most 1 MiB per handle).
+MAX_METADATA_BYTES = 1 << 30
+#: How deep the JSON body may nest (it nests about 8 levels; Python's parser stops near 1000).
+_MAX_JSON_DEPTH = 64
+
+
+class Authentication(enum.Enum):
+    """What a ``_metadata``'s signature says about who wrote it (:func:`authenticate`)."""
+
+    #: Signed with the key this deployment checks with.
+    VALID = "valid"
+    #: A version 1 to 3 file: written before chandy signed them, or crafted to look so.
+    UNSIGNED = "unsigned"
+    #: Signed with a key other than this deployment's (another deployment, or a forger).
+    OTHER_KEY = "other key"
+    #: Names this deployment's key but the signature does not match: modified after signing.
+    MODIFIED = "modified"
+    #: Signed, but this deployment has no key to check it with.
+    NO_KEY = "no key"
 
 
 @dataclass(frozen=True)
@@ -274,8 +311,10 @@ def _version(metadata: CheckpointMetadata) -> int:
     return VERSION
 
 
-def serialize(metadata: CheckpointMetadata, base_dir: str | None = None) -> bytes:
-    """The bytes of ``_metadata``; file paths under ``base_dir`` are made relative."""
+def serialize(metadata: CheckpointMetadata, key: SnapshotKey, base_dir: str | None = None) -> bytes:
+    """The bytes of ``_metadata``, signed with ``key`` (always: a written file is always signed,
+    so the deployment that wrote it restores it without a second thought); file paths under
+    ``base_dir`` are made relative."""
     body = {
         "checkpoint_id": metadata.checkpoint_id,
         "job_id": metadata.job_id,
@@ -289,19 +328,34 @@ def serialize(metadata: CheckpointMetadata, base_dir: str | None = None) -> byte
     if metadata.savepoint_format is not None:
         body["savepoint_format"] = metadata.savepoint_format
     payload = json.dumps(body, separators=(",", ":"), sort_keys=True).encode("utf-8")
-    version = _version(metadata)
-    head = _HEADER.pack(MAGIC, version, len(payload)) + payload
-    return head + hashlib.sha256(head).digest()
+    head = _HEADER.pack(MAGIC, VERSION_SIGNED, len(payload)) + payload + key.key_id
+    head += hashlib.sha256(head).digest()
+    return head + key.sign(head)
+
+
+def content_version(metadata: CheckpointMetadata) -> int:
+    """The oldest unsigned version that could hold ``metadata``'s content (what chandy before
+    version 4 wrote it as); the file itself is always written as :data:`VERSION_SIGNED`."""
+    return _version(metadata)
 
 
 # ---------------------------------------------------------------------- reading
 
 
 def _absolute(path: str, base: str | None) -> str:
-    if base is None or path.startswith("/") or "://" in path:
+    if not isinstance(path, str) or not path or "\x00" in path:
+        raise ValueError(f"invalid state file path {path!r}")
+    if path.startswith("/") or "://" in path:
+        return path
+    # A relative path stays inside the snapshot's directory, or is ../<rest> in its job
+    # directory (an incremental handle's shared file): never anywhere else.
+    inner = path[len(_PARENT) :] if path.startswith(_PARENT) else path
+    if inner.startswith("/") or ".." in inner.split("/"):
+        raise ValueError(f"state file path {path!r} leaves the checkpoint's directory")
+    if base is None:
         return path
     if path.startswith(_PARENT):
-        return _parent(base) + "/" + path[len(_PARENT) :]
+        return _parent(base) + "/" + inner
     return base.rstrip("/") + "/" + path
 
 
@@ -315,7 +369,11 @@ def _optional_str(data: dict[str, Any], key: str) -> str | None:
 def _handle_from_json(data: dict[str, Any], base: str | None) -> StreamStateHandle:
     kind = data["type"]
     if kind == "file":
-        return FileStateHandle(_absolute(data["path"], base), int(data["size"]), data["sha256"])
+        size = int(data["size"])
+        sha256 = data["sha256"]
+        if size < 0 or not isinstance(sha256, str):
+            raise ValueError(f"invalid file state handle (size {size}, sha256 {sha256!r})")
+        return FileStateHandle(_absolute(data["path"], base), size, sha256)
     if kind == "bytes":
         return ByteStreamStateHandle(data["name"], base64.b64decode(data["data"]))
     raise ValueError(f"unknown state handle type {kind!r}")
@@ -380,8 +438,11 @@ def _subtask_from_json(data: dict[str, Any], base: str | None, version: int) -> 
     return OperatorSubtaskState(keyed, operator, bool(data.get("finished", False)), channel_state)
 
 
-def deserialize(data: bytes, source: str, base_dir: str | None = None) -> CheckpointMetadata:
-    """Parse ``_metadata`` bytes read from ``source`` (named in every error)."""
+def authenticate(data: bytes, source: str, key: SnapshotKey | None) -> Authentication:
+    """Who wrote ``_metadata`` bytes ``data`` (read from ``source``, named in every error),
+    checked before anything else of them is parsed; raises :class:`InvalidCheckpointError`
+    for a file that is truncated, not a ``_metadata``, of an unknown version, or damaged
+    (its checksum does not match: integrity, which says nothing about who wrote it)."""
     if len(data) < _HEADER.size + _CHECKSUM_LEN:
         raise InvalidCheckpointError(
             f"{source} is truncated ({len(data)} bytes): the checkpoint "
@@ -400,24 +461,138 @@ def deserialize(data: bytes, source: str, base_dir: str | None = None) -> Checkp
             f"{', '.join(map(str, READABLE_VERSIONS))}. Restore it with the chandy version that wrote it."
         )
     end = _HEADER.size + length
-    if len(data) != end + _CHECKSUM_LEN or hashlib.sha256(data[:end]).digest() != data[end:]:
+    trailer = _SIGNED_TRAILER_LEN if version == VERSION_SIGNED else _CHECKSUM_LEN
+    checksum_at = end + (_KEY_ID_LEN if version == VERSION_SIGNED else 0)
+    if (
+        len(data) != end + trailer
+        or hashlib.sha256(data[:checksum_at]).digest() != data[checksum_at : checksum_at + _CHECKSUM_LEN]
+    ):
         raise InvalidCheckpointError(
             f"{source} is corrupt (checksum mismatch): the file was damaged or modified after it "
             "was written. Restore from another checkpoint."
         )
+    if version != VERSION_SIGNED:
+        return Authentication.UNSIGNED
+    if key is None:
+        return Authentication.NO_KEY
+    if not hmac.compare_digest(data[end : end + _KEY_ID_LEN], key.key_id):
+        return Authentication.OTHER_KEY
+    signed = len(data) - _SIGNATURE_LEN
+    if not hmac.compare_digest(key.sign(data[:signed]), data[signed:]):
+        return Authentication.MODIFIED
+    return Authentication.VALID
+
+
+def key_id_of(data: bytes) -> bytes | None:
+    """The key id a signed ``_metadata`` names (``None`` for an unsigned or unreadable one)."""
+    if len(data) < _HEADER.size + _SIGNED_TRAILER_LEN:
+        return None
+    magic, version, length = _HEADER.unpack_from(data)
+    if magic != MAGIC or version != VERSION_SIGNED:
+        return None
+    end = _HEADER.size + length
+    return data[end : end + _KEY_ID_LEN]
+
+
+_TRUST_HINT = (
+    "If you know where it comes from and trust it, restore it deliberately with "
+    "--trust-snapshot (chandy run) or execution.state-recovery.trust-snapshot: true"
+)
+
+
+def refusal(source: str, result: Authentication, key: SnapshotKey | None, data: bytes) -> str:
+    """Why ``source`` is not restored, and both ways out (see docs/security.md)."""
+    this_key = f"this deployment's snapshot key ({key.source})" if key is not None else ""
+    if result is Authentication.UNSIGNED:
+        why = (
+            "it is not signed (metadata format version 1-3: written by chandy before snapshots "
+            "were signed, or crafted), so nothing proves who wrote it"
+        )
+        fix = _TRUST_HINT + "; the next checkpoint the job takes is signed."
+    elif result is Authentication.NO_KEY:
+        why = (
+            "this deployment has no snapshot key to check its signature with (no "
+            "CHANDY_SNAPSHOT_KEY, execution.checkpointing.snapshot-key-file, "
+            "execution.checkpointing.dir or execution.checkpointing.savepoint-dir)"
+        )
+        fix = "Configure the key it was written with, or: " + _TRUST_HINT + "."
+    elif result is Authentication.OTHER_KEY:
+        other = key_id_of(data)
+        named = other.hex() if other is not None else "?"
+        assert key is not None
+        why = (
+            f"it is signed with another key (key id {named}) than {this_key}, key id "
+            f"{key.key_id.hex()}: it was written by another deployment, or forged"
+        )
+        fix = (
+            "Set the key it was written with (CHANDY_SNAPSHOT_KEY or "
+            "execution.checkpointing.snapshot-key-file), or: " + _TRUST_HINT + "."
+        )
+    else:
+        why = (
+            f"its signature does not match {this_key}: it is corrupt or forged (modified after it was signed)"
+        )
+        fix = "Restore from another checkpoint. " + _TRUST_HINT + "."
+    return f"{source} is refused: {why}. Restoring it would unpickle its state, which runs code. {fix}"
+
+
+def deserialize(
+    data: bytes,
+    source: str,
+    base_dir: str | None = None,
+    *,
+    key: SnapshotKey | None = None,
+    trust: bool = False,
+) -> CheckpointMetadata:
+    """Parse ``_metadata`` bytes read from ``source`` (named in every error).
+
+    The signature is checked first (:func:`authenticate`): unless ``key`` authenticates the
+    file, it is refused with :class:`UntrustedCheckpointError` before its body is parsed,
+    unless ``trust`` (then with a warning). The body is then parsed with bounds: a file
+    that passes and is still malformed is an :class:`InvalidCheckpointError`.
+    """
+    result = authenticate(data, source, key)
+    if result is not Authentication.VALID:
+        message = refusal(source, result, key, data)
+        if not trust:
+            raise UntrustedCheckpointError(message)
+        log.warning("Trusted deliberately (execution.state-recovery.trust-snapshot): %s", message)
+    return parse(data, source, base_dir)
+
+
+def parse(data: bytes, source: str, base_dir: str | None = None) -> CheckpointMetadata:
+    """The body of ``_metadata`` bytes that :func:`authenticate` accepted (or that are only
+    shown, never restored: ``chandy checkpoint inspect``), parsed with bounds. Parsing runs
+    no code and decodes no state; restoring is what unpickles, so a restore goes through
+    :func:`deserialize`. The structure and checksum are checked first, as there."""
+    authenticate(data, source, None)
+    version = _HEADER.unpack_from(data)[1]
+    end = _HEADER.size + _HEADER.unpack_from(data)[2]
     try:
         body = json.loads(data[_HEADER.size : end].decode("utf-8"))
+        _check_depth(body)
+        if not isinstance(body, dict):
+            raise TypeError("the body is not a JSON object")
         operators = []
         for op in body["operators"]:
+            parallelism = _bounded(op["parallelism"], "parallelism")
+            max_parallelism = _bounded(op["max_parallelism"], "max_parallelism")
             state = OperatorState(
                 op["operator_id"],
-                int(op["parallelism"]),
-                int(op["max_parallelism"]),
+                parallelism,
+                max_parallelism,
                 uid=_optional_str(op, "uid"),
                 name=_optional_str(op, "name"),
             )
             for index, subtask in op["subtasks"].items():
-                state.put_state(int(index), _subtask_from_json(subtask, base_dir, version))
+                restored = _subtask_from_json(subtask, base_dir, version)
+                for keyed in restored.managed_keyed_state:
+                    kg = keyed.key_group_range
+                    if kg.start < 0 or kg.end >= max_parallelism:
+                        raise ValueError(
+                            f"key groups {kg.start}-{kg.end} outside max parallelism {max_parallelism}"
+                        )
+                state.put_state(int(index), restored)
             operators.append(state)
         masters = [MasterState(m["name"], base64.b64decode(m["data"])) for m in body["master_states"]]
         return CheckpointMetadata(
@@ -429,7 +604,35 @@ def deserialize(data: bytes, source: str, base_dir: str | None = None) -> Checkp
             masters,
             savepoint_format=body.get("savepoint_format"),
         )
-    except (KeyError, ValueError, TypeError, IndexError) as exc:
+    except RecursionError:
+        raise InvalidCheckpointError(
+            f"{source} has a valid checksum but an unreadable body (JSON nested too deeply)"
+        ) from None
+    except (KeyError, ValueError, TypeError, IndexError, AttributeError, OverflowError) as exc:
         raise InvalidCheckpointError(
             f"{source} has a valid checksum but an unreadable body ({type(exc).__name__}: {exc})"
         ) from None
+
+
+def _bounded(value: Any, what: str) -> int:
+    """A parallelism from the body, refused outside ``1..32768`` (Flink's upper bound): a
+    crafted ``1e9`` would otherwise size loops and lists by it."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise TypeError(f"'{what}' must be a number, got {type(value).__name__}")
+    number = int(value)
+    if not 1 <= number <= UPPER_BOUND_MAX_PARALLELISM:
+        raise ValueError(f"'{what}' {value} is outside 1..{UPPER_BOUND_MAX_PARALLELISM}")
+    return number
+
+
+def _check_depth(body: Any) -> None:
+    """Refuse JSON nested deeper than the format ever is (iteratively: no recursion)."""
+    stack: list[tuple[Any, int]] = [(body, 1)]
+    while stack:
+        value, depth = stack.pop()
+        if depth > _MAX_JSON_DEPTH:
+            raise ValueError(f"JSON nested deeper than {_MAX_JSON_DEPTH} levels")
+        if isinstance(value, dict):
+            stack.extend((v, depth + 1) for v in value.values() if isinstance(v, (dict, list)))
+        elif isinstance(value, list):
+            stack.extend((v, depth + 1) for v in value if isinstance(v, (dict, list)))

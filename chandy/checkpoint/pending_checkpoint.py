@@ -231,10 +231,9 @@ class PendingCheckpoint:
             list(self.master_states),
             savepoint_format=None if savepoint_format is None else savepoint_format.value,
         )
-        data = serialize(metadata, base)
-        if self.target_location is None:
-            pointer = self.storage.write_metadata(self.checkpoint_id, data)
-        else:
+        pointer: str | None = None
+        if self.target_location is not None or self.storage.is_persistent:
+            data = serialize(metadata, self.storage.signing_key(self.target_location), base)
             pointer = self.storage.write_metadata(self.checkpoint_id, data, self.target_location)
         completed = CompletedCheckpoint(
             job_id=self.job_id,

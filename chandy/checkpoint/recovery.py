@@ -8,12 +8,14 @@ same job id finds them. chandy's checkpoint directory already is such a store:
 atomically, only for completed checkpoints. A job submitted with a fixed job id
 (``$internal.pipeline.job-id``) therefore looks there first (:func:`find_job_checkpoints`):
 
-- every ``chk-N`` with a valid ``_metadata`` (checksum, state files present with
-  their recorded sizes) is one of its completed checkpoints; the newest is restored,
+- every ``chk-N`` with a valid ``_metadata`` (signed with the deployment's snapshot key,
+  state files present with their recorded sizes) is one of its completed checkpoints; the newest is restored,
   and they all join the completed-checkpoint store as the job's own (subsumed and
   deleted like any checkpoint it took, Flink's CLAIM);
-- a ``chk-N`` whose ``_metadata`` is corrupt, or whose state files are missing or
-  truncated, is skipped with a warning naming it, and left on disk for inspection;
+- a ``chk-N`` whose ``_metadata`` is corrupt or not authenticated by the key (unsigned,
+  another key's, modified: whoever could write there is not trusted to choose what the
+  job unpickles), or whose state files are missing or truncated, is skipped with a warning
+  naming it and why, and left on disk for inspection;
 - a ``chk-N`` without ``_metadata`` is a checkpoint the dead driver never completed:
   nothing references its files, so they are deleted;
 - checkpoint ids continue after the highest ``N`` on disk, complete or not, so an id
@@ -25,6 +27,10 @@ started, the checkpoints are how far it got since.
 
 A restore from a path (:func:`restore_from_path`) follows ``execution.state-recovery.claim-mode``:
 NO_CLAIM (the default) never deletes the snapshot; CLAIM makes it the job's own.
+
+Either way the snapshot must be signed with the deployment's snapshot key
+(:mod:`chandy.storage.snapshot_key`), or trusted deliberately with
+``execution.state-recovery.trust-snapshot``; see docs/security.md.
 """
 
 from __future__ import annotations
@@ -46,6 +52,7 @@ from chandy.config.options import PipelineOptions, RecoveryClaimMode, StateRecov
 from chandy.errors import InvalidCheckpointError
 from chandy.messages.checkpoint import CheckpointType
 from chandy.storage.checkpoint_storage import METADATA_FILE_NAME, CheckpointStorage
+from chandy.storage.snapshot_key import SnapshotKey
 
 log = logging.getLogger(__name__)
 
@@ -90,9 +97,12 @@ class JobCheckpoints:
         return self.highest_id + 1
 
 
-def find_job_checkpoints(storage: CheckpointStorage) -> JobCheckpoints:
+def find_job_checkpoints(storage: CheckpointStorage, *, trust: bool = False) -> JobCheckpoints:
     """Every ``chk-N`` in the job's checkpoint directory, sorted into restorable,
-    incomplete and unusable ones (each unusable one is logged as a warning)."""
+    incomplete and unusable ones (each unusable one is logged as a warning). A ``chk-N``
+    must be signed with the storage's key (:meth:`CheckpointStorage.signing_key`), unless
+    ``trust`` (``execution.state-recovery.trust-snapshot``)."""
+    key = storage.signing_key()
     fs = storage.fs
     completed: list[FoundCheckpoint] = []
     incomplete: list[int] = []
@@ -104,7 +114,7 @@ def find_job_checkpoints(storage: CheckpointStorage) -> JobCheckpoints:
             incomplete.append(checkpoint_id)
             continue
         try:
-            metadata, found_dir = load_checkpoint_metadata(directory)
+            metadata, found_dir = load_checkpoint_metadata(directory, key, trust=trust)
             if metadata.job_id != storage.job_id:
                 raise InvalidCheckpointError(
                     f"{directory} is a checkpoint of job {metadata.job_id}, not of job {storage.job_id}"
@@ -145,14 +155,21 @@ def adopt_job_checkpoints(
 
 
 def restore_from_path(
-    path: str, claim_mode: RecoveryClaimMode, job_props: CheckpointProperties | None
+    path: str,
+    claim_mode: RecoveryClaimMode,
+    job_props: CheckpointProperties | None,
+    key: SnapshotKey | None,
+    *,
+    trust: bool = False,
 ) -> tuple[CompletedCheckpoint, CheckpointType]:
     """The checkpoint or savepoint at ``path`` (``execution.state-recovery.path``) as the job
     will hold it, and its type. CLAIM gives it the job's checkpoint properties ``job_props``
     (deleted once subsumed, or at the job's end as retention says: even a savepoint);
     NO_CLAIM, or a job without checkpoints (``job_props`` ``None``), properties that never
-    delete it. A clear error if it cannot be used."""
-    metadata, directory = load_checkpoint_metadata(path)
+    delete it. A clear error if it cannot be used, and
+    :class:`~chandy.errors.UntrustedCheckpointError` if ``key`` does not authenticate it
+    (unless ``trust``)."""
+    metadata, directory = load_checkpoint_metadata(path, key, trust=trust)
     kind = checkpoint_type_of(metadata)
     if claim_mode is RecoveryClaimMode.CLAIM and job_props is not None:
         props = job_props
@@ -179,16 +196,20 @@ def choose_starting_point(
     config: Configuration,
     storage: CheckpointStorage | None,
     job_props: CheckpointProperties | None,
+    key: SnapshotKey | None,
 ) -> StartingPoint | None:
     """Where a job starts: its own latest checkpoint when it was submitted again under its
     fixed job id, else ``execution.state-recovery.path`` if set, else nothing (a fresh start).
 
     ``job_props`` are the properties of the job's checkpoints (``None`` without
-    checkpointing: nothing the job starts from can then be deleted by it).
+    checkpointing: nothing the job starts from can then be deleted by it). ``key`` is the
+    deployment's snapshot key (:func:`chandy.storage.snapshot_key.snapshot_key`), which must
+    authenticate what the job starts from unless ``execution.state-recovery.trust-snapshot``.
     """
     path = config.get(StateRecoveryOptions.PATH)
+    trust = config.get(StateRecoveryOptions.TRUST_SNAPSHOT)
     if config.get(PipelineOptions.FIXED_JOB_ID) is not None:
-        own = _own_latest_checkpoint(storage, job_props)
+        own = _own_latest_checkpoint(storage, job_props, trust)
         if own is not None:
             if path is not None:
                 log.info(
@@ -201,7 +222,9 @@ def choose_starting_point(
             return own
     if path is None:
         return None
-    checkpoint, kind = restore_from_path(path, config.get(StateRecoveryOptions.CLAIM_MODE), job_props)
+    checkpoint, kind = restore_from_path(
+        path, config.get(StateRecoveryOptions.CLAIM_MODE), job_props, key, trust=trust
+    )
     return StartingPoint(
         checkpoint,
         (checkpoint,),
@@ -212,7 +235,7 @@ def choose_starting_point(
 
 
 def _own_latest_checkpoint(
-    storage: CheckpointStorage | None, job_props: CheckpointProperties | None
+    storage: CheckpointStorage | None, job_props: CheckpointProperties | None, trust: bool
 ) -> StartingPoint | None:
     """The job's latest checkpoint in its own directory (a driver restart), or ``None``."""
     if storage is None or not storage.is_persistent or job_props is None:
@@ -223,7 +246,7 @@ def _own_latest_checkpoint(
             storage.job_id if storage is not None else "?",
         )
         return None
-    found = find_job_checkpoints(storage)
+    found = find_job_checkpoints(storage, trust=trust)
     if found.latest is None:
         if found.highest_id:
             log.warning(

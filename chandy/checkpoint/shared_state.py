@@ -42,11 +42,12 @@ checkpoint fails instead, like Flink's "Attempt to reference unknown state".
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable, Sequence
+from collections.abc import Collection, Iterable, Sequence
 
 from chandy.checkpoint.operator_state import OperatorState
 from chandy.errors import StorageError
 from chandy.state.handles import FileStateHandle
+from chandy.storage.checkpoint_storage import is_inside
 from chandy.storage.filesystem import resolve
 
 log = logging.getLogger(__name__)
@@ -165,14 +166,31 @@ class SharedStateRegistry:
         return unused
 
 
-def delete_shared_files(handles: Sequence[FileStateHandle], job_id: str, why: str) -> None:
+def delete_shared_files(
+    handles: Sequence[FileStateHandle], job_id: str, why: str, roots: Collection[str]
+) -> None:
     """Delete shared state files no retained checkpoint references (``why`` says how that
     came about, for the log); best effort: a file that cannot be deleted is logged (and left
-    behind), the others still go."""
+    behind), the others still go.
+
+    Only files inside one of ``roots`` (the ``shared/`` directories of the job and of the
+    checkpoints it claimed) are deleted: a path comes from a checkpoint's metadata, and a
+    crafted one must not make the job delete a file anywhere else. Others are left, with a
+    warning."""
     if not handles:
         return
     failed = 0
     for handle in handles:
+        if not any(is_inside(handle.path, root) for root in roots):
+            failed += 1
+            log.warning(
+                "Job %s leaves shared state file %s: it is outside the shared/ directories the "
+                "job may delete from (%s).",
+                job_id,
+                handle.path,
+                ", ".join(sorted(roots)) or "none",
+            )
+            continue
         try:
             fs, path = resolve(handle.path)
             fs.delete(path)

@@ -3,6 +3,12 @@
 Both read ``_metadata`` through :mod:`chandy.checkpoint.metadata`, the reader a restore
 uses, so a checkpoint this command calls valid is one a restore accepts, and one it
 refuses (bad checksum, truncated, unknown version) is refused with the same reason.
+
+Neither unpickles anything: the body is JSON, parsed with the restore's bounds. The
+signature is reported as what it is: checked with ``CHANDY_SNAPSHOT_KEY``, ``--key-file``,
+or else the ``.chandy-snapshot-key`` found in the storage root above the snapshot (named in
+the report: that one is only as trustworthy as the directory). A checksum that matches
+says the file is intact, not who wrote it; the signature line says that.
 """
 
 from __future__ import annotations
@@ -16,21 +22,28 @@ from dataclasses import asdict, dataclass, field
 
 import click
 
-from chandy.checkpoint.metadata import CheckpointMetadata, deserialize
+from chandy.checkpoint.metadata import (
+    MAX_METADATA_BYTES,
+    Authentication,
+    CheckpointMetadata,
+    authenticate,
+    key_id_of,
+    parse,
+)
 from chandy.checkpoint.operator_state import OperatorState
 from chandy.cli.errors import CliError
+from chandy.config import Configuration
 from chandy.errors import InvalidCheckpointError, StorageError
 from chandy.state.handles import FileStateHandle, IncrementalKeyedStateHandle
 from chandy.state.key_groups import KeyGroupRange
 from chandy.storage.checkpoint_storage import CHECKPOINT_DIR_PREFIX, METADATA_FILE_NAME
 from chandy.storage.filesystem import FileSystem, resolve
+from chandy.storage.snapshot_key import KEY_ENV_VAR, KEY_FILE_NAME, SnapshotKey, read_key_file, snapshot_key
 
 #: Directory names of snapshots: Flink's ``chk-<id>`` and ``savepoint-<job id prefix>-<random>``.
 _SNAPSHOT_DIR = re.compile(r"^(chk-\d+|savepoint-.+)$")
 #: Where ``_metadata`` keeps its format version: after the 8 magic bytes, 4 bytes big-endian.
 _VERSION_OFFSET = 8
-#: The SHA-256 that ends ``_metadata`` and covers everything before it.
-_CHECKSUM_LEN = hashlib.sha256().digest_size
 
 
 # ---------------------------------------------------------------------- the report
@@ -106,6 +119,11 @@ class CheckpointReport:
     timestamp: int
     format_version: int
     checksum: str
+    #: What the signature says (see :class:`Authentication`): "valid", "unsigned", "other key",
+    #: "modified", "no key" (signed, but no key to check it with).
+    authentication: str
+    #: The signature line, with the key it was checked with.
+    signature: str
     state_size: int
     inline_handles: int
     master_states: list[str]
@@ -120,6 +138,15 @@ class CheckpointReport:
     @property
     def broken_files(self) -> list[StateFile]:
         return [f for f in self.state_files if not f.ok]
+
+    @property
+    def refused(self) -> bool:
+        """A restore with the key it was checked with refuses it (without trust-snapshot)."""
+        return self.authentication in (
+            Authentication.UNSIGNED.value,
+            Authentication.OTHER_KEY.value,
+            Authentication.MODIFIED.value,
+        )
 
 
 # ---------------------------------------------------------------------- reading
@@ -138,16 +165,68 @@ def _locate(path: str) -> tuple[FileSystem, str, str]:
     return fs, resolved, fs.join(resolved, METADATA_FILE_NAME)
 
 
-def read_checkpoint(path: str, *, verify: bool = False) -> CheckpointReport:
-    """Read and check the checkpoint or savepoint at ``path``; an unusable ``_metadata`` is a
-    :class:`CliError` naming the file. Missing or damaged state files are reported, not raised."""
+def _key_for(fs: FileSystem, directory: str, key_file: str | None) -> SnapshotKey | None:
+    """The key to check a signature with: ``CHANDY_SNAPSHOT_KEY``, ``key_file``, or the key
+    file in the storage root above ``directory`` (its parent: a savepoint directory; its
+    grandparent: ``<root>/<job id>/chk-N``), if there is one."""
+    if key_file is not None:
+        try:
+            return read_key_file(key_file)
+        except StorageError as exc:
+            raise CliError(str(exc)) from None
     try:
-        return _read_checkpoint(path, verify)
+        key = snapshot_key(Configuration())
+    except StorageError as exc:
+        raise CliError(str(exc)) from None
+    if key is not None:
+        return key
+    parent = directory.rstrip("/").rsplit("/", 1)[0]
+    for root in (parent, parent.rsplit("/", 1)[0]):
+        candidate = fs.join(root or "/", KEY_FILE_NAME)
+        try:
+            if fs.exists(candidate):
+                return read_key_file(candidate)
+        except (OSError, StorageError):
+            continue
+    return None
+
+
+def _signature(result: Authentication, key: SnapshotKey | None, data: bytes) -> str:
+    if result is Authentication.VALID:
+        assert key is not None
+        return f"valid (HMAC-SHA256 with the key from {key.source})"
+    if result is Authentication.UNSIGNED:
+        return "NOT SIGNED (format version 1-3): a restore refuses it unless trusted deliberately"
+    signer = key_id_of(data)
+    named = signer.hex() if signer is not None else "?"
+    if result is Authentication.NO_KEY:
+        return (
+            f"signed (key id {named}), not checked: no key (set {KEY_ENV_VAR} or --key-file "
+            f"<storage root>/{KEY_FILE_NAME})"
+        )
+    assert key is not None
+    if result is Authentication.OTHER_KEY:
+        return (
+            f"SIGNED WITH ANOTHER KEY (key id {named}; the key from {key.source} is "
+            f"{key.key_id.hex()}): a restore with that key refuses it"
+        )
+    return (
+        f"INVALID: corrupt or forged, modified after it was signed (the key from {key.source} "
+        "does not verify it)"
+    )
+
+
+def read_checkpoint(path: str, *, verify: bool = False, key_file: str | None = None) -> CheckpointReport:
+    """Read and check the checkpoint or savepoint at ``path``; an unusable ``_metadata`` is a
+    :class:`CliError` naming the file. Missing or damaged state files, and a signature that
+    does not verify, are reported, not raised. Nothing is unpickled."""
+    try:
+        return _read_checkpoint(path, verify, key_file)
     except OSError as exc:
         raise CliError(f"cannot read the checkpoint at {path}: {exc}") from None
 
 
-def _read_checkpoint(path: str, verify: bool) -> CheckpointReport:
+def _read_checkpoint(path: str, verify: bool, key_file: str | None) -> CheckpointReport:
     fs, directory, metadata_file = _locate(path)
     if not fs.exists(directory):
         raise CliError(f"{directory} does not exist")
@@ -162,12 +241,19 @@ def _read_checkpoint(path: str, verify: bool) -> CheckpointReport:
             f"{metadata_file} does not exist: {directory} is not a complete checkpoint or savepoint "
             "(it was still being written, or was aborted)"
         )
+    size = fs.size(metadata_file)
+    if size > MAX_METADATA_BYTES:
+        raise CliError(f"{metadata_file} is {size} bytes, more than a _metadata file can be: it is not one")
     data = fs.read(metadata_file)
+    key = _key_for(fs, directory, key_file)
     try:
-        metadata = deserialize(data, metadata_file, directory)
+        result = authenticate(data, metadata_file, key)
+        metadata = parse(data, metadata_file, directory)
     except InvalidCheckpointError as exc:
         raise CliError(str(exc)) from None
     report = _report(metadata, directory, metadata_file, data)
+    report.authentication = result.value
+    report.signature = _signature(result, key, data)
     report.state_files = _check_files(metadata, verify)
     return report
 
@@ -192,7 +278,9 @@ def _report(
         job_id=metadata.job_id,
         timestamp=metadata.timestamp,
         format_version=int.from_bytes(data[_VERSION_OFFSET : _VERSION_OFFSET + 4], "big"),
-        checksum=f"ok (SHA-256 of {len(data) - _CHECKSUM_LEN} bytes matches)",
+        checksum="ok (SHA-256 matches: the file is intact; who wrote it is the signature's to say)",
+        authentication="",
+        signature="",
         state_size=sum(op.state_size for op in operators),
         inline_handles=inline,
         master_states=[m.name for m in metadata.master_states],
@@ -336,6 +424,7 @@ def find_savepoint(directory: str, job_id: str, since_ms: int) -> str | None:
             and "SAVEPOINT" in report.checkpoint_type
             and report.timestamp >= since_ms
             and not report.broken_files
+            and not report.refused
             and (best is None or report.timestamp > best.timestamp)
         ):
             best = report
@@ -354,6 +443,14 @@ class ListEntry:
     problem: str | None
 
 
+#: The STATUS of a snapshot in ``checkpoint list`` whose signature a restore refuses.
+_REFUSED_PROBLEM = {
+    Authentication.UNSIGNED.value: "_metadata is not signed (format version 1-3)",
+    Authentication.OTHER_KEY.value: "_metadata is signed with another key",
+    Authentication.MODIFIED.value: "_metadata's signature does not verify (corrupt or forged)",
+}
+
+
 def _list_entry(path: str) -> ListEntry:
     try:
         report = read_checkpoint(path)
@@ -361,7 +458,9 @@ def _list_entry(path: str) -> ListEntry:
         return ListEntry(path, None, None, None, None, None, False, _short_reason(exc.message, path))
     broken = report.broken_files
     problem = None
-    if broken:
+    if report.refused:
+        problem = _REFUSED_PROBLEM[report.authentication]
+    elif broken:
         kinds = sorted({f.status.split(" (")[0] for f in broken})
         problem = f"{len(broken)} of {len(report.state_files)} state files {' or '.join(kinds)}"
         shared = sum(1 for f in broken if f.shared)
@@ -374,7 +473,7 @@ def _list_entry(path: str) -> ListEntry:
         report.job_id,
         report.timestamp,
         report.state_size,
-        not broken,
+        not broken and not report.refused,
         problem,
     )
 
@@ -466,6 +565,7 @@ def _render(report: CheckpointReport) -> list[str]:
         f"  taken:           {_time(report.timestamp)} (timestamp {report.timestamp})",
         f"  format version:  {report.format_version}",
         f"  checksum:        {report.checksum}",
+        f"  signature:       {report.signature}",
         f"  state:           {_size(report.state_size)}: {files}, {report.inline_handles} inline handles",
         f"  master states:   {', '.join(report.master_states) or 'none'}",
         f"  in-flight data:  {_in_flight(report)}",
@@ -523,23 +623,36 @@ def checkpoint() -> None:
 @click.option(
     "--verify", is_flag=True, help="Also read every state file (shared ones too) and check its SHA-256."
 )
-def inspect(path: str, as_json: bool, verify: bool) -> None:
+@click.option(
+    "--key-file",
+    metavar="FILE",
+    help=f"Check the signature with the key in FILE (default: {KEY_ENV_VAR}, else the "
+    f"{KEY_FILE_NAME} in the storage root above the snapshot).",
+)
+def inspect(path: str, as_json: bool, verify: bool, key_file: str | None) -> None:
     """Show what the checkpoint or savepoint at PATH (a chk-N or savepoint directory, or its
     _metadata file) holds: operators, uids, state kinds and sizes, key-group ranges, files
     (with the shared files of incremental RocksDB checkpoints, in the job directory's shared/).
 
-    Exits 1 if _metadata is unusable (corrupt, truncated, unknown version) or state files
-    (its own or shared ones) are missing or damaged: a restore from it would be refused.
+    Exits 1 if _metadata is unusable (corrupt, truncated, unknown version), its signature
+    does not verify with the key (unsigned, another key's, modified), or state files (its
+    own or shared ones) are missing or damaged: a restore from it would be refused. Nothing
+    of the snapshot is unpickled.
     """
-    report = read_checkpoint(path, verify=verify)
+    report = read_checkpoint(path, verify=verify, key_file=key_file)
     if as_json:
         data = asdict(report)
-        data["valid"] = not report.broken_files
+        data["valid"] = not report.broken_files and not report.refused
         data["in_flight_bytes"] = report.in_flight_bytes
         click.echo(json.dumps(data, indent=2))
     else:
         for line in _render(report):
             click.echo(line)
+    if report.refused:
+        raise CliError(
+            f"the signature of {report.metadata_file} does not verify: {report.signature}. A "
+            "restore would refuse it unless trusted deliberately (--trust-snapshot)"
+        )
     broken = report.broken_files
     if broken:
         first = broken[0]

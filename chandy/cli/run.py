@@ -40,6 +40,7 @@ def job_config(
     allow_non_restored_state: bool,
     claim_mode: str | None,
     dynamic: tuple[str, ...],
+    trust_snapshot: bool = False,
 ) -> dict[str, Any]:
     """The configuration keys the options stand for (what goes into ``CHANDY_CONFIG``)."""
     config: dict[str, Any] = {}
@@ -56,6 +57,8 @@ def job_config(
         config[StateRecoveryOptions.IGNORE_UNCLAIMED_STATE.key] = True
     if claim_mode is not None:
         config[StateRecoveryOptions.CLAIM_MODE.key] = claim_mode.upper()
+    if trust_snapshot:
+        config[StateRecoveryOptions.TRUST_SNAPSHOT.key] = True
     return config
 
 
@@ -108,6 +111,13 @@ def _exit_code(returncode: int) -> int:
     type=click.Choice(["claim", "no_claim"], case_sensitive=False),
     help="Who owns the restored files: no_claim (default; chandy never deletes them) or claim.",
 )
+@click.option(
+    "--trust-snapshot",
+    is_flag=True,
+    help="Restore the -s snapshot even if this deployment's snapshot key does not authenticate it "
+    "(unsigned, or signed with another key): its state is unpickled, which runs code, so only "
+    "for a snapshot whose origin you trust (execution.state-recovery.trust-snapshot).",
+)
 @click.option("-D", "dynamic", multiple=True, metavar="KEY=VALUE", help="Any configuration key (repeatable).")
 @click.option(
     "-d",
@@ -128,6 +138,7 @@ def run(
     restore_path: str | None,
     allow_non_restored_state: bool,
     claim_mode: str | None,
+    trust_snapshot: bool,
     dynamic: tuple[str, ...],
     detached: bool,
     log_file: Path | None,
@@ -144,7 +155,9 @@ def run(
         config = configuration_from_environment().to_dict()
     except ConfigurationError as exc:
         raise CliError(str(exc)) from None
-    config.update(job_config(parallelism, restore_path, allow_non_restored_state, claim_mode, dynamic))
+    config.update(
+        job_config(parallelism, restore_path, allow_non_restored_state, claim_mode, dynamic, trust_snapshot)
+    )
     if config.get(_JOB_ID_KEY) is not None:
         config[_JOB_ID_KEY] = check_job_id(str(config[_JOB_ID_KEY]))
     if log_file is not None and not detached:

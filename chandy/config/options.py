@@ -218,6 +218,15 @@ class CheckpointingOptions:
         "a quoted octal mode with the owner's rwx bits (700) and no one else's write bit, e.g. '700', '750'",
         check=_mode_check("directory", 0o700, 0o2777),
     )
+    SNAPSHOT_KEY_FILE = ConfigOption.string(
+        "execution.checkpointing.snapshot-key-file",
+        None,
+        "A file holding the secret that signs every checkpoint and savepoint this deployment "
+        "writes and authenticates every one it restores (HMAC-SHA256 over _metadata). The "
+        "environment variable CHANDY_SNAPSHOT_KEY, if set, wins. Unset: a key generated once "
+        "into <execution.checkpointing.dir>/.chandy-snapshot-key (mode 0600), else into "
+        "<execution.checkpointing.savepoint-dir>/.chandy-snapshot-key. See docs/security.md.",
+    )
     NUM_RETAINED = ConfigOption.integer(
         "execution.checkpointing.num-retained",
         1,
@@ -351,6 +360,14 @@ class StateRecoveryOptions:
         "checkpoint after the restore is self-contained) or CLAIM (the job takes ownership and "
         "deletes it once a newer checkpoint subsumes it).",
         deprecated_keys=("execution.savepoint-restore-mode",),
+    )
+    TRUST_SNAPSHOT = ConfigOption.boolean(
+        "execution.state-recovery.trust-snapshot",
+        False,
+        "Restore a checkpoint or savepoint that this deployment's snapshot key does not "
+        "authenticate (unsigned, from an older chandy, or signed with another deployment's "
+        "key), with a warning. Restoring unpickles its state, which runs code: only for a "
+        "snapshot whose origin you trust (chandy run --trust-snapshot).",
     )
 
 

@@ -88,6 +88,7 @@ from chandy.runtime.metrics_store import JobMetricsStore
 from chandy.runtime.restart_strategy import restart_strategy_from
 from chandy.storage.checkpoint_storage import CheckpointStorage
 from chandy.storage.filesystem import FilePermissions
+from chandy.storage.snapshot_key import snapshot_key
 from chandy.task.deployment import TaskRestore, serialize_chain
 from chandy.task.services import ResultPublisher, TaskFailure, TaskServices
 from chandy.util.clock import Clock, SystemClock
@@ -760,11 +761,16 @@ class JobMaster:
         )
         if self.checkpoint_storage is not None:
             self.checkpoint_storage.initialize()
+        # Signs what the job writes and authenticates what it restores (docs/security.md).
+        key = snapshot_key(self.config)
+        if self.checkpoint_storage is not None:
+            self.checkpoint_storage.snapshot_key = key
         # A driver restart's own checkpoints, else execution.state-recovery.path (claim mode).
         start = choose_starting_point(
             self.config,
             self.checkpoint_storage,
             self.coordinator.checkpoint_props if self.coordinator is not None else None,
+            key,
         )
         if start is None:
             return

@@ -40,13 +40,15 @@ from __future__ import annotations
 import hashlib
 import logging
 import os
+import posixpath
 import uuid
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
 from chandy.errors import InvalidCheckpointError, StorageError
 from chandy.state.handles import ByteStreamStateHandle, FileStateHandle, Range, StreamStateHandle
-from chandy.storage.filesystem import PRIVATE, FilePermissions, FileSystem, resolve
+from chandy.storage.filesystem import PRIVATE, FilePermissions, FileSystem, NotARegularFileError, resolve
+from chandy.storage.snapshot_key import SnapshotKey, environment_key, key_at_root, user_key
 
 log = logging.getLogger(__name__)
 
@@ -81,12 +83,36 @@ class CheckpointStorage:
         self._fs: FileSystem | None = None
         self._job_dir: str | None = None
         self._made_dirs: set[str] = set()
+        #: The key ``_metadata`` is signed with (the JobMaster sets the deployment's, see
+        #: :func:`chandy.storage.snapshot_key.snapshot_key`); ``None``: the key kept in this
+        #: storage's root, or in a savepoint's target directory (:meth:`signing_key`).
+        self.snapshot_key: SnapshotKey | None = None
 
     def __getstate__(self) -> dict[str, Any]:
         state = dict(self.__dict__)
         state["_fs"] = None  # filesystems hold clients and connections: rebuilt on the other side
         state["_made_dirs"] = set()
+        state["snapshot_key"] = None  # tasks never sign: the secret stays in the driver
         return state
+
+    def signing_key(self, target_location: str | None = None) -> SnapshotKey:
+        """The key to sign a ``_metadata`` with: the deployment's, else ``CHANDY_SNAPSHOT_KEY``,
+        else the one generated in this storage's root, else (in-memory storage writing a
+        savepoint) the user's own key, else the one in the directory the savepoint was
+        written into. Every written ``_metadata`` is signed."""
+        if self.snapshot_key is None:
+            self.snapshot_key = environment_key()
+        if self.snapshot_key is None:
+            if self.base_uri is not None:
+                self.snapshot_key = key_at_root(self.base_uri)
+            else:
+                if target_location is None:
+                    raise StorageError("in-memory checkpoint storage writes no _metadata to sign")
+                own = user_key()
+                if own is not None:
+                    return own
+                return key_at_root(target_location.rstrip("/").rsplit("/", 1)[0] or "/")
+        return self.snapshot_key
 
     def _mkdirs_once(self, directory: str) -> None:
         # Every syscall costs a wait for the interpreter lock on a busy process: create once.
@@ -304,6 +330,20 @@ class CheckpointStorage:
             log.debug("could not tidy %s: %s", self.job_dir, exc)
 
 
+def is_inside(path: str, directory: str) -> bool:
+    """Whether ``path`` lies under ``directory`` once both are normalised (``..`` resolved as
+    text): what a deletion driven by a checkpoint's metadata is confined to."""
+    norm_dir = posixpath.normpath(directory.rstrip("/") or "/")
+    norm = posixpath.normpath(path)
+    return norm != norm_dir and norm.startswith(norm_dir.rstrip("/") + "/")
+
+
+def shared_dir_of(snapshot_dir: str) -> str:
+    """The ``shared/`` of the job directory holding checkpoint directory ``snapshot_dir``."""
+    parent = snapshot_dir.rstrip("/").rsplit("/", 1)[0]
+    return f"{parent}/{SHARED_DIR}"
+
+
 def _create_or_delete(fs: FileSystem, path: str, create: Callable[[], None]) -> None:
     """Run ``create`` (which writes the new file ``path``); if it fails, delete the part.
 
@@ -356,6 +396,8 @@ class StateReader:
                 for chunk in fs.read_chunks(path, COPY_CHUNK_BYTES):
                     digest.update(chunk)
                     size += len(chunk)
+                    if size > handle.size:  # never more than the checkpoint says it holds
+                        raise _corrupt(handle)
                     out.write(chunk)
             if size != handle.size or digest.hexdigest() != handle.sha256:
                 raise _corrupt(handle)
@@ -363,6 +405,8 @@ class StateReader:
             os.remove(local_path)
             if isinstance(exc, FileNotFoundError):
                 raise _missing(handle) from None
+            if isinstance(exc, NotARegularFileError):
+                raise _not_a_file(handle, exc) from None
             if isinstance(exc, OSError):
                 raise StorageError(f"cannot copy state file {handle.path} to {local_path}: {exc}") from None
             raise
@@ -382,13 +426,27 @@ def _corrupt(handle: FileStateHandle) -> InvalidCheckpointError:
     )
 
 
+def _not_a_file(handle: FileStateHandle, exc: OSError) -> InvalidCheckpointError:
+    return InvalidCheckpointError(
+        f"state file {handle.path} is refused: {exc.strerror}. A checkpoint's state files are "
+        "regular files; restore from another checkpoint."
+    )
+
+
 def read_verified(handle: FileStateHandle) -> bytes:
-    """The bytes of a state file, refused unless size and SHA-256 match the checkpoint's record."""
+    """The bytes of a state file, refused unless size and SHA-256 match the checkpoint's record.
+
+    Its size is checked before it is read (a file larger than recorded is never read into
+    memory), and only a regular file is read (a FIFO would block the task for ever)."""
     fs, path = resolve(handle.path)
     try:
+        if fs.size(path) != handle.size:
+            raise _corrupt(handle)
         data = fs.read(path)
     except FileNotFoundError:
         raise _missing(handle) from None
+    except NotARegularFileError as exc:
+        raise _not_a_file(handle, exc) from None
     except OSError as exc:
         raise StorageError(f"cannot read state file {handle.path}: {exc}") from None
     if len(data) != handle.size or hashlib.sha256(data).hexdigest() != handle.sha256:

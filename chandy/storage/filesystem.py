@@ -14,8 +14,10 @@ bucket's or the cluster's policy.
 
 from __future__ import annotations
 
+import errno
 import os
 import shutil
+import stat
 import uuid
 from abc import ABC, abstractmethod
 from collections.abc import Iterable, Iterator
@@ -39,6 +41,37 @@ class FilePermissions:
 
 #: Only the user the job runs as reads or lists its checkpoints (Flink's advice for state).
 PRIVATE = FilePermissions()
+
+
+class NotARegularFileError(OSError):
+    """A path that should be a file is a FIFO, a device, a socket or a directory: reading
+    it could block for ever (a FIFO) or never end (``/dev/zero``), so it is not read."""
+
+    def __init__(self, path: str, mode: int) -> None:
+        kind = (
+            "a FIFO"
+            if stat.S_ISFIFO(mode)
+            else "a device"
+            if stat.S_ISCHR(mode) or stat.S_ISBLK(mode)
+            else "a directory"
+            if stat.S_ISDIR(mode)
+            else "not a regular file"
+        )
+        super().__init__(errno.EINVAL, f"{path} is {kind}, not a regular file")
+
+
+def _open_regular(path: str) -> int:
+    """A file descriptor of regular file ``path`` opened for reading; a FIFO is opened without
+    blocking (``O_NONBLOCK``) and refused, as is any other non-regular file."""
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+    try:
+        mode = os.fstat(fd).st_mode
+        if not stat.S_ISREG(mode):
+            raise NotARegularFileError(path, mode)
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
 
 
 class FileSystem(ABC):
@@ -148,8 +181,11 @@ class LocalFileSystem(FileSystem):
         # own directory: its entry must be durable by itself.
         self._sync_dir(os.path.dirname(path))
 
+    # Checkpoint files are regular files: anything else (a FIFO, /dev/zero) in a crafted
+    # checkpoint would hang a reader or never end, so it is refused before a byte is read.
+
     def read_chunks(self, path: str, chunk_size: int = 1 << 20) -> Iterator[bytes]:
-        fd = os.open(path, os.O_RDONLY)
+        fd = _open_regular(path)
         try:
             while chunk := os.read(fd, chunk_size):
                 yield chunk
@@ -157,7 +193,7 @@ class LocalFileSystem(FileSystem):
             os.close(fd)
 
     def read(self, path: str) -> bytes:
-        fd = os.open(path, os.O_RDONLY)
+        fd = _open_regular(path)
         try:
             size = os.fstat(fd).st_size
             chunks = []
@@ -178,7 +214,10 @@ class LocalFileSystem(FileSystem):
         return os.path.isdir(path)
 
     def size(self, path: str) -> int:
-        return os.path.getsize(path)
+        st = os.stat(path)
+        if not stat.S_ISREG(st.st_mode):
+            raise NotARegularFileError(path, st.st_mode)
+        return st.st_size
 
     def list_dir(self, path: str) -> list[str]:
         return sorted(os.listdir(path))
