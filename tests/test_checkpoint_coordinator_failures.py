@@ -78,8 +78,10 @@ class FailingMetadataStorage(CheckpointStorage):
         super().__init__(base_uri, JOB_ID)
         self.failing = set(failing)
 
-    def write_metadata(self, checkpoint_id: int, data: bytes) -> str | None:
-        pointer = super().write_metadata(checkpoint_id, data)
+    def write_metadata(
+        self, checkpoint_id: int, data: bytes, target_location: str | None = None
+    ) -> str | None:
+        pointer = super().write_metadata(checkpoint_id, data, target_location)
         if checkpoint_id in self.failing:
             raise OSError(f"fsync of chk-{checkpoint_id}/_metadata failed")
         return pointer
