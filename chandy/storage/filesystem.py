@@ -238,8 +238,8 @@ class LocalFileSystem(FileSystem):
             try:
                 os.mkdir(directory, mode)
             except FileExistsError:
-                if not os.path.isdir(directory):
-                    raise
+                if not os.path.isdir(directory):  # a file is in the way: say so, as mkdir -p does
+                    raise NotADirectoryError(errno.ENOTDIR, os.strerror(errno.ENOTDIR), directory) from None
                 continue  # another task created it meanwhile, with the same mode
             os.chmod(directory, mode)
 
