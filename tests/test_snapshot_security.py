@@ -97,12 +97,17 @@ def poison(directory: Path, marker: Path) -> bytes:
     return data
 
 
-def restore(directory: Path, executor: str, **config: Any) -> list[Any]:
-    """Run the keyed counting job (uids "src", "counter") restored from ``directory``."""
+#: Restores that must succeed start a new source: the snapshots come from an endless one
+#: (uid "src"), whose restored position would replay up to a million records.
+FRESH_SOURCE = {"source_uid": "fresh-src", "execution.savepoint.ignore-unclaimed-state": True}
+
+
+def restore(directory: Path, executor: str, source_uid: str = "src", **config: Any) -> list[Any]:
+    """Run the keyed counting job (uids ``source_uid``, "counter") restored from ``directory``."""
     # no restarts: before signing, the crafted state ran and failed the job over and over
     env = checkpointing_env(executor=executor, **{"restart-strategy.type": "none", **config})
     env.set_restore_path(str(directory))
-    stream = env.from_sequence(0, 5).uid("src").map(Throttle(0)).key_by(lambda x: x % 3)
+    stream = env.from_sequence(0, 5).uid(source_uid).map(Throttle(0)).key_by(lambda x: x % 3)
     return list(stream.process(KeyedCounter(10**9)).uid("counter").execute_and_collect())
 
 
@@ -158,9 +163,9 @@ def test_a_savepoint_from_another_deployment_is_refused_naming_both_fixes_and_re
     assert "CHANDY_SNAPSHOT_KEY or execution.checkpointing.snapshot-key-file" in message
     assert "--trust-snapshot" in message
 
-    restore(retained, "local", **{"execution.state-recovery.trust-snapshot": True})  # restores
+    restore(retained, "local", **FRESH_SOURCE, **{"execution.state-recovery.trust-snapshot": True})
     monkeypatch.setenv(KEY_ENV_VAR, "the other deployment's key")  # or: the key it was signed with
-    restore(retained, "local")
+    restore(retained, "local", **FRESH_SOURCE)
 
 
 def test_a_modified_metadata_with_this_deployments_key_id_is_refused_as_forged(tmp_path: Path) -> None:
@@ -195,10 +200,10 @@ def test_without_a_configured_key_one_is_generated_beside_the_storage_and_restor
     moved.parent.mkdir()
     retained.rename(moved)
     config = {"execution.checkpointing.dir": str(root)}
-    restore(moved, "local", **config)  # restores
-    env = checkpointing_env(parallelism=3, **config)  # rescaled
-    env.set_restore_path(str(moved))
-    stream = env.from_sequence(0, 5).uid("src").map(Throttle(0)).key_by(lambda x: x % 3)
+    restore(moved, "local", **FRESH_SOURCE, **config)  # restores
+    env = checkpointing_env(parallelism=3, **{"execution.savepoint.ignore-unclaimed-state": True, **config})
+    env.set_restore_path(str(moved))  # rescaled
+    stream = env.from_sequence(0, 5).uid("fresh-src").map(Throttle(0)).key_by(lambda x: x % 3)
     list(stream.process(KeyedCounter(10**9)).uid("counter").execute_and_collect())
     assert key_file.read_bytes() == secret
 
@@ -236,13 +241,12 @@ def test_without_a_key_or_a_directory_the_users_own_key_signs_and_a_savepoint_re
     assert (key_file.stat().st_mode & 0o777) == 0o600
     assert (key_file.parent.stat().st_mode & 0o777) == 0o700
     assert not (tmp_path / "sp" / KEY_FILE_NAME).exists()  # nothing beside the savepoint signs it
-    unclaimed = {"execution.savepoint.ignore-unclaimed-state": True}
-    restore(location, "local", **unclaimed)  # restores, with no configuration
+    restore(location, "local", **FRESH_SOURCE)  # restores, with no configuration
 
     # another user's key (another config home) does not accept it
     monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "other-user"))
     with pytest.raises(UntrustedCheckpointError):
-        restore(location, "local", **unclaimed)
+        restore(location, "local", **FRESH_SOURCE)
 
 
 def test_drivers_starting_at_once_agree_on_one_generated_key(
