@@ -80,6 +80,9 @@ class AuthenticatingAcceptor:
         self._changed = threading.Condition(self._lock)
         #: Pending handshakes, oldest first: each socket and the thread authenticating it.
         self._pending: dict[socket.socket, threading.Thread] = {}
+        #: Every handshake thread not yet ended, also those handing a connection on (no
+        #: longer pending): close() joins them all.
+        self._running: set[threading.Thread] = set()
         self._dropped: set[socket.socket] = set()
         self._drops = 0
         self._closed = False
@@ -115,9 +118,12 @@ class AuthenticatingAcceptor:
                 if self._closed:
                     sock.close()
                     return
-                if len(self._pending) >= self._max_pending:
-                    self._drop_oldest()
-                    self._changed.wait_for(lambda: len(self._pending) < self._max_pending or self._closed)
+                if len(self._running) >= self._max_pending:
+                    if self._pending:
+                        self._drop_oldest()
+                    # threads, not only pending handshakes: one that passed may still be
+                    # handing its connection on, and the bound is on threads and sockets
+                    self._changed.wait_for(lambda: len(self._running) < self._max_pending or self._closed)
                     if self._closed:
                         sock.close()
                         return
@@ -128,6 +134,7 @@ class AuthenticatingAcceptor:
                     daemon=True,
                 )
                 self._pending[sock] = thread
+                self._running.add(thread)
             thread.start()
 
     def _drop_oldest(self) -> None:
@@ -150,6 +157,14 @@ class AuthenticatingAcceptor:
             pass
 
     def _handshake(self, sock: socket.socket, peer: Any) -> None:
+        try:
+            self._authenticate_and_hand_on(sock, peer)
+        finally:
+            with self._changed:
+                self._running.discard(threading.current_thread())
+                self._changed.notify_all()
+
+    def _authenticate_and_hand_on(self, sock: socket.socket, peer: Any) -> None:
         try:
             authenticate_server_side(sock, self._secret, self._timeout_s)
             failure: str | None = None
@@ -192,8 +207,12 @@ class AuthenticatingAcceptor:
         os.write(self._stop_write, b"x")
         if self._thread.ident is not None:
             self._thread.join()
-        for thread in pending.values():
-            thread.join()
+        with self._changed:
+            # the pending ones, and those that passed and are handing their connection on
+            running = set(pending.values()) | self._running
+        for thread in running:
+            if thread.ident is not None:
+                thread.join()
         os.close(self._stop_read)
         os.close(self._stop_write)
 
