@@ -33,9 +33,9 @@ from playwright.sync_api import Browser, expect, sync_playwright
 from chandy import StreamExecutionEnvironment
 from chandy.errors import JobCancelledError
 from chandy.messages.status import JobStatus
-from chandy.runtime.job_client import JobClient
 from tests.test_dashboard import WAIT_MS, job_row, launch_chromium
 from tests.test_rest_api import running_job, wait_for
+from tests.test_rest_security import Job
 
 #: The name the rebinding page uses: chromium resolves it to 127.0.0.1.
 REBOUND = "rebound.attacker.example"
@@ -70,17 +70,6 @@ ATTACK_PAGE = """<!doctype html>
 </script>
 </body></html>
 """
-
-
-class Job:
-    def __init__(self, env: StreamExecutionEnvironment, client: JobClient, savepoints: Path) -> None:
-        self.env = env
-        self.client = client
-        self.savepoints = savepoints
-        assert env.rest_url is not None
-        self.url: str = env.rest_url
-        self.port = int(self.url.rsplit(":", 1)[1])
-        self.job_id = client.get_job_id()
 
 
 @pytest.fixture
