@@ -196,8 +196,7 @@ class AuthenticatingAcceptor:
             if self._closed:
                 return
             self._closed = True
-            pending = dict(self._pending)
-            for sock in pending:
+            for sock in self._pending:
                 self._dropped.add(sock)
                 try:
                     sock.shutdown(socket.SHUT_RDWR)
@@ -209,7 +208,7 @@ class AuthenticatingAcceptor:
             self._thread.join()
         with self._changed:
             # the pending ones, and those that passed and are handing their connection on
-            running = set(pending.values()) | self._running
+            running = set(self._running)
         for thread in running:
             if thread.ident is not None:
                 thread.join()
