@@ -82,6 +82,7 @@ from chandy.messages.checkpoint import (
 from chandy.messages.ids import ExecutionAttemptID
 from chandy.messages.metrics import MetricsReport
 from chandy.messages.status import ExecutionState, JobStatus
+from chandy.runtime.async_parts import TrackedExecutor
 from chandy.runtime.executor import Deployment, Executor
 from chandy.runtime.job_result import JobExecutionResult
 from chandy.runtime.metrics_store import JobMetricsStore
@@ -236,6 +237,7 @@ class JobMaster:
         self._deployment: Deployment | None = None
         self._initial_restore: RestoreSource | None = None
         self._async_executor: ThreadPoolExecutor | None = None
+        self._task_async_parts: TrackedExecutor | None = None
         self.checkpoint_storage: CheckpointStorage | None = None
         self.coordinator: CheckpointCoordinator | None = None
         #: Always there, as in Flink: without an interval it takes only savepoints (and the
@@ -246,7 +248,7 @@ class JobMaster:
             results=results,
             checkpoint_responder=self,
             checkpoint_storage=self.checkpoint_storage,
-            async_executor=self._async_executor,
+            async_executor=self._task_async_parts,
             metrics=self,
         )
         #: What the tasks report (records, busy/backpressured time, watermarks) and the job's
@@ -313,6 +315,7 @@ class JobMaster:
         )
         self.execution_graph.register_job_status_listener(self.coordinator.job_status_listener)
         self._async_executor = ThreadPoolExecutor(max_workers=2, thread_name_prefix="chandy-checkpoint-async")
+        self._task_async_parts = TrackedExecutor(self._async_executor)
 
     def _run_io(self, action: Callable[[], object]) -> None:
         """Deleting files is slow and never urgent: off the JobMaster thread.
@@ -713,7 +716,21 @@ class JobMaster:
 
     def _shutdown(self, final_status: JobStatus) -> None:
         """Stop the coordinator, end the loop (requests are answered at once from now on),
-        then give background I/O a bounded time to finish."""
+        then give background I/O a bounded time to finish.
+
+        The tasks' checkpoint writes still running (a cancelled task finishes its write, then
+        deletes it) end first: the coordinator's shutdown tidies the job's directory, and a
+        write racing that would leave an aborted ``chk-N`` behind."""
+        if self._task_async_parts is not None:
+            still_running = self._task_async_parts.wait_for_running(self.io_shutdown_timeout_s)
+            if still_running:
+                log.warning(
+                    "Job %s: %d checkpoint writes of its tasks still run %.0f s after the job ended; "
+                    "what they leave in the checkpoint directory is not tidied.",
+                    self.job_id,
+                    still_running,
+                    self.io_shutdown_timeout_s,
+                )
         if self.coordinator is not None:
             try:
                 self.coordinator.shutdown(final_status)
