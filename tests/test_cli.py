@@ -278,20 +278,31 @@ def test_run_with_master_submits_through_spark_submit(tmp_path: Path) -> None:
             env = StreamExecutionEnvironment.get_execution_environment()  # spark-submit's session
             env.configure({"chandy.rest.enabled": False})
             doubled = sorted(env.from_sequence(1, 100).map(lambda x: x * 2).execute_and_collect())
-            master = SparkSession.builder.getOrCreate().sparkContext.master
+            context = SparkSession.builder.getOrCreate().sparkContext
             with open(sys.argv[1], "w") as f:
-                json.dump({"master": master, "sum": sum(doubled), "parallelism": env.get_parallelism()}, f)
+                json.dump(
+                    {"master": context.master, "app": context.appName, "sum": sum(doubled),
+                     "parallelism": env.get_parallelism()},
+                    f,
+                )
             """
         )
     )
     out = tmp_path / "out.json"
     # with a bare PATH: spark-submit is the one beside chandy's interpreter, and the driver runs on
     # that interpreter (not on a `python3` from PATH, which may lack chandy and PySpark)
+    # local[3], not the local[2] a job of parallelism 2 would start by itself: spark-submit's
+    # master stands, and so does the application's name spark-submit gives (the file's)
     result = chandy(
-        "run", "--master", "local[2]", str(job), str(out), "-p", "2", env={"PATH": "/usr/bin:/bin"}
+        "run", "--master", "local[3]", str(job), str(out), "-p", "2", env={"PATH": "/usr/bin:/bin"}
     )
     assert result.returncode == 0, result.stderr[-3000:]
-    assert json.loads(out.read_text()) == {"master": "local[2]", "sum": 10100, "parallelism": 2}
+    assert json.loads(out.read_text()) == {
+        "master": "local[3]",
+        "app": "on_spark.py",
+        "sum": 10100,
+        "parallelism": 2,
+    }
 
 
 def test_run_usage_errors_are_one_line(tmp_path: Path) -> None:

@@ -307,18 +307,6 @@ def test_ctrl_c_cancels_the_job_cleanly_and_keeps_retained_checkpoints(tmp_path:
     assert list(tmp_path.glob("*/chk-*/_metadata")), "RETAIN_ON_CANCELLATION kept no checkpoint"
 
 
-@pytest.mark.slow
-def test_multi_executor_cluster_survives_losing_a_slot_process_and_then_an_executor() -> None:
-    done = _run_script("multi_executor_kill.py", timeout=600)
-    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-5000:]
-    report = json.loads(done.stdout.strip().splitlines()[-1])
-    assert report["executors_used"] == 2
-    assert report["restarts"] >= 2
-    assert report["child_kill_kept_the_stage"] is True
-    assert report["jvm_kill_replaced_the_stage"] is True
-    assert report["exact"] is True
-
-
 def _objects_a_full_collection_walks(_: int) -> tuple[int, int]:
     import gc
 

@@ -48,9 +48,10 @@ class Deployment(ABC):
 class Executor(ABC):
     """Places the tasks of a job."""
 
-    def prepare(self, slots: int, checkpoint_dir: str | None) -> None:
+    def prepare(self, slots: int, checkpoint_dir: str | None, job_name: str = "") -> None:
         """Check, before anything runs, that this executor can run a job needing ``slots``
-        slots with checkpoints in ``checkpoint_dir``; raise a clear error if not."""
+        slots with checkpoints in ``checkpoint_dir``; raise a clear error if not.
+        ``job_name`` names what the executor starts for the job (Spark's application)."""
 
     @abstractmethod
     def deploy(

@@ -775,6 +775,7 @@ class JobMaster:
         self.executor.prepare(
             self.job_graph.max_parallelism_of_any_vertex,
             self.checkpoint_storage.base_uri if self.checkpoint_storage else None,
+            self.job_graph.job_name,
         )
         if self.checkpoint_storage is not None:
             self.checkpoint_storage.initialize()

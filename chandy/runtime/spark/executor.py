@@ -422,10 +422,10 @@ class SparkExecutor(Executor):
 
     # -- setup ------------------------------------------------------------------
 
-    def _ensure_session_and_server(self, slots: int) -> None:
+    def _ensure_session_and_server(self, slots: int, job_name: str = "chandy") -> None:
         if self.session is None:
             spark_conf = {k: str(v) for k, v in self.config.to_dict().items() if k.startswith("spark.")}
-            self.session = spark_session.get_or_create_session(slots, spark_conf)
+            self.session = spark_session.get_or_create_session(slots, spark_conf, job_name)
         elif getattr(self.session.sparkContext, "_jsc", True) is None:
             # Stopped under the running job: each restart would fail to deploy the same way.
             raise UnrecoverableError(
@@ -456,16 +456,25 @@ class SparkExecutor(Executor):
         for old in finished:
             old.join()
 
-    def prepare(self, slots: int, checkpoint_dir: str | None) -> None:
+    def prepare(self, slots: int, checkpoint_dir: str | None, job_name: str = "") -> None:
         """Refuse, in seconds and with a clear message, a job this cluster cannot run."""
-        self._ensure_session_and_server(slots)
+        self._ensure_session_and_server(slots, job_name or "chandy")
         wait = self.config.get(SparkOptions.SLOT_WAIT)
         available = spark_session.wait_for_slots(self.session, slots, wait / 1000)
         if available < slots:
+            master = self.session.sparkContext.master
+            if spark_session.is_single_host(master):
+                how = (
+                    f"A local session's slots are its cores, fixed when the first job of this process "
+                    f"started it: start it with more (spark.master 'local[{slots}]' in the job's "
+                    f"configuration, or spark-submit --master 'local[{slots}]'), run this job in a new "
+                    "process, or lower the parallelism."
+                )
+            else:
+                how = "Lower the parallelism, or give Spark more executors or cores."
             raise ConfigurationError(
                 f"the job needs {slots} slots (its highest parallelism) but the Spark cluster "
-                f"({self.session.sparkContext.master}) has {available} task slots. Lower the "
-                "parallelism, or give Spark more executors or cores."
+                f"({master}) has {available} task slots. {how}"
             )
         check_storage_reachable(self.session.sparkContext.master, checkpoint_dir)
 

@@ -33,6 +33,12 @@ LOCAL_SESSION_CONF = {
     "spark.sql.shuffle.partitions": "4",
 }
 
+#: ... for a session it starts on a cluster: the driver binds where Spark decides (other
+#: hosts must reach it); the rest as for a local session.
+CLUSTER_SESSION_CONF = {
+    key: value for key, value in LOCAL_SESSION_CONF.items() if not key.startswith("spark.driver.")
+}
+
 
 def active_session() -> Any | None:
     """The session of this process, if one runs (``getActiveSession`` alone is per thread)."""
@@ -47,30 +53,61 @@ def active_session() -> Any | None:
     return session
 
 
-def get_or_create_session(slots_needed: int, spark_conf: dict[str, str]) -> Any:
-    """The active session, or a new ``local[N]`` one with N = ``slots_needed`` (at least 2)."""
+def get_or_create_session(slots_needed: int, spark_conf: dict[str, str], app_name: str = "chandy") -> Any:
+    """The active session, or a new one.
+
+    Where the master and the application's name come from, first found wins, as in Spark
+    (settings made in code override ``spark-submit``'s): ``spark.master`` /
+    ``spark.app.name`` in the job's configuration; what ``spark-submit`` was given (its
+    ``--master`` and ``--name`` flags, ``--conf`` and ``spark-defaults.conf``); else
+    ``local[N]`` with N = ``slots_needed`` (at least 2), named ``app_name``.
+
+    Only a local master is bound to loopback and told to run this interpreter in its
+    workers: on a cluster the driver must be reachable from other hosts, and the workers'
+    Python is the deployment's (``PYSPARK_PYTHON``, ``--archives``; docs/deployment.md).
+    """
     session = active_session()
     if session is not None:
         return session
     from pyspark.sql import SparkSession
 
-    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
-    # Slots must run this interpreter (where chandy and the job's modules are installed);
-    # Spark reads it from the environment when the context starts.
-    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-    os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
+    submitted = submitted_conf()
     cores = max(slots_needed, 2)
-    builder = SparkSession.builder.master(spark_conf.get("spark.master", f"local[{cores}]"))
-    builder = builder.appName(spark_conf.get("spark.app.name", "chandy"))
-    for key, value in {
-        **LOCAL_SESSION_CONF,
-        "spark.pyspark.python": sys.executable,
-        "spark.pyspark.driver.python": sys.executable,
-        **spark_conf,
-    }.items():
-        builder = builder.config(key, value)
-    log.info("Starting a local Spark session (%s).", spark_conf.get("spark.master", f"local[{cores}]"))
+    master = spark_conf.get("spark.master") or submitted.get("spark.master") or f"local[{cores}]"
+    name = spark_conf.get("spark.app.name") or submitted.get("spark.app.name") or app_name or "chandy"
+    settings = dict(spark_conf)
+    if is_single_host(master):
+        os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+        # Slots must run this interpreter (where chandy and the job's modules are installed);
+        # Spark reads it from the environment when the context starts.
+        os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+        os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
+        settings = {
+            **LOCAL_SESSION_CONF,
+            "spark.pyspark.python": sys.executable,
+            "spark.pyspark.driver.python": sys.executable,
+            **spark_conf,
+        }
+    else:
+        settings = {**CLUSTER_SESSION_CONF, **spark_conf}
+    builder = SparkSession.builder.master(master).appName(name)
+    for key, value in settings.items():
+        if key not in submitted or key in spark_conf:  # spark-submit's own settings stand
+            builder = builder.config(key, value)
+    log.info("Starting a Spark session (%s, application '%s').", master, name)
     return builder.getOrCreate()
+
+
+def submitted_conf() -> dict[str, str]:
+    """The Spark settings ``spark-submit`` gave this process (empty when it was not started
+    by ``spark-submit``): they live in the JVM that started it, which is reached here
+    through the gateway whose port ``spark-submit`` put in the environment."""
+    if "PYSPARK_GATEWAY_PORT" not in os.environ:
+        return {}
+    from pyspark import SparkConf, SparkContext
+
+    SparkContext._ensure_initialized()  # connects to spark-submit's JVM, starts nothing
+    return {key: value for key, value in SparkConf().getAll()}
 
 
 def is_single_host(master: str) -> bool:

@@ -1,0 +1,106 @@
+"""chandy on a real Spark standalone cluster (a master and two workers on loopback, started
+from the PySpark wheel's ``spark-class``): ``chandy run --master spark://...`` (which is
+``spark-submit --master spark://...`` with chandy's settings) runs the job on the cluster's
+workers, not in a local session, and the job recovers exactly once from a killed slot
+process, a killed executor JVM and a killed worker (a replacement joins). That
+spark-submit's own master and application name stand is tested with ``local[3]`` in
+tests/test_cli.py."""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.spark_cluster import StandaloneCluster
+
+ROOT = Path(__file__).resolve().parent.parent
+JOB = ROOT / "tests" / "scripts" / "cluster_job.py"
+log = logging.getLogger(__name__)
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[StandaloneCluster]:
+    with StandaloneCluster(tmp_path_factory.mktemp("standalone")) as cluster:
+        cluster.add_workers(2)
+        yield cluster
+
+
+def submit_env() -> dict[str, str]:
+    """What a user sets on a single host: the executors' Python is this one (it has chandy)."""
+    env = {**os.environ, "PYSPARK_PYTHON": sys.executable, "SPARK_LOCAL_IP": "127.0.0.1"}
+    env.pop("PYSPARK_GATEWAY_PORT", None)
+    return env
+
+
+def phases(process: subprocess.Popen[str]) -> Iterator[dict[str, Any]]:
+    """The job's JSON lines, as it prints them."""
+    assert process.stdout is not None
+    for line in process.stdout:
+        if line.startswith('{"phase"'):
+            yield json.loads(line)
+
+
+def app_named(cluster: StandaloneCluster, name: str, which: str) -> dict[str, Any]:
+    apps = [a for a in cluster.state()[which] if a["name"] == name]
+    assert apps, cluster.state()
+    return apps[-1]
+
+
+@pytest.mark.slow
+def test_chandy_run_on_the_cluster_recovers_exactly_once_from_slot_executor_and_worker_kills(
+    cluster: StandaloneCluster, tmp_path: Path
+) -> None:
+    process = subprocess.Popen(
+        [
+            str(Path(sys.executable).with_name("chandy")),
+            "run",
+            "--master",
+            cluster.url,
+            "-D",
+            "spark.app.name=chaos-on-a-cluster",
+            str(JOB),
+            str(tmp_path),
+            "--faults",
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=submit_env(),
+        cwd=tmp_path,
+    )
+    try:
+        events = phases(process)
+        assert next(events)["phase"] == "running"
+        # on the cluster, not in a local session: the master lists it, with the core of each worker
+        app = app_named(cluster, "chaos-on-a-cluster", "activeapps")
+        assert app["cores"] == 2
+        for worker in cluster.workers:
+            assert [e["appid"] for e in worker.state()["executors"]] == [app["id"]]
+        kill = next(events)
+        assert kill["phase"] == "kill-worker"
+        worker = cluster.worker_of_executor(kill["jvm_pid"])
+        killed = time.monotonic()
+        cluster.kill_worker(worker)
+        cluster.add_workers(1)  # the replacement machine joins
+        log.info("worker replaced %.1f s after the kill", time.monotonic() - killed)
+        (tmp_path / "worker-replaced").touch()
+        done = next(events)
+        log.info("recoveries (kill -> next completed checkpoint, s): %s", done["recoveries"])
+        assert done["phase"] == "done" and done["exact"] is True, done
+        assert done["restarts"] >= 3  # one per fault
+        assert done["slot_kill_kept_the_stage"] is True  # its supervisor forked the next one
+        assert done["jvm_kill_replaced_the_stage"] is True
+        assert process.wait(120) == 0, process.stderr.read()[-3000:] if process.stderr else ""
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait()
