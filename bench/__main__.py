@@ -67,6 +67,15 @@ def main(argv: list[str]) -> int:
     failover.add_argument("--executors", default="local,spark")
     failover.add_argument("--kills", type=int, default=5, help="slot process kills (in one Spark job)")
     failover.add_argument("--master", default=None, help="Spark master, e.g. 'local-cluster[2,1,1024]'")
+    failover.add_argument(
+        "--standalone",
+        type=int,
+        default=0,
+        metavar="WORKERS",
+        help="start a Spark standalone cluster of WORKERS one-core workers on loopback and run on it",
+    )
+    failover.add_argument("--jvm-kills", type=int, default=0, help="executor JVM kills (in one Spark job)")
+    failover.add_argument("--supervisor-kills", type=int, default=2, help="Spark task (supervisor) kills")
     suite = sub.add_parser(
         "run",
         help="every workload on chandy and the reference systems, "
@@ -220,7 +229,15 @@ def main(argv: list[str]) -> int:
 def _failover(args: argparse.Namespace) -> int:
     from bench.failover import run, summary_lines
 
-    rows, cases = run(args.executors.split(","), args.runs, args.kills, master=args.master)
+    rows, cases = run(
+        args.executors.split(","),
+        args.runs,
+        args.kills,
+        args.supervisor_kills,
+        master=args.master,
+        standalone_workers=args.standalone,
+        jvm_kills=args.jvm_kills,
+    )
     summary: dict[str, Any] = {"workload": "failover", "machine": _machine(), "runs": rows, "cases": cases}
     print(json.dumps(summary, indent=2))
     print()

@@ -8,6 +8,10 @@ Two failures, as the Spark executor handles them on two paths:
   supervisor, the Spark task, forks a new one; the JobMaster deploys new tasks
   into the same stage and restores them. Several kills in one job, alternating
   between the slots; each row says whether it cost a new Spark stage.
+* ``executor JVM kill`` (with ``--standalone N``: a Spark standalone cluster of N
+  one-core workers on loopback, started here): the executor JVM hosting a slot gets
+  SIGKILL, which costs the slot stage; with more workers than slots, the new stage
+  starts on a spare executor at once, while the killed one's worker starts a new JVM.
 
 The job is W1-shaped (a source, a keyed running sum, a sink) slowed to a steady
 rate, checkpointing every 200 ms, restarting with no delay. The sink notes the
@@ -20,16 +24,19 @@ from __future__ import annotations
 import os
 import signal
 import statistics
+import sys
 import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from bench.standalone_cluster import StandaloneCluster
 from bench.w1 import KEYS, RunningSum
 from chandy import StreamExecutionEnvironment
 from chandy.core.connector import Sink, SinkWriter, SinkWriterContext
 from chandy.core.functions import MapFunction, RuntimeContext
+from chandy.runtime.spark.spares import CHECK_INTERVAL_S
 
 
 class _RecoveryWriter(SinkWriter):
@@ -102,13 +109,17 @@ def measure_recovery(
     supervisor_kills: int = 0,
     settle_s: float = 2.0,
     master: str | None = None,
+    jvm_kills: int = 0,
+    cluster_executors: int = 0,
 ) -> list[dict[str, Any]]:
     """One job and its failures; per failure, seconds from it to processing resumed.
 
     ``exception``: one raised exception (the slots stay up). ``kill``: ``kills`` SIGKILLs
     of a slot process (alternating between the two slots), ``settle_s`` apart once the
     job runs again, then ``supervisor_kills`` of the Spark task supervising one (which
-    costs the stage). Each row also says whether the kill cost a new Spark stage."""
+    costs the stage), then ``jvm_kills`` of the executor JVM hosting one (a real cluster's
+    executor lost), each once the cluster has ``cluster_executors`` executors again. Each
+    row also says whether the kill cost a new Spark stage."""
     if failure == "kill" and executor != "spark":
         raise ValueError("only the Spark executor has slot processes to kill")
     rows: list[dict[str, Any]] = []
@@ -120,7 +131,14 @@ def measure_recovery(
         # small batches: the first record after the restore reaches the sink at once
         env.configure({"restart-strategy.fixed-delay.delay": 0, "chandy.network.batch-size": 16})
         if master is not None:  # e.g. local-cluster[2,1,1024]: executor JVMs of their own
-            env.configure({"spark.master": master, "chandy.spark.slot-wait": "120 s"})
+            env.configure(
+                {
+                    "spark.master": master,
+                    "chandy.spark.slot-wait": "120 s",
+                    # the job's functions are this package's: the executors import it
+                    "spark.executorEnv.PYTHONPATH": str(Path(__file__).resolve().parent.parent),
+                }
+            )
         fail_at = time.time() + warmup_s + 8 if failure == "exception" else None
         (
             env.from_sequence(0, 10**9)
@@ -142,6 +160,19 @@ def measure_recovery(
                 for kill in range(supervisor_kills):  # the old path: a new Spark stage
                     row = _kill_once(client, directory, kill % 2, "supervisor_pid")
                     rows.append({**row, "failure": "supervisor kill"})
+                    time.sleep(settle_s)
+                for kill in range(jvm_kills):
+                    _wait(lambda: _slots_ready(client), "the slots did not come back", 300)
+                    # the cluster whole again (the killed JVM's worker started a new one),
+                    # and that one warmed up: each kill meets the cluster with its spare
+                    _wait(
+                        lambda: _executors(client) >= cluster_executors,
+                        "no executor replaced the killed one",
+                        300,
+                    )
+                    time.sleep(settle_s + 2 * CHECK_INTERVAL_S)
+                    row = _kill_once(client, directory, kill % 2, "jvm_pid")
+                    rows.append({**row, "failure": "executor JVM kill"})
                     time.sleep(settle_s)
             else:
                 _wait(lambda: os.path.exists(marker), "the function did not raise")
@@ -178,6 +209,17 @@ def _kill_once(client: Any, directory: Path, index: int, which: str) -> dict[str
     return {"recovery_s": resumed - failed_at, "new_stage": getattr(executor, "_pool", None) is not pool}
 
 
+def _executors(client: Any) -> int:
+    """The job's Spark executors now (the driver's entry not counted)."""
+    context = client._job_master.executor.session.sparkContext
+    return len(list(context._jsc.sc().statusTracker().getExecutorInfos())) - 1
+
+
+def _slots_ready(client: Any) -> bool:
+    slots = client.get_task_slots()
+    return client.get_job_status().name == "RUNNING" and len(slots) == 2 and all(s["alive"] for s in slots)
+
+
 def _wait(condition: Callable[[], bool], failure: str, timeout_s: float = 120) -> None:
     deadline = time.monotonic() + timeout_s
     while not condition():
@@ -187,18 +229,52 @@ def _wait(condition: Callable[[], bool], failure: str, timeout_s: float = 120) -
 
 
 def run(
-    executors: list[str], runs: int, kills: int, supervisor_kills: int = 2, master: str | None = None
+    executors: list[str],
+    runs: int,
+    kills: int,
+    supervisor_kills: int = 2,
+    master: str | None = None,
+    standalone_workers: int = 0,
+    jvm_kills: int = 0,
 ) -> tuple[list[dict[str, Any]], dict[str, Any]]:
-    """``runs`` raised exceptions per executor, ``kills`` slot process kills and
-    ``supervisor_kills`` Spark task kills on Spark: the rows, and per case the median,
-    minimum and maximum recovery."""
+    """``runs`` raised exceptions per executor, ``kills`` slot process kills,
+    ``supervisor_kills`` Spark task kills and ``jvm_kills`` executor JVM kills on Spark
+    (on a standalone cluster of ``standalone_workers`` workers started here, if not 0):
+    the rows, and per case the median, minimum and maximum recovery."""
+    if standalone_workers:
+        with (
+            tempfile.TemporaryDirectory(prefix="chandy-standalone-") as tmp,
+            StandaloneCluster(Path(tmp)) as cluster,
+        ):
+            cluster.add_workers(standalone_workers)
+            os.environ["PYSPARK_PYTHON"] = sys.executable  # the workers' Python is this one
+            os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+            return _run(executors, runs, kills, supervisor_kills, cluster.url, jvm_kills, standalone_workers)
+    return _run(executors, runs, kills, supervisor_kills, master, jvm_kills, 0)
+
+
+def _run(
+    executors: list[str],
+    runs: int,
+    kills: int,
+    supervisor_kills: int,
+    master: str | None,
+    jvm_kills: int,
+    cluster_executors: int,
+) -> tuple[list[dict[str, Any]], dict[str, Any]]:
     rows: list[dict[str, Any]] = []
     for executor in executors:
         for _ in range(runs):
             rows += measure_recovery(executor, "exception", master=master if executor == "spark" else None)
         if executor == "spark":
             rows += measure_recovery(
-                executor, "kill", kills=kills, supervisor_kills=supervisor_kills, master=master
+                executor,
+                "kill",
+                kills=kills,
+                supervisor_kills=supervisor_kills,
+                master=master,
+                jvm_kills=jvm_kills,
+                cluster_executors=cluster_executors,
             )
     summary: dict[str, Any] = {}
     for case in dict.fromkeys((r["executor"], r["failure"]) for r in rows):

@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from bench.envs import CACHE, ensure_env, python_of, runner_of
+from bench.procs import process_stats
 
 log = logging.getLogger(__name__)
 
@@ -345,17 +346,9 @@ def _session_members(session_id: int) -> list[int]:
     its JVMs keep the runner's process group, PySpark's worker daemon makes its own, but
     every one of them stays in the session."""
     members = []
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            stat = (entry / "stat").read_text()
-        except OSError:
-            continue  # gone meanwhile
-        # "pid (comm) state ppid pgrp session ...": comm may hold spaces and parentheses
-        fields = stat[stat.rindex(")") + 2 :].split()
+    for pid, fields in process_stats():
         if int(fields[3]) == session_id and fields[0] != "Z":
-            members.append(int(entry.name))
+            members.append(pid)
     return members
 
 

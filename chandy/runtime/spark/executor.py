@@ -65,6 +65,7 @@ from chandy.runtime.spark.messages import (
     TriggerCheckpoint,
 )
 from chandy.runtime.spark.slot import SlotBootstrap, run_slot
+from chandy.runtime.spark.spares import SpareExecutorWarmer
 from chandy.task.deployment import TaskDeploymentDescriptor, serialize_chain
 from chandy.task.services import TaskFailure, TaskServices, TaskStateListener
 
@@ -419,6 +420,8 @@ class SparkExecutor(Executor):
         self._server: socket.socket | None = None
         self._acceptor: AuthenticatingAcceptor | None = None
         self._threads: list[threading.Thread] = []
+        #: On a cluster: keeps the Python daemon of spare executors started (spares.py).
+        self._warmer: SpareExecutorWarmer | None = None
 
     # -- setup ------------------------------------------------------------------
 
@@ -441,6 +444,8 @@ class SparkExecutor(Executor):
                 self._server, self.secret, "control", self._accepted
             ).start()
             self._start(self._watch_heartbeats, "chandy heartbeat watch")
+            if not spark_session.is_single_host(self.session.sparkContext.master):
+                self._warmer = SpareExecutorWarmer(self.session).start()
 
     def _start(self, target: Callable[..., None], name: str, *args: Any) -> None:
         """Start a thread the executor owns; finished ones are joined and dropped."""
@@ -761,6 +766,8 @@ class SparkExecutor(Executor):
                 return
             self._closed = True
             self._closing.set()
+        if self._warmer is not None:
+            self._warmer.close()
         if self._pool is not None:
             self._pool.stop()
         if self._acceptor is not None:

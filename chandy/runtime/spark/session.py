@@ -27,6 +27,8 @@ LOCAL_SESSION_CONF = {
     "spark.driver.bindAddress": "127.0.0.1",
     "spark.ui.enabled": "false",
     "spark.python.worker.reuse": "false",
+    # Workers fork from a daemon that has the slot runtime imported (see daemon.py).
+    "spark.python.daemon.module": "chandy.runtime.spark.daemon",
     "spark.python.task.killTimeout": "2s",
     "spark.scheduler.barrier.maxConcurrentTasksCheck.maxFailures": "1",
     "spark.scheduler.barrier.maxConcurrentTasksCheck.interval": "1s",

@@ -22,9 +22,13 @@ from typing import Any
 
 import pyspark
 
+from bench.procs import process_stats
+
 SPARK_HOME = Path(pyspark.__file__).parent
 SPARK_CLASS = SPARK_HOME / "bin" / "spark-class"
 START_TIMEOUT_S = 120
+#: A master's or worker's addresses: loopback, on ports the JVM chooses (read from its log).
+LOOPBACK_PORTS = ("--host", "127.0.0.1", "--port", "0", "--webui-port", "0")
 
 
 @dataclass
@@ -44,6 +48,15 @@ class Worker:
     def executor_pids(self) -> list[int]:
         """The executor JVMs this worker started that still run (its child processes)."""
         return [pid for pid in _children(self.pid) if "CoarseGrainedExecutorBackend" in _cmdline(pid)]
+
+    def python_daemons(self) -> list[str]:
+        """The command lines of the Python daemons its executors started."""
+        return [
+            _cmdline(pid)
+            for executor in self.executor_pids()
+            for pid in _children(executor)
+            if " -m " in _cmdline(pid) and "daemon" in _cmdline(pid)
+        ]
 
 
 class StandaloneCluster:
@@ -96,12 +109,7 @@ class StandaloneCluster:
         process, log = self._spawn(
             "master",
             "org.apache.spark.deploy.master.Master",
-            "--host",
-            "127.0.0.1",
-            "--port",
-            "0",
-            "--webui-port",
-            "0",
+            *LOOPBACK_PORTS,
         )
         self.url = _wait_for_log(process, log, r"Starting Spark master at (spark://\S+)")
         port = _wait_for_log(process, log, r"MasterWebUI: .*started at http://[^:]+:(\d+)")
@@ -120,12 +128,7 @@ class StandaloneCluster:
                 self._spawn(
                     f"worker-{index}",
                     "org.apache.spark.deploy.worker.Worker",
-                    "--host",
-                    "127.0.0.1",
-                    "--port",
-                    "0",
-                    "--webui-port",
-                    "0",
+                    *LOOPBACK_PORTS,
                     "--cores",
                     "1",
                     "--memory",
@@ -195,19 +198,8 @@ def _get_json(url: str) -> dict[str, Any]:
 
 
 def _children(pid: int) -> list[int]:
-    """The processes whose parent is ``pid`` (Linux /proc)."""
-    found = []
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            stat = (entry / "stat").read_text()
-        except OSError:
-            continue
-        # pid (comm) state ppid ...: comm may hold spaces and parentheses
-        if int(stat.rsplit(")", 1)[1].split()[1]) == pid:
-            found.append(int(entry.name))
-    return found
+    """The processes whose parent is ``pid``."""
+    return [child for child, fields in process_stats() if int(fields[1]) == pid]
 
 
 def _cmdline(pid: int) -> str:
