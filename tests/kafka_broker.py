@@ -199,12 +199,51 @@ class KafkaBroker:
         finally:
             consumer.close()
 
+    def latest_offsets(self, topic: str) -> dict[int, int]:
+        """Each partition's ListOffsets(latest) for a ``read_uncommitted`` reader: past the records
+        of a transaction still open (see :meth:`consume_all`); short of the end when the last
+        batch holds several records (see :meth:`end_offsets`)."""
+        from confluent_kafka import Consumer, TopicPartition
+
+        consumer = Consumer(
+            self._config(
+                **{
+                    "group.id": f"tests-latest-{uuid.uuid4().hex}",
+                    "enable.auto.commit": False,
+                    "isolation.level": "read_uncommitted",
+                }
+            )
+        )
+        try:
+            return {
+                p: consumer.get_watermark_offsets(
+                    TopicPartition(topic, p), timeout=REQUEST_TIMEOUT_S, cached=False
+                )[1]
+                for p in self.partitions(topic, consumer)
+            }
+        finally:
+            consumer.close()
+
     def consume_all(self, topic: str, isolation_level: str = "read_committed") -> list[ConsumedRecord]:
         """Every record now in ``topic`` (up to each partition's end when called), ordered
-        by partition and offset."""
+        by partition and offset.
+
+        Tansu serves no reader (``read_uncommitted`` ones neither) anything from the first
+        record of the earliest transaction it has not settled, and it settles a commit only
+        once no other transaction on the partition is open: one transaction left open hides
+        every later record, committed or not. Such a tail would look lost, so this fails
+        instead, naming the partition and the offsets held back."""
         from confluent_kafka import Consumer, KafkaError, TopicPartition
 
+        latest = self.latest_offsets(topic)  # first: records written meanwhile only move the ends
         ends = self.end_offsets(topic)
+        held = {p: (ends.get(p, 0), end) for p, end in latest.items() if end > ends.get(p, 0)}
+        if held:
+            raise AssertionError(
+                f"{topic}: a transaction still open holds back records (partition: (readable "
+                f"end, log end)) {held}; whatever left it open (a producer neither committed "
+                "nor aborted, and its transactional id was never initialized again) is the bug"
+            )
         consumer = Consumer(
             self._config(
                 **{

@@ -433,6 +433,7 @@ class TransactionalKafkaWriter(PrecommittingSinkWriter):
                 return  # the committer is committing it, or it was fenced already
         producer = self.sink.producer(transactional_id)
         producer.init_transactions(_TIMEOUT_S)
+        log.debug("KafkaSink fenced %s", transactional_id)
         with self.sink._lock:
             if len(self.sink._idle) < 2:  # keep a couple for the next transactions
                 self.sink._idle[transactional_id] = producer
@@ -465,6 +466,7 @@ class TransactionalKafkaWriter(PrecommittingSinkWriter):
             producer = sink.producer(transactional_id)
             producer.init_transactions(_TIMEOUT_S)
         producer.begin_transaction()
+        log.debug("KafkaSink subtask %d begins a transaction on %s", self.subtask, transactional_id)
         self._producer, self._transactional_id, self._slot = producer, transactional_id, slot
 
     def write(self, element: Any) -> None:
@@ -496,6 +498,13 @@ class TransactionalKafkaWriter(PrecommittingSinkWriter):
         )
         with self.sink._lock:
             self.sink._live[self._transactional_id] = self._producer
+        log.debug(
+            "KafkaSink subtask %d pre-commits %s for checkpoint %s (%d records)",
+            self.subtask,
+            self._transactional_id,
+            checkpoint_id,
+            len(self._records),
+        )
         self._producer, self._transactional_id, self._records = None, None, []
         return [committable]
 
@@ -504,6 +513,9 @@ class TransactionalKafkaWriter(PrecommittingSinkWriter):
 
     def close(self) -> None:
         if self._producer is not None:  # never pre-committed: abort it
+            log.debug(
+                "KafkaSink subtask %d aborts its open transaction %s", self.subtask, self._transactional_id
+            )
             _abort_quietly(self._producer, self._transactional_id)
             self._producer = None
 
@@ -517,7 +529,10 @@ def _abort_quietly(producer: Any, transactional_id: str | None) -> None:
     try:
         producer.abort_transaction(_TIMEOUT_S)
     except Exception as exc:  # noqa: BLE001 - the next attempt fences it anyway
-        log.debug("could not abort transaction %s: %s", transactional_id, exc)
+        # Loud: until its id is initialized again (the next attempt fences it) or the broker
+        # times it out (transaction.timeout.ms), an open transaction holds back every later
+        # record of its partitions from read_committed readers.
+        log.warning("KafkaSink could not abort transaction %s (it stays open): %s", transactional_id, exc)
 
 
 class KafkaCommitter(Committer):
@@ -537,6 +552,11 @@ class KafkaCommitter(Committer):
                 self._redo(committable)
                 continue
             producer.commit_transaction(_TIMEOUT_S)
+            log.debug(
+                "KafkaSink commits %s of checkpoint %d",
+                committable.transactional_id,
+                committable.checkpoint_id,
+            )
             with sink._lock:
                 if len(sink._idle) < 2:
                     sink._idle[committable.transactional_id] = producer
@@ -585,6 +605,7 @@ class KafkaCommitter(Committer):
             live, self.sink._live = self.sink._live, {}
             self.sink._idle = {}
         for transactional_id, producer in live.items():
+            log.debug("KafkaSink aborts the pre-committed transaction %s at close", transactional_id)
             _abort_quietly(producer, transactional_id)
 
 
