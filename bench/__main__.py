@@ -75,6 +75,7 @@ def main(argv: list[str]) -> int:
         help="start a Spark standalone cluster of WORKERS one-core workers on loopback and run on it",
     )
     failover.add_argument("--jvm-kills", type=int, default=0, help="executor JVM kills (in one Spark job)")
+    failover.add_argument("--worker-kills", type=int, default=0, help="with --standalone: worker kills")
     failover.add_argument("--supervisor-kills", type=int, default=2, help="Spark task (supervisor) kills")
     suite = sub.add_parser(
         "run",
@@ -237,6 +238,7 @@ def _failover(args: argparse.Namespace) -> int:
         master=args.master,
         standalone_workers=args.standalone,
         jvm_kills=args.jvm_kills,
+        worker_kills=args.worker_kills,
     )
     summary: dict[str, Any] = {"workload": "failover", "machine": _machine(), "runs": rows, "cases": cases}
     print(json.dumps(summary, indent=2))

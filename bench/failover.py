@@ -111,6 +111,8 @@ def measure_recovery(
     master: str | None = None,
     jvm_kills: int = 0,
     cluster_executors: int = 0,
+    cluster: StandaloneCluster | None = None,
+    worker_kills: int = 0,
 ) -> list[dict[str, Any]]:
     """One job and its failures; per failure, seconds from it to processing resumed.
 
@@ -118,8 +120,9 @@ def measure_recovery(
     of a slot process (alternating between the two slots), ``settle_s`` apart once the
     job runs again, then ``supervisor_kills`` of the Spark task supervising one (which
     costs the stage), then ``jvm_kills`` of the executor JVM hosting one (a real cluster's
-    executor lost), each once the cluster has ``cluster_executors`` executors again. Each
-    row also says whether the kill cost a new Spark stage."""
+    executor lost) and ``worker_kills`` of the worker hosting one (on ``cluster``), each
+    once the cluster has ``cluster_executors`` executors again. Each row also says
+    whether the kill cost a new Spark stage."""
     if failure == "kill" and executor != "spark":
         raise ValueError("only the Spark executor has slot processes to kill")
     rows: list[dict[str, Any]] = []
@@ -161,18 +164,19 @@ def measure_recovery(
                     row = _kill_once(client, directory, kill % 2, "supervisor_pid")
                     rows.append({**row, "failure": "supervisor kill"})
                     time.sleep(settle_s)
-                for kill in range(jvm_kills):
+                losses: list[tuple[str, Callable[[int], None]]] = [
+                    ("executor JVM kill", _sigkill)
+                ] * jvm_kills
+                if cluster is not None:
+                    losses += [("worker kill", _worker_killer(cluster))] * worker_kills
+                for kill, (failure_name, how) in enumerate(losses):
                     _wait(lambda: _slots_ready(client), "the slots did not come back", 300)
-                    # the cluster whole again (the killed JVM's worker started a new one),
-                    # and that one warmed up: each kill meets the cluster with its spare
-                    _wait(
-                        lambda: _executors(client) >= cluster_executors,
-                        "no executor replaced the killed one",
-                        300,
-                    )
+                    # the cluster whole again (the killed JVM's worker started a new one, or a
+                    # new worker joined), and warmed up: each loss meets it with its spare
+                    _wait(lambda: _executors(client) >= cluster_executors, "no new executor", 300)
                     time.sleep(settle_s + 2 * CHECK_INTERVAL_S)
-                    row = _kill_once(client, directory, kill % 2, "jvm_pid")
-                    rows.append({**row, "failure": "executor JVM kill"})
+                    row = _kill_once(client, directory, kill % 2, "jvm_pid", how)
+                    rows.append({**row, "failure": failure_name})
                     time.sleep(settle_s)
             else:
                 _wait(lambda: os.path.exists(marker), "the function did not raise")
@@ -193,20 +197,42 @@ def measure_recovery(
     ]
 
 
-def _kill_once(client: Any, directory: Path, index: int, which: str) -> dict[str, Any]:
+def _sigkill(pid: int) -> None:
+    os.kill(pid, signal.SIGKILL)
+
+
+def _kill_once(
+    client: Any,
+    directory: Path,
+    index: int,
+    which: str,
+    kill: Callable[[int], None] = _sigkill,
+) -> dict[str, Any]:
     """SIGKILL a process of slot ``index`` (``which``: ``pid``, the one running its tasks,
-    or ``supervisor_pid``, the Spark task); seconds until records flow again."""
+    ``supervisor_pid``, the Spark task, or ``jvm_pid``, its executor; ``kill`` may take
+    more with it, e.g. the executor's worker); seconds until records flow again."""
     _wait(lambda: client.get_job_status().name == "RUNNING", "the job did not run again")
     attempt = _latest_attempt(directory)
     executor = client._job_master.executor
     pool = getattr(executor, "_pool", None)
     victim = client.get_task_slots()[index][which]
     failed_at = time.time()
-    os.kill(victim, signal.SIGKILL)
+    kill(victim)
     _wait(lambda: first_after(directory, attempt, failed_at) is not None, "no record after the kill")
     resumed = first_after(directory, attempt, failed_at)
     assert resumed is not None
     return {"recovery_s": resumed - failed_at, "new_stage": getattr(executor, "_pool", None) is not pool}
+
+
+def _worker_killer(cluster: StandaloneCluster) -> Callable[[int], None]:
+    """Kills the worker that runs executor JVM ``pid`` (a machine lost); a new worker
+    joins at once, as a cluster manager would replace the machine."""
+
+    def kill(pid: int) -> None:
+        cluster.kill_worker(cluster.worker_of_executor(pid))
+        cluster.add_workers(1)
+
+    return kill
 
 
 def _executors(client: Any) -> int:
@@ -236,11 +262,13 @@ def run(
     master: str | None = None,
     standalone_workers: int = 0,
     jvm_kills: int = 0,
+    worker_kills: int = 0,
 ) -> tuple[list[dict[str, Any]], dict[str, Any]]:
     """``runs`` raised exceptions per executor, ``kills`` slot process kills,
     ``supervisor_kills`` Spark task kills and ``jvm_kills`` executor JVM kills on Spark
-    (on a standalone cluster of ``standalone_workers`` workers started here, if not 0):
-    the rows, and per case the median, minimum and maximum recovery."""
+    (on a standalone cluster of ``standalone_workers`` workers started here, if not 0,
+    where ``worker_kills`` kill a whole worker): the rows, and per case the median,
+    minimum and maximum recovery."""
     if standalone_workers:
         with (
             tempfile.TemporaryDirectory(prefix="chandy-standalone-") as tmp,
@@ -249,8 +277,10 @@ def run(
             cluster.add_workers(standalone_workers)
             os.environ["PYSPARK_PYTHON"] = sys.executable  # the workers' Python is this one
             os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
-            return _run(executors, runs, kills, supervisor_kills, cluster.url, jvm_kills, standalone_workers)
-    return _run(executors, runs, kills, supervisor_kills, master, jvm_kills, 0)
+            return _run(
+                executors, runs, kills, supervisor_kills, cluster.url, jvm_kills, cluster, worker_kills
+            )
+    return _run(executors, runs, kills, supervisor_kills, master, jvm_kills, None, 0)
 
 
 def _run(
@@ -260,7 +290,8 @@ def _run(
     supervisor_kills: int,
     master: str | None,
     jvm_kills: int,
-    cluster_executors: int,
+    cluster: StandaloneCluster | None,
+    worker_kills: int,
 ) -> tuple[list[dict[str, Any]], dict[str, Any]]:
     rows: list[dict[str, Any]] = []
     for executor in executors:
@@ -274,7 +305,9 @@ def _run(
                 supervisor_kills=supervisor_kills,
                 master=master,
                 jvm_kills=jvm_kills,
-                cluster_executors=cluster_executors,
+                cluster_executors=len(cluster.workers) if cluster is not None else 0,
+                cluster=cluster,
+                worker_kills=worker_kills,
             )
     summary: dict[str, Any] = {}
     for case in dict.fromkeys((r["executor"], r["failure"]) for r in rows):

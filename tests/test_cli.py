@@ -13,6 +13,7 @@ import subprocess
 import sys
 import textwrap
 import time
+import zipfile
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -266,6 +267,14 @@ def test_a_sigterm_to_chandy_run_reaches_the_job(tmp_path: Path) -> None:
             os.kill(job_pid, signal.SIGKILL)
 
 
+def _shipped_module(tmp_path: Path) -> Path:
+    """A module the job's functions import, in a zip of its own (not on the job's path)."""
+    shipped = tmp_path / "deps.zip"
+    with zipfile.ZipFile(shipped, "w") as archive:
+        archive.writestr("shipped_double.py", "def double(x):\n    return x * 2\n")
+    return shipped
+
+
 @pytest.mark.slow
 def test_run_with_master_submits_through_spark_submit(tmp_path: Path) -> None:
     job = tmp_path / "on_spark.py"
@@ -275,9 +284,10 @@ def test_run_with_master_submits_through_spark_submit(tmp_path: Path) -> None:
             import json, sys
             from pyspark.sql import SparkSession
             from chandy import StreamExecutionEnvironment
+            from shipped_double import double  # from --py-files: travels by name to the slots
             env = StreamExecutionEnvironment.get_execution_environment()  # spark-submit's session
             env.configure({"chandy.rest.enabled": False})
-            doubled = sorted(env.from_sequence(1, 100).map(lambda x: x * 2).execute_and_collect())
+            doubled = sorted(env.from_sequence(1, 100).map(double).execute_and_collect())
             context = SparkSession.builder.getOrCreate().sparkContext
             with open(sys.argv[1], "w") as f:
                 json.dump(
@@ -289,12 +299,22 @@ def test_run_with_master_submits_through_spark_submit(tmp_path: Path) -> None:
         )
     )
     out = tmp_path / "out.json"
+    shipped = _shipped_module(tmp_path)
     # with a bare PATH: spark-submit is the one beside chandy's interpreter, and the driver runs on
-    # that interpreter (not on a `python3` from PATH, which may lack chandy and PySpark)
+    # that interpreter (not on a `python3` from PATH, which may lack chandy and PySpark).
     # local[3], not the local[2] a job of parallelism 2 would start by itself: spark-submit's
     # master stands, and so does the application's name spark-submit gives (the file's)
     result = chandy(
-        "run", "--master", "local[3]", str(job), str(out), "-p", "2", env={"PATH": "/usr/bin:/bin"}
+        "run",
+        "--master",
+        "local[3]",
+        "--py-files",
+        str(shipped),
+        str(job),
+        str(out),
+        "-p",
+        "2",
+        env={"PATH": "/usr/bin:/bin"},
     )
     assert result.returncode == 0, result.stderr[-3000:]
     assert json.loads(out.read_text()) == {
@@ -303,6 +323,29 @@ def test_run_with_master_submits_through_spark_submit(tmp_path: Path) -> None:
         "sum": 10100,
         "parallelism": 2,
     }
+
+
+def test_run_puts_py_files_on_the_jobs_path_without_a_master(tmp_path: Path) -> None:
+    job = tmp_path / "local_job.py"
+    job.write_text(
+        textwrap.dedent(
+            """
+            import sys
+            from chandy import StreamExecutionEnvironment
+            from shipped_double import double
+            env = StreamExecutionEnvironment.get_execution_environment(executor="local")
+            env.configure({"chandy.rest.enabled": False})
+            total = sum(env.from_sequence(1, 10).map(double).execute_and_collect())
+            open(sys.argv[1], "w").write(str(total))
+            """
+        )
+    )
+    out = tmp_path / "out.txt"
+    result = chandy("run", "-pyfs", str(_shipped_module(tmp_path)), str(job), str(out))
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert out.read_text() == "110"
+    missing = CliRunner().invoke(cli, ["run", "--py-files", str(tmp_path / "nope.zip"), str(job)])
+    assert missing.exit_code == 1 and "--py-files: " in missing.output and "does not exist" in missing.output
 
 
 def test_run_usage_errors_are_one_line(tmp_path: Path) -> None:

@@ -62,7 +62,9 @@ def job_config(
     return config
 
 
-def _command(job_file: Path, args: tuple[str, ...], master: str | None) -> list[str]:
+def _command(
+    job_file: Path, args: tuple[str, ...], master: str | None, py_files: tuple[str, ...] = ()
+) -> list[str]:
     if master is None:
         return [sys.executable, str(job_file), *args]
     # The one installed beside this interpreter first (pip's pyspark puts it there): it runs the
@@ -74,7 +76,8 @@ def _command(job_file: Path, args: tuple[str, ...], master: str | None) -> list[
             f"--master needs spark-submit, which is neither in {beside.parent} nor on PATH: install "
             "Spark (pip install pyspark puts it beside python), or run without --master"
         )
-    return [submit, "--master", master, str(job_file), *args]
+    shipped = ["--py-files", ",".join(py_files)] if py_files else []
+    return [submit, "--master", master, *shipped, str(job_file), *args]
 
 
 def _exit_code(returncode: int) -> int:
@@ -131,6 +134,16 @@ def _exit_code(returncode: int) -> int:
     help="With --detached: where the job's output goes (default: <tmp>/chandy-<uid>/job-<id>.log).",
 )
 @click.option("--master", metavar="URL", help="Submit through spark-submit to this Spark master.")
+@click.option(
+    "-pyfs",
+    "--py-files",
+    "--pyFiles",
+    "py_files",
+    metavar="FILES",
+    multiple=True,
+    help="Your own modules for the job and its slots: .py, .zip or .egg files (comma-separated "
+    "or repeated). With --master they go to spark-submit --py-files; without, onto PYTHONPATH.",
+)
 def run(
     job_file: Path,
     args: tuple[str, ...],
@@ -143,6 +156,7 @@ def run(
     detached: bool,
     log_file: Path | None,
     master: str | None,
+    py_files: tuple[str, ...],
 ) -> None:
     """Run JOB_FILE (a Python program that builds and executes a pipeline) with ARGS.
 
@@ -162,34 +176,54 @@ def run(
         config[_JOB_ID_KEY] = check_job_id(str(config[_JOB_ID_KEY]))
     if log_file is not None and not detached:
         raise CliError("--log-file is for --detached runs (an attached run's output is this terminal's)")
+    files = _py_files(py_files)
+    command = _command(job_file, args, master, files)
     if detached:
         job_id = str(config.setdefault(_JOB_ID_KEY, uuid.uuid4().hex))
-        _run_detached(_command(job_file, args, master), config, job_id, log_file)
+        _run_detached(command, config, job_id, log_file, files)
         return
     job_id_value = config.get(_JOB_ID_KEY)
     if job_id_value is not None:
         click.echo(f"Job has been submitted with JobID {job_id_value}")
-    sys.exit(_run_attached(_command(job_file, args, master), config))
+    sys.exit(_run_attached(command, config, files))
 
 
-def _environment(command: list[str], config: dict[str, Any]) -> dict[str, str]:
+def _py_files(given: tuple[str, ...]) -> tuple[str, ...]:
+    """``--py-files`` as absolute paths, each checked to exist (the job would fail later,
+    in a slot, with a less clear error)."""
+    files = []
+    for entry in given:
+        for name in filter(None, (part.strip() for part in entry.split(","))):
+            path = Path(name).expanduser()
+            if not path.exists():
+                raise CliError(f"--py-files: {name} does not exist")
+            files.append(str(path.resolve()))
+    return tuple(files)
+
+
+def _environment(
+    command: list[str], config: dict[str, Any], py_files: tuple[str, ...] = ()
+) -> dict[str, str]:
     env = dict(os.environ)
     if config:
         env[CONFIG_ENV_VAR] = json.dumps(config)
+    if py_files and Path(command[0]).name != "spark-submit":
+        # a local run: the job and its local Spark's workers inherit this environment
+        env["PYTHONPATH"] = os.pathsep.join([*py_files, *filter(None, [env.get("PYTHONPATH")])])
     if Path(command[0]).name == "spark-submit":
         # it would start the driver on whatever `python3` is on PATH, maybe one without chandy
         env.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
     return env
 
 
-def _run_attached(command: list[str], config: dict[str, Any]) -> int:
+def _run_attached(command: list[str], config: dict[str, Any], py_files: tuple[str, ...] = ()) -> int:
     """Run the job in the foreground and report its exit code.
 
     Ctrl-C reaches the job too (same process group): it cancels its job, and this waits for
     it to end. A SIGTERM sent to this process alone (a supervisor stopping it, ``timeout``)
     is passed on to the job, which would otherwise run on without anyone waiting for it.
     """
-    process = subprocess.Popen(command, env=_environment(command, config))
+    process = subprocess.Popen(command, env=_environment(command, config, py_files))
 
     def forward(signum: int, frame: object) -> None:
         process.send_signal(signum)
@@ -248,7 +282,13 @@ def open_log(path: Path) -> int:
         raise CliError(f"cannot write the job's log file {path}: {why}; pass --log-file") from None
 
 
-def _run_detached(command: list[str], config: dict[str, Any], job_id: str, log_file: Path | None) -> None:
+def _run_detached(
+    command: list[str],
+    config: dict[str, Any],
+    job_id: str,
+    log_file: Path | None,
+    py_files: tuple[str, ...] = (),
+) -> None:
     """Start the job in its own session (it outlives this command and the terminal), its
     output to a log file, and return at once."""
     if log_file is None:
@@ -265,7 +305,7 @@ def _run_detached(command: list[str], config: dict[str, Any], job_id: str, log_f
     with log:
         process = subprocess.Popen(
             command,
-            env=_environment(command, config),
+            env=_environment(command, config, py_files),
             stdin=subprocess.DEVNULL,
             stdout=log,
             stderr=subprocess.STDOUT,
