@@ -164,3 +164,24 @@ def test_large_state_rocksdb_example_alerts_exactly_once_and_checkpoints_increme
     shares = [int(m) for m in re.findall(r"uploaded +[\d.]+ MB \((\d+) %\)", done.stdout)]
     assert shares and min(shares) < 50, done.stdout
     assert [p for p in tmp_path.rglob("*") if p.is_file()] == []
+
+
+@pytest.mark.slow
+def test_word_count_example_prints_pyflinks_output_and_nothing_of_sparks(tmp_path: Path) -> None:
+    """`python examples/word_count.py | ...`: the job's lines, without Spark's stage bar glued
+    to them (the bar draws only when stdout is piped or a terminal, never into a file)."""
+    done = subprocess.run(
+        [sys.executable, str(ROOT / "examples" / "word_count.py")],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=tmp_path,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "[Stage" not in done.stdout + done.stderr
+    counts: dict[str, int] = {}
+    for line in done.stdout.splitlines():
+        match = re.fullmatch(r"\d+> \('(\w+)', (\d+)\)", line)
+        assert match, f"not a line of the job's output: {line!r}"
+        counts[match[1]] = max(int(match[2]), counts.get(match[1], 0))
+    assert counts["to"] == 4 and counts["the"] == 3 and counts["be"] == 2

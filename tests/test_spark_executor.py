@@ -1,4 +1,5 @@
-"""What only the Spark executor has: slot processes that die, secrets, slot counts, spark-submit."""
+"""What only the Spark executor has: slot processes that die, secrets, slot counts. (spark-submit:
+tests/test_cli.py and tests/test_standalone_cluster.py.)"""
 
 from __future__ import annotations
 
@@ -245,41 +246,6 @@ def _run_script(
         env=env,
         cwd=ROOT,
     )
-
-
-@pytest.mark.slow
-def test_spark_submit_runs_the_word_count_example() -> None:
-    spark_submit = Path(sys.executable).with_name("spark-submit")
-    env = {
-        **os.environ,
-        "PYSPARK_PYTHON": sys.executable,
-        "PYSPARK_DRIVER_PYTHON": sys.executable,
-        "SPARK_LOCAL_IP": "127.0.0.1",
-    }
-    done = subprocess.run(
-        [
-            str(spark_submit),
-            "--master",
-            "local[4]",
-            "--conf",
-            "spark.driver.host=127.0.0.1",
-            "--conf",
-            "spark.python.worker.reuse=false",
-            str(ROOT / "examples" / "word_count.py"),
-        ],
-        capture_output=True,
-        text=True,
-        timeout=300,
-        env=env,
-        cwd=ROOT,
-    )
-    assert done.returncode == 0, done.stderr[-3000:]
-    lines = [line for line in done.stdout.splitlines() if "> (" in line]
-    counts = {}
-    for line in lines:
-        word, count = eval(line.split("> ", 1)[1])
-        counts[word] = max(count, counts.get(word, 0))
-    assert counts["to"] == 4 and counts["the"] == 3 and counts["be"] == 2
 
 
 @pytest.mark.slow

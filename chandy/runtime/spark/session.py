@@ -26,6 +26,9 @@ LOCAL_SESSION_CONF = {
     "spark.driver.host": "127.0.0.1",
     "spark.driver.bindAddress": "127.0.0.1",
     "spark.ui.enabled": "false",
+    # chandy owns the console of the job it runs (its status line, the job's print output):
+    # Spark's stage bar would be glued to both, and a streaming stage never completes anyway.
+    "spark.ui.showConsoleProgress": "false",
     "spark.python.worker.reuse": "false",
     # Workers fork from a daemon that has the slot runtime imported (see daemon.py).
     "spark.python.daemon.module": "chandy.runtime.spark.daemon",
@@ -36,9 +39,12 @@ LOCAL_SESSION_CONF = {
 }
 
 #: ... for a session it starts on a cluster: the driver binds where Spark decides (other
-#: hosts must reach it); the rest as for a local session.
+#: hosts must reach it) and Spark's web UI is on, as the cluster's users expect; the rest
+#: as for a local session.
 CLUSTER_SESSION_CONF = {
-    key: value for key, value in LOCAL_SESSION_CONF.items() if not key.startswith("spark.driver.")
+    key: value
+    for key, value in LOCAL_SESSION_CONF.items()
+    if not key.startswith("spark.driver.") and key != "spark.ui.enabled"
 }
 
 
