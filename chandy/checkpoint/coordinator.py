@@ -960,7 +960,7 @@ class CheckpointCoordinator:
                         DISCARD_WAIT_S,
                     )
                     return
-            delete_shared_files(unused, self.job_id, reason, self._shared_roots)
+            delete_shared_files(unused, self.job_id, reason, self._shared_roots, self.storage.object_store)
 
         if inline:
             _run_inline(delete)
@@ -1229,6 +1229,7 @@ class CheckpointCoordinator:
             self.job_id,
             "no checkpoint referenced them (uploads that never completed)",
             self._shared_roots,
+            storage.object_store,
         )
 
     @property

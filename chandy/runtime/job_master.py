@@ -88,7 +88,7 @@ from chandy.runtime.job_result import JobExecutionResult
 from chandy.runtime.metrics_store import JobMetricsStore
 from chandy.runtime.restart_strategy import restart_strategy_from
 from chandy.storage.checkpoint_storage import CheckpointStorage
-from chandy.storage.filesystem import FilePermissions
+from chandy.storage.filesystem import FilePermissions, ObjectStoreOptions
 from chandy.storage.snapshot_key import snapshot_key
 from chandy.task.deployment import TaskRestore, serialize_chain
 from chandy.task.services import ResultPublisher, TaskFailure, TaskServices
@@ -282,6 +282,8 @@ class JobMaster:
                 config.get(CheckpointingOptions.FILE_PERMISSIONS),
                 config.get(CheckpointingOptions.DIR_PERMISSIONS),
             ),
+            # The driver's s3.* keys and AWS_* variables, shipped to every task with the storage.
+            object_store=ObjectStoreOptions.from_configuration(config),
         )
         coordinator_config = CheckpointCoordinatorConfiguration(
             interval_ms=config.get(CheckpointingOptions.INTERVAL),
