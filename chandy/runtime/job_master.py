@@ -225,7 +225,7 @@ class JobMaster:
         # queued before (and answered by the loop or its last drain) or answered at once.
         self._loop_lock = threading.Lock()
         self._loop_ended = False
-        self._io_pending: dict[Future[object], Callable[[], object]] = {}
+        self._io_pending: dict[Future[Any], Callable[[], object]] = {}
         #: How long the job's end waits for background I/O before leaving it behind.
         self.io_shutdown_timeout_s = IO_SHUTDOWN_TIMEOUT_S
         self.timer = _MainThreadTimer(self.clock, lambda: self._inbox.put(_Wake()))
@@ -314,6 +314,7 @@ class JobMaster:
             rng=random.Random(),
             io_executor=self._run_io,
             main_thread=self._main_thread,
+            metadata_writer=self._write_metadata,
         )
         self.execution_graph.register_job_status_listener(self.coordinator.job_status_listener)
         self._async_executor = ThreadPoolExecutor(max_workers=2, thread_name_prefix="chandy-checkpoint-async")
@@ -325,21 +326,46 @@ class JobMaster:
         A failure is logged with what failed (its files may be left behind) and goes
         no further: a deletion never fails the job, let alone kills the JobMaster.
         """
-        pool = self._async_executor
-        if pool is not None:
-            try:
-                future = pool.submit(action)
-            except RuntimeError:
-                pass  # shut down: the job is over, run it here
-            else:
-                with self._loop_lock:
-                    self._io_pending[future] = action
-                future.add_done_callback(self._io_done)
-                return
+        if self._submit_io(action, self._io_done) is not None:
+            return
         try:
             action()
         except Exception:  # logged: a deletion never fails the job
             log.exception("Job %s: I/O action %s failed.", self.job_id, _describe(action))
+
+    def _write_metadata(self, write: Callable[[], str | None]) -> Future[str | None]:
+        """Run a checkpoint's ``_metadata`` write on the I/O pool (Flink's I/O executor):
+        an object store that hangs must hold neither the checkpoint timeout, which fires on
+        the JobMaster thread, nor the REST and client requests answered there."""
+        future: Future[str | None] | None = self._submit_io(write, self._forget_io)
+        if future is not None:
+            return future
+        done: Future[str | None] = Future()
+        try:
+            done.set_result(write())
+        except Exception as exc:  # noqa: BLE001 - the coordinator fails the checkpoint with it
+            done.set_exception(exc)
+        return done
+
+    def _submit_io(self, action: Callable[[], _T], done: Callable[[Future[Any]], None]) -> Future[_T] | None:
+        """``action`` on the I/O pool, tracked until ``done`` (the job's end waits for it a
+        bounded time); ``None`` once the pool is shut down (the job is over: run it here)."""
+        pool = self._async_executor
+        if pool is None:
+            return None
+        try:
+            future = pool.submit(action)
+        except RuntimeError:
+            return None
+        with self._loop_lock:
+            self._io_pending[future] = action
+        future.add_done_callback(done)
+        return future
+
+    def _forget_io(self, future: Future[Any]) -> None:
+        """A ``_metadata`` write ended: the coordinator reports its failure, if any."""
+        with self._loop_lock:
+            self._io_pending.pop(future, None)
 
     def _io_done(self, future: Future[object]) -> None:
         with self._loop_lock:
