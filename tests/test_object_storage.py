@@ -9,13 +9,23 @@ job (the slots were started before the test set anything).
 
 from __future__ import annotations
 
+import io
+import json
 import time
 from typing import Any
 
+import pyarrow as pa
+import pyarrow.parquet as pq
 import pytest
+from deltalake import DeltaTable
 
 from chandy import StreamExecutionEnvironment
+from chandy.connectors.delta_sink import DeltaSink
+from chandy.connectors.file_sink import FileSink, JsonLinesEncoder, ParquetBulkWriters
+from chandy.core.connector import SinkWriterContext
 from chandy.errors import JobCancelledError
+from chandy.storage.filesystem import ObjectStoreOptions
+from chandy.storage.multipart import S3Uploads
 from tests.jobs import FailOnceMap, HoldingSequence, KeyedCounter
 from tests.probes import Probe
 from tests.s3_server import S3Server
@@ -119,3 +129,98 @@ def test_a_savepoint_in_s3_restores_at_another_parallelism(executor: str, s3_ser
     assert sorted(out.execute_and_collect("restored from s3", limit=10**6)) == [
         (k, n // keys) for k in range(keys)
     ]
+
+
+# ---------------------------------------------------------------------- sinks into S3
+
+SINKS = ("rows", "parquet", "delta")
+NUMBERS = pa.schema([("n", pa.int64())])
+
+
+def sink_into(kind: str, uri: str) -> Any:
+    if kind == "rows":
+        return FileSink.for_row_format(uri, JsonLinesEncoder()).build()
+    if kind == "parquet":
+        return FileSink.for_bulk_format(uri, ParquetBulkWriters.for_records(NUMBERS)).build()
+    return DeltaSink(uri, NUMBERS)
+
+
+def committed_numbers(s3_server: S3Server, kind: str, uri: str) -> list[int]:
+    """What a reader of ``uri`` sees: committed parts (no hidden names), or the Delta table."""
+    if kind == "delta":
+        options = ObjectStoreOptions.from_configuration(s3_server.flink_config())
+        table = DeltaTable(uri, storage_options=options.rust_object_store_options()).to_pyarrow_table()
+        return [int(n) for n in table.column("n").to_pylist()]
+    fs = s3_server.fs()
+    numbers: list[int] = []
+    for key in fs.find(uri.removeprefix("s3://")):
+        if key.rsplit("/", 1)[-1].startswith((".", "_")):
+            continue
+        data = fs.cat_file(key)
+        if kind == "rows":
+            numbers += [json.loads(line)["n"] for line in data.decode().splitlines()]
+        else:
+            numbers += pq.read_table(io.BytesIO(data)).column("n").to_pylist()
+    return numbers
+
+
+def uploads_left(s3_server: S3Server, uri: str) -> list[str]:
+    """Multipart uploads under ``uri`` neither completed nor aborted."""
+    return [
+        key
+        for key, _ in S3Uploads(ObjectStoreOptions.from_configuration(s3_server.flink_config())).in_progress(
+            uri
+        )
+    ]
+
+
+@pytest.mark.parametrize("kind", SINKS)
+def test_sinks_into_s3_are_exactly_once_through_a_failure(
+    kind: str, executor: str, s3_server: S3Server
+) -> None:
+    """Rows, Parquet and Delta into s3://, a failure after some checkpoints: every number is
+    committed once, and no upload of the failed attempt is left in the bucket."""
+    n = 8_000
+    probe = Probe()
+    prefix = s3_server.unique_prefix(kind)
+    env = s3_env(s3_server, prefix, executor)
+    (
+        env.from_source(HoldingSequence(0, n - 1, hold_after=500, more_per_checkpoint=500), source_name="n")
+        .map(FailOnceMap("failing", probe, n // 2, seed=5))
+        .map(lambda x: {"n": x})
+        .sink_to(sink_into(kind, f"{prefix}/out"))
+    )
+    env.execute(f"{kind} into s3")
+    assert probe.get("failures") >= 1
+    numbers = committed_numbers(s3_server, kind, f"{prefix}/out")
+    assert sorted(numbers) == list(range(n))  # none lost, none twice
+    assert uploads_left(s3_server, f"{prefix}/out") == []
+
+
+def test_a_part_uploaded_but_not_committed_is_invisible_and_a_restore_commits_it(s3_server: S3Server) -> None:
+    """The failure between upload and commit: at the checkpoint the part is uploaded and not
+    completed (nothing under its name); the task dies before the checkpoint's notice. The
+    restored attempt commits what the checkpoint holds (twice is once) and aborts the upload
+    the checkpoint does not hold."""
+    uri = f"{s3_server.unique_prefix('commit')}/out"
+    sink = FileSink.for_row_format(uri, JsonLinesEncoder()).build()
+    sink.configure(s3_server.flink_config())
+    first = sink.create_writer(SinkWriterContext(0, 1, 0, "job", "job"))
+    first.write_batch([{"n": 1}, {"n": 2}])
+    checkpointed = first.prepare_commit(1)  # in checkpoint 1
+    first.write_batch([{"n": 3}])
+    lost = first.prepare_commit(2)  # checkpoint 2 never completes
+    fs = s3_server.fs()
+    assert fs.find(uri.removeprefix("s3://")) == []  # nothing visible, not even a hidden name
+    assert len(uploads_left(s3_server, uri)) == 2
+    # the task dies here, its writer never closed; the job restores checkpoint 1
+    committer = sink.create_committer()
+    committer.commit(checkpointed)
+    committer.commit(checkpointed)  # a replayed commit changes nothing
+    restored = sink.create_writer(
+        SinkWriterContext(0, 1, 1, "job", "job", is_restored=True, restored_committables=tuple(checkpointed))
+    )
+    restored.close()
+    assert committed_numbers(s3_server, "rows", uri) == [1, 2]
+    assert uploads_left(s3_server, uri) == []  # checkpoint 2's upload was aborted
+    assert lost and lost[0].final_path not in fs.find(uri.removeprefix("s3://"))

@@ -120,6 +120,26 @@ class ObjectStoreOptions:
             kwargs["config_kwargs"] = {"s3": {"addressing_style": "path"}}
         return kwargs
 
+    def rust_object_store_options(self) -> dict[str, str]:
+        """The same settings for delta-rs (Rust's ``object_store`` crate), whose S3 client is
+        its own: a plain-HTTP endpoint must be allowed explicitly there."""
+        options: dict[str, str] = {}
+        if self.s3_endpoint_url:
+            options["AWS_ENDPOINT_URL"] = self.s3_endpoint_url
+            if self.s3_endpoint_url.startswith("http://"):
+                options["AWS_ALLOW_HTTP"] = "true"
+        for name, value in (
+            ("AWS_ACCESS_KEY_ID", self.s3_access_key),
+            ("AWS_SECRET_ACCESS_KEY", self.s3_secret_key),
+            ("AWS_SESSION_TOKEN", self.s3_session_token),
+            ("AWS_REGION", self.s3_region),
+        ):
+            if value:
+                options[name] = value
+        if self.s3_path_style_access:
+            options["AWS_FORCE_PATH_STYLE"] = "true"
+        return options
+
 
 #: The options of a caller that has no job configuration (tests, a tool reading a local
 #: checkpoint): botocore's own chain, the ``AWS_*`` variables of this process included.
