@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import io
 import json
+import logging
 import time
 from typing import Any
 
@@ -23,12 +24,12 @@ from chandy import StreamExecutionEnvironment
 from chandy.connectors.delta_sink import DeltaSink
 from chandy.connectors.file_sink import FileSink, JsonLinesEncoder, ParquetBulkWriters
 from chandy.core.connector import SinkWriterContext
-from chandy.errors import JobCancelledError
+from chandy.errors import InvalidProgramError, JobCancelledError, StorageError
 from chandy.storage.filesystem import ObjectStoreOptions
 from chandy.storage.multipart import S3Uploads
 from tests.jobs import FailOnceMap, HoldingSequence, KeyedCounter
 from tests.probes import Probe
-from tests.s3_server import S3Server
+from tests.s3_server import ACCESS_KEY, SECRET_KEY, S3Server
 
 
 def s3_env(
@@ -224,3 +225,142 @@ def test_a_part_uploaded_but_not_committed_is_invisible_and_a_restore_commits_it
     assert committed_numbers(s3_server, "rows", uri) == [1, 2]
     assert uploads_left(s3_server, uri) == []  # checkpoint 2's upload was aborted
     assert lost and lost[0].final_path not in fs.find(uri.removeprefix("s3://"))
+
+
+# ---------------------------------------------------------------------- outages, credentials
+
+
+@pytest.mark.slow  # about 5 s: the outage lasts until a checkpoint has expired (2 s timeout)
+def test_an_outage_fails_checkpoints_on_time_and_the_job_resumes_exactly(
+    executor: str, s3_server: S3Server
+) -> None:
+    """The server freezes (every request hangs) while the job checkpoints into it and commits
+    its files there: checkpoints expire at their 2 s timeout, within tolerance; the JobMaster
+    answers the whole time; once the server is back the job goes on and ends exactly once.
+    The outage lasts until a checkpoint has expired (an event, not a guess at time)."""
+    n, timeout_ms = 6_000, 2_000
+    prefix = s3_server.unique_prefix("outage")
+    env = s3_env(
+        s3_server,
+        prefix,
+        executor,
+        interval_ms=200,
+        **{
+            "execution.checkpointing.timeout": timeout_ms,
+            "execution.checkpointing.tolerable-failed-checkpoints": 1000,
+        },
+    )
+    (
+        env.from_source(HoldingSequence(0, n - 1, hold_after=300, more_per_checkpoint=300), source_name="n")
+        .map(lambda x: {"n": x})
+        .sink_to(sink_into("rows", f"{prefix}/out"))
+    )
+    client = env.execute_async("outage")
+    wait_for_checkpoints(client, 2)
+    latencies = []
+    with s3_server.outage():
+        deadline = time.monotonic() + 120
+        while True:
+            asked = time.monotonic()
+            stats = client.get_checkpoint_statistics(timeout=60)
+            latencies.append(time.monotonic() - asked)
+            if stats["counts"]["failed"] >= 1 or time.monotonic() > deadline:
+                break
+            time.sleep(0.02)
+    client.get_job_execution_result(300)
+
+    assert stats["counts"]["failed"] >= 1, "no checkpoint expired while the storage hung"
+    assert max(latencies) < timeout_ms / 1000, f"the JobMaster stalled: {max(latencies):.1f} s"
+    failed = [c for c in client.get_checkpoint_statistics()["history"] if c["status"] == "FAILED"]
+    assert failed and all("EXPIRED" in c["failure_message"] for c in failed), failed
+    assert all(c["end_to_end_duration"] < timeout_ms + 2_000 for c in failed), failed  # on time
+    assert client.restarts == 0  # within tolerance: no failover
+    assert sorted(committed_numbers(s3_server, "rows", f"{prefix}/out")) == list(range(n))
+    assert uploads_left(s3_server, f"{prefix}/out") == []
+
+
+def test_wrong_credentials_are_one_clear_error_at_submission(
+    s3_server: S3Server, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A wrong secret: the job fails before any task runs, with one error that names the
+    storage and the cause; no restart. For checkpoint storage and for a sink alike."""
+    prefix = s3_server.unique_prefix("creds")
+    env = s3_env(s3_server, prefix, "local", **{"s3.secret-key": "not the secret"})
+    env.from_sequence(0, 10).print()
+    with pytest.raises(StorageError) as raised:
+        env.execute("wrong secret")
+    message = str(raised.value)
+    assert f"checkpoint storage '{prefix}/ck'" in message and s3_server.endpoint in message
+    assert "signature" in message and "s3.secret-key" in message
+    assert not [r for r in caplog.records if "Restarting job" in r.getMessage()]
+    others = [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING]
+    assert others == [], others  # the one error, not a trail of others from the same cause
+
+    sink_env = StreamExecutionEnvironment.get_execution_environment(executor="local")
+    sink_env.configure(s3_server.flink_config(**{"s3.access-key": "nobody"}))
+    sink_env.from_sequence(0, 10).map(lambda x: {"n": x}).sink_to(sink_into("rows", f"{prefix}/out"))
+    with pytest.raises(InvalidProgramError) as refused:
+        sink_env.execute("wrong key")
+    assert f"FileSink cannot write to '{prefix}/out'" in str(refused.value)
+    assert s3_server.endpoint in str(refused.value)
+
+
+def test_the_aws_environment_variables_work_and_flinks_keys_win(
+    executor: str, s3_server: S3Server, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """No s3.* key at all: AWS_ENDPOINT_URL and the key pair of the submitting process reach
+    every task (a Spark slot started before they were set too). Then wrong variables with
+    Flink's keys set: the keys win."""
+    monkeypatch.setenv("AWS_ENDPOINT_URL", s3_server.endpoint)
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", ACCESS_KEY)
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", SECRET_KEY)
+    prefix = s3_server.unique_prefix("env")
+    env = StreamExecutionEnvironment.get_execution_environment(executor=executor)
+    env.set_parallelism(2)
+    env.enable_checkpointing(100)
+    env.configure(
+        {"execution.checkpointing.dir": f"{prefix}/ck", "execution.checkpointing.data-inline-threshold": 0}
+    )
+    n = 2_000
+    (
+        env.from_source(HoldingSequence(0, n - 1, hold_after=250, more_per_checkpoint=250), source_name="n")
+        .map(lambda x: {"n": x})
+        .sink_to(sink_into("rows", f"{prefix}/out"))
+    )
+    env.execute("aws variables")
+    assert sorted(committed_numbers(s3_server, "rows", f"{prefix}/out")) == list(range(n))
+
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "wrong")
+    monkeypatch.setenv("AWS_ENDPOINT_URL", "http://127.0.0.1:9")  # nothing listens there
+    options = ObjectStoreOptions.from_configuration(s3_server.flink_config())
+    assert options.s3_endpoint_url == s3_server.endpoint and options.s3_access_key == ACCESS_KEY
+    assert SECRET_KEY not in repr(options)
+
+
+def test_flinks_keys_map_to_s3fs_and_delta_rs_options() -> None:
+    """Flink's spellings (the older s3.access.key too), a bare endpoint as https, path style."""
+    options = ObjectStoreOptions.from_configuration(
+        {
+            "s3.endpoint": "minio:9000",
+            "s3.access.key": "ak",
+            "s3.secret.key": "sk",
+            "s3.path.style.access": "true",
+        },
+        environ={"AWS_ACCESS_KEY_ID": "env-ak", "AWS_SESSION_TOKEN": "env-token", "AWS_REGION": "eu-west-1"},
+    )
+    assert options.fsspec_kwargs("s3") == {
+        "use_listings_cache": False,
+        "endpoint_url": "https://minio:9000",
+        "key": "ak",
+        "secret": "sk",
+        "client_kwargs": {"region_name": "eu-west-1"},
+        "config_kwargs": {"s3": {"addressing_style": "path"}},
+    }  # the variables' session token belongs to their key pair, not to the configured one
+    assert options.rust_object_store_options() == {
+        "AWS_ENDPOINT_URL": "https://minio:9000",
+        "AWS_ACCESS_KEY_ID": "ak",
+        "AWS_SECRET_ACCESS_KEY": "sk",
+        "AWS_REGION": "eu-west-1",
+        "AWS_FORCE_PATH_STYLE": "true",
+    }
+    assert "sk" not in repr(options) and options.fsspec_kwargs("gs") == {}

@@ -1182,14 +1182,21 @@ class CheckpointCoordinator:
             external_pointer or "in memory",
         )
 
-    def shutdown(self, job_status: JobStatus) -> None:
-        """The job ended: stop, abort what is pending, discard per retention policy."""
+    def shutdown(self, job_status: JobStatus, *, tidy: bool = True) -> None:
+        """The job ended: stop, abort what is pending, discard per retention policy.
+
+        ``tidy=False``: the storage was refused at submission (unreachable, wrong
+        credentials), nothing was written there, and going through it again would only add
+        more errors of the same cause to the one the job failed with."""
         self._main_thread.assert_main_thread()
         if self.shutdown_called:
             return
         self.stop_checkpoint_scheduler()
         self.abort_pending_checkpoints(CheckpointFailureReason.CHECKPOINT_COORDINATOR_SHUTDOWN)
         self.shutdown_called = True
+        if not tidy:
+            self.completed_store.shutdown(job_status)
+            return
         kept = self.completed_store.get_all_checkpoints()  # a copy: shutdown clears the store
         self.completed_store.shutdown(job_status)
         self._release_shared_state(

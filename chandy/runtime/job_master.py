@@ -67,6 +67,7 @@ from chandy.errors import (
     ConfigurationError,
     JobCancelledError,
     JobExecutionError,
+    StorageError,
     find_unrecoverable,
 )
 from chandy.graph.execution_graph import ExecutionGraph, ExecutionVertex
@@ -244,6 +245,8 @@ class JobMaster:
         #: checkpoints a client asks for); periodic checkpoints need the interval.
         self._create_checkpoint_coordinator()
         self._stop: _StopWithSavepoint | None = None
+        #: The checkpoint storage was refused at submission: the job's end leaves it alone.
+        self._storage_refused = False
         self.services = TaskServices(
             results=results,
             checkpoint_responder=self,
@@ -715,6 +718,7 @@ class JobMaster:
                 self._prepare_restore_and_storage()
             except Exception as exc:
                 # Refused before any task ran: a restart would only repeat it.
+                self._storage_refused = isinstance(exc, StorageError)
                 eg.transition_state(JobStatus.CREATED, JobStatus.FAILED, exc)
                 raise
             log.info(
@@ -761,7 +765,7 @@ class JobMaster:
                 )
         if self.coordinator is not None:
             try:
-                self.coordinator.shutdown(final_status)
+                self.coordinator.shutdown(final_status, tidy=not self._storage_refused)
             except Exception:  # logged: the job's own outcome matters more
                 log.exception("Job %s: shutting down the checkpoint coordinator failed.", self.job_id)
         self._end_loop()

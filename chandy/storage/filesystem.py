@@ -423,7 +423,7 @@ class FsspecFileSystem(FileSystem):
         except PermissionError as exc:
             raise PermissionError(
                 errno.EACCES,
-                f"{self.options.describe(self.protocol)} denied {what} {path}: {exc}. Check the "
+                f"{self.options.describe(self.protocol)} denied {what} {path}: {_sentence(exc)} Check the "
                 "credentials (s3.access-key / s3.secret-key, or AWS_ACCESS_KEY_ID / "
                 "AWS_SECRET_ACCESS_KEY) and the bucket's policy",
             ) from exc
@@ -432,7 +432,8 @@ class FsspecFileSystem(FileSystem):
         except Exception as exc:  # botocore's, aiohttp's: one kind for callers
             raise ObjectStoreError(
                 errno.EIO,
-                f"{self.options.describe(self.protocol)}: {what} {path} failed: {type(exc).__name__}: {exc}",
+                f"{self.options.describe(self.protocol)}: {what} {path} failed: {type(exc).__name__}: "
+                f"{_sentence(exc)}",
             ) from exc
 
     def join(self, base: str, *parts: str) -> str:
@@ -514,6 +515,12 @@ class FsspecFileSystem(FileSystem):
             self.call("deleting", path, delete)
         except FileNotFoundError:
             pass
+
+
+def _sentence(exc: BaseException) -> str:
+    """An exception's text as one sentence (a trailing period once, not twice)."""
+    text = str(exc).strip() or type(exc).__name__
+    return text if text.endswith((".", "!", "?")) else text + "."
 
 
 def resolve(
