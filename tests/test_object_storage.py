@@ -21,12 +21,14 @@ import pytest
 from deltalake import DeltaTable
 
 from chandy import StreamExecutionEnvironment
+from chandy.config import Configuration
 from chandy.connectors.delta_sink import DeltaSink
 from chandy.connectors.file_sink import FileSink, JsonLinesEncoder, ParquetBulkWriters
 from chandy.core.connector import SinkWriterContext
 from chandy.errors import InvalidProgramError, JobCancelledError, StorageError
-from chandy.storage.filesystem import ObjectStoreOptions
+from chandy.storage.filesystem import FsspecFileSystem, ObjectStoreOptions, resolve
 from chandy.storage.multipart import S3Uploads
+from chandy.storage.snapshot_key import snapshot_key
 from tests.jobs import FailOnceMap, HoldingSequence, KeyedCounter
 from tests.probes import Probe
 from tests.s3_server import ACCESS_KEY, SECRET_KEY, S3Server
@@ -364,3 +366,22 @@ def test_flinks_keys_map_to_s3fs_and_delta_rs_options() -> None:
         "AWS_FORCE_PATH_STYLE": "true",
     }
     assert "sk" not in repr(options) and options.fsspec_kwargs("gs") == {}
+
+
+def test_the_snapshot_key_kept_in_an_s3_checkpoint_directory(
+    s3_server: S3Server, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Without CHANDY_SNAPSHOT_KEY the key is generated into <checkpoint dir>/.chandy-snapshot-key
+    in the bucket, created exclusively (a conditional PUT): a second driver reads the same key."""
+    monkeypatch.delenv("CHANDY_SNAPSHOT_KEY")
+    prefix = s3_server.unique_prefix("key")
+    config = Configuration(s3_server.flink_config(**{"execution.checkpointing.dir": f"{prefix}/ck"}))
+    first = snapshot_key(config)
+    second = snapshot_key(config)
+    assert first is not None and second is not None and first.secret == second.secret
+    assert first.source == f"key file {prefix}/ck/.chandy-snapshot-key"
+    fs, path = resolve(
+        f"{prefix}/ck/.chandy-snapshot-key", options=ObjectStoreOptions.from_configuration(config)
+    )
+    assert isinstance(fs, FsspecFileSystem) and not fs.create_exclusive(path, b"another key")  # taken
+    assert fs.read(path).strip() == first.secret
