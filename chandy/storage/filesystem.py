@@ -384,9 +384,9 @@ class FsspecFileSystem(FileSystem):
     """Any filesystem fsspec knows, by URI scheme; S3 through ``s3fs`` with the job's
     :class:`ObjectStoreOptions`.
 
-    Every call's failure is an :class:`OSError`: :class:`FileNotFoundError` for a missing
-    object, :class:`PermissionError` (naming the storage and the keys to check) for denied
-    access, else :class:`ObjectStoreError` naming the storage and the cause.
+    On S3 every call's failure is an :class:`OSError`: :class:`FileNotFoundError` for a
+    missing object, :class:`PermissionError` (naming the storage and the keys to check) for
+    denied access, else :class:`ObjectStoreError` naming the storage and the cause.
     """
 
     def __init__(self, protocol: str, options: ObjectStoreOptions = DEFAULT_OBJECT_STORE) -> None:
@@ -416,6 +416,8 @@ class FsspecFileSystem(FileSystem):
     def call(self, what: str, path: str, action: Callable[[], _T]) -> _T:
         """Run ``action`` (a request about ``path``), its failure an :class:`OSError` that names
         the storage and the cause (botocore and aiohttp raise their own exception types)."""
+        if not self.is_object_store:  # other fsspec filesystems raise as they always did
+            return action()
         try:
             return action()
         except FileNotFoundError:
