@@ -1492,3 +1492,24 @@ def test_a_failed_metadata_write_fails_the_checkpoint_not_the_job(tmp_path: Path
     h.timer.run_due()
     assert failure_reason(future) is R.FINALIZE_CHECKPOINT_FAILURE
     assert none_exist([state]) and h.job_failures == []
+
+
+def test_a_metadata_write_that_landed_completes_its_checkpoint_at_the_jobs_end(tmp_path: Path) -> None:
+    """_metadata is on disk (a client saw it and cancelled the job) but its continuation has
+    not run yet: the job's end completes the checkpoint instead of aborting it."""
+    writer = HeldMetadataWriter()
+    h = make_coordinator(
+        make_plan([A1], [A1]),
+        tmp_path=tmp_path,
+        metadata_writer=writer,
+        retention=ExternalizedCheckpointRetention.RETAIN_ON_CANCELLATION,
+    )
+    future = h.coordinator.trigger_checkpoint()
+    assert ack(h, A1, 1, file_state(h.storage, 1, A1))
+    writer.finish()  # landed; the continuation waits in the timer queue
+    h.coordinator.finish_finalizing(1.0)
+    h.coordinator.shutdown(JobStatus.CANCELED)
+    assert succeeded(future).checkpoint_id == 1
+    assert (tmp_path / JOB_ID / "chk-1" / METADATA_FILE_NAME).exists()  # retained
+    h.timer.run_due()  # the continuation, late: nothing more happens
+    assert (tmp_path / JOB_ID / "chk-1" / METADATA_FILE_NAME).exists()

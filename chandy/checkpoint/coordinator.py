@@ -53,6 +53,7 @@ import logging
 import random
 from collections import deque
 from collections.abc import Callable, Sequence
+from concurrent import futures
 from concurrent.futures import Future
 from dataclasses import dataclass
 
@@ -235,6 +236,8 @@ class CheckpointCoordinator:
         #: I/O pool); ``None``: here, inline (tests on manual time). Off the thread, a storage
         #: that hangs holds neither the timeout canceller nor the JobMaster's other work.
         self._metadata_writer = metadata_writer
+        #: Checkpoints whose ``_metadata`` write is in flight, until its continuation ran.
+        self._finalizing: dict[int, tuple[PendingCheckpoint, Future[str | None]]] = {}
         self.master_hooks = {h.get_identifier(): h for h in master_hooks}
         if len(self.master_hooks) != len(master_hooks):
             raise ValueError("master hook identifiers must be unique")
@@ -817,6 +820,7 @@ class CheckpointCoordinator:
         assert data is not None and self._metadata_writer is not None
         pending.finalizing = True
         write = self._metadata_writer(lambda: pending.write_metadata(data))
+        self._finalizing[pending.checkpoint_id] = (pending, write)
 
         def written(future: Future[str | None]) -> None:  # any thread: hop to ours
             self.timer.schedule(0, lambda: self._metadata_written(pending, future))
@@ -826,6 +830,8 @@ class CheckpointCoordinator:
     def _metadata_written(self, pending: PendingCheckpoint, write: Future[str | None]) -> None:
         """The metadata writer finished: complete the checkpoint, or fail it."""
         self._main_thread.assert_main_thread()  # a timer action
+        if self._finalizing.pop(pending.checkpoint_id, None) is None:
+            return  # handled already (finish_finalizing at the job's end)
         pending.finalizing = False
         error = write.exception()
         if pending.disposed:
@@ -845,6 +851,22 @@ class CheckpointCoordinator:
             self._fail_finalizing(pending, error)
             return
         self._finish_completion(pending, write.result())
+
+    def finish_finalizing(self, timeout_s: float) -> None:
+        """At the job's end, before :meth:`shutdown`: wait up to ``timeout_s`` for the
+        ``_metadata`` writes in flight and complete their checkpoints here.
+
+        Whoever sees a checkpoint's ``_metadata`` may take it as retained (and cancel the job):
+        so a write that lands is not aborted by the end of the job a moment later, as it
+        would be if the shutdown came before the write's continuation. A write still running
+        after ``timeout_s`` (a hanging store) is aborted with the rest."""
+        self._main_thread.assert_main_thread()
+        if not self._finalizing:
+            return
+        writes = {write: pending for pending, write in self._finalizing.values()}
+        done, _ = futures.wait(writes, timeout=timeout_s)
+        for write in sorted(done, key=lambda w: writes[w].checkpoint_id):
+            self._metadata_written(writes[write], write)
 
     def _fail_finalizing(self, pending: PendingCheckpoint, exc: Exception) -> None:
         # The abort deletes what it uploaded (shared files included): forget it only.
@@ -1101,12 +1123,16 @@ class CheckpointCoordinator:
         self.failure_manager.handle_checkpoint_exception(exception, checkpoint_id)
 
     def abort_pending_checkpoints(self, reason: CheckpointFailureReason) -> None:
-        """Abort every pending checkpoint (the job fails over, or stops).
+        """Abort every pending checkpoint (the job fails over, or stops); one whose
+        ``_metadata`` write already returned completes instead (its continuation had only
+        not run yet).
 
         Queued requests go first: aborting a pending checkpoint frees a slot, and a
         queued request must not use it to trigger tasks that are about to be cancelled.
         """
         self._main_thread.assert_main_thread()
+        # A _metadata that already landed completes its checkpoint (nothing waits here).
+        self.finish_finalizing(0)
         self._cancel_queue_wakeup()
         queued, self._queue = list(self._queue), deque()
         for request in queued:

@@ -765,6 +765,9 @@ class JobMaster:
                 )
         if self.coordinator is not None:
             try:
+                # A _metadata already written completes its checkpoint rather than being
+                # aborted by the end of the job (a client may have seen it, and cancelled).
+                self.coordinator.finish_finalizing(self.io_shutdown_timeout_s)
                 self.coordinator.shutdown(final_status, tidy=not self._storage_refused)
             except Exception:  # logged: the job's own outcome matters more
                 log.exception("Job %s: shutting down the checkpoint coordinator failed.", self.job_id)
