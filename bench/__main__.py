@@ -129,6 +129,9 @@ def main(argv: list[str]) -> int:
         default=None,
         help="where the Markdown report goes (default bench/RESULTS.md for a full run; none for --quick)",
     )
+    from bench import storage as storage_bench
+
+    storage_bench.add_parser(sub)
     rerender = sub.add_parser(
         "report",
         help="recompute the summary, ratios, targets and "
@@ -150,6 +153,8 @@ def main(argv: list[str]) -> int:
         return _run_suite(args, argv)
     if args.workload == "report":
         return _rerender(args.results, args.markdown)
+    if args.workload == "storage":
+        return storage_bench.main(args)
 
     from bench.w1 import as_row, run_w1
 

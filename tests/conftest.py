@@ -21,7 +21,7 @@ from chandy.api.environment import CONFIG_ENV_VAR
 from tests.probes import PROBE_ROOT_ENV_VAR
 from tests.state_backends import CLEANUP_TIMEOUT_S, CONFIGURATIONS
 
-pytest_plugins = ["tests.kafka_broker"]
+pytest_plugins = ["tests.kafka_broker", "tests.s3_server"]
 
 #: Spark slots the shared session offers (local[4]): the most any test's parallelism needs.
 SPARK_SLOTS = 4

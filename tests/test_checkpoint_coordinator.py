@@ -222,6 +222,7 @@ def make_coordinator(
     exactly_once: bool = True,
     unaligned: bool = False,
     aligned_checkpoint_timeout_ms: int = 0,
+    metadata_writer: Callable[[Callable[[], str | None]], Future[str | None]] | None = None,
 ) -> Harness:
     """A coordinator on manual time; filesystem storage under ``tmp_path`` if given.
 
@@ -262,6 +263,7 @@ def make_coordinator(
         master_hooks=master_hooks,
         rng=rng or FullIntervalDelay(),
         main_thread=main_thread,
+        metadata_writer=metadata_writer,
     )
     return Harness(coordinator, gateway, clock, timer, storage, store, failures)
 
@@ -1418,3 +1420,96 @@ def test_a_savepoint_keeps_its_type_in_the_statistics() -> None:
     assert ack_with(h, A1, 1, CheckpointMetrics())
     (entry,) = h.coordinator.stats.to_json()["history"]
     assert entry["checkpoint_type"] == "SAVEPOINT" and entry["is_unaligned"] is False
+
+
+# ---------------------------------------------------------------------- _metadata off the thread
+
+
+class HeldMetadataWriter:
+    """The JobMaster's I/O pool as a test drives it: each ``_metadata`` write waits until the
+    test runs it (:meth:`finish`), as a write to a hanging object store waits."""
+
+    def __init__(self) -> None:
+        self.held: list[tuple[Callable[[], str | None], Future[str | None]]] = []
+
+    def __call__(self, write: Callable[[], str | None]) -> Future[str | None]:
+        future: Future[str | None] = Future()
+        self.held.append((write, future))
+        return future
+
+    def finish(self) -> None:
+        write, future = self.held.pop(0)
+        try:
+            future.set_result(write())
+        except Exception as exc:  # noqa: BLE001 - handed to the coordinator
+            future.set_exception(exc)
+
+
+def test_a_metadata_write_that_hangs_is_aborted_at_the_timeout(tmp_path: Path) -> None:
+    """Storage hangs while _metadata is written: the checkpoint still expires on time (the
+    write is off the coordinator's thread), and a write that lands after the abort is deleted."""
+    writer = HeldMetadataWriter()
+    h = make_coordinator(make_plan([A1], [A1]), tmp_path=tmp_path, metadata_writer=writer)
+    future = h.coordinator.trigger_checkpoint()
+    state = file_state(h.storage, 1, A1)
+    assert ack(h, A1, 1, state)
+    assert len(writer.held) == 1 and not future.done()  # being written: still pending
+    assert h.coordinator.number_of_pending_checkpoints == 1
+
+    h.timer.advance(TIMEOUT_MS)  # the canceller fires while the write hangs
+
+    assert failure_reason(future) is R.CHECKPOINT_EXPIRED
+    assert h.coordinator.number_of_pending_checkpoints == 0 and none_exist([state])
+    writer.finish()  # the storage comes back: _metadata lands in the deleted chk-1
+    assert (tmp_path / JOB_ID / "chk-1" / "_metadata").exists()
+    h.timer.run_due()
+    assert not (tmp_path / JOB_ID / "chk-1").exists()  # deleted again: no checkpoint there
+    assert h.store.number_of_retained_checkpoints == 0 and h.gateway.completed == []
+
+
+def test_a_checkpoint_completes_once_its_metadata_write_returns(tmp_path: Path) -> None:
+    writer = HeldMetadataWriter()
+    h = make_coordinator(make_plan([A1], [A1]), tmp_path=tmp_path, metadata_writer=writer)
+    future = h.coordinator.trigger_checkpoint()
+    assert ack(h, A1, 1, file_state(h.storage, 1, A1))
+    assert h.gateway.completed == []  # nothing commits before _metadata is durable
+    writer.finish()
+    assert not future.done()  # the continuation runs on the coordinator's thread
+    h.timer.run_due()
+    completed = succeeded(future)
+    assert completed.external_pointer == str(tmp_path / JOB_ID / "chk-1")
+    assert h.gateway.completed_ids(A1) == [1]
+
+
+def test_a_failed_metadata_write_fails_the_checkpoint_not_the_job(tmp_path: Path) -> None:
+    writer = HeldMetadataWriter()
+    h = make_coordinator(make_plan([A1], [A1]), tmp_path=tmp_path, metadata_writer=writer)
+    future = h.coordinator.trigger_checkpoint()
+    state = file_state(h.storage, 1, A1)
+    assert ack(h, A1, 1, state)
+    _, held = writer.held.pop(0)
+    held.set_exception(OSError("S3 at http://127.0.0.1:1: writing _metadata failed"))
+    h.timer.run_due()
+    assert failure_reason(future) is R.FINALIZE_CHECKPOINT_FAILURE
+    assert none_exist([state]) and h.job_failures == []
+
+
+def test_a_metadata_write_that_landed_completes_its_checkpoint_at_the_jobs_end(tmp_path: Path) -> None:
+    """_metadata is on disk (a client saw it and cancelled the job) but its continuation has
+    not run yet: the job's end completes the checkpoint instead of aborting it."""
+    writer = HeldMetadataWriter()
+    h = make_coordinator(
+        make_plan([A1], [A1]),
+        tmp_path=tmp_path,
+        metadata_writer=writer,
+        retention=ExternalizedCheckpointRetention.RETAIN_ON_CANCELLATION,
+    )
+    future = h.coordinator.trigger_checkpoint()
+    assert ack(h, A1, 1, file_state(h.storage, 1, A1))
+    writer.finish()  # landed; the continuation waits in the timer queue
+    h.coordinator.finish_finalizing(1.0)
+    h.coordinator.shutdown(JobStatus.CANCELED)
+    assert succeeded(future).checkpoint_id == 1
+    assert (tmp_path / JOB_ID / "chk-1" / METADATA_FILE_NAME).exists()  # retained
+    h.timer.run_due()  # the continuation, late: nothing more happens
+    assert (tmp_path / JOB_ID / "chk-1" / METADATA_FILE_NAME).exists()

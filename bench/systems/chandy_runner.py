@@ -113,7 +113,9 @@ def environment(args: argparse.Namespace, work_dir: Path) -> StreamExecutionEnvi
         )
     if args.checkpoint_interval_ms > 0:
         env.enable_checkpointing(args.checkpoint_interval_ms)
-        env.get_checkpoint_config().set_checkpoint_storage(str(work_dir / "checkpoints"))
+        env.get_checkpoint_config().set_checkpoint_storage(
+            args.checkpoint_dir or str(work_dir / "checkpoints")
+        )
         if args.mode == "unaligned":
             env.configure(
                 {
@@ -126,6 +128,7 @@ def environment(args: argparse.Namespace, work_dir: Path) -> StreamExecutionEnvi
         "chandy.network.batch-size": args.batch_size,
     }
     env.configure({key: value for key, value in network.items() if value is not None})
+    env.configure(dict(setting.split("=", 1) for setting in args.conf))
     return env
 
 
@@ -1073,6 +1076,18 @@ def parse(argv: list[str]) -> argparse.Namespace:
     )
     parser.add_argument(
         "--batch-size", type=int, default=None, help="chandy.network.batch-size (records per batch)"
+    )
+    parser.add_argument(
+        "--checkpoint-dir",
+        default=None,
+        help="execution.checkpointing.dir: a path or URI, s3://bucket/ck (default <work-dir>/checkpoints)",
+    )
+    parser.add_argument(
+        "--conf",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="a configuration key of the job (again for more), e.g. s3.endpoint=http://127.0.0.1:8333",
     )
     return parser.parse_args(argv)
 

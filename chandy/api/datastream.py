@@ -195,6 +195,7 @@ class _Stream(_NodeHandle):
     def _sink_to(self, sink: Sink) -> DataStreamSink:
         """The sink node writing to ``sink`` (checked by the caller to take this stream's items)."""
         sink.validate()
+        self._env._sinks.append(sink)  # configured with the job's final configuration at execute()
         if isinstance(sink, TwoPhaseCommittingSink):
             self._env._two_phase_sinks.append(type(sink).__name__)
         node = self._add_operator(

@@ -27,7 +27,7 @@ from chandy.config.options import (
     StateRecoveryOptions,
     all_options,
 )
-from chandy.core.connector import Boundedness, Source
+from chandy.core.connector import Boundedness, Sink, Source
 from chandy.core.watermark_strategy import WatermarkStrategy
 from chandy.errors import ConfigurationError, InvalidProgramError
 from chandy.graph.job_graph import JobGraph, create_job_graph
@@ -120,6 +120,8 @@ class StreamExecutionEnvironment:
         # last execute: without checkpointing such a job never commits its output.
         self._unbounded_sources: list[str] = []
         self._two_phase_sinks: list[str] = []
+        #: Every sink of the graph being built: each is configured at submission.
+        self._sinks: list[Sink] = []
         # The REST server (Flink's API, dashboard, /metrics) over this environment's jobs,
         # created with the first job; chandy.web.service says how long it lives.
         self._web: WebService | None = None
@@ -352,6 +354,9 @@ class StreamExecutionEnvironment:
     def _build_job_graph(self, job_name: str | None, *, clear: bool = True) -> JobGraph:
         config = self._validated_config()
         name = job_name or config.get(PipelineOptions.NAME) or "chandy job"
+        job_parameters = config.to_dict()
+        for sink in self._sinks:  # in the job graph by reference: what they keep ships with it
+            sink.configure(job_parameters)
         if (
             self._unbounded_sources
             and self._two_phase_sinks
@@ -378,7 +383,7 @@ class StreamExecutionEnvironment:
         finally:
             if clear:
                 self._stream_graph = StreamGraph()
-                self._unbounded_sources, self._two_phase_sinks = [], []
+                self._unbounded_sources, self._two_phase_sinks, self._sinks = [], [], []
 
     def _create_executor(self, config: Configuration) -> Executor:
         target = config.get(ExecutionOptions.TARGET)

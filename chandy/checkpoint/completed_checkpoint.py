@@ -15,7 +15,7 @@ from chandy.messages.checkpoint import CheckpointType
 from chandy.messages.status import JobStatus
 from chandy.state.handles import FileStateHandle
 from chandy.storage.checkpoint_storage import CheckpointStorage, is_inside
-from chandy.storage.filesystem import resolve
+from chandy.storage.filesystem import DEFAULT_OBJECT_STORE, ObjectStoreOptions, resolve
 
 log = logging.getLogger(__name__)
 
@@ -37,6 +37,8 @@ class CompletedCheckpoint:
     discarded: bool = False
     #: Set once :meth:`discard` has deleted what it deletes (or failed to).
     discard_finished: threading.Event = field(default_factory=threading.Event, repr=False)
+    #: How an ``s3://`` checkpoint outside the job's storage (a claimed one) is reached.
+    object_store: ObjectStoreOptions = DEFAULT_OBJECT_STORE
 
     @property
     def state_size(self) -> int:
@@ -64,7 +66,8 @@ class CompletedCheckpoint:
                 assert self.storage is not None
                 self.storage.discard_checkpoint(self.checkpoint_id)
             elif self.external_pointer is not None:
-                discard_location(self.external_pointer, self.operator_states.values())
+                object_store = self.storage.object_store if self.storage is not None else self.object_store
+                discard_location(self.external_pointer, self.operator_states.values(), object_store)
         finally:
             self.discard_finished.set()
 
@@ -100,7 +103,11 @@ class CompletedCheckpoint:
         return f"CompletedCheckpoint({self.checkpoint_id}, {self.external_pointer})"
 
 
-def discard_location(directory: str, operator_states: Iterable[OperatorState]) -> None:
+def discard_location(
+    directory: str,
+    operator_states: Iterable[OperatorState],
+    object_store: ObjectStoreOptions = DEFAULT_OBJECT_STORE,
+) -> None:
     """Delete a checkpoint or savepoint outside the job's storage: every exclusive state file
     it references inside its directory, then the directory with ``_metadata``. Shared files
     are the ``SharedStateRegistry``'s to delete (see :meth:`CompletedCheckpoint.discard`).
@@ -113,13 +120,13 @@ def discard_location(directory: str, operator_states: Iterable[OperatorState]) -
     is left behind, and never fails the job.
     """
     try:
-        fs, path = resolve(directory)
+        fs, path = resolve(directory, options=object_store)
         for operator in operator_states:
             for subtask in operator.subtask_states.values():
                 for handle in subtask.stream_handles():
                     if not isinstance(handle, FileStateHandle):
                         continue
-                    handle_fs, handle_path = resolve(handle.path)
+                    handle_fs, handle_path = resolve(handle.path, options=object_store)
                     if not is_inside(handle_path, path):
                         log.warning(
                             "Leaving %s, which the claimed checkpoint at %s references: it is "
@@ -156,6 +163,8 @@ def restored_checkpoint(
     directory: str,
     props: CheckpointProperties,
     storage: CheckpointStorage | None = None,
+    *,
+    object_store: ObjectStoreOptions = DEFAULT_OBJECT_STORE,
 ) -> CompletedCheckpoint:
     """The completed checkpoint a job starts from, read from its ``_metadata``.
 
@@ -173,6 +182,7 @@ def restored_checkpoint(
         external_pointer=directory,
         storage=storage,
         master_states=list(metadata.master_states),
+        object_store=storage.object_store if storage is not None else object_store,
     )
 
 

@@ -53,6 +53,7 @@ import logging
 import random
 from collections import deque
 from collections.abc import Callable, Sequence
+from concurrent import futures
 from concurrent.futures import Future
 from dataclasses import dataclass
 
@@ -205,6 +206,7 @@ class CheckpointCoordinator:
         rng: random.Random | None = None,
         io_executor: Callable[[Callable[[], object]], object] | None = None,
         main_thread: MainThreadChecker | None = None,
+        metadata_writer: Callable[[Callable[[], str | None]], Future[str | None]] | None = None,
     ) -> None:
         self.job_id = job_id
         #: The owner's thread (the JobMaster's loop). Unbound by default: a test drives the
@@ -230,6 +232,12 @@ class CheckpointCoordinator:
         self.vertex_names = vertex_names or {}
         #: Deletes state files of aborted checkpoints (a pool in a job; inline in tests).
         self._io: Callable[[Callable[[], object]], object] = io_executor or _run_inline
+        #: Writes ``_metadata`` off this thread and returns the write's future (the JobMaster's
+        #: I/O pool); ``None``: here, inline (tests on manual time). Off the thread, a storage
+        #: that hangs holds neither the timeout canceller nor the JobMaster's other work.
+        self._metadata_writer = metadata_writer
+        #: Checkpoints whose ``_metadata`` write is in flight, until its continuation ran.
+        self._finalizing: dict[int, tuple[PendingCheckpoint, Future[str | None]]] = {}
         self.master_hooks = {h.get_identifier(): h for h in master_hooks}
         if len(self.master_hooks) != len(master_hooks):
             raise ValueError("master hook identifiers must be unique")
@@ -787,6 +795,10 @@ class CheckpointCoordinator:
         caller's future, not the tasks (sinks commit their transactions on the notice),
         not the failure counter, not ``latest_completed_checkpoint_id``. A failure at any
         step leaves the previous checkpoint the latest, with nothing half-registered.
+
+        ``_metadata`` is written by the metadata writer, off this thread, when there is one:
+        the checkpoint stays pending meanwhile (its timeout still runs, an abort still
+        applies) and :meth:`_metadata_written` goes on, back on this thread.
         """
         checkpoint_id = pending.checkpoint_id
         # A savepoint's files are its own (none in shared/): it is never registered.
@@ -796,16 +808,79 @@ class CheckpointCoordinator:
                 self.shared_state_registry.register_checkpoint(
                     checkpoint_id, pending.operator_states.values()
                 )
-            completed = pending.finalize_checkpoint(self.clock.now_ms())
-            completed.completion_timestamp = self.clock.now_ms()  # after _metadata is durable
+            data = pending.serialized_metadata()
+            inline = data is None or self._metadata_writer is None
+            pointer = pending.write_metadata(data) if inline and data is not None else None
         except Exception as exc:  # noqa: BLE001 - the checkpoint fails, the job does not
-            # The abort below deletes what it uploaded (shared files included): forget it only.
-            self.shared_state_registry.unregister_checkpoint(checkpoint_id)
-            log.warning("Could not finalize checkpoint %d of job %s: %r", checkpoint_id, self.job_id, exc)
-            self._abort_pending(
-                pending, CheckpointException(CheckpointFailureReason.FINALIZE_CHECKPOINT_FAILURE, exc)
-            )
+            self._fail_finalizing(pending, exc)
             return
+        if inline:
+            self._finish_completion(pending, pointer)
+            return
+        assert data is not None and self._metadata_writer is not None
+        pending.finalizing = True
+        write = self._metadata_writer(lambda: pending.write_metadata(data))
+        self._finalizing[pending.checkpoint_id] = (pending, write)
+
+        def written(future: Future[str | None]) -> None:  # any thread: hop to ours
+            self.timer.schedule(0, lambda: self._metadata_written(pending, future))
+
+        write.add_done_callback(written)
+
+    def _metadata_written(self, pending: PendingCheckpoint, write: Future[str | None]) -> None:
+        """The metadata writer finished: complete the checkpoint, or fail it."""
+        self._main_thread.assert_main_thread()  # a timer action
+        if self._finalizing.pop(pending.checkpoint_id, None) is None:
+            return  # handled already (finish_finalizing at the job's end)
+        pending.finalizing = False
+        error = write.exception()
+        if pending.disposed:
+            # Aborted meanwhile (expired, failed over, shut down): the abort deleted the
+            # checkpoint's directory, perhaps before this write put _metadata there.
+            if error is None:
+                checkpoint_id, location = pending.checkpoint_id, pending.target_location
+                log.info(
+                    "Checkpoint %d of job %s wrote its _metadata after it was aborted; deleting it.",
+                    checkpoint_id,
+                    self.job_id,
+                )
+                self._io(lambda: self.storage.discard_checkpoint(checkpoint_id, location))
+            return
+        if error is not None:
+            assert isinstance(error, Exception)
+            self._fail_finalizing(pending, error)
+            return
+        self._finish_completion(pending, write.result())
+
+    def finish_finalizing(self, timeout_s: float) -> None:
+        """At the job's end, before :meth:`shutdown`: wait up to ``timeout_s`` for the
+        ``_metadata`` writes in flight and complete their checkpoints here.
+
+        Whoever sees a checkpoint's ``_metadata`` may take it as retained (and cancel the job):
+        so a write that lands is not aborted by the end of the job a moment later, as it
+        would be if the shutdown came before the write's continuation. A write still running
+        after ``timeout_s`` (a hanging store) is aborted with the rest."""
+        self._main_thread.assert_main_thread()
+        if not self._finalizing:
+            return
+        writes = {write: pending for pending, write in self._finalizing.values()}
+        done, _ = futures.wait(writes, timeout=timeout_s)
+        for write in sorted(done, key=lambda w: writes[w].checkpoint_id):
+            self._metadata_written(writes[write], write)
+
+    def _fail_finalizing(self, pending: PendingCheckpoint, exc: Exception) -> None:
+        # The abort deletes what it uploaded (shared files included): forget it only.
+        self.shared_state_registry.unregister_checkpoint(pending.checkpoint_id)
+        log.warning("Could not finalize checkpoint %d of job %s: %r", pending.checkpoint_id, self.job_id, exc)
+        self._abort_pending(
+            pending, CheckpointException(CheckpointFailureReason.FINALIZE_CHECKPOINT_FAILURE, exc)
+        )
+
+    def _finish_completion(self, pending: PendingCheckpoint, pointer: str | None) -> None:
+        """``_metadata`` is durable at ``pointer`` (or the storage is memory): store the
+        checkpoint, then complete it."""
+        checkpoint_id = pending.checkpoint_id
+        completed = pending.complete(pointer, self.clock.now_ms())
         self.pending_checkpoints.pop(checkpoint_id, None)
         self._options.pop(checkpoint_id, None)
         used_for_recovery = pending.props.is_used_for_recovery
@@ -960,7 +1035,7 @@ class CheckpointCoordinator:
                         DISCARD_WAIT_S,
                     )
                     return
-            delete_shared_files(unused, self.job_id, reason, self._shared_roots)
+            delete_shared_files(unused, self.job_id, reason, self._shared_roots, self.storage.object_store)
 
         if inline:
             _run_inline(delete)
@@ -1020,6 +1095,8 @@ class CheckpointCoordinator:
         if pending.disposed:
             return
         was_triggering = pending.triggering
+        if pending.finalizing:  # registered before its _metadata write; the abort deletes its files
+            self.shared_state_registry.unregister_checkpoint(pending.checkpoint_id)
         pending.abort(exception.reason, exception.cause)
         self.pending_checkpoints.pop(pending.checkpoint_id, None)
         self._options.pop(pending.checkpoint_id, None)
@@ -1046,12 +1123,16 @@ class CheckpointCoordinator:
         self.failure_manager.handle_checkpoint_exception(exception, checkpoint_id)
 
     def abort_pending_checkpoints(self, reason: CheckpointFailureReason) -> None:
-        """Abort every pending checkpoint (the job fails over, or stops).
+        """Abort every pending checkpoint (the job fails over, or stops); one whose
+        ``_metadata`` write already returned completes instead (its continuation had only
+        not run yet).
 
         Queued requests go first: aborting a pending checkpoint frees a slot, and a
         queued request must not use it to trigger tasks that are about to be cancelled.
         """
         self._main_thread.assert_main_thread()
+        # A _metadata that already landed completes its checkpoint (nothing waits here).
+        self.finish_finalizing(0)
         self._cancel_queue_wakeup()
         queued, self._queue = list(self._queue), deque()
         for request in queued:
@@ -1127,14 +1208,21 @@ class CheckpointCoordinator:
             external_pointer or "in memory",
         )
 
-    def shutdown(self, job_status: JobStatus) -> None:
-        """The job ended: stop, abort what is pending, discard per retention policy."""
+    def shutdown(self, job_status: JobStatus, *, tidy: bool = True) -> None:
+        """The job ended: stop, abort what is pending, discard per retention policy.
+
+        ``tidy=False``: the storage was refused at submission (unreachable, wrong
+        credentials), nothing was written there, and going through it again would only add
+        more errors of the same cause to the one the job failed with."""
         self._main_thread.assert_main_thread()
         if self.shutdown_called:
             return
         self.stop_checkpoint_scheduler()
         self.abort_pending_checkpoints(CheckpointFailureReason.CHECKPOINT_COORDINATOR_SHUTDOWN)
         self.shutdown_called = True
+        if not tidy:
+            self.completed_store.shutdown(job_status)
+            return
         kept = self.completed_store.get_all_checkpoints()  # a copy: shutdown clears the store
         self.completed_store.shutdown(job_status)
         self._release_shared_state(
@@ -1229,6 +1317,7 @@ class CheckpointCoordinator:
             self.job_id,
             "no checkpoint referenced them (uploads that never completed)",
             self._shared_roots,
+            storage.object_store,
         )
 
     @property

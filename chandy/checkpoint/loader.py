@@ -6,21 +6,26 @@ from chandy.checkpoint.metadata import MAX_METADATA_BYTES, CheckpointMetadata, d
 from chandy.errors import InvalidCheckpointError, StorageError
 from chandy.state.handles import FileStateHandle, StreamStateHandle
 from chandy.storage.checkpoint_storage import CHECKPOINT_DIR_PREFIX, METADATA_FILE_NAME
-from chandy.storage.filesystem import resolve
+from chandy.storage.filesystem import DEFAULT_OBJECT_STORE, ObjectStoreOptions, resolve
 from chandy.storage.snapshot_key import SnapshotKey
 
 
 def load_checkpoint_metadata(
-    pointer: str, key: SnapshotKey | None, *, trust: bool = False
+    pointer: str,
+    key: SnapshotKey | None,
+    *,
+    trust: bool = False,
+    object_store: ObjectStoreOptions = DEFAULT_OBJECT_STORE,
 ) -> tuple[CheckpointMetadata, str]:
     """The metadata of the checkpoint at ``pointer`` (a chk-N / savepoint directory or its
     ``_metadata`` file) and its directory. Every way it can be unusable is a clear error.
 
     ``_metadata`` must be signed with ``key`` (checked before it is parsed), else it is
     refused with :class:`~chandy.errors.UntrustedCheckpointError`, unless ``trust``
-    (``execution.state-recovery.trust-snapshot``)."""
+    (``execution.state-recovery.trust-snapshot``). ``object_store``: how an ``s3://`` pointer
+    is reached."""
     try:
-        fs, path = resolve(pointer)
+        fs, path = resolve(pointer, options=object_store)
     except StorageError as exc:
         raise InvalidCheckpointError(f"cannot restore from '{pointer}': {exc}") from None
     if path.rstrip("/").endswith("/" + METADATA_FILE_NAME):
@@ -65,11 +70,13 @@ def load_checkpoint_metadata(
     except OSError as exc:
         raise InvalidCheckpointError(f"cannot read {metadata_path}: {exc}") from None
     metadata = deserialize(data, metadata_path, directory, key=key, trust=trust)
-    check_state_files(metadata, metadata_path)
+    check_state_files(metadata, metadata_path, object_store)
     return metadata, directory
 
 
-def check_state_files(metadata: CheckpointMetadata, source: str) -> None:
+def check_state_files(
+    metadata: CheckpointMetadata, source: str, object_store: ObjectStoreOptions = DEFAULT_OBJECT_STORE
+) -> None:
     """Every state file the checkpoint references exists with its recorded size: its own
     files and the shared files of incremental snapshots (in the job's ``shared/``).
 
@@ -80,16 +87,18 @@ def check_state_files(metadata: CheckpointMetadata, source: str) -> None:
     for operator in metadata.operator_states:
         for subtask in operator.subtask_states.values():
             for handle in subtask.stream_handles():
-                _check_file(handle, source, shared=False)
+                _check_file(handle, source, object_store, shared=False)
             for handle in subtask.shared_handles():
-                _check_file(handle, source, shared=True)
+                _check_file(handle, source, object_store, shared=True)
 
 
-def _check_file(handle: StreamStateHandle, source: str, *, shared: bool) -> None:
+def _check_file(
+    handle: StreamStateHandle, source: str, object_store: ObjectStoreOptions, *, shared: bool
+) -> None:
     if not isinstance(handle, FileStateHandle):
         return
     what = "shared state file" if shared else "state file"
-    fs, path = resolve(handle.path)
+    fs, path = resolve(handle.path, options=object_store)
     try:
         size = fs.size(path)
     except FileNotFoundError:

@@ -116,6 +116,8 @@ class PendingCheckpoint:
         self.failure_cause: CheckpointException | None = None
         #: True while master hooks run and sources are being triggered.
         self.triggering = True
+        #: True while its ``_metadata`` is being written (off the coordinator's thread).
+        self.finalizing = False
         for task in plan.finished_tasks:
             for operator_id in task.operator_ids:
                 self._operator_state(task, operator_id).put_state(
@@ -207,19 +209,29 @@ class PendingCheckpoint:
         return True
 
     def finalize_checkpoint(self, completion_timestamp: int) -> CompletedCheckpoint:
-        """Write ``_metadata`` (last, atomically) and turn into a CompletedCheckpoint.
+        """Write ``_metadata`` (last, atomically) and turn into a CompletedCheckpoint, all on
+        the calling thread: :meth:`serialized_metadata`, :meth:`write_metadata`, :meth:`complete`.
 
         The completion future stays open: the checkpoint is not complete until the
         :class:`CompletedCheckpointStore` holds it, so the coordinator settles the future
         afterwards with :meth:`mark_stored` or :meth:`fail_storing` (as Flink does). If
         writing ``_metadata`` fails, nothing is disposed and the caller aborts.
         """
+        data = self.serialized_metadata()
+        pointer = None if data is None else self.write_metadata(data)
+        return self.complete(pointer, completion_timestamp)
+
+    def serialized_metadata(self) -> bytes | None:
+        """``_metadata``'s bytes, signed (``None``: in-memory storage writes none). On the
+        coordinator's thread: it reads the acknowledged state, which only that thread changes."""
         if self.disposed:
             raise IllegalCheckpointStateError(f"checkpoint {self.checkpoint_id} is discarded")
         if not self.is_fully_acknowledged:
             raise IllegalCheckpointStateError(f"checkpoint {self.checkpoint_id} is not fully acknowledged")
+        if self.target_location is None and not self.storage.is_persistent:
+            return None
         base = self.target_location
-        if base is None and self.storage.is_persistent:
+        if base is None:
             base = self.storage.checkpoint_dir(self.checkpoint_id)
         savepoint_format = self.props.savepoint_format
         metadata = CheckpointMetadata(
@@ -231,10 +243,19 @@ class PendingCheckpoint:
             list(self.master_states),
             savepoint_format=None if savepoint_format is None else savepoint_format.value,
         )
-        pointer: str | None = None
-        if self.target_location is not None or self.storage.is_persistent:
-            data = serialize(metadata, self.storage.signing_key(self.target_location), base)
-            pointer = self.storage.write_metadata(self.checkpoint_id, data, self.target_location)
+        return serialize(metadata, self.storage.signing_key(self.target_location), base)
+
+    def write_metadata(self, data: bytes) -> str | None:
+        """Write ``_metadata`` into the checkpoint's (or savepoint's) directory; returns the
+        external pointer. Storage I/O only, touching nothing else of this object: the
+        coordinator runs it on its I/O executor, so a hanging object store never blocks the
+        JobMaster's thread (Flink finalizes on its I/O executor too)."""
+        return self.storage.write_metadata(self.checkpoint_id, data, self.target_location)
+
+    def complete(self, pointer: str | None, completion_timestamp: int) -> CompletedCheckpoint:
+        """The CompletedCheckpoint, once ``_metadata`` is at ``pointer`` (or in memory)."""
+        if self.disposed:
+            raise IllegalCheckpointStateError(f"checkpoint {self.checkpoint_id} is discarded")
         completed = CompletedCheckpoint(
             job_id=self.job_id,
             checkpoint_id=self.checkpoint_id,

@@ -52,6 +52,7 @@ from chandy.config.options import PipelineOptions, RecoveryClaimMode, StateRecov
 from chandy.errors import InvalidCheckpointError
 from chandy.messages.checkpoint import CheckpointType
 from chandy.storage.checkpoint_storage import METADATA_FILE_NAME, CheckpointStorage
+from chandy.storage.filesystem import DEFAULT_OBJECT_STORE, ObjectStoreOptions
 from chandy.storage.snapshot_key import SnapshotKey
 
 log = logging.getLogger(__name__)
@@ -114,7 +115,9 @@ def find_job_checkpoints(storage: CheckpointStorage, *, trust: bool = False) -> 
             incomplete.append(checkpoint_id)
             continue
         try:
-            metadata, found_dir = load_checkpoint_metadata(directory, key, trust=trust)
+            metadata, found_dir = load_checkpoint_metadata(
+                directory, key, trust=trust, object_store=storage.object_store
+            )
             if metadata.job_id != storage.job_id:
                 raise InvalidCheckpointError(
                     f"{directory} is a checkpoint of job {metadata.job_id}, not of job {storage.job_id}"
@@ -161,6 +164,7 @@ def restore_from_path(
     key: SnapshotKey | None,
     *,
     trust: bool = False,
+    object_store: ObjectStoreOptions = DEFAULT_OBJECT_STORE,
 ) -> tuple[CompletedCheckpoint, CheckpointType]:
     """The checkpoint or savepoint at ``path`` (``execution.state-recovery.path``) as the job
     will hold it, and its type. CLAIM gives it the job's checkpoint properties ``job_props``
@@ -169,13 +173,13 @@ def restore_from_path(
     delete it. A clear error if it cannot be used, and
     :class:`~chandy.errors.UntrustedCheckpointError` if ``key`` does not authenticate it
     (unless ``trust``)."""
-    metadata, directory = load_checkpoint_metadata(path, key, trust=trust)
+    metadata, directory = load_checkpoint_metadata(path, key, trust=trust, object_store=object_store)
     kind = checkpoint_type_of(metadata)
     if claim_mode is RecoveryClaimMode.CLAIM and job_props is not None:
         props = job_props
     else:
         props = unclaimed_properties(kind)
-    return restored_checkpoint(metadata, directory, props), kind
+    return restored_checkpoint(metadata, directory, props, object_store=object_store), kind
 
 
 @dataclass(frozen=True)
@@ -223,7 +227,14 @@ def choose_starting_point(
     if path is None:
         return None
     checkpoint, kind = restore_from_path(
-        path, config.get(StateRecoveryOptions.CLAIM_MODE), job_props, key, trust=trust
+        path,
+        config.get(StateRecoveryOptions.CLAIM_MODE),
+        job_props,
+        key,
+        trust=trust,
+        object_store=storage.object_store
+        if storage is not None
+        else ObjectStoreOptions.from_configuration(config),
     )
     return StartingPoint(
         checkpoint,

@@ -48,7 +48,7 @@ from chandy.checkpoint.operator_state import OperatorState
 from chandy.errors import StorageError
 from chandy.state.handles import FileStateHandle
 from chandy.storage.checkpoint_storage import is_inside
-from chandy.storage.filesystem import resolve
+from chandy.storage.filesystem import DEFAULT_OBJECT_STORE, ObjectStoreOptions, resolve
 
 log = logging.getLogger(__name__)
 
@@ -167,7 +167,11 @@ class SharedStateRegistry:
 
 
 def delete_shared_files(
-    handles: Sequence[FileStateHandle], job_id: str, why: str, roots: Collection[str]
+    handles: Sequence[FileStateHandle],
+    job_id: str,
+    why: str,
+    roots: Collection[str],
+    object_store: ObjectStoreOptions = DEFAULT_OBJECT_STORE,
 ) -> None:
     """Delete shared state files no retained checkpoint references (``why`` says how that
     came about, for the log); best effort: a file that cannot be deleted is logged (and left
@@ -192,7 +196,7 @@ def delete_shared_files(
             )
             continue
         try:
-            fs, path = resolve(handle.path)
+            fs, path = resolve(handle.path, options=object_store)
             fs.delete(path)
         except (OSError, StorageError) as exc:
             failed += 1

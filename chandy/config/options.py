@@ -392,6 +392,43 @@ class RestartStrategyOptions:
     )
 
 
+class S3Options:
+    """How ``s3://`` (and ``s3a://``) paths are reached: checkpoints, savepoints, the snapshot
+    key and the file and Delta sinks. Flink's keys (its S3 filesystems read them from the
+    Flink configuration), so a Flink user's configuration works as it is. Unset, botocore's
+    own chain applies: the ``AWS_ACCESS_KEY_ID``/``AWS_SECRET_ACCESS_KEY``/``AWS_ENDPOINT_URL``
+    environment variables (taken where the job is submitted and shipped to every task),
+    ``~/.aws``, an instance role. A key set here wins over the environment."""
+
+    ENDPOINT = ConfigOption.string(
+        "s3.endpoint",
+        None,
+        "The S3 endpoint URL, e.g. 'http://127.0.0.1:8333' for an S3-compatible server (MinIO, "
+        "SeaweedFS, Ceph); unset: AWS_ENDPOINT_URL, else AWS itself. A bare host:port means "
+        "https (as in Hadoop's S3A): write http:// for a plain-HTTP server.",
+    )
+    ACCESS_KEY = ConfigOption.string(
+        "s3.access-key",
+        None,
+        "The access key id; unset: AWS_ACCESS_KEY_ID, else botocore's credential chain.",
+        deprecated_keys=("s3.access.key",),
+    )
+    SECRET_KEY = ConfigOption.string(
+        "s3.secret-key",
+        None,
+        "The secret access key; unset: AWS_SECRET_ACCESS_KEY, else botocore's credential chain. "
+        "Never logged nor shown by the REST API.",
+        deprecated_keys=("s3.secret.key",),
+    )
+    PATH_STYLE_ACCESS = ConfigOption.boolean(
+        "s3.path.style.access",
+        False,
+        "Address buckets as <endpoint>/<bucket>/<key> instead of <bucket>.<endpoint>/<key>: "
+        "what most S3-compatible servers need. false leaves the choice to botocore, which uses "
+        "path style anyway for an endpoint that is an IP address.",
+    )
+
+
 class SparkOptions:
     SLOT_WAIT = ConfigOption.duration(
         "chandy.spark.slot-wait",
@@ -559,6 +596,7 @@ def all_options() -> list[ConfigOption[Any]]:
         RestOptions,
         MetricOptions,
         SparkOptions,
+        S3Options,
     ):
         found.extend(v for v in vars(holder).values() if isinstance(v, ConfigOption))
     return found

@@ -18,6 +18,11 @@ under the old job's id, exactly once.
 
 Files that were written but never committed (an aborted checkpoint, a failed
 attempt) are left to Delta's ``vacuum``.
+
+A table in S3 (``s3://bucket/table``) is reached with the job's ``s3.*`` settings: a data
+file is written in the task's local temporary directory and uploaded when it is
+pre-committed (invisible to readers until the log names it, as on a disk), and delta-rs
+commits to the log with conditional PUTs, so concurrent committers never overwrite a log entry.
 """
 
 from __future__ import annotations
@@ -25,8 +30,11 @@ from __future__ import annotations
 import json
 import logging
 import os
+import shutil
+import tempfile
 import time
 import uuid
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -38,6 +46,8 @@ from chandy.core.connector import (
     TwoPhaseCommittingSink,
 )
 from chandy.errors import InvalidProgramError
+from chandy.storage.filesystem import DEFAULT_OBJECT_STORE, FsspecFileSystem, ObjectStoreOptions
+from chandy.storage.multipart import is_s3
 
 log = logging.getLogger(__name__)
 
@@ -83,6 +93,9 @@ class DeltaSink(TwoPhaseCommittingSink):
         self.app_id = app_id
         #: Takes Arrow record batches (``BatchStream.sink_to``) instead of dict records.
         self.columnar = columnar
+        #: How an s3:// table is reached (:meth:`configure`, at submission).
+        self.object_store = DEFAULT_OBJECT_STORE
+        self.path  # noqa: B018 - refuses a URI of another filesystem now
 
     @staticmethod
     def for_record_batches(
@@ -95,30 +108,57 @@ class DeltaSink(TwoPhaseCommittingSink):
 
     @property
     def path(self) -> str:
+        """The table's local directory, or its ``s3://`` URI."""
         uri = self.table_uri
+        if is_s3(uri):
+            return uri.rstrip("/")
         if uri.startswith("file://"):
             uri = uri[len("file://") :]
         if "://" in uri:
             raise InvalidProgramError(
-                f"DeltaSink writes tables on a local or mounted path; '{self.table_uri}' is not one"
+                f"DeltaSink writes tables on a local or mounted path or in S3 (s3://bucket/table); "
+                f"'{self.table_uri}' is neither"
             )
         return os.path.abspath(uri)
 
+    @property
+    def storage_options(self) -> dict[str, str]:
+        """delta-rs's options for the table (none for a local one)."""
+        return self.object_store.rust_object_store_options() if is_s3(self.path) else {}
+
+    def configure(self, job_parameters: Mapping[str, Any]) -> None:
+        """Keep the job's S3 settings; a table in S3 is checked (or created) now, with them."""
+        self.object_store = ObjectStoreOptions.from_configuration(job_parameters)
+        if is_s3(self.path):
+            self._ensure_table()
+
     def validate(self) -> None:
-        """Create the table from ``schema`` when it does not exist; refuse when it cannot."""
+        """Create the table from ``schema`` when it does not exist; refuse when it cannot.
+        A table in S3 waits for :meth:`configure`: its settings are known at submission."""
+        if not is_s3(self.path):
+            self._ensure_table()
+
+    def _ensure_table(self) -> None:
         from deltalake import DeltaTable
 
         path = self.path
-        if DeltaTable.is_deltatable(path):
-            return
+        options = self.storage_options
+        try:
+            if DeltaTable.is_deltatable(path, storage_options=options):
+                return
+        except Exception as exc:  # noqa: BLE001 - unreachable or refused: named, at submission
+            raise InvalidProgramError(
+                f"DeltaSink cannot reach the Delta table at '{self.table_uri}': {exc}"
+            ) from None
         if self.schema is None:
             raise InvalidProgramError(
                 f"DeltaSink: there is no Delta table at '{self.table_uri}' and no schema to "
                 "create one; pass schema=pyarrow.schema([...]) or create the table first"
             )
         try:
-            os.makedirs(path, exist_ok=True)
-            DeltaTable.create(path, schema=self.schema, mode="ignore")
+            if not options:
+                os.makedirs(path, exist_ok=True)
+            DeltaTable.create(path, schema=self.schema, mode="ignore", storage_options=options)
         except Exception as exc:  # noqa: BLE001 - any reason it cannot be created, named
             raise InvalidProgramError(
                 f"DeltaSink cannot create a Delta table at '{self.table_uri}': {exc}"
@@ -128,7 +168,7 @@ class DeltaSink(TwoPhaseCommittingSink):
         return DeltaSinkWriter(self, context)
 
     def create_committer(self) -> Committer:
-        return DeltaCommitter(self.path)
+        return DeltaCommitter(self.path, self.storage_options)
 
 
 class DeltaSinkWriter(PrecommittingSinkWriter):
@@ -143,7 +183,10 @@ class DeltaSinkWriter(PrecommittingSinkWriter):
             f"{sink.app_id or 'chandy'}-{context.job_id}-"
             f"{context.operator_id or 'sink'}-{context.subtask_index}"
         )
-        self.schema = DeltaTable(self.path).schema().to_arrow()
+        self.schema = DeltaTable(self.path, storage_options=sink.storage_options).schema().to_arrow()
+        #: In S3: data files are written here, uploaded when pre-committed.
+        self._fs = FsspecFileSystem("s3", sink.object_store) if is_s3(self.path) else None
+        self._spool = tempfile.mkdtemp(prefix="chandy-delta-") if self._fs is not None else None
         self._writer: Any = None
         self._file: str | None = None
         self._records = 0
@@ -169,7 +212,7 @@ class DeltaSinkWriter(PrecommittingSinkWriter):
             table = pa.Table.from_pylist(elements, schema=schema)
         if self._writer is None:
             self._file = f"part-{uuid.uuid4().hex}.parquet"
-            self._writer = pq.ParquetWriter(os.path.join(self.path, self._file), table.schema)
+            self._writer = pq.ParquetWriter(self._local(self._file), table.schema)
         self._writer.write_table(table)
         self._records += table.num_rows
 
@@ -178,33 +221,48 @@ class DeltaSinkWriter(PrecommittingSinkWriter):
             return []
         self._writer.close()
         assert self._file is not None
-        full = os.path.join(self.path, self._file)
-        fd = os.open(full, os.O_RDONLY)
-        try:
-            os.fsync(fd)
-        finally:
-            os.close(fd)
+        full = self._local(self._file)
+        size = os.path.getsize(full)
+        if self._fs is not None:  # S3: one upload, whole; no reader sees it before the log names it
+            fs, target = self._fs, f"{self.path}/{self._file}"
+            try:
+                fs.call("uploading", target, lambda: fs.raw.put_file(full, target))
+            finally:
+                os.remove(full)
+        else:
+            fd = os.open(full, os.O_RDONLY)
+            try:
+                os.fsync(fd)
+            finally:
+                os.close(fd)
         version = checkpoint_id if checkpoint_id is not None else END_OF_INPUT_VERSION
-        committable = DeltaCommittable(self.app_id, version, self._file, os.path.getsize(full), self._records)
+        committable = DeltaCommittable(self.app_id, version, self._file, size, self._records)
         self._writer, self._file, self._records = None, None, 0
         return [committable]
+
+    def _local(self, name: str) -> str:
+        """Where data file ``name`` is written: the table's directory, or the local spool."""
+        return os.path.join(self._spool or self.path, name)
 
     def close(self) -> None:
         if self._writer is not None:  # never pre-committed: drop it
             self._writer.close()
             assert self._file is not None
             try:
-                os.remove(os.path.join(self.path, self._file))
+                os.remove(self._local(self._file))
             except FileNotFoundError:
                 pass
             self._writer = None
+        if self._spool is not None:
+            shutil.rmtree(self._spool, ignore_errors=True)
 
 
 class DeltaCommitter(Committer):
     """Adds pre-committed files to the Delta log, once per ``(app_id, version)``."""
 
-    def __init__(self, path: str) -> None:
+    def __init__(self, path: str, storage_options: dict[str, str] | None = None) -> None:
         self.path = path
+        self.storage_options = storage_options or {}
 
     def commit(self, committables: list[Any]) -> None:
         from deltalake import DeltaTable
@@ -215,7 +273,7 @@ class DeltaCommitter(Committer):
             if isinstance(c, DeltaCommittable):
                 groups.setdefault((c.app_id, c.version), []).append(c)
         for (app_id, version), files in sorted(groups.items(), key=lambda kv: kv[0][1]):
-            table = DeltaTable(self.path)
+            table = DeltaTable(self.path, storage_options=self.storage_options)
             done = table.transaction_version(app_id)
             if done is not None and done >= version:
                 log.debug("Delta table %s already has %s version %d", self.path, app_id, version)

@@ -13,7 +13,14 @@ output is a set of whole files. After a restore, pending parts of the restored
 checkpoint are committed, and the in-progress and pending leftovers of the
 failed attempt (whose records will be written again) are deleted.
 
-Paths are local directories (or ``file://``), shared by every executor on a cluster.
+Paths are local directories (or ``file://``), shared by every executor on a cluster, or
+S3 (``s3://bucket/prefix``, reached with the job's ``s3.*`` settings). S3 has no rename,
+so there the stages are Flink's S3 ``RecoverableWriter``'s
+(:mod:`chandy.storage.multipart`): an in-progress part is a file in the task's local
+temporary directory; closed, it is uploaded as a multipart upload under its final key and
+left incomplete (nothing is visible under that key); the committer completes the upload
+when the checkpoint completes. The upload's id and ETags are the committable, in the
+checkpoint: a restore completes them again, and aborts the uploads of the failed attempt.
 """
 
 from __future__ import annotations
@@ -25,10 +32,12 @@ import json
 import logging
 import os
 import re
+import shutil
+import tempfile
 import time
 import uuid
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -39,7 +48,9 @@ from chandy.core.connector import (
     SinkWriterContext,
     TwoPhaseCommittingSink,
 )
-from chandy.errors import InvalidProgramError
+from chandy.errors import InvalidProgramError, StorageError
+from chandy.storage.filesystem import DEFAULT_OBJECT_STORE, ObjectStoreOptions
+from chandy.storage.multipart import MultipartUpload, S3Uploads, is_s3, split_s3_uri
 
 log = logging.getLogger(__name__)
 
@@ -49,13 +60,23 @@ _PART = re.compile(
 )
 
 
-def _local_path(path: str) -> str:
+_FINAL = r"^(?P<prefix>.+)-(?P<subtask>\d+)-(?P<uid>[0-9a-f]{32})"
+
+
+def _target(path: str) -> str:
+    """Where the sink writes: an absolute local directory, or an ``s3://bucket/prefix`` URI."""
+    if is_s3(path):
+        try:
+            split_s3_uri(path)
+        except StorageError as exc:
+            raise InvalidProgramError(f"FileSink: {exc}") from None
+        return path.rstrip("/")
     if path.startswith("file://"):
         path = path[len("file://") :]
     elif "://" in path:
         raise InvalidProgramError(
-            f"FileSink writes local (or shared, mounted) directories; "
-            f"'{path}' is not one. Use a path or a file:// URI."
+            f"FileSink writes local (or shared, mounted) directories and S3 (s3://bucket/path); "
+            f"'{path}' is neither. Use a path, a file:// URI or an s3:// URI."
         )
     return os.path.abspath(os.path.expanduser(path))
 
@@ -111,7 +132,7 @@ def _base_path(base_path: Any, who: str) -> str:
         raise TypeError(
             f"{who}: base_path must be a directory path (a non-empty str or os.PathLike), got {base_path!r}"
         )
-    _local_path(base_path)  # a URI of another filesystem is refused now, not when the job runs
+    _target(base_path)  # a URI of another filesystem is refused now, not when the job runs
     return base_path
 
 
@@ -415,6 +436,20 @@ class FileCommittable:
     final_path: str
 
 
+@dataclass(frozen=True)
+class S3PartCommittable:
+    """A closed part on S3: uploaded under its final key, not completed (so invisible)."""
+
+    final_path: str
+    upload_id: str
+    #: ``(part number, ETag)`` of the upload's parts.
+    parts: tuple[tuple[int, str], ...]
+
+    @property
+    def upload(self) -> MultipartUpload:
+        return MultipartUpload(self.final_path, self.upload_id, self.parts)
+
+
 # ---------------------------------------------------------------------- the sink
 
 _ROLLING_POLICIES = (
@@ -495,6 +530,8 @@ class FileSink(TwoPhaseCommittingSink):
         suffix = bulk_writer_factory.suffix if bulk_writer_factory else ""
         self.output_file_config = output_file_config or OutputFileConfig(part_suffix=suffix)
         self.bucket_assigner = bucket_assigner
+        #: How an s3:// base path is reached (:meth:`configure`, at submission).
+        self.object_store = DEFAULT_OBJECT_STORE
 
     @staticmethod
     def for_row_format(base_path: str, encoder: Encoder) -> FileSinkBuilder:
@@ -515,9 +552,33 @@ class FileSink(TwoPhaseCommittingSink):
 
     @property
     def directory(self) -> str:
-        return _local_path(self.base_path)
+        """The local directory, or the ``s3://`` URI, the parts go to."""
+        return _target(self.base_path)
+
+    @property
+    def on_s3(self) -> bool:
+        return is_s3(self.base_path)
+
+    def configure(self, job_parameters: Mapping[str, Any]) -> None:
+        """Keep the job's S3 settings (``s3.*``, else the submitting process's ``AWS_*``) and,
+        on S3, prove the prefix writable now: wrong credentials are one clear error at
+        submission, not a task failing at its first part over and over."""
+        self.object_store = ObjectStoreOptions.from_configuration(job_parameters)
+        if not self.on_s3:
+            return
+        uploads = S3Uploads(self.object_store)
+        probe = f"{self.directory}/.chandy-probe-{uuid.uuid4().hex}"
+        try:
+            uploads.abort(probe, uploads.start(probe))  # never visible: an upload not completed
+        except OSError as exc:
+            raise InvalidProgramError(
+                f"FileSink cannot write to '{self.base_path}': {exc}. Check s3.endpoint and the "
+                "credentials (s3.access-key / s3.secret-key, or AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY)."
+            ) from None
 
     def validate(self) -> None:
+        if self.on_s3:
+            return  # reached with the job's settings, known at submission: configure() checks it
         directory = self.directory
         try:
             os.makedirs(directory, exist_ok=True)
@@ -536,7 +597,7 @@ class FileSink(TwoPhaseCommittingSink):
         return FileSinkWriter(self, context)
 
     def create_committer(self) -> Committer:
-        return FileCommitter()
+        return FileCommitter(self.object_store)
 
 
 class FileSinkBuilder:
@@ -588,27 +649,44 @@ class FileSinkWriter(PrecommittingSinkWriter):
         self.context = context
         self.directory = sink.directory
         self._open: dict[str, _OpenPart] = {}
-        self._closed_parts: list[FileCommittable] = []
+        self._closed_parts: list[FileCommittable | S3PartCommittable] = []
+        #: On S3: the uploads, and a local directory for the parts being written.
+        self._uploads = S3Uploads(sink.object_store) if sink.on_s3 else None
+        self._spool = tempfile.mkdtemp(prefix="chandy-filesink-") if sink.on_s3 else None
         if context.is_restored or context.attempt_number > 0:
             # A restart without a checkpoint to restore (the first failed before any
             # completed) leaves the failed attempt's parts behind just the same.
             self._clean_up_after_failure()
 
+    def _mine(self, name: str, pattern: re.Pattern[str]) -> bool:
+        """Whether part file ``name`` is this subtask's (by the sink's prefix and the subtask
+        index, modulo the parallelism: after a rescale the parts of a vanished subtask too)."""
+        match = pattern.match(name)
+        return (
+            match is not None
+            and match.group("prefix") == self.sink.output_file_config.part_prefix
+            and int(match.group("subtask")) % self.context.parallelism == self.context.subtask_index
+        )
+
     def _clean_up_after_failure(self) -> None:
         """Delete the in-progress and pending parts a failed attempt left behind (their
         records are written again after the restore), except those a restored checkpoint
-        names: those were just committed or are another subtask's to commit."""
-        keep = {c.pending_path for c in self.context.restored_committables if isinstance(c, FileCommittable)}
-        prefix = self.sink.output_file_config.part_prefix
+        names: those were just committed or are another subtask's to commit. On S3 the
+        leftovers are uploads never completed: they are aborted."""
+        restored = self.context.restored_committables
+        if self._uploads is not None:
+            keep_uploads = {c.upload_id for c in restored if isinstance(c, S3PartCommittable)}
+            final = re.compile(_FINAL + re.escape(self.sink.output_file_config.part_suffix) + "$")
+            for uri, upload_id in list(self._uploads.in_progress(self.directory)):
+                if upload_id not in keep_uploads and self._mine(uri.rsplit("/", 1)[-1], final):
+                    log.info("FileSink aborts the upload of %s left by a failed attempt", uri)
+                    self._uploads.abort(uri, upload_id)
+            return
+        keep = {c.pending_path for c in restored if isinstance(c, FileCommittable)}
         for root, _, files in os.walk(self.directory):
             for name in files:
-                match = _PART.match(name)
-                if match is None or match.group("prefix") != prefix:
-                    continue
-                if int(match.group("subtask")) % self.context.parallelism != self.context.subtask_index:
-                    continue
                 path = os.path.join(root, name)
-                if path not in keep:
+                if self._mine(name, _PART) and path not in keep:
                     log.info("FileSink removes the leftover part %s of a failed attempt", path)
                     try:
                         os.remove(path)
@@ -618,23 +696,24 @@ class FileSinkWriter(PrecommittingSinkWriter):
     def _part(self, bucket: str, now_ms: float) -> _OpenPart:
         part = self._open.get(bucket)
         if part is None:
-            directory = os.path.join(self.directory, bucket) if bucket else self.directory
-            os.makedirs(directory, exist_ok=True)
             config = self.sink.output_file_config
             name = f"{config.part_prefix}-{self.context.subtask_index}-{uuid.uuid4().hex}{config.part_suffix}"
-            in_progress = os.path.join(directory, f".{name}.inprogress")
+            if self._spool is not None:  # S3: written here, uploaded when it closes
+                final = "/".join(p for p in (self.directory, bucket, name) if p)
+                in_progress = os.path.join(self._spool, name)
+                pending = final
+            else:
+                directory = os.path.join(self.directory, bucket) if bucket else self.directory
+                os.makedirs(directory, exist_ok=True)
+                in_progress = os.path.join(directory, f".{name}.inprogress")
+                pending = os.path.join(directory, f".{name}.pending")
+                final = os.path.join(directory, name)
             if self.sink.bulk_writer_factory is not None:
                 writer: _PartWriter = self.sink.bulk_writer_factory.create(in_progress)
             else:
                 assert self.sink.encoder is not None
                 writer = _RowPartWriter(in_progress, self.sink.encoder)
-            part = self._open[bucket] = _OpenPart(
-                writer,
-                in_progress,
-                os.path.join(directory, f".{name}.pending"),
-                os.path.join(directory, name),
-                now_ms,
-            )
+            part = self._open[bucket] = _OpenPart(writer, in_progress, pending, final, now_ms)
         return part
 
     def write(self, element: Any) -> None:
@@ -668,8 +747,15 @@ class FileSinkWriter(PrecommittingSinkWriter):
     def _close(self, bucket: str) -> None:
         part = self._open.pop(bucket)
         part.writer.close()
-        os.replace(part.in_progress, part.pending)
-        self._closed_parts.append(FileCommittable(part.pending, part.final))
+        if self._uploads is None:
+            os.replace(part.in_progress, part.pending)
+            self._closed_parts.append(FileCommittable(part.pending, part.final))
+            return
+        try:
+            upload = self._uploads.upload(part.in_progress, part.final)
+        finally:
+            _remove(part.in_progress)
+        self._closed_parts.append(S3PartCommittable(part.final, upload.upload_id, upload.parts))
 
     def prepare_commit(self, checkpoint_id: int | None) -> list[Any]:
         for bucket in list(self._open):
@@ -679,8 +765,8 @@ class FileSinkWriter(PrecommittingSinkWriter):
 
     def close(self) -> None:
         """Parts not pre-committed by a checkpoint (still open, or rolled since the last
-        one) are lost with a cancelled or failed task: delete them. Pre-committed parts stay:
-        a restore commits them."""
+        one) are lost with a cancelled or failed task: delete them (abort their uploads).
+        Pre-committed parts stay: a restore commits them."""
         for part in self._open.values():
             try:
                 part.writer.close()
@@ -689,8 +775,17 @@ class FileSinkWriter(PrecommittingSinkWriter):
             _remove(part.in_progress)
         self._open.clear()
         for committable in self._closed_parts:
-            _remove(committable.pending_path)
+            if isinstance(committable, S3PartCommittable):
+                assert self._uploads is not None
+                try:
+                    self._uploads.abort(committable.final_path, committable.upload_id)
+                except OSError as exc:  # a restart's clean-up aborts it then
+                    log.warning("FileSink could not abort the upload of %s: %s", committable.final_path, exc)
+            else:
+                _remove(committable.pending_path)
         self._closed_parts = []
+        if self._spool is not None:
+            shutil.rmtree(self._spool, ignore_errors=True)
 
 
 def _remove(path: str) -> None:
@@ -701,9 +796,16 @@ def _remove(path: str) -> None:
 
 
 class FileCommitter(Committer):
-    """Renames pending parts to their final names; a part already renamed is skipped."""
+    """Renames pending parts to their final names (a part already renamed is skipped); on
+    S3, completes their uploads (one completed before is skipped)."""
+
+    def __init__(self, object_store: ObjectStoreOptions = DEFAULT_OBJECT_STORE) -> None:
+        self.object_store = object_store
 
     def commit(self, committables: list[Any]) -> None:
+        uploads = [c for c in committables if isinstance(c, S3PartCommittable)]
+        if uploads:
+            self._complete(uploads)
         directories = set()
         for committable in committables:
             if not isinstance(committable, FileCommittable):
@@ -727,3 +829,16 @@ class FileCommitter(Committer):
                 os.fsync(fd)
             finally:
                 os.close(fd)
+
+    def _complete(self, committables: list[S3PartCommittable]) -> None:
+        s3 = S3Uploads(self.object_store)
+        for committable in committables:
+            try:
+                s3.complete(committable.upload)
+            except FileNotFoundError:
+                log.warning(
+                    "FileSink cannot commit %s: neither it nor its upload %s exists (aborted or "
+                    "deleted outside the job?)",
+                    committable.final_path,
+                    committable.upload_id,
+                )

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import enum
 from abc import ABC, abstractmethod
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -149,6 +149,13 @@ class Sink(ABC):
 
     def validate(self) -> None:
         """Reject a bad configuration when the job is built, with a clear error."""
+
+    def configure(self, job_parameters: Mapping[str, Any]) -> None:
+        """Take what the sink needs of the job's final configuration (Flink's sinks read the
+        cluster's: an object store's endpoint and credentials). Called once where the job
+        is submitted, before the job graph is shipped, so what it keeps travels with the
+        sink to every task; it may check the target then (a clear error at submission rather
+        than a restart loop). Does nothing by default."""
 
 
 class PrecommittingSinkWriter(SinkWriter):

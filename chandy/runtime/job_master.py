@@ -67,6 +67,7 @@ from chandy.errors import (
     ConfigurationError,
     JobCancelledError,
     JobExecutionError,
+    StorageError,
     find_unrecoverable,
 )
 from chandy.graph.execution_graph import ExecutionGraph, ExecutionVertex
@@ -88,7 +89,7 @@ from chandy.runtime.job_result import JobExecutionResult
 from chandy.runtime.metrics_store import JobMetricsStore
 from chandy.runtime.restart_strategy import restart_strategy_from
 from chandy.storage.checkpoint_storage import CheckpointStorage
-from chandy.storage.filesystem import FilePermissions
+from chandy.storage.filesystem import FilePermissions, ObjectStoreOptions
 from chandy.storage.snapshot_key import snapshot_key
 from chandy.task.deployment import TaskRestore, serialize_chain
 from chandy.task.services import ResultPublisher, TaskFailure, TaskServices
@@ -225,7 +226,7 @@ class JobMaster:
         # queued before (and answered by the loop or its last drain) or answered at once.
         self._loop_lock = threading.Lock()
         self._loop_ended = False
-        self._io_pending: dict[Future[object], Callable[[], object]] = {}
+        self._io_pending: dict[Future[Any], Callable[[], object]] = {}
         #: How long the job's end waits for background I/O before leaving it behind.
         self.io_shutdown_timeout_s = IO_SHUTDOWN_TIMEOUT_S
         self.timer = _MainThreadTimer(self.clock, lambda: self._inbox.put(_Wake()))
@@ -244,6 +245,8 @@ class JobMaster:
         #: checkpoints a client asks for); periodic checkpoints need the interval.
         self._create_checkpoint_coordinator()
         self._stop: _StopWithSavepoint | None = None
+        #: The checkpoint storage was refused at submission: the job's end leaves it alone.
+        self._storage_refused = False
         self.services = TaskServices(
             results=results,
             checkpoint_responder=self,
@@ -282,6 +285,8 @@ class JobMaster:
                 config.get(CheckpointingOptions.FILE_PERMISSIONS),
                 config.get(CheckpointingOptions.DIR_PERMISSIONS),
             ),
+            # The driver's s3.* keys and AWS_* variables, shipped to every task with the storage.
+            object_store=ObjectStoreOptions.from_configuration(config),
         )
         coordinator_config = CheckpointCoordinatorConfiguration(
             interval_ms=config.get(CheckpointingOptions.INTERVAL),
@@ -312,6 +317,7 @@ class JobMaster:
             rng=random.Random(),
             io_executor=self._run_io,
             main_thread=self._main_thread,
+            metadata_writer=self._write_metadata,
         )
         self.execution_graph.register_job_status_listener(self.coordinator.job_status_listener)
         self._async_executor = ThreadPoolExecutor(max_workers=2, thread_name_prefix="chandy-checkpoint-async")
@@ -323,21 +329,46 @@ class JobMaster:
         A failure is logged with what failed (its files may be left behind) and goes
         no further: a deletion never fails the job, let alone kills the JobMaster.
         """
-        pool = self._async_executor
-        if pool is not None:
-            try:
-                future = pool.submit(action)
-            except RuntimeError:
-                pass  # shut down: the job is over, run it here
-            else:
-                with self._loop_lock:
-                    self._io_pending[future] = action
-                future.add_done_callback(self._io_done)
-                return
+        if self._submit_io(action, self._io_done) is not None:
+            return
         try:
             action()
         except Exception:  # logged: a deletion never fails the job
             log.exception("Job %s: I/O action %s failed.", self.job_id, _describe(action))
+
+    def _write_metadata(self, write: Callable[[], str | None]) -> Future[str | None]:
+        """Run a checkpoint's ``_metadata`` write on the I/O pool (Flink's I/O executor):
+        an object store that hangs must hold neither the checkpoint timeout, which fires on
+        the JobMaster thread, nor the REST and client requests answered there."""
+        future: Future[str | None] | None = self._submit_io(write, self._forget_io)
+        if future is not None:
+            return future
+        done: Future[str | None] = Future()
+        try:
+            done.set_result(write())
+        except Exception as exc:  # noqa: BLE001 - the coordinator fails the checkpoint with it
+            done.set_exception(exc)
+        return done
+
+    def _submit_io(self, action: Callable[[], _T], done: Callable[[Future[Any]], None]) -> Future[_T] | None:
+        """``action`` on the I/O pool, tracked until ``done`` (the job's end waits for it a
+        bounded time); ``None`` once the pool is shut down (the job is over: run it here)."""
+        pool = self._async_executor
+        if pool is None:
+            return None
+        try:
+            future = pool.submit(action)
+        except RuntimeError:
+            return None
+        with self._loop_lock:
+            self._io_pending[future] = action
+        future.add_done_callback(done)
+        return future
+
+    def _forget_io(self, future: Future[Any]) -> None:
+        """A ``_metadata`` write ended: the coordinator reports its failure, if any."""
+        with self._loop_lock:
+            self._io_pending.pop(future, None)
 
     def _io_done(self, future: Future[object]) -> None:
         with self._loop_lock:
@@ -687,6 +718,7 @@ class JobMaster:
                 self._prepare_restore_and_storage()
             except Exception as exc:
                 # Refused before any task ran: a restart would only repeat it.
+                self._storage_refused = isinstance(exc, StorageError)
                 eg.transition_state(JobStatus.CREATED, JobStatus.FAILED, exc)
                 raise
             log.info(
@@ -733,7 +765,10 @@ class JobMaster:
                 )
         if self.coordinator is not None:
             try:
-                self.coordinator.shutdown(final_status)
+                # A _metadata already written completes its checkpoint rather than being
+                # aborted by the end of the job (a client may have seen it, and cancelled).
+                self.coordinator.finish_finalizing(self.io_shutdown_timeout_s)
+                self.coordinator.shutdown(final_status, tidy=not self._storage_refused)
             except Exception:  # logged: the job's own outcome matters more
                 log.exception("Job %s: shutting down the checkpoint coordinator failed.", self.job_id)
         self._end_loop()

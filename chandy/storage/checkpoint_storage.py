@@ -47,7 +47,15 @@ from typing import Any
 
 from chandy.errors import InvalidCheckpointError, StorageError
 from chandy.state.handles import ByteStreamStateHandle, FileStateHandle, Range, StreamStateHandle
-from chandy.storage.filesystem import PRIVATE, FilePermissions, FileSystem, NotARegularFileError, resolve
+from chandy.storage.filesystem import (
+    DEFAULT_OBJECT_STORE,
+    PRIVATE,
+    FilePermissions,
+    FileSystem,
+    NotARegularFileError,
+    ObjectStoreOptions,
+    resolve,
+)
 from chandy.storage.snapshot_key import SnapshotKey, environment_key, key_at_root, user_key
 
 log = logging.getLogger(__name__)
@@ -72,14 +80,18 @@ class CheckpointStorage:
         create_subdir: bool = True,
         inline_threshold: int = 20 * 1024,
         permissions: FilePermissions = PRIVATE,
+        object_store: ObjectStoreOptions = DEFAULT_OBJECT_STORE,
     ) -> None:
         """``permissions``: the modes of the files and directories created on a local disk
-        (``execution.checkpointing.file-permissions``/``dir-permissions``)."""
+        (``execution.checkpointing.file-permissions``/``dir-permissions``). ``object_store``:
+        how an ``s3://`` directory is reached (endpoint, credentials); it pickles into every
+        task with this object, so a Spark slot writes with the driver's settings."""
         self.base_uri = base_uri
         self.job_id = job_id
         self.create_subdir = create_subdir
         self.inline_threshold = inline_threshold
         self.permissions = permissions
+        self.object_store = object_store
         self._fs: FileSystem | None = None
         self._job_dir: str | None = None
         self._made_dirs: set[str] = set()
@@ -104,14 +116,14 @@ class CheckpointStorage:
             self.snapshot_key = environment_key()
         if self.snapshot_key is None:
             if self.base_uri is not None:
-                self.snapshot_key = key_at_root(self.base_uri)
+                self.snapshot_key = key_at_root(self.base_uri, self.object_store)
             else:
                 if target_location is None:
                     raise StorageError("in-memory checkpoint storage writes no _metadata to sign")
                 own = user_key()
                 if own is not None:
                     return own
-                return key_at_root(target_location.rstrip("/").rsplit("/", 1)[0] or "/")
+                return key_at_root(target_location.rstrip("/").rsplit("/", 1)[0] or "/", self.object_store)
         return self.snapshot_key
 
     def _mkdirs_once(self, directory: str) -> None:
@@ -129,7 +141,7 @@ class CheckpointStorage:
     def fs(self) -> FileSystem:
         if self._fs is None:
             assert self.base_uri is not None
-            self._fs, base = resolve(self.base_uri, self.permissions)
+            self._fs, base = resolve(self.base_uri, self.permissions, self.object_store)
             self._job_dir = self._fs.join(base, self.job_id) if self.create_subdir else base
         return self._fs
 
@@ -181,7 +193,7 @@ class CheckpointStorage:
             directory = self.checkpoint_dir(checkpoint_id)
             self._mkdirs_once(directory)
         else:
-            fs, directory = resolve(target_location, self.permissions)
+            fs, directory = resolve(target_location, self.permissions, self.object_store)
         path = fs.join(directory, uuid.uuid4().hex)
         # referenced only once _metadata (atomic, last) is written
         _create_or_delete(fs, path, lambda: fs.write_new(path, data))
@@ -215,7 +227,8 @@ class CheckpointStorage:
             fs = self.fs
             directory = self.checkpoint_dir(checkpoint_id)
         else:
-            fs, directory = resolve(target_location, self.permissions)  # created by the JobMaster
+            # created by the JobMaster
+            fs, directory = resolve(target_location, self.permissions, self.object_store)
         if target_location is None:
             self._mkdirs_once(directory)
         path = fs.join(directory, uuid.uuid4().hex)
@@ -247,7 +260,7 @@ class CheckpointStorage:
         """Create ``<target_directory>/savepoint-<job>-<random>/`` and return it (Flink's
         ``initializeLocationForSavepoint``); raises ``OSError``/``StorageError`` naming the
         directory if it cannot be created."""
-        fs, base = resolve(target_directory, self.permissions)
+        fs, base = resolve(target_directory, self.permissions, self.object_store)
         location = fs.join(base, f"{SAVEPOINT_DIR_PREFIX}{self.job_id[:6]}-{uuid.uuid4().hex[:12]}")
         fs.mkdirs(location)
         return location
@@ -259,7 +272,7 @@ class CheckpointStorage:
         returns the external pointer (the snapshot's directory) or ``None`` for in-memory
         storage."""
         if target_location is not None:
-            fs, directory = resolve(target_location, self.permissions)
+            fs, directory = resolve(target_location, self.permissions, self.object_store)
         elif not self.is_persistent:
             return None
         else:
@@ -274,7 +287,7 @@ class CheckpointStorage:
         everything in it (a subsumed or aborted checkpoint)."""
         if target_location is not None:
             try:
-                fs, directory = resolve(target_location)
+                fs, directory = resolve(target_location, options=self.object_store)
                 fs.delete(directory, recursive=True)
             except (OSError, StorageError) as exc:
                 log.warning("could not delete savepoint directory %s: %s", target_location, exc)
@@ -292,7 +305,8 @@ class CheckpointStorage:
         """Delete state files that no checkpoint will reference (late or rejected acks)."""
         for handle in handles:
             try:
-                fs, path = resolve(handle.path)  # a savepoint's files may be outside this storage
+                # a savepoint's files may be outside this storage
+                fs, path = resolve(handle.path, options=self.object_store)
                 fs.delete(path)
             except OSError as exc:
                 log.warning("could not delete state file %s: %s", handle.path, exc)
@@ -364,6 +378,7 @@ class StateReader:
 
     def __init__(self, storage: CheckpointStorage | None = None) -> None:
         self._storage = storage
+        self._object_store = storage.object_store if storage is not None else DEFAULT_OBJECT_STORE
         self._cache: dict[str, bytes] = {}
 
     def read(self, handle: StreamStateHandle, byte_range: Range) -> bytes:
@@ -373,7 +388,7 @@ class StateReader:
         if isinstance(handle, FileStateHandle):
             data = self._cache.get(handle.path)
             if data is None:
-                data = self._cache[handle.path] = read_verified(handle)
+                data = self._cache[handle.path] = read_verified(handle, self._object_store)
             return data[start:end]
         raise TypeError(f"cannot read state handle {handle!r}")
 
@@ -387,7 +402,7 @@ class StateReader:
             return
         if not isinstance(handle, FileStateHandle):
             raise TypeError(f"cannot copy state handle {handle!r}")
-        fs, path = resolve(handle.path)
+        fs, path = resolve(handle.path, options=self._object_store)
         digest = hashlib.sha256()
         size = 0
         out = open(local_path, "xb")  # closed below, deleted on failure
@@ -433,12 +448,12 @@ def _not_a_file(handle: FileStateHandle, exc: OSError) -> InvalidCheckpointError
     )
 
 
-def read_verified(handle: FileStateHandle) -> bytes:
+def read_verified(handle: FileStateHandle, object_store: ObjectStoreOptions = DEFAULT_OBJECT_STORE) -> bytes:
     """The bytes of a state file, refused unless size and SHA-256 match the checkpoint's record.
 
     Its size is checked before it is read (a file larger than recorded is never read into
     memory), and only a regular file is read (a FIFO would block the task for ever)."""
-    fs, path = resolve(handle.path)
+    fs, path = resolve(handle.path, options=object_store)
     try:
         if fs.size(path) != handle.size:
             raise _corrupt(handle)

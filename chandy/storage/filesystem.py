@@ -6,6 +6,14 @@ delete. ``file://`` paths and plain paths use the local implementation; other
 schemes (``s3://``, ``hdfs://``, ``gs://``, ``memory://``) go through fsspec,
 where an object store's single PUT is atomic by itself.
 
+An object store is reached with the job's :class:`ObjectStoreOptions` (Flink's ``s3.*`` keys,
+else the ``AWS_*`` variables of the process that submitted the job), which every caller
+hands to :func:`resolve`: they travel with the job (in :class:`CheckpointStorage`, in a
+sink) to every task, a Spark slot process included, instead of living in a process-wide
+registry that a second job in the same process, or a slot started earlier, would not see.
+Its errors (botocore's, aiohttp's) come out as :class:`OSError` naming the storage, so the
+callers' handling of a full disk covers an unreachable endpoint too.
+
 Local files and directories are created with explicit permissions
 (:class:`FilePermissions`, private by default: checkpoints hold the job's state, which
 other local users must not read). Object stores have no such modes: their access is the
@@ -20,11 +28,127 @@ import shutil
 import stat
 import uuid
 from abc import ABC, abstractmethod
-from collections.abc import Iterable, Iterator
-from dataclasses import dataclass
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from dataclasses import dataclass, field
+from typing import Any, TypeVar
 from urllib.parse import urlparse
 
+from chandy.config import Configuration
+from chandy.config.options import S3Options
 from chandy.errors import StorageError
+
+_T = TypeVar("_T")
+
+#: URI schemes of S3: object stores without directories or rename, where an object becomes
+#: visible whole when its PUT (or multipart upload) completes, and not before.
+S3_SCHEMES = ("s3", "s3a")
+
+
+@dataclass(frozen=True)
+class ObjectStoreOptions:
+    """How the job reaches its object store: the settings handed to fsspec's ``s3fs``.
+
+    Built once, where the job is submitted (:meth:`from_configuration`): Flink's keys win,
+    else the ``AWS_*`` variables of that process. They are shipped with the job, so a task
+    in a Spark slot process (started before the variables were set, or on another host)
+    reaches the store with the same endpoint and credentials as the driver. Unset fields
+    leave botocore's own chain (``~/.aws``, an instance role) to the process using them.
+    The secrets never show in a ``repr`` (logs, error messages).
+    """
+
+    s3_endpoint: str | None = None
+    s3_access_key: str | None = field(default=None, repr=False)
+    s3_secret_key: str | None = field(default=None, repr=False)
+    s3_session_token: str | None = field(default=None, repr=False)
+    s3_region: str | None = None
+    s3_path_style_access: bool = False
+
+    @staticmethod
+    def from_configuration(
+        config: Configuration | Mapping[str, Any], environ: Mapping[str, str] | None = None
+    ) -> ObjectStoreOptions:
+        """The job's options: ``s3.endpoint``, ``s3.access-key``, ``s3.secret-key`` and
+        ``s3.path.style.access``, each else its ``AWS_*`` variable in ``environ`` (this
+        process's environment by default)."""
+        conf = config if isinstance(config, Configuration) else Configuration(config)
+        env = os.environ if environ is None else environ
+        return ObjectStoreOptions(
+            s3_endpoint=conf.get(S3Options.ENDPOINT)
+            or env.get("AWS_ENDPOINT_URL_S3")
+            or env.get("AWS_ENDPOINT_URL")
+            or None,
+            s3_access_key=conf.get(S3Options.ACCESS_KEY) or env.get("AWS_ACCESS_KEY_ID") or None,
+            s3_secret_key=conf.get(S3Options.SECRET_KEY) or env.get("AWS_SECRET_ACCESS_KEY") or None,
+            # A session token belongs to the variables' key pair only, never to a configured one.
+            s3_session_token=None if conf.get(S3Options.ACCESS_KEY) else env.get("AWS_SESSION_TOKEN") or None,
+            s3_region=env.get("AWS_REGION") or env.get("AWS_DEFAULT_REGION") or None,
+            s3_path_style_access=conf.get(S3Options.PATH_STYLE_ACCESS),
+        )
+
+    @property
+    def s3_endpoint_url(self) -> str | None:
+        """The endpoint as a URL: a bare ``host:port`` is https, as in Hadoop's S3A."""
+        endpoint = self.s3_endpoint
+        if endpoint and "://" not in endpoint:
+            return f"https://{endpoint}"
+        return endpoint
+
+    def describe(self, protocol: str) -> str:
+        """The storage as an error names it: scheme and endpoint, never a secret."""
+        if protocol in S3_SCHEMES:
+            return f"S3 at {self.s3_endpoint_url or 'AWS (botocore default endpoint)'}"
+        return f"{protocol}:// storage"
+
+    def fsspec_kwargs(self, protocol: str) -> dict[str, Any]:
+        """The keyword arguments of ``fsspec.filesystem(protocol, ...)``."""
+        if protocol not in S3_SCHEMES:
+            return {}
+        # Another process writes what this one looks for (a task's state file, the driver's
+        # _metadata, a restarted driver's listing): a cached listing must never answer.
+        kwargs: dict[str, Any] = {"use_listings_cache": False}
+        if self.s3_endpoint_url:
+            kwargs["endpoint_url"] = self.s3_endpoint_url
+        if self.s3_access_key:
+            kwargs["key"] = self.s3_access_key
+        if self.s3_secret_key:
+            kwargs["secret"] = self.s3_secret_key
+        if self.s3_session_token:
+            kwargs["token"] = self.s3_session_token
+        if self.s3_region:
+            kwargs["client_kwargs"] = {"region_name": self.s3_region}
+        if self.s3_path_style_access:
+            kwargs["config_kwargs"] = {"s3": {"addressing_style": "path"}}
+        return kwargs
+
+    def rust_object_store_options(self) -> dict[str, str]:
+        """The same settings for delta-rs (Rust's ``object_store`` crate), whose S3 client is
+        its own: a plain-HTTP endpoint must be allowed explicitly there."""
+        options: dict[str, str] = {}
+        if self.s3_endpoint_url:
+            options["AWS_ENDPOINT_URL"] = self.s3_endpoint_url
+            if self.s3_endpoint_url.startswith("http://"):
+                options["AWS_ALLOW_HTTP"] = "true"
+        for name, value in (
+            ("AWS_ACCESS_KEY_ID", self.s3_access_key),
+            ("AWS_SECRET_ACCESS_KEY", self.s3_secret_key),
+            ("AWS_SESSION_TOKEN", self.s3_session_token),
+            ("AWS_REGION", self.s3_region),
+        ):
+            if value:
+                options[name] = value
+        if self.s3_path_style_access:
+            options["AWS_FORCE_PATH_STYLE"] = "true"
+        return options
+
+
+#: The options of a caller that has no job configuration (tests, a tool reading a local
+#: checkpoint): botocore's own chain, the ``AWS_*`` variables of this process included.
+DEFAULT_OBJECT_STORE = ObjectStoreOptions()
+
+
+class ObjectStoreError(OSError):
+    """An object store failed a request for another reason than a missing object or denied
+    access (unreachable, timed out, a server error): named with the storage and the cause."""
 
 
 @dataclass(frozen=True)
@@ -257,9 +381,15 @@ class LocalFileSystem(FileSystem):
 
 
 class FsspecFileSystem(FileSystem):
-    """Any filesystem fsspec knows, by URI scheme."""
+    """Any filesystem fsspec knows, by URI scheme; S3 through ``s3fs`` with the job's
+    :class:`ObjectStoreOptions`.
 
-    def __init__(self, protocol: str) -> None:
+    On S3 every call's failure is an :class:`OSError`: :class:`FileNotFoundError` for a
+    missing object, :class:`PermissionError` (naming the storage and the keys to check) for
+    denied access, else :class:`ObjectStoreError` naming the storage and the cause.
+    """
+
+    def __init__(self, protocol: str, options: ObjectStoreOptions = DEFAULT_OBJECT_STORE) -> None:
         try:
             import fsspec
         except ImportError:  # pragma: no cover - fsspec is a dependency
@@ -267,63 +397,141 @@ class FsspecFileSystem(FileSystem):
                 f"checkpoint storage '{protocol}://' needs fsspec: pip install fsspec"
             ) from None
         try:
-            self._fs = fsspec.filesystem(protocol)
+            self._fs = fsspec.filesystem(protocol, **options.fsspec_kwargs(protocol))
         except (ImportError, ValueError) as exc:
             raise StorageError(
                 f"no filesystem for '{protocol}://' checkpoint storage: {exc}. Install the fsspec "
                 f"implementation for '{protocol}' (e.g. s3fs for s3://) or use a local path"
             ) from None
         self.protocol = protocol
+        self.options = options
+        #: An object store: no directories to create, no rename.
+        self.is_object_store = protocol in S3_SCHEMES
+
+    @property
+    def raw(self) -> Any:
+        """The fsspec filesystem itself (for a connector's multipart upload)."""
+        return self._fs
+
+    def call(self, what: str, path: str, action: Callable[[], _T]) -> _T:
+        """Run ``action`` (a request about ``path``), its failure an :class:`OSError` that names
+        the storage and the cause (botocore and aiohttp raise their own exception types)."""
+        if not self.is_object_store:  # other fsspec filesystems raise as they always did
+            return action()
+        try:
+            return action()
+        except FileNotFoundError:
+            raise
+        except PermissionError as exc:
+            raise PermissionError(
+                errno.EACCES,
+                f"{self.options.describe(self.protocol)} denied {what} {path}: {_sentence(exc)} Check the "
+                "credentials (s3.access-key / s3.secret-key, or AWS_ACCESS_KEY_ID / "
+                "AWS_SECRET_ACCESS_KEY) and the bucket's policy",
+            ) from exc
+        except ObjectStoreError:
+            raise
+        except Exception as exc:  # botocore's, aiohttp's: one kind for callers
+            raise ObjectStoreError(
+                errno.EIO,
+                f"{self.options.describe(self.protocol)}: {what} {path} failed: {type(exc).__name__}: "
+                f"{_sentence(exc)}",
+            ) from exc
 
     def join(self, base: str, *parts: str) -> str:
         return "/".join([base.rstrip("/"), *parts])
 
     def write_atomic(self, path: str, data: bytes) -> None:
         # One PUT of the whole object: object stores make it visible all at once.
-        self._fs.pipe_file(path, data)
+        self.call("writing", path, lambda: self._fs.pipe_file(path, data))
 
     def write_new_from(self, path: str, chunks: Iterable[bytes]) -> None:
         # A multipart upload on object stores: visible once closed, and only then
-        with self._fs.open(path, "wb") as out:
-            for chunk in chunks:
-                out.write(chunk)
+        def write() -> None:
+            with self._fs.open(path, "wb") as out:
+                for chunk in chunks:
+                    out.write(chunk)
+
+        self.call("writing", path, write)
+
+    def create_exclusive(self, path: str, data: bytes) -> bool:
+        """Create ``path`` with ``data`` unless it exists; False if it did (another writer won).
+
+        On S3 a conditional PUT (``If-None-Match: *``), so two writers racing agree on one
+        object; elsewhere a check, then a PUT."""
+        if not self.is_object_store:
+            if self.exists(path):
+                return False
+            self.write_atomic(path, data)
+            return True
+        bucket, _, key = self._fs._strip_protocol(path).partition("/")
+        try:
+            self.call(
+                "creating",
+                path,
+                lambda: self._fs.call_s3("put_object", Bucket=bucket, Key=key, Body=data, IfNoneMatch="*"),
+            )
+        except OSError:
+            if self.exists(path):  # 412 Precondition Failed: another writer created it first
+                return False
+            raise
+        return True
 
     def read(self, path: str) -> bytes:
-        data: bytes = self._fs.cat_file(path)  # fsspec has no type hints
+        data: bytes = self.call("reading", path, lambda: self._fs.cat_file(path))  # fsspec has no type hints
         return data
 
     def read_chunks(self, path: str, chunk_size: int = 1 << 20) -> Iterator[bytes]:
-        with self._fs.open(path, "rb") as source:
-            while chunk := source.read(chunk_size):
+        source = self.call("opening", path, lambda: self._fs.open(path, "rb"))
+        with source:
+            while chunk := self.call("reading", path, lambda: source.read(chunk_size)):
                 yield chunk
 
     def exists(self, path: str) -> bool:
-        return bool(self._fs.exists(path))
+        return bool(self.call("looking up", path, lambda: self._fs.exists(path)))
 
     def is_dir(self, path: str) -> bool:
-        return bool(self._fs.isdir(path))
+        return bool(self.call("looking up", path, lambda: self._fs.isdir(path)))
 
     def size(self, path: str) -> int:
-        if not self._fs.exists(path):
-            raise FileNotFoundError(path)
-        return int(self._fs.size(path))
+        info = self.call("looking up", path, lambda: self._fs.info(path))
+        if info.get("type") == "directory":
+            raise FileNotFoundError(errno.ENOENT, "not a file", path)
+        return int(info["size"])
 
     def list_dir(self, path: str) -> list[str]:
-        return sorted(p.rstrip("/").rsplit("/", 1)[-1] for p in self._fs.ls(path, detail=False))
+        names = self.call("listing", path, lambda: self._fs.ls(path, detail=False))
+        return sorted(p.rstrip("/").rsplit("/", 1)[-1] for p in names)
 
     def mkdirs(self, path: str) -> None:
-        self._fs.makedirs(path, exist_ok=True)
+        if self.is_object_store:
+            return  # no directories: a key's prefix exists once an object under it does
+        self.call("creating", path, lambda: self._fs.makedirs(path, exist_ok=True))
 
     def delete(self, path: str, recursive: bool = False) -> None:
-        if self._fs.exists(path):
-            self._fs.rm(path, recursive=recursive)
+        def delete() -> None:
+            if self._fs.exists(path):
+                self._fs.rm(path, recursive=recursive)
+
+        try:
+            self.call("deleting", path, delete)
+        except FileNotFoundError:
+            pass
 
 
-def resolve(uri: str, permissions: FilePermissions = PRIVATE) -> tuple[FileSystem, str]:
+def _sentence(exc: BaseException) -> str:
+    """An exception's text as one sentence (a trailing period once, not twice)."""
+    text = str(exc).strip() or type(exc).__name__
+    return text if text.endswith((".", "!", "?")) else text + "."
+
+
+def resolve(
+    uri: str, permissions: FilePermissions = PRIVATE, options: ObjectStoreOptions = DEFAULT_OBJECT_STORE
+) -> tuple[FileSystem, str]:
     """The filesystem for ``uri`` and the path to hand to it.
 
     A plain path or ``file://`` URI is local (made absolute), and creates its files and
-    directories with ``permissions``; other schemes go to fsspec.
+    directories with ``permissions``; other schemes go to fsspec, reached with ``options``.
     """
     if not isinstance(uri, str) or not uri.strip():
         raise StorageError(f"a checkpoint storage location must be a non-empty path or URI, got {uri!r}")
@@ -335,4 +543,4 @@ def resolve(uri: str, permissions: FilePermissions = PRIVATE) -> tuple[FileSyste
                 f"'{uri}' names host '{parsed.netloc}'; a file:// URI must be file:///absolute/path"
             )
         return LocalFileSystem(permissions), os.path.abspath(os.path.expanduser(path))
-    return FsspecFileSystem(parsed.scheme), uri
+    return FsspecFileSystem(parsed.scheme, options), uri

@@ -8,7 +8,8 @@ before anything of the snapshot is parsed or unpickled. The key, first found win
 
 1. the environment variable ``CHANDY_SNAPSHOT_KEY`` (the secret itself, as text);
 2. the file named by ``execution.checkpointing.snapshot-key-file``;
-3. ``<execution.checkpointing.dir>/.chandy-snapshot-key``, generated on first use;
+3. ``<execution.checkpointing.dir>/.chandy-snapshot-key``, generated on first use (on S3
+   too: created with a conditional PUT, reached with the job's ``s3.*`` settings);
 4. ``<execution.checkpointing.savepoint-dir>/.chandy-snapshot-key``, generated on first use;
 5. with no directory either, the user's own key, ``~/.config/chandy/snapshot-key``
    (``$XDG_CONFIG_HOME``), generated on first use: a savepoint written to a directory
@@ -36,7 +37,13 @@ from dataclasses import dataclass, field
 from chandy.config import Configuration
 from chandy.config.options import CheckpointingOptions
 from chandy.errors import StorageError
-from chandy.storage.filesystem import LocalFileSystem, resolve
+from chandy.storage.filesystem import (
+    DEFAULT_OBJECT_STORE,
+    FsspecFileSystem,
+    LocalFileSystem,
+    ObjectStoreOptions,
+    resolve,
+)
 
 log = logging.getLogger(__name__)
 
@@ -80,13 +87,14 @@ def snapshot_key(config: Configuration, environ: Mapping[str, str] | None = None
     from_env = environment_key(environ)
     if from_env is not None:
         return from_env
+    object_store = ObjectStoreOptions.from_configuration(config, environ)
     key_file = config.get(CheckpointingOptions.SNAPSHOT_KEY_FILE)
     if key_file:
-        return read_key_file(key_file)
+        return read_key_file(key_file, object_store)
     for option in (CheckpointingOptions.DIRECTORY, CheckpointingOptions.SAVEPOINT_DIRECTORY):
         root = config.get(option)
         if root:
-            return key_at_root(root)
+            return key_at_root(root, object_store)
     return user_key(environ)
 
 
@@ -120,23 +128,29 @@ def environment_key(environ: Mapping[str, str] | None = None) -> SnapshotKey | N
     return SnapshotKey(value.encode("utf-8"), f"environment variable {KEY_ENV_VAR}") if value else None
 
 
-def key_at_root(root: str) -> SnapshotKey:
+def key_at_root(root: str, object_store: ObjectStoreOptions = DEFAULT_OBJECT_STORE) -> SnapshotKey:
     """The key kept in storage root ``root`` (``<root>/.chandy-snapshot-key``), generated
-    there first if it does not exist yet."""
-    fs, base = resolve(root)
+    there first if it does not exist yet.
+
+    On S3 the key object is created with a conditional PUT (``If-None-Match: *``): two
+    drivers racing agree on one key, as the exclusive link does on a local disk. The object
+    is only as private as the bucket's policy makes it (object stores have no file modes)."""
+    fs, base = resolve(root, options=object_store)
     path = fs.join(base, KEY_FILE_NAME)
     try:
         fs.mkdirs(base)
         if isinstance(fs, LocalFileSystem):
             _create_local_key_file(path)
-        elif not fs.exists(path):
-            # Object stores have no exclusive create: two drivers racing here may both write;
-            # the last write wins and the loser's first signatures fail to verify later
-            # (refused, never accepted wrongly). Set CHANDY_SNAPSHOT_KEY there to avoid it.
+        elif isinstance(fs, FsspecFileSystem):
+            if not fs.exists(path) and fs.create_exclusive(
+                path, secrets.token_hex(32).encode("ascii") + b"\n"
+            ):
+                log.info("Generated the snapshot key %s: it signs checkpoints and savepoints.", path)
+        elif not fs.exists(path):  # pragma: no cover - every filesystem is one of the two
             fs.write_atomic(path, secrets.token_hex(32).encode("ascii") + b"\n")
     except OSError as exc:
         raise StorageError(f"cannot create the snapshot key file {path}: {exc}") from None
-    return read_key_file(path)
+    return read_key_file(path, object_store)
 
 
 def _create_local_key_file(path: str) -> None:
@@ -162,9 +176,9 @@ def _create_local_key_file(path: str) -> None:
         os.remove(tmp)
 
 
-def read_key_file(path: str) -> SnapshotKey:
+def read_key_file(path: str, object_store: ObjectStoreOptions = DEFAULT_OBJECT_STORE) -> SnapshotKey:
     """The key in file ``path`` (its text, surrounding whitespace stripped)."""
-    fs, resolved = resolve(path)
+    fs, resolved = resolve(path, options=object_store)
     try:
         if isinstance(fs, LocalFileSystem):
             data = _read_local_key_file(resolved)

@@ -193,18 +193,18 @@ class OperatorChain:
         self._opened: list[StreamOperator] = []
         if tdd.task_restore is not None:
             try:
-                self._restore(tdd)
+                self._restore(tdd, StateReader(services.checkpoint_storage))
             except BaseException:
                 # The task never gets this chain to close: its state backends (a RocksDB
                 # database and its directory) are disposed of here.
                 self.close()
                 raise
 
-    def _restore(self, tdd: TaskDeploymentDescriptor) -> None:
-        """Load this subtask's share of the restored checkpoint into every operator."""
+    def _restore(self, tdd: TaskDeploymentDescriptor, reader: StateReader) -> None:
+        """Load this subtask's share of the restored checkpoint into every operator (read
+        with ``reader``: the job's storage knows how to reach an ``s3://`` checkpoint)."""
         assert tdd.task_restore is not None
         states = tdd.task_restore.state.subtask_states
-        reader = StateReader()
         for spec in self.specs:
             state = states.get(spec.operator_id)
             if state is None:
