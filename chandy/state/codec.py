@@ -155,6 +155,8 @@ def encode_key(key: Any) -> bytes:
     bytes (RocksDB finds an entry by its bytes: a second encoding of an equal key would
     hold a second, separate state)."""
     t = type(key)
+    if t is int and -_OFFSET <= key < _OFFSET:  # the commonest key, without a call
+        return _INT_TAG + int.to_bytes(key + _OFFSET, 8, "big")
     if t in _KEY_ATOMS:
         return encode(key)
     if t is tuple:

@@ -31,7 +31,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from chandy.errors import InvalidCheckpointError
-from chandy.state.codec import Loads, decode_from, encode_key, varint
+from chandy.state.codec import Loads, decode_from, varint
 from chandy.state.missing_classes import class_error_of, load_key_group
 from chandy.state.typed import StateSerializer
 from chandy.state.unpicklable import first_unpicklable, unpicklable_state_error
@@ -60,12 +60,7 @@ def write_key_group(
             payload = _pickled(name, values)
             spec = ""
         else:
-            encode = serializer.encode
-            entries = [varint(len(values))]
-            for key, value in values.items():
-                entries.append(encode_key(key))
-                entries.append(encode(value))
-            payload = b"".join(entries)
+            payload = serializer.encode_table(values)
             spec = serializer.spec
         parts += [_text(name), _text(kind), _text(spec), varint(len(payload)), payload]
     return b"".join(parts)

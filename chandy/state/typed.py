@@ -70,11 +70,14 @@ from chandy.state.codec import (
     ROW_TAG,
     TIME_TAG,
     encode,
+    encode_key,
     varint,
 )
 
 _NONE = b"\x00"
 _TUPLE_TAG = b"\x40"
+_INT_TAG = b"\x10"
+_OFFSET = 1 << 63
 
 #: A value's encoder: its bytes, or a :class:`_Mismatch`.
 Encoder = Callable[[Any], bytes]
@@ -335,6 +338,8 @@ def _atom(info: BasicTypeInfo) -> Encoder:
     family = _FAMILIES[info._basic_type]
 
     def integer(value: Any) -> bytes:
+        if type(value) is int and -_OFFSET <= value < _OFFSET:  # the common case, inline
+            return _INT_TAG + (value + _OFFSET).to_bytes(8, "big")
         return _encode_int(value, info)
 
     if family == "int":
@@ -523,6 +528,16 @@ class StateSerializer:
             return self._value(value)
         except _Mismatch as mismatch:
             raise self._error(mismatch) from None
+
+    def encode_table(self, values: dict[Any, Any]) -> bytes:
+        """One key group's table: its entry count, then each table key (in the key
+        encoding, :func:`~chandy.state.codec.encode_key`) and value."""
+        encode_value = self._value
+        try:
+            entries = [encode_key(key) + encode_value(value) for key, value in values.items()]
+        except _Mismatch as mismatch:
+            raise self._error(mismatch) from None
+        return varint(len(values)) + b"".join(entries)
 
     def encode_entry(self, value: Any) -> bytes:
         try:
