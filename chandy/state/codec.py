@@ -61,6 +61,7 @@ from typing import Any
 from chandy.core.types import Instant, RowKind, _create_row
 from chandy.state.missing_classes import class_error_of
 from chandy.state.unpicklable import unpicklable_state_error
+from chandy.state.unpickling import UNRESTRICTED
 
 _NONE, _FALSE, _TRUE = b"\x00", b"\x01", b"\x02"
 _INT, _FLOAT, _STR, _BYTES, _TUPLE, _PICKLE = 0x10, 0x20, 0x30, 0x31, 0x40, 0x7F
@@ -173,7 +174,7 @@ def plain_loads(pickled: bytes) -> Any:
     try:
         return pickle.loads(pickled)
     except (ImportError, AttributeError) as exc:
-        error = class_error_of(pickled)  # a class the restored state holds is gone
+        error = class_error_of(pickled, policy=UNRESTRICTED)  # a class the state holds is gone
         if error is None:
             raise
         raise error from exc

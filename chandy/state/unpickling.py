@@ -219,8 +219,8 @@ class UnpicklingPolicy:
         return found
 
     def loads(self, data: bytes) -> Any:
-        """``data`` unpickled under this policy (a :class:`PickleRefusedError` without the
-        state's name; :func:`restricted_loads` names it)."""
+        """``data`` unpickled under this policy; a :class:`PickleRefusal` for a name it may
+        not load (:func:`restricted_loads` turns it into the error naming the state)."""
         return RestrictedUnpickler(io.BytesIO(data), self).load()
 
 
