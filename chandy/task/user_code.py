@@ -18,6 +18,7 @@ keeps objects of an installed package's classes in state allows that package wit
 from __future__ import annotations
 
 import functools
+import itertools
 import logging
 import os
 import site
@@ -96,8 +97,10 @@ def user_modules(roots: Iterable[Any], max_objects: int = MAX_OBJECTS) -> frozen
     found: set[str] = set()
     seen: set[int] = set()
     queue: deque[Any] = deque(roots)
-    while queue and len(seen) < max_objects:
+    looked = 0
+    while queue and looked < max_objects:
         obj = queue.popleft()
+        looked += 1
         if id(obj) in seen or isinstance(obj, (str, bytes, int, float, bool, type(None))):
             continue
         seen.add(id(obj))
@@ -121,12 +124,12 @@ def user_modules(roots: Iterable[Any], max_objects: int = MAX_OBJECTS) -> frozen
             queue.extend(obj.args)
             queue.extend(obj.keywords.values())
             continue
-        if type(obj) is dict:
-            queue.extend(obj.keys())
-            queue.extend(obj.values())
+        if type(obj) is dict:  # a function's settings; a big one (a lookup table) only in part
+            queue.extend(itertools.islice(obj.keys(), max_objects))
+            queue.extend(itertools.islice(obj.values(), max_objects))
             continue
-        if type(obj) in _CONTAINERS:
-            queue.extend(obj)
+        if type(obj) in _CONTAINERS:  # likewise: a source's records are not looked through
+            queue.extend(itertools.islice(obj, max_objects))
             continue
         kind = type(obj)
         queue.append(kind)
