@@ -45,6 +45,7 @@ from chandy.state.missing_classes import StateClassNotFoundError
 from chandy.state.rocksdb.backend import RocksDBKeyedStateBackend
 from chandy.state.rocksdb.resources import SlotMemory
 from chandy.state.unpicklable import StateNotPicklableError
+from chandy.state.unpickling import UnpicklingPolicy
 from chandy.storage.checkpoint_storage import StateReader
 from chandy.task.processing_time import ProcessingTimeService
 from chandy.task.timers import InternalTimerService
@@ -336,6 +337,12 @@ def doomed_class(monkeypatch: pytest.MonkeyPatch) -> Iterator[Callable[[], Any]]
     yield doomed
 
 
+def job_code(doomed_class: Any) -> UnpicklingPolicy:
+    """What a restore of a job whose code defines ``doomed_class`` may unpickle: the classes
+    of its module (chandy.task.user_code finds them for a real job)."""
+    return UnpicklingPolicy(user_modules=frozenset({doomed_class.__module__}))
+
+
 def at(backend: Any, key: Any) -> None:
     backend.set_current_key(key, assign_to_key_group(key, 128))
 
@@ -369,7 +376,7 @@ def test_the_heap_names_the_state_that_holds_the_missing_class(doomed_class: Any
     doomed_class.delete()
     fresh = HeapKeyedStateBackend(KeyGroupRange(0, 127), 128, owner="operator 'Count' (uid 'count')")
     with pytest.raises(StateClassNotFoundError) as info:
-        fresh.restore(handles, StateReader())
+        fresh.restore(handles, StateReader(), job_code(doomed_class))
     assert info.value.state == "acc" and info.value.owner == "operator 'Count' (uid 'count')"
     assert info.value.missing == f"{doomed_class.__module__}.Doomed"
     assert "cannot restore state 'acc'" in str(info.value)
@@ -382,7 +389,8 @@ def test_the_heap_names_timers_whose_namespace_is_the_missing_class(doomed_class
     handles = heap_snapshot(backend)
     doomed_class.delete()
     with pytest.raises(StateClassNotFoundError) as info:
-        HeapKeyedStateBackend(KeyGroupRange(0, 127), 128, owner="o").restore(handles, StateReader())
+        restored = HeapKeyedStateBackend(KeyGroupRange(0, 127), 128, owner="o")
+        restored.restore(handles, StateReader(), job_code(doomed_class))
     assert "cannot restore its timers (state '_timer_state/event_t')" in str(info.value)
 
 
@@ -422,7 +430,7 @@ def test_in_flight_records_of_an_unaligned_checkpoint_whose_class_is_gone_fail_o
     """An unaligned checkpoint keeps records in flight, pickled: replaying them into a job
     without their class fails it once, as state does."""
     gate = InputGate([LocalChannel(4, name="live")], Wakeup())
-    gate.add_recovered(0, [encode_item([doomed_class()])])
+    gate.add_recovered(0, [encode_item([doomed_class()])], job_code(doomed_class))
     doomed_class.delete()
     with pytest.raises(StateClassNotFoundError) as info:
         gate.poll_next()

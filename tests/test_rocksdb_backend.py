@@ -714,7 +714,7 @@ def test_a_state_smaller_than_the_cache_stays_cached(tmp_path: Path) -> None:
 
 
 def test_decode_of_ints_at_the_edges_and_of_corrupt_bytes() -> None:
-    from chandy.state.rocksdb.codec import decode, encode
+    from chandy.state.codec import decode, encode
 
     for value in (0, -1, 1, 2**63 - 1, -(2**63), 2**63, -(2**63) - 1, True, 1.0, "1", (1,)):
         decoded = decode(encode(value))
@@ -896,7 +896,7 @@ def test_equal_keys_of_any_picklable_type_find_the_same_state(make_backend: Any)
     two different RocksDB keys, and a set's order follows the process's string hashes."""
     import subprocess
 
-    from chandy.state.rocksdb.codec import encode_key
+    from chandy.state.codec import encode_key
 
     backend = make_backend()
     state = backend.get_partitioned_state(ValueStateDescriptor("count"))
@@ -913,7 +913,7 @@ def test_equal_keys_of_any_picklable_type_find_the_same_state(make_backend: Any)
     assert state.value() == 2
 
     script = (
-        "import sys; from chandy.state.rocksdb.codec import encode_key;"
+        "import sys; from chandy.state.codec import encode_key;"
         "sys.stdout.write(encode_key(frozenset({'a', 'b', 'c', ('x', 1)})).hex())"
     )
     encodings = {

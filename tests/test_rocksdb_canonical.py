@@ -1,8 +1,9 @@
 """The canonical snapshot format on RocksDB (chandy/state/rocksdb/canonical.py).
 
 A canonical snapshot of a RocksDB database is what the heap backend writes, byte for byte
-in format (per key group a pickle of ``{name: (kind, {table key: value})}``), so the heap
-restores it; a restore writes the heap's snapshots into a database in the RocksDB layout.
+in format (per key group each state's ``{table key: value}``, see
+:mod:`chandy.state.key_group_format`), so the heap restores it; a restore writes the
+heap's snapshots into a database in the RocksDB layout.
 Tested against real databases (rocksdict ``Rdict`` in raw mode, in pytest's tmp dir),
 written either by hand through the layout or by :func:`restore_canonical`, and read back by
 the heap backend: every state kind, namespaced state, timers, TTL filtering at the barrier,
@@ -16,7 +17,6 @@ from __future__ import annotations
 import gc
 import itertools
 import os
-import pickle
 import random
 import re
 import time
@@ -44,6 +44,7 @@ from chandy.core.time import Time
 from chandy.core.windows import TimeWindow
 from chandy.errors import InvalidCheckpointError, JobCancelledError
 from chandy.state.backend import KeyedStateBackend
+from chandy.state.codec import encode
 from chandy.state.factory import keyed_state_backend_factory
 from chandy.state.handles import ByteStreamStateHandle, FileStateHandle, KeyGroupsStateHandle
 from chandy.state.heap import (
@@ -52,11 +53,11 @@ from chandy.state.heap import (
     IncompatibleRestoredStateError,
     SerializedKeyedState,
 )
+from chandy.state.key_group_format import read_key_group
 from chandy.state.key_groups import KeyGroupRange, assign_to_key_group
 from chandy.state.rocksdb import canonical
 from chandy.state.rocksdb.backend import TTL_CLEANUP_STEPS_PER_SNAPSHOT, RocksDBKeyedStateBackend
 from chandy.state.rocksdb.canonical import CanonicalSnapshot, restore_canonical
-from chandy.state.rocksdb.codec import encode
 from chandy.state.rocksdb.layout import META_COLUMN_FAMILY, key_group_of, state_id, table_prefix
 from chandy.state.ttl import expiry_filter
 from chandy.storage.checkpoint_storage import CheckpointStorage, StateReader
@@ -224,6 +225,11 @@ def populate(backend: KeyedStateBackend, keys: list[Any] = KEYS) -> None:
 # ------------------------------------------------------------------ snapshots of hand-written databases
 
 
+def key_group(blob: bytes) -> dict[str, tuple[str, dict[Any, Any]]]:
+    """One key group of the canonical format: ``{name: (kind, values)}``."""
+    return {name: (kind, values) for name, (kind, values, _) in read_key_group(blob, "test").items()}
+
+
 def test_a_database_written_by_the_layout_snapshots_into_the_heaps_format(db: Rdict) -> None:
     """The layout written by hand (as the backend writes it), read into exactly the pickles the
     heap writes for the same state: one per non-empty key group, empty ranges for the others."""
@@ -245,7 +251,7 @@ def test_a_database_written_by_the_layout_snapshots_into_the_heaps_format(db: Rd
     assert len(serialized.ranges) == ALL.number_of_key_groups
     non_empty = [kg for kg, (start, end) in zip(ALL, serialized.ranges, strict=True) if end > start]
     assert non_empty == [kg_a, kg_b]
-    groups = {kg: pickle.loads(serialized.payload[slice(*serialized.ranges[kg])]) for kg in non_empty}
+    groups = {kg: key_group(serialized.payload[slice(*serialized.ranges[kg])]) for kg in non_empty}
     assert groups[kg_a] == {
         "count": ("value", {"a": 7, ("k", 1): [1, 2]}),
         # the map's entries reassembled per table key: "a" and "ab" stay apart
@@ -439,7 +445,7 @@ def test_ttl_entries_expired_at_the_barrier_are_left_out(db: Rdict) -> None:
 
     serialized = canonical_snapshot(db, ALL, kinds, expiring, now_ms=1_000)
 
-    group = pickle.loads(serialized.payload[slice(*serialized.ranges[kg])])
+    group = key_group(serialized.payload[slice(*serialized.ranges[kg])])
     assert group == {
         "v": ("ttl value", {"new": ("y", 600)}),
         "l": ("ttl list", {"k": [(2, 600)]}),

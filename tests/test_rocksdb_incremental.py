@@ -31,10 +31,10 @@ from rocksdict import Options, Rdict, WriteBatch, WriteOptions
 from chandy.core.state import MapState, MapStateDescriptor, ValueState, ValueStateDescriptor
 from chandy.errors import InvalidCheckpointError
 from chandy.state.backend import StateFileReader, WrittenKeyedState
+from chandy.state.codec import decode, encode
 from chandy.state.handles import ByteStreamStateHandle, FileStateHandle, IncrementalKeyedStateHandle
 from chandy.state.key_groups import KeyGroupRange, assign_to_key_group
 from chandy.state.rocksdb.backend import RocksDBKeyedStateBackend
-from chandy.state.rocksdb.codec import decode, encode
 from chandy.state.rocksdb.incremental import (
     CheckpointAbortedDuringUpload,
     NativeSnapshotter,

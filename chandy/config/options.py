@@ -339,6 +339,28 @@ class RocksDBOptions:
     )
 
 
+def _module_list(value: Any) -> tuple[str, ...]:
+    """Module names as a list, or as one string separated by ``;`` or ``,`` (Flink's list
+    syntax); ``pkg.*`` stands for a package and every module under it."""
+    if value is None:
+        return ()
+    if isinstance(value, str):
+        entries: list[Any] = [part.strip() for part in value.replace(",", ";").split(";")]
+    elif isinstance(value, (list, tuple)):
+        entries = [part.strip() if isinstance(part, str) else part for part in value]
+    else:
+        raise ValueError(f"{value!r} is not a list of module names")
+    modules: list[str] = []
+    for entry in entries:
+        if entry == "":
+            continue
+        dotted = entry[:-2] if isinstance(entry, str) and entry.endswith(".*") else entry
+        if not isinstance(dotted, str) or not all(part.isidentifier() for part in dotted.split(".")):
+            raise ValueError(f"{entry!r} is not a module name (such as 'mypackage.records' or 'mypackage.*')")
+        modules.append(entry)
+    return tuple(modules)
+
+
 class StateRecoveryOptions:
     PATH = ConfigOption.string(
         "execution.state-recovery.path",
@@ -368,6 +390,18 @@ class StateRecoveryOptions:
         "authenticate (unsigned, from an older chandy, or signed with another deployment's "
         "key), with a warning. Restoring unpickles its state, which runs code: only for a "
         "snapshot whose origin you trust (chandy run --trust-snapshot).",
+    )
+    ALLOWED_PICKLE_MODULES: ConfigOption[tuple[str, ...]] = ConfigOption(
+        "execution.state-recovery.allowed-pickle-modules",
+        (),
+        "Modules a restore may unpickle anything from (classes and functions), besides plain "
+        "data, chandy's own classes and the classes of the job's own modules: e.g. "
+        "'mypackage.records;mypackage.util.*' ('pkg.*': a package and its submodules). Only "
+        "for modules your state legitimately holds objects of: a restore refuses every other "
+        "name a pickle gives (see docs/security.md). Declaring Types on a state makes it data "
+        "and needs none of this.",
+        _module_list,
+        "a list of module names (a YAML list, or one string separated by ';' or ',')",
     )
 
 

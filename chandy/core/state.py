@@ -2,9 +2,13 @@
 
 Names and methods follow PyFlink (``ValueStateDescriptor``, ``state.value()``,
 ``state.update(v)``, ...). A descriptor names a state; the runtime context turns
-it into a handle scoped to the key of the record being processed. Type
-information is optional: values are Python objects, serialized with pickle
-when a snapshot is written.
+it into a handle scoped to the key of the record being processed. Values are
+Python objects. Type information is optional and recommended: a state whose
+descriptor declares PyFlink ``Types`` (``ValueStateDescriptor("count",
+Types.LONG())``) is written as data when a snapshot is written, never pickled, and
+a restore checks that the declared type can still read it
+(:mod:`chandy.state.typed`); a state without it is pickled, and read back by a
+restricted unpickler (:mod:`chandy.state.unpickling`).
 
 A descriptor may carry a :class:`StateTtlConfig` (``enable_time_to_live``): its
 values then expire a fixed time after they were last written (or read), with

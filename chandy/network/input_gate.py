@@ -29,6 +29,7 @@ from chandy.network.events import EndOfData, EndOfPartition, PriorityBarrier
 from chandy.network.item_codec import decode_naming_classes
 from chandy.network.wakeup import Wakeup
 from chandy.state.missing_classes import missing_class_error
+from chandy.state.unpickling import DEFAULT_POLICY, PickleRefusal, UnpicklingPolicy, refused_error
 
 
 class _RecoveredChannel(InputChannel):
@@ -40,12 +41,21 @@ class _RecoveredChannel(InputChannel):
     are the live channel's: its producer numbers only what it sent itself.
     """
 
-    def __init__(self, gate: InputGate, index: int, live: InputChannel, payloads: list[bytes]) -> None:
+    def __init__(
+        self,
+        gate: InputGate,
+        index: int,
+        live: InputChannel,
+        payloads: list[bytes],
+        policy: UnpicklingPolicy = DEFAULT_POLICY,
+    ) -> None:
         self._gate = gate
         self._index = index
         self.live = live
         self.recovered: deque[bytes] = deque(payloads)
         self._last: bytes | None = None
+        #: How the recovered items' pickles are read: they come from a checkpoint.
+        self._policy = policy
 
     def bind_consumer(self, wakeup: Wakeup) -> None:
         self.live.bind_consumer(wakeup)
@@ -63,14 +73,19 @@ class _RecoveredChannel(InputChannel):
     def poll(self) -> Any:
         if self.recovered:
             payload = self._last = self.recovered.popleft()
-            return decode_naming_classes(payload, self._missing_class)
+            try:
+                return decode_naming_classes(payload, self._missing_class, self._policy)
+            except PickleRefusal as exc:
+                raise refused_error(exc.refused, "the task", None, what=self._what()) from None
         self._gate.channels[self._index] = self.live
         self._last = None
         return self.live.poll()
 
+    def _what(self) -> str:
+        return f"the in-flight records of its input channel {self._index} (unaligned checkpoint)"
+
     def _missing_class(self, missing: str, error: BaseException) -> BaseException:
-        what = f"the in-flight records of its input channel {self._index} (unaligned checkpoint)"
-        return missing_class_error(missing, error, "the task", [], what=what)
+        return missing_class_error(missing, error, "the task", [], what=self._what())
 
     def poll_priority(self) -> PriorityBarrier | None:
         return self.live.poll_priority()
@@ -178,16 +193,19 @@ class InputGate:
                 return index, priority
         return None
 
-    def add_recovered(self, channel: int, payloads: list[bytes]) -> None:
+    def add_recovered(
+        self, channel: int, payloads: list[bytes], policy: UnpicklingPolicy = DEFAULT_POLICY
+    ) -> None:
         """Items ``channel`` had in flight at the restored checkpoint (serialized, in order):
-        :meth:`poll_next` returns them before any live item of that channel."""
+        :meth:`poll_next` returns them before any live item of that channel, their pickles
+        read under ``policy``."""
         if not payloads:
             return
         current = self.channels[channel]
         if isinstance(current, _RecoveredChannel):
             current.add(payloads)
         else:
-            self.channels[channel] = _RecoveredChannel(self, channel, current, payloads)
+            self.channels[channel] = _RecoveredChannel(self, channel, current, payloads, policy)
         self._wakeup.signal()
 
     def in_flight_before(self, channel: int, position: int) -> list[bytes]:

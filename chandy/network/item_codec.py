@@ -24,6 +24,7 @@ import pyarrow as pa
 
 from chandy.errors import UnrecoverableError
 from chandy.state.missing_classes import find_missing_class
+from chandy.state.unpickling import UNRESTRICTED, UnpicklingPolicy
 
 #: First byte of an Arrow IPC stream (the 0xFFFFFFFF continuation marker of its first message).
 _IPC_FIRST_BYTE = 0xFF
@@ -90,11 +91,14 @@ def _encode_batch(batch: pa.RecordBatch) -> bytes:
     return sink.getvalue().to_pybytes()  # type: ignore[no-any-return]
 
 
-def decode_item(payload: bytes) -> Any:
-    """The item :func:`encode_item` turned into ``payload``."""
+def decode_item(payload: bytes, policy: UnpicklingPolicy = UNRESTRICTED) -> Any:
+    """The item :func:`encode_item` turned into ``payload``; a pickle read under ``policy``
+    (restricted for a checkpoint's in-flight data: :mod:`chandy.state.unpickling`)."""
     if payload and payload[0] == _IPC_FIRST_BYTE:
         return _decode_batch(payload)
-    return pickle.loads(payload)
+    if policy.unrestricted:
+        return pickle.loads(payload)
+    return policy.loads(payload)
 
 
 class RecordClassNotFoundError(UnrecoverableError, ImportError):
@@ -110,13 +114,17 @@ def decode_received(payload: bytes) -> Any:
     return decode_naming_classes(payload, _unimportable_record)
 
 
-def decode_naming_classes(payload: bytes, error: Callable[[str, BaseException], BaseException]) -> Any:
+def decode_naming_classes(
+    payload: bytes,
+    error: Callable[[str, BaseException], BaseException],
+    policy: UnpicklingPolicy = UNRESTRICTED,
+) -> Any:
     """:func:`decode_item`, where a class of the item that cannot be loaded raises
     ``error(missing, cause)`` (``missing`` as ``module.qualname``); other failures as they were."""
     try:
-        return decode_item(payload)
+        return decode_item(payload, policy)
     except (ImportError, AttributeError) as exc:
-        found = find_missing_class(payload)
+        found = find_missing_class(payload, policy)
         if found is None:
             raise
         raise error(*found) from exc

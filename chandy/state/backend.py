@@ -31,6 +31,7 @@ from typing import Any, Protocol, TypeAlias
 from chandy.core.state import State, StateDescriptor
 from chandy.state.handles import FileStateHandle, KeyedStateHandle, Range, StreamStateHandle
 from chandy.state.key_groups import KeyGroupRange
+from chandy.state.unpickling import DEFAULT_POLICY, UnpicklingPolicy
 from chandy.util.clock import Clock
 
 
@@ -172,9 +173,15 @@ class KeyedStateBackend(ABC):
         ``base_checkpoint_id`` (the barrier's base) and uploads everything else."""
 
     @abstractmethod
-    def restore(self, handles: Iterable[KeyedStateHandle], reader: StateFileReader) -> None:
+    def restore(
+        self,
+        handles: Iterable[KeyedStateHandle],
+        reader: StateFileReader,
+        policy: UnpicklingPolicy = DEFAULT_POLICY,
+    ) -> None:
         """Load this backend's key groups from ``handles`` (which may cover other ranges too:
-        a restore after rescaling)."""
+        a restore after rescaling); every pickle in them is read under ``policy``
+        (:mod:`chandy.state.unpickling`)."""
 
     def notify_checkpoint_complete(self, checkpoint_id: int) -> None:
         """Checkpoint ``checkpoint_id`` completed: an incremental backend may now reference

@@ -86,6 +86,7 @@ from chandy.state.heap import (
     is_immutable,
 )
 from chandy.state.key_groups import KeyGroupRange
+from chandy.state.unpickling import DEFAULT_POLICY, UnpicklingPolicy
 from chandy.util.clock import Clock, SystemClock
 
 log = logging.getLogger(__name__)
@@ -1107,9 +1108,15 @@ class ColumnarKeyedStateBackend(KeyedStateBackend):
         copies = [state.copy_at_barrier() for _, state in sorted(self.states.items())]
         return ColumnarSnapshot(self.key_group_range, [c for c in copies if c is not None], self.states)
 
-    def restore(self, handles: Iterable[KeyedStateHandle], reader: StateFileReader) -> None:
+    def restore(
+        self,
+        handles: Iterable[KeyedStateHandle],
+        reader: StateFileReader,
+        policy: UnpicklingPolicy = DEFAULT_POLICY,
+    ) -> None:
         """Load the key groups of this backend's range from ``handles`` (which may cover
-        other ranges too: a restore after rescaling)."""
+        other ranges too: a restore after rescaling). Columns are Arrow IPC, never pickled:
+        ``policy`` has nothing to restrict here."""
         #: Per state, its restored key groups (as read; loaded into the state once, below).
         read: dict[str, list[tuple[pa.Table, int]]] = {}
         for handle in handles:

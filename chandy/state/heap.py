@@ -32,7 +32,6 @@ handles here, which every state without TTL uses, know nothing of it.
 from __future__ import annotations
 
 import copy
-import pickle
 import threading
 import time
 from collections.abc import Callable, Iterable, Iterator
@@ -69,10 +68,18 @@ from chandy.state.handles import (
     KeyGroupsStateHandle,
     Range,
 )
+from chandy.state.key_group_format import read_key_group, write_key_group
 from chandy.state.key_groups import KeyGroupRange
 from chandy.state.missing_classes import TIMER_STATE_PREFIX as TIMER_STATE_PREFIX  # noqa: PLC0414 - re-exported
-from chandy.state.missing_classes import load_key_group
-from chandy.state.unpicklable import first_unpicklable, unpicklable_state_error
+from chandy.state.typed import (
+    StateSerializer,
+    compatible,
+    declared_type,
+    describe,
+    state_serializer,
+    type_of_spec,
+)
+from chandy.state.unpickling import DEFAULT_POLICY, UnpicklingPolicy
 from chandy.util.clock import Clock, SystemClock
 
 #: The kind of a timer table.
@@ -106,6 +113,15 @@ class IncompatibleRestoredStateError(InvalidCheckpointError, IncompatibleStateEr
     (``ValueState`` became ``ListState``, ...): the checkpoint cannot be used as it is."""
 
 
+class IncompatibleStateTypeError(IncompatibleRestoredStateError):
+    """The job declares a restored state with a type that cannot read what the checkpoint
+    holds (Flink's incompatible state schema: ``Types.LONG()`` became ``Types.STRING()``).
+    ``written`` and ``declared`` are the two types as PyFlink prints them."""
+
+    written: str = ""
+    declared: str = ""
+
+
 def _describe_kind(kind: str) -> str:
     """How a user declares state of ``kind`` (a window's state is declared by its function)."""
     if kind.startswith(NAMESPACED):
@@ -130,7 +146,7 @@ class StateTable:
     costs little and saves a subtraction on every state access.
     """
 
-    __slots__ = ("name", "kind", "maps", "key_group_range", "cow", "expire")
+    __slots__ = ("name", "kind", "maps", "key_group_range", "cow", "expire", "serializer")
 
     def __init__(self, name: str, kind: str, key_group_range: KeyGroupRange, max_parallelism: int) -> None:
         self.name = name
@@ -144,6 +160,9 @@ class StateTable:
         #: For state with TTL, ``(value, now) -> its unexpired part or None`` (what a snapshot
         #: keeps, see :func:`chandy.state.ttl.expiry_filter`); ``None`` for state without TTL.
         self.expire: Callable[[Any, int], Any] | None = None
+        #: How its values are written when its descriptor declares ``Types`` (or the state was
+        #: restored typed and is not declared yet); ``None``: pickled.
+        self.serializer: StateSerializer | None = None
 
     def privatize(self, m: dict[Any, Any], key: Any) -> Any:
         """The value of ``key``, copied first if a snapshot may still share it."""
@@ -187,6 +206,9 @@ class HeapKeyedStateBackend(KeyedStateBackend):
         self.tables: dict[str, StateTable] = {}
         #: The kind of every state a restore brought back, by name.
         self._restored_kinds: dict[str, str] = {}
+        #: The type every typed state a restore brought back was written with, by name
+        #: (:func:`chandy.state.typed.type_spec`).
+        self._restored_types: dict[str, str] = {}
         self._handles: dict[str, State] = {}
         self.current_key: Any = None
         self.current_index = key_group_range.start  # the key group of the current key
@@ -228,9 +250,49 @@ class HeapKeyedStateBackend(KeyedStateBackend):
         table = self._table(descriptor.name, kind_name)
         handle = self._handles.get(descriptor.name)
         if handle is None:
+            self.declare_type(table, descriptor)
             handle = handle_type(self, table, descriptor)
             self._handles[descriptor.name] = handle
         return handle
+
+    def declare_type(self, table: StateTable, descriptor: StateDescriptor) -> None:
+        """``descriptor`` declares ``table``'s state (once, with its handle): its values are
+        written with the serializer of its declared ``Types`` from now on, or pickled if it
+        declares none. A type that cannot read what a restore brought back is an
+        :class:`IncompatibleStateTypeError` (Flink's state schema compatibility)."""
+        declared = declared_type(descriptor)
+        written = self._restored_types.get(table.name)
+        if written is not None and declared is not None:
+            written_type = type_of_spec(written)
+            if not compatible(written_type, declared):
+                raise self._incompatible_type(table.name, describe(written_type), describe(declared))
+        self.set_serializer(table, state_serializer(table.name, table.kind, declared))
+
+    def set_serializer(self, table: StateTable, serializer: StateSerializer | None) -> None:
+        """Write ``table``'s values with ``serializer`` (``None``: pickled) from now on."""
+        table.serializer = serializer
+
+    def _incompatible_type(self, name: str, written: str, declared: str) -> IncompatibleStateTypeError:
+        error = IncompatibleStateTypeError(
+            f"{self.owner} cannot restore state '{name}': the checkpoint holds it written as "
+            f"{written} and the job now declares it as {declared}, which cannot read it (a "
+            "state's type may change only within a family: the integer types, FLOAT and DOUBLE, "
+            "STRING and CHAR, the list and array types). Declare it as "
+            f"{written} again, or give the state of type {declared} a new name (the old state is "
+            "then left unused), or start the operator without state: give it a new uid() and "
+            "restore with execution.state-recovery.ignore-unclaimed-state: true. A restart would "
+            "fail the same way, so the job fails now."
+        )
+        error.written, error.declared = written, declared
+        return error
+
+    def restored_type(self, name: str, spec: str) -> None:
+        """A restore brought state ``name`` back written typed as ``spec``: written so again
+        until the job declares it."""
+        self._restored_types[name] = spec
+        table = self.tables[name]
+        if table.serializer is None or table.serializer.spec != spec:
+            self.set_serializer(table, state_serializer(name, table.kind, type_of_spec(spec)))
 
     def get_timer_table(self, name: str) -> StateTable:
         """The table of timers ``name`` (created empty if absent, restored if it was
@@ -312,9 +374,16 @@ class HeapKeyedStateBackend(KeyedStateBackend):
         }
         # State with TTL: entries expired at the barrier are left out when serialized.
         expiring = {name: table.expire for name, table in self.tables.items() if table.expire is not None}
+        serializers = self.serializers()
         if expiring:
-            return HeapSnapshot(self, self.key_group_range, copies, expiring, self.clock.now_ms())
-        return HeapSnapshot(self, self.key_group_range, copies)
+            return HeapSnapshot(
+                self, self.key_group_range, copies, serializers, expiring, self.clock.now_ms()
+            )
+        return HeapSnapshot(self, self.key_group_range, copies, serializers)
+
+    def serializers(self) -> dict[str, StateSerializer]:
+        """The serializer of every typed state, by name (the others are pickled)."""
+        return {name: table.serializer for name, table in self.tables.items() if table.serializer is not None}
 
     def _release(self) -> None:
         with self._lock:
@@ -323,9 +392,14 @@ class HeapKeyedStateBackend(KeyedStateBackend):
                 for table in self.tables.values():
                     table.cow = None
 
-    def restore(self, handles: Iterable[KeyedStateHandle], reader: StateFileReader) -> None:
+    def restore(
+        self,
+        handles: Iterable[KeyedStateHandle],
+        reader: StateFileReader,
+        policy: UnpicklingPolicy = DEFAULT_POLICY,
+    ) -> None:
         """Load every key group of this backend's range from ``handles`` (which may
-        cover other ranges too: a restore after rescaling)."""
+        cover other ranges too: a restore after rescaling); pickles are read under ``policy``."""
         read = reader.read
         for handle in handles:
             if isinstance(handle, IncrementalKeyedStateHandle):
@@ -341,8 +415,8 @@ class HeapKeyedStateBackend(KeyedStateBackend):
             for kg, byte_range in part.key_groups():
                 if byte_range[1] <= byte_range[0]:
                     continue
-                group = load_key_group(read(part.delegate, byte_range), self.owner)
-                for name, (kind, values) in group.items():
+                group = read_key_group(read(part.delegate, byte_range), self.owner, policy)
+                for name, (kind, values, spec) in group.items():
                     table = self.tables.get(name)
                     if table is None:
                         table = self.tables[name] = StateTable(
@@ -354,6 +428,8 @@ class HeapKeyedStateBackend(KeyedStateBackend):
                             f"snapshot and {table.kind} state in another"
                         )
                     self._restored_kinds[name] = kind
+                    if spec is not None:
+                        self.restored_type(name, spec)
                     target = table.maps[kg]
                     assert target is not None
                     target.update(values)
@@ -692,12 +768,15 @@ class HeapSnapshot:
         backend: HeapKeyedStateBackend,
         key_group_range: KeyGroupRange,
         copies: dict[str, tuple[str, dict[int, dict[Any, Any]]]],
+        serializers: dict[str, StateSerializer] | None = None,
         expiring: dict[str, Callable[[Any, int], Any]] | None = None,
         now_ms: int = 0,
     ) -> None:
         self._backend: HeapKeyedStateBackend | None = backend
         self.key_group_range = key_group_range
         self._copies = copies
+        #: The typed states' serializers at the barrier, by name.
+        self.serializers = serializers or {}
         #: The TTL states' expiry filters, by name, and the time (at the barrier) they apply.
         self._expiring = expiring or {}
         self._now_ms = now_ms
@@ -738,7 +817,7 @@ class KeyGroupSerializer:
         self._snapshot = snapshot
         self._state_kinds = tuple(sorted((name, kind) for name, (kind, _) in snapshot._copies.items()))
         self._key_groups = iter(snapshot.key_group_range)
-        self._payload = KeyGroupPayload()
+        self._payload = KeyGroupPayload(serializers=snapshot.serializers)
         self.done = False
 
     def step(self, deadline_ns: int | None) -> bool:
@@ -762,19 +841,25 @@ class KeyGroupSerializer:
 
 
 class KeyGroupPayload:
-    """A serialized snapshot being built: one pickle per key group, in key-group order
-    (the canonical format, which every backend writes and restores)."""
+    """A serialized snapshot being built: one blob per key group, in key-group order (the
+    canonical format of :mod:`chandy.state.key_group_format`, which every backend writes
+    and restores)."""
 
-    __slots__ = ("_parts", "_ranges", "_offset", "_write")
+    __slots__ = ("_parts", "_ranges", "_offset", "_write", "_serializers")
 
-    def __init__(self, sink: Callable[[bytes], object] | None = None) -> None:
-        """``sink`` takes each key group's pickle in order instead of this payload (the
+    def __init__(
+        self,
+        sink: Callable[[bytes], object] | None = None,
+        serializers: dict[str, StateSerializer] | None = None,
+    ) -> None:
+        """``sink`` takes each key group's blob in order instead of this payload (the
         RocksDB backend spills them to a local file; the heap keeps them in memory for
-        :meth:`result` to join)."""
+        :meth:`result` to join). ``serializers`` write the typed states (by name)."""
         self._parts: list[bytes] = []
         self._ranges: list[Range] = []
         self._offset = 0
         self._write = self._parts.append if sink is None else sink
+        self._serializers = serializers or {}
 
     def __len__(self) -> int:
         """How many key groups were added."""
@@ -783,10 +868,7 @@ class KeyGroupPayload:
     def add(self, group: dict[str, tuple[str, dict[Any, Any]]]) -> None:
         """The next key group: ``{name: (kind, {table key: value})}``, empty if it holds nothing."""
         if group:
-            try:
-                blob = pickle.dumps(group, protocol=pickle.HIGHEST_PROTOCOL)
-            except Exception as exc:
-                raise _unpicklable_group_error(group, exc) from exc
+            blob = write_key_group(group, self._serializers)
             self._write(blob)
             self._ranges.append((self._offset, self._offset + len(blob)))
             self._offset += len(blob)
@@ -843,14 +925,3 @@ _KINDS: dict[type, tuple[str, type, type]] = {
     ReducingStateDescriptor: ("reducing", HeapReducingState, HeapNamespacedReducingState),
     AggregatingStateDescriptor: ("aggregating", HeapAggregatingState, HeapNamespacedAggregatingState),
 }
-
-
-def _unpicklable_group_error(group: dict[str, tuple[str, dict[Any, Any]]], error: BaseException) -> Exception:
-    """Which state of a key group, and which value in it, pickling failed on (only on failure)."""
-    for name, (_, table) in group.items():
-        try:
-            pickle.dumps(table, protocol=pickle.HIGHEST_PROTOCOL)
-        except Exception:  # noqa: BLE001 - looking for the culprit of a failure already seen
-            culprit = first_unpicklable(list(table.keys()) + list(table.values()))
-            return unpicklable_state_error(name, culprit, error)
-    return unpicklable_state_error(None, group, error)

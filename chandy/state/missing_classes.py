@@ -9,12 +9,13 @@ same code. So the failure is a :class:`StateClassNotFoundError`, an
 :class:`~chandy.errors.UnrecoverableError`, and the job fails once, naming the operator,
 the state, the class and the two ways out.
 
-Finding the class costs nothing while the state loads: values are unpickled with
-:func:`pickle.loads` as before, and only when that fails is the pickle read again by an
-unpickler that records which class it could not find (an ``AttributeError`` raised by a
-user's ``__setstate__`` is not a missing class, and stays what it was). The heap's format
-pickles every state of a key group in one blob, so which state holds the class is found
-by a third, tolerant reading that puts a placeholder where the class was.
+Finding the class costs nothing while the state loads: values are unpickled by the
+restricted unpickler (:mod:`chandy.state.unpickling`), and only when that fails is the
+pickle read again by an unpickler, as restricted, that records which class it could not
+find (an ``AttributeError`` raised by a user's ``__setstate__`` is not a missing class,
+and stays what it was). The heap's format before typed state pickled every state of a key
+group in one blob, so which state holds the class is found by a third, tolerant reading
+that puts a placeholder where the class was.
 """
 
 from __future__ import annotations
@@ -26,6 +27,13 @@ from types import FrameType
 from typing import Any
 
 from chandy.errors import InvalidCheckpointError
+from chandy.state.unpickling import (
+    DEFAULT_POLICY,
+    PickleRefusal,
+    RestrictedUnpickler,
+    UnpicklingPolicy,
+    refused_error,
+)
 
 #: Names of the tables that hold timers (Flink's ``_timer_state/`` prefix): reserved, not user state.
 TIMER_STATE_PREFIX = "_timer_state/"
@@ -79,12 +87,13 @@ class _FoundMissing(Exception):
     """Raised by :class:`_Finder` when an object holds a placeholder."""
 
 
-class _Recorder(pickle.Unpickler):
+class _Recorder(RestrictedUnpickler):
     """An unpickler that notes the first class it cannot find; ``tolerant``: and goes on
-    with a placeholder in its place."""
+    with a placeholder in its place. Restricted as every unpickler of restored state: what
+    ``policy`` refuses is never looked for, let alone loaded."""
 
-    def __init__(self, data: bytes, tolerant: bool) -> None:
-        super().__init__(io.BytesIO(data))
+    def __init__(self, data: bytes, tolerant: bool, policy: UnpicklingPolicy) -> None:
+        super().__init__(io.BytesIO(data), policy)
         self.tolerant = tolerant
         self.missing: str | None = None
         self.error: BaseException | None = None
@@ -92,12 +101,20 @@ class _Recorder(pickle.Unpickler):
     def find_class(self, module: str, name: str) -> Any:
         try:
             return super().find_class(module, name)
+        except PickleRefusal:
+            if not self.tolerant:
+                raise
+            return _placeholder(module, name)  # never loaded: a class of this module's own
         except (ImportError, AttributeError) as exc:
             if self.missing is None:
                 self.missing, self.error = f"{module}.{name}", exc
             if not self.tolerant:
                 raise
-            return type(name.rpartition(".")[2], (_Missing,), {"__module__": module, "__qualname__": name})
+            return _placeholder(module, name)
+
+
+def _placeholder(module: str, name: str) -> type[_Missing]:
+    return type(name.rpartition(".")[2], (_Missing,), {"__module__": module, "__qualname__": name})
 
 
 class _Finder(pickle.Pickler):
@@ -119,10 +136,12 @@ def _holds_missing(value: Any) -> bool:
     return False
 
 
-def find_missing_class(data: bytes) -> tuple[str, BaseException] | None:
+def find_missing_class(
+    data: bytes, policy: UnpicklingPolicy = DEFAULT_POLICY
+) -> tuple[str, BaseException] | None:
     """The class (``module.qualname``) that unpickling ``data`` cannot find, with the error
     it raised; ``None`` when every class is found (the failure was something else)."""
-    recorder = _Recorder(data, tolerant=False)
+    recorder = _Recorder(data, tolerant=False, policy=policy)
     try:
         recorder.load()
     except Exception:  # noqa: BLE001 - what failed is what the recorder noted, if anything
@@ -132,11 +151,12 @@ def find_missing_class(data: bytes) -> tuple[str, BaseException] | None:
     return recorder.missing, recorder.error
 
 
-def states_holding_missing(data: bytes) -> list[str]:
+def states_holding_missing(data: bytes, policy: UnpicklingPolicy = DEFAULT_POLICY) -> list[str]:
     """The names of the states in a key group's blob (``{name: (kind, values)}``, the heap's
-    format) whose keys or values hold the missing class; empty when that cannot be told."""
+    format before typed state) whose keys or values hold the missing class (or a name
+    ``policy`` refuses); empty when that cannot be told."""
     try:
-        group = _Recorder(data, tolerant=True).load()
+        group = _Recorder(data, tolerant=True, policy=policy).load()
     except Exception:  # noqa: BLE001 - a pickle even a placeholder cannot mend: no names
         return []
     if not isinstance(group, dict):
@@ -190,26 +210,42 @@ def _describe_states(states: list[str], kind: str) -> str:
     return "its state"
 
 
-def load_state(data: bytes, owner: str | None = None, state: str | None = None, kind: str = "") -> Any:
-    """``pickle.loads(data)``, or a :class:`StateClassNotFoundError` if a class it needs is
-    gone (``kind`` as :func:`describe_state` takes it)."""
+def load_state(
+    data: bytes,
+    owner: str | None = None,
+    state: str | None = None,
+    kind: str = "",
+    policy: UnpicklingPolicy = DEFAULT_POLICY,
+) -> Any:
+    """``data`` unpickled under ``policy``: what it may not load is a
+    :class:`~chandy.state.unpickling.PickleRefusedError`, a class it needs that is gone a
+    :class:`StateClassNotFoundError` (``kind`` as :func:`describe_state` takes it). Without
+    ``owner`` and ``state`` they are looked for on the caller's stack (see
+    :func:`_state_on_stack`): RocksDB decodes values where only its callers know them."""
     try:
-        return pickle.loads(data)
+        return RestrictedUnpickler(io.BytesIO(data), policy).load()
+    except PickleRefusal as exc:
+        if owner is None and state is None:
+            owner, state = _state_on_stack()
+        raise refused_error(exc.refused, owner, state, kind) from None
     except (ImportError, AttributeError) as exc:
-        error = class_error_of(data, owner, state, kind)
+        error = class_error_of(data, owner, state, kind, policy)
         if error is None:
             raise
         raise error from exc
 
 
 def class_error_of(
-    data: bytes, owner: str | None = None, state: str | None = None, kind: str = ""
+    data: bytes,
+    owner: str | None = None,
+    state: str | None = None,
+    kind: str = "",
+    policy: UnpicklingPolicy = DEFAULT_POLICY,
 ) -> StateClassNotFoundError | None:
     """Why unpickling ``data`` failed, if a class it needs is gone; ``None`` if not (the
     caller re-raises what it caught). Without ``owner`` and ``state`` they are looked for
-    on the caller's stack (see :func:`_state_on_stack`): RocksDB decodes values where only
-    its callers know them."""
-    found = find_missing_class(data)
+    on the caller's stack (see :func:`_state_on_stack`)."""
+    found = find_missing_class(data, policy)
     if found is None:
         return None
     if owner is None and state is None:
@@ -217,17 +253,24 @@ def class_error_of(
     return missing_class_error(*found, owner, [state] if state else [], kind)
 
 
-def load_key_group(data: bytes, owner: str) -> dict[str, tuple[str, dict[Any, Any]]]:
-    """A key group's blob in the heap's format (``{name: (kind, values)}``); a class it
-    needs that is gone is a :class:`StateClassNotFoundError` naming the state(s) holding it."""
+def load_key_group(
+    data: bytes, owner: str, policy: UnpicklingPolicy = DEFAULT_POLICY
+) -> dict[str, tuple[str, dict[Any, Any]]]:
+    """A key group's blob in the heap's format before typed state (``{name: (kind,
+    values)}``, one pickle) read under ``policy``; a class it needs that is gone is a
+    :class:`StateClassNotFoundError` naming the state(s) holding it."""
     try:
-        group: dict[str, tuple[str, dict[Any, Any]]] = pickle.loads(data)
+        group: dict[str, tuple[str, dict[Any, Any]]] = RestrictedUnpickler(io.BytesIO(data), policy).load()
         return group
+    except PickleRefusal as exc:
+        states = states_holding_missing(data, policy)
+        what = None if len(states) == 1 else _describe_states(states, "")
+        raise refused_error(exc.refused, owner, states[0] if len(states) == 1 else None, what=what) from None
     except (ImportError, AttributeError) as exc:
-        found = find_missing_class(data)
+        found = find_missing_class(data, policy)
         if found is None:
             raise
-        raise missing_class_error(*found, owner, states_holding_missing(data)) from exc
+        raise missing_class_error(*found, owner, states_holding_missing(data, policy)) from exc
 
 
 def _state_on_stack() -> tuple[str | None, str | None]:

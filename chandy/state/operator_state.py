@@ -13,10 +13,13 @@ per entry, in ``BROADCAST`` mode; a restore gives every new subtask exactly one
 copy, whatever the old and new parallelism (see
 :func:`chandy.checkpoint.state_assignment.repartition_operator_state`).
 
-Elements are pickled one by one in the synchronous part of a checkpoint
+Elements are serialized one by one in the synchronous part of a checkpoint
 (operator state is small: offsets, transaction ids, rules), so the snapshot can
 never see a later change; the handle records each element's byte range, which
-lets the JobMaster redistribute elements without reading them.
+lets the JobMaster redistribute elements without reading them. An element of a
+state whose descriptor declares ``Types`` is written as data (the typed encoding of
+:mod:`chandy.state.typed`, whose first byte is a tag below 0x80); any other is
+pickled (a pickle starts with 0x80), and read back by the restricted unpickler.
 """
 
 from __future__ import annotations
@@ -32,6 +35,9 @@ from chandy.core.state import (
     MapStateDescriptor,
     ReadOnlyBroadcastState,
 )
+from chandy.core.types import MapTypeInfo, Types
+from chandy.errors import InvalidCheckpointError
+from chandy.state.codec import decode
 from chandy.state.handles import (
     OperatorStateDistributionMode,
     OperatorStateMeta,
@@ -40,7 +46,9 @@ from chandy.state.handles import (
 )
 from chandy.state.heap import IncompatibleRestoredStateError, IncompatibleStateError
 from chandy.state.missing_classes import load_state
+from chandy.state.typed import StateSerializer, declared_type
 from chandy.state.unpicklable import unpicklable_state_error
+from chandy.state.unpickling import DEFAULT_POLICY, UnpicklingPolicy
 
 #: How a function declares operator state of each mode.
 _ACCESSORS = {
@@ -52,15 +60,21 @@ _SPLIT = OperatorStateDistributionMode.SPLIT_DISTRIBUTE
 _BROADCAST = OperatorStateDistributionMode.BROADCAST
 
 
+#: The first byte of a pickle (protocol 2 and later: the PROTO opcode); typed elements start below it.
+_PICKLE_START = 0x80
+
+
 class OperatorListState(ListState):
     """A list of elements for the whole subtask (no current key)."""
 
-    __slots__ = ("name", "mode", "elements")
+    __slots__ = ("name", "mode", "elements", "serializer")
 
     def __init__(self, name: str, mode: OperatorStateDistributionMode) -> None:
         self.name = name
         self.mode = mode
         self.elements: list[Any] = []
+        #: Writes the elements when the descriptor declares ``Types``; ``None``: pickled.
+        self.serializer: StateSerializer | None = None
 
     def get(self) -> Iterable[Any]:
         return tuple(self.elements)
@@ -88,11 +102,13 @@ class HeapBroadcastState(BroadcastState):
     ``items``, ``keys`` and ``values`` return lists, so a function may remove entries
     while it iterates (dropping outdated rules is the common case)."""
 
-    __slots__ = ("name", "entries", "read_only")
+    __slots__ = ("name", "entries", "read_only", "serializer")
 
     def __init__(self, name: str) -> None:
         self.name = name
         self.entries: dict[Any, Any] = {}
+        #: Writes the ``(key, value)`` entries when the descriptor declares both types.
+        self.serializer: StateSerializer | None = None
         #: The view the element side gets (one object, made once).
         self.read_only = ImmutableBroadcastState(self)
 
@@ -187,6 +203,8 @@ class OperatorStateBackend:
             state = self.states[name] = OperatorListState(name, mode)
         elif state.mode is not mode:
             raise self._incompatible(name, state.mode, mode)
+        declared = declared_type(descriptor)
+        state.serializer = None if declared is None else StateSerializer(name, "value", declared)
         return state
 
     def _incompatible(
@@ -230,6 +248,11 @@ class OperatorStateBackend:
             if listed is not None:
                 raise self._incompatible(name, listed.mode, _BROADCAST)
             state = self.broadcast_states[name] = HeapBroadcastState(name)
+        declared = declared_type(descriptor)
+        if declared is not None:
+            assert isinstance(declared, MapTypeInfo)
+            entry = Types.TUPLE([declared._key_type_info, declared._value_type_info])
+            state.serializer = StateSerializer(name, "map", declared, stored=entry)
         return state
 
     def get_registered_state_names(self) -> set[str]:
@@ -245,18 +268,24 @@ class OperatorStateBackend:
         parts: list[bytes] = []
         metas: dict[str, OperatorStateMeta] = {}
         offset = 0
-        named: list[tuple[str, OperatorStateDistributionMode, Iterable[Any]]] = [
-            (name, state.mode, state.elements) for name, state in self.states.items()
+        named: list[tuple[str, OperatorStateDistributionMode, Iterable[Any], StateSerializer | None]] = [
+            (name, state.mode, state.elements, state.serializer) for name, state in self.states.items()
         ]
         # a broadcast state is a map: one (key, value) element per entry
-        named += [(name, _BROADCAST, state.entries.items()) for name, state in self.broadcast_states.items()]
-        for name, mode, elements in named:
+        named += [
+            (name, _BROADCAST, state.entries.items(), state.serializer)
+            for name, state in self.broadcast_states.items()
+        ]
+        for name, mode, elements, serializer in named:
             ranges: list[Range] = []
             for element in elements:
-                try:
-                    blob = pickle.dumps(element, protocol=pickle.HIGHEST_PROTOCOL)
-                except Exception as exc:
-                    raise unpicklable_state_error(name, element, exc) from exc
+                if serializer is not None:
+                    blob = serializer.encode(element)
+                else:
+                    try:
+                        blob = pickle.dumps(element, protocol=pickle.HIGHEST_PROTOCOL)
+                    except Exception as exc:
+                        raise unpicklable_state_error(name, element, exc) from exc
                 parts.append(blob)
                 ranges.append((offset, offset + len(blob)))
                 offset += len(blob)
@@ -267,16 +296,22 @@ class OperatorStateBackend:
         self,
         handles: Iterable[tuple[dict[str, OperatorStateMeta], StreamStateHandle]],
         read: Callable[[StreamStateHandle, Range], bytes],
+        policy: UnpicklingPolicy = DEFAULT_POLICY,
     ) -> None:
         """Load the elements assigned to this subtask (already redistributed): for a
-        broadcast state, one old subtask's copy."""
+        broadcast state, one old subtask's copy. Pickled elements are read under ``policy``."""
         for metas, delegate in handles:
             for name, meta in metas.items():
                 if meta.mode is _BROADCAST:
                     self._restored_modes[name] = meta.mode
                     entries = self.get_broadcast_state(MapStateDescriptor(name)).entries
                     for byte_range in meta.elements:
-                        key, value = load_state(read(delegate, byte_range), self.owner, name, "broadcast ")
+                        entry = self._element(read(delegate, byte_range), name, "broadcast ", policy)
+                        if not isinstance(entry, tuple) or len(entry) != 2:
+                            raise self._corrupt(
+                                name, "broadcast ", ValueError("an entry is not a (key, value) pair")
+                            )
+                        key, value = entry
                         entries[key] = value
                     continue
                 state = self.states.get(name)
@@ -284,5 +319,25 @@ class OperatorStateBackend:
                     state = self.states[name] = OperatorListState(name, meta.mode)
                     self._restored_modes[name] = meta.mode
                 for byte_range in meta.elements:
-                    element = load_state(read(delegate, byte_range), self.owner, name, "operator ")
-                    state.elements.append(element)
+                    state.elements.append(
+                        self._element(read(delegate, byte_range), name, "operator ", policy)
+                    )
+
+    def _element(self, data: bytes, name: str, kind: str, policy: UnpicklingPolicy) -> Any:
+        """One restored element: pickled (read under ``policy``) or typed (data)."""
+        if not data or data[0] == _PICKLE_START:
+            return load_state(data, self.owner, name, kind, policy)
+
+        def loads(pickled: bytes) -> Any:  # a PICKLED_BYTE_ARRAY part of a declared type
+            return load_state(pickled, self.owner, name, kind, policy)
+
+        try:
+            return decode(data, loads)
+        except (ValueError, IndexError, KeyError, TypeError, RecursionError, UnicodeDecodeError) as exc:
+            raise self._corrupt(name, kind, exc) from exc
+
+    def _corrupt(self, name: str, kind: str, error: BaseException) -> InvalidCheckpointError:
+        return InvalidCheckpointError(
+            f"{self.owner} cannot restore {kind}state '{name}': its bytes are corrupt "
+            f"({type(error).__name__}: {error}). Restore from another checkpoint."
+        )

@@ -385,6 +385,7 @@ def ttl_state(
     existing = backend._handles.get(descriptor.name)
     if existing is not None:
         return existing
+    backend.declare_type(table, descriptor)
     expire = expiry_filter(kind, config.ttl_milliseconds())
     table.expire = expire
     now = backend.clock.now_ms

@@ -20,6 +20,7 @@ from chandy.state.columnar import ColumnarKeyedStateBackend
 from chandy.state.factory import keyed_state_backend_factory
 from chandy.state.handles import OperatorStateMeta
 from chandy.state.key_groups import KeyGroupRange
+from chandy.state.unpickling import UnpicklingPolicy
 from chandy.storage.checkpoint_storage import StateReader
 from chandy.task.deployment import OperatorSpec, TaskDeploymentDescriptor
 from chandy.task.mailbox import Mailbox
@@ -41,6 +42,7 @@ from chandy.task.processing_time import ProcessingTimeService
 from chandy.task.record_writer import RecordWriter
 from chandy.task.runtime_context import StreamingRuntimeContext
 from chandy.task.services import TaskServices
+from chandy.task.user_code import unpickling_policy
 
 log = logging.getLogger(__name__)
 
@@ -188,6 +190,7 @@ class OperatorChain:
             operator.mailbox = mailbox
             operator.bind_task_services(services, should_abort)
         self.head = self.operators[self.specs[0].node_id]
+        self._unpickling: UnpicklingPolicy | None = None
         if metrics is not None:
             metrics.bind_chain([counters[spec.node_id] for spec in self.specs], tails[::-1])
         self._opened: list[StreamOperator] = []
@@ -200,11 +203,20 @@ class OperatorChain:
                 self.close()
                 raise
 
+    def unpickling_policy(self) -> UnpicklingPolicy:
+        """What the restore may unpickle (:mod:`chandy.state.unpickling`): the fixed
+        allowlist, the classes of the job's own modules (read off this chain's operators)
+        and the configured modules. Found once, at the first restore that needs it."""
+        if self._unpickling is None:
+            self._unpickling = unpickling_policy(self.tdd.config, self.operators.values())
+        return self._unpickling
+
     def _restore(self, tdd: TaskDeploymentDescriptor, reader: StateReader) -> None:
         """Load this subtask's share of the restored checkpoint into every operator (read
         with ``reader``: the job's storage knows how to reach an ``s3://`` checkpoint)."""
         assert tdd.task_restore is not None
         states = tdd.task_restore.state.subtask_states
+        policy = self.unpickling_policy()
         for spec in self.specs:
             state = states.get(spec.operator_id)
             if state is None:
@@ -217,9 +229,9 @@ class OperatorChain:
                         f"operator '{spec.name}' has keyed state in the checkpoint "
                         "but is not on a keyed stream any more"
                     )
-                backend.restore(state.managed_keyed_state, reader)
+                backend.restore(state.managed_keyed_state, reader, policy)
             operator.operator_state_backend.restore(
-                [(h.states, h.delegate) for h in state.managed_operator_state], reader.read
+                [(h.states, h.delegate) for h in state.managed_operator_state], reader.read, policy
             )
 
     def in_order(self) -> list[StreamOperator]:

@@ -631,9 +631,9 @@ class StreamTask:
                     "input channels now: an unaligned checkpoint restores only into the same "
                     "topology. Restore from a savepoint or an aligned checkpoint."
                 )
-            assert checkpointed_input is not None
+            assert checkpointed_input is not None and self.chain is not None
             checkpointed_input.gate.add_recovered(
-                handle.channel_index, self._read_channel_state(reader, handle)
+                handle.channel_index, self._read_channel_state(reader, handle), self.chain.unpickling_policy()
             )
 
     def _read_channel_state(self, reader: StateReader, handle: InputChannelStateHandle) -> list[bytes]:

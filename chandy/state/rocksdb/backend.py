@@ -28,6 +28,7 @@ the checkpoints are the durability, as in Flink.
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
 import shutil
@@ -39,6 +40,7 @@ from rocksdict import BlockBasedOptions, Options, Rdict, WriteBatch, WriteOption
 
 from chandy.core.state import MapStateDescriptor, State, StateDescriptor
 from chandy.state.backend import LAST_CONFIRMED, BaseCheckpoint, KeyedStateSnapshot, StateFileReader
+from chandy.state.codec import encode
 from chandy.state.handles import IncrementalKeyedStateHandle, KeyedStateHandle, KeyGroupsStateHandle
 from chandy.state.heap import (
     NAMESPACED,
@@ -47,12 +49,21 @@ from chandy.state.heap import (
     StateTable,
 )
 from chandy.state.key_groups import KeyGroupRange
-from chandy.state.rocksdb.codec import decode, decode_from, encode
+from chandy.state.missing_classes import load_state
 from chandy.state.rocksdb.in_flight import InFlightResults
-from chandy.state.rocksdb.layout import MAP_KINDS, META_COLUMN_FAMILY, state_id, table_prefix
+from chandy.state.rocksdb.layout import (
+    MAP_KINDS,
+    META_COLUMN_FAMILY,
+    catalogue_entry,
+    parse_catalogue_entry,
+    state_id,
+    table_prefix,
+)
 from chandy.state.rocksdb.map_state import RocksDBMapState, RocksDBNamespacedMapState
 from chandy.state.rocksdb.resources import SlotMemory
 from chandy.state.rocksdb.views import KeyGroupView, MapKeyGroupView, ValueCache, scan_items
+from chandy.state.typed import StateSerializer
+from chandy.state.unpickling import DEFAULT_POLICY, UnpicklingPolicy
 from chandy.util.clock import Clock
 
 if TYPE_CHECKING:
@@ -144,8 +155,26 @@ class RocksDBKeyedStateBackend(HeapKeyedStateBackend):
     def _table(self, name: str, kind: str) -> StateTable:
         if name not in self.tables:
             self.tables[name] = self._new_table(name, kind)
-            self.db.get_column_family(META_COLUMN_FAMILY).put(name.encode("utf-8"), kind.encode("utf-8"))
+            self.db.get_column_family(META_COLUMN_FAMILY).put(
+                name.encode("utf-8"), catalogue_entry(kind, None)
+            )
         return super()._table(name, kind)
+
+    def set_serializer(self, table: StateTable, serializer: StateSerializer | None) -> None:
+        """As the heap's; the views write with it from now on, and the catalogue records
+        the type, so that a native snapshot says which serializer wrote the state."""
+        previous = table.serializer
+        super().set_serializer(table, serializer)
+        for kg in self.key_group_range:
+            view = table.maps[kg]
+            if isinstance(view, KeyGroupView):
+                view._encode = encode if serializer is None else serializer.encode
+            elif isinstance(view, MapKeyGroupView):
+                view._encode = encode if serializer is None else serializer.encode_entry
+        spec = None if serializer is None else serializer.spec
+        if previous is None or spec != previous.spec:
+            entry = catalogue_entry(table.kind, spec)
+            self.db.get_column_family(META_COLUMN_FAMILY).put(table.name.encode("utf-8"), entry)
 
     def _new_table(self, name: str, kind: str) -> StateTable:
         """A table whose per-key-group maps are views of RocksDB."""
@@ -173,6 +202,7 @@ class RocksDBKeyedStateBackend(HeapKeyedStateBackend):
         table = self._table(descriptor.name, kind)
         handle = self._handles.get(descriptor.name)
         if handle is None:
+            self.declare_type(table, descriptor)
             handle_type = RocksDBNamespacedMapState if namespaced else RocksDBMapState
             handle = self._handles[descriptor.name] = handle_type(self, table)
         return handle
@@ -215,19 +245,20 @@ class RocksDBKeyedStateBackend(HeapKeyedStateBackend):
             view = table.maps[kg]
             assert isinstance(view, KeyGroupView)
             start = len(view._prefix)
+            decode_key, decode_value = self.cache.decode_from, self.cache.decode
             for db_key, data in scan_items(self.db, view._prefix, after):
                 if db_key == after:
                     continue  # where the previous pass stopped: already checked
                 steps -= 1
                 after = db_key
-                stored = decode(data)
+                stored = decode_value(data)
                 kept = expire(stored, now)
                 if kept is not stored:
                     if kept is None:
                         batch.delete(db_key)
                     else:
-                        batch.put(db_key, encode(kept))
-                    view.forget(decode_from(db_key, start)[0])
+                        batch.put(db_key, view._encode(kept))
+                    view.forget(decode_key(db_key, start)[0])
                 if steps == 0:
                     break
             else:  # the key group is done: on to the next one (a step too)
@@ -265,6 +296,8 @@ class RocksDBKeyedStateBackend(HeapKeyedStateBackend):
                 self.clock.now_ms(),
                 self.work_dir,
                 self.in_flight,
+                self.serializers(),
+                self.cache.decode_from,
             )
         state_kinds = tuple(sorted((name, table.kind) for name, table in self.tables.items()))
         return self._native().take(
@@ -290,10 +323,20 @@ class RocksDBKeyedStateBackend(HeapKeyedStateBackend):
 
     # ------------------------------------------------------------------ restore
 
-    def restore(self, handles: Iterable[KeyedStateHandle], reader: StateFileReader) -> None:
+    def restore(
+        self,
+        handles: Iterable[KeyedStateHandle],
+        reader: StateFileReader,
+        policy: UnpicklingPolicy = DEFAULT_POLICY,
+    ) -> None:
         """Native (incremental) handles rebuild the database from their files; canonical
         ones (any backend's savepoints and full checkpoints) are written into it. Then the
-        tables come back from the database's catalogue."""
+        tables come back from the database's catalogue.
+
+        Every pickle read from the handles goes through the restricted unpickler of
+        ``policy``: a canonical restore unpickles (and checks) each one now; after a native
+        restore the database holds the snapshot's own bytes, so every pickle this backend
+        reads from then on is restricted."""
         handles = list(handles)
         native = [h for h in handles if isinstance(h, IncrementalKeyedStateHandle)]
         canonical = [h for h in handles if isinstance(h, KeyGroupsStateHandle)]
@@ -307,11 +350,14 @@ class RocksDBKeyedStateBackend(HeapKeyedStateBackend):
             )
             self._db_closed = False
             self.cache.db = self.db
+            self.cache.read_pickles_with(functools.partial(load_state, policy=policy))
         if canonical:
             from chandy.state.rocksdb.canonical import restore_canonical
 
             self.flush()
-            restore_canonical(self.db, canonical, self.key_group_range, reader, self.work_dir, self.owner)
+            restore_canonical(
+                self.db, canonical, self.key_group_range, reader, self.work_dir, self.owner, policy
+            )
         self._load_catalogue()
 
     def _load_catalogue(self) -> None:
@@ -319,11 +365,11 @@ class RocksDBKeyedStateBackend(HeapKeyedStateBackend):
         self.cache.drop()  # what the restore wrote is newer than anything cached
         meta = self.db.get_column_family(META_COLUMN_FAMILY)
         catalogue = {
-            cast(bytes, name).decode("utf-8"): cast(bytes, kind).decode("utf-8")
-            for name, kind in meta.items()
+            cast(bytes, name).decode("utf-8"): parse_catalogue_entry(cast(bytes, entry))
+            for name, entry in meta.items()
         }
         del meta
-        for name, kind in catalogue.items():
+        for name, (kind, spec) in catalogue.items():
             table = self.tables.get(name)
             if table is None:
                 self.tables[name] = self._new_table(name, kind)
@@ -333,6 +379,8 @@ class RocksDBKeyedStateBackend(HeapKeyedStateBackend):
                     "state in this backend"
                 )
             self._restored_kinds[name] = kind
+            if spec is not None:
+                self.restored_type(name, spec)
 
     # ------------------------------------------------------------------ disposal
 

@@ -1,9 +1,10 @@
 """The canonical (backend-independent) snapshot format, read from and written into RocksDB.
 
 Canonical is exactly what :meth:`HeapKeyedStateBackend.snapshot` writes: per key group
-one pickle of ``{name: (kind, {table key: value})}``, map state as
-``{table key: {map key: value}}``, timers as ``{(timestamp, key, namespace): None}``,
-entries of TTL state that had expired at the barrier left out. So a heap backend
+each state's ``{table key: value}`` (:mod:`chandy.state.key_group_format`: typed states as
+data, the others pickled), map state as ``{table key: {map key: value}}``, timers as
+``{(timestamp, key, namespace): None}``, entries of TTL state that had expired at the
+barrier left out. So a heap backend
 restores what :class:`CanonicalSnapshot` wrote, :func:`restore_canonical` restores what
 the heap wrote, and a savepoint in the CANONICAL format moves a job between backends.
 It is also every checkpoint of the RocksDB backend when incremental checkpoints are off.
@@ -42,6 +43,7 @@ from typing import IO, Any, cast
 from rocksdict import Options, Rdict, ReadOptions, Snapshot, WriteBatch, WriteOptions
 
 from chandy.state.backend import StateFileReader, StateWriter, WrittenKeyedState
+from chandy.state.codec import decode_from, encode, encode_key
 from chandy.state.handles import FileStateHandle, KeyGroupsStateHandle, Range, StreamStateHandle
 from chandy.state.heap import (
     TIMERS_KIND,
@@ -50,20 +52,23 @@ from chandy.state.heap import (
     SerializedKeyedState,
     unexpired,
 )
+from chandy.state.key_group_format import read_key_group
 from chandy.state.key_groups import KeyGroupRange
-from chandy.state.missing_classes import load_key_group
-from chandy.state.rocksdb.codec import decode_from, encode, encode_key
 from chandy.state.rocksdb.in_flight import InFlightResults
 from chandy.state.rocksdb.layout import (
     KEY_GROUP_BYTES,
     MAP_KINDS,
     META_COLUMN_FAMILY,
     PREFIX_BYTES,
+    catalogue_entry,
     key_group_of,
     key_group_prefix,
+    parse_catalogue_entry,
     state_id,
     table_prefix,
 )
+from chandy.state.typed import StateSerializer, state_serializer, type_of_spec
+from chandy.state.unpickling import DEFAULT_POLICY, UnpicklingPolicy
 
 log = logging.getLogger(__name__)
 
@@ -95,7 +100,9 @@ class CanonicalSnapshot:
 
     ``catalogue`` is every state of the database, name -> kind; ``expiring`` the expiry
     filters of its TTL states (``expire(value, now_ms)``: the unexpired part or ``None``),
-    applied at ``now_ms``, the barrier's time. The RocksDB iterator that serializes it is
+    applied at ``now_ms``, the barrier's time; ``serializers`` write its typed states;
+    ``decode_at`` reads the database's bytes (the backend's: restricted after a native
+    restore). The RocksDB iterator that serializes it is
     created here, so the snapshot sees the database as it is now, whatever is written
     after (see the module's docstring); ``rocksdb_snapshot`` is kept until :meth:`release`.
     """
@@ -110,10 +117,14 @@ class CanonicalSnapshot:
         now_ms: int,
         work_dir: str | None = None,
         in_flight: InFlightResults | None = None,
+        serializers: dict[str, StateSerializer] | None = None,
+        decode_at: Callable[[bytes, int], tuple[Any, int]] = decode_from,
     ) -> None:
         self.key_group_range = key_group_range
         self._work_dir = work_dir
         self._in_flight = in_flight
+        self._serializers = dict(serializers or {})
+        self._decode_at = decode_at
         self._rocksdb_snapshot = rocksdb_snapshot
         self._catalogue = dict(catalogue)
         self._expiring = dict(expiring)
@@ -157,6 +168,8 @@ class CanonicalSnapshot:
                 self._now_ms,
                 self._work_dir,
                 self._in_flight,
+                self._serializers,
+                self._decode_at,
             )
         return self._serializer
 
@@ -201,8 +214,11 @@ class CanonicalSerializer:
         now_ms: int,
         work_dir: str | None = None,
         in_flight: InFlightResults | None = None,
+        serializers: dict[str, StateSerializer] | None = None,
+        decode_at: Callable[[bytes, int], tuple[Any, int]] = decode_from,
     ) -> None:
         self.key_group_range = key_group_range
+        self._decode_at = decode_at
         self._items: Iterator[tuple[bytes, bytes]] | None = (
             items if first is None else itertools.chain((first,), items)
         )
@@ -222,7 +238,7 @@ class CanonicalSerializer:
         self._expiring = expiring
         self._now_ms = now_ms
         self._spill: _Spill | None = _Spill(work_dir, in_flight)
-        self._payload = KeyGroupPayload(self._spill.append)
+        self._payload = KeyGroupPayload(self._spill.append, serializers)
         #: The key group being assembled (-1: none yet) and its tables so far, by name.
         self._key_group = -1
         self._group: dict[str, tuple[str, dict[Any, Any]]] = {}
@@ -247,7 +263,7 @@ class CanonicalSerializer:
         countdown = _ENTRIES_PER_CLOCK_CHECK
         # The hot loop: the decoder from a local, and values decoded with ``decode_from`` (one
         # call each instead of ``decode``'s two; RocksDB's checksums guard the bytes).
-        decode_at, start = decode_from, PREFIX_BYTES
+        decode_at, start = self._decode_at, PREFIX_BYTES
         for key, value in items:
             if prefix is None or not key.startswith(prefix):
                 prefix = key[:start]
@@ -466,9 +482,12 @@ def restore_canonical(
     reader: StateFileReader,
     work_dir: str | None = None,
     owner: str = "the operator",
+    policy: UnpicklingPolicy = DEFAULT_POLICY,
 ) -> dict[str, str]:
     """Write the key groups of ``handles`` that lie in ``key_group_range`` into ``db`` in the
-    RocksDB layout, and the states' kinds into its catalogue; return the catalogue.
+    RocksDB layout, and the states' kinds (and types) into its catalogue; return the
+    catalogue's kinds. Pickles are read under ``policy``; a typed state's values are written
+    with the serializer of the type they were written with.
 
     ``handles`` may cover other key groups too (a restore after rescaling): only this
     range's are read. Entries go in WriteBatches of at most :data:`RESTORE_BATCH_ENTRIES`
@@ -482,13 +501,16 @@ def restore_canonical(
     operator in both).
     """
     meta = _meta_family(db)
-    catalogue: dict[str, str] = {
-        name.decode("utf-8"): kind.decode("utf-8")
-        for name, kind in cast("Iterable[tuple[bytes, bytes]]", meta.items())
+    entries = {
+        name.decode("utf-8"): parse_catalogue_entry(entry)
+        for name, entry in cast("Iterable[tuple[bytes, bytes]]", meta.items())
     }
-    existing = dict(catalogue)
+    catalogue: dict[str, str] = {name: kind for name, (kind, _) in entries.items()}
+    types: dict[str, str] = {name: spec for name, (_, spec) in entries.items() if spec is not None}
+    existing = dict(entries)
     writer = _BatchWriter(db)
     prefixes: dict[str, bytes] = {}
+    serializers: dict[str, StateSerializer | None] = {}
     for handle in handles:
         part = handle.intersection(key_group_range)
         if part is None:
@@ -505,23 +527,31 @@ def restore_canonical(
         with _ranges_of(part.delegate, reader, work_dir) as read:
             for key_group, byte_range in groups:
                 blob = read(byte_range)
-                group = load_key_group(blob, owner)
+                group = read_key_group(blob, owner, policy)
                 writer.expect_entry_bytes(
-                    len(blob) // max(1, sum(len(values) for _, values in group.values()))
+                    len(blob) // max(1, sum(len(values) for _, values, _ in group.values()))
                 )
                 del blob
-                for name, (kind, values) in group.items():
+                for name, (kind, values, spec) in group.items():
                     _record_kind(catalogue, name, kind)
+                    if spec is not None:
+                        types[name] = spec
+                    if name not in serializers:
+                        written = types.get(name)
+                        serializers[name] = (
+                            None if written is None else state_serializer(name, kind, type_of_spec(written))
+                        )
                     name_id = prefixes.get(name)
                     if name_id is None:
                         name_id = prefixes[name] = state_id(name)
-                    writer.put_table(table_prefix(key_group, name_id), _mode(kind), values)
+                    writer.put_table(table_prefix(key_group, name_id), _mode(kind), values, serializers[name])
                 del group
     writer.write()
     # The catalogue last: a database that names a state holds all of its restored entries.
     for name, kind in catalogue.items():
-        if existing.get(name) != kind:
-            meta.put(name.encode("utf-8"), kind.encode("utf-8"), writer.options)
+        entry = (kind, types.get(name))
+        if existing.get(name) != entry:
+            meta.put(name.encode("utf-8"), catalogue_entry(*entry), writer.options)
     return catalogue
 
 
@@ -592,16 +622,20 @@ class _BatchWriter:
         which only makes its batches smaller): bound the batches by bytes too."""
         self._limit = max(1, min(RESTORE_BATCH_ENTRIES, RESTORE_BATCH_BYTES // max(1, entry_bytes)))
 
-    def put_table(self, prefix: bytes, mode: int, values: dict[Any, Any]) -> None:
+    def put_table(
+        self, prefix: bytes, mode: int, values: dict[Any, Any], serializer: StateSerializer | None = None
+    ) -> None:
         """The entries of one state's table in one key group (``prefix``: its key group and
-        state). Timers go as plain entries: their values are all ``None``."""
+        state), a typed state's values written by its ``serializer``. Timers go as plain
+        entries: their values are all ``None``."""
         if mode == _MAP:
+            encode_entry = encode if serializer is None else serializer.encode_entry
             for table_key, entries in values.items():
-                self._put(prefix + encode_key(table_key), entries)
+                self._put(prefix + encode_key(table_key), entries, encode_entry)
         else:
-            self._put(prefix, values)
+            self._put(prefix, values, encode if serializer is None else serializer.encode)
 
-    def _put(self, prefix: bytes, values: dict[Any, Any]) -> None:
+    def _put(self, prefix: bytes, values: dict[Any, Any], encode: Callable[[Any], bytes] = encode) -> None:
         """``prefix + encode_key(key) -> encode(value)`` for every entry of ``values``, in as few
         tight loops as the batch bound allows (the encoding is the restore's main cost)."""
         pending = iter(values.items())

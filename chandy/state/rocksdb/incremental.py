@@ -71,7 +71,12 @@ from chandy.state.backend import (
 from chandy.state.handles import FileStateHandle, IncrementalKeyedStateHandle, StreamStateHandle
 from chandy.state.key_groups import KeyGroupRange
 from chandy.state.rocksdb.in_flight import InFlightResults
-from chandy.state.rocksdb.layout import KEY_GROUP_BYTES, META_COLUMN_FAMILY, key_group_range_bounds
+from chandy.state.rocksdb.layout import (
+    KEY_GROUP_BYTES,
+    META_COLUMN_FAMILY,
+    key_group_range_bounds,
+    parse_catalogue_entry,
+)
 
 log = logging.getLogger(__name__)
 
@@ -495,22 +500,28 @@ def _copy_in(
 
 
 def _merge_catalogue(source: Rdict, db: Rdict, handle: IncrementalKeyedStateHandle) -> None:
-    """Add ``source``'s states to ``db``'s catalogue; the same name must be the same kind."""
+    """Add ``source``'s states to ``db``'s catalogue; the same name must be the same kind
+    (a type recorded by either is kept)."""
     target_meta = db.get_column_family(META_COLUMN_FAMILY)
     source_meta = source.get_column_family(META_COLUMN_FAMILY)
     try:
-        for name, kind in source_meta.items():
+        for name, entry in source_meta.items():
             existing = target_meta.get(name)
             if existing is None:
-                target_meta.put(name, kind)
-            elif existing != kind:
+                target_meta.put(name, entry)
+                continue
+            kind, spec = parse_catalogue_entry(entry)
+            known_kind, known_spec = parse_catalogue_entry(existing)
+            if known_kind != kind:
                 raise InvalidCheckpointError(
-                    f"state '{_text(name)}' is {_text(kind)} state in the native "
+                    f"state '{_text(name)}' is {kind} state in the native "
                     f"snapshot of key groups {handle.key_group_range} (checkpoint "
-                    f"{handle.checkpoint_id}) but {_text(existing)} state in another "
+                    f"{handle.checkpoint_id}) but {known_kind} state in another "
                     "subtask's snapshot restored with it: the snapshots do not belong together. "
                     "Restore from another checkpoint."
                 )
+            if known_spec is None and spec is not None:
+                target_meta.put(name, entry)
     finally:
         del source_meta, target_meta
 

@@ -14,9 +14,10 @@ namespaced state; ``(timestamp, key, namespace)`` for timers)::
 
 Map state (kinds in :data:`MAP_KINDS`) keeps each entry under its own RocksDB key,
 so iterating a huge map never loads it whole; every other kind keeps one value
-per table key. The catalogue of states, name to kind, lives in the column family
-:data:`META_COLUMN_FAMILY` (``name`` UTF-8 -> ``kind`` UTF-8), so a restored
-database says what it holds.
+per table key. The catalogue of states lives in the column family
+:data:`META_COLUMN_FAMILY` (``name`` UTF-8 -> ``kind`` UTF-8, and for a typed state a
+newline and its declared type's :func:`~chandy.state.typed.type_spec`), so a restored
+database says what it holds and which serializer wrote it.
 """
 
 from __future__ import annotations
@@ -30,6 +31,18 @@ MAP_KINDS = frozenset({"map", "namespaced map"})
 KEY_GROUP_BYTES = 2
 STATE_ID_BYTES = 4
 PREFIX_BYTES = KEY_GROUP_BYTES + STATE_ID_BYTES
+
+
+def catalogue_entry(kind: str, spec: str | None) -> bytes:
+    """The catalogue's value for state of ``kind``, typed as ``spec`` (``None``: pickled)."""
+    return (kind if spec is None else f"{kind}\n{spec}").encode("utf-8")
+
+
+def parse_catalogue_entry(raw: bytes) -> tuple[str, str | None]:
+    """``(kind, type spec or None)`` of a catalogue value (a database before typed state
+    holds the kind alone)."""
+    kind, _, spec = raw.decode("utf-8").partition("\n")
+    return kind, spec or None
 
 
 def key_group_prefix(key_group: int) -> bytes:

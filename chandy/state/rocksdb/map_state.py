@@ -19,8 +19,8 @@ from typing import TYPE_CHECKING, Any
 from rocksdict import WriteBatch
 
 from chandy.core.state import MapState
+from chandy.state.codec import encode, encode_key
 from chandy.state.heap import StateTable
-from chandy.state.rocksdb.codec import decode, decode_from, encode, encode_key
 from chandy.state.rocksdb.layout import state_id, table_prefix
 from chandy.state.rocksdb.views import scan_items, scan_keys
 
@@ -50,12 +50,18 @@ class RocksDBMapState(MapState):
         b = self._backend
         return self._prefixes[b.current_index] + encode_key(self._table_key())
 
+    def _encode(self, value: Any) -> bytes:
+        """An entry's value as its state writes it: typed, or with the codec."""
+        serializer = self._table.serializer
+        return encode(value) if serializer is None else serializer.encode_entry(value)
+
     def get(self, key: Any) -> Any:
-        data = self._backend.db.get(self._map_prefix() + encode_key(key))
-        return None if data is None else decode(data)
+        backend = self._backend
+        data = backend.db.get(self._map_prefix() + encode_key(key))
+        return None if data is None else backend.cache.decode(data)
 
     def put(self, key: Any, value: Any) -> None:
-        self._backend.db.put(self._map_prefix() + encode_key(key), encode(value))
+        self._backend.db.put(self._map_prefix() + encode_key(key), self._encode(value))
 
     def put_all(self, dict_value: dict[Any, Any]) -> None:
         if not dict_value:
@@ -63,7 +69,7 @@ class RocksDBMapState(MapState):
         prefix = self._map_prefix()
         batch = WriteBatch(raw_mode=True)
         for key, value in dict_value.items():
-            batch.put(prefix + encode_key(key), encode(value))
+            batch.put(prefix + encode_key(key), self._encode(value))
         self._backend.db.write(batch)
 
     def remove(self, key: Any) -> None:
@@ -79,15 +85,19 @@ class RocksDBMapState(MapState):
     def items(self) -> Iterator[tuple[Any, Any]]:
         prefix = self._map_prefix()
         start = len(prefix)
-        return ((decode_from(k, start)[0], decode(v)) for k, v in scan_items(self._backend.db, prefix))
+        cache = self._backend.cache
+        decode_key, decode_value = cache.decode_from, cache.decode
+        return ((decode_key(k, start)[0], decode_value(v)) for k, v in scan_items(self._backend.db, prefix))
 
     def keys(self) -> Iterator[Any]:
         prefix = self._map_prefix()
         start = len(prefix)
-        return (decode_from(k, start)[0] for k in scan_keys(self._backend.db, prefix))
+        decode_key = self._backend.cache.decode_from
+        return (decode_key(k, start)[0] for k in scan_keys(self._backend.db, prefix))
 
     def values(self) -> Iterator[Any]:
-        return (decode(v) for _, v in scan_items(self._backend.db, self._map_prefix()))
+        decode_value = self._backend.cache.decode
+        return (decode_value(v) for _, v in scan_items(self._backend.db, self._map_prefix()))
 
     def is_empty(self) -> bool:
         prefix = self._map_prefix()

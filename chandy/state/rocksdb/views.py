@@ -42,8 +42,11 @@ from typing import Any, TypeVar
 
 from rocksdict import Rdict, ReadOptions, WriteBatch
 
+from chandy.state.codec import Loads, decode, decode_from, encode, encode_key
 from chandy.state.heap import _ATOMIC, is_immutable
-from chandy.state.rocksdb.codec import decode, decode_from, encode, encode_key
+
+#: A value's bytes (the codec's ``encode``, or a typed state's serializer).
+Encode = Callable[[Any], bytes]
 
 
 class _Marker:
@@ -137,6 +140,9 @@ class ValueCache:
 
     def __init__(self, db: Rdict, limit_for: Callable[[int], int]) -> None:
         self.db = db
+        #: How every view of the backend decodes what it reads (:meth:`read_pickles_with`).
+        self.decode: Callable[[bytes], Any] = decode
+        self.decode_from: Callable[[bytes, int], tuple[Any, int]] = decode_from
         self._limit_for = limit_for
         self.views: list[KeyGroupView] = []
         #: Views that had dirty keys since the last flush (the ones a flush visits).
@@ -149,6 +155,19 @@ class ValueCache:
         #: How often the cache evicted, and how many keys it read from RocksDB (for tests and metrics).
         self.evictions = 0
         self.misses = 0
+
+    def read_pickles_with(self, loads: Loads) -> None:
+        """Read every pickled key and value with ``loads`` from now on: the restricted
+        unpickler once the database holds a snapshot's bytes (a native restore)."""
+
+        def decode_restricted(data: bytes) -> Any:
+            return decode(data, loads)
+
+        def decode_restricted_from(data: bytes, pos: int = 0) -> tuple[Any, int]:
+            return decode_from(data, pos, loads)
+
+        self.decode = decode_restricted
+        self.decode_from = decode_restricted_from
 
     def entry_cost(self) -> int:
         """The estimated bytes one cached entry takes, from the sizes seen so far."""
@@ -201,16 +220,17 @@ class ValueCache:
                 batch = WriteBatch(raw_mode=True)
             prefix = view._prefix
             put = batch.put
+            encode_value = view._encode
             mutable = []
             for key in dirty:
                 value = _dget(view, key)
                 try:
-                    data = encode(value)
+                    data = encode_value(value)
                     put(prefix + encode_key(key), data)
                 except Exception as exc:
                     exc.add_note(
                         f"while writing the RocksDB state entry {key!r} (state prefix {prefix.hex()}): "
-                        "keys and values must be picklable"
+                        "keys must be picklable, values picklable or of the state's declared type"
                     )
                     raise
                 size += len(data)
@@ -335,16 +355,18 @@ class KeyGroupView(_DictView):
     """One state table's entries of one key group: RocksDB behind a cache of decoded values.
 
     Behaves as the ``dict`` the heap backend keeps there (see the module docstring). Keys
-    are encoded with :func:`chandy.state.rocksdb.codec.encode` after the view's prefix
-    (key group and state id, :func:`chandy.state.rocksdb.layout.table_prefix`).
+    are encoded with :func:`chandy.state.codec.encode_key` after the view's prefix
+    (key group and state id, :func:`chandy.state.rocksdb.layout.table_prefix`), values
+    with ``_encode`` (the codec's, or the typed state's serializer).
     """
 
-    __slots__ = ("_cache", "_prefix", "_dirty", "_absent", "_active")
+    __slots__ = ("_cache", "_prefix", "_dirty", "_absent", "_active", "_encode")
 
     def __init__(self, cache: ValueCache, prefix: bytes) -> None:
         super().__init__()
         self._cache = cache
         self._prefix = prefix
+        self._encode: Encode = encode
         self._dirty: set[Any] = set()
         #: Keys known to be absent from RocksDB (and so from the dict).
         self._absent: set[Any] = set()
@@ -401,7 +423,7 @@ class KeyGroupView(_DictView):
             return _ABSENT
         cache._encoded_bytes += len(data)  # the average flush() keeps recent
         cache._encoded_entries += 1
-        value = decode(data)
+        value = cache.decode(data)
         _dset(self, key, value)
         if type(value) not in _ATOMIC and not is_immutable(value):
             # code that reads it may change it in place: write it back at the next flush
@@ -465,11 +487,12 @@ class KeyGroupView(_DictView):
         start = len(self._prefix)
         result: list[tuple[Any, Any]] = []
         listed: set[Any] = set()
+        decode_value, decode_key = self._cache.decode, self._cache.decode_from
         for db_key, data in self._db_items():
-            key = decode_from(db_key, start)[0]
+            key = decode_key(db_key, start)[0]
             listed.add(key)
             value = _dget(self, key, _MISS)
-            result.append((key, decode(data) if value is _MISS else value))
+            result.append((key, decode_value(data) if value is _MISS else value))
         for key in self._dirty:
             if key not in listed:
                 result.append((key, _dget(self, key)))
@@ -477,7 +500,8 @@ class KeyGroupView(_DictView):
 
     def _keys(self) -> list[Any]:
         start = len(self._prefix)
-        keys = [decode_from(db_key, start)[0] for db_key in self._db_keys()]
+        decode_key = self._cache.decode_from
+        keys = [decode_key(db_key, start)[0] for db_key in self._db_keys()]
         dirty = self._dirty
         if dirty:
             listed = set(keys)
@@ -540,12 +564,14 @@ class MapKeyGroupView(_DictView):
     whole map. Nothing is cached, so its own dict storage stays empty.
     """
 
-    __slots__ = ("_cache", "_prefix")
+    __slots__ = ("_cache", "_prefix", "_encode")
 
     def __init__(self, cache: ValueCache, prefix: bytes) -> None:
         super().__init__()
-        self._cache = cache  # for its database, which a restore replaces
+        self._cache = cache  # for its database, which a restore replaces, and its decoding
         self._prefix = prefix
+        #: How an entry's value is written (the codec's, or the typed state's serializer).
+        self._encode: Encode = encode
 
     @property
     def _db(self) -> Rdict:
@@ -557,14 +583,18 @@ class MapKeyGroupView(_DictView):
     def _entries(self, key: Any) -> dict[Any, Any]:
         prefix = self._map_prefix(key)
         start = len(prefix)
-        return {decode_from(db_key, start)[0]: decode(data) for db_key, data in scan_items(self._db, prefix)}
+        decode_value, decode_key = self._cache.decode, self._cache.decode_from
+        return {
+            decode_key(db_key, start)[0]: decode_value(data) for db_key, data in scan_items(self._db, prefix)
+        }
 
     def _keys(self) -> list[Any]:
         start = len(self._prefix)
         keys: list[Any] = []
         last: bytes | None = None
+        decode_key = self._cache.decode_from
         for db_key in scan_keys(self._db, self._prefix):
-            key, end = decode_from(db_key, start)
+            key, end = decode_key(db_key, start)
             encoded = db_key[start:end]
             if encoded != last:  # a map's entries are contiguous: its key encodes first
                 keys.append(key)
@@ -590,8 +620,9 @@ class MapKeyGroupView(_DictView):
         prefix = self._map_prefix(key)
         self._db.delete_range(prefix, prefix_end(prefix))
         batch = WriteBatch(raw_mode=True)
+        encode_value = self._encode
         for map_key, map_value in dict(value).items():
-            batch.put(prefix + encode_key(map_key), encode(map_value))
+            batch.put(prefix + encode_key(map_key), encode_value(map_value))
         self._db.write(batch)
 
     def pop(self, key: Any, default: Any = _RAISE) -> Any:

@@ -1,4 +1,7 @@
-"""Bytes for keys and values in RocksDB: fast for the common types, pickle for the rest.
+"""Bytes for state keys and values: fast for the common types, data for typed state, pickle for the rest.
+
+RocksDB keeps every key and value in this format, and typed state (a descriptor with
+``Types``, :mod:`chandy.state.typed`) is written in it everywhere, without pickle.
 
 Why not pickle everything: a state access on RocksDB encodes its key every time,
 and the common keys (ints, strings, tuples of them) encode faster by hand. And
@@ -27,23 +30,50 @@ Format: one tag byte, then::
     0x40 tuple: varint count, items
     0x41 frozenset (keys only): varint count, items in the order of their bytes
     0x7f anything else: varint length, pickle (highest protocol)
+
+Typed state (:mod:`chandy.state.typed`) writes these too, never 0x7f unless its type says
+``PICKLED_BYTE_ARRAY`` somewhere inside, and the values no tag above holds as data:
+
+    0x11 int outside [-2**63, 2**63): varint length, signed big-endian bytes
+    0x42 list: varint count, items
+    0x43 dict: varint count, key and value of each entry
+    0x50 Row: kind (1 byte, RowKind's value), 0x00 or 0x01 and varint count and a str per
+         field name, then varint count and the values
+    0x60 decimal.Decimal: str | 0x61 datetime.date: str (ISO) | 0x62 datetime.time: str
+    0x63 datetime.datetime: str (ISO, with its UTC offset if it has one)
+    0x64 Instant: the seconds and the nanoseconds, each an encoded int
+
+A pickle is read with the ``loads`` the caller gives: plain ``pickle.loads`` for what
+this process wrote itself, the restricted unpickler (:mod:`chandy.state.unpickling`) for
+bytes that came from a snapshot.
 """
 
 from __future__ import annotations
 
+import datetime
+import decimal
 import io
 import pickle
 import struct
+from collections.abc import Callable
 from typing import Any
 
+from chandy.core.types import Instant, RowKind, _create_row
 from chandy.state.missing_classes import class_error_of
 from chandy.state.unpicklable import unpicklable_state_error
+from chandy.state.unpickling import UNRESTRICTED
 
 _NONE, _FALSE, _TRUE = b"\x00", b"\x01", b"\x02"
 _INT, _FLOAT, _STR, _BYTES, _TUPLE, _PICKLE = 0x10, 0x20, 0x30, 0x31, 0x40, 0x7F
 _INT_TAG, _FLOAT_TAG, _STR_TAG = b"\x10", b"\x20", b"\x30"
 _BYTES_TAG, _TUPLE_TAG, _PICKLE_TAG = b"\x31", b"\x40", b"\x7f"
 _FROZENSET, _FROZENSET_TAG = 0x41, b"\x41"
+_BIG_INT, _LIST, _DICT, _ROW = 0x11, 0x42, 0x43, 0x50
+_DECIMAL, _DATE, _TIME, _DATETIME, _INSTANT = 0x60, 0x61, 0x62, 0x63, 0x64
+#: Tag bytes of the typed encoding (see :mod:`chandy.state.typed`).
+BIG_INT_TAG, LIST_TAG, DICT_TAG, ROW_TAG = b"\x11", b"\x42", b"\x43", b"\x50"
+DECIMAL_TAG, DATE_TAG, TIME_TAG, DATETIME_TAG, INSTANT_TAG = b"\x60", b"\x61", b"\x62", b"\x63", b"\x64"
+_ROW_KINDS = {kind.value: kind for kind in RowKind}
 _OFFSET = 1 << 63
 _DOUBLE = struct.Struct(">d")
 _UNPACK_DOUBLE = _DOUBLE.unpack_from
@@ -58,6 +88,11 @@ def _varint(n: int) -> bytes:
         n >>= 7
     out.append(n)
     return bytes(out)
+
+
+def varint(n: int) -> bytes:
+    """A count or length (``n`` >= 0) as the format writes it."""
+    return _varint(n)
 
 
 def _read_varint(data: bytes, pos: int) -> tuple[int, int]:
@@ -121,6 +156,8 @@ def encode_key(key: Any) -> bytes:
     bytes (RocksDB finds an entry by its bytes: a second encoding of an equal key would
     hold a second, separate state)."""
     t = type(key)
+    if t is int and -_OFFSET <= key < _OFFSET:  # the commonest key, without a call
+        return _INT_TAG + int.to_bytes(key + _OFFSET, 8, "big")
     if t in _KEY_ATOMS:
         return encode(key)
     if t is tuple:
@@ -131,8 +168,24 @@ def encode_key(key: Any) -> bytes:
     return _PICKLE_TAG + _varint(len(pickled)) + pickled
 
 
-def decode_from(data: bytes, pos: int = 0) -> tuple[Any, int]:
-    """The value encoded at ``data[pos:]`` and the position after it."""
+def plain_loads(pickled: bytes) -> Any:
+    """``pickle.loads`` for bytes this process wrote; a class it needs that is gone is a
+    :class:`~chandy.state.missing_classes.StateClassNotFoundError` naming the state."""
+    try:
+        return pickle.loads(pickled)
+    except (ImportError, AttributeError) as exc:
+        error = class_error_of(pickled, policy=UNRESTRICTED)  # a class the state holds is gone
+        if error is None:
+            raise
+        raise error from exc
+
+
+Loads = Callable[[bytes], Any]
+
+
+def decode_from(data: bytes, pos: int = 0, loads: Loads = plain_loads) -> tuple[Any, int]:
+    """The value encoded at ``data[pos:]`` and the position after it; a pickle in it is
+    read with ``loads``."""
     tag = data[pos]
     if tag == _INT:
         return int.from_bytes(data[pos + 1 : pos + 9], "big") - _OFFSET, pos + 9
@@ -140,7 +193,7 @@ def decode_from(data: bytes, pos: int = 0) -> tuple[Any, int]:
         n, start = _read_varint(data, pos + 1)
         return data[start : start + n].decode("utf-8", "surrogatepass"), start + n
     if tag == _TUPLE:
-        items, pos = _decode_items(data, pos + 1)
+        items, pos = _decode_items(data, pos + 1, loads)
         return tuple(items), pos
     if tag == 0x00:
         return None, pos + 1
@@ -154,36 +207,78 @@ def decode_from(data: bytes, pos: int = 0) -> tuple[Any, int]:
         n, start = _read_varint(data, pos + 1)
         return data[start : start + n], start + n
     if tag == _FROZENSET:
-        items, pos = _decode_items(data, pos + 1)
+        items, pos = _decode_items(data, pos + 1, loads)
         return frozenset(items), pos
     if tag == _PICKLE:
         n, start = _read_varint(data, pos + 1)
-        pickled = data[start : start + n]
-        try:
-            return pickle.loads(pickled), start + n
-        except (ImportError, AttributeError) as exc:
-            error = class_error_of(pickled)  # a class the restored state holds is gone
-            if error is None:
-                raise
-            raise error from exc
+        return loads(data[start : start + n]), start + n
+    if tag == _LIST:
+        return _decode_items(data, pos + 1, loads)
+    if tag == _DICT:
+        return _decode_dict(data, pos + 1, loads)
+    return _decode_typed(tag, data, pos, loads)
+
+
+def _decode_typed(tag: int, data: bytes, pos: int, loads: Loads) -> tuple[Any, int]:
+    """The rarer values of the typed encoding (see the module docstring)."""
+    if tag == _ROW:
+        kind = _ROW_KINDS[data[pos + 1]]
+        names: list[str] | None = None
+        pos += 3
+        if data[pos - 1] == 1:
+            raw, pos = _decode_items(data, pos, loads)
+            names = [name for name in raw if type(name) is str]
+            if len(names) != len(raw):
+                raise ValueError("corrupt state bytes: a row's field name that is not a string")
+        values, pos = _decode_items(data, pos, loads)
+        return _create_row(names, values, kind), pos
+    if tag == _BIG_INT:
+        n, start = _read_varint(data, pos + 1)
+        return int.from_bytes(data[start : start + n], "big", signed=True), start + n
+    if tag in _FROM_TEXT:
+        n, start = _read_varint(data, pos + 1)
+        return _FROM_TEXT[tag](data[start : start + n].decode("ascii")), start + n
+    if tag == _INSTANT:
+        seconds, pos = decode_from(data, pos + 1, loads)
+        nanos, pos = decode_from(data, pos, loads)
+        if type(seconds) is not int or type(nanos) is not int:
+            raise ValueError("corrupt state bytes: an instant whose parts are not integers")
+        return Instant(seconds, nanos), pos
     raise ValueError(f"corrupt state bytes: unknown tag 0x{tag:02x} at offset {pos}")
 
 
-def _decode_items(data: bytes, pos: int) -> tuple[list[Any], int]:
+_FROM_TEXT: dict[int, Callable[[str], Any]] = {
+    _DECIMAL: decimal.Decimal,
+    _DATE: datetime.date.fromisoformat,
+    _TIME: datetime.time.fromisoformat,
+    _DATETIME: datetime.datetime.fromisoformat,
+}
+
+
+def _decode_items(data: bytes, pos: int, loads: Loads = plain_loads) -> tuple[list[Any], int]:
     """A varint count at ``data[pos:]`` and that many encoded values after it."""
     count, pos = _read_varint(data, pos)
     items = []
     for _ in range(count):
-        item, pos = decode_from(data, pos)
+        item, pos = decode_from(data, pos, loads)
         items.append(item)
     return items, pos
 
 
-def decode(data: bytes) -> Any:
+def _decode_dict(data: bytes, pos: int, loads: Loads) -> tuple[dict[Any, Any], int]:
+    count, pos = _read_varint(data, pos)
+    entries: dict[Any, Any] = {}
+    for _ in range(count):
+        key, pos = decode_from(data, pos, loads)
+        entries[key], pos = decode_from(data, pos, loads)
+    return entries, pos
+
+
+def decode(data: bytes, loads: Loads = plain_loads) -> Any:
     """The value ``data`` holds (exactly one encoded value)."""
     if data[0] == _INT and len(data) == 9:  # the commonest value (counts, sums) without a call
         return int.from_bytes(data[1:], "big") - _OFFSET
-    value, end = decode_from(data, 0)
+    value, end = decode_from(data, 0, loads)
     if end != len(data):
         raise ValueError(f"corrupt state bytes: {len(data) - end} bytes after the value")
     return value
