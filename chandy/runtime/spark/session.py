@@ -3,7 +3,8 @@
 With an active ``SparkSession`` (``spark-submit job.py`` on any cluster) chandy
 uses it as it is. Otherwise it starts a local one, ``local[N]``, bound to
 loopback and set up for long-running barrier tasks: Python workers are not
-reused (a reused worker would keep a finished slot's threads and ports), and a
+reused (a reused worker would keep a finished slot's threads and ports), their
+daemon has chandy imported before it forks them (:mod:`chandy.runtime.spark.daemon`), and a
 barrier stage that cannot get enough slots fails at once instead of retrying
 for ten minutes.
 """
@@ -27,6 +28,8 @@ LOCAL_SESSION_CONF = {
     "spark.driver.bindAddress": "127.0.0.1",
     "spark.ui.enabled": "false",
     "spark.python.worker.reuse": "false",
+    # the workers it forks for the slots' tasks have chandy imported already (daemon.py)
+    "spark.python.daemon.module": "chandy.runtime.spark.daemon",
     "spark.python.task.killTimeout": "2s",
     "spark.scheduler.barrier.maxConcurrentTasksCheck.maxFailures": "1",
     "spark.scheduler.barrier.maxConcurrentTasksCheck.interval": "1s",
