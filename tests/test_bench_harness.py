@@ -105,7 +105,11 @@ def _bench(*args: str) -> subprocess.CompletedProcess[str]:
 
 
 @pytest.mark.slow
-def test_an_interrupted_run_resumes_without_rerunning_what_it_kept(tmp_path: Path) -> None:
+def test_an_interrupted_run_resumes_without_rerunning_what_it_kept_and_report_rewrites_its_markdown(
+    tmp_path: Path,
+) -> None:
+    # One W1 run serves both: `report` renders its saved rows again, then a resume keeps its
+    # first row (one `bench run` fewer than a test for each: 3-5 s)
     options = [
         "run",
         "--quick",
@@ -121,6 +125,23 @@ def test_an_interrupted_run_resumes_without_rerunning_what_it_kept(tmp_path: Pat
     first = _bench(*options)
     assert first.returncode == 0, first.stderr[-3000:]
     [done] = tmp_path.glob("*-quick.json")
+
+    markdown = tmp_path / "again.md"
+    rendered = _bench("report", str(done), "--markdown", str(markdown))
+    assert rendered.returncode == 0, rendered.stderr[-3000:]
+    assert any(
+        line.startswith("| chandy/local ") and "| W1 throughput " in line
+        for line in markdown.read_text().splitlines()
+    )
+    not_results = tmp_path / "not-results.json"
+    not_results.write_text("{}")
+    refused = _bench("report", str(not_results), "--markdown", str(markdown))
+    assert refused.returncode != 0 and "not a suite results file" in refused.stderr
+    missing = _bench("run", "--quick", "--resume", str(tmp_path / "nope.partial.jsonl"))
+    assert missing.returncode != 0 and "no such file" in missing.stderr
+    unknown = _bench("run", "--quick", "--workloads", "w9")
+    assert unknown.returncode != 0 and "unknown workloads ['w9']" in unknown.stderr
+
     kept = json.loads(done.read_text())["rows"][0]  # W1 with checkpoints
     done.unlink()
     kept["run_s"] = -1.0  # a mark: a rerun would measure it anew
@@ -135,41 +156,6 @@ def test_an_interrupted_run_resumes_without_rerunning_what_it_kept(tmp_path: Pat
     rows = json.loads(result_file.read_text())["rows"]
     assert sorted(r["checkpoint_interval_ms"] for r in rows) == [0, 1000]
     assert [r["run_s"] for r in rows if r["checkpoint_interval_ms"]] == [-1.0]
-
-
-@pytest.mark.slow
-def test_report_rewrites_the_markdown_from_saved_rows_and_bad_input_is_named(tmp_path: Path) -> None:
-    done = _bench(
-        "run",
-        "--quick",
-        "--systems",
-        "chandy:local",
-        "--workloads",
-        "w1",
-        "--records",
-        "20000",
-        "--results-dir",
-        str(tmp_path),
-    )
-    assert done.returncode == 0, done.stderr[-3000:]
-    [result_file] = tmp_path.glob("*-quick.json")
-    markdown = tmp_path / "again.md"
-
-    rendered = _bench("report", str(result_file), "--markdown", str(markdown))
-
-    assert rendered.returncode == 0, rendered.stderr[-3000:]
-    assert any(
-        line.startswith("| chandy/local ") and "| W1 throughput " in line
-        for line in markdown.read_text().splitlines()
-    )
-    not_results = tmp_path / "not-results.json"
-    not_results.write_text("{}")
-    refused = _bench("report", str(not_results), "--markdown", str(markdown))
-    assert refused.returncode != 0 and "not a suite results file" in refused.stderr
-    missing = _bench("run", "--quick", "--resume", str(tmp_path / "nope.partial.jsonl"))
-    assert missing.returncode != 0 and "no such file" in missing.stderr
-    unknown = _bench("run", "--quick", "--workloads", "w9")
-    assert unknown.returncode != 0 and "unknown workloads ['w9']" in unknown.stderr
 
 
 def _w1_row(run: int, interval_ms: int, records_per_s: float, cpu_us: float) -> dict[str, object]:

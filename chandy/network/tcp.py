@@ -264,8 +264,8 @@ def bind_data_listener(host: str) -> tuple[socket.socket, str]:
     """A listening socket for a slot's data port, and its ``host:port``.
 
     The Spark task (the slot's supervisor) binds it once and its slot processes inherit
-    it: every incarnation of the slot listens at the address the others learnt from
-    ``allGather``, and connections made while one incarnation is being replaced wait in
+    it: every incarnation of the slot listens at the address the others learnt when the
+    stage started, and connections made while one incarnation is being replaced wait in
     the backlog for the next.
     """
     server = socket.create_server((host, 0))

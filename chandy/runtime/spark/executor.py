@@ -50,9 +50,11 @@ from chandy.network.framing import AuthenticatingAcceptor, FramedSocket, close_l
 from chandy.runtime.executor import Deployment, Executor
 from chandy.runtime.spark import session as spark_session
 from chandy.runtime.spark.messages import (
+    AddressesGathered,
     CancelTasks,
     DeployTasks,
     ForwardedLogRecord,
+    GatherAddresses,
     Heartbeat,
     NotifyCheckpoint,
     PrintedOutput,
@@ -203,10 +205,16 @@ class SlotPool:
         self.failure: str | None = None
         self._lock = threading.Condition()
         self._bootstrap = bootstrap
+        #: The data address each slot's supervisor sent (:meth:`gather`), by slot index.
+        self._addresses: dict[int, str] = {}
         self._thread = threading.Thread(
             target=self._run_stage, args=(job_name,), daemon=True, name=f"chandy spark stage {self.group}"
         )
+
+    def start(self) -> SlotPool:
+        """Submit the stage (from a thread of its own, which waits in ``collect()``)."""
         self._thread.start()
+        return self
 
     def _run_stage(self, job_name: str) -> None:
         sc = self.session.sparkContext
@@ -237,6 +245,21 @@ class SlotPool:
         for slot in slots:
             # keep the connection: kill() tells the process to stop, which frees its task slot
             self.executor._slot_lost(self, slot, reason, disconnect=False)
+
+    def gather(self, message: GatherAddresses) -> dict[int, str] | None:
+        """Record a supervisor's data address and wait until every slot's is known: all of
+        them, by slot index, or ``None`` if the pool ends first (or the message is not for
+        it). Spark starts a barrier stage's tasks together, and fails the stage (and so the
+        pool) if one of them cannot start."""
+        with self._lock:
+            if message.pool_id != self.group or not 0 <= message.slot_index < self.size:
+                return None
+            self._addresses[message.slot_index] = message.data_address
+            self._lock.notify_all()
+            self._lock.wait_for(lambda: len(self._addresses) == self.size or not self.alive or self._stopping)
+            if not self.alive or self._stopping:
+                return None
+            return dict(self._addresses)
 
     def register(self, slot: SlotConnection) -> tuple[bool, SlotConnection | None]:
         """Make ``slot`` the current process of its index: whether it was accepted, and
@@ -557,7 +580,9 @@ class SparkExecutor(Executor):
             services.checkpoint_storage,
             pool_id=f"chandy-{job_id}-{next(_pool_ids)}",
         )
+        # the stage is submitted once the pool is the executor's: its supervisors ask for it at once
         pool = self._pool = SlotPool(self, self.session, slots, bootstrap, job_name)
+        pool.start()
         connections = pool.wait_registered(self.config.get(SparkOptions.SLOT_WAIT) / 1000 + 120)
         log.info("%d slots of job %s are up (%.1f s).", slots, job_id, time.monotonic() - started)
         return pool, connections
@@ -577,6 +602,16 @@ class SparkExecutor(Executor):
             connection.close()
             return
         pool = self._pool
+        if isinstance(info, GatherAddresses):  # a supervisor, before it forks its slot process
+            addresses = pool.gather(info) if pool is not None else None
+            try:
+                if addresses is not None:
+                    connection.send_message(AddressesGathered(addresses))
+            except OSError:
+                pass  # the supervisor is gone: its task, and so the stage, failed
+            finally:
+                connection.close()
+            return
         if not isinstance(info, RegisterSlot):
             connection.close()
             return

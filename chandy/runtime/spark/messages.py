@@ -16,6 +16,17 @@ from chandy.task.services import TaskFailure
 
 
 @dataclass(frozen=True)
+class GatherAddresses:
+    """A slot's supervisor, once, before it forks its first slot process: its data
+    address. The driver answers with :class:`AddressesGathered` once every slot of the
+    pool sent its own (or closes the connection if the pool ended first)."""
+
+    pool_id: str
+    slot_index: int
+    data_address: str
+
+
+@dataclass(frozen=True)
 class RegisterSlot:
     """A slot process is up: connected to its peers, and ready for tasks. ``pid`` is the
     process that runs the tasks (what a killed "slot process" is)."""
@@ -79,6 +90,13 @@ class Heartbeat:
 
 
 # ---------------------------------------------------------------------- driver -> slot
+
+
+@dataclass(frozen=True)
+class AddressesGathered:
+    """Every slot's data address, by slot index: the answer to :class:`GatherAddresses`."""
+
+    addresses: dict[int, str]
 
 
 @dataclass(frozen=True)

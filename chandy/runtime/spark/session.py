@@ -3,7 +3,8 @@
 With an active ``SparkSession`` (``spark-submit job.py`` on any cluster) chandy
 uses it as it is. Otherwise it starts a local one, ``local[N]``, bound to
 loopback and set up for long-running barrier tasks: Python workers are not
-reused (a reused worker would keep a finished slot's threads and ports), and a
+reused (a reused worker would keep a finished slot's threads and ports), their
+daemon has chandy imported before it forks them (:mod:`chandy.runtime.spark.daemon`), and a
 barrier stage that cannot get enough slots fails at once instead of retrying
 for ten minutes.
 """

@@ -1,8 +1,8 @@
 """The slot: what runs inside one Spark barrier task for the whole life of a job.
 
 ``run_slot`` is the body of the barrier stage's ``mapPartitions``. It binds the
-slot's data port and learns every other slot's address once with
-``allGather``; then it becomes the slot's supervisor (:class:`SlotSupervisor`)
+slot's data port and learns every other slot's address once, gathered by the
+driver (:func:`_gather_addresses`); then it becomes the slot's supervisor (:class:`SlotSupervisor`)
 and runs the slot itself in a forked child process, forking the next one
 whenever a child dies. The child connects to the driver's control server and to
 the other slots (all with the job's secret) and then serves: it deploys the
@@ -24,7 +24,6 @@ import ctypes
 import dataclasses
 import gc
 import io
-import json
 import logging
 import os
 import pickle
@@ -55,9 +54,11 @@ from chandy.network.channel import ChannelClosedError, InputChannel, LocalChanne
 from chandy.network.framing import FramedSocket
 from chandy.network.tcp import ChannelKey, DataPlane, bind_data_listener
 from chandy.runtime.spark.messages import (
+    AddressesGathered,
     CancelTasks,
     DeployTasks,
     ForwardedLogRecord,
+    GatherAddresses,
     Heartbeat,
     NotifyCheckpoint,
     PrintedOutput,
@@ -124,12 +125,33 @@ def run_slot(bootstrap: SlotBootstrap) -> list[int]:
     host = bootstrap.bind_host or _executor_host(context, index)
     listener, address = bind_data_listener(host)
     try:
-        gathered = context.allGather(json.dumps({"slot": index, "data": address}))
-        peers = {entry["slot"]: entry["data"] for entry in map(json.loads, gathered)}
+        peers = _gather_addresses(bootstrap, index, address)
         SlotSupervisor(index, bootstrap, host, listener, address, peers).run()
     finally:
         listener.close()
     return [index]
+
+
+def _gather_addresses(bootstrap: SlotBootstrap, index: int, address: str) -> dict[int, str]:
+    """Every slot's data address, gathered by the driver over a control connection of the
+    supervisor's own, closed before it forks. Not the barrier's ``allGather``, which does the
+    same through the JVM: Spark looks for its result once a second (``Thread.sleep(1000)``
+    in ``BarrierTaskContext.runBarrier``), so every slot but the last to ask waited up to a
+    second more, and every stage start with it."""
+    control = _connect_to_driver(bootstrap)
+    try:
+        control.send_message(GatherAddresses(bootstrap.pool_id, index, address))
+        reply = control.recv_message()
+    except (OSError, ConnectionError, EOFError) as exc:
+        raise SlotStartupError(
+            f"slot {index}: the driver did not give the slots' addresses ({exc or 'connection closed'}): "
+            "the slot stage ended before all its slots started"
+        ) from exc
+    finally:
+        control.close()
+    if not isinstance(reply, AddressesGathered):
+        raise SlotStartupError(f"slot {index}: the driver answered {type(reply).__name__}, not the addresses")
+    return reply.addresses
 
 
 class SlotSupervisor:
