@@ -436,6 +436,27 @@ def test_a_task_whose_upstream_all_acknowledge_as_finished_is_triggered_itself()
     assert state.finished
 
 
+def test_a_checkpoint_that_reached_only_finished_tasks_is_not_completed() -> None:
+    """The plan saw A1 -> A3 running, but both had finished when the trigger reached them: the
+    checkpoint holds no state and nothing waits for it. It is not completed (Flink triggers
+    none once every task finished), so the latest completed checkpoint stays the final one,
+    which holds the job's last state; the failure counts against nothing."""
+    plan = CheckpointPlan((A1,), tuple(task_to_ack(a) for a in (A1, A3)), (A1, A3), upstream_of={A3: (A1,)})
+    h = make_coordinator(plan)
+    first = h.coordinator.trigger_checkpoint()
+    assert ack(h, A1, 1)
+    assert ack(h, A3, 1)
+    final = succeeded(first)
+
+    second = h.coordinator.trigger_checkpoint()
+    assert ack(h, A1, 2, finished_state(A1))
+    assert h.gateway.triggered_ids(A3) == [2]  # its upstream ended: triggered itself
+    assert ack(h, A3, 2, finished_state(A3))
+    assert second.done() and second.exception() is not None
+    assert h.store.get_all_checkpoints() == [final]
+    assert h.coordinator.pending_checkpoints == {}
+
+
 def test_a_task_is_not_triggered_when_an_upstream_task_took_the_checkpoint() -> None:
     """A1 acknowledges as finished but A2 took the checkpoint (its barrier is on its way to
     A3): A3 waits for that barrier and is never triggered."""

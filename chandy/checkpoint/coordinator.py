@@ -801,6 +801,22 @@ class CheckpointCoordinator:
         applies) and :meth:`_metadata_written` goes on, back on this thread.
         """
         checkpoint_id = pending.checkpoint_id
+        if not pending.props.is_savepoint and pending.acknowledged_tasks <= pending.ended_tasks:
+            # Every task had finished before the checkpoint reached it (the plan still saw one
+            # running): it holds no state, and nothing waits for it. Flink triggers none once
+            # every task finished; here it is not completed, so that the latest completed
+            # checkpoint stays the final one, which holds the job's last state.
+            log.info(
+                "Checkpoint %d of job %s is not completed: every task had finished.",
+                checkpoint_id,
+                self.job_id,
+            )
+            self._abort_pending(
+                pending,
+                CheckpointException(CheckpointFailureReason.NOT_ALL_REQUIRED_TASKS_RUNNING),
+                notify_failure_manager=False,
+            )
+            return
         # A savepoint's files are its own (none in shared/): it is never registered.
         registers = not pending.props.is_savepoint
         try:
