@@ -449,3 +449,52 @@ def test_a_savepoint_needs_a_directory(tmp_path: Path) -> None:
         assert client.get_job_status() is JobStatus.RUNNING
     finally:
         client.cancel()
+
+
+def test_a_source_added_since_the_savepoint_reads_all_its_input_and_a_finished_one_none(
+    tmp_path: Path,
+) -> None:
+    """A job restored from a savepoint with a source it did not have (a new uid) starts that
+    source afresh: it plans its splits and reads them all, exactly once. A source that had
+    finished when the savepoint was taken, restored at a higher parallelism, reads nothing
+    again (its subtasks, the one new since too, are told they were in the savepoint)."""
+    out = tmp_path / "out"
+
+    def job(env: StreamExecutionEnvironment, *, new_source: bool) -> StreamExecutionEnvironment:
+        numbers = env.from_source(
+            DataGeneratorSource(lambda i: f"n {i}", None, 2000), WatermarkStrategy.no_watermarks(), "numbers"
+        ).uid("numbers")
+        done = env.from_source(
+            DataGeneratorSource(lambda i: f"done {i}", 50), WatermarkStrategy.no_watermarks(), "done"
+        ).uid("done")
+        stream = numbers.union(done)
+        if new_source:
+            added = env.from_source(
+                DataGeneratorSource(lambda i: f"added {i}", 300), WatermarkStrategy.no_watermarks(), "added"
+            ).uid("added")
+            stream = stream.union(added)
+        sink = FileSink.for_row_format(str(out), Encoder.simple_string_encoder()).build()
+        stream.sink_to(sink).uid("files")
+        return env
+
+    first = job(checkpointing_env(tmp_path, 2), new_source=False).execute_async("before")
+
+    def lines_of(prefix: str) -> list[str]:
+        return [line for line in committed(out) if line.startswith(prefix + " ")]
+
+    wait_for(lambda: len(lines_of("done")) == 50 and len(lines_of("n")) > 200, 60, "both sources committed")
+    savepoint = first.stop_with_savepoint(savepoint_directory=str(tmp_path / "sp")).result(60)
+    first.get_job_execution_result(60)
+
+    env = checkpointing_env(tmp_path, 3)
+    env.set_restore_path(savepoint)
+    second = job(env, new_source=True).execute_async("after")
+    wait_for(lambda: len(lines_of("added")) == 300, 60, "the new source's records committed")
+    wait_for(lambda: len(lines_of("n")) > 1000, 60, "the restored source going on")
+    second.stop_with_savepoint(savepoint_directory=str(tmp_path / "sp2")).result(60)
+    second.get_job_execution_result(60)
+
+    assert Counter(lines_of("added")) == Counter(f"added {i}" for i in range(300))
+    assert Counter(lines_of("done")) == Counter(f"done {i}" for i in range(50))  # not read again
+    numbers = [int(line.split()[1]) for line in lines_of("n")]
+    assert len(numbers) == len(set(numbers))  # the restored source read on, nothing twice

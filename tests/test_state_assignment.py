@@ -232,6 +232,22 @@ def test_unclaimed_operator_state_is_skipped_when_allowed() -> None:
         assert set(snapshot.subtask_states) == {"window"}
 
 
+def test_every_subtask_of_a_checkpointed_operator_hears_of_it_and_a_new_operator_is_absent() -> None:
+    """At a higher parallelism some subtasks get nothing of an operator's state; they still get
+    an (empty) entry, which tells a restored source to read only what it was given. An
+    operator the checkpoint does not know (added since) gets no entry: it starts afresh, a new
+    source planning its own splits."""
+    stateless = OperatorState("map", 2, MAX_PARALLELISM)  # in the checkpoint, no subtask state
+    states = {"window": keyed_operator_state("window", 1), "map": stateless}
+    assigned = assign_states(
+        states, [vertex(3, ("window", "map", "new-source"))], allow_non_restored_state=False, source="sp"
+    )
+    for index in range(3):
+        entries = assigned[(7, index)].subtask_states
+        assert set(entries) == {"window", "map"}
+        assert entries["map"] == OperatorSubtaskState()
+
+
 def test_changed_max_parallelism_is_refused() -> None:
     states = {"window": keyed_operator_state("window", 2, max_parallelism=128)}
     with pytest.raises(InvalidCheckpointError) as error:

@@ -165,7 +165,13 @@ def assign_states(
         per_subtask: list[dict[str, OperatorSubtaskState]] = [{} for _ in range(vertex.parallelism)]
         for operator_id in vertex.operator_ids:
             state = operator_states.get(operator_id)
-            if state is None or not state.subtask_states:
+            if state is None:
+                continue  # new in this job: its subtasks start without state
+            if not state.subtask_states:
+                # In the checkpoint, without state: every subtask still hears that the
+                # operator was there (a source must not plan its splits afresh).
+                for i in range(vertex.parallelism):
+                    per_subtask[i][operator_id] = OperatorSubtaskState()
                 continue
             keyed_handles = [h for s in state.subtask_states.values() for h in s.managed_keyed_state]
             position = vertex.operator_ids.index(operator_id)
@@ -201,10 +207,12 @@ def assign_states(
                     part = handle.intersection(key_range)
                     if part is not None:
                         keyed.append(part)
-                if keyed or new_operator[i] or channels[i]:
-                    per_subtask[i][operator_id] = OperatorSubtaskState(
-                        tuple(keyed), tuple(new_operator[i]), input_channel_state=channels[i]
-                    )
+                # Every subtask of an operator the checkpoint holds gets an entry, an empty one
+                # too: "was in the checkpoint, nothing for you" differs from "new operator" (a
+                # restored source reads only the splits it is given; a new one plans its own).
+                per_subtask[i][operator_id] = OperatorSubtaskState(
+                    tuple(keyed), tuple(new_operator[i]), input_channel_state=channels[i]
+                )
         for i in range(vertex.parallelism):
             result[(vertex.vertex_id, i)] = TaskStateSnapshot(per_subtask[i])
     return result

@@ -241,9 +241,18 @@ class OperatorChain:
     def initialize_state_and_open(self) -> None:
         """Tail first, so every operator's consumers are ready before it emits:
         ``initialize_state`` (restore) then ``open`` for each operator."""
-        restored = self.tdd.task_restore.checkpoint_id if self.tdd.task_restore else None
-        for operator in reversed(self.in_order()):
-            operator.initialize_state(StateInitializationContext(operator.operator_state_backend, restored))
+        restore = self.tdd.task_restore
+        restored = restore.checkpoint_id if restore else None
+        in_checkpoint = set(restore.state.subtask_states) if restore else set()
+        for spec in reversed(self.specs):
+            operator = self.operators[spec.node_id]
+            operator.initialize_state(
+                StateInitializationContext(
+                    operator.operator_state_backend,
+                    restored,
+                    operator_restored=spec.operator_id in in_checkpoint,
+                )
+            )
             operator.open()
             self._opened.append(operator)
 

@@ -65,13 +65,28 @@ class StateInitializationContext(FunctionInitializationContext, OperatorStateSto
     """What an operator (and its user function) gets in ``initialize_state``."""
 
     def __init__(
-        self, operator_state_backend: OperatorStateBackend, restored_checkpoint_id: int | None
+        self,
+        operator_state_backend: OperatorStateBackend,
+        restored_checkpoint_id: int | None,
+        *,
+        operator_restored: bool | None = None,
     ) -> None:
         self._backend = operator_state_backend
         self._restored_checkpoint_id = restored_checkpoint_id
+        self._operator_restored = (
+            restored_checkpoint_id is not None if operator_restored is None else operator_restored
+        )
 
     def is_restored(self) -> bool:
+        """The job starts from a checkpoint or savepoint, as in Flink: true for every operator
+        of a restored job, one new in it (absent from the checkpoint) too."""
         return self._restored_checkpoint_id is not None
+
+    def is_operator_restored(self) -> bool:
+        """This operator was in the restored checkpoint (with or without state for this
+        subtask). False for an operator added to the job since, which starts afresh: a new
+        source plans its own splits instead of reading the none it was given."""
+        return self._operator_restored
 
     def get_restored_checkpoint_id(self) -> int | None:
         return self._restored_checkpoint_id

@@ -68,7 +68,7 @@ class SourceOperator(StreamOperator):
         self._splits_state = context.get_list_state(self.SPLITS_STATE)
         self._shared_state = context.get_union_list_state(self.SHARED_STATE)
         self._restored_shared: list[Any] | None = None
-        if context.is_restored():
+        if context.is_operator_restored():
             self._restored_splits = list(self._splits_state.get())
             self._restored_shared = list(self._shared_state.get())
 
