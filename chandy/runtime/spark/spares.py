@@ -10,15 +10,21 @@ slots registered for the same reason.
 
 :class:`SpareExecutorWarmer` watches the cluster's executors and, whenever one appears
 that it has not seen, runs one trivial Python task per free core, which starts the
-daemon on every executor with a free core (the spares) and ends at once. It never waits
-for a core a slot holds: it asks for free cores only, and a warm-up still queued after
-``timeout_s`` (a core taken meanwhile) is cancelled.
+daemon on every executor with a free core (the spares). Each task holds its core for a
+moment (:data:`HOLD_S`): tasks that ended at once would let one fast executor take them
+all, and a spare would stay cold. The tasks report the daemon they ran in; while fewer
+daemons answered than there were idle executors, the warm-up is tried again (a few times).
+It never waits for a core a slot holds: it asks for free cores only, and a warm-up still
+queued after ``timeout_s`` (a core taken meanwhile) is cancelled.
 """
 
 from __future__ import annotations
 
 import logging
+import os
+import socket
 import threading
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -28,11 +34,17 @@ log = logging.getLogger(__name__)
 CHECK_INTERVAL_S = 2.0
 #: A warm-up job still running after this is cancelled (its tasks wait for busy cores).
 WARM_UP_TIMEOUT_S = 30.0
+#: How long a warm-up task keeps its core, so that the tasks spread over the free cores.
+HOLD_S = 0.5
+#: Warm-ups tried for one set of executors before it counts as warm anyway.
+ATTEMPTS = 3
 
 
-def _started(_: Any) -> int:
-    """The warm-up task: that it ran is the point (the daemon forked a worker)."""
-    return 0
+def _started(_: Any) -> tuple[str, int]:
+    """The warm-up task: that it ran is the point (the daemon forked the worker running it).
+    Returns which daemon that was: host and the daemon's process id."""
+    time.sleep(HOLD_S)
+    return socket.gethostname(), os.getppid()
 
 
 class SpareExecutorWarmer:
@@ -68,36 +80,46 @@ class SpareExecutorWarmer:
 
     def _run(self) -> None:
         warmed: frozenset[str] = frozenset()
+        attempts = 0
         while not self._stop.wait(self.interval_s):
             try:
-                executors, free = self._executors_and_free_cores()
+                executors, free, idle = self._executors_and_free_cores()
                 if executors - warmed and free > 0:
-                    self._warm_up(free)
+                    daemons = self._warm_up(free)
+                    attempts += 1
+                    if len(daemons) < idle and attempts < ATTEMPTS:
+                        log.debug("%d of %d idle executors answered the warm-up", len(daemons), idle)
+                        continue  # some idle executor got none of the tasks: again
                     if self.on_warmed is not None:
                         self.on_warmed(free)
                 warmed = executors
+                attempts = 0
             except Exception as exc:  # noqa: BLE001 - best effort: a cold spare is only slower
                 if self._stop.is_set():
                     return
                 log.debug("warming spare executors failed: %s", exc)
 
-    def _executors_and_free_cores(self) -> tuple[frozenset[str], int]:
-        """The executors (host:port; the driver's entry among them) and the cores no task uses."""
+    def _executors_and_free_cores(self) -> tuple[frozenset[str], int, int]:
+        """The executors (host:port; the driver's entry among them), the cores no task uses
+        and how many executors run no task (the driver's entry not counted)."""
         jsc = self.session.sparkContext._jsc.sc()
         infos = list(jsc.statusTracker().getExecutorInfos())
         executors = frozenset(f"{i.host()}:{i.port()}" for i in infos)
         running = sum(int(i.numRunningTasks()) for i in infos)
+        idle = sum(1 for i in infos if int(i.numRunningTasks()) == 0) - 1
         total = int(jsc.maxNumConcurrentTasks(jsc.resourceProfileManager().defaultResourceProfile()))
-        return executors, total - running
+        return executors, total - running, max(idle, 0)
 
-    def _warm_up(self, tasks: int) -> None:
+    def _warm_up(self, tasks: int) -> set[tuple[str, int]]:
+        """Run ``tasks`` warm-up tasks; the daemons (host, process id) they ran in."""
         sc = self.session.sparkContext
         sc.setJobGroup(self._group, "chandy: start the Python daemon on spare executors", True)
         timer = threading.Timer(self.timeout_s, sc.cancelJobGroup, (self._group,))
         timer.daemon = True
         timer.start()
         try:
-            sc.parallelize(range(tasks), tasks).map(_started).collect()
-            log.debug("Started the Python daemon on up to %d spare executor cores.", tasks)
+            daemons = set(sc.parallelize(range(tasks), tasks).map(_started).collect())
+            log.debug("Started the Python daemon on %d spare executors (%d cores).", len(daemons), tasks)
+            return daemons
         finally:
             timer.cancel()
