@@ -25,6 +25,8 @@ def test_a_test_session_leaves_no_probe_directories(tmp_path: Path) -> None:
             "-m",
             "pytest",
             "-q",
+            "-n",
+            "0",  # one session, in this process: the probe root is its own
             "-p",
             "no:cacheprovider",
             f"--basetemp={base}",
