@@ -369,6 +369,28 @@ def test_run_usage_errors_are_one_line(tmp_path: Path) -> None:
     )
 
 
+def test_run_checks_every_setting_at_submission_even_one_the_job_overrides(tmp_path: Path) -> None:
+    """The job sets its own parallelism, so a bad -D parallelism.default used to be ignored
+    and the run exit 0; every -D (and CHANDY_CONFIG) is checked before the job starts."""
+    job = tmp_path / "job.py"
+    job.write_text("raise SystemExit('the job must not start')\n")
+    runner = CliRunner()
+    bad_value = runner.invoke(cli, ["run", "-D", "parallelism.default=four", str(job)])
+    assert bad_value.exit_code == 1, bad_value.output
+    assert (
+        "-D parallelism.default=...: invalid value for 'parallelism.default': 'four' is not an integer"
+        in bad_value.output
+    )
+    assert "the job must not start" not in bad_value.output
+    unknown = runner.invoke(cli, ["run", "-D", "paralelism.default=4", str(job)])
+    assert unknown.exit_code == 1
+    assert "unknown configuration key 'paralelism.default'; did you mean 'parallelism.default'?" in (
+        unknown.output
+    )
+    shell = runner.invoke(cli, ["run", str(job)], env={CONFIG_ENV_VAR: '{"rest.port": "eighty"}'})
+    assert shell.exit_code == 1 and "CHANDY_CONFIG: invalid value for 'rest.port'" in shell.output
+
+
 # ---------------------------------------------------------------------- REST commands: errors
 
 

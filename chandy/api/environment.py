@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import difflib
 import json
 import logging
 import os
@@ -26,6 +25,7 @@ from chandy.config.options import (
     RestOptions,
     StateRecoveryOptions,
     all_options,
+    check_configuration,
 )
 from chandy.core.connector import Boundedness, Sink, Source
 from chandy.core.watermark_strategy import WatermarkStrategy
@@ -45,9 +45,6 @@ if TYPE_CHECKING:
     from chandy.web.service import WebService
 
 log = logging.getLogger(__name__)
-
-#: Flink's buffer-debloating keys: refused with their own message, not "unknown key".
-_BUFFER_DEBLOAT_PREFIX = "taskmanager.network.memory.buffer-debloat."
 
 _EXECUTORS = ("spark", "local")
 
@@ -333,21 +330,7 @@ class StreamExecutionEnvironment:
     # ------------------------------------------------------------------ execution
 
     def _validated_config(self) -> Configuration:
-        unknown = self._config.unknown_keys(all_options(), prefixes_owned_elsewhere=("spark.",))
-        known = [k for o in all_options() for k in (o.key, *o.deprecated_keys)]
-        for key in unknown:
-            if key.startswith(_BUFFER_DEBLOAT_PREFIX):
-                raise ConfigurationError(
-                    f"'{key}': buffer debloating is not implemented in chandy. In-flight data per "
-                    "channel is bounded by its credits: taskmanager.network.memory.buffers-per-channel "
-                    "batches of chandy.network.batch-size records; lower those to shrink it "
-                    "(see docs/unaligned-checkpoints.md), and remove this key"
-                )
-            close = difflib.get_close_matches(key, known, n=1)
-            hint = f"; did you mean '{close[0]}'?" if close else ""
-            raise ConfigurationError(f"unknown configuration key '{key}'{hint}")
-        for option in all_options():
-            self._config.get(option)  # every value parses, or a clear error now
+        check_configuration(self._config)  # every key known, every value parses: a clear error now
         _check_combinations(self._config)
         return self._config.copy()
 

@@ -417,7 +417,9 @@ class Configuration:
 
     @classmethod
     def from_file(cls, path: str | Path) -> Configuration:
-        """Read a Flink-style ``config.yaml`` (nested or flat keys)."""
+        """Read a Flink-style ``config.yaml`` (nested or flat keys), checked as it is read:
+        an unknown key or a bad value is an error naming the file and the line, not a
+        surprise at ``execute()`` (or never, when the program overrides the key)."""
         import yaml
 
         p = Path(path)
@@ -429,11 +431,16 @@ class Configuration:
             ) from None
         try:
             data = yaml.safe_load(text) or {}
+            lines = _key_lines(yaml.compose(text))
         except yaml.YAMLError as exc:
             raise ConfigurationError(f"configuration file '{p}' is not valid YAML: {exc}") from None
         if not isinstance(data, dict):
             raise ConfigurationError(f"configuration file '{p}' must hold a mapping of keys to values")
-        return cls(_flatten(data))
+        config = cls(_flatten(data))
+        from chandy.config.options import check_configuration  # options build on this module
+
+        check_configuration(config, lambda key: f"configuration file '{p}', line {lines.get(key, '?')}: ")
+        return config
 
     def __repr__(self) -> str:
         return f"Configuration({self._values!r})"
@@ -448,3 +455,19 @@ def _flatten(data: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
         else:
             out[full] = value
     return out
+
+
+def _key_lines(node: Any, prefix: str = "") -> dict[str, int]:
+    """The line (1-based) of every flattened key of a composed YAML mapping."""
+    import yaml
+
+    lines: dict[str, int] = {}
+    if not isinstance(node, yaml.MappingNode):
+        return lines
+    for key_node, value_node in node.value:
+        full = f"{prefix}{key_node.value}"
+        if isinstance(value_node, yaml.MappingNode):
+            lines.update(_key_lines(value_node, full + "."))
+        else:
+            lines[full] = key_node.start_mark.line + 1
+    return lines

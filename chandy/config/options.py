@@ -6,10 +6,13 @@ user's keys against, so a misspelt key is an error, not silently ignored.
 
 from __future__ import annotations
 
+import difflib
 import enum
+from collections.abc import Callable
 from typing import Any
 
-from chandy.config.configuration import ConfigOption, parse_duration_ms
+from chandy.config.configuration import ConfigOption, Configuration, parse_duration_ms
+from chandy.errors import ConfigurationError
 
 UPPER_BOUND_MAX_PARALLELISM = 32768
 
@@ -634,3 +637,40 @@ def all_options() -> list[ConfigOption[Any]]:
     ):
         found.extend(v for v in vars(holder).values() if isinstance(v, ConfigOption))
     return found
+
+
+#: Flink's buffer-debloating keys: refused with their own message, not "unknown key".
+_BUFFER_DEBLOAT_PREFIX = "taskmanager.network.memory.buffer-debloat."
+
+#: Key prefixes other parts own: ``spark.*`` goes to the Spark session chandy starts.
+OWNED_ELSEWHERE = ("spark.",)
+
+
+def check_configuration(config: Configuration, where: Callable[[str], str] | None = None) -> None:
+    """Every key of ``config`` is known and every value parses, or one
+    :class:`~chandy.errors.ConfigurationError` naming the first bad key (``where(key)``, when
+    given, says where it was written: a file and line, a command-line option), the value and
+    what is allowed. Run where settings enter (a file read, ``chandy run``'s ``-D``) as well as
+    at ``execute()``: a bad value that the program overrides later is still a mistake."""
+    options = all_options()
+    located = where or (lambda key: "")
+    for key in config.unknown_keys(options, prefixes_owned_elsewhere=OWNED_ELSEWHERE):
+        if key.startswith(_BUFFER_DEBLOAT_PREFIX):
+            raise ConfigurationError(
+                f"{located(key)}'{key}': buffer debloating is not implemented in chandy. In-flight data "
+                "per channel is bounded by its credits: taskmanager.network.memory.buffers-per-channel "
+                "batches of chandy.network.batch-size records; lower those to shrink it "
+                "(see docs/unaligned-checkpoints.md), and remove this key"
+            )
+        known = [k for o in options for k in (o.key, *o.deprecated_keys)]
+        close = difflib.get_close_matches(key, known, n=1)
+        hint = f"; did you mean '{close[0]}'?" if close else ""
+        raise ConfigurationError(f"{located(key)}unknown configuration key '{key}'{hint}")
+    for option in options:
+        for key in (option.key, *option.deprecated_keys):
+            if not config.contains(key):
+                continue
+            try:
+                Configuration({key: config.to_dict()[key]}).get(option)
+            except ConfigurationError as exc:
+                raise ConfigurationError(f"{located(key)}{exc}") from None
