@@ -22,6 +22,7 @@ from chandy.config.options import (
     ExecutionOptions,
     ExternalizedCheckpointRetention,
     PipelineOptions,
+    RestartStrategyOptions,
     RestOptions,
     StateRecoveryOptions,
     all_options,
@@ -37,6 +38,7 @@ from chandy.runtime.executor import Executor
 from chandy.runtime.job_client import JobClient
 from chandy.runtime.job_master import JobMaster
 from chandy.runtime.job_result import JobExecutionResult
+from chandy.runtime.restart_strategy import ignored_restart_keys, restart_strategy_from
 from chandy.runtime.status_line import show_status_line
 from chandy.task.operators.source import SourceOperator
 
@@ -543,6 +545,19 @@ def _check_combinations(config: Configuration) -> None:
             f"execution.checkpointing.externalized-checkpoint-retention is {retention.name}, but "
             "checkpoints are kept in memory and cannot outlive the job: set "
             "execution.checkpointing.dir (env.get_checkpoint_config().set_checkpoint_storage(...))"
+        )
+    restart_strategy_from(config)  # an exponential delay whose bounds contradict each other
+    ignored = ignored_restart_keys(config)
+    if ignored:
+        log.warning(
+            "%s %s no effect: the job's restart strategy is %s%s. Set restart-strategy.type to the "
+            "strategy they configure, or remove them.",
+            ", ".join(ignored),
+            "has" if len(ignored) == 1 else "have",
+            restart_strategy_from(config).describe(),
+            ""
+            if checkpointing or config.get(RestartStrategyOptions.TYPE) is not None
+            else " (checkpointing is off and restart-strategy.type unset: Flink's default is no restarts)",
         )
     if checkpointing:
         check_unaligned_settings(

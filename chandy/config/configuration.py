@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import enum
+import math
 import re
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
@@ -118,6 +119,22 @@ def _parse_int(value: Any) -> int:
     if isinstance(value, str) and re.fullmatch(r"\s*-?\d+\s*", value):
         return int(value)
     raise ValueError(f"{value!r} is not an integer")
+
+
+def _parse_float(value: Any) -> float:
+    if isinstance(value, bool):
+        raise ValueError(f"{value!r} is not a number")
+    number: float | None = None
+    if isinstance(value, (int, float)):
+        number = float(value)
+    elif isinstance(value, str):
+        try:
+            number = float(value.strip())
+        except ValueError:
+            pass
+    if number is None or not math.isfinite(number):
+        raise ValueError(f"{value!r} is not a number")
+    return number
 
 
 def _parse_str(value: Any) -> str:
@@ -254,6 +271,33 @@ class ConfigOption(Generic[T]):
             f"a memory size such as 20 kb, at most {maximum} bytes",
             deprecated_keys,
             check,
+        )
+
+    @staticmethod
+    def number(
+        key: str,
+        default: float,
+        description: str,
+        *,
+        minimum: float | None = None,
+        maximum: float | None = None,
+        above: float | None = None,
+    ) -> ConfigOption[float]:
+        """A floating-point value within ``[minimum, maximum]`` (``above``: strictly greater)."""
+
+        def check(v: float) -> None:
+            if minimum is not None and v < minimum:
+                raise ValueError(f"{v} is below the minimum {minimum}")
+            if maximum is not None and v > maximum:
+                raise ValueError(f"{v} is above the maximum {maximum}")
+            if above is not None and v <= above:
+                raise ValueError(f"{v} is not above {above}")
+
+        bounds = [f">= {minimum}" if minimum is not None else "", f"> {above}" if above is not None else ""]
+        bounds.append(f"<= {maximum}" if maximum is not None else "")
+        shown = " and ".join(b for b in bounds if b)
+        return ConfigOption(
+            key, default, description, _parse_float, "a number" + (f" {shown}" if shown else ""), (), check
         )
 
     @staticmethod
