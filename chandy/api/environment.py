@@ -433,7 +433,7 @@ class StreamExecutionEnvironment:
         try:
             executor = self._create_executor(config)
             try:
-                job_master = JobMaster(job_graph, executor)
+                job_master = JobMaster(job_graph, executor, rest_url=self.rest_url)
                 if web is not None:
                     web.dispatcher.submit(job_master)
                 with show_status_line(job_master, config, self.rest_url):  # on a terminal only
@@ -457,7 +457,7 @@ class StreamExecutionEnvironment:
             if hold is not None:
                 hold.release()
             raise
-        job_master = JobMaster(job_graph, executor, results=results)
+        job_master = JobMaster(job_graph, executor, results=results, rest_url=self.rest_url)
         if web is not None:
             web.dispatcher.submit(job_master)
 
