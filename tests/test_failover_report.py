@@ -33,7 +33,7 @@ JOB = textwrap.dedent(
         return 10 // (x - 3)  # line 9: x == 3 divides by zero
 
 
-    env = StreamExecutionEnvironment.get_execution_environment(executor="local")
+    env = StreamExecutionEnvironment.get_execution_environment(executor=sys.argv[1])
     env.set_parallelism(2)
     env.enable_checkpointing(60_000)
     env.configure(
@@ -54,12 +54,22 @@ JOB = textwrap.dedent(
 )
 
 
-def test_a_failing_function_prints_its_traceback_once_then_one_line_per_attempt(tmp_path: Path) -> None:
+@pytest.mark.parametrize("executor", ["local", pytest.param("spark", marks=pytest.mark.slow)])
+def test_a_failing_function_prints_its_traceback_once_then_one_line_per_attempt(
+    tmp_path: Path, executor: str
+) -> None:
+    """On Spark the traceback is formatted in the slot, from the function the driver shipped."""
     script = tmp_path / "divide_job.py"
     script.write_text(JOB)
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    env.pop("PYSPARK_PYTHON", None)
     done = subprocess.run(
-        [sys.executable, str(script)], capture_output=True, text=True, env=env, cwd=tmp_path, timeout=300
+        [sys.executable, str(script), executor],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=tmp_path,
+        timeout=300,
     )
     output = done.stdout + done.stderr
     assert done.returncode == 3, output
