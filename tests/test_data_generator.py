@@ -262,3 +262,47 @@ def test_an_unbounded_restore_of_a_bounded_generator_goes_on_past_the_old_count(
     everything = first + out
     assert len(set(everything)) == len(everything)  # no index twice ...
     assert set(range(500)) <= set(everything)  # ... and none below 500 skipped
+
+
+@pytest.mark.slow
+def test_a_retained_checkpoint_restored_with_twice_the_count_generates_every_index_once(
+    tmp_path: Path,
+) -> None:
+    """End to end, through a real checkpoint (the count travels in the readers' shared state)
+    and a restore at another parallelism: a job of count n, cancelled early, restored with
+    count 2n, counts every key of [0, 2n) exactly once."""
+    n, keys = 3000, 30
+
+    def pipeline(env: StreamExecutionEnvironment, count: int, rate: float | None) -> Any:
+        return (
+            env.from_source(DataGeneratorSource(lambda i: i, count, records_per_second=rate))
+            .uid("gen")
+            .key_by(lambda x: x % keys)
+            .process(KeyedCounter(2 * n // keys))
+            .uid("counter")
+        )
+
+    env = checkpointing_env(
+        interval_ms=50,
+        **{
+            "execution.checkpointing.dir": str(tmp_path / "first"),
+            "execution.checkpointing.externalized-checkpoint-retention": "RETAIN_ON_CANCELLATION",
+        },
+    )
+    results = pipeline(env, n, 600).execute_and_collect("first run")
+    first, reader = drain(results)
+    deadline = time.monotonic() + 60
+    while results.job_client.get_checkpoint_statistics(timeout=60)["counts"]["completed"] < 3:
+        assert time.monotonic() < deadline, "no 3 checkpoints in 60 s"
+        time.sleep(0.01)
+    cancel_keeping_results(results, reader)
+    retained = latest_checkpoint_dir(tmp_path / "first")
+
+    env2 = checkpointing_env(
+        parallelism=3, interval_ms=100, **{"execution.checkpointing.dir": str(tmp_path / "second")}
+    )
+    env2.set_restore_path(str(retained))
+    second = pipeline(env2, 2 * n, None).execute_and_collect("second run", limit=10**6)
+    out = first + second
+    assert [o for o in out if o[0] == "overflow"] == []  # no index generated twice ...
+    assert sorted(set(out)) == [(k, 2 * n // keys) for k in range(keys)]  # ... up to 2n, none skipped
