@@ -611,7 +611,7 @@ class StreamTask:
             log.info(
                 "%s (attempt %d) failed: %s: %s",
                 tdd.name_with_subtask,
-                tdd.attempt_number,
+                tdd.attempt_number + 1,  # 1 for the first, as the JobMaster counts them
                 failure.exception_type,
                 failure.message,
             )
