@@ -198,8 +198,11 @@ def test_run_passes_settings_arguments_and_exit_code(tmp_path: Path) -> None:
     )
     result = chandy(
         "run", str(job), "3", "--input", "x", "-p", "4", "-s", "/some/chk-7", "--allow-non-restored-state",
-        "--claim-mode", "claim", "-D", "pipeline.name=from cli", "-D", "a.b=c=d", "--", "-p", "9",
-        env={CONFIG_ENV_VAR: json.dumps({"parallelism.default": 7, "from.shell": "kept"})},
+        "--claim-mode", "claim", "-D", "pipeline.name=from cli", "-D", "execution.checkpointing.dir=/c=d",
+        "--", "-p", "9",
+        env={CONFIG_ENV_VAR: json.dumps(
+            {"parallelism.default": 7, "execution.checkpointing.savepoint-dir": "/kept"}
+        )},
     )  # fmt: skip
     assert result.returncode == 3, result.stderr
     shown = json.loads(result.stdout.strip().splitlines()[-1])
@@ -216,8 +219,9 @@ def test_run_passes_settings_arguments_and_exit_code(tmp_path: Path) -> None:
         "execution.state-recovery.ignore-unclaimed-state": True,
         "execution.state-recovery.claim-mode": "CLAIM",
         "pipeline.name": "from cli",
-        "a.b": "c=d",
-        "from.shell": "kept",  # CHANDY_CONFIG from the shell is the base, the options override it
+        "execution.checkpointing.dir": "/c=d",
+        # CHANDY_CONFIG from the shell is the base, the options override it
+        "execution.checkpointing.savepoint-dir": "/kept",
         "execution.target": "local",
     }
     assert "JobID" not in result.stdout  # not fixed, so not known before the job starts

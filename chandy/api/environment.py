@@ -78,7 +78,10 @@ def configuration_from_environment() -> Configuration:
             f"the environment variable {CONFIG_ENV_VAR} must hold a JSON object of configuration keys, "
             f'e.g. {{"parallelism.default": 4}}, got a JSON {type(values).__name__}'
         )
-    return Configuration(values)
+    config = Configuration(values)
+    # Checked now, not at execute(): the program may override a key, and its bad value with it.
+    check_configuration(config, lambda key: f"{CONFIG_ENV_VAR}: ")
+    return config
 
 
 def _override_base_spellings(
