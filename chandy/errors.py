@@ -97,6 +97,17 @@ class BatchColumnError(UnrecoverableError, KeyError):
         return str(self.args[0]) if self.args else ""
 
 
+class NotKeyedError(UnrecoverableError, InvalidProgramError):
+    """Keyed state, a timer or the current key asked for where the stream is not keyed: a
+    function's ``get_state`` in an operator after no ``key_by``, ``ctx.timer_service()``'s
+    timers in a ``ProcessFunction``, ``ctx.get_current_key()`` in a non-keyed context.
+
+    The job's definition is what is wrong, and every attempt would meet it again, so the
+    job fails once with the message (what was asked, by which operator, and ``key_by``)
+    instead of restarting. An :class:`InvalidProgramError` too, as it was before.
+    """
+
+
 class InvalidCheckpointError(UnrecoverableError):
     """A checkpoint or savepoint cannot be used: missing, incomplete, corrupt or incompatible.
 

@@ -198,8 +198,11 @@ def test_run_passes_settings_arguments_and_exit_code(tmp_path: Path) -> None:
     )
     result = chandy(
         "run", str(job), "3", "--input", "x", "-p", "4", "-s", "/some/chk-7", "--allow-non-restored-state",
-        "--claim-mode", "claim", "-D", "pipeline.name=from cli", "-D", "a.b=c=d", "--", "-p", "9",
-        env={CONFIG_ENV_VAR: json.dumps({"parallelism.default": 7, "from.shell": "kept"})},
+        "--claim-mode", "claim", "-D", "pipeline.name=from cli", "-D", "execution.checkpointing.dir=/c=d",
+        "--", "-p", "9",
+        env={CONFIG_ENV_VAR: json.dumps(
+            {"parallelism.default": 7, "execution.checkpointing.savepoint-dir": "/kept"}
+        )},
     )  # fmt: skip
     assert result.returncode == 3, result.stderr
     shown = json.loads(result.stdout.strip().splitlines()[-1])
@@ -216,8 +219,9 @@ def test_run_passes_settings_arguments_and_exit_code(tmp_path: Path) -> None:
         "execution.state-recovery.ignore-unclaimed-state": True,
         "execution.state-recovery.claim-mode": "CLAIM",
         "pipeline.name": "from cli",
-        "a.b": "c=d",
-        "from.shell": "kept",  # CHANDY_CONFIG from the shell is the base, the options override it
+        "execution.checkpointing.dir": "/c=d",
+        # CHANDY_CONFIG from the shell is the base, the options override it
+        "execution.checkpointing.savepoint-dir": "/kept",
         "execution.target": "local",
     }
     assert "JobID" not in result.stdout  # not fixed, so not known before the job starts
@@ -367,6 +371,28 @@ def test_run_usage_errors_are_one_line(tmp_path: Path) -> None:
         log_without_detached.exit_code == 1
         and "--log-file is for --detached runs" in log_without_detached.output
     )
+
+
+def test_run_checks_every_setting_at_submission_even_one_the_job_overrides(tmp_path: Path) -> None:
+    """The job sets its own parallelism, so a bad -D parallelism.default used to be ignored
+    and the run exit 0; every -D (and CHANDY_CONFIG) is checked before the job starts."""
+    job = tmp_path / "job.py"
+    job.write_text("raise SystemExit('the job must not start')\n")
+    runner = CliRunner()
+    bad_value = runner.invoke(cli, ["run", "-D", "parallelism.default=four", str(job)])
+    assert bad_value.exit_code == 1, bad_value.output
+    assert (
+        "-D parallelism.default=...: invalid value for 'parallelism.default': 'four' is not an integer"
+        in bad_value.output
+    )
+    assert "the job must not start" not in bad_value.output
+    unknown = runner.invoke(cli, ["run", "-D", "paralelism.default=4", str(job)])
+    assert unknown.exit_code == 1
+    assert "unknown configuration key 'paralelism.default'; did you mean 'parallelism.default'?" in (
+        unknown.output
+    )
+    shell = runner.invoke(cli, ["run", str(job)], env={CONFIG_ENV_VAR: '{"rest.port": "eighty"}'})
+    assert shell.exit_code == 1 and "CHANDY_CONFIG: invalid value for 'rest.port'" in shell.output
 
 
 # ---------------------------------------------------------------------- REST commands: errors

@@ -87,6 +87,24 @@ def test_missing_or_broken_config_file_is_a_clear_error(tmp_path: Path) -> None:
         Configuration.from_file(bad)
 
 
+def test_a_config_file_is_checked_when_read_naming_the_file_and_line(tmp_path: Path) -> None:
+    path = tmp_path / "config.yaml"
+    path.write_text("execution:\n  checkpointing:\n    interval: 10 s\nparallelism.default: four\n")
+    with pytest.raises(ConfigurationError) as bad_value:
+        Configuration.from_file(path)
+    assert str(bad_value.value).startswith(
+        f"configuration file '{path}', line 4: invalid value for 'parallelism.default': 'four' is not "
+        "an integer"
+    )
+    path.write_text("parallelism.default: 2\nexecution:\n  checkpointing:\n    intervall: 10 s\n")
+    with pytest.raises(ConfigurationError) as unknown:
+        Configuration.from_file(path)
+    assert str(unknown.value) == (
+        f"configuration file '{path}', line 4: unknown configuration key "
+        "'execution.checkpointing.intervall'; did you mean 'execution.checkpointing.interval'?"
+    )
+
+
 def test_setters_validate_at_once() -> None:
     env = StreamExecutionEnvironment.get_execution_environment(executor="local")
     with pytest.raises(ConfigurationError, match="parallelism.default"):

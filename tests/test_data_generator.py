@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import math
 import time
 from pathlib import Path
@@ -190,3 +191,118 @@ def test_fewer_records_than_subtasks_and_count_zero() -> None:
     reader = DataGeneratorSource(str, 0).create_reader(SourceReaderContext(0, 1, 0))
     reader.add_splits(DataGeneratorSource(str, 0).create_splits(1))
     assert reader.poll_next(10) is None  # count 0: ends at once
+
+
+def _run_to(
+    source: DataGeneratorSource, parallelism: int, stop_at: int
+) -> tuple[list[int], list[Any], list[Any]]:
+    """Fresh readers of ``source`` at ``parallelism``, polled until ``stop_at`` records came
+    out; what they emitted, their splits and their shared state (a checkpoint's)."""
+    readers = [source.create_reader(SourceReaderContext(i, parallelism, 0)) for i in range(parallelism)]
+    for i, reader in enumerate(readers):
+        reader.add_splits(source.create_splits(parallelism)[i::parallelism])
+    out: list[int] = []
+    while len(out) < stop_at:
+        for reader in readers:
+            out += reader.poll_next(min(7, stop_at - len(out))) or []
+    splits = [s for r in readers for s in r.snapshot_state(1)]
+    shared = [e for r in readers for e in r.snapshot_shared_state(1)]
+    return out, splits, shared
+
+
+def _restore(
+    source: DataGeneratorSource, parallelism: int, splits: list[Any], shared: list[Any]
+) -> list[int]:
+    """Restore ``source`` at ``parallelism`` from a checkpoint's splits and shared state, as the
+    source operator does, and read to the end."""
+    out: list[int] = []
+    for i in range(parallelism):
+        reader = source.create_reader(SourceReaderContext(i, parallelism, 1))
+        reader.restore_shared_state(shared)
+        reader.add_splits(splits[i::parallelism])
+        while (batch := reader.poll_next(50)) is not None:
+            out += batch
+    return out
+
+
+@pytest.mark.parametrize(("before", "after"), [(1, 1), (2, 3), (3, 2)])
+def test_a_restore_with_a_larger_count_generates_up_to_the_new_count(before: int, after: int) -> None:
+    """count=200 stopped at 150, restored with count=400: every index of [0, 400) once (it
+    used to stop at 199, silently)."""
+    first, splits, shared = _run_to(DataGeneratorSource(lambda i: i, 200), before, 150)
+    second = _restore(DataGeneratorSource(lambda i: i, 400), after, splits, shared)
+    assert sorted(first + second) == list(range(400))
+
+
+@pytest.mark.parametrize(("before", "after"), [(1, 1), (2, 3)])
+def test_a_restore_with_a_smaller_count_stops_at_it_and_warns_naming_both(
+    before: int, after: int, caplog: pytest.LogCaptureFixture
+) -> None:
+    first, splits, shared = _run_to(DataGeneratorSource(lambda i: i, 200), before, 150)
+    with caplog.at_level(logging.WARNING, logger="chandy.connectors"):
+        second = _restore(DataGeneratorSource(lambda i: i, 100), after, splits, shared)
+    assert all(i < 100 for i in second)
+    assert sorted(set(range(100)) - set(first)) == sorted(second)  # what was left below 100, once
+    warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    assert len(warnings) == 1, warnings
+    assert "restored with count=100 from a checkpoint taken with count=200" in warnings[0]
+
+
+def test_an_unbounded_restore_of_a_bounded_generator_goes_on_past_the_old_count() -> None:
+    first, splits, shared = _run_to(DataGeneratorSource(lambda i: i, 200), 2, 150)
+    source = DataGeneratorSource(lambda i: i, None)
+    readers = [source.create_reader(SourceReaderContext(i, 2, 1)) for i in range(2)]
+    out: list[int] = []
+    for i, reader in enumerate(readers):
+        reader.restore_shared_state(shared)
+        reader.add_splits(splits[i::2])
+    for _ in range(20):  # 20 rounds of 2 x 25: well past index 500
+        for reader in readers:
+            out += reader.poll_next(25)
+    everything = first + out
+    assert len(set(everything)) == len(everything)  # no index twice ...
+    assert set(range(500)) <= set(everything)  # ... and none below 500 skipped
+
+
+@pytest.mark.slow
+def test_a_retained_checkpoint_restored_with_twice_the_count_generates_every_index_once(
+    tmp_path: Path,
+) -> None:
+    """End to end, through a real checkpoint (the count travels in the readers' shared state)
+    and a restore at another parallelism: a job of count n, cancelled early, restored with
+    count 2n, counts every key of [0, 2n) exactly once."""
+    n, keys = 3000, 30
+
+    def pipeline(env: StreamExecutionEnvironment, count: int, rate: float | None) -> Any:
+        return (
+            env.from_source(DataGeneratorSource(lambda i: i, count, records_per_second=rate))
+            .uid("gen")
+            .key_by(lambda x: x % keys)
+            .process(KeyedCounter(2 * n // keys))
+            .uid("counter")
+        )
+
+    env = checkpointing_env(
+        interval_ms=50,
+        **{
+            "execution.checkpointing.dir": str(tmp_path / "first"),
+            "execution.checkpointing.externalized-checkpoint-retention": "RETAIN_ON_CANCELLATION",
+        },
+    )
+    results = pipeline(env, n, 600).execute_and_collect("first run")
+    first, reader = drain(results)
+    deadline = time.monotonic() + 60
+    while results.job_client.get_checkpoint_statistics(timeout=60)["counts"]["completed"] < 3:
+        assert time.monotonic() < deadline, "no 3 checkpoints in 60 s"
+        time.sleep(0.01)
+    cancel_keeping_results(results, reader)
+    retained = latest_checkpoint_dir(tmp_path / "first")
+
+    env2 = checkpointing_env(
+        parallelism=3, interval_ms=100, **{"execution.checkpointing.dir": str(tmp_path / "second")}
+    )
+    env2.set_restore_path(str(retained))
+    second = pipeline(env2, 2 * n, None).execute_and_collect("second run", limit=10**6)
+    out = first + second
+    assert [o for o in out if o[0] == "overflow"] == []  # no index generated twice ...
+    assert sorted(set(out)) == [(k, 2 * n // keys) for k in range(keys)]  # ... up to 2n, none skipped

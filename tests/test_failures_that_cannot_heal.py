@@ -25,9 +25,15 @@ from typing import Any
 import pytest
 
 from chandy import JobExecutionError, StreamExecutionEnvironment
-from chandy.core.functions import KeyedProcessFunction, MapFunction, RuntimeContext
+from chandy.core.functions import (
+    CoProcessFunction,
+    KeyedProcessFunction,
+    MapFunction,
+    ProcessFunction,
+    RuntimeContext,
+)
 from chandy.core.state import MapStateDescriptor, ValueStateDescriptor
-from chandy.errors import UnrecoverableError, find_unrecoverable
+from chandy.errors import InvalidProgramError, NotKeyedError, UnrecoverableError, find_unrecoverable
 from chandy.messages.checkpoint import CheckpointException, CheckpointFailureReason
 from chandy.messages.status import JobStatus
 from chandy.network.channel import LocalChannel
@@ -615,3 +621,91 @@ def test_state_that_cannot_be_pickled_fails_the_job_once(state_backend: str) -> 
         assert part in message, (part, message)
     assert "create locks, connections, files and clients in open()" in message
     assert isinstance(find_unrecoverable(error), StateNotPicklableError)
+
+
+class StateWithoutKey(MapFunction):
+    """Asks for keyed state in a map that follows no key_by."""
+
+    def open(self, runtime_context: RuntimeContext) -> None:
+        self.seen = runtime_context.get_state(ValueStateDescriptor("seen"))
+
+    def map(self, value: Any) -> Any:
+        return value
+
+
+class TimerWithoutKey(ProcessFunction):
+    """Sets a timer in a ProcessFunction (no on_timer: nothing to see when the job is built)."""
+
+    def process_element(self, value: Any, ctx: ProcessFunction.Context) -> Any:
+        ctx.timer_service().register_processing_time_timer(10**12)
+        yield value
+
+
+class KeyWithoutKey(ProcessFunction):
+    """A PyFlink KeyedProcessFunction's habit in a ProcessFunction."""
+
+    def process_element(self, value: Any, ctx: Any) -> Any:
+        yield ctx.get_current_key(), value
+
+
+@pytest.mark.parametrize(
+    ("function", "asked"),
+    [
+        (StateWithoutKey(), "keyed state 'seen' requested in operator 'Map'"),
+        (TimerWithoutKey(), "Setting timers is only supported on a keyed stream"),
+        (KeyWithoutKey(), "ctx.get_current_key() called in a function on a stream that is not keyed"),
+    ],
+)
+def test_keyed_state_timers_and_the_key_on_a_stream_not_keyed_fail_the_job_once(
+    function: Any, asked: str
+) -> None:
+    """They used to be restarted for ever (39 restarts in 40 s): the job's definition is wrong,
+    and every attempt meets it again."""
+    env = checkpointing_env(interval_ms=50, **SMALL)  # unlimited restarts, 50 ms apart
+    stream = env.from_sequence(0, 9)
+    stream = stream.map(function) if isinstance(function, MapFunction) else stream.process(function)
+    stream.add_sink(lambda value: None)
+    error = fails_once(env, "not keyed")
+    assert asked in str(error)
+    assert "key_by(...)" in str(error)
+    assert isinstance(find_unrecoverable(error), NotKeyedError)
+
+
+class TimerHandler(ProcessFunction):
+    def process_element(self, value: Any, ctx: ProcessFunction.Context) -> Any:
+        yield value
+
+    def on_timer(self, timestamp: int, ctx: Any) -> Any:
+        yield timestamp
+
+
+def test_a_process_function_with_on_timer_on_a_stream_not_keyed_is_refused_when_built() -> None:
+    env = StreamExecutionEnvironment.get_execution_environment(executor="local")
+    stream = env.from_sequence(0, 9)
+    with pytest.raises(InvalidProgramError) as info:
+        stream.process(TimerHandler())
+    message = str(info.value)
+    assert "process(): TimerHandler defines on_timer, but this stream is not keyed" in message
+    assert "call key_by(...) first and make TimerHandler a KeyedProcessFunction" in message
+    with pytest.raises(
+        InvalidProgramError, match="CountByKey is a KeyedProcessFunction, which needs a keyed"
+    ):
+        stream.process(CountByKey())
+    with pytest.raises(InvalidProgramError, match="CoTimers defines on_timer"):
+        stream.connect(env.from_sequence(0, 1)).process(CoTimers())
+
+
+class CountByKey(KeyedProcessFunction):
+    def process_element(self, value: Any, ctx: Any) -> Any:
+        yield value
+
+
+class CoTimers(CoProcessFunction):
+    def process_element1(self, value: Any, ctx: Any) -> Any:
+        yield value
+
+    def process_element2(self, value: Any, ctx: Any) -> Any:
+        yield value
+
+    def on_timer(self, timestamp: int, ctx: Any) -> Any:
+        yield timestamp

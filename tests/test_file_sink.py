@@ -4,6 +4,7 @@ and whole jobs read back by Spark."""
 from __future__ import annotations
 
 import json
+import logging
 import os
 from collections.abc import Callable
 from pathlib import Path
@@ -461,3 +462,27 @@ def test_exactly_once_parquet_and_json_output_through_a_failure_read_back_by_spa
     values = [r["value"] for r in spark_session.read.json(str(tmp_path / "json")).collect()]
     assert sorted(values) == list(range(n))  # every record once: the final checkpoint committed all
     assert hidden(tmp_path) == []
+
+
+def test_a_fresh_start_into_a_directory_with_committed_parts_is_warned_of_a_restore_is_not(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    first = harness(tmp_path).open()
+    assert not [r for r in caplog.records if r.levelno >= logging.WARNING]  # an empty directory
+    first.process("42")
+    state = first.snapshot(1)
+    first.notify_complete(1)
+    first.close()
+    parts = [p for p in os.listdir(tmp_path) if not p.startswith(".")]
+    assert len(parts) == 1
+    caplog.clear()
+    with caplog.at_level(logging.WARNING, logger="chandy.connectors"):
+        harness(tmp_path, parallelism=2).open()  # subtask 0 of a new run says it, once
+        harness(tmp_path, subtask=1, parallelism=2).open()
+    warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    assert len(warnings) == 1, warnings
+    assert f"FileSink: {tmp_path} already holds committed parts of an earlier run ({parts[0]})" in warnings[0]
+    caplog.clear()
+    with caplog.at_level(logging.WARNING, logger="chandy.connectors"):
+        harness(tmp_path).open([state], restored_checkpoint_id=1)  # the same job, restored
+    assert not [r for r in caplog.records if r.levelno >= logging.WARNING]

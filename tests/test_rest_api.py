@@ -106,6 +106,8 @@ def job() -> Iterator[RunningJob]:
     )
     env.set_parallelism(2)
     env.enable_checkpointing(100)
+    # its one failover restarts at once (the default, exponential-delay, waits 1 s)
+    env.configure({"restart-strategy.type": "fixed-delay", "restart-strategy.fixed-delay.delay": 0})
     client = running_job(env, fail_once=True)
     assert env.rest_url is not None
     with httpx.Client(base_url=env.rest_url, timeout=30) as http:

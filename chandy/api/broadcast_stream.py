@@ -15,7 +15,7 @@ from __future__ import annotations
 import functools
 from typing import Any
 
-from chandy.api.datastream import DataStream, KeyedStream
+from chandy.api.datastream import DataStream, KeyedStream, refuse_timers_without_key
 from chandy.core.functions import BroadcastProcessFunction, KeyedBroadcastProcessFunction
 from chandy.core.state import MapStateDescriptor
 from chandy.errors import InvalidProgramError
@@ -77,6 +77,9 @@ class BroadcastConnectedStream:
                     "BroadcastProcessFunction should be applied to non-keyed DataStream: this stream "
                     "is keyed, so use a KeyedBroadcastProcessFunction (with keyed state and timers)"
                 )
+            refuse_timers_without_key(
+                func, "BroadcastConnectedStream.process()", "KeyedBroadcastProcessFunction"
+            )
             name, operator = "Co-Process-Broadcast", BroadcastProcessOperator
         elif isinstance(func, KeyedBroadcastProcessFunction):
             if not keyed:

@@ -18,7 +18,7 @@ import functools
 from collections.abc import Callable
 from typing import Any
 
-from chandy.api.datastream import DataStream, KeyedStream
+from chandy.api.datastream import DataStream, KeyedStream, refuse_timers_without_key
 from chandy.core.functions import (
     CoFlatMapFunction,
     CoMapFunction,
@@ -96,6 +96,8 @@ class ConnectedStreams:
                 "connect two KeyedStreams, or call key_by(key_selector1, key_selector2) on the "
                 "ConnectedStreams first"
             )
+        if not self._is_keyed_stream():
+            refuse_timers_without_key(func, "ConnectedStreams.process()", "KeyedCoProcessFunction")
         return self._transform(
             "Keyed Co-Process" if self._is_keyed_stream() else "Co-Process", func, output_type
         )

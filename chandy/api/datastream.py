@@ -83,6 +83,21 @@ def _batch_hint(stream: Any, fix: str) -> str:
     return ""
 
 
+def refuse_timers_without_key(func: Any, operation: str, keyed_kind: str) -> None:
+    """A function on a stream that is not keyed that overrides ``on_timer``: its timers
+    could never be set (they need a key), so the job would fail at its first timer, and
+    restart into the same failure. Refused now, naming the function and the fix."""
+    on_timer = getattr(type(func), "on_timer", None)
+    if on_timer is None or not callable(on_timer):
+        return
+    name = type(func).__name__
+    raise InvalidProgramError(
+        f"{operation}: {name} defines on_timer, but this stream is not keyed and timers need a "
+        f"key: call key_by(...) first and make {name} a {keyed_kind} "
+        f"(ds.key_by(lambda r: <its key>).process({name}()))"
+    )
+
+
 def _check_function(func: Any, base: type[Function], method: str, operation: str) -> Any:
     if isinstance(func, base):
         # Function is no ABC, so a subclass that misnames its method (``map`` for
@@ -257,7 +272,14 @@ class DataStream(_Stream):
         self, func: ProcessFunction | Callable[[Any, Any], Any], output_type: Any = None
     ) -> DataStream:
         """Apply a ProcessFunction (``process_element(value, ctx)`` yields outputs)."""
+        if isinstance(func, KeyedProcessFunction):
+            raise InvalidProgramError(
+                f"process(): {type(func).__name__} is a KeyedProcessFunction, which needs a keyed "
+                "stream (its keyed state, timers and get_current_key() are per key): call "
+                f"key_by(...) first, ds.key_by(lambda r: <its key>).process({type(func).__name__}())"
+            )
         func = _check_function(func, ProcessFunction, "process_element", "process")
+        refuse_timers_without_key(func, "process()", "KeyedProcessFunction")
         return DataStream._of(
             self._env,
             self._add_operator("Process", functools.partial(ProcessOperator, func), output_type=output_type),

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import difflib
 import json
 import logging
 import os
@@ -23,9 +22,11 @@ from chandy.config.options import (
     ExecutionOptions,
     ExternalizedCheckpointRetention,
     PipelineOptions,
+    RestartStrategyOptions,
     RestOptions,
     StateRecoveryOptions,
     all_options,
+    check_configuration,
 )
 from chandy.core.connector import Boundedness, Sink, Source
 from chandy.core.watermark_strategy import WatermarkStrategy
@@ -37,6 +38,7 @@ from chandy.runtime.executor import Executor
 from chandy.runtime.job_client import JobClient
 from chandy.runtime.job_master import JobMaster
 from chandy.runtime.job_result import JobExecutionResult
+from chandy.runtime.restart_strategy import ignored_restart_keys, restart_strategy_from
 from chandy.runtime.status_line import show_status_line
 from chandy.task.operators.source import SourceOperator
 
@@ -45,9 +47,6 @@ if TYPE_CHECKING:
     from chandy.web.service import WebService
 
 log = logging.getLogger(__name__)
-
-#: Flink's buffer-debloating keys: refused with their own message, not "unknown key".
-_BUFFER_DEBLOAT_PREFIX = "taskmanager.network.memory.buffer-debloat."
 
 _EXECUTORS = ("spark", "local")
 
@@ -79,7 +78,10 @@ def configuration_from_environment() -> Configuration:
             f"the environment variable {CONFIG_ENV_VAR} must hold a JSON object of configuration keys, "
             f'e.g. {{"parallelism.default": 4}}, got a JSON {type(values).__name__}'
         )
-    return Configuration(values)
+    config = Configuration(values)
+    # Checked now, not at execute(): the program may override a key, and its bad value with it.
+    check_configuration(config, lambda key: f"{CONFIG_ENV_VAR}: ")
+    return config
 
 
 def _override_base_spellings(
@@ -333,21 +335,7 @@ class StreamExecutionEnvironment:
     # ------------------------------------------------------------------ execution
 
     def _validated_config(self) -> Configuration:
-        unknown = self._config.unknown_keys(all_options(), prefixes_owned_elsewhere=("spark.",))
-        known = [k for o in all_options() for k in (o.key, *o.deprecated_keys)]
-        for key in unknown:
-            if key.startswith(_BUFFER_DEBLOAT_PREFIX):
-                raise ConfigurationError(
-                    f"'{key}': buffer debloating is not implemented in chandy. In-flight data per "
-                    "channel is bounded by its credits: taskmanager.network.memory.buffers-per-channel "
-                    "batches of chandy.network.batch-size records; lower those to shrink it "
-                    "(see docs/unaligned-checkpoints.md), and remove this key"
-                )
-            close = difflib.get_close_matches(key, known, n=1)
-            hint = f"; did you mean '{close[0]}'?" if close else ""
-            raise ConfigurationError(f"unknown configuration key '{key}'{hint}")
-        for option in all_options():
-            self._config.get(option)  # every value parses, or a clear error now
+        check_configuration(self._config)  # every key known, every value parses: a clear error now
         _check_combinations(self._config)
         return self._config.copy()
 
@@ -448,7 +436,7 @@ class StreamExecutionEnvironment:
         try:
             executor = self._create_executor(config)
             try:
-                job_master = JobMaster(job_graph, executor)
+                job_master = JobMaster(job_graph, executor, rest_url=self.rest_url)
                 if web is not None:
                     web.dispatcher.submit(job_master)
                 with show_status_line(job_master, config, self.rest_url):  # on a terminal only
@@ -472,7 +460,7 @@ class StreamExecutionEnvironment:
             if hold is not None:
                 hold.release()
             raise
-        job_master = JobMaster(job_graph, executor, results=results)
+        job_master = JobMaster(job_graph, executor, results=results, rest_url=self.rest_url)
         if web is not None:
             web.dispatcher.submit(job_master)
 
@@ -560,6 +548,19 @@ def _check_combinations(config: Configuration) -> None:
             f"execution.checkpointing.externalized-checkpoint-retention is {retention.name}, but "
             "checkpoints are kept in memory and cannot outlive the job: set "
             "execution.checkpointing.dir (env.get_checkpoint_config().set_checkpoint_storage(...))"
+        )
+    restart_strategy_from(config)  # an exponential delay whose bounds contradict each other
+    ignored = ignored_restart_keys(config)
+    if ignored:
+        log.warning(
+            "%s %s no effect: the job's restart strategy is %s%s. Set restart-strategy.type to the "
+            "strategy they configure, or remove them.",
+            ", ".join(ignored),
+            "has" if len(ignored) == 1 else "have",
+            restart_strategy_from(config).describe(),
+            ""
+            if checkpointing or config.get(RestartStrategyOptions.TYPE) is not None
+            else " (checkpointing is off and restart-strategy.type unset: Flink's default is no restarts)",
         )
     if checkpointing:
         check_unaligned_settings(

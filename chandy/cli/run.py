@@ -28,10 +28,22 @@ import click
 from chandy.api.environment import CONFIG_ENV_VAR, configuration_from_environment
 from chandy.cli.errors import CliError
 from chandy.cli.rest import check_job_id
-from chandy.config.options import CoreOptions, PipelineOptions, StateRecoveryOptions
+from chandy.config import Configuration
+from chandy.config.options import CoreOptions, PipelineOptions, StateRecoveryOptions, check_configuration
 from chandy.errors import ConfigurationError
 
 _JOB_ID_KEY = PipelineOptions.FIXED_JOB_ID.key
+
+#: Keys the command's own options set (checked by click already).
+_OPTION_KEYS = frozenset(
+    {
+        CoreOptions.DEFAULT_PARALLELISM.key,
+        StateRecoveryOptions.PATH.key,
+        StateRecoveryOptions.IGNORE_UNCLAIMED_STATE.key,
+        StateRecoveryOptions.CLAIM_MODE.key,
+        StateRecoveryOptions.TRUST_SNAPSHOT.key,
+    }
+)
 
 
 def job_config(
@@ -172,6 +184,7 @@ def run(
     config.update(
         job_config(parallelism, restore_path, allow_non_restored_state, claim_mode, dynamic, trust_snapshot)
     )
+    _check_settings(config, dynamic)
     if config.get(_JOB_ID_KEY) is not None:
         config[_JOB_ID_KEY] = check_job_id(str(config[_JOB_ID_KEY]))
     if log_file is not None and not detached:
@@ -186,6 +199,23 @@ def run(
     if job_id_value is not None:
         click.echo(f"Job has been submitted with JobID {job_id_value}")
     sys.exit(_run_attached(command, config, files))
+
+
+def _check_settings(config: dict[str, Any], dynamic: tuple[str, ...]) -> None:
+    """Every setting is checked now, at submission, whether or not the job overrides it later
+    (a job that sets its own parallelism would otherwise run with ``-D parallelism.default=four``
+    silently ignored): an unknown key or a bad value is one error naming where it came from."""
+    from_command_line = {pair.partition("=")[0].strip() for pair in dynamic}
+
+    def where(key: str) -> str:
+        if key in from_command_line:
+            return f"-D {key}=...: "
+        return f"{CONFIG_ENV_VAR}: " if key not in _OPTION_KEYS else ""
+
+    try:
+        check_configuration(Configuration(config), where)
+    except ConfigurationError as exc:
+        raise CliError(str(exc)) from None
 
 
 def _py_files(given: tuple[str, ...]) -> tuple[str, ...]:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import enum
+import math
 import re
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
@@ -118,6 +119,22 @@ def _parse_int(value: Any) -> int:
     if isinstance(value, str) and re.fullmatch(r"\s*-?\d+\s*", value):
         return int(value)
     raise ValueError(f"{value!r} is not an integer")
+
+
+def _parse_float(value: Any) -> float:
+    if isinstance(value, bool):
+        raise ValueError(f"{value!r} is not a number")
+    number: float | None = None
+    if isinstance(value, (int, float)):
+        number = float(value)
+    elif isinstance(value, str):
+        try:
+            number = float(value.strip())
+        except ValueError:
+            pass
+    if number is None or not math.isfinite(number):
+        raise ValueError(f"{value!r} is not a number")
+    return number
 
 
 def _parse_str(value: Any) -> str:
@@ -254,6 +271,33 @@ class ConfigOption(Generic[T]):
             f"a memory size such as 20 kb, at most {maximum} bytes",
             deprecated_keys,
             check,
+        )
+
+    @staticmethod
+    def number(
+        key: str,
+        default: float,
+        description: str,
+        *,
+        minimum: float | None = None,
+        maximum: float | None = None,
+        above: float | None = None,
+    ) -> ConfigOption[float]:
+        """A floating-point value within ``[minimum, maximum]`` (``above``: strictly greater)."""
+
+        def check(v: float) -> None:
+            if minimum is not None and v < minimum:
+                raise ValueError(f"{v} is below the minimum {minimum}")
+            if maximum is not None and v > maximum:
+                raise ValueError(f"{v} is above the maximum {maximum}")
+            if above is not None and v <= above:
+                raise ValueError(f"{v} is not above {above}")
+
+        bounds = [f">= {minimum}" if minimum is not None else "", f"> {above}" if above is not None else ""]
+        bounds.append(f"<= {maximum}" if maximum is not None else "")
+        shown = " and ".join(b for b in bounds if b)
+        return ConfigOption(
+            key, default, description, _parse_float, "a number" + (f" {shown}" if shown else ""), (), check
         )
 
     @staticmethod
@@ -417,7 +461,9 @@ class Configuration:
 
     @classmethod
     def from_file(cls, path: str | Path) -> Configuration:
-        """Read a Flink-style ``config.yaml`` (nested or flat keys)."""
+        """Read a Flink-style ``config.yaml`` (nested or flat keys), checked as it is read:
+        an unknown key or a bad value is an error naming the file and the line, not a
+        surprise at ``execute()`` (or never, when the program overrides the key)."""
         import yaml
 
         p = Path(path)
@@ -429,11 +475,16 @@ class Configuration:
             ) from None
         try:
             data = yaml.safe_load(text) or {}
+            lines = _key_lines(yaml.compose(text))
         except yaml.YAMLError as exc:
             raise ConfigurationError(f"configuration file '{p}' is not valid YAML: {exc}") from None
         if not isinstance(data, dict):
             raise ConfigurationError(f"configuration file '{p}' must hold a mapping of keys to values")
-        return cls(_flatten(data))
+        config = cls(_flatten(data))
+        from chandy.config.options import check_configuration  # options build on this module
+
+        check_configuration(config, lambda key: f"configuration file '{p}', line {lines.get(key, '?')}: ")
+        return config
 
     def __repr__(self) -> str:
         return f"Configuration({self._values!r})"
@@ -448,3 +499,19 @@ def _flatten(data: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
         else:
             out[full] = value
     return out
+
+
+def _key_lines(node: Any, prefix: str = "") -> dict[str, int]:
+    """The line (1-based) of every flattened key of a composed YAML mapping."""
+    import yaml
+
+    lines: dict[str, int] = {}
+    if not isinstance(node, yaml.MappingNode):
+        return lines
+    for key_node, value_node in node.value:
+        full = f"{prefix}{key_node.value}"
+        if isinstance(value_node, yaml.MappingNode):
+            lines.update(_key_lines(value_node, full + "."))
+        else:
+            lines[full] = key_node.start_mark.line + 1
+    return lines

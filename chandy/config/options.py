@@ -6,10 +6,13 @@ user's keys against, so a misspelt key is an error, not silently ignored.
 
 from __future__ import annotations
 
+import difflib
 import enum
+from collections.abc import Callable
 from typing import Any
 
-from chandy.config.configuration import ConfigOption, parse_duration_ms
+from chandy.config.configuration import ConfigOption, Configuration, parse_duration_ms
+from chandy.errors import ConfigurationError
 
 UPPER_BOUND_MAX_PARALLELISM = 32768
 
@@ -406,24 +409,81 @@ class StateRecoveryOptions:
 
 
 class RestartStrategyOptions:
+    """Flink's restart strategies and their keys (``restart-strategy.*``)."""
+
     TYPE = ConfigOption.string(
         "restart-strategy.type",
         None,
-        "How a failed job restarts: 'fixed-delay', or 'none'. Default: fixed-delay when "
-        "checkpointing is on, none otherwise.",
-        choices=("fixed-delay", "fixeddelay", "none", "off", "disable", "no_restart"),
+        "How a failed job restarts: 'exponential-delay', 'fixed-delay', or 'none'. Default (as "
+        "in Flink 2): exponential-delay when checkpointing is on, none otherwise.",
+        choices=(
+            "exponential-delay",
+            "exponentialdelay",
+            "fixed-delay",
+            "fixeddelay",
+            "none",
+            "off",
+            "disable",
+            "no_restart",
+        ),
         deprecated_keys=("restart-strategy",),
     )
     ATTEMPTS = ConfigOption.integer(
         "restart-strategy.fixed-delay.attempts",
         None,
-        "Restarts before the job fails for good (default: unlimited when checkpointing "
-        "chose the strategy, 1 when fixed-delay is set explicitly).",
+        "fixed-delay: restarts before the job fails for good (default 1, Flink's).",
         minimum=0,
     )
     DELAY = ConfigOption.duration(
-        "restart-strategy.fixed-delay.delay", 1000, "Wait between a failure and the restart."
+        "restart-strategy.fixed-delay.delay", 1000, "fixed-delay: wait between a failure and the restart."
     )
+    INITIAL_BACKOFF = ConfigOption.duration(
+        "restart-strategy.exponential-delay.initial-backoff",
+        1000,
+        "exponential-delay: the wait before the first restart (and after a reset).",
+        minimum_ms=1,
+    )
+    MAX_BACKOFF = ConfigOption.duration(
+        "restart-strategy.exponential-delay.max-backoff",
+        60_000,
+        "exponential-delay: the longest wait between a failure and the restart.",
+        minimum_ms=1,
+    )
+    BACKOFF_MULTIPLIER = ConfigOption.number(
+        "restart-strategy.exponential-delay.backoff-multiplier",
+        1.5,
+        "exponential-delay: each restart waits this many times longer than the one before.",
+        above=1.0,
+    )
+    RESET_BACKOFF_THRESHOLD = ConfigOption.duration(
+        "restart-strategy.exponential-delay.reset-backoff-threshold",
+        3_600_000,
+        "exponential-delay: a job that ran this long since its last restart starts again from "
+        "the initial backoff (and a fresh count of attempts).",
+        minimum_ms=1,
+    )
+    JITTER_FACTOR = ConfigOption.number(
+        "restart-strategy.exponential-delay.jitter-factor",
+        0.1,
+        "exponential-delay: each wait is moved by a random amount up to this fraction of it, "
+        "so that many jobs failing together do not restart together.",
+        minimum=0.0,
+        maximum=1.0,
+    )
+    ATTEMPTS_BEFORE_RESET = ConfigOption.integer(
+        "restart-strategy.exponential-delay.attempts-before-reset-backoff",
+        None,
+        "exponential-delay: restarts before the job fails for good, counted since the last "
+        "reset (default: unlimited).",
+        minimum=1,
+    )
+
+    #: The keys of each strategy, by its canonical name: a key of a strategy that is not the
+    #: one in use would be ignored without a word, so it is refused (see restart_strategy.py).
+    @staticmethod
+    def keys_of(kind: str) -> tuple[str, ...]:
+        prefix = f"restart-strategy.{kind}."
+        return tuple(o.key for o in all_options() if o.key.startswith(prefix))
 
 
 class S3Options:
@@ -634,3 +694,40 @@ def all_options() -> list[ConfigOption[Any]]:
     ):
         found.extend(v for v in vars(holder).values() if isinstance(v, ConfigOption))
     return found
+
+
+#: Flink's buffer-debloating keys: refused with their own message, not "unknown key".
+_BUFFER_DEBLOAT_PREFIX = "taskmanager.network.memory.buffer-debloat."
+
+#: Key prefixes other parts own: ``spark.*`` goes to the Spark session chandy starts.
+OWNED_ELSEWHERE = ("spark.",)
+
+
+def check_configuration(config: Configuration, where: Callable[[str], str] | None = None) -> None:
+    """Every key of ``config`` is known and every value parses, or one
+    :class:`~chandy.errors.ConfigurationError` naming the first bad key (``where(key)``, when
+    given, says where it was written: a file and line, a command-line option), the value and
+    what is allowed. Run where settings enter (a file read, ``chandy run``'s ``-D``) as well as
+    at ``execute()``: a bad value that the program overrides later is still a mistake."""
+    options = all_options()
+    located = where or (lambda key: "")
+    for key in config.unknown_keys(options, prefixes_owned_elsewhere=OWNED_ELSEWHERE):
+        if key.startswith(_BUFFER_DEBLOAT_PREFIX):
+            raise ConfigurationError(
+                f"{located(key)}'{key}': buffer debloating is not implemented in chandy. In-flight data "
+                "per channel is bounded by its credits: taskmanager.network.memory.buffers-per-channel "
+                "batches of chandy.network.batch-size records; lower those to shrink it "
+                "(see docs/unaligned-checkpoints.md), and remove this key"
+            )
+        known = [k for o in options for k in (o.key, *o.deprecated_keys)]
+        close = difflib.get_close_matches(key, known, n=1)
+        hint = f"; did you mean '{close[0]}'?" if close else ""
+        raise ConfigurationError(f"{located(key)}unknown configuration key '{key}'{hint}")
+    for option in options:
+        for key in (option.key, *option.deprecated_keys):
+            if not config.contains(key):
+                continue
+            try:
+                Configuration({key: config.to_dict()[key]}).get(option)
+            except ConfigurationError as exc:
+                raise ConfigurationError(f"{located(key)}{exc}") from None

@@ -111,4 +111,6 @@ class ArrowDataGeneratorSource(DataGeneratorSource):
 
     def create_reader(self, context: SourceReaderContext) -> ArrowDataGeneratorReader:
         share = None if self.records_per_second is None else self.records_per_second / context.parallelism
-        return ArrowDataGeneratorReader(self.generator_function, share, self.get_boundedness())
+        return ArrowDataGeneratorReader(
+            self.generator_function, share, self.get_boundedness(), self.plan(context)
+        )

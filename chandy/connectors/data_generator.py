@@ -4,6 +4,12 @@ Flink's ``DataGeneratorSource`` for tests, demos and load generation: record ``i
 is ``generator_function(i)``. Because a record is a pure function of its index,
 the read position is just the next index, and a restore (at any parallelism)
 resumes exactly: nothing is generated twice and nothing is skipped.
+
+A restore with another ``count`` re-plans from the new bound: the restored splits stop
+below it, and a larger count (or ``None``, unbounded) adds the indices from the old count
+on, dealt to the subtasks as a fresh start would deal them. The checkpoint records the
+count it was taken with (in the readers' shared state) for this. A smaller count cannot
+take back records already emitted above it: that is logged as a warning naming both.
 """
 
 from __future__ import annotations
@@ -54,6 +60,23 @@ class DataGeneratorSplit:
         return max(0, -(-(self.end - self.position) // self.step))
 
 
+@dataclass(frozen=True)
+class PlannedCount:
+    """The ``count`` a checkpoint's splits were planned from (every reader's shared state)."""
+
+    count: int | None
+
+
+@dataclass(frozen=True)
+class GeneratorPlan:
+    """What a reader needs to re-plan restored splits: the source's count now, and where
+    the reader runs."""
+
+    count: int | None
+    subtask_index: int
+    parallelism: int
+
+
 class _RateLimiter:
     """A token bucket: ``rate`` permits per second, at most a short burst saved up.
 
@@ -85,8 +108,12 @@ class DataGeneratorReader(SourceReader):
         generator_function: Callable[[Any], Any],
         records_per_second: float | None,
         boundedness: Boundedness,
+        plan: GeneratorPlan | None = None,
     ) -> None:
         self._generate = generator_function
+        self._plan = plan
+        #: The counts the restored checkpoint was planned from (set on a restore only).
+        self._restored_counts: set[int | None] | None = None
         self._bounded = boundedness is Boundedness.BOUNDED
         self._splits: list[DataGeneratorSplit] = []
         self._limiter = _RateLimiter(records_per_second) if records_per_second else None
@@ -96,7 +123,75 @@ class DataGeneratorReader(SourceReader):
             self.idle_wait_s = min(_MAX_IDLE_WAIT_S, max(_MIN_IDLE_WAIT_S, 1.0 / self._limiter.rate))
 
     def add_splits(self, splits: Sequence[DataGeneratorSplit]) -> None:
-        self._splits.extend(s.copy() for s in splits)
+        copies = [s.copy() for s in splits]
+        if self._restored_counts is not None and self._plan is not None:
+            copies = self._replan(copies, self._restored_counts, self._plan)
+            self._restored_counts = None
+        self._splits.extend(copies)
+
+    def snapshot_shared_state(self, checkpoint_id: int) -> list[Any]:
+        return [] if self._plan is None else [PlannedCount(self._plan.count)]
+
+    def restore_shared_state(self, elements: list[Any]) -> None:
+        self._restored_counts = {e.count for e in elements if isinstance(e, PlannedCount)}
+
+    @staticmethod
+    def _replan(
+        splits: list[DataGeneratorSplit], counts: set[int | None], plan: GeneratorPlan
+    ) -> list[DataGeneratorSplit]:
+        """The restored ``splits`` of this subtask under the count of ``plan``: none reaches
+        at or past a new bound, and indices from a smaller old count on are dealt out anew."""
+        new = plan.count
+        first = plan.subtask_index == 0  # the count is the whole source's: one subtask tells
+        if len(counts) != 1:
+            # A checkpoint of an older chandy (or of another source under this uid): its
+            # count is unknown, so only the new bound can be honoured.
+            if new is not None:
+                for split in splits:
+                    split.end = new if split.end is None else min(split.end, new)
+            if first:
+                log.warning(
+                    "DataGeneratorSource(count=%s) restored from a checkpoint that does not record "
+                    "the count it was started with: it generates no index at or above %s, but if "
+                    "the count was raised, the indices above the old count are not generated. "
+                    "Start the source without its state (a new uid()) to generate exactly [0, %s).",
+                    new,
+                    new,
+                    new,
+                )
+            return splits
+        (old,) = counts
+        if old == new:
+            return splits
+        if new is not None:
+            for split in splits:
+                split.end = new if split.end is None else min(split.end, new)
+        if old is not None and (new is None or new > old):
+            i, p = plan.subtask_index, plan.parallelism
+            if new is None:
+                splits.append(DataGeneratorSplit(old + i, old + i, None, p))
+            elif old + i * (new - old) // p < old + (i + 1) * (new - old) // p:
+                splits.append(
+                    DataGeneratorSplit(old + i, old + i * (new - old) // p, old + (i + 1) * (new - old) // p)
+                )
+        if first and new is not None and (old is None or new < old):
+            log.warning(
+                "DataGeneratorSource restored with count=%s from a checkpoint taken with count=%s: "
+                "it generates no index at or above %s from now on, but records at those indices "
+                "emitted before the checkpoint stay emitted.",
+                new,
+                "None (unbounded)" if old is None else old,
+                new,
+            )
+        elif first:
+            log.info(
+                "DataGeneratorSource restored with count=%s from a checkpoint taken with count=%s: "
+                "it also generates the indices from %s on.",
+                "None (unbounded)" if new is None else new,
+                old,
+                old,
+            )
+        return splits
 
     def next_range(self, max_records: int) -> tuple[DataGeneratorSplit, int] | list[Any] | None:
         """The split to generate from and how many of its indices are due now (``[]`` when
@@ -211,4 +306,8 @@ class DataGeneratorSource(Source):
                 context.parallelism,
                 share,
             )
-        return DataGeneratorReader(self.generator_function, share, self.get_boundedness())
+        return DataGeneratorReader(self.generator_function, share, self.get_boundedness(), self.plan(context))
+
+    def plan(self, context: SourceReaderContext) -> GeneratorPlan:
+        """What a reader of ``context`` re-plans restored splits with."""
+        return GeneratorPlan(self.count, context.subtask_index, context.parallelism)

@@ -62,6 +62,9 @@ _PART = re.compile(
 
 _FINAL = r"^(?P<prefix>.+)-(?P<subtask>\d+)-(?P<uid>[0-9a-f]{32})"
 
+#: How many parts of an earlier run the warning about them names.
+_PARTS_NAMED = 3
+
 
 def _target(path: str) -> str:
     """Where the sink writes: an absolute local directory, or an ``s3://bucket/prefix`` URI."""
@@ -657,6 +660,37 @@ class FileSinkWriter(PrecommittingSinkWriter):
             # A restart without a checkpoint to restore (the first failed before any
             # completed) leaves the failed attempt's parts behind just the same.
             self._clean_up_after_failure()
+        elif context.subtask_index == 0 and self._uploads is None:
+            self._warn_of_earlier_parts()
+
+    def _warn_of_earlier_parts(self) -> None:
+        """A fresh start (not a restore, not a restart) into a directory that already holds
+        committed parts of this sink's naming: an earlier run's output, which this run's
+        parts join, and a reader of the directory sees both. Said once (subtask 0), naming
+        the directory and a few of the parts; nothing is deleted."""
+        final = re.compile(_FINAL + re.escape(self.sink.output_file_config.part_suffix) + "$")
+        prefix = self.sink.output_file_config.part_prefix
+        found: list[str] = []
+        for root, _, files in os.walk(self.directory):
+            for name in sorted(files):
+                match = final.match(name)
+                if match is not None and match.group("prefix") == prefix:
+                    found.append(os.path.relpath(os.path.join(root, name), self.directory))
+                    if len(found) > _PARTS_NAMED:
+                        break
+            if len(found) > _PARTS_NAMED:
+                break
+        if not found:
+            return
+        named = ", ".join(found[:_PARTS_NAMED]) + (", ..." if len(found) > _PARTS_NAMED else "")
+        log.warning(
+            "FileSink: %s already holds committed parts of an earlier run (%s); this job's parts "
+            "are added beside them, and a reader of the directory sees both. Give each run its own "
+            "directory, or empty it first, unless adding to it is what you want. (A job restored "
+            "from a checkpoint or savepoint is not warned: its own parts are expected there.)",
+            self.directory,
+            named,
+        )
 
     def _mine(self, name: str, pattern: re.Pattern[str]) -> bool:
         """Whether part file ``name`` is this subtask's (by the sink's prefix and the subtask

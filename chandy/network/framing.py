@@ -252,9 +252,9 @@ class FramedSocket:
     def send_message(self, message: Any) -> None:
         """A control message (a dataclass), cloudpickled: it may carry user functions and
         exceptions of user-defined classes. Only ever read by an authenticated peer."""
-        import cloudpickle
+        from chandy.util.code_pickling import dumps
 
-        self.send_frame(cloudpickle.dumps(message, protocol=pickle.HIGHEST_PROTOCOL))
+        self.send_frame(dumps(message))
 
     def recv_message(self) -> Any:
         return pickle.loads(self.recv_frame())

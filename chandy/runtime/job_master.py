@@ -85,6 +85,7 @@ from chandy.messages.metrics import MetricsReport
 from chandy.messages.status import ExecutionState, JobStatus
 from chandy.runtime.async_parts import TrackedExecutor
 from chandy.runtime.executor import Deployment, Executor
+from chandy.runtime.failure_report import FailoverReport
 from chandy.runtime.job_result import JobExecutionResult
 from chandy.runtime.metrics_store import JobMetricsStore
 from chandy.runtime.restart_strategy import restart_strategy_from
@@ -210,6 +211,7 @@ class JobMaster:
         *,
         results: ResultPublisher | None = None,
         clock: Clock | None = None,
+        rest_url: str | None = None,
     ) -> None:
         self.job_graph = job_graph
         self.executor = executor
@@ -230,8 +232,10 @@ class JobMaster:
         #: How long the job's end waits for background I/O before leaving it behind.
         self.io_shutdown_timeout_s = IO_SHUTDOWN_TIMEOUT_S
         self.timer = _MainThreadTimer(self.clock, lambda: self._inbox.put(_Wake()))
-        self.restart_strategy = restart_strategy_from(self.config)
+        self.restart_strategy = restart_strategy_from(self.config, self.clock)
         self.restarts = 0
+        #: What the user sees of each failover (``rest_url``: where the REST API serves the job).
+        self._failover_report = FailoverReport(job_graph.job_name, job_graph.job_id, rest_url)
         self._ended_sources: set[ExecutionAttemptID] = set()
         #: Every source ended but the final checkpoint was refused while a task still started.
         self._final_checkpoint_awaits_tasks = False
@@ -1030,20 +1034,17 @@ class JobMaster:
             unrecoverable = failure.unrecoverable
         else:
             unrecoverable = counted and find_unrecoverable(error.__cause__) is not None
+        attempt = self.restarts + 1
         if unrecoverable or (counted and not self.restart_strategy.can_restart()):
             eg.transition_state(current, JobStatus.FAILING, error)
             self._cancel_tasks()
             eg.transition_state(JobStatus.FAILING, JobStatus.FAILED, error)
-            if self.restarts:
-                log.warning(
-                    "Job %s failed after %d restarts (%s).",
-                    self.job_id,
-                    self.restarts,
-                    self.restart_strategy.describe(),
-                )
+            if not unrecoverable:
+                self._failover_report.giving_up(attempt, error, failure, self.restart_strategy)
             return error
-        log.warning(
-            "Job %s (%s) failed over: %s", self.job_graph.job_name, self.job_id, str(error).splitlines()[0]
+        delay_ms = self.restart_strategy.get_backoff_time_ms()
+        self._failover_report.restarting(
+            attempt, error, failure, self.restart_strategy, delay_ms, self.restarts + 1
         )
         if current is JobStatus.RESTARTING:
             eg.failure_cause = error  # a restart failed: still restarting, for a new reason
@@ -1054,6 +1055,7 @@ class JobMaster:
         self._cancel_tasks()
         self._final_checkpoint_awaits_tasks = False  # new attempts report their own ends
         self.restarts += 1
+        # Measured from the failure (the exponential strategy counts the time cancelling took).
         self.timer.schedule(
             self.restart_strategy.get_backoff_time_ms(), lambda: self._inbox.put(_RestartDue())
         )

@@ -97,17 +97,16 @@ def serialize_chain(vertex_name: str, operators: tuple[OperatorSpec, ...]) -> by
     subtasks, and a job behaves the same in one process as across Spark
     executors. A function that cannot be serialized is named in the error.
     """
-    import cloudpickle
-
     from chandy.errors import InvalidProgramError
+    from chandy.util.code_pickling import dumps
 
     try:
-        payload: bytes = cloudpickle.dumps(operators)  # cloudpickle has no type hints
-        return payload
+        # Code objects keep their file names: a traceback from a task names the job's script.
+        return dumps(operators)
     except Exception as exc:
         for spec in operators:
             try:
-                cloudpickle.dumps(spec.factory)
+                dumps(spec.factory)
             except Exception as inner:
                 raise InvalidProgramError(
                     f"the function of operator '{spec.name}' (task '{vertex_name}') cannot be "

@@ -21,7 +21,7 @@ from chandy.core.state import (
     ValueState,
     ValueStateDescriptor,
 )
-from chandy.errors import InvalidProgramError
+from chandy.errors import InvalidProgramError, NotKeyedError
 from chandy.state.backend import KeyedStateBackend
 from chandy.task.user_metrics import OperatorMetricGroup
 
@@ -84,10 +84,11 @@ class StreamingRuntimeContext(RuntimeContext):
 
     def _keyed(self, descriptor: StateDescriptor) -> State:
         if self.keyed_state_backend is None:
-            raise InvalidProgramError(
+            raise NotKeyedError(
                 f"keyed state '{descriptor.name}' requested in operator '{self.operator_name}', "
                 "whose input is not keyed. Keyed state is only available on a keyed stream: "
-                "call key_by(...) before this operator."
+                "call key_by(...) before this operator (for state of the whole subtask, use "
+                "operator state: CheckpointedFunction)."
             )
         return self.keyed_state_backend.get_partitioned_state(descriptor)
 

@@ -607,7 +607,14 @@ class StreamTask:
         if self._cancelled:
             self._transition(ExecutionState.CANCELED)
         elif failure is not None:
-            log.warning("%s failed: %s: %s", tdd.name_with_subtask, failure.exception_type, failure.message)
+            # INFO: the JobMaster reports the failure to the user, with its traceback and attempt
+            log.info(
+                "%s (attempt %d) failed: %s: %s",
+                tdd.name_with_subtask,
+                tdd.attempt_number + 1,  # 1 for the first, as the JobMaster counts them
+                failure.exception_type,
+                failure.message,
+            )
             self._transition(ExecutionState.FAILED, failure)
         else:
             self._transition(ExecutionState.FINISHED)

@@ -27,7 +27,7 @@ from chandy.core.functions import (
     TimerService,
 )
 from chandy.core.state import MapStateDescriptor, StateDescriptor
-from chandy.errors import InvalidProgramError
+from chandy.errors import InvalidProgramError, NotKeyedError
 from chandy.state.operator_state import HeapBroadcastState, ImmutableBroadcastState
 from chandy.task.operators.base import StateInitializationContext, TwoInputStreamOperator, resolve_call
 from chandy.task.operators.keyed import KeyedOperator
@@ -80,6 +80,18 @@ class _BaseContext(_BroadcastStates):
     def current_watermark(self) -> int:
         return self._time.current_watermark()
 
+    def get_current_key(self) -> Any:
+        """There is no current key here (a non-keyed stream's function, or
+        ``process_broadcast_element``, which sees every key): a clear error that fails the
+        job once, not an AttributeError that restarts it forever."""
+        raise NotKeyedError(
+            f"ctx.get_current_key() called in operator '{self._operator_name}' where there is no "
+            "current key: a BroadcastProcessFunction's stream is not keyed (connect a keyed "
+            "stream, key_by(...), and use a KeyedBroadcastProcessFunction), and "
+            "process_broadcast_element sees every key (reach keyed state there with "
+            "ctx.apply_to_keyed_state)"
+        )
+
 
 class _ReadOnlyContext(_BaseContext, BroadcastProcessFunction.ReadOnlyContext):
     """``process_element``'s context of a ``BroadcastProcessFunction``."""
@@ -110,7 +122,7 @@ class _BroadcastContext(
     ) -> None:
         operator = self._operator
         if not isinstance(operator, KeyedOperator):
-            raise InvalidProgramError(
+            raise NotKeyedError(
                 f"apply_to_keyed_state needs keyed state, and operator '{operator.name}' is not "
                 "keyed: connect a KeyedStream (key_by(...)) to the broadcast stream and use a "
                 "KeyedBroadcastProcessFunction"

@@ -35,7 +35,7 @@ from chandy.core.functions import (
 )
 from chandy.core.output_tag import OutputTag
 from chandy.core.time import TimeDomain
-from chandy.errors import InvalidProgramError
+from chandy.errors import NotKeyedError
 from chandy.task.batches import KeyedBatch, TimestampedBatch
 from chandy.task.operators.base import Emit, StreamOperator, UdfOperator, resolve_call
 from chandy.task.operators.keyed import KeyedOperator
@@ -185,8 +185,8 @@ class _NonKeyedTimerService(_TimeQueries):
 
     __slots__ = ()
 
-    def _refuse(self) -> InvalidProgramError:
-        return InvalidProgramError(
+    def _refuse(self) -> NotKeyedError:
+        return NotKeyedError(
             f"Setting timers is only supported on a keyed stream (operator '{self._operator.name}' "
             "is not keyed): call key_by(...) before process(...) and use a KeyedProcessFunction "
             "(connected streams: connect two keyed streams, or key_by(k1, k2), and use a "
@@ -218,6 +218,16 @@ class _ProcessContext(ProcessFunction.Context):
 
     def timer_service(self) -> TimerService:
         return self._timer_service
+
+    def get_current_key(self) -> Any:
+        """Not part of a ``ProcessFunction.Context``: a function written for a keyed stream
+        (PyFlink's ``KeyedProcessFunction``) meets this instead of an AttributeError that
+        would restart the job forever."""
+        raise NotKeyedError(
+            "ctx.get_current_key() called in a function on a stream that is not keyed (there is "
+            "no current key): call key_by(...) before process(...) and use a KeyedProcessFunction "
+            "(connected streams: connect two keyed streams and use a KeyedCoProcessFunction)"
+        )
 
 
 class ProcessOperator(UdfOperator):
