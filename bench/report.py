@@ -597,7 +597,7 @@ def unaligned_targets(summary: dict[str, Any]) -> list[dict[str, Any]]:
     return checks
 
 
-#: Issue 17's aims for the batch path: W1v at least 3x Spark's best W1 (its JVM
+#: The batch path's aims: W1v at least 3x Spark's best W1 (its JVM
 #: ``groupBy().agg()``) and 30 M records/s, checkpoints costing at most 5 % of it, and W3's
 #: latency at 1,000 rows/s within 5 ms at p99.
 W1V_RATIO_TARGETS = (("spark_ss", 3.0),)
@@ -1069,7 +1069,7 @@ NOTES = """\
   unaligned with unaligned. `chandy/unaligned` is the Spark executor with
   `execution.checkpointing.unaligned.enabled: true` and an aligned-checkpoint timeout of 0;
   its W1 beside `chandy/spark`'s gives what unaligned checkpoints cost without backpressure.
-- **W1v and W3v** are W1 and W3 on chandy's batch path (issue 17): the same records and
+- **W1v and W3v** are W1 and W3 on chandy's batch path: the same records and
   keys as Arrow record batches (`ArrowNumberSequenceSource` -> `map_batches` adding the key
   -> `key_by("key").running_sum("value")`, one output row per input row as W1's running sum;
   W3v's rows from a rate-limited `ArrowDataGeneratorSource`), into a sink that takes whole
