@@ -155,7 +155,8 @@ class Encoder(ABC):
     """Turns one record into the bytes of one row (line) of a part file."""
 
     @abstractmethod
-    def encode(self, element: Any) -> bytes: ...
+    def encode(self, element: Any) -> bytes:
+        """The bytes of one record in a row-format part file (with its line ending)."""
 
     @staticmethod
     def simple_string_encoder(charset: str = "utf-8") -> Encoder:
@@ -184,6 +185,7 @@ class JsonLinesEncoder(Encoder):
     """One JSON document per line (readable by ``spark.read.json``)."""
 
     def encode(self, element: Any) -> bytes:
+        """One JSON line (values JSON cannot hold are written as ``str``)."""
         return (json.dumps(element, separators=(",", ":"), default=str) + "\n").encode()
 
 
@@ -208,6 +210,7 @@ class CsvEncoder(Encoder):
         self.delimiter = delimiter
 
     def encode(self, element: Any) -> bytes:
+        """One CSV line: a dict's ``fields`` in order, or a tuple's or list's items."""
         row = (
             [element.get(f) for f in self.fields]
             if self.fields is not None and isinstance(element, dict)
@@ -257,7 +260,8 @@ class BulkWriterFactory(ABC):
     columnar = False
 
     @abstractmethod
-    def create(self, path: str) -> _PartWriter: ...
+    def create(self, path: str) -> _PartWriter:
+        """A writer for one part file at ``path``; the sink calls it when it opens a part."""
 
 
 class ParquetBulkWriters(BulkWriterFactory):
@@ -296,6 +300,7 @@ class ParquetBulkWriters(BulkWriterFactory):
         return ParquetBulkWriters(schema, compression, columnar=True)
 
     def create(self, path: str) -> _PartWriter:
+        """A Parquet writer with this schema and compression for one part file."""
         return _ParquetPartWriter(path, self.schema, self.compression)
 
 
@@ -375,6 +380,7 @@ class RollingPolicy:
         return RollingPolicy(None, None, None)
 
     def should_roll(self, size: int, opened_ms: float, last_write_ms: float, now_ms: float) -> bool:
+        """Whether the open part file is closed now: by size, by age, or by time since its last write."""
         return (
             (self.part_size is not None and size >= self.part_size)
             or (self.rollover_interval_ms is not None and now_ms - opened_ms >= self.rollover_interval_ms)
@@ -557,6 +563,8 @@ class FileSink(TwoPhaseCommittingSink):
 
     @property
     def on_s3(self) -> bool:
+        """Whether the sink writes to ``s3://``, where part files are multipart uploads completed on
+        commit."""
         return is_s3(self.base_path)
 
     def configure(self, job_parameters: Mapping[str, Any]) -> None:

@@ -80,14 +80,18 @@ class Source(ABC):
     columnar = False
 
     @abstractmethod
-    def get_boundedness(self) -> Boundedness: ...
+    def get_boundedness(self) -> Boundedness:
+        """``BOUNDED`` (the job ends when every reader is done) or ``CONTINUOUS_UNBOUNDED`` (it runs until
+        stopped)."""
 
     @abstractmethod
     def create_splits(self, parallelism: int) -> list[Any]:
         """All splits of a fresh start. Subtask ``i`` gets ``splits[i::parallelism]``."""
 
     @abstractmethod
-    def create_reader(self, context: SourceReaderContext) -> SourceReader: ...
+    def create_reader(self, context: SourceReaderContext) -> SourceReader:
+        """Called by the runtime in every source subtask: the reader that subtask polls for records. Jobs do
+        not call it."""
 
     def validate(self) -> None:
         """Reject a bad configuration when the job is built, with a clear error."""
@@ -145,7 +149,9 @@ class Sink(ABC):
     columnar = False
 
     @abstractmethod
-    def create_writer(self, context: SinkWriterContext) -> SinkWriter: ...
+    def create_writer(self, context: SinkWriterContext) -> SinkWriter:
+        """Called by the runtime in every sink subtask: the writer that receives that subtask's records. Jobs
+        do not call it."""
 
     def validate(self) -> None:
         """Reject a bad configuration when the job is built, with a clear error."""
@@ -192,4 +198,6 @@ class TwoPhaseCommittingSink(Sink):
     def create_writer(self, context: SinkWriterContext) -> PrecommittingSinkWriter: ...
 
     @abstractmethod
-    def create_committer(self) -> Committer: ...
+    def create_committer(self) -> Committer:
+        """Called by the runtime: the committer that makes a checkpoint's pre-committed output visible once
+        the checkpoint completes."""

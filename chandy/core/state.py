@@ -166,24 +166,35 @@ class StateTtlConfig:
 
     @staticmethod
     def new_builder(ttl: Time | Duration) -> StateTtlConfig.Builder:
+        """Start a time-to-live configuration: values expire ``ttl`` after they were last written (see the
+        builder for reads and visibility)."""
         return StateTtlConfig.Builder(ttl)
 
     def get_update_type(self) -> StateTtlConfig.UpdateType:
+        """What refreshes a value's time to live: its writes (``OnCreateAndWrite``) or also its reads
+        (``OnReadAndWrite``)."""
         return self._update_type
 
     def get_state_visibility(self) -> StateTtlConfig.StateVisibility:
+        """Whether an expired value that was not cleaned up yet is still returned
+        (``ReturnExpiredIfNotCleanedUp``) or never (``NeverReturnExpired``)."""
         return self._state_visibility
 
     def get_ttl(self) -> Time | Duration:
+        """How long a value lives after the write (or read) that last refreshed it."""
         return self._ttl
 
     def get_ttl_time_characteristic(self) -> StateTtlConfig.TtlTimeCharacteristic:
+        """The clock time-to-live is measured in (processing time, as in Flink)."""
         return self._ttl_time_characteristic
 
     def is_enabled(self) -> bool:
+        """Whether values expire (an update type other than ``Disabled``)."""
         return self._update_type is not StateTtlConfig.UpdateType.Disabled
 
     def get_cleanup_strategies(self) -> StateTtlConfig.CleanupStrategies:
+        """Which cleanups of expired entries run besides the removal on read, which always runs (expired
+        entries are never written into a checkpoint)."""
         return self._cleanup_strategies
 
     def ttl_milliseconds(self) -> int:
@@ -329,6 +340,8 @@ class StateDescriptor:
         self._ttl_config: StateTtlConfig | None = None
 
     def get_name(self) -> str:
+        """The state's name: what a checkpoint files it under, so a restore finds it only under the same
+        name."""
         return self.name
 
     def enable_time_to_live(self, ttl_config: StateTtlConfig) -> None:
@@ -405,6 +418,7 @@ class AggregatingStateDescriptor(StateDescriptor):
         self.agg_function = agg_function
 
     def get_agg_function(self) -> Any:
+        """The ``AggregateFunction`` that folds the values added to the state."""
         return self.agg_function
 
 
@@ -417,6 +431,9 @@ class State(ABC):
 
 
 class ValueState(State):
+    """Keyed state holding one value per key: ``value()`` reads it (``None`` when unset), ``update`` writes
+    it, ``clear`` removes it."""
+
     @abstractmethod
     def value(self) -> Any:
         """The value for the current key, or ``None``."""
@@ -427,15 +444,20 @@ class ValueState(State):
 
 
 class ListState(State):
+    """Keyed state holding a list of values per key; ``get`` returns them, ``add`` appends, ``update``
+    replaces."""
+
     @abstractmethod
     def get(self) -> Iterable[Any]:
         """The values for the current key (empty if none)."""
 
     @abstractmethod
-    def add(self, value: Any) -> None: ...
+    def add(self, value: Any) -> None:
+        """Append a value to the current key's list."""
 
     @abstractmethod
-    def add_all(self, values: Iterable[Any]) -> None: ...
+    def add_all(self, values: Iterable[Any]) -> None:
+        """Append every value to the current key's list."""
 
     @abstractmethod
     def update(self, values: Iterable[Any]) -> None:
@@ -497,6 +519,8 @@ class MapState(_WritableMap):
 
 
 class ReducingState(State):
+    """Keyed state holding one value per key, which ``add`` folds with its reduce function."""
+
     @abstractmethod
     def get(self) -> Any:
         """The folded value for the current key, or ``None``."""
