@@ -959,8 +959,20 @@ def targets_table(summary: dict[str, Any]) -> str:
     return table(rows, ["target (chandy, Spark executor)", "measured", ""]) if rows else "(none)"
 
 
-def markdown(results: dict[str, Any]) -> str:
-    """``bench/RESULTS.md``: where and how it was measured, then every figure."""
+#: The line of ``bench/RESULTS.md`` below which the text is written by hand (a run measured
+#: apart from the combined tables): ``python -m bench report`` keeps it as it is.
+HAND_WRITTEN = "<!-- Written by hand below this line: python -m bench report keeps it. -->"
+
+
+def hand_written(previous: str) -> str:
+    """What a report keeps of the Markdown it replaces: the marker and everything below it."""
+    at = previous.find(HAND_WRITTEN)
+    return "" if at < 0 else "\n" + previous[at:].rstrip("\n") + "\n"
+
+
+def markdown(results: dict[str, Any], chart: str | None = None) -> str:
+    """``bench/RESULTS.md``: where and how it was measured, the chart of the side-by-side
+    (``chart``, a path relative to the Markdown) and then every figure."""
     machine = results["machine"]
     summary = results["summary"]
     versions = ", ".join(f"{k} {v}" for k, v in results["versions"].items())
@@ -995,6 +1007,14 @@ def markdown(results: dict[str, Any]) -> str:
                 f"per run it ranged {machine['load_avg_1m_min']:.2f}-{machine['load_avg_1m_max']:.2f}."
                 + _machine_speed(results["rows"]),
                 f"Versions: {versions}.",
+                *(
+                    [
+                        "## Side by side",
+                        f"![chandy (Spark executor) beside each reference's best variant]({chart})",
+                    ]
+                    if chart
+                    else []
+                ),
                 "## Targets",
                 targets_table(summary),
                 "## Figures",
