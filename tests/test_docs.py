@@ -158,6 +158,7 @@ def local_jobs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path
 PYTHON_PAGES = sorted({b.page for b in PYTHON})
 
 
+@pytest.mark.timeout(120)  # an example that runs until stopped (unmarked by mistake) fails, not hangs
 @pytest.mark.parametrize("page", PYTHON_PAGES, ids=[str(p.relative_to(ROOT)) for p in PYTHON_PAGES])
 def test_python_examples_run(page: Path, local_jobs: Path, capsys: pytest.CaptureFixture[str]) -> None:
     """A page's examples run in order in one namespace, as a reader would type them: a later
@@ -210,14 +211,25 @@ def _check_chandy(words: list[str]) -> None:
         sub = command.get_command(click.Context(command), args[0])
         assert sub is not None, f"`chandy` has no subcommand {args[0]!r} ({' '.join(words)})"
         command, args = sub, args[1:]
-    known = {opt for param in command.params for opt in (*param.opts, *param.secondary_opts)}
-    known |= {"-h", "--help"}
-    for word in args:
+    options = {opt: param for param in command.params for opt in (*param.opts, *param.secondary_opts)}
+    passes_on = bool(command.context_settings.get("ignore_unknown_options"))  # run: the job's own
+    positional = False
+    words_left = iter(args)
+    for word in words_left:
         if word == "--":
             break
-        if word.startswith("-") and len(word) > 1:
-            option = word.split("=", 1)[0]
-            assert option in known, f"`{' '.join(words)}`: {command.name} has no option {option}"
+        if not word.startswith("-") or len(word) == 1:
+            positional = True  # after the job file, options chandy does not know are the job's
+            continue
+        option = word.split("=", 1)[0]
+        param = options.get(option)
+        if param is None:
+            assert option in ("-h", "--help") or (passes_on and positional), (
+                f"`{' '.join(words)}`: {command.name} has no option {option}"
+            )
+            continue
+        if isinstance(param, click.Option) and not param.is_flag and "=" not in word:
+            next(words_left, None)  # its value
 
 
 @cache
@@ -309,6 +321,16 @@ def test_the_block_parser_sees_markers_languages_and_indented_fences(tmp_path: P
     assert list(_shell_commands(console)) == [["chandy", "run", "-p", "2", "-D", "a=b", "job.py"]]
 
 
+_INLINE_CHANDY = re.compile(r"`(chandy (?:run|list|savepoint|stop|cancel|checkpoint)\b[^`|]*)`")
+
+
+@pytest.mark.parametrize("page", PAGES, ids=[str(p.relative_to(ROOT)) for p in PAGES])
+def test_chandy_commands_named_in_the_text_exist(page: Path) -> None:
+    """``chandy stop --drain`` in a sentence is checked as a code block's command is."""
+    for match in _INLINE_CHANDY.finditer(page.read_text()):
+        _check_chandy(shlex.split(match.group(1)))
+
+
 def test_the_chandy_check_refuses_what_does_not_exist() -> None:
     _check_chandy(["chandy", "checkpoint", "inspect", "PATH"])
     _check_chandy(["chandy", "stop", "--savepoint-path", "/x", "JOBID"])
@@ -316,3 +338,8 @@ def test_the_chandy_check_refuses_what_does_not_exist() -> None:
         _check_chandy(["chandy", "inspect", "PATH"])
     with pytest.raises(AssertionError, match="no option --no-such-flag"):
         _check_chandy(["chandy", "run", "--no-such-flag", "job.py"])
+    with pytest.raises(AssertionError, match="no subcommand 'checkpoints'"):
+        _check_chandy(["chandy", "checkpoints", "list", "DIR"])
+    _check_chandy(["chandy", "run", "-p", "2", "job.py", "--input", "x"])  # --input is the job's
+    with pytest.raises(AssertionError, match="no option --drain"):
+        _check_chandy(["chandy", "cancel", "--drain", "JOBID"])
