@@ -302,6 +302,44 @@ def test_yaml_settings_are_chandy_settings(block: Block, tmp_path: Path) -> None
     env._validated_config()
 
 
+_SETTING_ROW = re.compile(r"^\|\s*`(?P<key>[a-z$][\w.$-]+)`\s*\|(?P<default>[^|]*)\|")
+#: How a table says an option has no default value.
+_NO_DEFAULT = {"", "none", "off", "not set", "—", "-"}
+
+
+def test_settings_tables_state_the_defaults_chandy_has() -> None:
+    """A row ``| `key` | default | ... |`` of a settings table gives the option's real
+    default: parsed as chandy parses the key (``10 min``, ``20 kb``, ``'600'``), it equals
+    what the code falls back to. A cell that is a description, not a value, is left alone."""
+    from chandy.config.options import all_options
+
+    options = {option.key: option for option in all_options()}
+    wrong, compared = [], 0
+    for page in PAGES:
+        for number, line in enumerate(page.read_text().splitlines(), 1):
+            row = _SETTING_ROW.match(line)
+            if row is None or row["key"] not in options:
+                continue
+            option, cell = options[row["key"]], row["default"].strip().strip("`").strip("'")
+            if cell.lower() in _NO_DEFAULT:
+                value: object = None
+            else:
+                try:
+                    value = option.parse(cell)
+                    if option.check is not None:
+                        option.check(value)
+                except ValueError:
+                    continue  # "fixed-delay with checkpointing": prose, not a value
+                if isinstance(value, str) and " " in value:
+                    continue  # "the bind address": a string key's cell that describes, not a value
+            compared += 1
+            if value != option.default and not (value is None and not option.default):
+                where = f"{page.relative_to(ROOT)}:{number}"
+                wrong.append(f"{where}: {row['key']} says {cell!r}, the code has {option.default!r}")
+    assert not wrong, "settings tables that do not state the default the code has:\n" + "\n".join(wrong)
+    assert compared >= 30  # the tables were found
+
+
 def test_the_block_parser_sees_markers_languages_and_indented_fences(tmp_path: Path) -> None:
     page = tmp_path / "page.md"
     page.write_text(
