@@ -137,27 +137,40 @@ def _modules() -> Iterator[Any]:
 
 
 def public_definitions() -> dict[str, Any]:
-    """Every class and function the packages export, and each public method or property
-    a class defines itself, by its qualified name: what a user reads in the reference."""
-    found: dict[str, Any] = {}
+    """Every public class and function of the modules that define what the packages export
+    (the builders, contexts, readers and writers a user meets through those names too), the
+    public classes nested in them, and each public method or property a class defines itself,
+    by qualified name."""
+    defining = set()
     for module in _modules():
         for name in getattr(module, "__all__", []):
             value = getattr(module, name)
-            if not (inspect.isclass(value) or inspect.isfunction(value)):
-                continue  # constants (NO_RETRY_STRATEGY) are documented where they are defined
-            if not value.__module__.startswith("chandy"):
+            if (inspect.isclass(value) or inspect.isfunction(value)) and value.__module__.startswith(
+                "chandy"
+            ):
+                defining.add(value.__module__)
+    found: dict[str, Any] = {}
+    for module_name in sorted(defining):
+        for name, value in vars(sys.modules[module_name]).items():
+            if name.startswith("_") or not (inspect.isclass(value) or inspect.isfunction(value)):
                 continue
-            qualified = f"{value.__module__}.{value.__qualname__}"
-            found[qualified] = value
-            if inspect.isclass(value):
-                for member_name, member in vars(value).items():
-                    if member_name.startswith("_"):
-                        continue
-                    if isinstance(member, staticmethod | classmethod | property) or inspect.isfunction(
-                        member
-                    ):
-                        found[f"{qualified}.{member_name}"] = (value, member_name)
+            if value.__module__ == module_name:
+                _add(found, value)
     return found
+
+
+def _add(found: dict[str, Any], value: Any) -> None:
+    qualified = f"{value.__module__}.{value.__qualname__}"
+    found[qualified] = value
+    if not inspect.isclass(value):
+        return
+    for member_name, member in vars(value).items():
+        if member_name.startswith("_"):
+            continue
+        if inspect.isclass(member) and member.__qualname__.startswith(value.__qualname__ + "."):
+            _add(found, member)  # a nested class: Context, Builder, ...
+        elif isinstance(member, staticmethod | classmethod | property) or inspect.isfunction(member):
+            found[f"{qualified}.{member_name}"] = (value, member_name)
 
 
 def has_docstring(definition: Any) -> bool:

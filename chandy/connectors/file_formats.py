@@ -84,7 +84,8 @@ class FileRecordReader(ABC):
         """Up to ``max_records`` records (at least one); ``None`` at the end of the file."""
 
     @abstractmethod
-    def close(self) -> None: ...
+    def close(self) -> None:
+        """Close the file being read."""
 
 
 # --------------------------------------------------------------------------- stream formats

@@ -421,16 +421,19 @@ class OutputFileConfigBuilder:
         self._suffix = ""
 
     def with_part_prefix(self, prefix: str) -> OutputFileConfigBuilder:
+        """The prefix of part file names."""
         OutputFileConfig(prefix, self._suffix)
         self._prefix = prefix
         return self
 
     def with_part_suffix(self, suffix: str) -> OutputFileConfigBuilder:
+        """The suffix of part file names (an extension such as ``.jsonl``)."""
         OutputFileConfig(self._prefix, suffix)
         self._suffix = suffix
         return self
 
     def build(self) -> OutputFileConfig:
+        """The configuration, for ``FileSink``'s ``with_output_file_config``."""
         return OutputFileConfig(self._prefix, self._suffix)
 
 
@@ -453,6 +456,7 @@ class S3PartCommittable:
 
     @property
     def upload(self) -> MultipartUpload:
+        """The multipart upload this part file completes on commit."""
         return MultipartUpload(self.final_path, self.upload_id, self.parts)
 
 
@@ -616,6 +620,7 @@ class FileSinkBuilder:
         self._kwargs = kwargs
 
     def with_rolling_policy(self, policy: RollingPolicy) -> FileSinkBuilder:
+        """When part files are closed (by size, age or inactivity) besides at every checkpoint."""
         _instance_of(
             policy, RollingPolicy, "FileSinkBuilder.with_rolling_policy", "policy", _ROLLING_POLICIES
         )
@@ -623,6 +628,7 @@ class FileSinkBuilder:
         return self
 
     def with_output_file_config(self, config: OutputFileConfig) -> FileSinkBuilder:
+        """How part files are named (prefix, suffix)."""
         who = "FileSinkBuilder.with_output_file_config"
         _instance_of(config, OutputFileConfig, who, "config", _FILE_CONFIGS)
         self._kwargs["output_file_config"] = config
@@ -635,6 +641,7 @@ class FileSinkBuilder:
         return self
 
     def build(self) -> FileSink:
+        """The configured :class:`FileSink`, for ``stream.sink_to``."""
         return FileSink(self._base_path, **self._kwargs)
 
 
@@ -725,6 +732,7 @@ class FileSinkWriter(PrecommittingSinkWriter):
         return part
 
     def write(self, element: Any) -> None:
+        """Write a record to the bucket's open part file (rolling it when the policy says)."""
         self.write_batch([element])
 
     def write_batch(self, elements: list[Any]) -> None:
@@ -811,6 +819,8 @@ class FileCommitter(Committer):
         self.object_store = object_store
 
     def commit(self, committables: list[Any]) -> None:
+        """Publish a checkpoint's part files (rename, or complete their multipart uploads on S3); a part
+        already published is left as it is."""
         uploads = [c for c in committables if isinstance(c, S3PartCommittable)]
         if uploads:
             self._complete(uploads)

@@ -168,6 +168,7 @@ def client_logger() -> logging.Logger:
 
 
 def bootstrap_servers_of(properties: Mapping[str, Any]) -> str:
+    """The ``bootstrap.servers`` of a set of client properties (empty when not set)."""
     return str(properties.get("bootstrap.servers", ""))
 
 

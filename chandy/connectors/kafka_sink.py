@@ -368,6 +368,7 @@ class KafkaWriter(PrecommittingSinkWriter):
             self._errors.append(error.str())
 
     def write(self, element: Any) -> None:
+        """Produce the record to the topic."""
         self.write_batch([element])
 
     def write_batch(self, elements: list[Any]) -> None:
@@ -388,6 +389,7 @@ class KafkaWriter(PrecommittingSinkWriter):
             _raise_on_delivery_error(self._errors)
 
     def close(self) -> None:
+        """Hand what is queued to the producer's delivery without waiting for it."""
         self._producer.flush(0)
 
 
@@ -489,6 +491,7 @@ class TransactionalKafkaWriter(PrecommittingSinkWriter):
         self._producer, self._transactional_id, self._slot = producer, transactional_id, slot
 
     def write(self, element: Any) -> None:
+        """Produce the record inside the open transaction."""
         self.write_batch([element])
 
     def write_batch(self, elements: list[Any]) -> None:
@@ -531,6 +534,7 @@ class TransactionalKafkaWriter(PrecommittingSinkWriter):
         return [KafkaWriterState(self.subtask, self.parallelism)]
 
     def close(self) -> None:
+        """Abort the transaction that was never pre-committed (a restore writes its records again)."""
         if self._producer is not None:  # never pre-committed: abort it
             log.debug(
                 "KafkaSink subtask %d aborts its open transaction %s", self.subtask, self._transactional_id
@@ -561,6 +565,8 @@ class KafkaCommitter(Committer):
         self.sink = sink
 
     def commit(self, committables: list[Any]) -> None:
+        """Commit a checkpoint's transactions; one already committed (its marker offset says so) is not
+        committed again."""
         sink = self.sink
         for committable in sorted(
             (c for c in committables if isinstance(c, KafkaCommittable)), key=lambda c: c.checkpoint_id
@@ -638,6 +644,7 @@ class KafkaSinkBuilder:
         self._prefix: str | None = None
 
     def set_bootstrap_servers(self, servers: str) -> KafkaSinkBuilder:
+        """The brokers to write to, ``host:port[,host:port...]``."""
         self._properties["bootstrap.servers"] = servers
         return self
 
@@ -650,6 +657,7 @@ class KafkaSinkBuilder:
         return self
 
     def set_delivery_guarantee(self, guarantee: DeliveryGuarantee) -> KafkaSinkBuilder:
+        """``EXACTLY_ONCE`` (transactions committed with checkpoints), ``AT_LEAST_ONCE`` or ``NONE``."""
         if not isinstance(guarantee, DeliveryGuarantee):
             raise ConfigurationError(
                 "set_delivery_guarantee takes a DeliveryGuarantee: NONE, AT_LEAST_ONCE or EXACTLY_ONCE"
@@ -658,14 +666,18 @@ class KafkaSinkBuilder:
         return self
 
     def set_transactional_id_prefix(self, prefix: str) -> KafkaSinkBuilder:
+        """The prefix of the producers' transactional ids (required for ``EXACTLY_ONCE``): unique per job
+        writing to the cluster."""
         self._prefix = prefix
         return self
 
     def set_property(self, key: str, value: Any) -> KafkaSinkBuilder:
+        """Set a librdkafka producer property (checked when the sink is built)."""
         self._properties[key] = value
         return self
 
     def build(self) -> Sink:
+        """The configured :class:`KafkaSink`; a missing setting is refused, naming the setter to call."""
         if self._serializer is None:
             raise ConfigurationError("KafkaSink needs set_record_serializer(...)")
         return KafkaSink(self._properties, self._serializer, self._guarantee, self._prefix)

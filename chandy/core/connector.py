@@ -22,6 +22,9 @@ from typing import Any
 
 
 class Boundedness(enum.Enum):
+    """Whether a source ends: ``BOUNDED`` (the job finishes when every bounded source has, after a final
+    checkpoint) or ``CONTINUOUS_UNBOUNDED``."""
+
     BOUNDED = "BOUNDED"
     CONTINUOUS_UNBOUNDED = "CONTINUOUS_UNBOUNDED"
 
@@ -123,7 +126,9 @@ class SinkWriter(ABC):
     """Writes the records of one subtask."""
 
     @abstractmethod
-    def write(self, element: Any) -> None: ...
+    def write(self, element: Any) -> None:
+        """Called for each record that reaches the sink subtask: buffer or write it (visible only once
+        committed, for a two-phase-commit sink)."""
 
     def write_batch(self, elements: list[Any]) -> None:
         """Write a whole batch; override when the target takes batches natively."""
@@ -138,7 +143,8 @@ class SinkWriter(ABC):
         """Writer state to keep in the checkpoint (split-distributed on restore)."""
         return []
 
-    def close(self) -> None: ...
+    def close(self) -> None:
+        """Called once when the subtask ends or is cancelled: release files, connections and producers."""
 
 
 class Sink(ABC):
@@ -183,9 +189,12 @@ class Committer(ABC):
     """
 
     @abstractmethod
-    def commit(self, committables: list[Any]) -> None: ...
+    def commit(self, committables: list[Any]) -> None:
+        """Make the given pre-committed output visible, once its checkpoint completed. Called again with the
+        same output after a restore, so it must be idempotent."""
 
-    def close(self) -> None: ...
+    def close(self) -> None:
+        """Release what the committer holds (connections, clients)."""
 
 
 class TwoPhaseCommittingSink(Sink):

@@ -222,6 +222,9 @@ class ProcessFunction(Function):
     """
 
     class Context(ABC):
+        """What ``process_element`` sees beside the record: its timestamp and the timer service (the
+        watermark and the clock; timers need a keyed stream). Side outputs are yielded."""
+
         @abstractmethod
         def timestamp(self) -> int | None:
             """The record's event timestamp, or ``None`` when it carries none."""
@@ -243,6 +246,9 @@ class KeyedProcessFunction(Function):
     """
 
     class Context(ABC):
+        """What ``process_element`` sees beside the record: its timestamp, its key and the timer service for
+        that key."""
+
         @abstractmethod
         def timestamp(self) -> int | None:
             """The record's event timestamp (in ``on_timer``: the timer's), or ``None``."""
@@ -256,6 +262,8 @@ class KeyedProcessFunction(Function):
             """Query time and set timers for the current key."""
 
     class OnTimerContext(Context):
+        """What ``on_timer`` sees: the timer's time domain, its key and the timer service."""
+
         @abstractmethod
         def time_domain(self) -> TimeDomain:
             """Whether the firing timer was set in event time or processing time."""
@@ -349,8 +357,11 @@ class SinkFunction(Function):
     """Writes records somewhere outside the job (``ds.add_sink(f)``)."""
 
     class Context(ABC):
+        """What ``invoke`` sees beside the record: its timestamp."""
+
         @abstractmethod
-        def timestamp(self) -> int | None: ...
+        def timestamp(self) -> int | None:
+            """The record's event timestamp, or ``None`` when it has none."""
 
     @abstractmethod
     def invoke(self, value: Any, context: SinkFunction.Context) -> None:
@@ -407,7 +418,8 @@ class FunctionInitializationContext(ABC):
         """True when the job starts from a checkpoint or savepoint (after a failure too)."""
 
     @abstractmethod
-    def get_operator_state_store(self) -> OperatorStateStore: ...
+    def get_operator_state_store(self) -> OperatorStateStore:
+        """Where the function's operator (non-keyed) state lives: list, union and broadcast state by name."""
 
     @abstractmethod
     def get_restored_checkpoint_id(self) -> int | None:
@@ -418,10 +430,12 @@ class FunctionSnapshotContext(ABC):
     """What :meth:`CheckpointedFunction.snapshot_state` gets."""
 
     @abstractmethod
-    def get_checkpoint_id(self) -> int: ...
+    def get_checkpoint_id(self) -> int:
+        """The id of the checkpoint being taken."""
 
     @abstractmethod
-    def get_checkpoint_timestamp(self) -> int: ...
+    def get_checkpoint_timestamp(self) -> int:
+        """When the checkpoint was triggered, in milliseconds since the epoch."""
 
 
 class CheckpointedFunction(ABC):
@@ -504,15 +518,20 @@ class ProcessWindowFunction(Function, Generic[IN, OUT, KEY, W]):
     per-window and per-key state). Yield ``(output_tag, value)`` for a side output."""
 
     class Context(ABC, Generic[W2]):
+        """What ``process`` sees beside the records: the window, the watermark and clock, per-window and
+        global keyed state."""
+
         @abstractmethod
         def window(self) -> Any:
             """The window being evaluated (a ``TimeWindow``, ``CountWindow``, ...)."""
 
         @abstractmethod
-        def current_processing_time(self) -> int: ...
+        def current_processing_time(self) -> int:
+            """The current processing time, in milliseconds since the epoch."""
 
         @abstractmethod
-        def current_watermark(self) -> int: ...
+        def current_watermark(self) -> int:
+            """The operator's current event-time watermark."""
 
         @abstractmethod
         def window_state(self) -> KeyedStateStore:
@@ -537,21 +556,28 @@ class ProcessAllWindowFunction(Function, Generic[IN, OUT, W]):
     """``ProcessWindowFunction`` of a non-keyed (``window_all``) stream."""
 
     class Context(ABC, Generic[W2]):
+        """What ``process`` sees beside the records: the window, the watermark and clock, per-window and
+        global state."""
+
         @abstractmethod
         def window(self) -> Any:
             """The window being evaluated (a ``TimeWindow``, ``CountWindow``, ...)."""
 
         @abstractmethod
-        def current_processing_time(self) -> int: ...
+        def current_processing_time(self) -> int:
+            """The current processing time, in milliseconds since the epoch."""
 
         @abstractmethod
-        def current_watermark(self) -> int: ...
+        def current_watermark(self) -> int:
+            """The operator's current event-time watermark."""
 
         @abstractmethod
-        def window_state(self) -> KeyedStateStore: ...
+        def window_state(self) -> KeyedStateStore:
+            """State scoped to this window (cleared with it)."""
 
         @abstractmethod
-        def global_state(self) -> KeyedStateStore: ...
+        def global_state(self) -> KeyedStateStore:
+            """State shared by every window of the stream."""
 
     @abstractmethod
     def process(
@@ -577,6 +603,9 @@ class BaseBroadcastProcessFunction(Function):
     """
 
     class BaseContext(ABC):
+        """What both sides of a broadcast process function see: the record's timestamp, the watermark
+        and the clock."""
+
         @abstractmethod
         def timestamp(self) -> int | None:
             """The element's (or firing timer's) event timestamp, or ``None``."""

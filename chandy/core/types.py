@@ -382,6 +382,8 @@ class LocalTimeTypeInfo(TypeInformation):
     """A ``java.time`` local date, time or date-time."""
 
     class TimeType(enum.Enum):
+        """Which local time a ``LocalTimeTypeInfo`` holds: a date, a time of day, or both."""
+
         LOCAL_DATE = 0
         LOCAL_TIME = 1
         LOCAL_DATE_TIME = 2

@@ -43,6 +43,8 @@ class WatermarkGenerator:
         self._max_timestamp = MIN_TIMESTAMP + out_of_orderness_ms + 1
 
     def on_timestamps(self, timestamps: list[int]) -> None:
+        """Called with the timestamps of each batch a subtask emits, so the next watermark can follow the
+        largest seen."""
         top = max(timestamps)
         self._max_timestamp = max(self._max_timestamp, top)
 

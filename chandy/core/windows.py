@@ -244,10 +244,12 @@ class Trigger(ABC, Generic[T, W]):
         """Timers and state of the current key and window, for a trigger."""
 
         @abstractmethod
-        def get_current_processing_time(self) -> int: ...
+        def get_current_processing_time(self) -> int:
+            """The current processing time, in milliseconds since the epoch."""
 
         @abstractmethod
-        def get_current_watermark(self) -> int: ...
+        def get_current_watermark(self) -> int:
+            """The operator's current event-time watermark."""
 
         @abstractmethod
         def register_processing_time_timer(self, time: int) -> None:
@@ -258,10 +260,12 @@ class Trigger(ABC, Generic[T, W]):
             """Call :meth:`Trigger.on_event_time` once the watermark reaches ``time``."""
 
         @abstractmethod
-        def delete_processing_time_timer(self, time: int) -> None: ...
+        def delete_processing_time_timer(self, time: int) -> None:
+            """Remove this window's processing-time timer at ``time``."""
 
         @abstractmethod
-        def delete_event_time_timer(self, time: int) -> None: ...
+        def delete_event_time_timer(self, time: int) -> None:
+            """Remove this window's event-time timer at ``time``."""
 
         @abstractmethod
         def get_partitioned_state(self, state_descriptor: StateDescriptor) -> State:
@@ -629,10 +633,13 @@ class WindowAssigner(ABC, Generic[T, W]):
         """What an assigner may ask: the processing time, the runtime context (keyed state)."""
 
         @abstractmethod
-        def get_current_processing_time(self) -> int: ...
+        def get_current_processing_time(self) -> int:
+            """The current processing time, in milliseconds since the epoch (what processing-time assigners
+            use)."""
 
         @abstractmethod
-        def get_runtime_context(self) -> RuntimeContext: ...
+        def get_runtime_context(self) -> RuntimeContext:
+            """The runtime context of the window operator's subtask."""
 
     @abstractmethod
     def assign_windows(
@@ -653,6 +660,9 @@ class MergingWindowAssigner(WindowAssigner[T, W]):
     """An assigner whose windows may merge (sessions)."""
 
     class MergeCallback(ABC, Generic[W2]):
+        """How a merging assigner reports merges: ``merge(windows, result)`` for each group of windows that
+        become one."""
+
         @abstractmethod
         def merge(self, to_be_merged: Iterable[W2], merge_result: W2) -> None:
             """The windows ``to_be_merged`` become the one window ``merge_result``."""

@@ -44,4 +44,5 @@ class ExecutionState(enum.Enum):
 
     @property
     def is_terminal(self) -> bool:
+        """Whether the subtask attempt has ended (finished, cancelled or failed)."""
         return self in (ExecutionState.FINISHED, ExecutionState.CANCELED, ExecutionState.FAILED)
