@@ -145,6 +145,12 @@ def main(argv: list[str]) -> int:
         "figures come from the last file that measured it",
     )
     rerender.add_argument("--markdown", type=Path, default=Path(__file__).parent / "RESULTS.md")
+    rerender.add_argument(
+        "--chart",
+        type=Path,
+        default=None,
+        help="where the SVG bar chart of the side-by-side goes (default: results.svg beside the Markdown)",
+    )
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(message)s")
     if args.workload == "failover":
@@ -152,7 +158,7 @@ def main(argv: list[str]) -> int:
     if args.workload == "run":
         return _run_suite(args, argv)
     if args.workload == "report":
-        return _rerender(args.results, args.markdown)
+        return _rerender(args.results, args.markdown, args.chart)
     if args.workload == "storage":
         return storage_bench.main(args)
 
@@ -327,9 +333,7 @@ def _run_suite(args: argparse.Namespace, argv: list[str]) -> int:
     json_path.write_text(json.dumps(results, indent=2) + "\n")
     partial.unlink()
     markdown = args.markdown or (None if args.quick else Path(__file__).parent / "RESULTS.md")
-    text = report.markdown(results)
-    if markdown is not None:
-        markdown.write_text(text)
+    text = _write_report(results, markdown, None) if markdown is not None else report.markdown(results)
     print(json.dumps({k: results[k] for k in ("summary", "ratios", "targets")}, indent=2))
     print()
     print(text)
@@ -349,10 +353,12 @@ def _read_results(path: Path) -> dict[str, Any]:
     return results
 
 
-def _rerender(paths: list[Path], markdown: Path) -> int:
+def _rerender(paths: list[Path], markdown: Path, chart: Path | None = None) -> int:
     """One file: its analysis and Markdown anew (the file is rewritten). Several: one
     report combining them, each workload from the last file that measured it (the
-    files are not changed)."""
+    files are not changed). Either way the side-by-side is drawn as an SVG bar chart
+    (``chart``, default ``results.svg`` beside the Markdown), which the Markdown shows,
+    and what the Markdown holds below its hand-written marker is kept."""
     from bench import report
 
     runs = [(path, _read_results(path)) for path in paths]
@@ -362,11 +368,32 @@ def _rerender(paths: list[Path], markdown: Path) -> int:
         path.write_text(json.dumps(results, indent=2) + "\n")
     else:
         results = report.combine([(str(path), results) for path, results in runs])
-    text = report.markdown(results)
-    markdown.write_text(text)
+    text = _write_report(results, markdown, chart)
     print(text)
     logging.warning("Wrote %s%s", markdown, f" and {paths[0]}" if len(paths) == 1 else "")
     return 0
+
+
+def _write_report(results: dict[str, Any], markdown: Path, chart: Path | None) -> str:
+    """Write the Markdown report and the chart it shows (default ``results.svg`` beside it;
+    none when no reference system was measured), keeping the Markdown's hand-written part."""
+    from bench import chart as bar_chart
+    from bench import report
+
+    chart = chart or markdown.with_name("results.svg")
+    try:
+        svg = bar_chart.svg(results["summary"], f"chandy and the reference systems, {results['date']}")
+    except ValueError as exc:
+        logging.warning("No chart: %s", exc)
+        shown = None
+    else:
+        chart.write_text(svg)
+        shown = os.path.relpath(chart, markdown.parent)
+        logging.warning("Wrote %s", chart)
+    text = report.markdown(results, chart=shown)
+    text += report.hand_written(markdown.read_text() if markdown.is_file() else "")
+    markdown.write_text(text)
+    return text
 
 
 def _read_partial(path: Path) -> list[dict[str, Any]]:

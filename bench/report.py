@@ -597,7 +597,7 @@ def unaligned_targets(summary: dict[str, Any]) -> list[dict[str, Any]]:
     return checks
 
 
-#: Issue 17's aims for the batch path: W1v at least 3x Spark's best W1 (its JVM
+#: The batch path's aims: W1v at least 3x Spark's best W1 (its JVM
 #: ``groupBy().agg()``) and 30 M records/s, checkpoints costing at most 5 % of it, and W3's
 #: latency at 1,000 rows/s within 5 ms at p99.
 W1V_RATIO_TARGETS = (("spark_ss", 3.0),)
@@ -959,8 +959,20 @@ def targets_table(summary: dict[str, Any]) -> str:
     return table(rows, ["target (chandy, Spark executor)", "measured", ""]) if rows else "(none)"
 
 
-def markdown(results: dict[str, Any]) -> str:
-    """``bench/RESULTS.md``: where and how it was measured, then every figure."""
+#: The line of ``bench/RESULTS.md`` below which the text is written by hand (a run measured
+#: apart from the combined tables): ``python -m bench report`` keeps it as it is.
+HAND_WRITTEN = "<!-- Written by hand below this line: python -m bench report keeps it. -->"
+
+
+def hand_written(previous: str) -> str:
+    """What a report keeps of the Markdown it replaces: the marker and everything below it."""
+    at = previous.find(HAND_WRITTEN)
+    return "" if at < 0 else "\n" + previous[at:].rstrip("\n") + "\n"
+
+
+def markdown(results: dict[str, Any], chart: str | None = None) -> str:
+    """``bench/RESULTS.md``: where and how it was measured, the chart of the side-by-side
+    (``chart``, a path relative to the Markdown) and then every figure."""
     machine = results["machine"]
     summary = results["summary"]
     versions = ", ".join(f"{k} {v}" for k, v in results["versions"].items())
@@ -995,6 +1007,14 @@ def markdown(results: dict[str, Any]) -> str:
                 f"per run it ranged {machine['load_avg_1m_min']:.2f}-{machine['load_avg_1m_max']:.2f}."
                 + _machine_speed(results["rows"]),
                 f"Versions: {versions}.",
+                *(
+                    [
+                        "## Side by side",
+                        f"![chandy (Spark executor) beside each reference's best variant]({chart})",
+                    ]
+                    if chart
+                    else []
+                ),
                 "## Targets",
                 targets_table(summary),
                 "## Figures",
@@ -1069,7 +1089,7 @@ NOTES = """\
   unaligned with unaligned. `chandy/unaligned` is the Spark executor with
   `execution.checkpointing.unaligned.enabled: true` and an aligned-checkpoint timeout of 0;
   its W1 beside `chandy/spark`'s gives what unaligned checkpoints cost without backpressure.
-- **W1v and W3v** are W1 and W3 on chandy's batch path (issue 17): the same records and
+- **W1v and W3v** are W1 and W3 on chandy's batch path: the same records and
   keys as Arrow record batches (`ArrowNumberSequenceSource` -> `map_batches` adding the key
   -> `key_by("key").running_sum("value")`, one output row per input row as W1's running sum;
   W3v's rows from a rate-limited `ArrowDataGeneratorSource`), into a sink that takes whole

@@ -22,7 +22,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 
 #: Top-level names that are the project's own, not packages to install.
-OWN = {"chandy", "tests", "chaos", "bench", "examples"}
+OWN = {"chandy", "tests", "chaos", "bench", "examples", "docs"}
 
 #: Modules a test writes itself (into its tmp_path) before importing them.
 MADE_BY_TESTS = {"only_on_the_driver"}  # tests/test_spark_executor.py: a module the slots lack
@@ -89,7 +89,7 @@ def test_chandy_imports_only_its_declared_dependencies() -> None:
 
 
 def test_tests_chaos_examples_and_bench_import_only_declared_packages() -> None:
-    files = _python_files("tests", "chaos", "examples", "bench")
+    files = _python_files("tests", "chaos", "examples", "bench", "docs")
     files = [
         p
         for p in files

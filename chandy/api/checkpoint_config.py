@@ -36,6 +36,8 @@ class CheckpointConfig:
         return self
 
     def is_checkpointing_enabled(self) -> bool:
+        """Whether the job takes periodic checkpoints (``enable_checkpointing`` was called with an
+        interval)."""
         return self._config.get(CheckpointingOptions.INTERVAL) is not None
 
     def set_checkpoint_interval(self, checkpoint_interval: int) -> CheckpointConfig:
@@ -48,9 +50,13 @@ class CheckpointConfig:
         return -1 if interval is None else interval
 
     def set_checkpointing_mode(self, checkpointing_mode: CheckpointingMode) -> CheckpointConfig:
+        """Choose ``EXACTLY_ONCE`` (aligned barriers: state counts every record once) or ``AT_LEAST_ONCE`` (no
+        alignment wait; after a failure some records are counted again)."""
         return self._set(CheckpointingOptions.MODE, checkpointing_mode)
 
     def get_checkpointing_mode(self) -> CheckpointingMode:
+        """``EXACTLY_ONCE`` (barriers aligned, the default) or ``AT_LEAST_ONCE`` (barriers not aligned;
+        records may be counted again after a failure)."""
         return self._config.get(CheckpointingOptions.MODE)
 
     def set_checkpoint_timeout(self, checkpoint_timeout: int) -> CheckpointConfig:
@@ -58,6 +64,7 @@ class CheckpointConfig:
         return self._set(CheckpointingOptions.TIMEOUT, checkpoint_timeout)
 
     def get_checkpoint_timeout(self) -> int:
+        """Milliseconds after which a checkpoint that has not completed is aborted."""
         return self._config.get(CheckpointingOptions.TIMEOUT)
 
     def set_min_pause_between_checkpoints(self, min_pause_between_checkpoints: int) -> CheckpointConfig:
@@ -65,12 +72,16 @@ class CheckpointConfig:
         return self._set(CheckpointingOptions.MIN_PAUSE, min_pause_between_checkpoints)
 
     def get_min_pause_between_checkpoints(self) -> int:
+        """The least time in milliseconds between the end of one checkpoint and the start of the next, which
+        leaves the job time to process records under slow checkpoints."""
         return self._config.get(CheckpointingOptions.MIN_PAUSE)
 
     def set_max_concurrent_checkpoints(self, max_concurrent_checkpoints: int) -> CheckpointConfig:
+        """Allow this many checkpoints in progress at once (unaligned checkpoints need 1)."""
         return self._set(CheckpointingOptions.MAX_CONCURRENT, max_concurrent_checkpoints)
 
     def get_max_concurrent_checkpoints(self) -> int:
+        """How many checkpoints may be in progress at once."""
         return self._config.get(CheckpointingOptions.MAX_CONCURRENT)
 
     def set_tolerable_checkpoint_failure_number(self, number: int) -> CheckpointConfig:
@@ -78,11 +89,14 @@ class CheckpointConfig:
         return self._set(CheckpointingOptions.TOLERABLE_FAILURES, number)
 
     def get_tolerable_checkpoint_failure_number(self) -> int:
+        """How many checkpoint failures in a row the job tolerates before it fails over."""
         return self._config.get(CheckpointingOptions.TOLERABLE_FAILURES)
 
     def set_externalized_checkpoint_retention(
         self, retention: ExternalizedCheckpointRetention
     ) -> CheckpointConfig:
+        """Keep completed checkpoints when the job is cancelled (``RETAIN_ON_CANCELLATION``) or delete them
+        (``DELETE_ON_CANCELLATION``), so a cancelled job can be resumed from its latest checkpoint."""
         return self._set(CheckpointingOptions.EXTERNALIZED_RETENTION, retention)
 
     def enable_externalized_checkpoints(
@@ -92,9 +106,13 @@ class CheckpointConfig:
         return self.set_externalized_checkpoint_retention(cleanup_mode)
 
     def get_externalized_checkpoint_retention(self) -> ExternalizedCheckpointRetention:
+        """Whether completed checkpoints are kept when the job is cancelled or fails for good, so that it can
+        be restored from them later."""
         return self._config.get(CheckpointingOptions.EXTERNALIZED_RETENTION)
 
     def is_externalized_checkpoints_enabled(self) -> bool:
+        """Whether completed checkpoints outlive the job (any retention but
+        ``NO_EXTERNALIZED_CHECKPOINTS``)."""
         return (
             self.get_externalized_checkpoint_retention()
             is not ExternalizedCheckpointRetention.NO_EXTERNALIZED_CHECKPOINTS
@@ -106,15 +124,21 @@ class CheckpointConfig:
         return self._set(CheckpointingOptions.STORAGE, "filesystem")
 
     def set_checkpoint_storage_dir(self, checkpoint_path: str) -> CheckpointConfig:
+        """PyFlink's other name for :meth:`set_checkpoint_storage`: where checkpoints are written (a path or
+        fsspec URI every slot can reach)."""
         return self.set_checkpoint_storage(checkpoint_path)
 
     def get_checkpoint_storage(self) -> str | None:
+        """The checkpoint directory (a path or fsspec URI), or ``None`` when none is set."""
         return self._config.get(CheckpointingOptions.DIRECTORY)
 
     def set_num_retained_checkpoints(self, number: int) -> CheckpointConfig:
+        """Keep this many completed checkpoints (at least 1), to restore from an older one if the latest is
+        unusable."""
         return self._set(CheckpointingOptions.NUM_RETAINED, number)
 
     def get_num_retained_checkpoints(self) -> int:
+        """How many completed checkpoints are kept; older ones are deleted as new ones complete."""
         return self._config.get(CheckpointingOptions.NUM_RETAINED)
 
     def is_unaligned_checkpoints_enabled(self) -> bool:
@@ -132,6 +156,8 @@ class CheckpointConfig:
         return self._set(CheckpointingOptions.UNALIGNED, enabled)
 
     def disable_unaligned_checkpoints(self) -> CheckpointConfig:
+        """Make every checkpoint aligned again (the default): barriers wait for the records queued ahead of
+        them, and no in-flight data is written."""
         return self.enable_unaligned_checkpoints(False)
 
     def set_force_unaligned_checkpoints(self, force_unaligned_checkpoints: bool = True) -> CheckpointConfig:
@@ -159,6 +185,8 @@ class CheckpointConfig:
         return self._set(CheckpointingOptions.ALIGNED_CHECKPOINT_TIMEOUT, millis)
 
     def get_aligned_checkpoint_timeout(self) -> Duration:
+        """How long a barrier may wait for alignment before the checkpoint goes unaligned at that task (0:
+        unaligned from the start)."""
         return Duration.of_millis(self._config.get(CheckpointingOptions.ALIGNED_CHECKPOINT_TIMEOUT))
 
     def set_alignment_timeout(self, alignment_timeout: Duration | Time | int) -> CheckpointConfig:

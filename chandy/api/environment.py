@@ -168,6 +168,7 @@ class StreamExecutionEnvironment:
         return self
 
     def get_parallelism(self) -> int:
+        """The parallelism operators get unless they set their own."""
         return self._config.get(CoreOptions.DEFAULT_PARALLELISM)
 
     def set_max_parallelism(self, max_parallelism: int) -> StreamExecutionEnvironment:
@@ -181,6 +182,7 @@ class StreamExecutionEnvironment:
         return self
 
     def get_max_parallelism(self) -> int:
+        """The number of key groups: the highest parallelism the job's keyed state can be rescaled to."""
         return self._config.get(PipelineOptions.MAX_PARALLELISM)
 
     def set_buffer_timeout(self, timeout_millis: int) -> StreamExecutionEnvironment:
@@ -192,6 +194,8 @@ class StreamExecutionEnvironment:
         return self
 
     def get_buffer_timeout(self) -> int:
+        """Milliseconds a record produced by a busy task may wait before it is sent (``execution.buffer-
+        timeout``): the bound on latency that batching adds."""
         return self._config.get(ExecutionOptions.BUFFER_TIMEOUT)
 
     # ------------------------------------------------------------------ checkpointing
@@ -211,9 +215,12 @@ class StreamExecutionEnvironment:
         return CheckpointConfig(self._config)
 
     def get_checkpoint_interval(self) -> int:
+        """The checkpoint interval in milliseconds (-1 when checkpointing is off, as in PyFlink)."""
         return self.get_checkpoint_config().get_checkpoint_interval()
 
     def get_checkpointing_mode(self) -> CheckpointingMode:
+        """The checkpointing mode of the job's checkpoint configuration (``EXACTLY_ONCE`` or
+        ``AT_LEAST_ONCE``)."""
         return self.get_checkpoint_config().get_checkpointing_mode()
 
     # ------------------------------------------------------------------ state backend
@@ -252,6 +259,8 @@ class StreamExecutionEnvironment:
         return self
 
     def is_chaining_enabled(self) -> bool:
+        """Whether operators joined by forward edges run chained in one task (the default), which saves a
+        hand-over per record."""
         return self._config.get(PipelineOptions.OPERATOR_CHAINING)
 
     # ------------------------------------------------------------------ sources

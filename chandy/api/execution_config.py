@@ -28,4 +28,6 @@ class ExecutionConfig:
         return self
 
     def get_auto_watermark_interval(self) -> int:
+        """Milliseconds between periodic watermarks at the sources (0: only the last one, at the end of the
+        input)."""
         return self._config.get(PipelineOptions.AUTO_WATERMARK_INTERVAL)

@@ -194,6 +194,8 @@ class ConfigOption(Generic[T]):
         maximum: int | None = None,
         deprecated_keys: tuple[str, ...] = (),
     ) -> ConfigOption[int] | ConfigOption[int | None]:
+        """An integer option, optionally bounded, so a bad value is refused with the key and the bounds."""
+
         def check(v: int | None) -> None:
             if v is None:
                 return
@@ -240,6 +242,9 @@ class ConfigOption(Generic[T]):
         minimum_ms: int = 0,
         deprecated_keys: tuple[str, ...] = (),
     ) -> ConfigOption[int] | ConfigOption[int | None]:
+        """A duration option in milliseconds that also accepts ``'500 ms'``, ``'10 s'`` or ``'10 min'``, as
+        Flink's configuration does."""
+
         def check(v: int | None) -> None:
             if v is not None and v < minimum_ms:
                 raise ValueError(f"{v} ms is below the minimum {minimum_ms} ms")
@@ -259,6 +264,8 @@ class ConfigOption(Generic[T]):
     def memory_size(
         key: str, default: int, description: str, *, maximum: int, deprecated_keys: tuple[str, ...] = ()
     ) -> ConfigOption[int]:
+        """A size in bytes that also accepts ``'20 kb'`` or ``'64 mb'``, as Flink's configuration does."""
+
         def check(v: int) -> None:
             if v > maximum:
                 raise ValueError(f"{v} bytes is above the maximum {maximum} bytes")
@@ -304,6 +311,7 @@ class ConfigOption(Generic[T]):
     def boolean(
         key: str, default: bool, description: str, deprecated_keys: tuple[str, ...] = ()
     ) -> ConfigOption[bool]:
+        """A ``true``/``false`` option (also accepts the strings a YAML file or ``-D`` gives)."""
         return ConfigOption(key, default, description, _parse_bool, "true or false", deprecated_keys)
 
     @overload
@@ -337,6 +345,7 @@ class ConfigOption(Generic[T]):
         choices: Iterable[str] | None = None,
         deprecated_keys: tuple[str, ...] = (),
     ) -> ConfigOption[str] | ConfigOption[str | None]:
+        """A string option, optionally restricted to ``choices``."""
         if choices is None:
             return ConfigOption(key, default, description, _parse_str, "a string", deprecated_keys)
         names = tuple(choices)
@@ -358,6 +367,7 @@ class ConfigOption(Generic[T]):
         description: str,
         deprecated_keys: tuple[str, ...] = (),
     ) -> ConfigOption[E]:
+        """An option whose value is one member of ``enum_type``, given by name."""
         names = [m.name for m in enum_type]
 
         def parse(value: Any) -> E:
@@ -410,6 +420,7 @@ class Configuration:
         return default_value if value is None else str(value)
 
     def contains(self, option: ConfigOption[Any] | str) -> bool:
+        """Whether the key (or an option, under any of its spellings) is set."""
         if isinstance(option, str):
             return option in self._values
         return self._raw_key(option) is not None
@@ -457,6 +468,7 @@ class Configuration:
         return dict(self._values)
 
     def copy(self) -> Configuration:
+        """An independent copy: changing it leaves this configuration as it is."""
         return Configuration(self._values)
 
     @classmethod

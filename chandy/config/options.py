@@ -54,6 +54,8 @@ def _mode_check(what: str, owner: int, allowed: int) -> Any:
 
 
 class PipelineOptions:
+    """The ``pipeline.*`` keys: job name and id, max parallelism, operator chaining, watermark interval."""
+
     NAME = ConfigOption.string("pipeline.name", None, "The job name when execute() is given none.")
     FIXED_JOB_ID = ConfigOption.string(
         "$internal.pipeline.job-id",
@@ -86,6 +88,8 @@ class PipelineOptions:
 
 
 class CoreOptions:
+    """``parallelism.default``: the parallelism of operators that set none."""
+
     DEFAULT_PARALLELISM = ConfigOption.integer(
         "parallelism.default",
         1,
@@ -136,6 +140,8 @@ class SavepointFormatType(enum.Enum):
 
 
 class CheckpointingOptions:
+    """The ``execution.checkpointing.*`` keys (checkpointing.md lists each with its default)."""
+
     INTERVAL = ConfigOption.duration(
         "execution.checkpointing.interval",
         None,
@@ -303,6 +309,8 @@ class CheckpointingOptions:
 
 
 class StateBackendOptions:
+    """The ``state.backend.*`` keys: which state backend keeps keyed state."""
+
     TYPE = ConfigOption.string(
         "state.backend.type",
         "hashmap",
@@ -315,6 +323,8 @@ class StateBackendOptions:
 
 
 class RocksDBOptions:
+    """The RocksDB state backend's keys: memory per slot, local directory, incremental checkpoints."""
+
     MEMORY_MANAGED = ConfigOption.boolean(
         "state.backend.rocksdb.memory.managed",
         True,
@@ -365,6 +375,9 @@ def _module_list(value: Any) -> tuple[str, ...]:
 
 
 class StateRecoveryOptions:
+    """The ``execution.state-recovery.*`` keys: what to restore from and how (claim mode, unclaimed state,
+    trusted snapshots)."""
+
     PATH = ConfigOption.string(
         "execution.state-recovery.path",
         None,
@@ -409,7 +422,7 @@ class StateRecoveryOptions:
 
 
 class RestartStrategyOptions:
-    """Flink's restart strategies and their keys (``restart-strategy.*``)."""
+    """The ``restart-strategy.*`` keys: whether and how a failed job restarts from its latest checkpoint."""
 
     TYPE = ConfigOption.string(
         "restart-strategy.type",
@@ -482,6 +495,8 @@ class RestartStrategyOptions:
     #: one in use would be ignored without a word, so it is refused (see restart_strategy.py).
     @staticmethod
     def keys_of(kind: str) -> tuple[str, ...]:
+        """The keys of restart strategy ``kind`` ('fixed-delay', 'exponential-delay'), to
+        tell a user which keys the strategy in use ignores."""
         prefix = f"restart-strategy.{kind}."
         return tuple(o.key for o in all_options() if o.key.startswith(prefix))
 
@@ -524,6 +539,8 @@ class S3Options:
 
 
 class SparkOptions:
+    """The ``chandy.spark.*`` keys: how long to wait for slots, when a silent slot counts as hung."""
+
     SLOT_WAIT = ConfigOption.duration(
         "chandy.spark.slot-wait",
         30_000,
@@ -539,12 +556,16 @@ class SparkOptions:
 
 
 class WebOptions:
+    """The ``web.*`` keys: how much checkpoint history the dashboard and REST API keep."""
+
     CHECKPOINTS_HISTORY = ConfigOption.integer(
         "web.checkpoints.history", 10, "Checkpoints kept in the statistics history.", minimum=1
     )
 
 
 class RestOptions:
+    """The ``rest.*`` keys: where the REST API and dashboard listen and who may call them."""
+
     ENABLED = ConfigOption.boolean(
         "chandy.rest.enabled",
         True,
@@ -601,6 +622,8 @@ class RestOptions:
 
 
 class MetricOptions:
+    """The metrics keys: how often tasks report their metrics to the driver."""
+
     REPORT_INTERVAL = ConfigOption.duration(
         "chandy.metrics.report-interval",
         1000,
@@ -616,6 +639,8 @@ class MetricOptions:
 
 
 class ExecutionOptions:
+    """The ``execution.*`` keys: where the job runs (Spark or local) and the buffer timeout."""
+
     TARGET = ConfigOption.string(
         "execution.target",
         "spark",
@@ -644,6 +669,8 @@ class ExecutionOptions:
 
 
 class NetworkOptions:
+    """The network keys: records per batch and credits per channel, which bound the data in flight."""
+
     BATCH_SIZE = ConfigOption.integer(
         "chandy.network.batch-size",
         1024,

@@ -19,6 +19,9 @@ class CollectionSplit:
 
 
 class CollectionReader(SourceReader):
+    """Reads a collection source's split: the elements of this subtask's share, from the checkpointed position
+    on."""
+
     def __init__(self, elements: Sequence[Any]) -> None:
         self._elements = elements
         self._splits: list[CollectionSplit] = []

@@ -52,9 +52,11 @@ class DataGeneratorSplit:
     step: int = 1
 
     def copy(self) -> DataGeneratorSplit:
+        """A copy of the split (its position is checkpointed from it)."""
         return DataGeneratorSplit(self.split_id, self.position, self.end, self.step)
 
     def remaining(self) -> float:
+        """How many records the split still has to generate (infinite when unbounded)."""
         if self.end is None:
             return math.inf
         return max(0, -(-(self.end - self.position) // self.step))

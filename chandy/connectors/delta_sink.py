@@ -192,6 +192,7 @@ class DeltaSinkWriter(PrecommittingSinkWriter):
         self._records = 0
 
     def write(self, element: Any) -> None:
+        """Buffer a record for the next Parquet file."""
         self.write_batch([element])
 
     def write_batch(self, elements: list[Any]) -> None:
@@ -245,6 +246,7 @@ class DeltaSinkWriter(PrecommittingSinkWriter):
         return os.path.join(self._spool or self.path, name)
 
     def close(self) -> None:
+        """Delete the file that was never pre-committed (a restore writes its records again)."""
         if self._writer is not None:  # never pre-committed: drop it
             self._writer.close()
             assert self._file is not None
@@ -265,6 +267,8 @@ class DeltaCommitter(Committer):
         self.storage_options = storage_options or {}
 
     def commit(self, committables: list[Any]) -> None:
+        """Add a checkpoint's files to the Delta table in one transaction, once; a transaction already in the
+        log is not written again."""
         from deltalake import DeltaTable
         from deltalake.transaction import AddAction, CommitProperties, RemoveAction, Transaction
 

@@ -68,9 +68,11 @@ class FileSourceSplit:
 
     @property
     def split_id(self) -> str:
+        """The file's path: a split is one file."""
         return self.path
 
     def copy(self) -> FileSourceSplit:
+        """A copy of the split, as the reader's checkpointed position is taken from it."""
         return replace(self)
 
 
@@ -82,7 +84,8 @@ class FileRecordReader(ABC):
         """Up to ``max_records`` records (at least one); ``None`` at the end of the file."""
 
     @abstractmethod
-    def close(self) -> None: ...
+    def close(self) -> None:
+        """Close the file being read."""
 
 
 # --------------------------------------------------------------------------- stream formats

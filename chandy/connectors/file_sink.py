@@ -158,7 +158,8 @@ class Encoder(ABC):
     """Turns one record into the bytes of one row (line) of a part file."""
 
     @abstractmethod
-    def encode(self, element: Any) -> bytes: ...
+    def encode(self, element: Any) -> bytes:
+        """The bytes of one record in a row-format part file (with its line ending)."""
 
     @staticmethod
     def simple_string_encoder(charset: str = "utf-8") -> Encoder:
@@ -187,6 +188,7 @@ class JsonLinesEncoder(Encoder):
     """One JSON document per line (readable by ``spark.read.json``)."""
 
     def encode(self, element: Any) -> bytes:
+        """One JSON line (values JSON cannot hold are written as ``str``)."""
         return (json.dumps(element, separators=(",", ":"), default=str) + "\n").encode()
 
 
@@ -211,6 +213,7 @@ class CsvEncoder(Encoder):
         self.delimiter = delimiter
 
     def encode(self, element: Any) -> bytes:
+        """One CSV line: a dict's ``fields`` in order, or a tuple's or list's items."""
         row = (
             [element.get(f) for f in self.fields]
             if self.fields is not None and isinstance(element, dict)
@@ -260,7 +263,8 @@ class BulkWriterFactory(ABC):
     columnar = False
 
     @abstractmethod
-    def create(self, path: str) -> _PartWriter: ...
+    def create(self, path: str) -> _PartWriter:
+        """A writer for one part file at ``path``; the sink calls it when it opens a part."""
 
 
 class ParquetBulkWriters(BulkWriterFactory):
@@ -299,6 +303,7 @@ class ParquetBulkWriters(BulkWriterFactory):
         return ParquetBulkWriters(schema, compression, columnar=True)
 
     def create(self, path: str) -> _PartWriter:
+        """A Parquet writer with this schema and compression for one part file."""
         return _ParquetPartWriter(path, self.schema, self.compression)
 
 
@@ -378,6 +383,7 @@ class RollingPolicy:
         return RollingPolicy(None, None, None)
 
     def should_roll(self, size: int, opened_ms: float, last_write_ms: float, now_ms: float) -> bool:
+        """Whether the open part file is closed now: by size, by age, or by time since its last write."""
         return (
             (self.part_size is not None and size >= self.part_size)
             or (self.rollover_interval_ms is not None and now_ms - opened_ms >= self.rollover_interval_ms)
@@ -418,16 +424,19 @@ class OutputFileConfigBuilder:
         self._suffix = ""
 
     def with_part_prefix(self, prefix: str) -> OutputFileConfigBuilder:
+        """The prefix of part file names."""
         OutputFileConfig(prefix, self._suffix)
         self._prefix = prefix
         return self
 
     def with_part_suffix(self, suffix: str) -> OutputFileConfigBuilder:
+        """The suffix of part file names (an extension such as ``.jsonl``)."""
         OutputFileConfig(self._prefix, suffix)
         self._suffix = suffix
         return self
 
     def build(self) -> OutputFileConfig:
+        """The configuration, for ``FileSink``'s ``with_output_file_config``."""
         return OutputFileConfig(self._prefix, self._suffix)
 
 
@@ -450,6 +459,7 @@ class S3PartCommittable:
 
     @property
     def upload(self) -> MultipartUpload:
+        """The multipart upload this part file completes on commit."""
         return MultipartUpload(self.final_path, self.upload_id, self.parts)
 
 
@@ -560,6 +570,8 @@ class FileSink(TwoPhaseCommittingSink):
 
     @property
     def on_s3(self) -> bool:
+        """Whether the sink writes to ``s3://``, where part files are multipart uploads completed on
+        commit."""
         return is_s3(self.base_path)
 
     def configure(self, job_parameters: Mapping[str, Any]) -> None:
@@ -611,6 +623,7 @@ class FileSinkBuilder:
         self._kwargs = kwargs
 
     def with_rolling_policy(self, policy: RollingPolicy) -> FileSinkBuilder:
+        """When part files are closed (by size, age or inactivity) besides at every checkpoint."""
         _instance_of(
             policy, RollingPolicy, "FileSinkBuilder.with_rolling_policy", "policy", _ROLLING_POLICIES
         )
@@ -618,6 +631,7 @@ class FileSinkBuilder:
         return self
 
     def with_output_file_config(self, config: OutputFileConfig) -> FileSinkBuilder:
+        """How part files are named (prefix, suffix)."""
         who = "FileSinkBuilder.with_output_file_config"
         _instance_of(config, OutputFileConfig, who, "config", _FILE_CONFIGS)
         self._kwargs["output_file_config"] = config
@@ -630,6 +644,7 @@ class FileSinkBuilder:
         return self
 
     def build(self) -> FileSink:
+        """The configured :class:`FileSink`, for ``stream.sink_to``."""
         return FileSink(self._base_path, **self._kwargs)
 
 
@@ -751,6 +766,7 @@ class FileSinkWriter(PrecommittingSinkWriter):
         return part
 
     def write(self, element: Any) -> None:
+        """Write a record to the bucket's open part file (rolling it when the policy says)."""
         self.write_batch([element])
 
     def write_batch(self, elements: list[Any]) -> None:
@@ -837,6 +853,8 @@ class FileCommitter(Committer):
         self.object_store = object_store
 
     def commit(self, committables: list[Any]) -> None:
+        """Publish a checkpoint's part files (rename, or complete their multipart uploads on S3); a part
+        already published is left as it is."""
         uploads = [c for c in committables if isinstance(c, S3PartCommittable)]
         if uploads:
             self._complete(uploads)

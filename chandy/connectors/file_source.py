@@ -166,6 +166,7 @@ class FileSourceBuilder:
         return self
 
     def build(self) -> FileSource:
+        """The configured :class:`FileSource`, to pass to ``env.from_source``."""
         return FileSource(self._format, self._paths, self._discovery_interval_s)
 
 
@@ -230,6 +231,7 @@ class FileSource(Source):
 
     @property
     def continuous(self) -> bool:
+        """Whether the source keeps watching for new files (``monitor_continuously``) instead of ending."""
         return self.discovery_interval_s is not None
 
     def get_boundedness(self) -> Boundedness:

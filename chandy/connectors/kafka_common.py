@@ -43,6 +43,7 @@ class DeserializationSchema:
     """
 
     def deserialize(self, message: bytes) -> Any:
+        """The record a message's bytes stand for; override it to parse your format."""
         raise NotImplementedError
 
 
@@ -50,6 +51,7 @@ class SerializationSchema:
     """Turns a record into the bytes of a Kafka key or value (PyFlink's name)."""
 
     def serialize(self, element: Any) -> bytes:
+        """The bytes a record is written as; override it for your format."""
         raise NotImplementedError
 
 
@@ -61,9 +63,11 @@ class SimpleStringSchema(SerializationSchema, DeserializationSchema):
         self.charset = charset
 
     def deserialize(self, message: bytes) -> str:
+        """The message decoded as text in the schema's charset."""
         return message.decode(self.charset)
 
     def serialize(self, element: Any) -> bytes:
+        """``str(record)`` encoded in the schema's charset."""
         return str(element).encode(self.charset)
 
     def __repr__(self) -> str:
@@ -74,9 +78,11 @@ class JsonSchema(SerializationSchema, DeserializationSchema):
     """JSON text (UTF-8) <-> Python values (dicts, lists, numbers, strings)."""
 
     def deserialize(self, message: bytes) -> Any:
+        """The JSON value the message holds."""
         return json.loads(message)
 
     def serialize(self, element: Any) -> bytes:
+        """The record as compact JSON."""
         return json.dumps(element, separators=(",", ":")).encode()
 
     def __repr__(self) -> str:
@@ -87,9 +93,11 @@ class ByteArraySchema(SerializationSchema, DeserializationSchema):
     """The raw bytes, untouched (``bytes`` in, ``bytes`` out)."""
 
     def deserialize(self, message: bytes) -> bytes:
+        """The message's bytes, unchanged."""
         return message
 
     def serialize(self, element: Any) -> bytes:
+        """The record, which must be bytes-like, as bytes (anything else is refused with its type)."""
         if not isinstance(element, (bytes, bytearray, memoryview)):
             raise TypeError(f"ByteArraySchema serializes bytes, got {type(element).__name__}")
         return bytes(element)
@@ -160,6 +168,7 @@ def client_logger() -> logging.Logger:
 
 
 def bootstrap_servers_of(properties: Mapping[str, Any]) -> str:
+    """The ``bootstrap.servers`` of a set of client properties (empty when not set)."""
     return str(properties.get("bootstrap.servers", ""))
 
 

@@ -66,6 +66,9 @@ _TIMEOUT_S = 30.0
 
 
 class DeliveryGuarantee(enum.Enum):
+    """What a :class:`KafkaSink` promises: ``EXACTLY_ONCE`` (Kafka transactions committed with the
+    checkpoints), ``AT_LEAST_ONCE`` (flushed at every checkpoint) or ``NONE``."""
+
     NONE = "NONE"
     AT_LEAST_ONCE = "AT_LEAST_ONCE"
     EXACTLY_ONCE = "EXACTLY_ONCE"
@@ -83,9 +86,11 @@ class KafkaRecordSerializationSchema:
 
     @staticmethod
     def builder() -> KafkaRecordSerializationSchemaBuilder:
+        """Start describing how records become Kafka messages: topic, value schema, optional key schema."""
         return KafkaRecordSerializationSchemaBuilder()
 
     def serialize(self, element: Any) -> tuple[bytes | None, bytes]:
+        """The message key (``None`` without a key schema) and value of one record."""
         value = self.value_extractor(element) if self.value_extractor else element
         key = None
         if self.key_schema is not None:
@@ -141,6 +146,9 @@ class KafkaRecordBatchSerializationSchema:
 
 
 class KafkaRecordSerializationSchemaBuilder:
+    """Builds a :class:`KafkaRecordSerializationSchema`: ``set_topic``, ``set_value_serialization_schema`` and
+    optionally ``set_key_serialization_schema``, then ``build()``."""
+
     def __init__(self) -> None:
         self._topic: str | None = None
         self._value: SerializationSchema | None = None
@@ -149,6 +157,7 @@ class KafkaRecordSerializationSchemaBuilder:
         self._value_extractor: Callable[[Any], Any] | None = None
 
     def set_topic(self, topic: str) -> KafkaRecordSerializationSchemaBuilder:
+        """The topic every record is written to."""
         self._topic = topic
         return self
 
@@ -169,6 +178,7 @@ class KafkaRecordSerializationSchemaBuilder:
         return self
 
     def build(self) -> KafkaRecordSerializationSchema:
+        """The schema; a missing topic or value schema is refused, naming the setter to call."""
         if not self._topic:
             raise ConfigurationError("KafkaRecordSerializationSchema needs set_topic(...)")
         if self._value is None:
@@ -235,10 +245,13 @@ class KafkaSink(TwoPhaseCommittingSink):
 
     @staticmethod
     def builder() -> KafkaSinkBuilder:
+        """Start configuring a Kafka sink: bootstrap servers, record serializer, delivery guarantee (and a
+        transactional id prefix for ``EXACTLY_ONCE``)."""
         return KafkaSinkBuilder()
 
     @property
     def topic(self) -> str:
+        """The topic the sink writes to."""
         return self.serializer.topic
 
     def validate(self) -> None:
@@ -282,6 +295,8 @@ class KafkaSink(TwoPhaseCommittingSink):
     # -- used by the writer and the committer of one subtask ------------------------
 
     def producer(self, transactional_id: str | None = None) -> Any:
+        """Used by the sink's writers and committer: a producer with the sink's properties (transactional when
+        given an id). Jobs do not call it."""
         ck = import_confluent_kafka()
         config = {**self.properties, "logger": client_logger()}
         if transactional_id is not None:
@@ -290,6 +305,8 @@ class KafkaSink(TwoPhaseCommittingSink):
         return ck.Producer(config)
 
     def transactional_id(self, subtask: int, slot: int) -> str:
+        """The transactional id of a subtask's producer (prefix, subtask, slot), stable across restarts so a
+        restored job can abort or commit what a failed one left open."""
         return f"{self.transactional_id_prefix}-{subtask}-{slot}"
 
     def marker_group(self, job_id: str, subtask: int, slot: int) -> str:
@@ -314,6 +331,8 @@ class KafkaSink(TwoPhaseCommittingSink):
             consumer.close()
 
     def group_metadata(self, group: str) -> Any:
+        """Used by the sink's writers: the consumer group metadata a transaction records its markers under.
+        Jobs do not call it."""
         consumer = self._marker_consumer(group)
         try:
             return consumer.consumer_group_metadata()
@@ -349,6 +368,7 @@ class KafkaWriter(PrecommittingSinkWriter):
             self._errors.append(error.str())
 
     def write(self, element: Any) -> None:
+        """Produce the record to the topic."""
         self.write_batch([element])
 
     def write_batch(self, elements: list[Any]) -> None:
@@ -369,6 +389,7 @@ class KafkaWriter(PrecommittingSinkWriter):
             _raise_on_delivery_error(self._errors)
 
     def close(self) -> None:
+        """Hand what is queued to the producer's delivery without waiting for it."""
         self._producer.flush(0)
 
 
@@ -470,6 +491,7 @@ class TransactionalKafkaWriter(PrecommittingSinkWriter):
         self._producer, self._transactional_id, self._slot = producer, transactional_id, slot
 
     def write(self, element: Any) -> None:
+        """Produce the record inside the open transaction."""
         self.write_batch([element])
 
     def write_batch(self, elements: list[Any]) -> None:
@@ -512,6 +534,7 @@ class TransactionalKafkaWriter(PrecommittingSinkWriter):
         return [KafkaWriterState(self.subtask, self.parallelism)]
 
     def close(self) -> None:
+        """Abort the transaction that was never pre-committed (a restore writes its records again)."""
         if self._producer is not None:  # never pre-committed: abort it
             log.debug(
                 "KafkaSink subtask %d aborts its open transaction %s", self.subtask, self._transactional_id
@@ -542,6 +565,8 @@ class KafkaCommitter(Committer):
         self.sink = sink
 
     def commit(self, committables: list[Any]) -> None:
+        """Commit a checkpoint's transactions; one already committed (its marker offset says so) is not
+        committed again."""
         sink = self.sink
         for committable in sorted(
             (c for c in committables if isinstance(c, KafkaCommittable)), key=lambda c: c.checkpoint_id
@@ -619,6 +644,7 @@ class KafkaSinkBuilder:
         self._prefix: str | None = None
 
     def set_bootstrap_servers(self, servers: str) -> KafkaSinkBuilder:
+        """The brokers to write to, ``host:port[,host:port...]``."""
         self._properties["bootstrap.servers"] = servers
         return self
 
@@ -631,6 +657,7 @@ class KafkaSinkBuilder:
         return self
 
     def set_delivery_guarantee(self, guarantee: DeliveryGuarantee) -> KafkaSinkBuilder:
+        """``EXACTLY_ONCE`` (transactions committed with checkpoints), ``AT_LEAST_ONCE`` or ``NONE``."""
         if not isinstance(guarantee, DeliveryGuarantee):
             raise ConfigurationError(
                 "set_delivery_guarantee takes a DeliveryGuarantee: NONE, AT_LEAST_ONCE or EXACTLY_ONCE"
@@ -639,14 +666,18 @@ class KafkaSinkBuilder:
         return self
 
     def set_transactional_id_prefix(self, prefix: str) -> KafkaSinkBuilder:
+        """The prefix of the producers' transactional ids (required for ``EXACTLY_ONCE``): unique per job
+        writing to the cluster."""
         self._prefix = prefix
         return self
 
     def set_property(self, key: str, value: Any) -> KafkaSinkBuilder:
+        """Set a librdkafka producer property (checked when the sink is built)."""
         self._properties[key] = value
         return self
 
     def build(self) -> Sink:
+        """The configured :class:`KafkaSink`; a missing setting is refused, naming the setter to call."""
         if self._serializer is None:
             raise ConfigurationError("KafkaSink needs set_record_serializer(...)")
         return KafkaSink(self._properties, self._serializer, self._guarantee, self._prefix)

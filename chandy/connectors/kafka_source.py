@@ -140,6 +140,8 @@ class KafkaOffsetsInitializer:
         return KafkaOffsetsInitializer("offsets", offsets=offsets, reset=offset_reset_strategy)
 
     def validate(self, setting: str) -> None:
+        """Refuse an initializer that cannot work (unknown kind, bad reset strategy), naming ``setting``; the
+        builder calls it."""
         if self.kind not in ("earliest", "latest", "committed", "timestamp", "offsets"):
             raise ConfigurationError(f"{setting}: unknown offsets initializer kind '{self.kind}'")
         if not isinstance(self.reset, KafkaOffsetResetStrategy):
@@ -184,6 +186,8 @@ class KafkaRecordDeserializationSchema:
 
     @staticmethod
     def value_only(value_schema: DeserializationSchema) -> KafkaRecordDeserializationSchema:
+        """A schema that reads only the message value with ``value_schema`` (what
+        ``set_value_only_deserializer`` sets)."""
         return _ValueOnly(value_schema)
 
     @staticmethod
@@ -202,6 +206,7 @@ class KafkaRecordDeserializationSchema:
         self.key_schema = key_schema
 
     def validate(self, setting: str) -> None:
+        """Refuse a schema without a usable ``deserialize``, naming ``setting``; the builder calls it."""
         for schema in (self.value_schema, self.key_schema):
             if schema is not None:
                 check_schema(schema, setting, "deserialize")
@@ -307,7 +312,7 @@ class KafkaRecordBatchDeserializer:
         return KafkaRecordBatchDeserializer("bytes", None, metadata)
 
     def validate(self, setting: str) -> None:
-
+        """Refuse a value format the deserializer cannot read, naming ``setting``; the builder calls it."""
         if self.value_format not in self.FORMATS:
             raise ConfigurationError(
                 f"{setting}: value_format must be one of {', '.join(self.FORMATS)}, got {self.value_format!r}"
@@ -392,9 +397,11 @@ class KafkaPartitionSplit:
 
     @property
     def split_id(self) -> str:
+        """``topic-partition``: a split is one partition."""
         return f"{self.topic}-{self.partition}"
 
     def is_finished(self) -> bool:
+        """Whether a bounded split has reached its stopping offset."""
         return (
             self.offset is not None
             and self.stopping_offset is not None
@@ -432,25 +439,33 @@ class KafkaSource(Source):
 
     @staticmethod
     def builder() -> KafkaSourceBuilder:
+        """Start configuring a Kafka source: bootstrap servers, topics or partitions, starting (and for a
+        bounded read, stopping) offsets, and a deserializer."""
         return KafkaSourceBuilder()
 
     # -- settings ----------------------------------------------------------------------
 
     @property
     def bootstrap_servers(self) -> str:
+        """The brokers the source connects to (``bootstrap.servers``)."""
         return bootstrap_servers_of(self.properties)
 
     @property
     def group_id(self) -> str | None:
+        """The consumer group offsets are committed to, or ``None``."""
         group = self.properties.get("group.id")
         return str(group) if group else None
 
     @property
     def request_timeout_s(self) -> float:
+        """How long a request to the brokers may take before it counts as failed (``request.timeout.ms``), in
+        seconds."""
         return int(self.properties.get(REQUEST_TIMEOUT_MS, DEFAULT_REQUEST_TIMEOUT_MS)) / 1000
 
     @property
     def commit_offsets_on_checkpoint(self) -> bool:
+        """Whether offsets are committed to the consumer group when a checkpoint completes, for monitoring
+        (the source's own positions are in the checkpoint)."""
         return _parse_bool(self.properties.get(COMMIT_OFFSETS_ON_CHECKPOINT, True)) is True
 
     def client_properties(self) -> dict[str, Any]:
@@ -982,6 +997,7 @@ class KafkaSourceBuilder:
         self._deserializer: KafkaRecordDeserializationSchema | KafkaRecordBatchDeserializer | None = None
 
     def set_bootstrap_servers(self, bootstrap_servers: str) -> KafkaSourceBuilder:
+        """The brokers to connect to, ``host:port[,host:port...]``."""
         return self.set_property("bootstrap.servers", bootstrap_servers)
 
     def set_group_id(self, group_id: str) -> KafkaSourceBuilder:
@@ -990,9 +1006,12 @@ class KafkaSourceBuilder:
         return self.set_property("group.id", group_id)
 
     def set_client_id_prefix(self, prefix: str) -> KafkaSourceBuilder:
+        """The prefix of the client ids of the source's consumers, to tell them apart in the brokers' logs and
+        metrics."""
         return self.set_property(CLIENT_ID_PREFIX, prefix)
 
     def set_topics(self, *topics: str | Iterable[str]) -> KafkaSourceBuilder:
+        """Read every partition of these topics (names, or iterables of names)."""
         names: list[Any] = []
         for topic in topics:
             names.extend([topic] if isinstance(topic, str) else list(topic))
@@ -1005,6 +1024,7 @@ class KafkaSourceBuilder:
         return self
 
     def set_partitions(self, partitions: Iterable[KafkaTopicPartition]) -> KafkaSourceBuilder:
+        """Read exactly these partitions (instead of topics or a topic pattern)."""
         self._partitions = list(partitions)
         return self
 
@@ -1055,6 +1075,7 @@ class KafkaSourceBuilder:
         return self
 
     def set_properties(self, properties: Mapping[str, Any]) -> KafkaSourceBuilder:
+        """Set several consumer properties at once (any librdkafka consumer property)."""
         for key, value in properties.items():
             self.set_property(key, value)
         return self

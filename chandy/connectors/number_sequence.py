@@ -18,6 +18,9 @@ class NumberSequenceSplit:
 
 
 class NumberSequenceReader(SourceReader):
+    """Reads a number sequence source's split: the numbers of this subtask's range from the checkpointed
+    position on."""
+
     def __init__(self) -> None:
         self._splits: list[NumberSequenceSplit] = []
 

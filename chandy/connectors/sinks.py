@@ -10,12 +10,15 @@ from chandy.core.types import PickledBytesTypeInfo, TypeInformation, format_as_f
 
 
 class PrintSinkWriter(SinkWriter):
+    """The print sink's writer: one line per record on stdout (or stderr), after the subtask's prefix."""
+
     def __init__(self, prefix: str, stream: TextIO | None, type_info: TypeInformation | None = None) -> None:
         self._prefix = prefix
         self._stream = stream
         self._type_info = None if isinstance(type_info, PickledBytesTypeInfo) else type_info
 
     def write(self, element: Any) -> None:
+        """Print the record."""
         self.write_batch([element])
 
     def write_batch(self, elements: list[Any]) -> None:

@@ -22,6 +22,9 @@ from typing import Any
 
 
 class Boundedness(enum.Enum):
+    """Whether a source ends: ``BOUNDED`` (the job finishes when every bounded source has, after a final
+    checkpoint) or ``CONTINUOUS_UNBOUNDED``."""
+
     BOUNDED = "BOUNDED"
     CONTINUOUS_UNBOUNDED = "CONTINUOUS_UNBOUNDED"
 
@@ -80,14 +83,18 @@ class Source(ABC):
     columnar = False
 
     @abstractmethod
-    def get_boundedness(self) -> Boundedness: ...
+    def get_boundedness(self) -> Boundedness:
+        """``BOUNDED`` (the job ends when every reader is done) or ``CONTINUOUS_UNBOUNDED`` (it runs until
+        stopped)."""
 
     @abstractmethod
     def create_splits(self, parallelism: int) -> list[Any]:
         """All splits of a fresh start. Subtask ``i`` gets ``splits[i::parallelism]``."""
 
     @abstractmethod
-    def create_reader(self, context: SourceReaderContext) -> SourceReader: ...
+    def create_reader(self, context: SourceReaderContext) -> SourceReader:
+        """Called by the runtime in every source subtask: the reader that subtask polls for records. Jobs do
+        not call it."""
 
     def validate(self) -> None:
         """Reject a bad configuration when the job is built, with a clear error."""
@@ -119,7 +126,9 @@ class SinkWriter(ABC):
     """Writes the records of one subtask."""
 
     @abstractmethod
-    def write(self, element: Any) -> None: ...
+    def write(self, element: Any) -> None:
+        """Called for each record that reaches the sink subtask: buffer or write it (visible only once
+        committed, for a two-phase-commit sink)."""
 
     def write_batch(self, elements: list[Any]) -> None:
         """Write a whole batch; override when the target takes batches natively."""
@@ -134,7 +143,8 @@ class SinkWriter(ABC):
         """Writer state to keep in the checkpoint (split-distributed on restore)."""
         return []
 
-    def close(self) -> None: ...
+    def close(self) -> None:
+        """Called once when the subtask ends or is cancelled: release files, connections and producers."""
 
 
 class Sink(ABC):
@@ -145,7 +155,9 @@ class Sink(ABC):
     columnar = False
 
     @abstractmethod
-    def create_writer(self, context: SinkWriterContext) -> SinkWriter: ...
+    def create_writer(self, context: SinkWriterContext) -> SinkWriter:
+        """Called by the runtime in every sink subtask: the writer that receives that subtask's records. Jobs
+        do not call it."""
 
     def validate(self) -> None:
         """Reject a bad configuration when the job is built, with a clear error."""
@@ -177,9 +189,12 @@ class Committer(ABC):
     """
 
     @abstractmethod
-    def commit(self, committables: list[Any]) -> None: ...
+    def commit(self, committables: list[Any]) -> None:
+        """Make the given pre-committed output visible, once its checkpoint completed. Called again with the
+        same output after a restore, so it must be idempotent."""
 
-    def close(self) -> None: ...
+    def close(self) -> None:
+        """Release what the committer holds (connections, clients)."""
 
 
 class TwoPhaseCommittingSink(Sink):
@@ -192,4 +207,6 @@ class TwoPhaseCommittingSink(Sink):
     def create_writer(self, context: SinkWriterContext) -> PrecommittingSinkWriter: ...
 
     @abstractmethod
-    def create_committer(self) -> Committer: ...
+    def create_committer(self) -> Committer:
+        """Called by the runtime: the committer that makes a checkpoint's pre-committed output visible once
+        the checkpoint completes."""

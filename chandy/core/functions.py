@@ -47,19 +47,27 @@ class KeyedStateStore(ABC):
     """Where keyed state handles come from (a runtime context, a window's state)."""
 
     @abstractmethod
-    def get_state(self, state_descriptor: ValueStateDescriptor) -> ValueState: ...
+    def get_state(self, state_descriptor: ValueStateDescriptor) -> ValueState:
+        """The current key's value state for this descriptor. Call it in ``open()`` and keep the handle: it
+        always reads and writes the key of the record being processed."""
 
     @abstractmethod
-    def get_list_state(self, state_descriptor: ListStateDescriptor) -> ListState: ...
+    def get_list_state(self, state_descriptor: ListStateDescriptor) -> ListState:
+        """The current key's list state for this descriptor."""
 
     @abstractmethod
-    def get_map_state(self, state_descriptor: MapStateDescriptor) -> MapState: ...
+    def get_map_state(self, state_descriptor: MapStateDescriptor) -> MapState:
+        """The current key's map state for this descriptor."""
 
     @abstractmethod
-    def get_reducing_state(self, state_descriptor: ReducingStateDescriptor) -> ReducingState: ...
+    def get_reducing_state(self, state_descriptor: ReducingStateDescriptor) -> ReducingState:
+        """The current key's reducing state for this descriptor: values added are folded by its reduce
+        function."""
 
     @abstractmethod
-    def get_aggregating_state(self, state_descriptor: AggregatingStateDescriptor) -> AggregatingState: ...
+    def get_aggregating_state(self, state_descriptor: AggregatingStateDescriptor) -> AggregatingState:
+        """The current key's aggregating state for this descriptor: values added are folded by its
+        ``AggregateFunction``."""
 
 
 class TimerService(ABC):
@@ -88,10 +96,13 @@ class TimerService(ABC):
         """Call ``on_timer`` when the watermark reaches ``timestamp``."""
 
     @abstractmethod
-    def delete_processing_time_timer(self, timestamp: int) -> None: ...
+    def delete_processing_time_timer(self, timestamp: int) -> None:
+        """Remove the current key's processing-time timer at ``timestamp`` (nothing happens if there is
+        none)."""
 
     @abstractmethod
-    def delete_event_time_timer(self, timestamp: int) -> None: ...
+    def delete_event_time_timer(self, timestamp: int) -> None:
+        """Remove the current key's event-time timer at ``timestamp`` (nothing happens if there is none)."""
 
 
 class RuntimeContext(KeyedStateStore):
@@ -102,22 +113,27 @@ class RuntimeContext(KeyedStateStore):
     """
 
     @abstractmethod
-    def get_task_name(self) -> str: ...
+    def get_task_name(self) -> str:
+        """The name of the task (the chain of operators) this function runs in."""
 
     @abstractmethod
-    def get_number_of_parallel_subtasks(self) -> int: ...
+    def get_number_of_parallel_subtasks(self) -> int:
+        """The operator's parallelism."""
 
     @abstractmethod
-    def get_max_number_of_parallel_subtasks(self) -> int: ...
+    def get_max_number_of_parallel_subtasks(self) -> int:
+        """The operator's max parallelism: its number of key groups."""
 
     @abstractmethod
-    def get_index_of_this_subtask(self) -> int: ...
+    def get_index_of_this_subtask(self) -> int:
+        """This subtask's index, from 0 to parallelism - 1."""
 
     @abstractmethod
     def get_attempt_number(self) -> int:
         """0 on the first run, then one more after every restart of the job."""
 
     def get_task_name_with_subtasks(self) -> str:
+        """The task's name with this subtask's number, ``name (2/4)``, as logs and the dashboard show it."""
         return (
             f"{self.get_task_name()} ({self.get_index_of_this_subtask() + 1}"
             f"/{self.get_number_of_parallel_subtasks()})"
@@ -145,29 +161,45 @@ class Function:
 
 
 class MapFunction(Function):
+    """Turns each record into exactly one record (``stream.map``)."""
+
     @abstractmethod
-    def map(self, value: Any) -> Any: ...
+    def map(self, value: Any) -> Any:
+        """The output for one record."""
 
 
 class FlatMapFunction(Function):
+    """Turns each record into any number of records (``stream.flat_map``)."""
+
     @abstractmethod
     def flat_map(self, value: Any) -> Iterable[Any] | None:
         """Yield (or return an iterable of) any number of outputs."""
 
 
 class FilterFunction(Function):
+    """Keeps the records for which ``filter`` is true (``stream.filter``)."""
+
     @abstractmethod
-    def filter(self, value: Any) -> bool: ...
+    def filter(self, value: Any) -> bool:
+        """Whether the record is kept."""
 
 
 class ReduceFunction(Function):
+    """Folds two records of the same key (or window) into one (``reduce``); it should be associative."""
+
     @abstractmethod
-    def reduce(self, value1: Any, value2: Any) -> Any: ...
+    def reduce(self, value1: Any, value2: Any) -> Any:
+        """The combination of the value so far and the next record."""
 
 
 class KeySelector(Function):
+    """Picks a record's key (``key_by``): records with equal keys go to the same subtask and share keyed
+    state."""
+
     @abstractmethod
-    def get_key(self, value: Any) -> Any: ...
+    def get_key(self, value: Any) -> Any:
+        """The record's key: hashable, and the same for the same record in every process (a restore finds
+        state by it)."""
 
 
 class Partitioner(Function):
@@ -190,6 +222,9 @@ class ProcessFunction(Function):
     """
 
     class Context(ABC):
+        """What ``process_element`` sees beside the record: its timestamp and the timer service (the
+        watermark and the clock; timers need a keyed stream). Side outputs are yielded."""
+
         @abstractmethod
         def timestamp(self) -> int | None:
             """The record's event timestamp, or ``None`` when it carries none."""
@@ -199,7 +234,9 @@ class ProcessFunction(Function):
             """Time queries; setting timers needs a keyed stream (a clear error here)."""
 
     @abstractmethod
-    def process_element(self, value: Any, ctx: ProcessFunction.Context) -> Iterable[Any] | None: ...
+    def process_element(self, value: Any, ctx: ProcessFunction.Context) -> Iterable[Any] | None:
+        """Called for each record with ``ctx`` (its timestamp, the watermark); yield (or return) outputs, or
+        ``(output_tag, value)`` for a side output."""
 
 
 class KeyedProcessFunction(Function):
@@ -209,6 +246,9 @@ class KeyedProcessFunction(Function):
     """
 
     class Context(ABC):
+        """What ``process_element`` sees beside the record: its timestamp, its key and the timer service for
+        that key."""
+
         @abstractmethod
         def timestamp(self) -> int | None:
             """The record's event timestamp (in ``on_timer``: the timer's), or ``None``."""
@@ -222,12 +262,16 @@ class KeyedProcessFunction(Function):
             """Query time and set timers for the current key."""
 
     class OnTimerContext(Context):
+        """What ``on_timer`` sees: the timer's time domain, its key and the timer service."""
+
         @abstractmethod
         def time_domain(self) -> TimeDomain:
             """Whether the firing timer was set in event time or processing time."""
 
     @abstractmethod
-    def process_element(self, value: Any, ctx: KeyedProcessFunction.Context) -> Iterable[Any] | None: ...
+    def process_element(self, value: Any, ctx: KeyedProcessFunction.Context) -> Iterable[Any] | None:
+        """Called for each record, with its key's state and ``ctx`` (timestamp, current key, timer service);
+        yield (or return) outputs, or ``(output_tag, value)`` for a side output."""
 
     def on_timer(self, timestamp: int, ctx: KeyedProcessFunction.OnTimerContext) -> Iterable[Any] | None:
         """A timer set through ``ctx.timer_service()`` fired; yield outputs as in
@@ -242,10 +286,12 @@ class CoMapFunction(Function):
     keyed streams both may use keyed state, scoped to the record's key."""
 
     @abstractmethod
-    def map1(self, value: Any) -> Any: ...
+    def map1(self, value: Any) -> Any:
+        """The output for a record of the first input."""
 
     @abstractmethod
-    def map2(self, value: Any) -> Any: ...
+    def map2(self, value: Any) -> Any:
+        """The output for a record of the second input."""
 
 
 class CoFlatMapFunction(Function):
@@ -253,10 +299,12 @@ class CoFlatMapFunction(Function):
     an iterable of) any number of outputs for a record of the first / second stream."""
 
     @abstractmethod
-    def flat_map1(self, value: Any) -> Iterable[Any] | None: ...
+    def flat_map1(self, value: Any) -> Iterable[Any] | None:
+        """Called for each record of the first input; yield (or return) any number of outputs."""
 
     @abstractmethod
-    def flat_map2(self, value: Any) -> Iterable[Any] | None: ...
+    def flat_map2(self, value: Any) -> Iterable[Any] | None:
+        """Called for each record of the second input; yield (or return) any number of outputs."""
 
 
 class CoProcessFunction(Function):
@@ -309,11 +357,16 @@ class SinkFunction(Function):
     """Writes records somewhere outside the job (``ds.add_sink(f)``)."""
 
     class Context(ABC):
+        """What ``invoke`` sees beside the record: its timestamp."""
+
         @abstractmethod
-        def timestamp(self) -> int | None: ...
+        def timestamp(self) -> int | None:
+            """The record's event timestamp, or ``None`` when it has none."""
 
     @abstractmethod
-    def invoke(self, value: Any, context: SinkFunction.Context) -> None: ...
+    def invoke(self, value: Any, context: SinkFunction.Context) -> None:
+        """Called for each record that reaches the sink. Writes here are at-least-once at best; a ``Sink``
+        (``sink_to``) commits with the checkpoints for exactly once."""
 
     def finish(self) -> None:
         """Called once when the input has ended (a bounded job), before ``close()``."""
@@ -365,7 +418,8 @@ class FunctionInitializationContext(ABC):
         """True when the job starts from a checkpoint or savepoint (after a failure too)."""
 
     @abstractmethod
-    def get_operator_state_store(self) -> OperatorStateStore: ...
+    def get_operator_state_store(self) -> OperatorStateStore:
+        """Where the function's operator (non-keyed) state lives: list, union and broadcast state by name."""
 
     @abstractmethod
     def get_restored_checkpoint_id(self) -> int | None:
@@ -376,10 +430,12 @@ class FunctionSnapshotContext(ABC):
     """What :meth:`CheckpointedFunction.snapshot_state` gets."""
 
     @abstractmethod
-    def get_checkpoint_id(self) -> int: ...
+    def get_checkpoint_id(self) -> int:
+        """The id of the checkpoint being taken."""
 
     @abstractmethod
-    def get_checkpoint_timestamp(self) -> int: ...
+    def get_checkpoint_timestamp(self) -> int:
+        """When the checkpoint was triggered, in milliseconds since the epoch."""
 
 
 class CheckpointedFunction(ABC):
@@ -391,10 +447,14 @@ class CheckpointedFunction(ABC):
     """
 
     @abstractmethod
-    def snapshot_state(self, context: FunctionSnapshotContext) -> None: ...
+    def snapshot_state(self, context: FunctionSnapshotContext) -> None:
+        """Called when a checkpoint is taken, between records: bring the operator state up to date with what
+        the function holds."""
 
     @abstractmethod
-    def initialize_state(self, context: FunctionInitializationContext) -> None: ...
+    def initialize_state(self, context: FunctionInitializationContext) -> None:
+        """Called before the first record, after a restore too: get your operator state from ``context`` (and
+        whether it was restored)."""
 
 
 class CheckpointListener(ABC):
@@ -406,7 +466,9 @@ class CheckpointListener(ABC):
     """
 
     @abstractmethod
-    def notify_checkpoint_complete(self, checkpoint_id: int) -> None: ...
+    def notify_checkpoint_complete(self, checkpoint_id: int) -> None:
+        """Called once checkpoint ``checkpoint_id`` is complete: the moment to make side effects of the
+        records before it visible (commit), as they can no longer be replayed."""
 
     def notify_checkpoint_aborted(self, checkpoint_id: int) -> None:
         """Checkpoint ``checkpoint_id`` will not complete."""
@@ -417,14 +479,16 @@ class AggregateFunction(Function):
     windows keep one accumulator per key and window instead of every record."""
 
     @abstractmethod
-    def create_accumulator(self) -> Any: ...
+    def create_accumulator(self) -> Any:
+        """A new, empty accumulator, made for every key and window before its first record."""
 
     @abstractmethod
     def add(self, value: Any, accumulator: Any) -> Any:
         """Add ``value``; return the new accumulator (which may be ``accumulator`` itself)."""
 
     @abstractmethod
-    def get_result(self, accumulator: Any) -> Any: ...
+    def get_result(self, accumulator: Any) -> Any:
+        """The result emitted for an accumulator when its window fires."""
 
     @abstractmethod
     def merge(self, acc_a: Any, acc_b: Any) -> Any:
@@ -435,14 +499,18 @@ class WindowFunction(Function, Generic[IN, OUT, KEY, W]):
     """Called once per key and window with all of the window's contents."""
 
     @abstractmethod
-    def apply(self, key: Any, window: W, inputs: Iterable[Any]) -> Iterable[Any] | None: ...
+    def apply(self, key: Any, window: W, inputs: Iterable[Any]) -> Iterable[Any] | None:
+        """Called when a key's window fires, with the key, the window and every record in it; yield (or
+        return) the results."""
 
 
 class AllWindowFunction(Function, Generic[IN, OUT, W]):
     """``WindowFunction`` of a non-keyed (``window_all``) stream."""
 
     @abstractmethod
-    def apply(self, window: W, inputs: Iterable[Any]) -> Iterable[Any] | None: ...
+    def apply(self, window: W, inputs: Iterable[Any]) -> Iterable[Any] | None:
+        """Called when a window of a ``window_all`` stream fires, with every record in it; yield (or return)
+        the results."""
 
 
 class ProcessWindowFunction(Function, Generic[IN, OUT, KEY, W]):
@@ -450,15 +518,20 @@ class ProcessWindowFunction(Function, Generic[IN, OUT, KEY, W]):
     per-window and per-key state). Yield ``(output_tag, value)`` for a side output."""
 
     class Context(ABC, Generic[W2]):
+        """What ``process`` sees beside the records: the window, the watermark and clock, per-window and
+        global keyed state."""
+
         @abstractmethod
         def window(self) -> Any:
             """The window being evaluated (a ``TimeWindow``, ``CountWindow``, ...)."""
 
         @abstractmethod
-        def current_processing_time(self) -> int: ...
+        def current_processing_time(self) -> int:
+            """The current processing time, in milliseconds since the epoch."""
 
         @abstractmethod
-        def current_watermark(self) -> int: ...
+        def current_watermark(self) -> int:
+            """The operator's current event-time watermark."""
 
         @abstractmethod
         def window_state(self) -> KeyedStateStore:
@@ -471,7 +544,9 @@ class ProcessWindowFunction(Function, Generic[IN, OUT, KEY, W]):
     @abstractmethod
     def process(
         self, key: Any, context: ProcessWindowFunction.Context[Any], elements: Iterable[Any]
-    ) -> Iterable[Any] | None: ...
+    ) -> Iterable[Any] | None:
+        """Called when a key's window fires, with the key, a context (the window, watermark, per-window and
+        global state) and every record in it; yield (or return) the results."""
 
     def clear(self, context: ProcessWindowFunction.Context[Any]) -> None:
         """The window is purged: drop what ``window_state`` holds for it."""
@@ -481,26 +556,35 @@ class ProcessAllWindowFunction(Function, Generic[IN, OUT, W]):
     """``ProcessWindowFunction`` of a non-keyed (``window_all``) stream."""
 
     class Context(ABC, Generic[W2]):
+        """What ``process`` sees beside the records: the window, the watermark and clock, per-window and
+        global state."""
+
         @abstractmethod
         def window(self) -> Any:
             """The window being evaluated (a ``TimeWindow``, ``CountWindow``, ...)."""
 
         @abstractmethod
-        def current_processing_time(self) -> int: ...
+        def current_processing_time(self) -> int:
+            """The current processing time, in milliseconds since the epoch."""
 
         @abstractmethod
-        def current_watermark(self) -> int: ...
+        def current_watermark(self) -> int:
+            """The operator's current event-time watermark."""
 
         @abstractmethod
-        def window_state(self) -> KeyedStateStore: ...
+        def window_state(self) -> KeyedStateStore:
+            """State scoped to this window (cleared with it)."""
 
         @abstractmethod
-        def global_state(self) -> KeyedStateStore: ...
+        def global_state(self) -> KeyedStateStore:
+            """State shared by every window of the stream."""
 
     @abstractmethod
     def process(
         self, context: ProcessAllWindowFunction.Context[Any], elements: Iterable[Any]
-    ) -> Iterable[Any] | None: ...
+    ) -> Iterable[Any] | None:
+        """Called when a window of a ``window_all`` stream fires, with a context and every record in it; yield
+        (or return) the results."""
 
     def clear(self, context: ProcessAllWindowFunction.Context[Any]) -> None:
         """The window is purged: drop what ``window_state`` holds for it."""
@@ -519,6 +603,9 @@ class BaseBroadcastProcessFunction(Function):
     """
 
     class BaseContext(ABC):
+        """What both sides of a broadcast process function see: the record's timestamp, the watermark
+        and the clock."""
+
         @abstractmethod
         def timestamp(self) -> int | None:
             """The element's (or firing timer's) event timestamp, or ``None``."""
@@ -561,12 +648,16 @@ class BroadcastProcessFunction(BaseBroadcastProcessFunction, Generic[IN1, IN2, O
     @abstractmethod
     def process_element(
         self, value: Any, ctx: BroadcastProcessFunction.ReadOnlyContext
-    ) -> Iterable[Any] | None: ...
+    ) -> Iterable[Any] | None:
+        """Called for each record of the non-broadcast input, with read-only access to the broadcast state;
+        yield (or return) outputs."""
 
     @abstractmethod
     def process_broadcast_element(
         self, value: Any, ctx: BroadcastProcessFunction.Context
-    ) -> Iterable[Any] | None: ...
+    ) -> Iterable[Any] | None:
+        """Called for each record of the broadcast input, on every subtask, with write access to the broadcast
+        state; yield (or return) outputs."""
 
 
 class KeyedBroadcastProcessFunction(BaseBroadcastProcessFunction, Generic[KEY, IN1, IN2, OUT]):
@@ -619,12 +710,16 @@ class KeyedBroadcastProcessFunction(BaseBroadcastProcessFunction, Generic[KEY, I
     @abstractmethod
     def process_element(
         self, value: Any, ctx: KeyedBroadcastProcessFunction.ReadOnlyContext
-    ) -> Iterable[Any] | None: ...
+    ) -> Iterable[Any] | None:
+        """Called for each record of the keyed input, with its key's state, timers and read-only broadcast
+        state; yield (or return) outputs."""
 
     @abstractmethod
     def process_broadcast_element(
         self, value: Any, ctx: KeyedBroadcastProcessFunction.Context
-    ) -> Iterable[Any] | None: ...
+    ) -> Iterable[Any] | None:
+        """Called for each record of the broadcast input, on every subtask, with write access to the broadcast
+        state and ``apply_to_keyed_state`` over every key's state; yield (or return) outputs."""
 
     def on_timer(
         self, timestamp: int, ctx: KeyedBroadcastProcessFunction.OnTimerContext
@@ -648,7 +743,9 @@ class MapBatchesFunction(Function):
     """
 
     @abstractmethod
-    def map_batch(self, batch: Any) -> Any: ...
+    def map_batch(self, batch: Any) -> Any:
+        """The output rows of one Arrow record batch (a ``RecordBatch``, a dict of columns, or ``None`` for
+        nothing)."""
 
 
 class KeyedBatchState(ABC):
@@ -706,4 +803,6 @@ class KeyedBatchFunction(Function):
     """
 
     @abstractmethod
-    def process_batch(self, batch: Any, state: KeyedBatchState) -> Any: ...
+    def process_batch(self, batch: Any, state: KeyedBatchState) -> Any:
+        """Called with a batch grouped by key and its keys' columnar state (``state.keys``, ``state.offsets``,
+        one value per key): update the state and return the output columns."""

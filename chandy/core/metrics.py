@@ -79,7 +79,8 @@ class Counter(Metric):
         """Subtract ``n``."""
 
     @abstractmethod
-    def get_count(self) -> int: ...
+    def get_count(self) -> int:
+        """The current count."""
 
 
 class Meter(Metric):
@@ -106,7 +107,8 @@ class Distribution(Metric):
     __slots__ = ()
 
     @abstractmethod
-    def update(self, value: int | float) -> None: ...
+    def update(self, value: int | float) -> None:
+        """Record one value of the distribution."""
 
 
 class Histogram(Metric):
@@ -115,7 +117,8 @@ class Histogram(Metric):
     __slots__ = ()
 
     @abstractmethod
-    def update(self, value: int | float) -> None: ...
+    def update(self, value: int | float) -> None:
+        """Record one value of the histogram."""
 
     @abstractmethod
     def get_count(self) -> int:
@@ -140,6 +143,7 @@ class HistogramStatistics:
         self._values = sorted(values)
 
     def get_quantile(self, quantile: float) -> float:
+        """The value below which the fraction ``quantile`` of the recorded values lie."""
         if not 0.0 <= quantile <= 1.0:
             raise ValueError(f"a quantile is between 0 and 1, got {quantile}")
         values = self._values
@@ -156,15 +160,19 @@ class HistogramStatistics:
         return float(lower + (position - below) * (upper - lower))
 
     def get_values(self) -> list[int | float]:
+        """The recorded values (the histogram's window)."""
         return list(self._values)
 
     def size(self) -> int:
+        """How many values the statistics are over."""
         return len(self._values)
 
     def get_mean(self) -> float:
+        """The mean of the values."""
         return math.fsum(self._values) / len(self._values) if self._values else 0.0
 
     def get_std_dev(self) -> float:
+        """The standard deviation of the values."""
         n = len(self._values)
         if n < 2:
             return 0.0
@@ -172,7 +180,9 @@ class HistogramStatistics:
         return math.sqrt(math.fsum((v - mean) ** 2 for v in self._values) / (n - 1))
 
     def get_max(self) -> float:
+        """The largest value."""
         return float(self._values[-1]) if self._values else 0.0
 
     def get_min(self) -> float:
+        """The smallest value."""
         return float(self._values[0]) if self._values else 0.0

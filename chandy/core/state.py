@@ -63,6 +63,8 @@ class StateTtlConfig:
         """Which cleanups of expired state run, besides the removal on read that always runs."""
 
         class Strategies(enum.Enum):
+            """The kinds of cleanup of expired state, PyFlink's names."""
+
             FULL_STATE_SCAN_SNAPSHOT = 0
             INCREMENTAL_CLEANUP = 1
             ROCKSDB_COMPACTION_FILTER = 2
@@ -87,9 +89,11 @@ class StateTtlConfig:
                 self._run_cleanup_for_every_record = bool(run_cleanup_for_every_record)
 
             def get_cleanup_size(self) -> int:
+                """How many entries each incremental cleanup step looks at."""
                 return self._cleanup_size
 
             def run_cleanup_for_every_record(self) -> bool:
+                """Whether a cleanup step also runs for every record processed."""
                 return self._run_cleanup_for_every_record
 
         class RocksdbCompactFilterCleanupStrategy(CleanupStrategy):
@@ -103,9 +107,13 @@ class StateTtlConfig:
                 self._periodic_compaction_time = periodic_compaction_time or Duration.of_days(30)
 
             def get_query_time_after_num_entries(self) -> int:
+                """After how many entries RocksDB's compaction filter reads the clock again (PyFlink's
+                setting; kept for compatibility)."""
                 return self._query_time_after_num_entries
 
             def get_periodic_compaction_time(self) -> Duration:
+                """How often RocksDB compacts to drop expired entries (PyFlink's setting; kept for
+                compatibility)."""
                 return self._periodic_compaction_time
 
         EMPTY_STRATEGY = EmptyCleanupStrategy()
@@ -121,9 +129,11 @@ class StateTtlConfig:
             self._is_cleanup_in_background = is_cleanup_in_background
 
         def is_cleanup_in_background(self) -> bool:
+            """Whether expired entries are also removed in the background, not only when read."""
             return self._is_cleanup_in_background
 
         def in_full_snapshot(self) -> bool:
+            """Whether expired entries are left out of full snapshots."""
             return StateTtlConfig.CleanupStrategies.Strategies.FULL_STATE_SCAN_SNAPSHOT in self._strategies
 
         def get_incremental_cleanup_strategy(
@@ -140,6 +150,7 @@ class StateTtlConfig:
         def get_rocksdb_compact_filter_cleanup_strategy(
             self,
         ) -> StateTtlConfig.CleanupStrategies.RocksdbCompactFilterCleanupStrategy | None:
+            """The RocksDB compaction-filter cleanup settings, or ``None``."""
             strategies = StateTtlConfig.CleanupStrategies
             configured = self._strategies.get(strategies.Strategies.ROCKSDB_COMPACTION_FILTER)
             if isinstance(configured, strategies.RocksdbCompactFilterCleanupStrategy):
@@ -166,24 +177,35 @@ class StateTtlConfig:
 
     @staticmethod
     def new_builder(ttl: Time | Duration) -> StateTtlConfig.Builder:
+        """Start a time-to-live configuration: values expire ``ttl`` after they were last written (see the
+        builder for reads and visibility)."""
         return StateTtlConfig.Builder(ttl)
 
     def get_update_type(self) -> StateTtlConfig.UpdateType:
+        """What refreshes a value's time to live: its writes (``OnCreateAndWrite``) or also its reads
+        (``OnReadAndWrite``)."""
         return self._update_type
 
     def get_state_visibility(self) -> StateTtlConfig.StateVisibility:
+        """Whether an expired value that was not cleaned up yet is still returned
+        (``ReturnExpiredIfNotCleanedUp``) or never (``NeverReturnExpired``)."""
         return self._state_visibility
 
     def get_ttl(self) -> Time | Duration:
+        """How long a value lives after the write (or read) that last refreshed it."""
         return self._ttl
 
     def get_ttl_time_characteristic(self) -> StateTtlConfig.TtlTimeCharacteristic:
+        """The clock time-to-live is measured in (processing time, as in Flink)."""
         return self._ttl_time_characteristic
 
     def is_enabled(self) -> bool:
+        """Whether values expire (an update type other than ``Disabled``)."""
         return self._update_type is not StateTtlConfig.UpdateType.Disabled
 
     def get_cleanup_strategies(self) -> StateTtlConfig.CleanupStrategies:
+        """Which cleanups of expired entries run besides the removal on read, which always runs (expired
+        entries are never written into a checkpoint)."""
         return self._cleanup_strategies
 
     def ttl_milliseconds(self) -> int:
@@ -215,9 +237,11 @@ class StateTtlConfig:
             return self
 
         def update_ttl_on_create_and_write(self) -> StateTtlConfig.Builder:
+            """Refresh a value's time to live when it is written (the default)."""
             return self.set_update_type(StateTtlConfig.UpdateType.OnCreateAndWrite)
 
         def update_ttl_on_read_and_write(self) -> StateTtlConfig.Builder:
+            """Refresh a value's time to live when it is read too: values in use never expire."""
             return self.set_update_type(StateTtlConfig.UpdateType.OnReadAndWrite)
 
         def set_state_visibility(
@@ -230,20 +254,24 @@ class StateTtlConfig:
             return self
 
         def return_expired_if_not_cleaned_up(self) -> StateTtlConfig.Builder:
+            """Let a read return an expired value that was not removed yet (it is removed then)."""
             return self.set_state_visibility(StateTtlConfig.StateVisibility.ReturnExpiredIfNotCleanedUp)
 
         def never_return_expired(self) -> StateTtlConfig.Builder:
+            """Never return an expired value (the default)."""
             return self.set_state_visibility(StateTtlConfig.StateVisibility.NeverReturnExpired)
 
         def set_ttl_time_characteristic(
             self, ttl_time_characteristic: StateTtlConfig.TtlTimeCharacteristic
         ) -> StateTtlConfig.Builder:
+            """The clock time to live is measured in; processing time is the only one, as in Flink."""
             self._ttl_time_characteristic = _setting(
                 "set_ttl_time_characteristic", ttl_time_characteristic, StateTtlConfig.TtlTimeCharacteristic
             )
             return self
 
         def use_processing_time(self) -> StateTtlConfig.Builder:
+            """Measure time to live in processing time (the only choice, as in Flink)."""
             return self.set_ttl_time_characteristic(StateTtlConfig.TtlTimeCharacteristic.ProcessingTime)
 
         def cleanup_full_snapshot(self) -> StateTtlConfig.Builder:
@@ -285,10 +313,12 @@ class StateTtlConfig:
             return self
 
         def set_ttl(self, ttl: Time | Duration) -> StateTtlConfig.Builder:
+            """How long a value lives after the access that last refreshed it."""
             self._ttl = _checked_ttl(ttl)
             return self
 
         def build(self) -> StateTtlConfig:
+            """The configuration, to give to a state descriptor's ``enable_time_to_live``."""
             return StateTtlConfig(
                 self._update_type,
                 self._state_visibility,
@@ -329,6 +359,8 @@ class StateDescriptor:
         self._ttl_config: StateTtlConfig | None = None
 
     def get_name(self) -> str:
+        """The state's name: what a checkpoint files it under, so a restore finds it only under the same
+        name."""
         return self.name
 
     def enable_time_to_live(self, ttl_config: StateTtlConfig) -> None:
@@ -405,6 +437,7 @@ class AggregatingStateDescriptor(StateDescriptor):
         self.agg_function = agg_function
 
     def get_agg_function(self) -> Any:
+        """The ``AggregateFunction`` that folds the values added to the state."""
         return self.agg_function
 
 
@@ -417,6 +450,9 @@ class State(ABC):
 
 
 class ValueState(State):
+    """Keyed state holding one value per key: ``value()`` reads it (``None`` when unset), ``update`` writes
+    it, ``clear`` removes it."""
+
     @abstractmethod
     def value(self) -> Any:
         """The value for the current key, or ``None``."""
@@ -427,15 +463,20 @@ class ValueState(State):
 
 
 class ListState(State):
+    """Keyed state holding a list of values per key; ``get`` returns them, ``add`` appends, ``update``
+    replaces."""
+
     @abstractmethod
     def get(self) -> Iterable[Any]:
         """The values for the current key (empty if none)."""
 
     @abstractmethod
-    def add(self, value: Any) -> None: ...
+    def add(self, value: Any) -> None:
+        """Append a value to the current key's list."""
 
     @abstractmethod
-    def add_all(self, values: Iterable[Any]) -> None: ...
+    def add_all(self, values: Iterable[Any]) -> None:
+        """Append every value to the current key's list."""
 
     @abstractmethod
     def update(self, values: Iterable[Any]) -> None:
@@ -497,6 +538,8 @@ class MapState(_WritableMap):
 
 
 class ReducingState(State):
+    """Keyed state holding one value per key, which ``add`` folds with its reduce function."""
+
     @abstractmethod
     def get(self) -> Any:
         """The folded value for the current key, or ``None``."""

@@ -35,32 +35,40 @@ class Duration:
 
     @staticmethod
     def of_millis(millis: int) -> Duration:
+        """A duration of ``millis`` milliseconds."""
         return Duration(int(millis))
 
     @staticmethod
     def of_seconds(seconds: int) -> Duration:
+        """A duration of ``seconds`` seconds."""
         return Duration(int(seconds * 1000))
 
     @staticmethod
     def of_minutes(minutes: int) -> Duration:
+        """A duration of ``minutes`` minutes."""
         return Duration(int(minutes * 60_000))
 
     @staticmethod
     def of_hours(hours: int) -> Duration:
+        """A duration of ``hours`` hours."""
         return Duration(int(hours * 3_600_000))
 
     @staticmethod
     def of_days(days: int) -> Duration:
+        """A duration of ``days`` days."""
         return Duration(int(days * 86_400_000))
 
     @staticmethod
     def of_nanos(nanos: int) -> Duration:
+        """A duration of ``nanos`` nanoseconds (kept in milliseconds, as every time in chandy is)."""
         return Duration(int(nanos // 1_000_000))
 
     def to_milliseconds(self) -> int:
+        """The duration in milliseconds."""
         return self._millis
 
     def to_millis(self) -> int:
+        """The duration in milliseconds (PyFlink's name)."""
         return self._millis
 
     def __eq__(self, other: object) -> bool:
@@ -82,26 +90,32 @@ class Time:
         self._millis = int(milliseconds)
 
     def to_milliseconds(self) -> int:
+        """The span in milliseconds."""
         return self._millis
 
     @staticmethod
     def milliseconds(milliseconds: int) -> Time:
+        """A time span of ``milliseconds`` milliseconds."""
         return Time(milliseconds)
 
     @staticmethod
     def seconds(seconds: int) -> Time:
+        """A time span of ``seconds`` seconds."""
         return Time(seconds * 1000)
 
     @staticmethod
     def minutes(minutes: int) -> Time:
+        """A time span of ``minutes`` minutes."""
         return Time(minutes * 60_000)
 
     @staticmethod
     def hours(hours: int) -> Time:
+        """A time span of ``hours`` hours."""
         return Time(hours * 3_600_000)
 
     @staticmethod
     def days(days: int) -> Time:
+        """A time span of ``days`` days."""
         return Time(days * 86_400_000)
 
     def __eq__(self, other: object) -> bool:

@@ -73,12 +73,16 @@ class TypeInformation:
         return ()
 
     def need_conversion(self) -> bool:
+        """Whether values of this type are converted between their Python form and the form they are stored in
+        (PyFlink's API; chandy stores Python values as they are)."""
         return False
 
     def to_internal_type(self, obj: Any) -> Any:
+        """The stored form of a value (the value itself in chandy)."""
         return obj
 
     def from_internal_type(self, obj: Any) -> Any:
+        """The Python value of a stored one (the value itself in chandy)."""
         return obj
 
     def __eq__(self, other: object) -> bool:
@@ -137,50 +141,62 @@ class BasicTypeInfo(TypeInformation):
 
     @staticmethod
     def STRING_TYPE_INFO() -> BasicTypeInfo:
+        """The type of text values (Python ``str``)."""
         return BasicTypeInfo(BasicType.STRING)
 
     @staticmethod
     def BOOLEAN_TYPE_INFO() -> BasicTypeInfo:
+        """The type of ``bool`` values."""
         return BasicTypeInfo(BasicType.BOOLEAN)
 
     @staticmethod
     def BYTE_TYPE_INFO() -> BasicTypeInfo:
+        """The type of 8-bit integers (Python ``int``)."""
         return BasicTypeInfo(BasicType.BYTE)
 
     @staticmethod
     def SHORT_TYPE_INFO() -> BasicTypeInfo:
+        """The type of 16-bit integers (Python ``int``)."""
         return BasicTypeInfo(BasicType.SHORT)
 
     @staticmethod
     def INT_TYPE_INFO() -> BasicTypeInfo:
+        """The type of 32-bit integers (Python ``int``)."""
         return BasicTypeInfo(BasicType.INT)
 
     @staticmethod
     def LONG_TYPE_INFO() -> BasicTypeInfo:
+        """The type of 64-bit integers (Python ``int``)."""
         return BasicTypeInfo(BasicType.LONG)
 
     @staticmethod
     def FLOAT_TYPE_INFO() -> BasicTypeInfo:
+        """The type of 32-bit floats (Python ``float``, rounded to 32 bits where PyFlink rounds)."""
         return BasicTypeInfo(BasicType.FLOAT)
 
     @staticmethod
     def DOUBLE_TYPE_INFO() -> BasicTypeInfo:
+        """The type of 64-bit floats (Python ``float``)."""
         return BasicTypeInfo(BasicType.DOUBLE)
 
     @staticmethod
     def CHAR_TYPE_INFO() -> BasicTypeInfo:
+        """The type of single characters (a one-character ``str``)."""
         return BasicTypeInfo(BasicType.CHAR)
 
     @staticmethod
     def BIG_INT_TYPE_INFO() -> BasicTypeInfo:
+        """The type of integers of any size (Python ``int``)."""
         return BasicTypeInfo(BasicType.BIG_INT)
 
     @staticmethod
     def BIG_DEC_TYPE_INFO() -> BasicTypeInfo:
+        """The type of decimals (``decimal.Decimal``)."""
         return BasicTypeInfo(BasicType.BIG_DEC)
 
     @staticmethod
     def INSTANT_TYPE_INFO() -> InstantTypeInfo:
+        """The type of points in time (:class:`Instant`)."""
         return InstantTypeInfo(BasicType.INSTANT)
 
 
@@ -195,14 +211,17 @@ class SqlTimeTypeInfo:
 
     @staticmethod
     def DATE() -> DateTypeInfo:
+        """The type of dates (``datetime.date``)."""
         return DateTypeInfo()
 
     @staticmethod
     def TIME() -> TimeTypeInfo:
+        """The type of times of day (``datetime.time``)."""
         return TimeTypeInfo()
 
     @staticmethod
     def TIMESTAMP() -> TimestampTypeInfo:
+        """The type of timestamps (``datetime.datetime``)."""
         return TimestampTypeInfo()
 
 
@@ -273,6 +292,7 @@ class ListTypeInfo(_ElementTypeInfo):
 
     @property
     def elem_type(self) -> TypeInformation:
+        """The type of the list's elements."""
         return self._element_type
 
 
@@ -301,6 +321,7 @@ class TupleTypeInfo(TypeInformation):
         self._field_types = list(field_types)
 
     def get_field_types(self) -> list[TypeInformation]:
+        """The fields' types, in order."""
         return self._field_types
 
     def _identity(self) -> tuple[Any, ...]:
@@ -331,6 +352,7 @@ class RowTypeInfo(TypeInformation):
         self._field_names = list(field_names) if field_names is not None else None
 
     def get_field_names(self) -> list[str]:
+        """The fields' names (``f0``, ``f1``, ... when the row type has none)."""
         if self._field_names is None:
             return [f"f{i}" for i in range(len(self._field_types))]
         return self._field_names
@@ -342,6 +364,7 @@ class RowTypeInfo(TypeInformation):
         return -1
 
     def get_field_types(self) -> list[TypeInformation]:
+        """The fields' types, in order."""
         return self._field_types
 
     def _identity(self) -> tuple[Any, ...]:
@@ -359,6 +382,8 @@ class LocalTimeTypeInfo(TypeInformation):
     """A ``java.time`` local date, time or date-time."""
 
     class TimeType(enum.Enum):
+        """Which local time a ``LocalTimeTypeInfo`` holds: a date, a time of day, or both."""
+
         LOCAL_DATE = 0
         LOCAL_TIME = 1
         LOCAL_DATE_TIME = 2
@@ -398,98 +423,123 @@ class Types:
 
     @staticmethod
     def STRING() -> TypeInformation:
+        """Text values (``str``)."""
         return BasicTypeInfo(BasicType.STRING)
 
     @staticmethod
     def BYTE() -> TypeInformation:
+        """8-bit integers."""
         return BasicTypeInfo(BasicType.BYTE)
 
     @staticmethod
     def BOOLEAN() -> TypeInformation:
+        """``True``/``False``."""
         return BasicTypeInfo(BasicType.BOOLEAN)
 
     @staticmethod
     def SHORT() -> TypeInformation:
+        """16-bit integers."""
         return BasicTypeInfo(BasicType.SHORT)
 
     @staticmethod
     def INT() -> TypeInformation:
+        """32-bit integers."""
         return BasicTypeInfo(BasicType.INT)
 
     @staticmethod
     def LONG() -> TypeInformation:
+        """64-bit integers: typed state of this type is kept as data, never pickled."""
         return BasicTypeInfo(BasicType.LONG)
 
     @staticmethod
     def FLOAT() -> TypeInformation:
+        """32-bit floats (a typed ``from_collection`` rounds them to 32 bits, as PyFlink does)."""
         return BasicTypeInfo(BasicType.FLOAT)
 
     @staticmethod
     def DOUBLE() -> TypeInformation:
+        """64-bit floats."""
         return BasicTypeInfo(BasicType.DOUBLE)
 
     @staticmethod
     def CHAR() -> TypeInformation:
+        """Single characters."""
         return BasicTypeInfo(BasicType.CHAR)
 
     @staticmethod
     def BIG_INT() -> TypeInformation:
+        """Integers of any size."""
         return BasicTypeInfo(BasicType.BIG_INT)
 
     @staticmethod
     def BIG_DEC() -> TypeInformation:
+        """Decimals (``decimal.Decimal``)."""
         return BasicTypeInfo(BasicType.BIG_DEC)
 
     @staticmethod
     def INSTANT() -> TypeInformation:
+        """Points in time (:class:`Instant`)."""
         return InstantTypeInfo(BasicType.INSTANT)
 
     @staticmethod
     def SQL_DATE() -> TypeInformation:
+        """Dates (``datetime.date``)."""
         return DateTypeInfo()
 
     @staticmethod
     def SQL_TIME() -> TypeInformation:
+        """Times of day (``datetime.time``)."""
         return TimeTypeInfo()
 
     @staticmethod
     def SQL_TIMESTAMP() -> TypeInformation:
+        """Timestamps (``datetime.datetime``)."""
         return TimestampTypeInfo()
 
     @staticmethod
     def PICKLED_BYTE_ARRAY() -> TypeInformation:
+        """Any picklable Python value: the type to declare when no other fits (state of this type is pickled,
+        and a restore unpickles it restrictedly)."""
         return PickledBytesTypeInfo()
 
     @staticmethod
     def ROW(field_types: Sequence[TypeInformation]) -> TypeInformation:
+        """Rows with these field types, named ``f0``, ``f1``, ..."""
         return RowTypeInfo(field_types)
 
     @staticmethod
     def ROW_NAMED(field_names: Sequence[str], field_types: Sequence[TypeInformation]) -> TypeInformation:
+        """Rows with these named fields: a record arrives as a :class:`Row`, so ``row.name`` works."""
         return RowTypeInfo(field_types, field_names)
 
     @staticmethod
     def TUPLE(field_types: Sequence[TypeInformation]) -> TypeInformation:
+        """Tuples with these field types."""
         return TupleTypeInfo(field_types)
 
     @staticmethod
     def PRIMITIVE_ARRAY(element_type: TypeInformation) -> TypeInformation:
+        """Arrays of a primitive type (a Python list)."""
         return PrimitiveArrayTypeInfo(element_type)
 
     @staticmethod
     def BASIC_ARRAY(element_type: TypeInformation) -> TypeInformation:
+        """Arrays of a basic type (a Python list)."""
         return BasicArrayTypeInfo(element_type)
 
     @staticmethod
     def OBJECT_ARRAY(element_type: TypeInformation) -> TypeInformation:
+        """Arrays of any type (a Python list)."""
         return ObjectArrayTypeInfo(element_type)
 
     @staticmethod
     def MAP(key_type_info: TypeInformation, value_type_info: TypeInformation) -> TypeInformation:
+        """Dicts with these key and value types."""
         return MapTypeInfo(key_type_info, value_type_info)
 
     @staticmethod
     def LIST(element_type_info: TypeInformation) -> TypeInformation:
+        """Lists of this element type."""
         return ListTypeInfo(element_type_info)
 
 
@@ -506,10 +556,12 @@ class Instant:
         self.nanos = nanos
 
     def to_epoch_milli(self) -> int:
+        """Milliseconds since the epoch."""
         return self.seconds * 1000 + self.nanos // 1_000_000
 
     @staticmethod
     def of_epoch_milli(epoch_milli: int) -> Instant:
+        """The instant ``epoch_milli`` milliseconds after the epoch."""
         seconds, millis = divmod(epoch_milli, 1000)
         return Instant(seconds, millis * 1_000_000)
 
@@ -602,14 +654,17 @@ class Row:
         return {name: _as_plain(value) for name, value in zip(self._fields, self._values, strict=False)}
 
     def get_row_kind(self) -> RowKind:
+        """The row's kind (insert, update before/after, delete), as PyFlink's changelog rows carry it."""
         return self._row_kind
 
     def set_row_kind(self, row_kind: RowKind) -> None:
+        """Set the row's kind (a ``RowKind``)."""
         if not isinstance(row_kind, RowKind):
             raise TypeError(f"set_row_kind() takes a RowKind, got {row_kind!r}")
         self._row_kind = row_kind
 
     def set_field_names(self, field_names: Sequence[str]) -> None:
+        """Name the row's fields, so that ``row.name`` and ``row['name']`` work."""
         self._fields = list(field_names)
 
     def get_fields_by_names(self, names: Sequence[str]) -> list[Any]:

@@ -43,6 +43,8 @@ class WatermarkGenerator:
         self._max_timestamp = MIN_TIMESTAMP + out_of_orderness_ms + 1
 
     def on_timestamps(self, timestamps: list[int]) -> None:
+        """Called with the timestamps of each batch a subtask emits, so the next watermark can follow the
+        largest seen."""
         top = max(timestamps)
         self._max_timestamp = max(self._max_timestamp, top)
 
@@ -135,10 +137,13 @@ class WatermarkStrategy:
 
     @property
     def emits_watermarks(self) -> bool:
+        """Whether the strategy generates watermarks at all (``no_watermarks()`` does not)."""
         return self._out_of_orderness_ms is not None
 
     @property
     def idle_timeout_ms(self) -> int | None:
+        """After how many milliseconds without records a source subtask is marked idle (``with_idleness``), or
+        ``None``."""
         return self._idle_timeout_ms
 
     def create_timestamp_extractor(self) -> Callable[[Any, int], int] | None:
@@ -152,6 +157,8 @@ class WatermarkStrategy:
         return assigner
 
     def create_watermark_generator(self) -> WatermarkGenerator:
+        """Called by the runtime in every subtask that assigns timestamps: a new generator that turns the
+        timestamps seen into watermarks."""
         if self._out_of_orderness_ms is None:
             return NoWatermarksGenerator()
         return WatermarkGenerator(self._out_of_orderness_ms)

@@ -187,6 +187,7 @@ class GlobalWindow(Window):
 
     @staticmethod
     def get() -> GlobalWindow:
+        """The one global window (every record of a key falls in it)."""
         return _GLOBAL_WINDOW
 
     def max_timestamp(self) -> int:
@@ -221,9 +222,11 @@ class TriggerResult(enum.Enum):
     PURGE = (False, True)
 
     def is_fire(self) -> bool:
+        """Whether the window is evaluated (its function called)."""
         return bool(self.value[0])
 
     def is_purge(self) -> bool:
+        """Whether the window's contents are dropped."""
         return bool(self.value[1])
 
 
@@ -241,10 +244,12 @@ class Trigger(ABC, Generic[T, W]):
         """Timers and state of the current key and window, for a trigger."""
 
         @abstractmethod
-        def get_current_processing_time(self) -> int: ...
+        def get_current_processing_time(self) -> int:
+            """The current processing time, in milliseconds since the epoch."""
 
         @abstractmethod
-        def get_current_watermark(self) -> int: ...
+        def get_current_watermark(self) -> int:
+            """The operator's current event-time watermark."""
 
         @abstractmethod
         def register_processing_time_timer(self, time: int) -> None:
@@ -255,10 +260,12 @@ class Trigger(ABC, Generic[T, W]):
             """Call :meth:`Trigger.on_event_time` once the watermark reaches ``time``."""
 
         @abstractmethod
-        def delete_processing_time_timer(self, time: int) -> None: ...
+        def delete_processing_time_timer(self, time: int) -> None:
+            """Remove this window's processing-time timer at ``time``."""
 
         @abstractmethod
-        def delete_event_time_timer(self, time: int) -> None: ...
+        def delete_event_time_timer(self, time: int) -> None:
+            """Remove this window's event-time timer at ``time``."""
 
         @abstractmethod
         def get_partitioned_state(self, state_descriptor: StateDescriptor) -> State:
@@ -329,6 +336,7 @@ class EventTimeTrigger(Trigger[Any, TimeWindow]):
 
     @staticmethod
     def create() -> EventTimeTrigger:
+        """The event-time windows' default trigger: fire once the watermark passes the window's end."""
         return EventTimeTrigger()
 
     def __repr__(self) -> str:
@@ -363,6 +371,7 @@ class ProcessingTimeTrigger(Trigger[Any, TimeWindow]):
 
     @staticmethod
     def create() -> ProcessingTimeTrigger:
+        """The processing-time windows' default trigger: fire once the clock passes the window's end."""
         return ProcessingTimeTrigger()
 
     def __repr__(self) -> str:
@@ -433,6 +442,8 @@ class ContinuousEventTimeTrigger(_ContinuousTrigger):
 
     @staticmethod
     def of(interval: Any) -> ContinuousEventTimeTrigger:
+        """A trigger that fires early results every ``interval`` of event time (as the watermark passes), and
+        at the window's end."""
         return ContinuousEventTimeTrigger(interval)
 
     def _register(self, time: int, ctx: Trigger.TriggerContext) -> None:
@@ -470,6 +481,8 @@ class ContinuousProcessingTimeTrigger(_ContinuousTrigger):
 
     @staticmethod
     def of(interval: Any) -> ContinuousProcessingTimeTrigger:
+        """A trigger that fires early results every ``interval`` of processing time, and at the window's
+        end."""
         return ContinuousProcessingTimeTrigger(interval)
 
     def _register(self, time: int, ctx: Trigger.TriggerContext) -> None:
@@ -504,6 +517,7 @@ class CountTrigger(Trigger[Any, Window]):
 
     @staticmethod
     def of(window_size: int) -> CountTrigger:
+        """A trigger that fires once a window holds ``window_size`` records."""
         return CountTrigger(window_size)
 
     def on_element(
@@ -544,6 +558,7 @@ class PurgingTrigger(Trigger[Any, Window]):
 
     @staticmethod
     def of(nested_trigger: Trigger[Any, Any]) -> PurgingTrigger:
+        """Wrap ``nested_trigger`` so that every firing also purges the window's contents."""
         return PurgingTrigger(nested_trigger)
 
     @staticmethod
@@ -618,10 +633,13 @@ class WindowAssigner(ABC, Generic[T, W]):
         """What an assigner may ask: the processing time, the runtime context (keyed state)."""
 
         @abstractmethod
-        def get_current_processing_time(self) -> int: ...
+        def get_current_processing_time(self) -> int:
+            """The current processing time, in milliseconds since the epoch (what processing-time assigners
+            use)."""
 
         @abstractmethod
-        def get_runtime_context(self) -> RuntimeContext: ...
+        def get_runtime_context(self) -> RuntimeContext:
+            """The runtime context of the window operator's subtask."""
 
     @abstractmethod
     def assign_windows(
@@ -642,6 +660,9 @@ class MergingWindowAssigner(WindowAssigner[T, W]):
     """An assigner whose windows may merge (sessions)."""
 
     class MergeCallback(ABC, Generic[W2]):
+        """How a merging assigner reports merges: ``merge(windows, result)`` for each group of windows that
+        become one."""
+
         @abstractmethod
         def merge(self, to_be_merged: Iterable[W2], merge_result: W2) -> None:
             """The windows ``to_be_merged`` become the one window ``merge_result``."""
@@ -713,6 +734,7 @@ class TumblingProcessingTimeWindows(_TumblingWindows):
 
     @staticmethod
     def of(size: Any, offset: Any = None) -> TumblingProcessingTimeWindows:
+        """Back-to-back processing-time windows of ``size``, aligned to the epoch plus ``offset``."""
         return TumblingProcessingTimeWindows(size, offset)
 
     def assign_windows(
@@ -754,6 +776,8 @@ class SlidingEventTimeWindows(_SlidingWindows):
 
     @staticmethod
     def of(size: Any, slide: Any, offset: Any = None) -> SlidingEventTimeWindows:
+        """Event-time windows of ``size`` starting every ``slide`` (a record falls in size/slide of them),
+        aligned to the epoch plus ``offset``."""
         return SlidingEventTimeWindows(size, slide, offset)
 
     def assign_windows(
@@ -771,6 +795,8 @@ class SlidingProcessingTimeWindows(_SlidingWindows):
 
     @staticmethod
     def of(size: Any, slide: Any, offset: Any = None) -> SlidingProcessingTimeWindows:
+        """Processing-time windows of ``size`` starting every ``slide``, aligned to the epoch plus
+        ``offset``."""
         return SlidingProcessingTimeWindows(size, slide, offset)
 
     def assign_windows(
@@ -845,12 +871,14 @@ class EventTimeSessionWindows(_SessionWindows):
 
     @staticmethod
     def with_gap(size: Any) -> EventTimeSessionWindows:
+        """Event-time sessions: a key's records closer than ``size`` to each other fall in one window."""
         return EventTimeSessionWindows(size)
 
     @staticmethod
     def with_dynamic_gap(
         extractor: SessionWindowTimeGapExtractor | Callable[[Any], Any],
     ) -> DynamicEventTimeSessionWindows:
+        """Event-time sessions whose gap is taken from each record by ``extractor`` (milliseconds)."""
         return DynamicEventTimeSessionWindows(extractor)
 
     def assign_windows(
@@ -871,6 +899,7 @@ class DynamicEventTimeSessionWindows(EventTimeSessionWindows):
     def with_dynamic_gap(
         extractor: SessionWindowTimeGapExtractor | Callable[[Any], Any],
     ) -> DynamicEventTimeSessionWindows:
+        """Event-time sessions whose gap is taken from each record by ``extractor`` (milliseconds)."""
         return DynamicEventTimeSessionWindows(extractor)
 
 
@@ -881,12 +910,15 @@ class ProcessingTimeSessionWindows(_SessionWindows):
 
     @staticmethod
     def with_gap(size: Any) -> ProcessingTimeSessionWindows:
+        """Processing-time sessions: a key's records that arrive closer than ``size`` to each other fall in
+        one window."""
         return ProcessingTimeSessionWindows(size)
 
     @staticmethod
     def with_dynamic_gap(
         extractor: SessionWindowTimeGapExtractor | Callable[[Any], Any],
     ) -> DynamicProcessingTimeSessionWindows:
+        """Processing-time sessions whose gap is taken from each record by ``extractor`` (milliseconds)."""
         return DynamicProcessingTimeSessionWindows(extractor)
 
     def assign_windows(
@@ -905,6 +937,7 @@ class DynamicProcessingTimeSessionWindows(ProcessingTimeSessionWindows):
     def with_dynamic_gap(
         extractor: SessionWindowTimeGapExtractor | Callable[[Any], Any],
     ) -> DynamicProcessingTimeSessionWindows:
+        """Processing-time sessions whose gap is taken from each record by ``extractor`` (milliseconds)."""
         return DynamicProcessingTimeSessionWindows(extractor)
 
 
@@ -918,6 +951,8 @@ class GlobalWindows(WindowAssigner[Any, GlobalWindow]):
 
     @staticmethod
     def create() -> GlobalWindows:
+        """One window per key that never ends: give it a trigger (``CountTrigger``, say), or it never
+        fires."""
         return GlobalWindows()
 
     def get_default_trigger(self, env: Any = None) -> Trigger[Any, GlobalWindow]:
@@ -942,6 +977,7 @@ class CountTumblingWindowAssigner(WindowAssigner[Any, CountWindow]):
 
     @staticmethod
     def of(window_size: int) -> CountTumblingWindowAssigner:
+        """Back-to-back windows of ``window_size`` records of a key (``count_window(size)``)."""
         return CountTumblingWindowAssigner(window_size)
 
     def assign_windows(
@@ -977,6 +1013,8 @@ class CountSlidingWindowAssigner(WindowAssigner[Any, CountWindow]):
 
     @staticmethod
     def of(window_size: int, window_slide: int) -> CountSlidingWindowAssigner:
+        """Windows of the last ``window_size`` records of a key, one every ``window_slide`` records
+        (``count_window(size, slide)``)."""
         return CountSlidingWindowAssigner(window_size, window_slide)
 
     def assign_windows(

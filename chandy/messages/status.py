@@ -11,6 +11,9 @@ import enum
 
 
 class JobStatus(enum.Enum):
+    """A job's state, Flink's: ``CREATED``, ``RUNNING``, ``FAILING``, ``RESTARTING``, ``CANCELLING``,
+    ``FINISHED``, ``CANCELED`` or ``FAILED``; compared by identity, never as strings."""
+
     CREATED = "CREATED"
     RUNNING = "RUNNING"
     FAILING = "FAILING"
@@ -22,6 +25,7 @@ class JobStatus(enum.Enum):
 
     @property
     def is_globally_terminal(self) -> bool:
+        """Whether the job has ended for good (finished, cancelled or failed) and will not run again."""
         return self in (JobStatus.FINISHED, JobStatus.FAILED, JobStatus.CANCELED)
 
 
@@ -40,4 +44,5 @@ class ExecutionState(enum.Enum):
 
     @property
     def is_terminal(self) -> bool:
+        """Whether the subtask attempt has ended (finished, cancelled or failed)."""
         return self in (ExecutionState.FINISHED, ExecutionState.CANCELED, ExecutionState.FAILED)

@@ -57,6 +57,8 @@ class JobClient:
                 self._done.set()
 
     def get_job_id(self) -> str:
+        """The job's id (32 hex digits), as the REST API, ``chandy list`` and the checkpoint directory name
+        it."""
         return self._job_master.job_id
 
     def get_job_status(self, timeout: float | None = 60.0) -> JobStatus:
@@ -143,6 +145,7 @@ class JobClient:
 
     @property
     def restarts(self) -> int:
+        """How many times the job has failed over and restarted from a checkpoint so far."""
         return self._job_master.restarts
 
     def get_task_slots(self) -> list[dict[str, Any]]:
@@ -151,4 +154,5 @@ class JobClient:
         return self._job_master.executor.slots()
 
     def is_done(self) -> bool:
+        """Whether the job has ended (finished, cancelled or failed)."""
         return self._done.is_set()

@@ -15,9 +15,11 @@ class JobExecutionResult:
     restarts: int = 0
 
     def get_job_id(self) -> str:
+        """The id of the job that ran."""
         return self.job_id
 
     def get_job_name(self) -> str:
+        """The name given to ``execute()``."""
         return self.job_name
 
     def get_net_runtime(self) -> int:
@@ -25,4 +27,5 @@ class JobExecutionResult:
         return self.net_runtime_ms
 
     def is_job_execution_result(self) -> bool:
+        """``True``: this is the result of a finished job (PyFlink's API asks)."""
         return True

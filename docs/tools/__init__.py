@@ -1,0 +1,1 @@
+"""Tools that build the docs: diagrams from text, the API reference pages (mkdocs hooks)."""
