@@ -18,6 +18,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import random
 import shutil
 import signal
 import socket
@@ -35,10 +36,30 @@ ACCESS_KEY = "chandy-test"
 SECRET_KEY = "chandy-test-secret"
 
 
+def _ephemeral_ports() -> tuple[int, int]:
+    """The range the kernel picks outgoing connections' local ports (and port 0) from."""
+    try:
+        low, high = Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()
+        return int(low), int(high)
+    except (OSError, ValueError):
+        return 32768, 60999  # Linux's default
+
+
 def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+    """A port weed can bind a moment later: free now and *below* the ephemeral range, so no
+    outgoing connection of another test (the suite runs in parallel) takes it meanwhile, as
+    one did with a port drawn by binding port 0."""
+    low, _ = _ephemeral_ports()
+    rng = random.Random()
+    for _ in range(1000):
+        port = rng.randrange(10000, max(low, 10001))
+        with socket.socket() as s:
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            return port
+    raise RuntimeError("no free port below the ephemeral range")
 
 
 def weed_binary() -> str:
@@ -50,6 +71,10 @@ def weed_binary() -> str:
     return found
 
 
+class _PortTaken(RuntimeError):
+    """weed could not bind a port drawn free: another process took it meanwhile."""
+
+
 class S3Server:
     """A running SeaweedFS with an S3 gateway, and what the tests need of it."""
 
@@ -59,8 +84,8 @@ class S3Server:
         self.data_dir.mkdir(parents=True, exist_ok=True)
         self.log_path = root / "weed.log"
         self.s3_port = free_port()
-        self._ports = {name: free_port() for name in ("master", "master_grpc", "volume", "volume_grpc")}
-        self._ports |= {name: free_port() for name in ("filer", "filer_grpc", "s3_grpc")}
+        self._draw_internal_ports()
+        self._ever_started = False
         config = {
             "identities": [
                 {
@@ -73,6 +98,11 @@ class S3Server:
         self._config_path = root / "s3.json"
         self._config_path.write_text(json.dumps(config))
         self.process: subprocess.Popen[bytes] | None = None
+
+    def _draw_internal_ports(self) -> None:
+        """The ports weed's parts talk to each other on (the S3 port is the clients')."""
+        names = ("master", "master_grpc", "volume", "volume_grpc", "filer", "filer_grpc", "s3_grpc")
+        self._ports = {name: free_port() for name in names}
 
     @property
     def endpoint(self) -> str:
@@ -105,8 +135,27 @@ class S3Server:
         )
 
     def start(self) -> None:
-        """Start ``weed`` (again, after :meth:`stop`: same ports, same data) and wait until
-        its S3 gateway answers with the bucket there."""
+        """Start ``weed`` (again, after :meth:`stop`: same S3 port, same data) and wait until
+        its S3 gateway answers with the bucket there.
+
+        A port drawn free can be taken by another process before weed binds it (the suite
+        runs in parallel): weed then exits with "address already in use", and it is started
+        again on new ports (the S3 port too, before clients know it)."""
+        for attempt in range(1, 6):
+            try:
+                self._start_once()
+                self._ever_started = True
+                return
+            except _PortTaken:
+                if attempt == 5:
+                    raise
+                if not self._ever_started:  # nothing to keep: new ports, a new data directory
+                    self.s3_port = free_port()
+                    shutil.rmtree(self.data_dir, ignore_errors=True)
+                    self.data_dir.mkdir(parents=True)
+                self._draw_internal_ports()
+
+    def _start_once(self) -> None:
         ports = self._ports
         args = [
             weed_binary(),
@@ -133,6 +182,7 @@ class S3Server:
             "-s3.port.lance=0",
             f"-s3.config={self._config_path}",
         ]
+        logged_before = self.log_path.stat().st_size if self.log_path.exists() else 0
         with open(self.log_path, "ab") as log_file:
             self.process = subprocess.Popen(
                 args, stdout=log_file, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, cwd=self.root
@@ -140,11 +190,15 @@ class S3Server:
         fs = self.fs()
         deadline = time.monotonic() + START_TIMEOUT_S
         while True:
+            with open(self.log_path, "rb") as log_file:  # what this start wrote
+                log_file.seek(logged_before)
+                log = log_file.read().decode(errors="replace")
+            if "bind: address already in use" in log:
+                # weed takes tens of seconds to exit after it said so: not waited for
+                self.stop()
+                raise _PortTaken(log[-4000:])
             if self.process.poll() is not None:
-                raise RuntimeError(
-                    f"weed exited with {self.process.returncode}:\n"
-                    f"{self.log_path.read_text(errors='replace')[-4000:]}"
-                )
+                raise RuntimeError(f"weed exited with {self.process.returncode}:\n{log[-4000:]}")
             try:
                 if not fs.exists(BUCKET):
                     fs.mkdir(BUCKET)

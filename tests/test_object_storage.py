@@ -385,3 +385,48 @@ def test_the_snapshot_key_kept_in_an_s3_checkpoint_directory(
     )
     assert isinstance(fs, FsspecFileSystem) and not fs.create_exclusive(path, b"another key")  # taken
     assert fs.read(path).strip() == first.secret
+
+
+def test_the_test_s3_servers_ports_are_below_the_ephemeral_range() -> None:
+    """Ports drawn for weed are ones no outgoing connection of a parallel test can take
+    between the draw and weed's bind (the kernel picks those from the ephemeral range)."""
+    from bench.s3_server import _ephemeral_ports, free_port
+
+    low, _ = _ephemeral_ports()
+    assert all(10000 <= free_port() < low for _ in range(50))
+
+
+@pytest.mark.slow  # weed takes ~40 s to exit after a failed bind
+def test_the_test_s3_server_starts_on_other_ports_when_one_drawn_free_was_taken(
+    tmp_path: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The suite runs in parallel: a port drawn free may be bound by another process before
+    weed binds it. weed exits ("address already in use") and the server starts on new ports
+    instead of failing every S3 test of the run."""
+    import socket
+
+    import bench.s3_server
+
+    taken = socket.socket()
+    taken.bind(("127.0.0.1", 0))
+    taken.listen()
+    draws = iter([taken.getsockname()[1]])
+    real = bench.s3_server.free_port
+    # the volume server's port is drawn fourth (after the S3, master and master gRPC ones)
+    calls = {"n": 0}
+
+    def free_port_with_one_taken() -> int:
+        calls["n"] += 1
+        return next(draws, None) or real() if calls["n"] == 4 else real()
+
+    monkeypatch.setattr(bench.s3_server, "free_port", free_port_with_one_taken)
+    server = S3Server(tmp_path)
+    try:
+        assert server._ports["volume"] == taken.getsockname()[1]
+        server.start()
+        assert server._ports["volume"] != taken.getsockname()[1]
+        assert server.fs().exists("chandy")
+        assert "address already in use" in server.log_path.read_text()
+    finally:
+        server.stop()
+        taken.close()
