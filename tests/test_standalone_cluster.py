@@ -59,6 +59,10 @@ def app_named(cluster: StandaloneCluster, name: str, which: str) -> dict[str, An
 def test_chandy_run_on_the_cluster_recovers_exactly_once_from_slot_executor_and_worker_kills(
     cluster: StandaloneCluster, tmp_path: Path
 ) -> None:
+    # the job's stderr goes to a file: a pipe nobody reads while the job runs fills up with
+    # Spark's reports of the lost executor and worker, and then blocks the job
+    job_log = tmp_path / "job.log"
+    stderr = job_log.open("w")
     process = subprocess.Popen(
         [
             str(Path(sys.executable).with_name("chandy")),
@@ -72,7 +76,7 @@ def test_chandy_run_on_the_cluster_recovers_exactly_once_from_slot_executor_and_
             "--faults",
         ],
         stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
+        stderr=stderr,
         text=True,
         env=submit_env(),
         cwd=tmp_path,
@@ -107,8 +111,10 @@ def test_chandy_run_on_the_cluster_recovers_exactly_once_from_slot_executor_and_
         assert done["restarts"] >= 3  # one per fault
         assert done["slot_kill_kept_the_stage"] is True  # its supervisor forked the next one
         assert done["jvm_kill_replaced_the_stage"] is True
-        assert process.wait(120) == 0, process.stderr.read()[-3000:] if process.stderr else ""
+        assert process.wait(120) == 0, job_log.read_text()[-3000:]
     finally:
         if process.poll() is None:
             process.kill()
             process.wait()
+        stderr.close()
+        log.info("the job's stderr, last lines:\n%s", job_log.read_text()[-5000:])
