@@ -11,7 +11,6 @@ for ten minutes.
 
 from __future__ import annotations
 
-import collections
 import contextlib
 import logging
 import os
@@ -225,9 +224,9 @@ def launch_jvm(options: dict[str, str]) -> None:
         gateway = launch_gateway(conf, popen_kwargs={"stderr": write_end})
     except Exception:  # noqa: BLE001 - PySpark's JAVA_GATEWAY_EXITED and kin
         os.close(write_end)
-        said = forwarder.last_lines()
+        said = " (what it said is above)" if forwarder.said_something() else ""
         raise SetupError(
-            f"Spark's JVM exited at start{' (what it said is above)' if said else ''}. "
+            f"Spark's JVM exited at start{said}. "
             "Spark needs Java 17 or later: install it (e.g. `apt install openjdk-17-jre-headless`) "
             "or set JAVA_HOME to a Java 17 installation; or run the job on the local executor, "
             'which needs no Java: get_execution_environment(executor="local"), or '
@@ -239,12 +238,13 @@ def launch_jvm(options: dict[str, str]) -> None:
 
 class JvmOutput:
     """Reads what Spark's JVM (and the Python workers it starts) write to stderr, on a
-    daemon thread, until the JVM exits: drops :data:`JVM_NOISE`, writes the rest to
-    ``sys.stderr``, and keeps the last lines for an error."""
+    daemon thread, until the JVM exits: drops :data:`JVM_NOISE` and writes the rest to
+    ``sys.stderr``."""
 
     def __init__(self, fd: int) -> None:
-        self._file = os.fdopen(fd, "rb", buffering=0)
-        self._last: collections.deque[str] = collections.deque(maxlen=5)
+        self._file = os.fdopen(fd, "rb")
+        #: Whether a line was passed on (what a JVM that exits at once said).
+        self._said = False
         self._thread = threading.Thread(target=self._run, name="chandy spark jvm output", daemon=True)
         self._thread.start()
 
@@ -254,17 +254,17 @@ class JvmOutput:
                 line = raw.decode(errors="replace")
                 if JVM_NOISE.search(line):
                     continue
-                self._last.append(line.strip())
+                self._said = self._said or bool(line.strip())
                 try:
                     sys.stderr.write(line)
                     sys.stderr.flush()
                 except (OSError, ValueError):  # stderr is gone: keep draining the pipe
                     pass
 
-    def last_lines(self, timeout_s: float = 5.0) -> str:
-        """What the JVM said last (after it exited and the pipe is drained)."""
+    def said_something(self, timeout_s: float = 5.0) -> bool:
+        """Whether the JVM said anything, once it exited and its output was passed on."""
         self._thread.join(timeout_s)
-        return " / ".join(line for line in self._last if line)
+        return self._said
 
 
 def submitted_conf() -> dict[str, str]:
