@@ -275,6 +275,7 @@ def test_the_line_says_how_to_keep_checkpoints_when_the_retention_deletes_them(t
     assert "checkpointing is off" in ended({})
 
 
+@pytest.mark.slow
 def test_a_detached_job_whose_rest_port_is_taken_says_where_it_serves_and_a_cancel_is_one_line(
     tmp_path: Path,
 ) -> None:
@@ -350,6 +351,7 @@ def run_job_on_spark(tmp_path: Path, env: dict[str, str]) -> subprocess.Complete
     return done
 
 
+@pytest.mark.slow
 def test_spark_without_java_is_one_clear_error(tmp_path: Path) -> None:
     """No ``java`` on PATH and no JAVA_HOME: one line that says what to install, how to
     point at it, and how to run without Spark."""
@@ -365,6 +367,7 @@ def test_spark_without_java_is_one_clear_error(tmp_path: Path) -> None:
     assert "execution.target=local" in error
 
 
+@pytest.mark.slow
 def test_a_java_that_cannot_start_spark_is_one_clear_error_after_what_it_said(tmp_path: Path) -> None:
     env = job_env(uuid.uuid4().hex, **{"rest.port": 0})
     env["JAVA_HOME"] = str(_fake_java(tmp_path))
