@@ -395,3 +395,25 @@ def test_spark_logs_at_warn_unless_the_user_chose_its_logging(
     assert not user_sets_log_level({}, {})
     (tmp_path / "log4j2.properties").write_text("rootLogger.level = info\n")
     assert user_sets_log_level({}, {})
+
+
+def test_a_program_with_its_own_sigterm_handler_keeps_it() -> None:
+    """chandy takes SIGTERM only where it is the default; an error of the job's own passes
+    through the block unchanged either way."""
+    from chandy.runtime import console
+
+    def own(signum: int, frame: object) -> None:
+        pass
+
+    previous = signal.signal(signal.SIGTERM, own)
+    try:
+        with pytest.raises(ValueError, match="the job's own"), console.terminate_on_sigterm():
+            assert signal.getsignal(signal.SIGTERM) is own
+            raise ValueError("the job's own")
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+        with pytest.raises(ValueError, match="the job's own"), console.terminate_on_sigterm():
+            assert signal.getsignal(signal.SIGTERM) is not signal.SIG_DFL
+            raise ValueError("the job's own")
+        assert signal.getsignal(signal.SIGTERM) is signal.SIG_DFL  # put back
+    finally:
+        signal.signal(signal.SIGTERM, previous)

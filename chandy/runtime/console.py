@@ -116,14 +116,14 @@ def terminate_on_sigterm() -> Iterator[None]:
     so the job unwinds as on Ctrl-C instead of the process vanishing mid-job. A second
     SIGTERM kills at once (the default is back after the first). Elsewhere, or with a
     handler of the program's own, this does nothing."""
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
     try:
-        if signal.getsignal(signal.SIGTERM) is not signal.SIG_DFL:
-            yield
-            return
+        ours = (
+            threading.current_thread() is threading.main_thread()
+            and signal.getsignal(signal.SIGTERM) is signal.SIG_DFL
+        )
     except ValueError:  # not the main interpreter
+        ours = False
+    if not ours:
         yield
         return
 
