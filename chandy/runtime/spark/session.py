@@ -239,13 +239,14 @@ def launch_jvm(options: dict[str, str]) -> None:
 class JvmOutput:
     """Reads what Spark's JVM (and the Python workers it starts) write to stderr, on a
     daemon thread, until the JVM exits: drops :data:`JVM_NOISE` and writes the rest to
-    ``sys.stderr``."""
+    ``sys.stderr``. The thread lives as long as the JVM, like PySpark's gateway threads,
+    and is named like them, not like a job's threads (which end with their job)."""
 
     def __init__(self, fd: int) -> None:
         self._file = os.fdopen(fd, "rb")
         #: Whether a line was passed on (what a JVM that exits at once said).
         self._said = False
-        self._thread = threading.Thread(target=self._run, name="chandy spark jvm output", daemon=True)
+        self._thread = threading.Thread(target=self._run, name="pyspark gateway stderr", daemon=True)
         self._thread.start()
 
     def _run(self) -> None:
