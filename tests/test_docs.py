@@ -51,6 +51,7 @@ KNOWN_PROGRAMS = {
     "./setup.sh",
     ".venv/bin/python",
     "curl",
+    "echo",
     "export",
     "grep",
     "mv",

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import re
 import subprocess
 import sys
@@ -166,6 +167,16 @@ def test_large_state_rocksdb_example_alerts_exactly_once_and_checkpoints_increme
     assert [p for p in tmp_path.rglob("*") if p.is_file()] == []
 
 
+#: What a new Spark JVM says at start that a user cannot act on, and Spark's INFO log.
+SPARK_START_NOISE = (
+    "log4j profile",
+    "setLogLevel",
+    "Setting default log level",
+    "NativeCodeLoader",
+    " INFO ",
+)
+
+
 @pytest.mark.slow
 def test_word_count_example_prints_pyflinks_output_and_nothing_of_sparks(tmp_path: Path) -> None:
     """`python examples/word_count.py | ...`: the job's lines, without Spark's stage bar glued
@@ -179,9 +190,31 @@ def test_word_count_example_prints_pyflinks_output_and_nothing_of_sparks(tmp_pat
     )
     assert done.returncode == 0, done.stderr[-3000:]
     assert "[Stage" not in done.stdout + done.stderr
+    for noise in SPARK_START_NOISE:  # Spark's start-up lines nobody can act on, and its INFO log
+        assert noise not in done.stderr, done.stderr
     counts: dict[str, int] = {}
     for line in done.stdout.splitlines():
         match = re.fullmatch(r"\d+> \('(\w+)', (\d+)\)", line)
         assert match, f"not a line of the job's output: {line!r}"
         counts[match[1]] = max(int(match[2]), counts.get(match[1], 0))
     assert counts["to"] == 4 and counts["the"] == 3 and counts["be"] == 2
+
+
+@pytest.mark.slow
+def test_word_count_under_spark_submit_logs_spark_at_warn(tmp_path: Path) -> None:
+    """Under spark-submit the JVM and its console are Spark's, but the session is chandy's to
+    start: its log level is WARN (Spark's default there is INFO, about 95 lines for this job).
+    The few INFO lines Spark logs before the session exists are left."""
+    submit = Path(sys.executable).parent / "spark-submit"
+    done = subprocess.run(
+        [str(submit), "--master", "local[2]", str(ROOT / "examples" / "word_count.py")],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=tmp_path,
+        env={**os.environ, "PYTHONPATH": str(ROOT), "PYSPARK_DRIVER_PYTHON": sys.executable},
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    logged = [line for line in done.stderr.splitlines() if " INFO " in line]
+    assert len(logged) <= 5, done.stderr
+    assert len(done.stdout.splitlines()) == 39  # the job's own output is all there

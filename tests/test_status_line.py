@@ -8,6 +8,7 @@ import fcntl
 import io
 import os
 import pty
+import re
 import struct
 import subprocess
 import sys
@@ -25,12 +26,19 @@ JOB = [sys.executable, "-m", "tests.scripts.status_line_job"]
 ROOT = Path(__file__).resolve().parent.parent
 
 
-def run_on_terminal(log: Path, *settings: str) -> str:
-    """Run the job with stdout and stderr on a new pseudo-terminal; all it wrote there."""
+def run_on_terminal(
+    log: Path, *settings: str, argv: list[str] | None = None, stdout: int | None = None
+) -> str:
+    """Run the job (``argv``, else the status line job) with stdout (unless ``stdout`` says
+    where else) and stderr on a new pseudo-terminal; all it wrote there."""
     controller, terminal = pty.openpty()
     fcntl.ioctl(terminal, termios.TIOCSWINSZ, struct.pack("HHHH", 40, 200, 0, 0))
     process = subprocess.Popen(
-        [*JOB, str(log), *settings], stdin=subprocess.DEVNULL, stdout=terminal, stderr=terminal, cwd=ROOT
+        argv or [*JOB, str(log), *settings],
+        stdin=subprocess.DEVNULL,
+        stdout=terminal if stdout is None else stdout,
+        stderr=terminal,
+        cwd=ROOT,
     )
     os.close(terminal)
     chunks = []
@@ -79,6 +87,35 @@ def test_through_a_pipe_there_is_no_status_line(tmp_path: Path) -> None:
 
 
 @pytest.mark.slow
+def test_other_output_is_never_glued_to_the_line() -> None:
+    """The job prints, logs and warns while the line is up: each time the line is cleared
+    first and drawn again after, so every line of theirs is whole and the status line never
+    runs into one (it used to: ``backpressure OKprocessing 50``)."""
+    shown = run_on_terminal(Path(os.devnull), argv=[sys.executable, "-m", "tests.scripts.chatty_job"])
+    drawn = re.findall(r"chandy RUNNING[^\r]*", shown)
+    assert len(drawn) >= 3, shown
+    for line in drawn:  # each drawing of the line ends where it is cleared, never in other text
+        assert "\n" not in line, repr(line)
+    assert re.findall(r"(?:^|\n|\x1b\[K)(processing \d+)\r?\n", shown) == [
+        f"processing {n}" for n in range(50, 1001, 50)
+    ], shown
+    assert len(re.findall(r"(?:^|\n|\x1b\[K)WARNING a log record at \d+\r?\n", shown)) == 5, shown
+    assert len(re.findall(r"(?:^|\n|\x1b\[K)\S+:\d+: UserWarning: a warning", shown)) == 5, shown
+    assert shown.rstrip().endswith("\r\x1b[Kdone"), repr(shown[-300:])
+
+
+@pytest.mark.slow
+def test_with_stdout_not_a_terminal_there_is_no_line_even_on_a_terminal_stderr(tmp_path: Path) -> None:
+    """``python job.py > out.txt`` on a terminal: the line would be drawn between lines of
+    the job's that are not there, so there is none."""
+    out = tmp_path / "out.txt"
+    with out.open("wb") as file:
+        shown = run_on_terminal(tmp_path / "job.log", stdout=file.fileno())
+    assert "rec/s" not in shown and "dashboard:" not in shown, shown
+    assert out.read_text() == "done\n"
+
+
+@pytest.mark.slow
 def test_the_setting_turns_it_off_on_a_terminal(tmp_path: Path) -> None:
     shown = run_on_terminal(tmp_path / "job.log", "chandy.status-line.enabled=false")
     assert "rec/s" not in shown and "dashboard:" not in shown
@@ -104,7 +141,7 @@ def test_the_line_after_a_job_names_its_state_and_is_cleared() -> None:
     assert line.render().startswith("chandy FINISHED | in 0 rec/s | out 0 rec/s")
     stream = Terminal()
     with show_status_line(
-        job_master, Configuration({"chandy.metrics.report-interval": "10 s"}), None, stream
+        job_master, Configuration({"chandy.metrics.report-interval": "10 s"}), None, stream, Terminal()
     ):
         pass
     assert stream.getvalue() == f"chandy: job 'tiny' ({job_master.job_id})\n\r\x1b[K"

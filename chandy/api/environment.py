@@ -30,9 +30,10 @@ from chandy.config.options import (
 )
 from chandy.core.connector import Boundedness, Sink, Source
 from chandy.core.watermark_strategy import WatermarkStrategy
-from chandy.errors import ConfigurationError, InvalidProgramError
+from chandy.errors import ConfigurationError, InvalidProgramError, JobCancelledError
 from chandy.graph.job_graph import JobGraph, create_job_graph
 from chandy.graph.stream_graph import StreamGraph
+from chandy.runtime import console
 from chandy.runtime.collect import CollectIterator, CollectResultQueue
 from chandy.runtime.executor import Executor
 from chandy.runtime.job_client import JobClient
@@ -431,7 +432,9 @@ class StreamExecutionEnvironment:
 
         Returns the job's result; raises :class:`~chandy.errors.JobExecutionError`
         (its ``__cause__`` is the exception a user function raised) if it failed
-        for good. Ctrl-C cancels the job cleanly before it propagates.
+        for good (:class:`~chandy.errors.JobCancelledError` when it was cancelled). Ctrl-C
+        and SIGTERM cancel the job and end its slots before they propagate, and print one
+        line on how to resume it (:mod:`chandy.runtime.console`, docs/cli.md).
 
         The REST server serves the job while it runs; after its end, until every
         savepoint or stop a client asked for was fetched (Flink's CLI polls for the
@@ -442,14 +445,31 @@ class StreamExecutionEnvironment:
         config = Configuration(job_graph.config)
         web = self._web_service(config)
         hold = web.acquire(config) if web is not None else None
+        console.announce_rest_address(self.rest_url, job_graph.job_name, job_graph.job_id)
         try:
             executor = self._create_executor(config)
             try:
                 job_master = JobMaster(job_graph, executor, rest_url=self.rest_url)
                 if web is not None:
                     web.dispatcher.submit(job_master)
-                with show_status_line(job_master, config, self.rest_url):  # on a terminal only
-                    return job_master.run()
+                with console.terminate_on_sigterm():
+                    try:
+                        with show_status_line(job_master, config, self.rest_url):  # on a terminal only
+                            return job_master.run()
+                    except (KeyboardInterrupt, console.Terminated) as interrupt:
+                        # run() cancelled the tasks; the slots end before the line is printed,
+                        # so that nothing they cause follows it (docs/cli.md)
+                        executor.close()
+                        how = "Ctrl-C"
+                        if isinstance(interrupt, console.Terminated):
+                            executor.end_process()
+                            how = "SIGTERM"
+                        console.write(console.interrupted_line(job_master, how))
+                        console.mark_reported(interrupt)
+                        raise
+                    except (JobCancelledError, console.SetupError):
+                        console.install_excepthook()  # uncaught, each ends in one line
+                        raise
             finally:
                 executor.close()
         finally:
@@ -463,6 +483,7 @@ class StreamExecutionEnvironment:
         config = Configuration(job_graph.config)
         web = self._web_service(config)
         hold = web.acquire(config, for_environment=True) if web is not None else None
+        console.announce_rest_address(self.rest_url, job_graph.job_name, job_graph.job_id)
         try:
             executor = self._create_executor(config)
         except BaseException:

@@ -275,6 +275,9 @@ class CheckpointCoordinator:
         #: Subsumed checkpoints whose deletion is queued or running: their shared files go after.
         self._being_discarded: dict[int, CompletedCheckpoint] = {}
         self.shutdown_called = False
+        #: The completed checkpoints the job's end kept on disk (its retention policy), oldest
+        #: first; set by :meth:`shutdown`, so the console can name the one to resume from.
+        self.retained_at_shutdown: list[CompletedCheckpoint] = []
 
     # ------------------------------------------------------------------ scheduler
 
@@ -1244,6 +1247,7 @@ class CheckpointCoordinator:
         self._release_shared_state(
             [c for c in kept if c.discarded], f"discarded at the job's end ({job_status.value})", inline=True
         )
+        self.retained_at_shutdown = [c for c in kept if not c.discarded and c.external_pointer is not None]
         retained = {c.checkpoint_id for c in kept if not c.discarded} | self._completed_savepoint_ids
         self._discard_orphaned_checkpoint_dirs(retained)
         self._discard_orphaned_shared_files([c for c in kept if not c.discarded] + self._kept_subsumed)

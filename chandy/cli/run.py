@@ -13,6 +13,7 @@ from __future__ import annotations
 import errno
 import json
 import os
+import select
 import shutil
 import signal
 import stat
@@ -31,6 +32,8 @@ from chandy.cli.rest import check_job_id
 from chandy.config import Configuration
 from chandy.config.options import CoreOptions, PipelineOptions, StateRecoveryOptions, check_configuration
 from chandy.errors import ConfigurationError
+from chandy.runtime.console import ANNOUNCE_FD_ENV
+from chandy.runtime.status_line import dashboard_link
 
 _JOB_ID_KEY = PipelineOptions.FIXED_JOB_ID.key
 
@@ -44,6 +47,9 @@ _OPTION_KEYS = frozenset(
         StateRecoveryOptions.TRUST_SNAPSHOT.key,
     }
 )
+
+#: How long ``chandy run --detached`` waits for the job to say where its REST API is.
+ANNOUNCE_TIMEOUT_S = 30.0
 
 
 def job_config(
@@ -332,14 +338,40 @@ def _run_detached(
                 f"cannot create the directory of the log file {log_path}: {exc.strerror}"
             ) from None
     log = os.fdopen(open_log(log_path), "ab")
-    with log:
-        process = subprocess.Popen(
-            command,
-            env=_environment(command, config, py_files),
-            stdin=subprocess.DEVNULL,
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-        )
+    # The job writes its REST address into this pipe once it serves it: the port may not be
+    # rest.port (taken by another job), and the user should not have to dig it out of the log.
+    read_end, write_end = os.pipe()
+    env = _environment(command, config, py_files)
+    env[ANNOUNCE_FD_ENV] = str(write_end)
+    try:
+        with log:
+            process = subprocess.Popen(
+                command,
+                env=env,
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+                pass_fds=(write_end,),
+            )
+    finally:
+        os.close(write_end)
     click.echo(f"Job has been submitted with JobID {job_id}")
     click.echo(f"Its output goes to {log_path} (process {process.pid}).")
+    with os.fdopen(read_end, "rb") as announced:
+        url = _announced_address(announced, ANNOUNCE_TIMEOUT_S)
+    if url is None:
+        click.echo(f"Its REST API is not up after {ANNOUNCE_TIMEOUT_S:.0f} s; the log will name its address.")
+    elif url == "":
+        click.echo("It ended before it served its REST API: see the log.")
+    elif url != "-":
+        click.echo(f"REST API at {url}, dashboard {dashboard_link(url, job_id)}")
+
+
+def _announced_address(pipe: Any, timeout_s: float) -> str | None:
+    """The line the job wrote into the pipe: its REST URL, ``-`` (it serves none), ``""`` (it
+    exited without writing one) or ``None`` (nothing within ``timeout_s``)."""
+    ready, _, _ = select.select([pipe], [], [], timeout_s)
+    if not ready:
+        return None
+    return str(pipe.readline().decode(errors="replace").strip())

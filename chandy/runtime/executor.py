@@ -74,5 +74,9 @@ class Executor(ABC):
         """The processes the job's tasks run in (none apart from this one by default)."""
         return []
 
+    def end_process(self) -> None:
+        """The process is about to exit (SIGTERM), after :meth:`close`: stop what would
+        outlive it and print about its end (Spark's session). Nothing by default."""
+
     def close(self) -> None:
         """Release what the executor holds (sessions, servers)."""

@@ -271,6 +271,13 @@ class JobMaster:
     def job_id(self) -> str:
         return self.job_graph.job_id
 
+    @property
+    def retained_checkpoint(self) -> str | None:
+        """Where the latest checkpoint the job's end kept is (its retention policy decides),
+        to resume from; ``None`` while the job runs, or when none was kept."""
+        retained = self.coordinator.retained_at_shutdown if self.coordinator is not None else []
+        return retained[-1].external_pointer if retained else None
+
     def _create_checkpoint_coordinator(self) -> None:
         config = self.config
         directory = config.get(CheckpointingOptions.DIRECTORY)

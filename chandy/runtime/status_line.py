@@ -10,8 +10,15 @@ in place with ``\\r``::
 receive, both per second; the checkpoint is the latest completed one; the
 backpressure is Flink's label (OK below 10 %, LOW below 50 %, else HIGH) of the
 most backpressured vertex, named when it is not OK. The line is cleared when the
-job ends. It is written to the terminal only: never to a log, never to a pipe
-or a file, so captured output stays exactly the job's own.
+job ends. It is written to the terminal only, and only when both stdout and stderr
+are one: never to a log, never to a pipe or a file, so captured output stays
+exactly the job's own.
+
+Other output never lands on the line: while it is shown, ``sys.stdout`` and
+``sys.stderr`` (and the logging handlers writing to them) go through a
+:class:`_Interleaved` stream that clears the line before the text and draws it again
+after a complete line, so the job's ``print`` output, logs, warnings and Spark's lines
+(:mod:`chandy.runtime.spark.session` forwards them through ``sys.stderr``) stay whole.
 
 The values come from the JobMaster's metrics store; the job-level ones are
 asked of the JobMaster thread with one request at a time, so a busy JobMaster
@@ -20,6 +27,7 @@ asked of the JobMaster thread with one request at a time, so a busy JobMaster
 
 from __future__ import annotations
 
+import logging
 import os
 import sys
 import threading
@@ -81,6 +89,13 @@ class StatusLine:
         self.dashboard_url = dashboard_url
         self.refresh_s = max(MIN_REFRESH_S, refresh_s)
         self._stopped = threading.Event()
+        #: Held while the line or other text is written: the two take turns on the terminal.
+        self.lock = threading.RLock()
+        #: The line's latest text ("" before the first), and whether it is on the terminal now.
+        self._text = ""
+        self._shown = False
+        #: Whether other output ended with a newline (the line is drawn only at a line's start).
+        self.at_line_start = True
         self._thread = threading.Thread(
             target=self._run, name=f"chandy status line {job_master.job_id}", daemon=True
         )
@@ -106,11 +121,32 @@ class StatusLine:
         self._stopped.set()
         if self._thread.is_alive():
             self._thread.join()
-        self._write(_CLEAR)
+        with self.lock:
+            self._text = ""
+            self._write(_CLEAR)
 
     def _run(self) -> None:
         while not self._stopped.wait(self.refresh_s):
-            self._write(_CLEAR + self.render())
+            text = self.render()
+            with self.lock:
+                self._text = text
+                if self.at_line_start and not self._stopped.is_set():
+                    self._write(_CLEAR + text)
+                    self._shown = True
+
+    # -- other output (under ``lock``, from :class:`_Interleaved`) ---------------------
+
+    def clear_locked(self) -> None:
+        """Take the line off the terminal before other text is written."""
+        if self._shown:
+            self._write(_CLEAR)
+            self._shown = False
+
+    def redraw_locked(self) -> None:
+        """Show the line again after other text ended a line."""
+        if self._text and self.at_line_start and not self._stopped.is_set():
+            self._write(self._text)
+            self._shown = True
 
     def _write(self, text: str) -> None:
         try:
@@ -175,27 +211,107 @@ class StatusLine:
         return columns if columns > 0 else 80  # a terminal that does not know its size
 
 
+class _Interleaved:
+    """A text stream (``sys.stdout`` or ``sys.stderr``) whose writes take the status line
+    off the terminal first and draw it again after a complete line; everything else is the
+    wrapped stream's."""
+
+    def __init__(self, wrapped: TextIO, line: StatusLine) -> None:
+        self._wrapped = wrapped
+        self._line = line
+
+    def write(self, text: str) -> int:
+        line = self._line
+        with line.lock:
+            line.clear_locked()
+            written = self._wrapped.write(text)
+            self._wrapped.flush()
+            if text:
+                line.at_line_start = text.endswith("\n")
+            line.redraw_locked()
+        return written
+
+    def writelines(self, lines: Any) -> None:
+        for text in lines:
+            self.write(text)
+
+    def flush(self) -> None:
+        self._wrapped.flush()
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._wrapped, name)
+
+
+def _stream_handlers() -> list[logging.StreamHandler[Any]]:
+    loggers: list[Any] = [logging.getLogger(), *logging.Logger.manager.loggerDict.values()]
+    return [
+        handler
+        for logger in loggers
+        if isinstance(logger, logging.Logger)
+        for handler in logger.handlers
+        if isinstance(handler, logging.StreamHandler)
+    ]
+
+
+@contextmanager
+def _interleaved(line: StatusLine) -> Iterator[None]:
+    """Route the process's stdout and stderr (and the log handlers writing to them) through
+    :class:`_Interleaved` while the block runs."""
+    real = {"stdout": sys.stdout, "stderr": sys.stderr}
+    wrapped = {name: _Interleaved(stream, line) for name, stream in real.items()}
+    by_stream = {id(real[name]): wrapped[name] for name in real}
+    swapped = []
+    for handler in _stream_handlers():
+        proxy = by_stream.get(id(handler.stream))
+        if proxy is not None:
+            handler.setStream(proxy)
+            swapped.append((handler, proxy))
+    sys.stdout, sys.stderr = wrapped["stdout"], wrapped["stderr"]
+    try:
+        yield
+    finally:
+        if sys.stdout is wrapped["stdout"]:
+            sys.stdout = real["stdout"]
+        if sys.stderr is wrapped["stderr"]:
+            sys.stderr = real["stderr"]
+        for handler, proxy in swapped:
+            if handler.stream is proxy:
+                handler.setStream(proxy._wrapped)
+
+
+def _is_terminal(stream: TextIO | None) -> bool:
+    try:
+        return stream is not None and stream.isatty()
+    except (AttributeError, ValueError):
+        return False
+
+
 @contextmanager
 def show_status_line(
     job_master: JobMaster,
     config: Configuration,
     dashboard_url: str | None = None,
     stream: TextIO | None = None,
+    stdout: TextIO | None = None,
 ) -> Iterator[StatusLine | None]:
-    """Show the status line while the block runs, if ``stream`` (stderr by default) is a
-    terminal and ``chandy.status-line.enabled``; otherwise do nothing."""
+    """Show the status line on ``stream`` (stderr by default) while the block runs, if it
+    and ``stdout`` (the process's by default) are terminals and ``chandy.status-line.enabled``;
+    otherwise do nothing. Shown on the process's own stderr, the process's output goes
+    around it (:class:`_Interleaved`)."""
+    own = stream is None
     stream = stream if stream is not None else sys.stderr
-    try:
-        on_terminal = stream.isatty()
-    except (AttributeError, ValueError):
-        on_terminal = False
-    if not on_terminal or not config.get(MetricOptions.STATUS_LINE):
+    stdout = stdout if stdout is not None else sys.stdout
+    if not (_is_terminal(stream) and _is_terminal(stdout)) or not config.get(MetricOptions.STATUS_LINE):
         yield None
         return
     line = StatusLine(
         job_master, stream, dashboard_url, config.get(MetricOptions.REPORT_INTERVAL) / 1000
     ).start()
     try:
-        yield line
+        if own:
+            with _interleaved(line):
+                yield line
+        else:
+            yield line
     finally:
         line.stop()

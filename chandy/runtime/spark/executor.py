@@ -794,6 +794,17 @@ class SparkExecutor(Executor):
             for i, s in sorted(pool.current().items())
         ]
 
+    def end_process(self) -> None:
+        """Stop the Spark session: the process exits next, and a SparkContext left running
+        would have its JVM and Python workers report, after the driver is gone, connections
+        refused and tasks lost that this exit caused."""
+        session = self.session
+        if session is not None:
+            try:
+                session.stop()
+            except Exception:  # the process ends anyway
+                log.debug("Stopping the Spark session at exit failed.", exc_info=True)
+
     def close(self) -> None:
         """Stop the slots (Spark kills what does not stop), the server and its threads."""
         with self._lock:
