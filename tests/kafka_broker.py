@@ -42,6 +42,8 @@ log = logging.getLogger(__name__)
 #: Kafka API keys of the requests that end transactions in Tansu: InitProducerId (it aborts
 #: the transaction its transactional id left open) and EndTxn.
 INIT_PRODUCER_ID, END_TXN = 22, 26
+#: The proxy counts under this key the transaction ends that had to wait for another one.
+_WAITED = -1
 #: How long a transaction-ending request waits for the one before it before it goes on anyway
 #: (a broker that never answers must not stall the test session).
 SERIALIZE_TIMEOUT_S = 30.0
@@ -410,6 +412,11 @@ class TransactionEndSerializer:
         with self._counted:
             return self._counts.get(api_key, 0)
 
+    def waited(self) -> int:
+        """How many transaction ends had to wait for the one before (each would have met it
+        in Tansu)."""
+        return self.forwarded(_WAITED)
+
     def wait_forwarded(self, api_key: int, count: int, timeout_s: float = REQUEST_TIMEOUT_S) -> None:
         """Wait until ``count`` requests of ``api_key`` in all were sent to the broker."""
         with self._counted:
@@ -459,7 +466,11 @@ class _Relay:
             while (frame := _read_frame(self.client)) is not None:
                 api_key, _version, correlation_id = struct.unpack_from(">hhi", frame, 4)
                 if self.proxy.serialize and api_key in (INIT_PRODUCER_ID, END_TXN):
-                    if self.proxy._ending.acquire(timeout=SERIALIZE_TIMEOUT_S):
+                    acquired = self.proxy._ending.acquire(blocking=False)
+                    if not acquired:
+                        self.proxy._sent(_WAITED)
+                        acquired = self.proxy._ending.acquire(timeout=SERIALIZE_TIMEOUT_S)
+                    if acquired:
                         with self._state:
                             self._holding = correlation_id
                     else:
