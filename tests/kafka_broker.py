@@ -371,6 +371,11 @@ class TransactionEndSerializer:
     and never reopens one that completed, so chandy's sink stays as it is; the tests keep the
     broker from meeting the race.
 
+    Not covered: a producer fenced (``InitProducerId`` by a new attempt) while records of
+    its own are still on their way into Tansu, as after a killed process, can leave a
+    settled transaction recorded on a partition the same way; the proxy does not hold
+    produce requests back.
+
     ``serialize=False`` passes transaction ends through unserialized (to show the race).
     ``forwarded(api_key)`` counts the requests of that kind sent to the broker, and
     ``wait_forwarded`` waits for a count, so a test can order events at the broker.
