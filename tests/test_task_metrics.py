@@ -222,7 +222,10 @@ def test_a_fast_sink_leaves_the_source_unbackpressured_and_the_sink_idle() -> No
     assert source["busyTimeMsPerSecond"] > 500
     totals = next(metrics for name, metrics in final.items() if name.startswith("numbers"))
     assert lifetime_ms(totals) > 1000  # 400 records at 3 ms
-    assert totals["accumulateBackPressuredTimeMs"] < 0.02 * lifetime_ms(totals), totals
+    # a tenth, against more than half behind a slow sink (above): on a loaded machine (the
+    # suite runs on every core) the sink's thread may wait for a core while a buffer is full,
+    # which cost the source 4 % in one run
+    assert totals["accumulateBackPressuredTimeMs"] < 0.1 * lifetime_ms(totals), totals
 
 
 @pytest.mark.slow
