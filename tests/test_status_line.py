@@ -13,6 +13,7 @@ import struct
 import subprocess
 import sys
 import termios
+import time
 from pathlib import Path
 
 import pytest
@@ -156,3 +157,43 @@ def test_backpressure_levels_are_flinks() -> None:
         "HIGH",
         "HIGH",
     ]
+
+
+@pytest.mark.slow
+def test_a_slow_map_shows_its_real_rate_while_its_batch_flows() -> None:
+    """Source, slow map and sink in one chain (no network output): the source's first batch
+    of 1,024 records takes the map about 5 s. The counts move while it works through it (in
+    chunks of half the report interval), so the line shows the records' rate long before the
+    batch is done, not ``out 0 rec/s`` until then."""
+    from chandy import StreamExecutionEnvironment
+    from tests.jobs import Throttle
+
+    env = StreamExecutionEnvironment.get_execution_environment(
+        {"chandy.metrics.report-interval": "100 ms", "rest.port": 0}, executor="local"
+    )
+    env.set_parallelism(1)
+    env.from_sequence(1, 10**6).map(Throttle(0.005)).add_sink(lambda value: None)
+    client = env.execute_async("slow map")
+    job_master = client._job_master
+    line = StatusLine(job_master, Terminal(), None)
+
+    def sink_count() -> int:
+        for subtask in job_master.metrics.subtask_metrics():
+            return int(subtask["operators"][-1]["metrics"]["numRecordsIn"])
+        return 0
+
+    try:
+        while True:
+            rendered = line.render()
+            rate = re.search(r"\| out (\S+) rec/s", rendered)
+            assert rate, rendered
+            counted = sink_count()
+            if rate[1] != "0":
+                break
+            assert counted < 1024, f"the whole first batch went through before any rate: {rendered}"
+            time.sleep(0.02)
+        assert counted < 1024, rendered  # shown while the first batch was still flowing
+        assert re.search(r"\| in [1-9]\S* rec/s", rendered), rendered
+    finally:
+        client.cancel()
+        env.close()

@@ -13,8 +13,14 @@ the operator chain in chunks, for two reasons:
   (:mod:`chandy.task.output_flusher`) sends it once it waited the other half; between two
   chunks the task thread sends what is due itself. A timeout of 0 (flush after every
   record) processes one record per chunk and flushes after each; -1 (flush only full
-  batches) splits nothing for this, and nor does a task without network outputs (a sink:
-  nothing to flush, and its cost may be per batch);
+  batches) splits nothing for this;
+* the metrics of a task without network outputs (its chain ends in sinks: nothing to flush).
+  Records are counted per batch handed to an operator, so behind a slow operator the
+  counts, and the rates the status line and the REST API show, would stand still until a
+  whole batch is through (a map at 5 ms per record: 5 s for 1,024) and then jump. Chunks of
+  at most half the metrics report interval (``chandy.metrics.report-interval``) make them
+  move at least twice per report. The target is long because a sink's cost may be per call:
+  it pays that cost at most once per half a report interval;
 * unaligned checkpoints: a task acts on a priority (unaligned) barrier between two input
   batches, and an unaligned checkpoint would wait for all of a slow one, where Flink takes
   the barrier between two records. With unaligned checkpoints enabled, chunks take at most

@@ -60,6 +60,7 @@ from chandy.config.options import (
     CheckpointingMode,
     CheckpointingOptions,
     ExecutionOptions,
+    MetricOptions,
     NetworkOptions,
 )
 from chandy.errors import InvalidCheckpointError, StorageError
@@ -180,8 +181,11 @@ class StreamTask:
             self.checkpointed_input = CheckpointedInputGate(gate, handler)
         #: Slow batches are processed in chunks (see :mod:`chandy.task.chunked_input`): of half
         #: the buffer timeout, and with unaligned checkpoints of at most TARGET_CHUNK_NS, with
-        #: priority barriers taken between two chunks.
-        self._chunked = self._chunking(config.get(CheckpointingOptions.UNALIGNED))
+        #: priority barriers taken between two chunks; without network outputs, of half the
+        #: metrics report interval.
+        self._chunked = self._chunking(
+            config.get(CheckpointingOptions.UNALIGNED), config.get(MetricOptions.REPORT_INTERVAL)
+        )
         self.checkpoints: SubtaskCheckpointCoordinator | None = None
         #: Once its operators finished, a task waits for one checkpoint taken after that
         #: before it ends, so that two-phase-commit sinks commit everything (Flink's final
@@ -227,15 +231,22 @@ class StreamTask:
         self.chain: OperatorChain | None = None
         self.state = ExecutionState.DEPLOYING
 
-    def _chunking(self, unaligned: bool) -> ChunkedInput | None:
+    def _chunking(self, unaligned: bool, report_interval_ms: int) -> ChunkedInput | None:
         """How slow batches are split, if they are: for the buffer timeout (unless -1) when the
-        task sends on the network (a sink's batches stay whole: it has nothing to flush, and a
-        sink's cost may be per batch) and, with unaligned checkpoints, for priority barriers
-        (which only a task with inputs gets)."""
+        task sends on the network and, with unaligned checkpoints, for priority barriers
+        (which only a task with inputs gets). A task that sends nothing on the network (its
+        chain ends in sinks) has nothing to flush: it splits a batch only when the batch is
+        expected to take longer than half the metrics report interval, so that its record
+        counts (counted per batch handed to an operator) move while a slow operator works
+        through it, and the rates reported (the status line's ``in`` and ``out``) are the
+        records' real rate rather than 0 until the batch is done. Its chunks are that long:
+        a sink whose cost is per call pays it once per half a report interval at most."""
         unaligned = unaligned and self.channel_state is not None
         flush_wait = self.flush_wait_ns if self.tdd.outputs else -1
         if flush_wait < 0 and not unaligned:
-            return None
+            if self.tdd.outputs:
+                return None  # -1 asked for whole batches
+            return ChunkedInput(None, self._now_ns, report_interval_ms * 1_000_000 // 2)
         if flush_wait < 0:
             target = TARGET_CHUNK_NS
         else:
