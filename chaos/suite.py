@@ -60,6 +60,7 @@ from typing import Any
 from chandy import StreamExecutionEnvironment
 from chandy.connectors.number_sequence import NumberSequenceSource
 from chandy.messages.status import JobStatus
+from chandy.storage.snapshot_key import KEY_FILE_NAME
 from chaos import job
 from chaos.faultyfs import SITE_METADATA, SITE_STATE, ArmedFault, FaultPlan
 from chaos.finishing import SITE_FINISH, finish_params, finish_storage_params, uneven_sizes
@@ -589,10 +590,13 @@ def _where(fired: dict[str, Any]) -> str:
 
 
 def _files_under(directory: str) -> list[str]:
-    """Files below ``directory``, as ``chk-N/name`` (empty directories do not count)."""
+    """Files below ``directory``, as ``chk-N/name`` (empty directories do not count). The
+    snapshot key chandy generates in the storage root is kept on purpose (later restores
+    verify with it): not a leftover."""
     found = []
     for root, _, files in os.walk(directory):
-        found += [os.path.join(os.path.basename(root), name[:8]) for name in sorted(files)]
+        kept = [name for name in sorted(files) if not (root == directory and name == KEY_FILE_NAME)]
+        found += [os.path.join(os.path.basename(root), name[:8]) for name in kept]
     return sorted(found)
 
 

@@ -531,3 +531,17 @@ def test_python_m_chaos_kills_an_executor_jvm_and_reports_the_run() -> None:
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     assert "kill-jvm@" in lines[-2] and "fired" in lines[-2] and "FINISHED exact" in lines[-2]
     assert lines[-1].startswith("chaos: 1/1 runs exact, ")
+
+
+def test_the_snapshot_key_in_the_storage_root_is_not_a_leftover_checkpoint_file(tmp_path: Path) -> None:
+    """A run without CHANDY_SNAPSHOT_KEY generates the key in its checkpoint root and keeps it
+    (restores verify with it): the report must not count it, nor wait for it to go, while a
+    checkpoint's own file left behind still counts."""
+    from chandy.storage.snapshot_key import KEY_FILE_NAME
+    from chaos.suite import _files_under
+
+    (tmp_path / KEY_FILE_NAME).write_text("key")
+    assert _files_under(str(tmp_path)) == []
+    (tmp_path / "chk-3").mkdir()
+    (tmp_path / "chk-3" / "_metadata").write_text("")
+    assert _files_under(str(tmp_path)) == [os.path.join("chk-3", "_metadat")]
