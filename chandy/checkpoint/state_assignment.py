@@ -167,12 +167,6 @@ def assign_states(
             state = operator_states.get(operator_id)
             if state is None:
                 continue  # new in this job: its subtasks start without state
-            if not state.subtask_states:
-                # In the checkpoint, without state: every subtask still hears that the
-                # operator was there (a source must not plan its splits afresh).
-                for i in range(vertex.parallelism):
-                    per_subtask[i][operator_id] = OperatorSubtaskState()
-                continue
             keyed_handles = [h for s in state.subtask_states.values() for h in s.managed_keyed_state]
             position = vertex.operator_ids.index(operator_id)
             if keyed_handles and state.max_parallelism != vertex.max_parallelism:
