@@ -410,14 +410,13 @@ def test_the_test_s3_server_starts_on_other_ports_when_one_drawn_free_was_taken(
     taken = socket.socket()
     taken.bind(("127.0.0.1", 0))
     taken.listen()
-    draws = iter([taken.getsockname()[1]])
     real = bench.s3_server.free_port
     # the volume server's port is drawn fourth (after the S3, master and master gRPC ones)
     calls = {"n": 0}
 
     def free_port_with_one_taken() -> int:
         calls["n"] += 1
-        return next(draws, None) or real() if calls["n"] == 4 else real()
+        return int(taken.getsockname()[1]) if calls["n"] == 4 else real()
 
     monkeypatch.setattr(bench.s3_server, "free_port", free_port_with_one_taken)
     server = S3Server(tmp_path)
