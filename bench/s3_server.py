@@ -190,15 +190,14 @@ class S3Server:
         fs = self.fs()
         deadline = time.monotonic() + START_TIMEOUT_S
         while True:
-            with open(self.log_path, "rb") as log_file:  # what this start wrote
-                log_file.seek(logged_before)
-                log = log_file.read().decode(errors="replace")
-            if "bind: address already in use" in log:
-                # weed takes tens of seconds to exit after it said so: not waited for
-                self.stop()
-                raise _PortTaken(log[-4000:])
             if self.process.poll() is not None:
-                raise RuntimeError(f"weed exited with {self.process.returncode}:\n{log[-4000:]}")
+                # weed writes its log buffered: a failed bind shows once it exited (~40 s later)
+                with open(self.log_path, "rb") as log_file:  # what this start wrote
+                    log_file.seek(logged_before)
+                    log = log_file.read().decode(errors="replace")[-4000:]
+                if "bind: address already in use" in log:
+                    raise _PortTaken(log)
+                raise RuntimeError(f"weed exited with {self.process.returncode}:\n{log}")
             try:
                 if not fs.exists(BUCKET):
                     fs.mkdir(BUCKET)
