@@ -9,13 +9,18 @@ and NumPy, seconds on the recovery's critical path. Flink keeps its spare TaskMa
 slots registered for the same reason.
 
 :class:`SpareExecutorWarmer` watches the cluster's executors and, whenever one appears
-that it has not seen, runs one trivial Python task per free core, which starts the
-daemon on every executor with a free core (the spares). Each task holds its core for a
-moment (:data:`HOLD_S`): tasks that ended at once would let one fast executor take them
-all, and a spare would stay cold. The tasks report the daemon they ran in; while fewer
-daemons answered than there were idle executors, the warm-up is tried again (a few times).
-It never waits for a core a slot holds: it asks for free cores only, and a warm-up still
-queued after ``timeout_s`` (a core taken meanwhile) is cancelled.
+that has never run a task (Spark's own count of the executor's tasks, so an executor
+is cold until a task really ran there), runs one trivial Python task per free core, which
+starts the daemon on every executor with a free core (the spares). Each task holds its core
+for a moment (:data:`HOLD_S`): tasks that ended at once would let one fast executor take
+them all, and a spare would stay cold. While a cold executor remains, the warm-up is tried
+again at the next look. It never waits for a core a slot holds: it asks for free cores
+only, and a warm-up still queued after ``timeout_s`` (a core taken meanwhile) is cancelled.
+
+Why Spark's task count and not the set of executors seen: an executor that joins while
+every core is busy, or whose cores the scheduler has not counted yet, would be taken for
+warm as soon as it was seen, and stay cold (a replacement for a killed worker did, on a
+loaded machine, and the slot moved there later paid for the daemon's start).
 """
 
 from __future__ import annotations
@@ -36,8 +41,6 @@ CHECK_INTERVAL_S = 2.0
 WARM_UP_TIMEOUT_S = 30.0
 #: How long a warm-up task keeps its core, so that the tasks spread over the free cores.
 HOLD_S = 0.5
-#: Warm-ups tried for one set of executors before it counts as warm anyway.
-ATTEMPTS = 3
 
 
 def _started(_: Any) -> tuple[str, int]:
@@ -79,36 +82,29 @@ class SpareExecutorWarmer:
             self._thread.join(self.timeout_s + 5)
 
     def _run(self) -> None:
-        warmed: frozenset[str] = frozenset()
-        attempts = 0
         while not self._stop.wait(self.interval_s):
             try:
-                executors, free, idle = self._executors_and_free_cores()
-                if executors - warmed and free > 0:
-                    daemons = self._warm_up(free)
-                    attempts += 1
-                    if len(daemons) < idle and attempts < ATTEMPTS:
-                        log.debug("%d of %d idle executors answered the warm-up", len(daemons), idle)
-                        continue  # some idle executor got none of the tasks: again
+                cold, free = self._cold_executors_and_free_cores()
+                if cold and free > 0:
+                    log.debug("Warming executors %s that never ran a task (%d free cores).", cold, free)
+                    self._warm_up(free)
                     if self.on_warmed is not None:
                         self.on_warmed(free)
-                warmed = executors
-                attempts = 0
             except Exception as exc:  # noqa: BLE001 - best effort: a cold spare is only slower
                 if self._stop.is_set():
                     return
                 log.debug("warming spare executors failed: %s", exc)
 
-    def _executors_and_free_cores(self) -> tuple[frozenset[str], int, int]:
-        """The executors (host:port; the driver's entry among them), the cores no task uses
-        and how many executors run no task (the driver's entry not counted)."""
+    def _cold_executors_and_free_cores(self) -> tuple[list[str], int]:
+        """The executors that never ran a task (the driver's entry aside), and the cores no
+        task uses."""
         jsc = self.session.sparkContext._jsc.sc()
-        infos = list(jsc.statusTracker().getExecutorInfos())
-        executors = frozenset(f"{i.host()}:{i.port()}" for i in infos)
-        running = sum(int(i.numRunningTasks()) for i in infos)
-        idle = sum(1 for i in infos if int(i.numRunningTasks()) == 0) - 1
+        summaries = jsc.statusStore().executorList(True)
+        executors = [summaries.apply(i) for i in range(summaries.size())]
+        cold = sorted(e.id() for e in executors if e.id() != "driver" and int(e.totalTasks()) == 0)
+        running = sum(int(e.activeTasks()) for e in executors)
         total = int(jsc.maxNumConcurrentTasks(jsc.resourceProfileManager().defaultResourceProfile()))
-        return executors, total - running, max(idle, 0)
+        return cold, total - running
 
     def _warm_up(self, tasks: int) -> set[tuple[str, int]]:
         """Run ``tasks`` warm-up tasks; the daemons (host, process id) they ran in."""
