@@ -11,8 +11,10 @@ from __future__ import annotations
 import json
 import logging
 import os
+import queue
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -41,12 +43,48 @@ def submit_env() -> dict[str, str]:
     return env
 
 
-def phases(process: subprocess.Popen[str]) -> Iterator[dict[str, Any]]:
-    """The job's JSON lines, as it prints them."""
-    assert process.stdout is not None
-    for line in process.stdout:
-        if line.startswith('{"phase"'):
-            yield json.loads(line)
+#: How long the test waits for the job's next phase. The job gives up on a phase after its
+#: own 150 s and says where it stuck; this bound only catches a job that cannot say so.
+PHASE_WAIT_S = 200
+
+
+class Phases:
+    """The job's JSON lines, read on a thread of their own so that waiting for the next one is
+    bounded: a job that hangs fails the test with its log, instead of running into pytest's
+    timeout, which ends the test before it can show why."""
+
+    def __init__(self, process: subprocess.Popen[str], job_log: Path) -> None:
+        self._lines: queue.Queue[dict[str, Any] | None] = queue.Queue()
+        self._job_log = job_log
+        self._job_out = job_log.with_name("job.out")
+        self._reader = threading.Thread(target=self._read, args=(process,), name="job stdout", daemon=True)
+        self._reader.start()
+
+    def _read(self, process: subprocess.Popen[str]) -> None:
+        assert process.stdout is not None
+        # spark-submit hands the driver's stderr to its own stdout: kept beside the phases
+        with self._job_out.open("w") as out:
+            for line in process.stdout:
+                if line.startswith('{"phase"'):
+                    self._lines.put(json.loads(line))
+                out.write(line)
+                out.flush()
+        self._lines.put(None)  # the job ended
+
+    def next(self, expected: str) -> dict[str, Any]:
+        """The job's next phase, which must be ``expected``."""
+        try:
+            phase = self._lines.get(timeout=PHASE_WAIT_S)
+        except queue.Empty:
+            phase = {"phase": f"nothing for {PHASE_WAIT_S} s"}
+        if phase is None or phase["phase"] != expected:
+            pytest.fail(
+                f"expected the job's {expected!r} phase, got {phase}; the driver's output ends:\n"
+                + self._job_out.read_text()[-8000:]
+                + "\nspark-submit's stderr ends:\n"
+                + self._job_log.read_text()[-4000:]
+            )
+        return phase
 
 
 def app_named(cluster: StandaloneCluster, name: str, which: str) -> dict[str, Any]:
@@ -56,6 +94,7 @@ def app_named(cluster: StandaloneCluster, name: str, which: str) -> dict[str, An
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(3 * PHASE_WAIT_S)
 def test_chandy_run_on_the_cluster_recovers_exactly_once_from_slot_executor_and_worker_kills(
     cluster: StandaloneCluster, tmp_path: Path
 ) -> None:
@@ -82,8 +121,8 @@ def test_chandy_run_on_the_cluster_recovers_exactly_once_from_slot_executor_and_
         cwd=tmp_path,
     )
     try:
-        events = phases(process)
-        assert next(events)["phase"] == "running"
+        events = Phases(process, job_log)
+        events.next("running")
         # on the cluster, not in a local session: the master lists it, with the core of each worker
         app = app_named(cluster, "chaos-on-a-cluster", "activeapps")
         assert app["cores"] == 3
@@ -97,17 +136,16 @@ def test_chandy_run_on_the_cluster_recovers_exactly_once_from_slot_executor_and_
         ):
             assert time.monotonic() < deadline, [w.python_daemons() for w in cluster.workers]
             time.sleep(0.2)
-        kill = next(events)
-        assert kill["phase"] == "kill-worker"
+        kill = events.next("kill-worker")
         worker = cluster.worker_of_executor(kill["jvm_pid"])
         killed = time.monotonic()
         cluster.kill_worker(worker)
         cluster.add_workers(1)  # the replacement machine joins
         log.info("worker replaced %.1f s after the kill", time.monotonic() - killed)
         (tmp_path / "worker-replaced").touch()
-        done = next(events)
+        done = events.next("done")
         log.info("recoveries (kill -> next completed checkpoint, s): %s", done["recoveries"])
-        assert done["phase"] == "done" and done["exact"] is True, done
+        assert done["exact"] is True, done
         assert done["restarts"] >= 3  # one per fault
         assert done["slot_kill_kept_the_stage"] is True  # its supervisor forked the next one
         assert done["jvm_kill_replaced_the_stage"] is True

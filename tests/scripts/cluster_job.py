@@ -13,6 +13,7 @@ the workers need only chandy installed, not this test suite.
 from __future__ import annotations
 
 import json
+import logging
 import os
 import signal
 import sys
@@ -26,11 +27,15 @@ from chandy.core.functions import KeyedProcessFunction, MapFunction, RuntimeCont
 from chandy.core.state import ValueStateDescriptor
 
 N, KEYS = 30_000, 30
-DEADLINE_S = 300
+#: How long one phase may take before the job gives up and says where it stuck (the test's
+#: own bound is larger, so the job's report, not pytest's timeout, ends a stuck run).
+DEADLINE_S = 150
 
 
 class PacedUntil(MapFunction):
-    """Slows the source down until ``gate`` exists, so that the faults land mid-run."""
+    """Slows the source down until ``gate`` exists, so that the faults land mid-run: its
+    last fifth ten times slower than the rest (about 30 s more), which leaves a slow recovery
+    time to finish before the input runs out. Never blocked: barriers still pass."""
 
     def __init__(self, gate: str) -> None:
         self.gate = gate
@@ -41,7 +46,7 @@ class PacedUntil(MapFunction):
             if os.path.exists(self.gate):
                 self.open_gate = True
             else:
-                time.sleep(0.0005)
+                time.sleep(0.01 if value >= N * 4 // 5 else 0.0005)
         return value
 
 
@@ -63,15 +68,24 @@ def say(phase: str, **fields: Any) -> None:
     sys.stdout.flush()
 
 
-def wait_until(condition: Any, what: str) -> None:
+def wait_until(condition: Any, what: str, describe: Any = None) -> None:
+    """Wait for ``condition``; past the deadline, print a ``stuck`` phase (what was awaited
+    and, from ``describe``, what the job looked like) and raise."""
     deadline = time.monotonic() + DEADLINE_S
     while not condition():
         if time.monotonic() > deadline:
+            say("stuck", waiting_for=what, **(describe() if describe else {}))
             raise TimeoutError(what)
         time.sleep(0.05)
 
 
 def main() -> None:
+    # the warmer's decisions go to the job's stderr (the test shows it when a spare stays cold)
+    warmer_log = logging.getLogger("chandy.runtime.spark.spares")
+    warmer_log.setLevel(logging.DEBUG)
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(logging.Formatter("%(asctime)s %(name)s %(message)s"))
+    warmer_log.addHandler(handler)
     control = Path(sys.argv[1])
     faults = "--faults" in sys.argv[2:]
     gate = control / "released"
@@ -115,10 +129,30 @@ def main() -> None:
             and all(s["alive"] for s in slots)
         )
 
-    def recovered_after(restarts: int, checkpoints: int) -> None:
-        wait_until(lambda: running_with(restarts) and completed() > checkpoints, "no recovery")
+    def describe() -> dict[str, Any]:
+        return {
+            "status": client.get_job_status().name,
+            "restarts": client.restarts,
+            "checkpoints": client.get_checkpoint_statistics()["counts"],
+            "slots": client.get_task_slots(),
+        }
 
-    wait_until(lambda: running_with(0) and completed() >= 2, "the job did not get going")
+    def recovered_after(restarts: int, checkpoints: int) -> None:
+        # Recovered: running again on two live slots with a checkpoint completed since the
+        # fault. A slow recovery (a JVM to start on a loaded machine) may let the paced source
+        # run out meanwhile: a job that restarted and then finished has recovered too.
+        def recovered() -> bool:
+            if client.get_job_status().name == "FINISHED":
+                return client.restarts >= restarts
+            return running_with(restarts) and completed() > checkpoints
+
+        wait_until(
+            recovered,
+            f"a recovery (restart {restarts}, a checkpoint after {checkpoints})",
+            describe,
+        )
+
+    wait_until(lambda: running_with(0) and completed() >= 2, "the job to get going", describe)
     slots = client.get_task_slots()
     say("running", slots=[{"pid": s["pid"], "jvm_pid": s["jvm_pid"]} for s in slots])
     recoveries: dict[str, float] = {}
