@@ -207,6 +207,35 @@ def test_ctrl_c_under_chandy_run_on_spark_ends_in_one_line_and_its_checkpoint_re
 
 
 @pytest.mark.slow
+@pytest.mark.parametrize("how", ["Ctrl-C", "SIGTERM"])
+def test_chandy_run_with_a_master_passes_ctrl_c_and_sigterm_to_the_job_which_ends_in_one_line(
+    tmp_path: Path, how: str
+) -> None:
+    """``chandy run --master ...`` is spark-submit, whose JVM is the Spark driver and the
+    job's Python its child: the job cancels in order (no slot reported lost, no Spark error)
+    and says how to resume, and everything it started ends."""
+    mark = uuid.uuid4().hex
+    checkpoints = tmp_path / "ck"
+    job = OnTerminal(
+        [CHANDY, "run", "--master", "local[2]", JOB, str(checkpoints), "paced"],
+        job_env(mark, **{"rest.port": 0}),
+    )
+    try:
+        wait_for(checkpoint_written(checkpoints), "a completed checkpoint")
+        if how == "Ctrl-C":
+            job.type_ctrl_c()
+        else:
+            job.process.send_signal(signal.SIGTERM)  # to chandy run alone, as a supervisor does
+    finally:
+        code, shown = job.finish()
+    assert code == (130 if how == "Ctrl-C" else 143), shown[-4000:]
+    line = the_one_line(shown, how)
+    assert_quiet(shown)
+    assert (Path(resume_command_path(line)) / "_metadata").is_file()
+    wait_for(lambda: not marked_processes(mark), "the job's processes to end", 60)
+
+
+@pytest.mark.slow
 def test_sigterm_on_spark_ends_in_one_line_with_status_143_and_nothing_after(tmp_path: Path) -> None:
     """``timeout 30 python job.py``: the pipes are read until every process holding them
     (Spark's JVM and workers inherit them) closed them, so what they would print after the

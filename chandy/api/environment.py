@@ -446,6 +446,7 @@ class StreamExecutionEnvironment:
         web = self._web_service(config)
         hold = web.acquire(config) if web is not None else None
         console.announce_rest_address(self.rest_url, job_graph.job_name, job_graph.job_id)
+        console.announce_driver()
         try:
             executor = self._create_executor(config)
             try:
@@ -484,6 +485,7 @@ class StreamExecutionEnvironment:
         web = self._web_service(config)
         hold = web.acquire(config, for_environment=True) if web is not None else None
         console.announce_rest_address(self.rest_url, job_graph.job_name, job_graph.job_id)
+        console.announce_driver()
         try:
             executor = self._create_executor(config)
         except BaseException:

@@ -10,6 +10,7 @@ what it sets itself still wins, as in Flink.
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import json
 import os
@@ -32,7 +33,7 @@ from chandy.cli.rest import check_job_id
 from chandy.config import Configuration
 from chandy.config.options import CoreOptions, PipelineOptions, StateRecoveryOptions, check_configuration
 from chandy.errors import ConfigurationError
-from chandy.runtime.console import ANNOUNCE_FD_ENV
+from chandy.runtime.console import ANNOUNCE_FD_ENV, DRIVER_PID_FILE_ENV
 from chandy.runtime.status_line import dashboard_link
 
 _JOB_ID_KEY = PipelineOptions.FIXED_JOB_ID.key
@@ -259,6 +260,8 @@ def _run_attached(command: list[str], config: dict[str, Any], py_files: tuple[st
     it to end. A SIGTERM sent to this process alone (a supervisor stopping it, ``timeout``)
     is passed on to the job, which would otherwise run on without anyone waiting for it.
     """
+    if Path(command[0]).name == "spark-submit":
+        return _run_spark_submit_attached(command, config, py_files)
     process = subprocess.Popen(command, env=_environment(command, config, py_files))
 
     def forward(signum: int, frame: object) -> None:
@@ -273,6 +276,43 @@ def _run_attached(command: list[str], config: dict[str, Any], py_files: tuple[st
                 continue  # the job got the same SIGINT and is shutting down: wait for it
     finally:
         signal.signal(signal.SIGTERM, previous)
+
+
+def _run_spark_submit_attached(command: list[str], config: dict[str, Any], py_files: tuple[str, ...]) -> int:
+    """``spark-submit`` in the foreground, with Ctrl-C and SIGTERM for the job's driver only.
+
+    spark-submit's JVM is the Spark driver, and the job's Python driver its child. Were both
+    in the terminal's process group, Ctrl-C would stop the JVM (and its Spark context) under
+    the job's own orderly cancel: slots reported lost, Spark's errors, no line saying how to
+    resume. So spark-submit runs in a process group of its own, and this process passes
+    Ctrl-C, SIGTERM and the terminal's hang-up (as SIGTERM) to the Python driver, whose id
+    the driver writes into a file once a job runs (:func:`chandy.runtime.console.announce_driver`).
+    Before that there is no job to keep, and the signal goes to spark-submit's whole group.
+    """
+    with tempfile.TemporaryDirectory(prefix="chandy-run-") as directory:
+        pid_file = Path(directory) / "driver.pid"
+        env = _environment(command, config, py_files)
+        env[DRIVER_PID_FILE_ENV] = str(pid_file)
+        process = subprocess.Popen(command, env=env, process_group=0)
+
+        def forward(signum: int, frame: object) -> None:
+            passed = signal.SIGTERM if signum == signal.SIGHUP else signum
+            try:
+                driver = int(pid_file.read_text())
+            except (OSError, ValueError):  # no job yet: nothing to cancel in order
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(process.pid, passed)
+                return
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(driver, passed)
+
+        handled = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+        previous = {signum: signal.signal(signum, forward) for signum in handled}
+        try:
+            return _exit_code(process.wait())
+        finally:
+            for signum, handler in previous.items():
+                signal.signal(signum, handler)
 
 
 def private_log_directory() -> Path:

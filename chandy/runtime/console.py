@@ -49,6 +49,12 @@ if TYPE_CHECKING:
 #: and closes it, once.
 ANNOUNCE_FD_ENV = "CHANDY_ANNOUNCE_FD"
 
+#: How ``chandy run --master ...`` finds the job's driver to pass Ctrl-C on to: a file the
+#: driver writes its process id into when a job starts. spark-submit's JVM sits between the
+#: two and passes the environment on (but no inherited file descriptors), and the JVM must
+#: not get the SIGINT itself: it would stop the Spark context under the job's own cancel.
+DRIVER_PID_FILE_ENV = "CHANDY_DRIVER_PID_FILE"
+
 #: The attribute that marks an exception whose ending the console already reported.
 _REPORTED = "_chandy_console_reported"
 
@@ -169,6 +175,20 @@ def interrupted_line(job_master: JobMaster, how: str) -> str:
             "RETAIN_ON_CANCELLATION, with execution.checkpointing.dir)"
         )
     return f"{head}; no checkpoint had completed yet, so there is none to resume from"
+
+
+def announce_driver() -> None:
+    """Tell ``chandy run --master`` (if it started this driver) which process to send Ctrl-C
+    and SIGTERM to, now that a job runs here: its id into the file the variable names,
+    written whole (a temporary file renamed) so a reader never sees half of it."""
+    path = os.environ.get(DRIVER_PID_FILE_ENV)
+    if not path:
+        return
+    with contextlib.suppress(OSError):
+        temporary = f"{path}.{os.getpid()}"
+        with open(temporary, "w") as file:
+            file.write(str(os.getpid()))
+        os.replace(temporary, path)
 
 
 def announce_rest_address(url: str | None, job_name: str, job_id: str) -> None:
