@@ -305,9 +305,12 @@ def test_the_line_says_how_to_keep_checkpoints_when_the_retention_deletes_them(t
 
 
 @pytest.mark.slow
+@pytest.mark.parametrize("submit", [[], ["--master", "local[2]"]], ids=["python", "spark-submit"])
 def test_a_detached_job_whose_rest_port_is_taken_says_where_it_serves_and_a_cancel_is_one_line(
-    tmp_path: Path,
+    tmp_path: Path, submit: list[str]
 ) -> None:
+    """With ``--master`` too: spark-submit's JVM passes on no file descriptors, only the
+    environment, and the address still reaches ``chandy run``."""
     taken = socket.create_server(("127.0.0.1", 0))
     port = taken.getsockname()[1]
     log = tmp_path / "job.log"
@@ -316,6 +319,7 @@ def test_a_detached_job_whose_rest_port_is_taken_says_where_it_serves_and_a_canc
             [
                 CHANDY,
                 "run",
+                *submit,
                 "--detached",
                 "--log-file",
                 str(log),

@@ -14,13 +14,13 @@ import contextlib
 import errno
 import json
 import os
-import select
 import shutil
 import signal
 import stat
 import subprocess
 import sys
 import tempfile
+import time
 import uuid
 from pathlib import Path
 from typing import Any
@@ -33,7 +33,7 @@ from chandy.cli.rest import check_job_id
 from chandy.config import Configuration
 from chandy.config.options import CoreOptions, PipelineOptions, StateRecoveryOptions, check_configuration
 from chandy.errors import ConfigurationError
-from chandy.runtime.console import ANNOUNCE_FD_ENV, DRIVER_PID_FILE_ENV
+from chandy.runtime.console import ANNOUNCE_FILE_ENV, DRIVER_PID_FILE_ENV
 from chandy.runtime.status_line import dashboard_link
 
 _JOB_ID_KEY = PipelineOptions.FIXED_JOB_ID.key
@@ -51,6 +51,8 @@ _OPTION_KEYS = frozenset(
 
 #: How long ``chandy run --detached`` waits for the job to say where its REST API is.
 ANNOUNCE_TIMEOUT_S = 30.0
+#: How often it looks for the address meanwhile.
+ANNOUNCE_POLL_S = 0.1
 
 
 def job_config(
@@ -378,12 +380,12 @@ def _run_detached(
                 f"cannot create the directory of the log file {log_path}: {exc.strerror}"
             ) from None
     log = os.fdopen(open_log(log_path), "ab")
-    # The job writes its REST address into this pipe once it serves it: the port may not be
+    # The job writes its REST address into this file once it serves it: the port may not be
     # rest.port (taken by another job), and the user should not have to dig it out of the log.
-    read_end, write_end = os.pipe()
-    env = _environment(command, config, py_files)
-    env[ANNOUNCE_FD_ENV] = str(write_end)
-    try:
+    with tempfile.TemporaryDirectory(prefix="chandy-run-") as directory:
+        announced = Path(directory) / "rest-address"
+        env = _environment(command, config, py_files)
+        env[ANNOUNCE_FILE_ENV] = str(announced)
         with log:
             process = subprocess.Popen(
                 command,
@@ -392,14 +394,10 @@ def _run_detached(
                 stdout=log,
                 stderr=subprocess.STDOUT,
                 start_new_session=True,
-                pass_fds=(write_end,),
             )
-    finally:
-        os.close(write_end)
-    click.echo(f"Job has been submitted with JobID {job_id}")
-    click.echo(f"Its output goes to {log_path} (process {process.pid}).")
-    with os.fdopen(read_end, "rb") as announced:
-        url = _announced_address(announced, ANNOUNCE_TIMEOUT_S)
+        click.echo(f"Job has been submitted with JobID {job_id}")
+        click.echo(f"Its output goes to {log_path} (process {process.pid}).")
+        url = _announced_address(announced, process, ANNOUNCE_TIMEOUT_S)
     if url is None:
         click.echo(f"Its REST API is not up after {ANNOUNCE_TIMEOUT_S:.0f} s; the log will name its address.")
     elif url == "":
@@ -408,10 +406,18 @@ def _run_detached(
         click.echo(f"REST API at {url}, dashboard {dashboard_link(url, job_id)}")
 
 
-def _announced_address(pipe: Any, timeout_s: float) -> str | None:
-    """The line the job wrote into the pipe: its REST URL, ``-`` (it serves none), ``""`` (it
+def _announced_address(path: Path, process: subprocess.Popen[bytes], timeout_s: float) -> str | None:
+    """The line the job wrote into ``path``: its REST URL, ``-`` (it serves none), ``""`` (it
     exited without writing one) or ``None`` (nothing within ``timeout_s``)."""
-    ready, _, _ = select.select([pipe], [], [], timeout_s)
-    if not ready:
-        return None
-    return str(pipe.readline().decode(errors="replace").strip())
+    deadline = time.monotonic() + timeout_s
+    while True:
+        ended = process.poll() is not None  # before the read: a line written, then the end
+        with contextlib.suppress(FileNotFoundError):
+            line = path.read_text(errors="replace")
+            if line.endswith("\n"):
+                return line.strip()
+        if ended:
+            return ""
+        if time.monotonic() >= deadline:
+            return None
+        time.sleep(ANNOUNCE_POLL_S)

@@ -44,10 +44,11 @@ from chandy.runtime.status_line import dashboard_link
 if TYPE_CHECKING:
     from chandy.runtime.job_master import JobMaster
 
-#: How ``chandy run --detached`` hears the job's REST address: the number of a pipe's write
-#: end the job inherited. The job writes one line (the URL, or ``-`` without a REST server)
-#: and closes it, once.
-ANNOUNCE_FD_ENV = "CHANDY_ANNOUNCE_FD"
+#: How ``chandy run --detached`` hears the job's REST address: a file the job writes one
+#: line into (the URL, or ``-`` without a REST server), once, whole. A file and not an
+#: inherited pipe, because with ``--master`` spark-submit's JVM sits between the two and
+#: passes the environment on, but no file descriptors.
+ANNOUNCE_FILE_ENV = "CHANDY_ANNOUNCE_FILE"
 
 #: How ``chandy run --master ...`` finds the job's driver to pass Ctrl-C on to: a file the
 #: driver writes its process id into when a job starts. spark-submit's JVM sits between the
@@ -177,35 +178,32 @@ def interrupted_line(job_master: JobMaster, how: str) -> str:
     return f"{head}; no checkpoint had completed yet, so there is none to resume from"
 
 
-def announce_driver() -> None:
-    """Tell ``chandy run --master`` (if it started this driver) which process to send Ctrl-C
-    and SIGTERM to, now that a job runs here: its id into the file the variable names,
-    written whole (a temporary file renamed) so a reader never sees half of it."""
-    path = os.environ.get(DRIVER_PID_FILE_ENV)
-    if not path:
-        return
+def _write_whole(path: str, text: str) -> None:
+    """``text`` into ``path`` through a temporary file renamed over it, so that a reader
+    polling ``path`` never sees half of it; a directory gone meanwhile (the reader gave up)
+    is not an error."""
     with contextlib.suppress(OSError):
         temporary = f"{path}.{os.getpid()}"
         with open(temporary, "w") as file:
-            file.write(str(os.getpid()))
+            file.write(text)
         os.replace(temporary, path)
+
+
+def announce_driver() -> None:
+    """Tell ``chandy run --master`` (if it started this driver) which process to send Ctrl-C
+    and SIGTERM to, now that a job runs here: its id into the file the variable names."""
+    path = os.environ.get(DRIVER_PID_FILE_ENV)
+    if path:
+        _write_whole(path, str(os.getpid()))
 
 
 def announce_rest_address(url: str | None, job_name: str, job_id: str) -> None:
     """Tell ``chandy run --detached`` (if it started this process) where the REST API is,
     and say it in the job's output (its log): the port may not be the one asked for."""
-    raw = os.environ.pop(ANNOUNCE_FD_ENV, None)
-    if raw is None:
+    path = os.environ.pop(ANNOUNCE_FILE_ENV, None)
+    if path is None:
         return
     if url is not None:
         dashboard = dashboard_link(url, job_id)
         write(f"chandy: job '{job_name}' ({job_id}): REST API at {url}, dashboard {dashboard}")
-    try:
-        fd = int(raw)
-    except ValueError:
-        return
-    with contextlib.suppress(OSError):
-        try:
-            os.write(fd, f"{url or '-'}\n".encode())
-        finally:
-            os.close(fd)
+    _write_whole(path, f"{url or '-'}\n")
