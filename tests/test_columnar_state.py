@@ -720,9 +720,9 @@ def frames_of(payload: bytes, byte_range: tuple[int, int]) -> list[tuple[int, in
     found = []
     position, end = byte_range
     while position < end:
-        index, length = struct.unpack_from("<HI", payload, position)
+        index, length = struct.unpack_from("<HQ", payload, position)
         found.append((index, length))
-        position += 6 + length
+        position += 10 + length
     assert position == end
     return found
 
@@ -961,8 +961,8 @@ def header_end(data: bytes) -> int:
         (lambda data: set_bytes(data, 8, struct.pack("<Q", 10**9)), "the header"),  # header too long
         (lambda data: set_bytes(data, 16, struct.pack("<H", 7)), "the header"),  # 7 schemas announced
         (lambda data: set_bytes(data, header_end(data), struct.pack("<H", 9)), "key group"),  # no state 9
-        (lambda data: set_bytes(data, header_end(data) + 2, struct.pack("<I", 10**6)), "key group"),
-        (lambda data: set_bytes(data, header_end(data) + 6, b"\x00" * 12), "key group"),  # message zeroed
+        (lambda data: set_bytes(data, header_end(data) + 2, struct.pack("<Q", 10**6)), "key group"),
+        (lambda data: set_bytes(data, header_end(data) + 10, b"\x00" * 12), "key group"),  # message zeroed
     ],
     ids=[
         *("zeroed", "flipped", "overwritten", "truncated", "truncated-header", "header-length"),

@@ -112,7 +112,7 @@ _PREAMBLE = struct.Struct("<8sQ")
 _COUNT = struct.Struct("<H")
 _LENGTH = struct.Struct("<I")
 #: Before each record batch message of a key group: the index of its state's schema, its length.
-_FRAME = struct.Struct("<HI")
+_FRAME = struct.Struct("<HQ")
 
 _EMPTY = np.int64(-1)
 _TOMBSTONE = np.int64(-2)
