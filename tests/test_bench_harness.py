@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from bench import report
+from bench.profile import by_area, checkpoint_path, profiled_run
 from bench.systems.w5_events import (
     OUT_OF_ORDERNESS_MS,
     ResultCheck,
@@ -735,3 +736,17 @@ def test_w1v_runs_on_chandy_only_and_is_compared_with_the_references_w1() -> Non
     text = report.figures_table(summary) + report.ratios_table(summary)
     assert "W1v checkpoint overhead" in text and "W1v task CPU per record without checkpoints" in text
     assert "W1v throughput (batch path) vs the reference's W1 throughput" in text
+
+
+def test_the_profile_on_the_cpu_clock_counts_no_waiting(tmp_path: Path) -> None:
+    """``python -m bench.profile --cpu-clock --checkpoint-path``: every thread timed by its own
+    CPU clock, so the main thread waiting for the job's end, and the tasks waiting for input,
+    count (almost) nothing; on the wall clock they dominate. The checkpoint path is listed."""
+    areas: dict[bool, float] = {}
+    for cpu_clock in (False, True):
+        stats, run = profiled_run(2_000_000, 1, 100, 20, cpu_clock=cpu_clock)
+        by = by_area(stats)
+        areas[cpu_clock] = by.get("threads: waits and locks", 0.0) / sum(by.values())
+        lines = checkpoint_path(stats, run["checkpoints"])
+        assert lines[0] == f"checkpoint path ({run['checkpoints']} checkpoints completed), cumulative:"
+    assert areas[True] < 0.2 < areas[False], areas

@@ -4,10 +4,13 @@ restored and rescaled by key group."""
 
 from __future__ import annotations
 
+import copy
 import datetime
 import decimal
+import json
 import math
 import struct
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -22,11 +25,12 @@ from chandy.core.state import ValueStateDescriptor
 from chandy.errors import InvalidCheckpointError
 from chandy.state.arrow_keys import key_groups_of
 from chandy.state.columnar import (
+    LAYOUT_MAGIC,
     ColumnarKeyedState,
     ColumnarKeyedStateBackend,
     ColumnarStateView,
 )
-from chandy.state.handles import ByteStreamStateHandle, KeyGroupsStateHandle
+from chandy.state.handles import ByteStreamStateHandle, FileStateHandle, KeyGroupsStateHandle
 from chandy.state.heap import HeapKeyedStateBackend, IncompatibleRestoredStateError, IncompatibleStateError
 from chandy.state.key_groups import KeyGroupRange
 from chandy.storage.checkpoint_storage import CheckpointStorage, StateReader
@@ -711,20 +715,157 @@ def test_a_snapshot_holds_nested_values_as_of_the_barrier(tmp_path: Path) -> Non
     assert contents(restored) == {1: ([10], {"n": 1}), 2: ([10], {"n": 1})}
 
 
-def test_serializer_steps_are_bounded() -> None:
+def frames_of(payload: bytes, byte_range: tuple[int, int]) -> list[tuple[int, int]]:
+    """The (state index, message length) of every record batch message in ``byte_range``."""
+    found = []
+    position, end = byte_range
+    while position < end:
+        index, length = struct.unpack_from("<HQ", payload, position)
+        found.append((index, length))
+        position += 10 + length
+    assert position == end
+    return found
+
+
+def test_the_task_thread_only_copies_and_the_payload_has_one_message_per_key_group_and_state() -> None:
+    """The serializer has nothing to do on the task thread (the result serializes where the
+    files are written); the payload is one header (the states' schemas) then, key group after
+    key group, one record batch message per state with keys in it, in byte ranges that tile
+    the payload."""
     b = backend()
     fill(b, KEY_SETS["int"])
+    fill(b, pa.array(np.arange(10, dtype=np.int64)), name="other")
     serializer = b.snapshot(1).serializer()
-    with pytest.raises(RuntimeError, match="not finished"):
-        serializer.result()
-    steps = 0
-    while not serializer.step(0):  # a deadline already passed: one key group per step
-        steps += 1
-    assert steps == MAX_PARALLELISM - 1
-    assert serializer.done
-    result = serializer.result()
+    assert serializer.done and serializer.step(0)
+    result = serializer.result().serialize()
+    payload = result.payload
+    assert payload[:8] == LAYOUT_MAGIC
+    (header_size,) = struct.unpack_from("<Q", payload, 8)
     assert len(result.ranges) == MAX_PARALLELISM
-    assert result.payload[:4] == b"\xff\xff\xff\xff"  # an Arrow IPC stream, not a pickle
+    assert result.ranges[0][0] == header_size and result.ranges[-1][1] == len(payload)
+    assert all(a[1] == b[0] for a, b in zip(result.ranges, result.ranges[1:], strict=False))
+    with_keys = {
+        name: set(groups(b.states[name].key_array(b.states[name].live_slots())).tolist())
+        for name in ("other", "s")
+    }
+    for kg, byte_range in enumerate(result.ranges):
+        indexes = [index for index, _ in frames_of(payload, byte_range)]
+        assert indexes == [i for i, name in enumerate(("other", "s")) if kg in with_keys[name]], kg
+
+
+def test_a_restore_parses_only_its_own_key_groups(tmp_path: Path) -> None:
+    """Restored at another parallelism, a backend reads the header and its own key groups'
+    bytes only: every other key group's bytes may be garbage; one of its own is an error
+    naming the key group and the stream."""
+    storage = CheckpointStorage(str(tmp_path), "job", inline_threshold=0)
+    writer = backend()
+    fill(writer, KEY_SETS["string"])
+    fill(writer, pa.array(np.arange(40, dtype=np.int64)), name="other")
+    expected = {name: contents(writer, name) for name in ("s", "other")}
+    (handle,) = checkpoint([writer], storage, 1)
+    data = bytearray(StateReader(storage).read(handle.delegate, (0, handle.delegate.state_size)))
+    own = KeyGroupRange.of_operator(MAX_PARALLELISM, 3, 1)
+    for kg, (start, end) in handle.key_groups():
+        if kg not in own:
+            data[start:end] = b"\xff" * (end - start)
+    damaged = KeyGroupsStateHandle(
+        handle.key_group_range,
+        handle.ranges,
+        ByteStreamStateHandle("others", bytes(data)),
+        handle.state_kinds,
+    )
+    restored = backend(own)
+    restored.restore([damaged], StateReader(storage))
+    for name in ("s", "other"):
+        mine = {k: v for k, v in expected[name].items() if int(groups(pa.array([k]))[0]) in own}
+        assert mine and contents(restored, name) == mine, name
+    first = next(kg for kg, (start, end) in damaged.key_groups() if kg in own and end > start)
+    start, end = handle.range_of(first)
+    data[start:end] = b"\xff" * (end - start)
+    bad = KeyGroupsStateHandle(
+        handle.key_group_range, handle.ranges, ByteStreamStateHandle("mine", bytes(data)), handle.state_kinds
+    )
+    with pytest.raises(InvalidCheckpointError, match=f"key group {first} .*inline state mine.*is corrupt"):
+        backend(own).restore([bad], StateReader(storage))
+
+
+FIRST_LAYOUT = Path(__file__).parent / "data" / "columnar-v1"
+
+
+def test_a_snapshot_in_the_first_layout_still_restores(tmp_path: Path) -> None:
+    """Snapshots written by the first layout (one Arrow IPC stream per key group and state,
+    ``tests/data/columnar-v1``) restore at any parallelism, and checkpoint again in the new one."""
+    meta = json.loads((FIRST_LAYOUT / "snapshots.json").read_text())
+    assert meta["max_parallelism"] == MAX_PARALLELISM
+    handles = []
+    for index, subtask in enumerate(meta["subtasks"]):
+        payload = (FIRST_LAYOUT / f"subtask-{index}.bin").read_bytes()
+        assert payload[:4] == b"\xff\xff\xff\xff"  # an Arrow IPC stream: the first layout
+        handles.append(
+            KeyGroupsStateHandle(
+                KeyGroupRange(subtask["start"], subtask["end"]),
+                tuple(tuple(r) for r in subtask["ranges"]),
+                ByteStreamStateHandle(f"v1-{index}", payload),
+                tuple(tuple(k) for k in subtask["state_kinds"]),
+            )
+        )
+    expected = {
+        "s": {int(k): tuple(v) for k, v in meta["expected"]["s"].items()},
+        "other": {(None if k == "None" else k): tuple(v) for k, v in meta["expected"]["other"].items()},
+    }
+    storage = CheckpointStorage(str(tmp_path), "job", inline_threshold=0)
+    for parallelism in (1, 2, 3):
+        restored = restore(parallelism, handles, storage)
+        for name in ("s", "other"):
+            merged: dict[Any, tuple[Any, ...]] = {}
+            for b in restored:
+                merged.update(contents(b, name))
+            assert merged == expected[name], (parallelism, name)
+        if parallelism == 2:
+            again = restore(1, checkpoint(restored, storage, 2), storage)
+            assert {name: contents(again[0], name) for name in ("s", "other")} == expected
+
+
+def test_the_result_serialized_on_another_thread_holds_the_barrier_values(tmp_path: Path) -> None:
+    """The result is serialized and written on the checkpoint I/O pool while the task goes
+    on: inserting keys (the arrays grow), writing every column, removing keys and changing
+    nested values in place, before and while the other thread serializes, changes nothing in
+    the checkpoint."""
+    storage = CheckpointStorage(str(tmp_path), "job", inline_threshold=0)
+    b = backend()
+    state = fill(b, KEY_SETS["string"])
+    nested = b.get_columnar_state("nested", pa.schema([("seen", pa.list_(pa.int64()))]), {"seen": []})
+    keys = pa.array(np.arange(300, dtype=np.int64))
+    slots = nested.slots_of(keys, groups(keys))
+    nested.column("seen")[slots] = np.fromiter(([int(k)] for k in slots), dtype=object, count=len(slots))
+    before = copy.deepcopy({name: contents(b, name) for name in ("s", "nested")})  # lists: by value
+    result = b.snapshot(1).serializer().result()  # the barrier: the task's part ends here
+
+    def mutate(round_: int) -> None:
+        extra = pa.array([f"new-{round_}-{i}" for i in range(200)])
+        state.slots_of(extra, groups(extra))
+        state.column("total")[state.live_slots()] = -round_
+        state.remove(state.live_slots()[:5])
+        for values in nested.column("seen")[nested.live_slots()]:
+            values.append(-round_)
+
+    mutate(0)
+    started = threading.Event()
+    written: list[Any] = []
+
+    def write() -> None:
+        started.set()
+        written.append(result.write(storage, 1, None))
+
+    thread = threading.Thread(target=write)
+    thread.start()
+    started.wait()
+    for round_ in range(1, 30):
+        mutate(round_)
+    thread.join()
+    handles = [h for h in written[0].handles if isinstance(h, KeyGroupsStateHandle)]
+    (restored,) = restore(1, handles, storage)
+    assert {name: contents(restored, name) for name in ("s", "nested")} == before
 
 
 def test_empty_state_snapshots_nothing(tmp_path: Path) -> None:
@@ -801,16 +942,34 @@ def corrupted(handle: KeyGroupsStateHandle, storage: CheckpointStorage, damage: 
     )
 
 
+def set_bytes(data: bytes, at: int, value: bytes) -> bytes:
+    return data[:at] + value + data[at + len(value) :]
+
+
+def header_end(data: bytes) -> int:
+    return int(struct.unpack_from("<Q", data, 8)[0])
+
+
 @pytest.mark.parametrize(
-    "damage",
+    ("damage", "where"),
     [
-        lambda data: data[:8] + bytes(len(data) - 8),  # zeroed after the first message's start
-        lambda data: bytes(b ^ 0x5A for b in data),  # every byte flipped
-        lambda data: data[: len(data) // 2] + b"\xff" * (len(data) - len(data) // 2),
+        (lambda data: data[:8] + bytes(len(data) - 8), "the header"),  # zeroed after the magic
+        (lambda data: bytes(b ^ 0x5A for b in data), "key group"),  # every byte flipped (the magic too)
+        (lambda data: data[: len(data) // 2] + b"\xff" * (len(data) - len(data) // 2), "key group"),
+        (lambda data: data[: len(data) - 7], "key group"),  # truncated: the last message is short
+        (lambda data: data[:12], "the header"),  # truncated inside the header
+        (lambda data: set_bytes(data, 8, struct.pack("<Q", 10**9)), "the header"),  # header too long
+        (lambda data: set_bytes(data, 16, struct.pack("<H", 7)), "the header"),  # 7 schemas announced
+        (lambda data: set_bytes(data, header_end(data), struct.pack("<H", 9)), "key group"),  # no state 9
+        (lambda data: set_bytes(data, header_end(data) + 2, struct.pack("<Q", 10**6)), "key group"),
+        (lambda data: set_bytes(data, header_end(data) + 10, b"\x00" * 12), "key group"),  # message zeroed
     ],
-    ids=["zeroed", "flipped", "truncated"],
+    ids=[
+        *("zeroed", "flipped", "overwritten", "truncated", "truncated-header", "header-length"),
+        *("schema-count", "state-index", "length", "message-zeroed"),
+    ],
 )
-def test_a_corrupt_key_group_is_one_clear_error(tmp_path: Path, damage: Any) -> None:
+def test_a_corrupt_or_truncated_snapshot_is_one_clear_error(tmp_path: Path, damage: Any, where: str) -> None:
     storage = CheckpointStorage(str(tmp_path), "job")
     b = backend()
     fill(b, KEY_SETS["int"])
@@ -819,9 +978,21 @@ def test_a_corrupt_key_group_is_one_clear_error(tmp_path: Path, damage: Any) -> 
     with pytest.raises(InvalidCheckpointError) as error:
         backend().restore([bad], StateReader(storage))
     message = str(error.value)
-    assert "cannot restore columnar state 's'" in message
-    assert "key group" in message and "inline state damaged" in message
-    assert "Restore from another checkpoint" in message
+    assert message.startswith("operator 'agg' (uid 'agg') cannot restore columnar state 's': " + where)
+    assert "of inline state damaged of the checkpoint's _metadata is corrupt" in message
+    assert message.endswith("Restore from another checkpoint.")
+
+
+def test_a_truncated_checkpoint_file_names_the_file(tmp_path: Path) -> None:
+    storage = CheckpointStorage(str(tmp_path), "job", inline_threshold=0)
+    b = backend()
+    fill(b, KEY_SETS["int"])
+    (handle,) = checkpoint([b], storage, 1)
+    assert isinstance(handle.delegate, FileStateHandle)
+    path = Path(handle.delegate.path.removeprefix("file://"))
+    path.write_bytes(path.read_bytes()[:-10])
+    with pytest.raises(InvalidCheckpointError, match=f"{path.name}"):
+        backend().restore([handle], StateReader(storage))
 
 
 def test_a_corrupt_range_names_the_checkpoint_file(tmp_path: Path) -> None:
