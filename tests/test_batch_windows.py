@@ -405,12 +405,13 @@ def generated(columns: dict[str, Any], count: int = 10) -> ArrowDataGeneratorSou
 
 def test_an_arrow_timestamp_column_and_assign_timestamps_on_a_batch_stream() -> None:
     """A timestamp[us] column works as event time (floored to ms), here assigned on the batch
-    stream rather than at its source; ``count()`` counts rows per window."""
+    stream rather than at its source; ``count()`` counts rows per window, of string keys, in
+    a batch that spans several windows."""
     env = local_env()
     source = env.from_source(
         generated(
             {
-                "key": lambda i: i % 2,
+                "key": lambda i: pa.array([f"k{x % 2}" for x in i.tolist()]),  # not an int: Arrow's take
                 "ts": lambda i: pa.array(i * 400_000, pa.int64()).cast(pa.timestamp("us")),
             }
         ),
@@ -424,7 +425,7 @@ def test_an_arrow_timestamp_column_and_assign_timestamps_on_a_batch_stream() -> 
     )
     out, _ = run(counts, "timestamps")
     got = sorted((r.key, r.window_start, r.count) for r in out)
-    expected: Counter[tuple[int, int]] = Counter((i % 2, i * 400 // 1000 * 1000) for i in range(10))
+    expected: Counter[tuple[str, int]] = Counter((f"k{i % 2}", i * 400 // 1000 * 1000) for i in range(10))
     assert got == sorted((k, s, c) for (k, s), c in expected.items())
 
 

@@ -329,7 +329,9 @@ class BatchWindowOperator(StreamOperator):
             if not len(rows):
                 return
         prepared = self.aggregation.prepare(batch)
-        keyed = batch.select([_index(batch, self.key_column, self.name), _index(batch, KEY_GROUP_COLUMN)])
+        keyed = _Keyed(
+            batch.select([_index(batch, self.key_column, self.name), _index(batch, KEY_GROUP_COLUMN)])
+        )
         low = int(starts.min())
         high = int(starts.max())
         if low == high:
@@ -344,14 +346,13 @@ class BatchWindowOperator(StreamOperator):
             picked = order[ends[w] - counts[w] : ends[w]]
             self._add(low + w * slide, keyed, prepared, picked if rows is None else rows[picked])
 
-    def _add(self, start: int, keyed: pa.RecordBatch, prepared: Any, rows: np.ndarray | None) -> None:
+    def _add(self, start: int, keyed: _Keyed, prepared: Any, rows: np.ndarray | None) -> None:
         """Add the batch's ``rows`` (all without) to window ``start``; emit it again for those
         keys if it has fired already (a late row within the allowed lateness)."""
         state = self._window_state(start, prepared)
         if rows is not None:
-            keyed = keyed.take(pa.array(rows))
             prepared = self.aggregation.take(prepared, rows)
-        grouped = _group(keyed, self.key_column, state, sort=False)
+        grouped = _group(keyed.rows(rows), self.key_column, state, sort=False)
         self.aggregation.add(state, grouped, prepared)
         if start + self.size - 1 <= self.current_watermark:
             self._emit(start, state, grouped.slots)
@@ -407,6 +408,30 @@ class BatchWindowOperator(StreamOperator):
                 assert self._backend is not None
                 self._backend.drop_columnar_state(state.name)
         self.emit_watermark(timestamp)
+
+
+class _Keyed:
+    """A batch's key and key-group columns, from which each window takes its rows: by numpy
+    indexing for integer keys without nulls (three times faster than Arrow's ``take``),
+    else by ``take``."""
+
+    def __init__(self, batch: pa.RecordBatch) -> None:
+        self.batch = batch
+        keys = batch.column(0)
+        self._numpy: list[np.ndarray] | None = None
+        if pa.types.is_integer(keys.type) and not keys.null_count:
+            self._numpy = [keys.to_numpy(), batch.column(1).to_numpy()]
+
+    def rows(self, rows: np.ndarray | None) -> pa.RecordBatch:
+        batch = self.batch
+        if rows is None:
+            return batch
+        if self._numpy is None:
+            return batch.take(pa.array(rows))
+        keys, key_groups = self._numpy
+        return pa.RecordBatch.from_arrays(
+            [pa.array(keys[rows]), pa.array(key_groups[rows])], schema=batch.schema
+        )
 
 
 def _index(batch: pa.RecordBatch, name: str, operation: str = "a keyed batch operator") -> int:
