@@ -412,8 +412,8 @@ class BatchWindowOperator(StreamOperator):
 
 class _Keyed:
     """A batch's key and key-group columns, from which each window takes its rows: by numpy
-    indexing for integer keys without nulls (three times faster than Arrow's ``take``),
-    else by ``take``."""
+    indexing for integer keys without nulls (in a profile of W5v, Arrow's ``take`` of these
+    two columns cost about 1 ms a call), else by ``take``."""
 
     def __init__(self, batch: pa.RecordBatch) -> None:
         self.batch = batch
