@@ -17,6 +17,7 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import math
 import os
 import sys
 import time
@@ -923,22 +924,50 @@ def w5_run_figures(
 
 class W5BatchReader(W5Reader):
     """W5's events as Arrow batches (columns ``key``, ``value``, ``ts``): the records
-    ``W5Events.records_of`` gives, computed in numpy for a whole poll, with the same notes."""
+    ``W5Events.records_of`` gives, with the same notes, computed for a whole poll by copying
+    a precomputed period. A source subtask reads records ``i = r * p + s`` (``r`` its
+    position); ``i % keys`` and ``i``'s place in its 100 ms block repeat every ``period``
+    positions, over which the timestamps advance by a whole number of blocks: a poll is
+    a dozen slices of the period's keys and timestamps (the latter shifted), not several
+    divisions per row (24 ns a row before, a few now)."""
 
     def __init__(self, events: W5Events, path: Path) -> None:
         super().__init__(events, path)
-        block, rate = events.block, events.per_event_second
-        #: Each position's timestamp offset within its block (ms), as ``W5Events._dealt``.
-        self._dealt = np.arange(block, dtype=np.int64) * 7919 % block * WINDOW_MS // rate
+        p, block, keys = events.parallelism, events.block, events.keys
+        self._period = math.lcm(block // math.gcd(block, p), keys // math.gcd(keys, p))
+        #: Timestamps advance this much (ms) per period: its records span whole blocks.
+        self._shift = self._period * p // block * (block * WINDOW_MS // events.per_event_second)
+        self._patterns: dict[int, tuple[np.ndarray, np.ndarray]] = {}
+
+    def _pattern(self, split: int) -> tuple[np.ndarray, np.ndarray]:
+        """Keys and timestamps (from ``BASE_MS``) of positions ``0..period-1`` of ``split``."""
+        pattern = self._patterns.get(split)
+        if pattern is None:
+            events = self.events
+            i = np.arange(self._period, dtype=np.int64) * events.parallelism + split
+            j = i % events.block
+            dealt = j * 7919 % events.block * WINDOW_MS // events.per_event_second  # w5_events.DEAL
+            ts = (i - j) * WINDOW_MS // events.per_event_second + dealt
+            pattern = self._patterns[split] = (i % events.keys, ts)
+        return pattern
 
     def records_of(self, indexes: range) -> pa.RecordBatch:
-        events = self.events
-        i = np.arange(indexes.start, indexes.stop, indexes.step, dtype=np.int64)
-        j = i % events.block
-        ts = (i - j) * WINDOW_MS // events.per_event_second + self._dealt[j]
-        ts += BASE_MS
+        p = self.events.parallelism
+        n = len(indexes)
+        split, first = indexes.start % p, indexes.start // p
+        keys, stamps = self._pattern(split)
+        key = np.empty(n, dtype=np.int64)
+        ts = np.empty(n, dtype=np.int64)
+        period, done = self._period, 0
+        while done < n:
+            number, at = divmod(first + done, period)
+            take = min(period - at, n - done)
+            key[done : done + take] = keys[at : at + take]
+            np.add(stamps[at : at + take], BASE_MS + number * self._shift, out=ts[done : done + take])
+            done += take
+        value = np.arange(indexes.start, indexes.stop, indexes.step, dtype=np.int64)
         return pa.RecordBatch.from_arrays(
-            [pa.array(i % events.keys), pa.array(i), pa.array(ts)], ["key", "value", "ts"]
+            [pa.array(key), pa.array(value), pa.array(ts)], ["key", "value", "ts"]
         )
 
 
