@@ -472,6 +472,8 @@ def test_a_timestamp_column_on_a_record_source_is_refused() -> None:
 
     with pytest.raises(InvalidProgramError, match=r"produces records.*with_timestamp_assigner"):
         env.from_source(NumberSequenceSource(1, 10), strategy(), "n")
+    with pytest.raises(InvalidProgramError, match=r"carries records: use with_timestamp_assigner"):
+        env.from_sequence(1, 10).assign_timestamps_and_watermarks(strategy())
 
 
 @pytest.mark.parametrize(
