@@ -429,6 +429,40 @@ def test_an_arrow_timestamp_column_and_assign_timestamps_on_a_batch_stream() -> 
     assert got == sorted((k, s, c) for (k, s), c in expected.items())
 
 
+@pytest.mark.slow
+def test_an_idle_batch_source_does_not_hold_the_window_back() -> None:
+    """Source b (``with_idleness(100 ms)``) emits a row, then nothing for 2 s: marked idle, it
+    leaves the watermark to source a, whose end (the last watermark) fires every window; b's
+    second row then comes too late for its window and goes to the late side output. Without
+    idleness b's first watermark would hold the window back until b's end."""
+    env = local_env()
+    env.configure({"pipeline.auto-watermark-interval": 10})
+    busy = env.from_source(
+        generated({"key": lambda i: np.full(len(i), "a"), "ts": lambda i: i * 10}, count=100), strategy(), "a"
+    )
+    quiet = env.from_source(
+        ArrowDataGeneratorSource(
+            lambda i: {"key": np.full(len(i), "b"), "ts": i * 5}, count=2, rate_per_second=0.5
+        ),
+        strategy().with_idleness(Duration.of_millis(100)),
+        "b",
+    )
+    late = OutputTag("late")
+    counts = (
+        busy.union(quiet)
+        .key_by("key")
+        .window(TumblingEventTimeWindows.of(Time.seconds(1)))
+        .side_output_late_data(late)
+        .count()
+    )
+    late_rows = counts.get_side_output(late).map_batches(
+        lambda b: {"key": b["key"], "window_start": b["ts"], "count": pa.array([-1] * b.num_rows)}
+    )
+    counts = counts.map_batches(lambda b: b.select(["key", "window_start", "count"]))
+    out, _ = run(counts.union(late_rows), "an idle batch source")
+    assert sorted((r.key, r.window_start, r.count) for r in out) == [("a", 0, 100), ("b", 0, 1), ("b", 5, -1)]
+
+
 # ---------------------------------------------------------------------- errors
 
 
