@@ -34,12 +34,13 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
+from chandy.core.functions import BatchAggregateFunction
 from chandy.core.output_tag import OutputTag
 from chandy.core.time import MAX_WATERMARK, MIN_TIMESTAMP
 from chandy.errors import BatchTypeError, BatchValueError
 from chandy.state.arrow_keys import KEY_COLUMN, KEY_GROUP_COLUMN
 from chandy.state.columnar import ColumnarKeyedState, ColumnarKeyedStateBackend
-from chandy.task.operators.base import StreamOperator, resolve_call
+from chandy.task.operators.base import StreamOperator
 from chandy.task.operators.batch import (
     _ACC,
     _COUNT,
@@ -167,15 +168,14 @@ class BuiltinWindowAggregation(WindowAggregation):
 class UserWindowAggregation(WindowAggregation):
     """``aggregate(fn, accumulator_schema)`` with a :class:`~chandy.core.functions.BatchAggregateFunction`."""
 
-    def __init__(self, function: Any, accumulator_schema: pa.Schema) -> None:
+    def __init__(self, function: BatchAggregateFunction, accumulator_schema: pa.Schema) -> None:
         self.function = function
         self.accumulator_schema = accumulator_schema
         self.call_text = f"window(...).aggregate({type(function).__name__})"
         self._defaults: dict[str, Any] = {}
 
     def open(self) -> None:
-        create = getattr(self.function, "create_accumulator", None)
-        defaults = create() if create is not None else {}
+        defaults = self.function.create_accumulator()
         if not isinstance(defaults, dict):
             raise BatchTypeError(
                 f"{self.call_text}: create_accumulator() returned {type(defaults).__name__}; return a "
@@ -258,11 +258,8 @@ class BatchWindowOperator(StreamOperator):
     def open(self) -> None:
         keep_freed_heap()
         if isinstance(self.aggregation, UserWindowAggregation):
-            function = self.aggregation.function
             assert self.runtime_context is not None
-            opener = getattr(function, "open", None)
-            if callable(opener):
-                resolve_call(function, "open")(self.runtime_context)
+            self.aggregation.function.open(self.runtime_context)  # a BatchAggregateFunction
             self.aggregation.open()
         backend = self._backend = _columnar_backend(self)
         for name, state in list(backend.states.items()):  # restored windows
@@ -280,9 +277,8 @@ class BatchWindowOperator(StreamOperator):
             self._defaults = defaults
 
     def close(self) -> None:
-        closer = getattr(getattr(self.aggregation, "function", None), "close", None)
-        if isinstance(self.aggregation, UserWindowAggregation) and callable(closer):
-            closer()
+        if isinstance(self.aggregation, UserWindowAggregation):
+            self.aggregation.function.close()
 
     # ------------------------------------------------------------------ rows
 
