@@ -97,7 +97,7 @@ def main(argv: list[str]) -> int:
         "--records",
         type=int,
         default=None,
-        help="records of W1, W1v, W2 and W5 (rounded up to whole windows) and keys of W4 and W4r, "
+        help="records of W1, W1v, W2, W5 and W5v (rounded up to whole windows) and keys of W4 and W4r, "
         "for every system",
     )
     suite.add_argument(
@@ -269,6 +269,7 @@ def _run_suite(args: argparse.Namespace, argv: list[str]) -> int:
             sizes,
             w1_records=args.records,
             w1v_records=args.records,
+            w5v_records=args.records,
             w2_records=args.records,
             w4_keys=args.records,
             w4r_keys=args.records,

@@ -1,4 +1,4 @@
-"""``python -m bench.profile``: where W1v's time goes, from cProfile of a local-executor run.
+"""``python -m bench.profile``: where W1v's (or W5v's) time goes, from cProfile of a local-executor run.
 
 On the local executor every subtask is a thread of this process, and cProfile profiles one
 thread: every thread the run starts gets a profiler of its own (``threading.setprofile``
@@ -14,6 +14,7 @@ from __future__ import annotations
 import argparse
 import cProfile
 import io
+import json
 import logging
 import pstats
 import sys
@@ -21,9 +22,11 @@ import tempfile
 import threading
 import time
 from collections import defaultdict
+from pathlib import Path
 from typing import Any
 
-from bench.systems.chandy_runner import w1v_job
+from bench.systems.chandy_runner import w1v_job, w5v_job
+from bench.systems.w5_events import W5Events, last_arrival
 from bench.timing import read_timings
 from chandy import StreamExecutionEnvironment
 
@@ -38,7 +41,7 @@ AREAS = (
     ("chandy/task", "task loop, chain, other operators"),
     ("chandy/checkpoint", "checkpoints"),
     ("chandy/", "other chandy"),
-    ("bench/", "the bench's functions (key column, timing sink)"),
+    ("bench/", "the bench's functions (key column, W5v's events, timing and check sinks)"),
     ("pyarrow", "pyarrow (Python side)"),
     ("numpy", "numpy (Python side)"),
     ("threading", "threads: waits and locks"),
@@ -57,8 +60,20 @@ def area_of(filename: str, function: str) -> str:
     return "other Python"
 
 
+def _w5v_span(directory: str) -> float:
+    """W5v's first record at a source to its last result at a sink (s), from their notes."""
+    passes = [json.loads(p.read_text()) for p in Path(directory).glob("passes-*.json")]
+    checks = [json.loads(p.read_text()) for p in Path(directory).glob("results-*.json")]
+    return last_arrival(checks) - min(p["first"] for p in passes if p["first"] is not None)
+
+
 def profiled_run(
-    records: int, parallelism: int, keys: int, checkpoint_interval_ms: int, cpu_clock: bool = False
+    records: int,
+    parallelism: int,
+    keys: int,
+    checkpoint_interval_ms: int,
+    cpu_clock: bool = False,
+    workload: str = "w1v",
 ) -> tuple[pstats.Stats, dict[str, Any]]:
     """``cpu_clock``: time every thread by its own CPU time (``time.thread_time``) instead of
     the wall clock, so waits (the interpreter lock, queues, ``fsync``) count nothing."""
@@ -81,22 +96,31 @@ def profiled_run(
         if checkpoint_interval_ms:
             env.enable_checkpointing(checkpoint_interval_ms)
             env.get_checkpoint_config().set_checkpoint_storage(f"{tmp}/checkpoints")
-        w1v_job(env, records, keys, tmp)
+        if workload == "w5v":
+            events = W5Events.rounded(records, keys=keys, parallelism=parallelism)
+            records = events.records
+            env.configure({"pipeline.auto-watermark-interval": 200})
+            w5v_job(env, events, tmp)
+        else:
+            w1v_job(env, records, keys, tmp)
         threading.setprofile(start)
         started = time.perf_counter()
         main.enable()
         try:
-            client = env.execute_async("W1v, profiled")
+            client = env.execute_async(f"{workload}, profiled")
             client.get_job_execution_result()
         finally:
             main.disable()
             threading.setprofile(None)  # type: ignore[arg-type]
         wall = time.perf_counter() - started
-        timing = read_timings(tmp)
+        if workload == "w5v":
+            span = _w5v_span(tmp)
+        else:
+            timing = read_timings(tmp)
+            span = timing["last"] - timing["first"]
     stats = pstats.Stats(main)
     for profile in profiles:
         stats.add(profile)
-    span = timing["last"] - timing["first"]
     return stats, {
         "records": records,
         "wall_s": wall,
@@ -153,6 +177,7 @@ def by_area(stats: pstats.Stats) -> dict[str, float]:
 
 def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench.profile")
+    parser.add_argument("--workload", choices=("w1v", "w5v"), default="w1v")
     parser.add_argument("--records", type=int, default=20_000_000)
     parser.add_argument("--parallelism", type=int, default=2)
     parser.add_argument("--keys", type=int, default=10_000)
@@ -172,11 +197,12 @@ def main(argv: list[str]) -> int:
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.WARNING)
     stats, run = profiled_run(
-        args.records, args.parallelism, args.keys, args.checkpoint_interval_ms, args.cpu_clock
+        args.records, args.parallelism, args.keys, args.checkpoint_interval_ms, args.cpu_clock, args.workload
     )
     areas = by_area(stats)
     total = sum(areas.values())
-    out = [f"W1v on the local executor, profiled: {run}", "", "own time by area (all threads):"]
+    name = args.workload[0].upper() + args.workload[1:]
+    out = [f"{name} on the local executor, profiled: {run}", "", "own time by area (all threads):"]
     out += [f"  {seconds:8.2f} s  {seconds / total:6.1%}  {area}" for area, seconds in areas.items()]
     listing = io.StringIO()
     stats.stream = listing  # type: ignore[attr-defined]

@@ -36,7 +36,7 @@ VARIANTS: dict[str, list[str]] = {
     "bytewax": ["processes", "workers"],
     "pyflink": ["thread", "process", "unaligned"],
 }
-WORKLOADS = ("w1", "w2", "w3", "w4", "w4r", "w5", "w6", "w1v", "w3v")
+WORKLOADS = ("w1", "w2", "w3", "w4", "w4r", "w5", "w6", "w1v", "w3v", "w5v")
 #: Workloads the harness keeps a place for that wait on a chandy feature not built yet.
 #: Asking for one runs nothing and says why; once the feature lands, the workload moves
 #: to ``WORKLOADS`` and every runner learns it. (W1v and W3v, the batch path's, landed.)
@@ -44,8 +44,8 @@ PLANNED_WORKLOADS: dict[str, str] = {}
 #: Workloads of chandy's batch path (Arrow record batches, columnar keyed state): only
 #: chandy runs them. Their reference is what the other systems do with the same records:
 #: W1v's is their W1 (Spark's ``groupBy().agg()`` already runs vectorised in its JVM),
-#: W3v's their W3; ask for ``w1,w1v`` to measure both sides in one run.
-CHANDY_ONLY_WORKLOADS = {"w1v": "w1", "w3v": "w3"}
+#: W3v's their W3, W5v's their W5; ask for ``w1,w1v`` to measure both sides in one run.
+CHANDY_ONLY_WORKLOADS = {"w1v": "w1", "w3v": "w3", "w5v": "w5"}
 #: Workloads measured with checkpoints every second and again without, for the overhead.
 WITH_NO_CHECKPOINT_BASELINE = ("w1", "w1v")
 
@@ -87,6 +87,9 @@ class Sizes:
     #: W1v (W1 on chandy's batch path): at tens of millions of records a second, a run of
     #: several seconds and checkpoints needs hundreds of millions.
     w1v_records: int = 300_000_000
+    #: W5v (W5 on chandy's batch path): millions of records a second, so tens of millions
+    #: for a run of several seconds with checkpoints every second (whole windows).
+    w5v_records: int = 30_000_000
     #: W2's and W4's counts are divided by this for the slow systems.
     slow_system_divisor: dict[str, int] = field(default_factory=lambda: {"pyflink": 10})
     #: W5's records (rounded up to whole windows of ``w5_per_event_second`` records), and
@@ -130,10 +133,12 @@ class Sizes:
                 "--update-s",
                 f"{self.w4r_update_s:g}",
             ]
-        if workload == "w5":
+        if workload in ("w5", "w5v"):
+            records = self.w5_records_for(system, variant) if workload == "w5" else self.w5v_records
+            windows = max(1, -(-records // self.w5_per_event_second))
             return [
                 "--records",
-                str(self.w5_records_for(system, variant)),
+                str(windows * self.w5_per_event_second),
                 "--per-event-second",
                 str(self.w5_per_event_second),
             ]
@@ -154,6 +159,7 @@ FULL = Sizes()
 QUICK = Sizes(
     w1_records=300_000,
     w1v_records=3_000_000,
+    w5v_records=3_000_000,
     w2_records=300_000,
     w3_duration_s=6.0,
     w4_keys=100_000,

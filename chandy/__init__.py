@@ -19,6 +19,7 @@ _EXPORTS = {
     "KeyedBatchStream": "chandy.api.batch_stream",
     "MapBatchesFunction": "chandy.core.functions",
     "KeyedBatchFunction": "chandy.core.functions",
+    "BatchAggregateFunction": "chandy.core.functions",
     "KeyedBatchState": "chandy.core.functions",
     "Configuration": "chandy.config",
     "JobExecutionResult": "chandy.runtime.job_result",
@@ -46,6 +47,7 @@ _EXPORTS = {
 }
 
 __all__ = [
+    "BatchAggregateFunction",
     "BatchStream",
     "CheckpointConfig",
     "CheckpointingMode",
@@ -89,7 +91,12 @@ if TYPE_CHECKING:
         ExternalizedCheckpointCleanup,
         ExternalizedCheckpointRetention,
     )
-    from chandy.core.functions import KeyedBatchFunction, KeyedBatchState, MapBatchesFunction
+    from chandy.core.functions import (
+        BatchAggregateFunction,
+        KeyedBatchFunction,
+        KeyedBatchState,
+        MapBatchesFunction,
+    )
     from chandy.core.output_tag import OutputTag
     from chandy.core.time import Duration, Time, TimeDomain
     from chandy.core.types import Row, RowKind, TypeInformation, Types

@@ -418,10 +418,12 @@ def test_process_batches_rejects_what_is_not_a_keyed_batch_function() -> None:
         numbers(env).key_by("value").process_batches(Doubling(), {"count": pa.int64()})  # type: ignore[arg-type]
 
 
-def test_a_batch_source_refuses_a_watermark_strategy_and_a_type_info() -> None:
+def test_a_batch_source_refuses_a_strategy_without_a_timestamp_column_and_a_type_info() -> None:
     env = local_env()
     strategy = WatermarkStrategy.for_monotonous_timestamps()
-    with pytest.raises(InvalidProgramError, match=r"takes no watermark strategy.*to_batches\(\) after it"):
+    with pytest.raises(
+        InvalidProgramError, match=r"does not say where their event time is.*with_timestamp_column"
+    ):
         env.from_source(ArrowNumberSequenceSource(1, 10), strategy, "numbers")
     with pytest.raises(InvalidProgramError, match="a batch source's batches carry their own Arrow schema"):
         env.from_source(ArrowNumberSequenceSource(1, 10), None, "numbers", type_info=int)

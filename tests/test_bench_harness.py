@@ -69,6 +69,7 @@ def test_quick_bench_run_measures_every_workload_on_chandy(tmp_path: Path) -> No
         ("w1v", 1000),
         ("w1v", 0),
         ("w3v", 1000),
+        ("w5v", 1000),
     }
     assert all(r["ok"] for r in rows), [r.get("error") for r in rows]
     by_workload = {(r["workload"], r["checkpoint_interval_ms"]): r for r in rows}
@@ -91,8 +92,11 @@ def test_quick_bench_run_measures_every_workload_on_chandy(tmp_path: Path) -> No
         w1v["records"] == 40_000 and w1v["checkpoints_completed"] >= 1 and w1v["task_cpu_us_per_record"] > 0
     )
     assert by_workload[("w3v", 1000)]["records"] > 1000 and by_workload[("w3v", 1000)]["latency_p99_ms"] > 0
+    w5v = by_workload[("w5v", 1000)]  # W5's events as Arrow batches, the batch path's windows
+    assert w5v["records"] == 100_000 and w5v["exact"] and w5v["results"] == 10_000
     summary = results["summary"]["chandy/local"]
     assert summary["w2_exact_runs"] == "1 of 1" and summary["w5_exact_runs"] == "1 of 1"
+    assert summary["w5v_exact_runs"] == "1 of 1"
     assert "checkpoint_overhead" in summary and "checkpoint_cpu_overhead" in summary
     text = (tmp_path / "RESULTS.md").read_text()
     assert "W3 latency p99" in text
@@ -750,3 +754,36 @@ def test_the_profile_on_the_cpu_clock_counts_no_waiting(tmp_path: Path) -> None:
         lines = checkpoint_path(stats, run["checkpoints"])
         assert lines[0] == f"checkpoint path ({run['checkpoints']} checkpoints completed), cumulative:"
     assert areas[True] < 0.2 < areas[False], areas
+
+
+def test_w5v_runs_on_chandy_only_and_is_compared_with_the_references_w5() -> None:
+    from bench.suite import FULL, parse_systems, plan
+
+    chosen = parse_systems("chandy:spark,spark_ss:groupby", quick=False)
+    cases = plan(chosen, ["w5", "w5v"], with_no_checkpoint_baseline=True)
+    assert [(c.system, c.workload, c.checkpoint_interval_ms) for c in cases] == [
+        ("chandy", "w5", 1000),
+        ("spark_ss", "w5", 1000),
+        ("chandy", "w5v", 1000),
+    ]
+    assert FULL.arguments("chandy", "spark", "w5v") == [
+        "--records",
+        "30000000",
+        "--per-event-second",
+        "100000",
+    ]
+    rows = [
+        _row("chandy", "spark", "w5", 1, 1000, records=1000, records_per_s=1.0e6, exact=True),
+        _row("chandy", "spark", "w5v", 1, 1000, records=1000, records_per_s=4.0e6, exact=True),
+        _row("spark_ss", "groupby", "w5", 1, 1000, records=1000, records_per_s=0.5e6, exact=True),
+    ]
+    summary = report.summarize(rows)
+    assert summary["chandy/spark"]["w5v_exact_runs"] == "1 of 1"
+    ratios = report.ratios(summary)["chandy/spark"]["spark_ss/groupby"]
+    assert ratios["w5v_records_per_s"] == pytest.approx(8.0)  # against Spark's W5
+    checks = {c["target"]: (c["measured"], c["met"]) for c in report.targets(summary)}
+    assert checks["W5v >= 3x spark_ss's W5 (best variant: spark_ss/groupby)"] == ("8.00x", True)
+    assert checks["W5v >= 3.3 M records/s"] == ("4.00 M records/s", True)
+    text = report.figures_table(summary) + report.ratios_table(summary)
+    assert "W5v throughput (batch path) vs the reference's W5 throughput" in text
+    assert "W5v every window's sums exact, once" in text

@@ -1,4 +1,4 @@
-"""chandy's runner: ``python -m bench.systems.chandy_runner <w1|...|w6|w1v|w3v> --work-dir DIR``.
+"""chandy's runner: ``python -m bench.systems.chandy_runner <w1|...|w6|w1v|w3v|w5v> --work-dir DIR``.
 
 Follows the runner protocol of :mod:`bench.systems`. ``--mode`` is the executor:
 ``spark`` (the default, a local Spark session with one slot per subtask) or ``local``
@@ -17,9 +17,11 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import math
 import os
 import sys
 import time
+from collections import Counter
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -30,7 +32,9 @@ import pyarrow as pa
 from bench.systems.w4r_records import Pacer, PhaseNotes, Phases, W4rRecords
 from bench.systems.w4r_records import figures as w4r_figures
 from bench.systems.w5_events import (
+    BASE_MS,
     OUT_OF_ORDERNESS_MS,
+    WINDOW_MS,
     ResultCheck,
     W5Events,
     WatermarkPasses,
@@ -734,7 +738,7 @@ class W5Reader(SourceReader):
             if self.passes.first is None:
                 self.cpu_first = time.process_time()
             self.passes.observe_batch(self.events.timestamp_floor(indexes[-1]), time.time())
-            return self.events.records_of(indexes)
+            return self.records_of(indexes)
         if not self.path.exists():
             notes = {**self.passes.to_json(), "pid": os.getpid(), "cpu_first": self.cpu_first}
             self.path.write_text(json.dumps(notes))
@@ -742,6 +746,10 @@ class W5Reader(SourceReader):
 
     def snapshot_state(self, checkpoint_id: int) -> list[NumberSequenceSplit]:
         return [NumberSequenceSplit(s.split_id, s.position, s.end) for s in self._splits]
+
+    def records_of(self, indexes: range) -> Any:
+        """The records ``indexes`` as the source emits them."""
+        return self.events.records_of(indexes)
 
 
 class W5Source(Source):
@@ -885,6 +893,14 @@ def w5(args: argparse.Namespace, work_dir: Path) -> dict[str, Any]:
         .sink_to(ResultCheckSink(events, directory))
     )
     client, wall = run(env, "W5 keyed tumbling event-time window")
+    return w5_run_figures(events, work_dir, client, wall, args.checkpoint_interval_ms > 0)
+
+
+def w5_run_figures(
+    events: W5Events, work_dir: Path, client: JobClient, wall: float, checkpoints: bool
+) -> dict[str, Any]:
+    """W5's (and W5v's) figures from the notes of the run's sources, sinks and watermark
+    generators in ``work_dir``; raises if the results are not exact."""
     passes = [json.loads(p.read_text()) for p in sorted(work_dir.glob("passes-*.json"))]
     checks = [json.loads(p.read_text()) for p in sorted(work_dir.glob("results-*.json"))]
     figures = w5_figures(events, passes, checks)
@@ -899,7 +915,143 @@ def w5(args: argparse.Namespace, work_dir: Path) -> dict[str, Any]:
         **{f"emitted_{k}": v for k, v in emitted_latency.items() if k.startswith("latency_")},
         "auto_watermark_interval_ms": W5_WATERMARK_INTERVAL_MS,
         "wall_s": wall,
-        **checkpoint_figures(client, args.checkpoint_interval_ms > 0),
+        **checkpoint_figures(client, checkpoints),
+    }
+
+
+# ------------------------------------------------------------------ w5v: W5 on the batch path
+
+
+class W5BatchReader(W5Reader):
+    """W5's events as Arrow batches (columns ``key``, ``value``, ``ts``): the records
+    ``W5Events.records_of`` gives, with the same notes, computed for a whole poll by copying
+    a precomputed period. A source subtask reads records ``i = r * p + s`` (``r`` its
+    position); ``i % keys`` and ``i``'s place in its 100 ms block repeat every ``period``
+    positions, over which the timestamps advance by a whole number of blocks: a poll is
+    a dozen slices of the period's keys and timestamps (the latter shifted), not several
+    divisions per row (24 ns a row before, a few now)."""
+
+    def __init__(self, events: W5Events, path: Path) -> None:
+        super().__init__(events, path)
+        p, block, keys = events.parallelism, events.block, events.keys
+        self._period = math.lcm(block // math.gcd(block, p), keys // math.gcd(keys, p))
+        #: Timestamps advance this much (ms) per period: its records span whole blocks.
+        self._shift = self._period * p // block * (block * WINDOW_MS // events.per_event_second)
+        self._patterns: dict[int, tuple[np.ndarray, np.ndarray]] = {}
+
+    def _pattern(self, split: int) -> tuple[np.ndarray, np.ndarray]:
+        """Keys and timestamps (from ``BASE_MS``) of positions ``0..period-1`` of ``split``."""
+        pattern = self._patterns.get(split)
+        if pattern is None:
+            events = self.events
+            i = np.arange(self._period, dtype=np.int64) * events.parallelism + split
+            j = i % events.block
+            dealt = j * 7919 % events.block * WINDOW_MS // events.per_event_second  # w5_events.DEAL
+            ts = (i - j) * WINDOW_MS // events.per_event_second + dealt
+            pattern = self._patterns[split] = (i % events.keys, ts)
+        return pattern
+
+    def records_of(self, indexes: range) -> pa.RecordBatch:
+        p = self.events.parallelism
+        n = len(indexes)
+        split, first = indexes.start % p, indexes.start // p
+        keys, stamps = self._pattern(split)
+        key = np.empty(n, dtype=np.int64)
+        ts = np.empty(n, dtype=np.int64)
+        period, done = self._period, 0
+        while done < n:
+            number, at = divmod(first + done, period)
+            take = min(period - at, n - done)
+            key[done : done + take] = keys[at : at + take]
+            np.add(stamps[at : at + take], BASE_MS + number * self._shift, out=ts[done : done + take])
+            done += take
+        value = np.arange(indexes.start, indexes.stop, indexes.step, dtype=np.int64)
+        return pa.RecordBatch.from_arrays(
+            [pa.array(key), pa.array(value), pa.array(ts)], ["key", "value", "ts"]
+        )
+
+
+class W5BatchSource(W5Source):
+    """:class:`W5Source` reading Arrow batches (a batch source: ``columnar``)."""
+
+    columnar = True
+
+    def create_reader(self, context: SourceReaderContext) -> W5BatchReader:
+        path = Path(self.directory) / f"passes-{context.subtask_index}-{context.attempt_number}.json"
+        return W5BatchReader(self.events, path)
+
+
+class _BatchResultWriter(_ResultWriter):
+    """:class:`ResultCheck` for a batch of window results (``key``, ``window_start``,
+    ``value``), in numpy: the same counts, wrong sums and arrival times per window."""
+
+    def write_batch(self, elements: Any) -> None:
+        now_ms = int(time.time() * 1000)
+        check, events = self.check, self.check.events
+        keys = elements.column("key").to_numpy()
+        totals = elements.column("value").to_numpy()
+        windows = (elements.column("window_start").to_numpy() - BASE_MS) // WINDOW_MS
+        for window in np.unique(windows).tolist():
+            mask = windows == window
+            if not 0 <= window < events.windows:
+                check.outside += int(mask.sum())
+                continue
+            key, total = keys[mask], totals[mask]
+            check.count += len(key)
+            valid = (key >= 0) & (key < events.keys)
+            check.wrong += int((~valid).sum())
+            key, total = key[valid], total[valid]
+            seen = check.seen.get(window)
+            if seen is None:
+                seen = check.seen[window] = bytearray(events.keys)
+            counts = np.frombuffer(seen, dtype=np.uint8)
+            np.add.at(counts, key, 1)  # the byte wraps only past 255 results for one key and window
+            count = events.per_key_and_window
+            expected = (
+                count * (window * events.per_event_second + key) + events.keys * count * (count - 1) // 2
+            )
+            check.wrong += int((total != expected).sum())
+            for source, n in enumerate(np.bincount(key % events.parallelism, minlength=events.parallelism)):
+                if n:
+                    arrivals = check.arrivals.setdefault((window, source), Counter())
+                    arrivals[now_ms] += int(n)
+
+
+class BatchResultCheckSink(ResultCheckSink):
+    """:class:`ResultCheckSink` for a batch stream (``columnar``: whole record batches)."""
+
+    columnar = True
+
+    def create_writer(self, context: SinkWriterContext) -> SinkWriter:
+        path = Path(self.directory) / f"results-{context.subtask_index}-{context.attempt_number}.json"
+        return _BatchResultWriter(self.events, path)
+
+
+def w5v_job(env: StreamExecutionEnvironment, events: W5Events, directory: str) -> None:
+    """W5v's job (also profiled by ``python -m bench.profile``)."""
+    strategy = NotedBoundedOutOfOrderness(events, directory).with_timestamp_column("ts")
+    (
+        env.from_source(W5BatchSource(events, directory), strategy, "events")
+        .key_by("key")
+        .window(TumblingEventTimeWindows.of(Time.seconds(1)))
+        .sum("value")
+        .name("window sum")
+        .sink_to(BatchResultCheckSink(events, directory))
+    )
+
+
+def w5v(args: argparse.Namespace, work_dir: Path) -> dict[str, Any]:
+    """W5 on the batch path: the same events as Arrow batches from a batch source whose
+    strategy names the ``ts`` column, ``key_by("key")``, a 1 s tumbling event-time window,
+    ``sum("value")``, and the same exact check of every (key, window), vectorised."""
+    events = W5Events(args.records, args.keys, args.per_event_second, args.parallelism)
+    env = environment(args, work_dir)
+    env.configure({"pipeline.auto-watermark-interval": W5_WATERMARK_INTERVAL_MS})
+    w5v_job(env, events, str(work_dir))
+    client, wall = run(env, "W5v keyed tumbling event-time window, batch path")
+    return {
+        **w5_run_figures(events, work_dir, client, wall, args.checkpoint_interval_ms > 0),
+        "arrow_batch_size": env.get_configuration().get(NetworkOptions.ARROW_BATCH_SIZE),
     }
 
 
@@ -1039,6 +1191,7 @@ WORKLOADS = {
     "w4": w4,
     "w4r": w4r,
     "w5": w5,
+    "w5v": w5v,
     "w6": w6,
 }
 
@@ -1059,7 +1212,7 @@ def parse(argv: list[str]) -> argparse.Namespace:
     )
     parser.add_argument("--update-s", type=float, default=20.0, help="w4r: seconds of updates")
     parser.add_argument(
-        "--per-event-second", type=int, default=100_000, help="w5: records per second of event time"
+        "--per-event-second", type=int, default=100_000, help="w5, w5v: records per second of event time"
     )
     parser.add_argument(
         "--mode",

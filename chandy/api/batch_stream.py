@@ -33,7 +33,11 @@ from chandy.api.datastream import (
 )
 from chandy.connectors.arrow_schema import SchemaLike, check_schema
 from chandy.core.connector import Sink
-from chandy.core.functions import KeyedBatchFunction, KeySelector, MapBatchesFunction
+from chandy.core.functions import BatchAggregateFunction, KeyedBatchFunction, KeySelector, MapBatchesFunction
+from chandy.core.output_tag import OutputTag
+from chandy.core.time import to_millis
+from chandy.core.watermark_strategy import WatermarkStrategy
+from chandy.core.windows import SlidingEventTimeWindows, TumblingEventTimeWindows, WindowAssigner
 from chandy.errors import InvalidProgramError
 from chandy.state.arrow_keys import INTERNAL_COLUMNS, KEY_COLUMN
 from chandy.task.arrow_partitioners import (
@@ -51,6 +55,13 @@ from chandy.task.operators.batch import (
     KeyedBatchProcessOperator,
     MapBatchesOperator,
 )
+from chandy.task.operators.batch_window import (
+    BatchWindowOperator,
+    BuiltinWindowAggregation,
+    UserWindowAggregation,
+    WindowAggregation,
+)
+from chandy.task.operators.timestamps import ColumnarTimestampsAndWatermarksOperator
 from chandy.task.partitioners import StreamPartitioner
 
 if TYPE_CHECKING:
@@ -130,9 +141,60 @@ class BatchStream(_Stream):
     # ------------------------------------------------------------ operators
 
     def _batch_operator(
-        self, name: str, factory: Callable[[], StreamOperator], *, keyed: bool = False
+        self,
+        name: str,
+        factory: Callable[[], StreamOperator],
+        *,
+        keyed: bool = False,
+        timestamp_column: str | None = None,
     ) -> BatchStream:
-        return BatchStream._of(self._env, self._add_operator(name, factory, keyed=keyed, columnar=True))
+        node = self._add_operator(name, factory, keyed=keyed, columnar=True)
+        node.timestamp_column = timestamp_column
+        return BatchStream._of(self._env, node)
+
+    def _timestamp_column(self) -> str | None:
+        """The column holding this stream's event time (``with_timestamp_column`` at its source
+        or ``assign_timestamps_and_watermarks``, kept through ``map_batches`` and partitionings;
+        a union has one when all its inputs name the same), else ``None``."""
+        columns = {None if tag is not None else node.timestamp_column for node, _, tag in self._inputs}
+        return columns.pop() if len(columns) == 1 else None
+
+    def assign_timestamps_and_watermarks(self, watermark_strategy: WatermarkStrategy) -> BatchStream:
+        """Take event time from a column of the batches and generate watermarks from it
+        (replacing any event time the stream had): ``watermark_strategy`` names the column
+        with ``with_timestamp_column("ts")`` (int64 epoch milliseconds or an Arrow timestamp).
+        Prefer the strategy on ``from_source``, which keeps per-source-subtask watermarks."""
+        if not isinstance(watermark_strategy, WatermarkStrategy):
+            raise InvalidProgramError(
+                "assign_timestamps_and_watermarks() takes a WatermarkStrategy, got "
+                f"{type(watermark_strategy).__name__}"
+            )
+        column = watermark_strategy.timestamp_column
+        if column is None or watermark_strategy.create_timestamp_extractor() is not None:
+            raise InvalidProgramError(
+                f"a BatchStream's assign_timestamps_and_watermarks() takes a strategy that names the "
+                f"batches' event-time column, got {watermark_strategy!r}: add "
+                ".with_timestamp_column('ts') (a per-record TimestampAssigner is never called on "
+                "the batch path)"
+            )
+        stream = self._batch_operator(
+            "Timestamps/Watermarks",
+            functools.partial(ColumnarTimestampsAndWatermarksOperator, watermark_strategy),
+            timestamp_column=_check_column(column, "with_timestamp_column"),
+        )
+        assert stream._node is not None
+        stream._node.assigns_timestamps = True
+        return stream
+
+    def get_side_output(self, output_tag: OutputTag) -> BatchStream:
+        """The rows this operator sent to the side output ``output_tag`` (a window's late rows,
+        ``side_output_late_data``), as a batch stream."""
+        if not isinstance(output_tag, OutputTag):
+            raise InvalidProgramError(
+                f"get_side_output() takes an OutputTag, got {type(output_tag).__name__}"
+            )
+        node = self._operator("get_side_output()")
+        return BatchStream(self._env, None, [(node, None, output_tag.tag_id)])
 
     def map_batches(self, func: MapBatchesFunction | Callable[[pa.RecordBatch], Any]) -> BatchStream:
         """Apply ``func`` to every record batch (PySpark's ``mapInArrow``): it returns a
@@ -140,12 +202,21 @@ class BatchStream(_Stream):
         ``DataFrame`` (with pandas installed: it is not a dependency), or ``None`` for no
         output; any number of rows and any columns. ``func`` always gets a ``RecordBatch``."""
         func = _check_function(func, MapBatchesFunction, "map_batch", "map_batches")
-        return self._batch_operator("MapBatches", functools.partial(MapBatchesOperator, func))
+        return self._batch_operator(
+            "MapBatches",
+            functools.partial(MapBatchesOperator, func),
+            timestamp_column=self._timestamp_column(),  # the rows' event time, if func keeps the column
+        )
 
     def to_records(self) -> DataStream:
         """Back to the record path: one ``Row`` per row of each batch, with the columns as
-        named fields (``row.total`` or ``row[1]``), for the record API's operators."""
-        return DataStream._of(self._env, self._add_operator("Batches to Records", BatchesToRecordsOperator))
+        named fields (``row.total`` or ``row[1]``), for the record API's operators. On a
+        stream with event time (``with_timestamp_column``) every record carries its row's
+        timestamp, for the record path's event-time windows and timers."""
+        column = self._timestamp_column()
+        node = self._add_operator("Batches to Records", functools.partial(BatchesToRecordsOperator, column))
+        node.assigns_timestamps = column is not None
+        return DataStream._of(self._env, node)
 
     # ------------------------------------------------------------ partitioning
 
@@ -343,3 +414,128 @@ class KeyedBatchStream(BatchStream):
             functools.partial(KeyedBatchProcessOperator, func, schema, self._key_column),
             keyed=True,
         )
+
+    # ------------------------------------------------------------ windows
+
+    def window(self, window_assigner: WindowAssigner[Any, Any]) -> WindowedBatchStream:
+        """Event-time windows of each key (``TumblingEventTimeWindows.of(...)`` or
+        ``SlidingEventTimeWindows.of(...)``), computed per batch in numpy; end it with
+        ``sum``, ``count``, ``min``, ``max``, ``mean`` or ``aggregate``. The stream must carry
+        event time: a watermark strategy with ``with_timestamp_column`` on its batch source or
+        in ``assign_timestamps_and_watermarks``."""
+        if not isinstance(window_assigner, (TumblingEventTimeWindows, SlidingEventTimeWindows)):
+            raise InvalidProgramError(
+                f"a KeyedBatchStream's window() takes TumblingEventTimeWindows or "
+                f"SlidingEventTimeWindows, got {window_assigner!r}; for other windows (session, "
+                "processing time, count, global) convert with to_records().key_by(...).window(...)"
+            )
+        column = self._timestamp_column()
+        if column is None:
+            raise InvalidProgramError(
+                f"window({window_assigner!r}) needs event time, and this batch stream has none: give "
+                "its batch source a strategy naming the event-time column, env.from_source(source, "
+                "WatermarkStrategy.for_bounded_out_of_orderness(...).with_timestamp_column('ts'), "
+                "name), or call assign_timestamps_and_watermarks(...) with one before key_by()"
+            )
+        return WindowedBatchStream(self, window_assigner, column)
+
+
+class WindowedBatchStream:
+    """``KeyedBatchStream.window(assigner)``: a keyed event-time window over record batches
+    (PyFlink's ``WindowedStream`` names: ``allowed_lateness``, ``side_output_late_data``,
+    ``aggregate``), ended by an aggregation. Its output has one row per (key, window) fired:
+    the key column (named as the key column, ``key`` for ``key_by(fn)``), ``window_start``
+    and ``window_end`` (int64 epoch milliseconds, end exclusive), then the aggregate."""
+
+    def __init__(
+        self,
+        keyed_stream: KeyedBatchStream,
+        window_assigner: TumblingEventTimeWindows | SlidingEventTimeWindows,
+        timestamp_column: str,
+    ) -> None:
+        self._keyed_stream = keyed_stream
+        self._window_assigner = window_assigner
+        self._timestamp_column = timestamp_column
+        self._allowed_lateness = 0
+        self._late_data_output_tag: OutputTag | None = None
+
+    def allowed_lateness(self, time_ms: Any) -> WindowedBatchStream:
+        """How long after a window's end rows may still join it (and emit it again for their
+        keys); later rows are dropped, or go to ``side_output_late_data``. Milliseconds, a
+        Time or a Duration; 0 by default."""
+        lateness = to_millis(time_ms, "allowed_lateness")
+        if lateness < 0:
+            raise InvalidProgramError(f"the allowed lateness cannot be negative, got {lateness}")
+        self._allowed_lateness = lateness
+        return self
+
+    def side_output_late_data(self, output_tag: OutputTag) -> WindowedBatchStream:
+        """Send rows that arrive after their windows' end plus the allowed lateness to the side
+        output ``output_tag``: ``result.get_side_output(output_tag)`` is a BatchStream of them."""
+        if not isinstance(output_tag, OutputTag):
+            raise InvalidProgramError(
+                f"side_output_late_data() takes an OutputTag, got {type(output_tag).__name__}"
+            )
+        self._late_data_output_tag = output_tag
+        return self
+
+    def _build(self, aggregation: WindowAggregation) -> BatchStream:
+        assigner = self._window_assigner
+        assert isinstance(assigner, (TumblingEventTimeWindows, SlidingEventTimeWindows))
+        size = assigner.size
+        slide = assigner.slide if isinstance(assigner, SlidingEventTimeWindows) else size
+        keyed = self._keyed_stream
+        return keyed._batch_operator(
+            f"Window({assigner!r}, {aggregation.call_text})",
+            functools.partial(
+                BatchWindowOperator,
+                size,
+                slide,
+                assigner.offset,
+                aggregation,
+                keyed._key_column,
+                self._timestamp_column,
+                self._allowed_lateness,
+                self._late_data_output_tag,
+            ),
+            keyed=True,
+        )
+
+    def _builtin(self, function: str, column: str | None) -> BatchStream:
+        return self._build(BuiltinWindowAggregation(function, column))
+
+    def sum(self, column: str) -> BatchStream:
+        """Per (key, window): the sum of ``column`` (int64 for integers, float64 for floats;
+        nulls skipped, null when a window of a key has only nulls), in a column of its name."""
+        return self._builtin("sum", _check_column(column, "sum"))
+
+    def count(self, column: str | None = None) -> BatchStream:
+        """Per (key, window): its rows (with a ``column``, its non-null values), in ``count``."""
+        return self._builtin("count", _optional_column(column, "count"))
+
+    def min(self, column: str) -> BatchStream:
+        """Per (key, window): the smallest ``column``, in the column's type."""
+        return self._builtin("min", _check_column(column, "min"))
+
+    def max(self, column: str) -> BatchStream:
+        """Per (key, window): the largest ``column``, in the column's type."""
+        return self._builtin("max", _check_column(column, "max"))
+
+    def mean(self, column: str) -> BatchStream:
+        """Per (key, window): the mean of ``column`` (float64)."""
+        return self._builtin("mean", _check_column(column, "mean"))
+
+    def aggregate(
+        self, aggregate_function: BatchAggregateFunction, accumulator_schema: SchemaLike
+    ) -> BatchStream:
+        """Per (key, window): your vectorised aggregate, a
+        :class:`~chandy.core.functions.BatchAggregateFunction` whose accumulator has the
+        columns of ``accumulator_schema`` (a ``pyarrow.Schema`` or a dict of name to type);
+        the output columns are what its ``get_result`` returns."""
+        if not isinstance(aggregate_function, BatchAggregateFunction):
+            raise InvalidProgramError(
+                "a WindowedBatchStream's aggregate() takes a BatchAggregateFunction (vectorised "
+                f"create_accumulator / add / get_result), got {type(aggregate_function).__name__}"
+            )
+        schema = check_schema(accumulator_schema, "aggregate(accumulator_schema)")
+        return self._build(UserWindowAggregation(aggregate_function, schema))

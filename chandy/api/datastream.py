@@ -294,6 +294,12 @@ class DataStream(_Stream):
                 "assign_timestamps_and_watermarks() takes a WatermarkStrategy, got "
                 f"{type(watermark_strategy).__name__}"
             )
+        if watermark_strategy.timestamp_column is not None:
+            raise InvalidProgramError(
+                f"{watermark_strategy!r} reads timestamps from a column of Arrow batches, and this "
+                "DataStream carries records: use with_timestamp_assigner(...) here, or call "
+                "assign_timestamps_and_watermarks on a BatchStream (to_batches() first)"
+            )
         node = self._add_operator(
             "Timestamps/Watermarks",
             functools.partial(TimestampsAndWatermarksOperator, watermark_strategy),

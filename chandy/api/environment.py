@@ -41,7 +41,7 @@ from chandy.runtime.job_master import JobMaster
 from chandy.runtime.job_result import JobExecutionResult
 from chandy.runtime.restart_strategy import ignored_restart_keys, restart_strategy_from
 from chandy.runtime.status_line import show_status_line
-from chandy.task.operators.source import SourceOperator
+from chandy.task.operators.source import SourceOperator, check_columnar_watermarks
 
 if TYPE_CHECKING:
     from chandy.api.batch_stream import BatchStream
@@ -280,8 +280,9 @@ class StreamExecutionEnvironment:
 
         With a ``watermark_strategy`` the records get event timestamps and the source
         generates watermarks (per source subtask, every ``pipeline.auto-watermark-interval``);
-        ``WatermarkStrategy.no_watermarks()`` or ``None`` for none. A batch source takes no
-        strategy (docs/batches.md says where event time comes from on the batch path)."""
+        ``WatermarkStrategy.no_watermarks()`` or ``None`` for none. A batch source takes a
+        strategy that names its event-time column (``with_timestamp_column("ts")``), never a
+        per-record timestamp assigner (docs/batches.md, Event time)."""
         if not isinstance(source, Source):
             raise InvalidProgramError(f"from_source() takes a Source, got {type(source).__name__}")
         if watermark_strategy is not None and not isinstance(watermark_strategy, WatermarkStrategy):
@@ -293,8 +294,8 @@ class StreamExecutionEnvironment:
             watermark_strategy.emits_watermarks or watermark_strategy.create_timestamp_extractor() is not None
         )
         if source.columnar:
-            _check_batch_source(source, source_name, assigns_timestamps, type_info)
-            watermark_strategy = None  # no_watermarks(): nothing to run per batch
+            _check_batch_source(source, source_name, type_info)
+        check_columnar_watermarks(source, watermark_strategy)
         source.validate()
         if source.get_boundedness() is Boundedness.CONTINUOUS_UNBOUNDED:
             self._unbounded_sources.append(source_name)
@@ -309,6 +310,8 @@ class StreamExecutionEnvironment:
             from chandy.api.batch_stream import BatchStream
 
             node.columnar = True
+            if watermark_strategy is not None:
+                node.timestamp_column = watermark_strategy.timestamp_column
             return BatchStream._of(self, node)
         return DataStream._of(self, node)
 
@@ -543,16 +546,9 @@ class StreamExecutionEnvironment:
         )
 
 
-def _check_batch_source(source: Source, source_name: str, assigns_timestamps: bool, type_info: Any) -> None:
-    """What ``from_source`` refuses for a batch source, each with the way out."""
-    if assigns_timestamps:
-        raise InvalidProgramError(
-            f"from_source({type(source).__name__}, ...) ('{source_name}'): a batch source takes no "
-            "watermark strategy (pass None or WatermarkStrategy.no_watermarks()): timestamps and "
-            "watermarks are assigned per record, on the record path. For event time, read the "
-            "source's record counterpart with the strategy and call to_batches() after it: "
-            "watermarks pass through batch operators unchanged (see docs/batches.md)"
-        )
+def _check_batch_source(source: Source, source_name: str, type_info: Any) -> None:
+    """What ``from_source`` refuses for a batch source, with the way out (its watermark
+    strategy is checked by ``check_columnar_watermarks``)."""
     if type_info is not None:
         raise InvalidProgramError(
             f"from_source({type(source).__name__}, ...) ('{source_name}'): type_info declares the "

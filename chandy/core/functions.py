@@ -806,3 +806,39 @@ class KeyedBatchFunction(Function):
     def process_batch(self, batch: Any, state: KeyedBatchState) -> Any:
         """Called with a batch grouped by key and its keys' columnar state (``state.keys``, ``state.offsets``,
         one value per key): update the state and return the output columns."""
+
+
+class BatchAggregateFunction(Function):
+    """``WindowedBatchStream.aggregate(fn, accumulator_schema)``: PyFlink's
+    ``AggregateFunction`` for batches, one call per batch and window for all its keys.
+
+    The accumulator of a (key, window) is a row of columns (``accumulator_schema``, kept
+    as columnar keyed state, checkpointed and rescaled like every batch state). Each
+    method works on numpy arrays holding one value per key:
+
+    - :meth:`create_accumulator`: the values a new key's accumulator starts with, by
+      column (a column left out starts at 0, ``False`` or ``None``);
+    - :meth:`add`: the accumulators of the keys a batch brings to one window, and the
+      batch's rows of that window with ``group_ids`` (the key index of every row, so
+      ``np.add.at(acc["total"], group_ids, values)`` or ``np.bincount`` adds them); it
+      updates the arrays in place or returns the new ones, as a dict;
+    - :meth:`get_result`: the accumulators of the keys of a window that fires, to the
+      output columns (a dict of equally long arrays, or a ``RecordBatch``).
+
+    There is no ``merge``: chandy's batch windows (tumbling and sliding) never merge two
+    accumulators of a key.
+    """
+
+    def create_accumulator(self) -> dict[str, Any]:
+        """The values a new (key, window) accumulator starts with, by column."""
+        return {}
+
+    @abstractmethod
+    def add(self, accumulator: dict[str, Any], batch: Any, group_ids: Any) -> dict[str, Any] | None:
+        """Add ``batch``'s rows (``pyarrow.RecordBatch``) to the accumulators of their keys:
+        ``accumulator[column][group_ids[i]]`` is row ``i``'s. Update in place (return
+        ``None``) or return the new columns."""
+
+    @abstractmethod
+    def get_result(self, accumulator: dict[str, Any]) -> Any:
+        """The output columns of the keys whose accumulators are given (one value each)."""

@@ -82,6 +82,7 @@ class WatermarkStrategy:
         self._out_of_orderness_ms = out_of_orderness_ms
         self._timestamp_assigner: TimestampAssigner | Callable[[Any, int], int] | None = None
         self._idle_timeout_ms: int | None = None
+        self._timestamp_column: str | None = None
 
     @staticmethod
     def for_monotonous_timestamps() -> WatermarkStrategy:
@@ -111,7 +112,33 @@ class WatermarkStrategy:
                 "with_timestamp_assigner() takes a TimestampAssigner or a callable "
                 f"(value, record_timestamp) -> int, got {type(timestamp_assigner).__name__}"
             )
+        if self._timestamp_column is not None:
+            raise ValueError(
+                f"this strategy already reads timestamps from column {self._timestamp_column!r} "
+                "(with_timestamp_column): a strategy takes a per-record timestamp assigner or a "
+                "timestamp column, not both"
+            )
         self._timestamp_assigner = timestamp_assigner
+        return self
+
+    def with_timestamp_column(self, column: str) -> WatermarkStrategy:
+        """Take each row's timestamp from ``column`` of the Arrow batches (a chandy
+        extension, for batch streams: the batch path's counterpart of a timestamp assigner,
+        as Flink SQL's ``WATERMARK FOR ts`` and Spark's ``window("ts", ...)`` name a column).
+        The column holds int64 milliseconds since the epoch or an Arrow timestamp; the
+        watermark follows the largest value of each batch, computed in one vectorised pass.
+        The stream remembers the column, so an event-time window downstream reads it."""
+        if not isinstance(column, str) or not column:
+            raise TypeError(
+                f"with_timestamp_column() takes a column name (a non-empty string), got {column!r}"
+            )
+        if self._timestamp_assigner is not None:
+            raise ValueError(
+                "this strategy already has a per-record timestamp assigner "
+                "(with_timestamp_assigner): a strategy takes a per-record timestamp assigner or a "
+                "timestamp column, not both"
+            )
+        self._timestamp_column = column
         return self
 
     def with_idleness(self, idle_timeout: Duration | int) -> WatermarkStrategy:
@@ -146,6 +173,11 @@ class WatermarkStrategy:
         ``None``."""
         return self._idle_timeout_ms
 
+    @property
+    def timestamp_column(self) -> str | None:
+        """The column of the batches holding event time (``with_timestamp_column``), or ``None``."""
+        return self._timestamp_column
+
     def create_timestamp_extractor(self) -> Callable[[Any, int], int] | None:
         """The per-record ``(value, record_timestamp) -> timestamp`` call, or ``None`` to keep
         the timestamp each record carries."""
@@ -170,4 +202,7 @@ class WatermarkStrategy:
             kind = "for_monotonous_timestamps()"
         else:
             kind = f"for_bounded_out_of_orderness({self._out_of_orderness_ms} ms)"
-        return f"WatermarkStrategy.{kind}"
+        column = (
+            "" if self._timestamp_column is None else f".with_timestamp_column({self._timestamp_column!r})"
+        )
+        return f"WatermarkStrategy.{kind}{column}"

@@ -17,7 +17,7 @@ from chandy.common._lazy import exports_of, load_export
 _EXPORTS = {
     **exports_of("chandy.api.environment", "StreamExecutionEnvironment"),
     **exports_of("chandy.api.datastream", "DataStream", "KeyedStream", "DataStreamSink"),
-    **exports_of("chandy.api.batch_stream", "BatchStream", "KeyedBatchStream"),
+    **exports_of("chandy.api.batch_stream", "BatchStream", "KeyedBatchStream", "WindowedBatchStream"),
     **exports_of("chandy.api.windowed_stream", "WindowedStream", "AllWindowedStream"),
     **exports_of("chandy.api.connected_streams", "ConnectedStreams"),
     **exports_of("chandy.api.broadcast_stream", "BroadcastStream", "BroadcastConnectedStream"),
@@ -48,6 +48,7 @@ _EXPORTS = {
         "KeyedCoProcessFunction",
         "BroadcastProcessFunction",
         "MapBatchesFunction",
+        "BatchAggregateFunction",
         "KeyedBatchFunction",
         "KeyedBatchState",
         "KeyedBroadcastProcessFunction",
@@ -84,6 +85,7 @@ __all__ = [
     "AsyncFunction",
     "AsyncRetryPredicate",
     "AsyncRetryStrategy",
+    "BatchAggregateFunction",
     "BatchStream",
     "BroadcastConnectedStream",
     "BroadcastProcessFunction",
@@ -133,6 +135,7 @@ __all__ = [
     "Window",
     "WindowAssigner",
     "WindowFunction",
+    "WindowedBatchStream",
     "WindowedStream",
 ]
 
@@ -143,7 +146,7 @@ def __getattr__(name: str) -> Any:
 
 if TYPE_CHECKING:
     from chandy.api.async_data_stream import AsyncDataStream
-    from chandy.api.batch_stream import BatchStream, KeyedBatchStream
+    from chandy.api.batch_stream import BatchStream, KeyedBatchStream, WindowedBatchStream
     from chandy.api.broadcast_stream import BroadcastConnectedStream, BroadcastStream
     from chandy.api.checkpoint_config import CheckpointConfig
     from chandy.api.connected_streams import ConnectedStreams
@@ -162,6 +165,7 @@ if TYPE_CHECKING:
         AggregateFunction,
         AllWindowFunction,
         AsyncFunction,
+        BatchAggregateFunction,
         BroadcastProcessFunction,
         CoFlatMapFunction,
         CoMapFunction,

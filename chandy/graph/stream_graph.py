@@ -36,6 +36,10 @@ class StreamNode:
     #: The node's output is Arrow record batches (a ``BatchStream``), not lists of records:
     #: the edges out of it use the columnar partitioners and record writer.
     columnar: bool = False
+    #: The column of the node's record batches that holds event time (a batch source or
+    #: ``BatchStream.assign_timestamps_and_watermarks`` with ``with_timestamp_column``, and
+    #: every batch operator that keeps its input's rows, such as ``map_batches``), or None.
+    timestamp_column: str | None = None
     #: The type the user declared for the node's records (PyFlink's ``output_type`` /
     #: ``type_info``); it only decides how ``print()`` writes them, as Flink's Java would.
     output_type: Any = None

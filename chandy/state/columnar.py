@@ -1127,6 +1127,14 @@ class ColumnarKeyedStateBackend(KeyedStateBackend):
             self._declared.add(name)
         return state
 
+    def drop_columnar_state(self, name: str) -> None:
+        """Forget the state ``name`` and its keys (a batch window that fired and was cleaned
+        up): the next checkpoint has none of it, and ``get_columnar_state(name, ...)`` makes
+        it anew."""
+        self.states.pop(name, None)
+        self._declared.discard(name)
+        self._restored.discard(name)
+
     def _incompatible_restore(
         self, name: str, restored: pa.Schema, declared: pa.Schema
     ) -> IncompatibleRestoredStateError:

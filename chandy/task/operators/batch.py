@@ -38,6 +38,7 @@ from chandy.state.arrow_keys import INTERNAL_COLUMNS, KEY_COLUMN, KEY_GROUP_COLU
 from chandy.state.columnar import ColumnarKeyedState, ColumnarKeyedStateBackend, ColumnarStateView
 from chandy.task.batches import TimestampedBatch
 from chandy.task.operators.base import StreamOperator, UdfOperator, resolve_call
+from chandy.task.operators.timestamps import batch_timestamps
 from chandy.util.memory import keep_freed_heap
 
 #: What the functions of the batch path may return, for the errors that name it.
@@ -279,11 +280,23 @@ def _first_misfit(values: list[Any], schema: pa.Schema | None, fields: Callable[
 
 class BatchesToRecordsOperator(StreamOperator):
     """``BatchStream.to_records()``: every row of a batch becomes a named :class:`Row`
-    (the engine's keyed-edge columns dropped)."""
+    (the engine's keyed-edge columns dropped). On a stream with event time
+    (``timestamp_column``), each record carries its row's timestamp, so an event-time
+    window on the record path works without assigning timestamps again."""
+
+    def __init__(self, timestamp_column: str | None = None) -> None:
+        super().__init__()
+        self.timestamp_column = timestamp_column
 
     def process_batch(self, records: Any) -> None:
-        if _rows(self, records):
-            self.output(batch_to_rows(records))
+        if not _rows(self, records):
+            return
+        rows = batch_to_rows(records)
+        if self.timestamp_column is None:
+            self.output(rows)
+            return
+        timestamps = batch_timestamps(records, self.timestamp_column, "to_records()").tolist()
+        self.output(TimestampedBatch(rows, timestamps))
 
 
 def batch_to_rows(batch: pa.RecordBatch) -> list[Row]:
@@ -531,6 +544,93 @@ class _Aggregated:
     valid: np.ndarray | None
 
 
+def aggregated_values(
+    batch: pa.RecordBatch, function: str, column_name: str | None, call_text: str, dtype: np.dtype[Any] | None
+) -> _Aggregated:
+    """Column ``column_name`` of ``batch`` as aggregate ``function`` reads it: int64 for
+    integers and booleans, float64 for floats, nulls replaced by the function's identity
+    and marked in ``valid``. ``dtype``: the accumulator's type so far (for a column of only
+    nulls); ``call_text`` names the call in errors."""
+    if column_name is None:
+        return _Aggregated(None, None, None)
+    column = _column(batch, column_name, call_text)
+    valid = None
+    if column.null_count:
+        valid = pc.is_valid(column).to_numpy(zero_copy_only=False)
+    if function == "count":
+        return _Aggregated(column, None, valid)
+    kind = column.type
+    if pa.types.is_null(kind):  # only nulls (typed so by inference): no value, in the state's type
+        dtype = dtype or np.dtype(np.int64)
+        values = np.full(len(column), _identity(function, dtype), dtype=dtype)
+        return _Aggregated(None, values, np.zeros(len(column), dtype=bool))
+    if pa.types.is_integer(kind) or pa.types.is_boolean(kind):
+        dtype = np.dtype(np.int64)
+    elif pa.types.is_floating(kind):
+        dtype = np.dtype(np.float64)
+    else:
+        raise BatchTypeError(
+            f"{call_text} aggregates numbers, but column {column_name!r} is "
+            f"{kind}: cast it first (map_batches), or use count()"
+        )
+    if valid is not None:
+        column = pc.fill_null(column, False if pa.types.is_boolean(kind) else 0)
+    values = column.to_numpy(zero_copy_only=False).astype(dtype, copy=valid is not None)
+    if valid is not None:
+        values[~valid] = _identity(function, dtype)
+    return _Aggregated(column, values, valid)
+
+
+def accumulate(
+    function: str, grouped: _Grouped, state: ColumnarKeyedState, aggregated: _Aggregated
+) -> tuple[np.ndarray, np.ndarray]:
+    """Add a grouped batch to the state's ``count`` (non-null values) and ``acc`` columns
+    for its keys, in numpy; returns each key's new aggregate (the count for count) and count."""
+    values, valid = aggregated.values, aggregated.valid
+    ids, slots = grouped.ids, grouped.slots
+    count = state.column(_COUNT)
+    counts = grouped.counts
+    if valid is not None:
+        counts = grouped.per_group(np.bincount(ids[valid], minlength=grouped.bound))
+    new_count = count[slots] + counts
+    count[slots] = new_count
+    result: np.ndarray = new_count
+    if values is not None:
+        acc = state.column(_ACC)
+        op = _OPS.get(function, np.add)
+        batch_acc = np.full(grouped.bound, _identity(function, values.dtype), dtype=values.dtype)
+        op.at(batch_acc, ids, values)
+        result = op(acc[slots], grouped.per_group(batch_acc))
+        acc[slots] = result
+    return result, new_count
+
+
+def aggregate_column(
+    function: str, column_type: pa.DataType | None, result: np.ndarray, counts: np.ndarray | None
+) -> pa.Array:
+    """An aggregate as an output column: null where the key has no value yet (``counts`` of
+    values so far is 0; ``None``: every row has one), a mean divided out, a min or max in
+    the input's type (``column_type``, when known)."""
+    if function == "count":
+        return pa.array(result)
+    mask = None
+    if counts is not None:
+        no_value = counts == 0
+        mask = no_value if no_value.any() else None
+    if function == "mean":
+        assert counts is not None
+        result = np.divide(result, np.maximum(counts, 1), dtype=np.float64)
+        return pa.array(result, mask=mask)
+    out = pa.array(result, mask=mask)
+    if function in ("min", "max") and column_type is not None and out.type != column_type:
+        out = out.cast(column_type)
+    return out
+
+
+#: The numpy combination of each aggregate function's accumulator (sum, count, mean: add).
+_OPS = {"min": np.minimum, "max": np.maximum}
+
+
 class KeyedBatchAggregateOperator(StreamOperator):
     """``KeyedBatchStream.sum / count / min / max / mean`` and their ``running_`` versions.
 
@@ -580,35 +680,7 @@ class KeyedBatchAggregateOperator(StreamOperator):
 
     def _values(self, batch: pa.RecordBatch) -> _Aggregated:
         """The aggregated column of ``batch`` as the aggregation reads it."""
-        if self.column is None:
-            return _Aggregated(None, None, None)
-        column = _column(batch, self.column, self._call_text)
-        valid = None
-        if column.null_count:
-            valid = pc.is_valid(column).to_numpy(zero_copy_only=False)
-        if self.function == "count":
-            return _Aggregated(column, None, valid)
-        kind = column.type
-        dtype: np.dtype[Any]
-        if pa.types.is_null(kind):  # only nulls (typed so by inference): no value, in the state's type
-            dtype = self._dtype or np.dtype(np.int64)
-            values = np.full(len(column), _identity(self.function, dtype), dtype=dtype)
-            return _Aggregated(None, values, np.zeros(len(column), dtype=bool))
-        if pa.types.is_integer(kind) or pa.types.is_boolean(kind):
-            dtype = np.dtype(np.int64)
-        elif pa.types.is_floating(kind):
-            dtype = np.dtype(np.float64)
-        else:
-            raise BatchTypeError(
-                f"{self._call_text} aggregates numbers, but column {self.column!r} is "
-                f"{kind}: cast it first (map_batches), or use count()"
-            )
-        if valid is not None:
-            column = pc.fill_null(column, False if pa.types.is_boolean(kind) else 0)
-        values = column.to_numpy(zero_copy_only=False).astype(dtype, copy=valid is not None)
-        if valid is not None:
-            values[~valid] = _identity(self.function, dtype)
-        return _Aggregated(column, values, valid)
+        return aggregated_values(batch, self.function, self.column, self._call_text, self._dtype)
 
     def _state_for(self, dtype: np.dtype[Any] | None) -> ColumnarKeyedState:
         """The state, made on the first batch, when the accumulator's type is known."""
@@ -642,31 +714,16 @@ class KeyedBatchAggregateOperator(StreamOperator):
             self.output(self._totals(grouped, state, aggregated))
 
     def _op(self) -> np.ufunc:
-        return {"min": np.minimum, "max": np.maximum}.get(self.function, np.add)
+        return _OPS.get(self.function, np.add)
 
     def _totals(
         self, grouped: _Grouped, state: ColumnarKeyedState, aggregated: _Aggregated
     ) -> pa.RecordBatch:
         """One row per distinct key: its aggregate after this batch (no sort needed)."""
-        column, values, valid = aggregated.column, aggregated.values, aggregated.valid
-        ids, slots = grouped.ids, grouped.slots
-        count = state.column(_COUNT)
-        counts = grouped.counts
-        if valid is not None:
-            counts = grouped.per_group(np.bincount(ids[valid], minlength=grouped.bound))
-        new_count = count[slots] + counts
-        count[slots] = new_count
-        result: np.ndarray = new_count
-        if values is not None:
-            acc = state.column(_ACC)
-            op = self._op()
-            batch_acc = np.full(grouped.bound, _identity(self.function, values.dtype), dtype=values.dtype)
-            op.at(batch_acc, ids, values)
-            result = op(acc[slots], grouped.per_group(batch_acc))
-            acc[slots] = result
+        result, new_count = accumulate(self.function, grouped, state, aggregated)
         key_name = "key" if self.key_column == KEY_COLUMN else self.key_column
         self._refuse_name_twice(key_name, "key")
-        out = self._output_column(column, result, new_count)
+        out = self._output_column(aggregated.column, result, new_count)
         return pa.RecordBatch.from_arrays([grouped.keys, out], names=[key_name, self._output_name])
 
     def _running(
@@ -724,23 +781,8 @@ class KeyedBatchAggregateOperator(StreamOperator):
     def _output_column(
         self, column: pa.Array | None, result: np.ndarray, counts: np.ndarray | None
     ) -> pa.Array:
-        """The aggregate as the output's column: null where the key has no value yet (``counts``
-        of values so far is 0; ``None``: every row has one), a mean divided out, a min or max
-        in the input's type."""
-        if self.function == "count":
-            return pa.array(result)
-        mask = None
-        if counts is not None:
-            no_value = counts == 0
-            mask = no_value if no_value.any() else None
-        if self.function == "mean":
-            assert counts is not None
-            result = np.divide(result, np.maximum(counts, 1), dtype=np.float64)
-            return pa.array(result, mask=mask)
-        out = pa.array(result, mask=mask)
-        if self.function in ("min", "max") and column is not None and out.type != column.type:
-            out = out.cast(column.type)
-        return out
+        """The aggregate as the output's column (see :func:`aggregate_column`)."""
+        return aggregate_column(self.function, None if column is None else column.type, result, counts)
 
 
 # ---------------------------------------------------------------------------- keyed: user function

@@ -25,20 +25,36 @@ class InputStatus(enum.Enum):
 
 
 def check_columnar_watermarks(source: Source, watermark_strategy: WatermarkStrategy | None) -> None:
-    """A batch source (``Source.columnar``) emits ``pyarrow.RecordBatch`` es, which carry no
-    per-record timestamps: it takes no strategy or ``WatermarkStrategy.no_watermarks()``.
-    Anything else fails here, when the job is built, naming the way out."""
-    if not source.columnar or watermark_strategy is None:
+    """A batch source (``Source.columnar``) takes its rows' event time from a column of its
+    batches (``WatermarkStrategy.with_timestamp_column``), never from a per-record assigner;
+    a record source takes no timestamp column. Anything else fails here, when the job is
+    built, naming the way out."""
+    if watermark_strategy is None:
         return
-    if (
-        watermark_strategy.emits_watermarks
-        or watermark_strategy.create_timestamp_extractor() is not None
-        or watermark_strategy.idle_timeout_ms is not None
+    column = watermark_strategy.timestamp_column
+    if not source.columnar:
+        if column is not None:
+            raise InvalidProgramError(
+                f"{type(source).__name__} produces records, and {watermark_strategy!r} reads "
+                f"timestamps from a column of Arrow batches: for records use "
+                "with_timestamp_assigner(...), or read the source's batch counterpart"
+            )
+        return
+    if watermark_strategy.create_timestamp_extractor() is not None:
+        raise InvalidProgramError(
+            f"{type(source).__name__} produces Arrow record batches, and {watermark_strategy!r} has "
+            "a per-record TimestampAssigner, which the batch path never calls: name the batches' "
+            "event-time column instead, with WatermarkStrategy...with_timestamp_column('ts') "
+            "(int64 epoch milliseconds or an Arrow timestamp column)"
+        )
+    if column is None and (
+        watermark_strategy.emits_watermarks or watermark_strategy.idle_timeout_ms is not None
     ):
         raise InvalidProgramError(
-            f"{type(source).__name__} produces Arrow record batches, which carry no record "
-            f"timestamps: it takes WatermarkStrategy.no_watermarks(), not {watermark_strategy!r}. "
-            "For event time, convert with .to_records() and assign timestamps and watermarks there"
+            f"{type(source).__name__} produces Arrow record batches, and {watermark_strategy!r} does "
+            "not say where their event time is: add .with_timestamp_column('ts') naming the "
+            "column (int64 epoch milliseconds or an Arrow timestamp), or use "
+            "WatermarkStrategy.no_watermarks()"
         )
 
 
@@ -58,8 +74,11 @@ class SourceOperator(StreamOperator):
         super().__init__()
         check_columnar_watermarks(source, watermark_strategy)
         self.source = source
-        # A batch source's strategy is no_watermarks() (checked above): nothing to assign.
-        self.watermark_strategy = None if source.columnar else watermark_strategy
+        # A batch source's strategy without a timestamp column is no_watermarks() (checked
+        # above): nothing to assign.
+        if source.columnar and (watermark_strategy is None or watermark_strategy.timestamp_column is None):
+            watermark_strategy = None
+        self.watermark_strategy = watermark_strategy
         self.reader: SourceReader | None = None
         self._restored_splits: list[Any] | None = None
         self._watermarks: WatermarkEmitter | None = None
@@ -107,7 +126,12 @@ class SourceOperator(StreamOperator):
         if not batch:
             return InputStatus.NOTHING_AVAILABLE
         watermarks = self._watermarks
-        self.output(batch if watermarks is None else watermarks.assign(batch))
+        if watermarks is None:
+            self.output(batch)
+        elif self.source.columnar:
+            self.output(watermarks.assign_columnar(batch))
+        else:
+            self.output(watermarks.assign(batch))
         return InputStatus.MORE_AVAILABLE
 
     def end_input(self) -> None:

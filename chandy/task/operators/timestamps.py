@@ -16,8 +16,13 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
 from chandy.core.time import MAX_WATERMARK, MIN_TIMESTAMP
 from chandy.core.watermark_strategy import WatermarkStrategy
+from chandy.errors import BatchColumnError, BatchTypeError, BatchValueError
 from chandy.task.batches import TimestampedBatch
 from chandy.task.operators.base import StreamOperator
 from chandy.task.processing_time import ProcessingTimeService
@@ -36,6 +41,7 @@ class WatermarkEmitter:
         emit_status: Callable[[bool], None],
     ) -> None:
         self._extract = strategy.create_timestamp_extractor()
+        self._timestamp_column = strategy.timestamp_column
         self._generator = strategy.create_watermark_generator()
         self._emits_watermarks = strategy.emits_watermarks
         self._idle_timeout = strategy.idle_timeout_ms
@@ -74,15 +80,29 @@ class WatermarkEmitter:
         else:
             timestamps = carried if carried is not None else [None] * len(values)
         if values:
-            if self._idle_timeout is not None:
-                self._last_record_ms = self._timers.get_current_processing_time()
-                if self.idle:
-                    self.idle = False
-                    self._emit_status(False)
             known = timestamps if extract is not None else [t for t in timestamps if t is not None]
-            if known:
-                self._generator.on_timestamps(known)  # type: ignore[arg-type]
+            self._saw_records(known)  # type: ignore[arg-type]
         return TimestampedBatch(values, timestamps)
+
+    def assign_columnar(self, batch: pa.RecordBatch) -> pa.RecordBatch:
+        """A record batch under a strategy with a timestamp column: the batch itself (its
+        column is its timestamps); the generator sees the column's largest value only, one
+        vectorised pass, which is all a bounded out-of-orderness generator keeps of a batch."""
+        if batch.num_rows:
+            assert self._timestamp_column is not None
+            timestamps = batch_timestamps(batch, self._timestamp_column, "the watermark strategy")
+            self._saw_records([int(timestamps.max())])
+        return batch
+
+    def _saw_records(self, timestamps: list[int]) -> None:
+        """Records went out (with these timestamps): the output is active, the generator follows."""
+        if self._idle_timeout is not None:
+            self._last_record_ms = self._timers.get_current_processing_time()
+            if self.idle:
+                self.idle = False
+                self._emit_status(False)
+        if timestamps:
+            self._generator.on_timestamps(timestamps)
 
     def _on_periodic(self, due: int) -> None:
         if self._stopped:
@@ -119,6 +139,42 @@ class WatermarkEmitter:
         """No periodic watermark any more (a stop-with-savepoint without drain: event time
         must not advance past what the savepoint recorded)."""
         self._stopped = True
+
+
+def batch_timestamps(batch: pa.RecordBatch, column: str, reader: str) -> np.ndarray:
+    """The event timestamps of ``batch``'s rows from ``column`` (``with_timestamp_column``),
+    as int64 epoch milliseconds: an integer column as is, an Arrow timestamp converted from
+    its unit. ``reader`` (who reads it) goes into the error of a missing column, of a column
+    of another type, and of a null timestamp, each naming the column and the way out."""
+    index = batch.schema.get_field_index(column)
+    if index < 0:
+        raise BatchColumnError(
+            f"{reader} reads event time from column {column!r} (with_timestamp_column), but the "
+            f"batch has no such column; its columns are {batch.schema.names}. Keep the column in "
+            "map_batches, or name the right one in with_timestamp_column()"
+        )
+    values = batch.column(index)
+    kind = values.type
+    if values.null_count:
+        raise BatchValueError(
+            f"{reader}: the event-time column {column!r} has {values.null_count} null value(s); "
+            "every row needs a timestamp: fill or filter them out in map_batches before"
+        )
+    if pa.types.is_timestamp(kind):
+        if kind.unit != "ms":
+            values = pc.cast(values, pa.timestamp("ms", kind.tz), safe=False)  # floor to ms
+        values = values.view(pa.int64())
+    elif pa.types.is_integer(kind):
+        if kind != pa.int64():
+            values = values.cast(pa.int64())
+    else:
+        raise BatchTypeError(
+            f"{reader}: the event-time column {column!r} is {kind}; it must hold int64 epoch "
+            "milliseconds or an Arrow timestamp: cast it in map_batches (e.g. "
+            "pc.cast(batch['ts'], pa.timestamp('ms')))"
+        )
+    result: np.ndarray = values.to_numpy(zero_copy_only=False)
+    return result
 
 
 def auto_watermark_interval(operator: StreamOperator) -> int:
@@ -170,3 +226,12 @@ class TimestampsAndWatermarksOperator(StreamOperator):
     def end_input(self) -> None:
         if self._emitter is not None:
             self._emitter.end_of_input()
+
+
+class ColumnarTimestampsAndWatermarksOperator(TimestampsAndWatermarksOperator):
+    """``BatchStream.assign_timestamps_and_watermarks(strategy)`` (a strategy with a
+    timestamp column): the batches pass unchanged; watermarks follow the column."""
+
+    def process_batch(self, records: Any) -> None:
+        assert self._emitter is not None
+        self.output(self._emitter.assign_columnar(records))

@@ -1,0 +1,534 @@
+"""Event-time windows on the batch (Arrow) path: ``KeyedBatchStream.window(assigner)``.
+
+- The same seeded, out-of-order input through the batch windows and through the record
+  path's window operator, in one job (one source, so both see the same rows and watermarks
+  in the same order): every (key, window) gets the same sums, counts, minima, maxima, means
+  and user aggregate, tumbling and sliding, with and without allowed lateness, and the same
+  late rows in the late side output.
+- Exactly once through a raised exception after a completed checkpoint, then a savepoint and
+  a restore at another parallelism: every (key, window) is emitted once, and its sum plus the
+  late rows of that key and window is the sum of its input.
+- One Spark-executor job, one job with unaligned checkpoints, and the errors a user can cause.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections import Counter, defaultdict
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pytest
+
+from chandy import BatchAggregateFunction, Duration, StreamExecutionEnvironment, WatermarkStrategy
+from chandy.connectors.arrow_sources import ArrowDataGeneratorSource, ArrowNumberSequenceSource
+from chandy.core.functions import MapBatchesFunction, ProcessWindowFunction
+from chandy.core.output_tag import OutputTag
+from chandy.core.time import Time
+from chandy.core.watermark_strategy import TimestampAssigner
+from chandy.core.windows import (
+    EventTimeSessionWindows,
+    SlidingEventTimeWindows,
+    TumblingEventTimeWindows,
+)
+from chandy.errors import InvalidProgramError, JobExecutionError
+from tests.probes import Probe
+from tests.state_backends import on_rocksdb_too
+from tests.test_batch_e2e import completed_checkpoints_on_disk
+from tests.test_checkpointing_e2e import drain
+from tests.test_unaligned_checkpoints_e2e import run
+from tests.unaligned_jobs import completed_checkpoints, wait_for
+
+FUNCTIONS = ("sum", "count", "min", "max", "mean")
+
+
+def strategy(bound_ms: int = 0) -> WatermarkStrategy:
+    return WatermarkStrategy.for_bounded_out_of_orderness(Duration.of_millis(bound_ms)).with_timestamp_column(
+        "ts"
+    )
+
+
+class Rows:
+    """Row ``i`` of a seeded table (``key``, ``value``, ``ts``): timestamps rise 2 ms a row
+    with up to ``jitter`` ms of random delay, so rows arrive out of order."""
+
+    def __init__(self, n: int, keys: int, jitter: int, seed: int) -> None:
+        rng = np.random.default_rng(seed)
+        self.keys = rng.integers(0, keys, size=n)
+        self.values = rng.integers(-1_000, 1_000, size=n)
+        self.ts = np.arange(n, dtype=np.int64) * 2 - rng.integers(0, jitter, size=n)
+
+    def __call__(self, indices: np.ndarray) -> dict[str, np.ndarray]:
+        return {"key": self.keys[indices], "value": self.values[indices], "ts": self.ts[indices]}
+
+
+class Pace(MapBatchesFunction):
+    """Sleeps a little per batch, so periodic watermarks (every millisecond) fall between
+    batches and later rows are late."""
+
+    def map_batch(self, batch: pa.RecordBatch) -> pa.RecordBatch:
+        time.sleep(0.003)
+        return batch
+
+
+class SumOfSquares(BatchAggregateFunction):
+    """A user aggregate: the sum of ``value ** 2`` per (key, window)."""
+
+    def create_accumulator(self) -> dict[str, Any]:
+        return {"squares": 0}
+
+    def add(self, accumulator: dict[str, Any], batch: pa.RecordBatch, group_ids: Any) -> None:
+        values = batch.column("value").to_numpy()
+        np.add.at(accumulator["squares"], group_ids, values * values)
+
+    def get_result(self, accumulator: dict[str, Any]) -> dict[str, Any]:
+        return {"squares": accumulator["squares"]}
+
+
+class AllAggregates(ProcessWindowFunction):
+    """The record path's reference: every aggregate of a window's elements."""
+
+    def process(self, key: Any, context: Any, elements: Iterable[Any]) -> Any:
+        values = [row["value"] for row in elements]
+        window = context.window()
+        results = {
+            "sum": sum(values),
+            "count": len(values),
+            "min": min(values),
+            "max": max(values),
+            "mean": sum(values) / len(values),
+            "squares": sum(v * v for v in values),
+        }
+        for kind, value in results.items():
+            yield kind, key, window.start, window.end, value
+
+
+def firings(rows: list[Any], source: str) -> dict[tuple[str, int, int, int], list[Any]]:
+    """The values emitted for each (kind, key, start, end), in order."""
+    out: dict[tuple[str, int, int, int], list[Any]] = defaultdict(list)
+    for origin, kind, key, start, end, value in rows:
+        if origin == source:
+            out[(kind, key, start, end)].append(value)
+    return dict(out)
+
+
+def is_subsequence(short: list[Any], long: list[Any]) -> bool:
+    it = iter(long)
+    return all(any(item == other for other in it) for item in short)
+
+
+@pytest.mark.parametrize("assigner", ["tumbling", "sliding"])
+@pytest.mark.parametrize("lateness", [0, 150])
+def test_batch_windows_equal_the_record_paths(assigner: str, lateness: int) -> None:
+    """Both paths in one job (parallelism 1, so rows and watermarks reach both windows in the
+    same order): every (key, window) has the same aggregates. Without allowed lateness each
+    is emitted once on both paths; with it a window fires again for late rows, once per
+    late record on the record path and once per batch here, so the batch path's values
+    are a subsequence of the record path's ending with the same value. Late rows go to
+    the side output on both paths alike."""
+    rows = Rows(8_000, keys=7, jitter=600, seed=5 + lateness)
+    env = StreamExecutionEnvironment.get_execution_environment(executor="local")
+    env.set_parallelism(1)
+    env.configure({"pipeline.auto-watermark-interval": 1, "chandy.network.arrow-batch-size": 200})
+    windows = (
+        TumblingEventTimeWindows.of(Time.milliseconds(100))
+        if assigner == "tumbling"
+        else SlidingEventTimeWindows.of(Time.milliseconds(300), Time.milliseconds(100))
+    )
+    source = env.from_source(ArrowDataGeneratorSource(rows, count=len(rows.ts)), strategy(), "rows")
+    paced = source.map_batches(Pace())
+    keyed = paced.key_by("key")
+    late_batch, late_record = OutputTag("late-batch"), OutputTag("late-record")
+
+    def windowed(late: OutputTag | None = None) -> Any:
+        stream = keyed.window(windows).allowed_lateness(lateness)
+        return stream if late is None else stream.side_output_late_data(late)
+
+    outputs = []
+    for function in FUNCTIONS:
+        result = getattr(windowed(late_batch if function == "sum" else None), function)("value")
+        name = "count" if function == "count" else "value"
+        outputs.append(
+            result.to_records().map(
+                lambda r, f=function, n=name: ("batch", f, r.key, r.window_start, r.window_end, r[n])
+            )
+        )
+        if function == "sum":
+            late_rows = result.get_side_output(late_batch).to_records()
+            outputs.append(late_rows.map(lambda r: ("late", "batch", r.key, r.ts, 0, r.value)))
+    squares = windowed().aggregate(SumOfSquares(), {"squares": "int64"}).to_records()
+    outputs.append(
+        squares.map(lambda r: ("batch", "squares", r.key, r.window_start, r.window_end, r.squares))
+    )
+    record = (
+        paced.to_records()
+        .key_by(lambda r: r["key"])
+        .window(windows)
+        .allowed_lateness(lateness)
+        .side_output_late_data(late_record)
+        .process(AllAggregates())
+    )
+    outputs.append(record.map(lambda t: ("record", *t)))
+    outputs.append(
+        record.get_side_output(late_record).map(lambda r: ("late", "record", r.key, r.ts, 0, r.value))
+    )
+    first, *rest = outputs
+    out, _ = run(first.union(*rest), "batch windows against record windows")
+
+    batch, reference = firings(out, "batch"), firings(out, "record")
+    assert set(batch) == set(reference)
+    assert {k[0] for k in batch} == {*FUNCTIONS, "squares"}
+    for window, values in reference.items():
+        mine = batch[window]
+        if lateness == 0:
+            assert mine == pytest.approx(values), window
+        else:
+            mine, values = [round(v, 6) for v in mine], [round(v, 6) for v in values]
+            assert mine[-1] == values[-1] and is_subsequence(mine, values), (window, mine, values)
+    late = Counter((kind, key, ts, value) for origin, kind, key, ts, _, value in out if origin == "late")
+    late_batch_rows = Counter({(k, ts, v): n for (kind, k, ts, v), n in late.items() if kind == "batch"})
+    late_record_rows = Counter({(k, ts, v): n for (kind, k, ts, v), n in late.items() if kind == "record"})
+    assert late_batch_rows == late_record_rows
+    assert late_batch_rows, "no late rows: the watermarks did not fall between the batches"
+    # Every input row is in a window or late, never lost (sums over tumbling windows).
+    if assigner == "tumbling":
+        total = sum(v for (kind, *_), values in batch.items() if kind == "sum" for v in values[-1:])
+        late_total = sum(value * n for (_, _, value), n in late_batch_rows.items())
+        assert total + late_total == int(rows.values.sum())
+
+
+# ---------------------------------------------------------------------- exactly once, restore
+
+
+KEYS = 13
+#: Event time: value ``v`` happens at ``v`` ms, 0 to 49 ms late (by ``v % 50``), so the rows
+#: of a subtask are out of order by less than the 50 ms bound and none is late there.
+WINDOW_MS = 200
+
+
+def keyed_rows(batch: pa.RecordBatch) -> pa.RecordBatch:
+    values = batch.column("value").to_numpy()
+    return pa.RecordBatch.from_pydict({"key": values % KEYS, "value": values, "ts": values - values % 50})
+
+
+class FailOnce(MapBatchesFunction):
+    """Sleeps ``delay_s`` per batch until ``until`` exists; raises once (over every attempt)
+    at its first batch after a checkpoint completed."""
+
+    def __init__(
+        self, until: str, probe: Probe | None = None, checkpoints: str | None = None, delay_s: float = 0.05
+    ) -> None:
+        self.until = until
+        self.delay_s = delay_s
+        self.probe = probe
+        self.checkpoints = checkpoints
+
+    def map_batch(self, batch: pa.RecordBatch) -> pa.RecordBatch:
+        if not Path(self.until).exists():
+            time.sleep(self.delay_s)
+        if (
+            self.probe is not None
+            and self.checkpoints
+            and completed_checkpoints_on_disk(self.checkpoints) >= 1
+        ):
+            if self.probe.add("failures") == 1:
+                raise RuntimeError("induced failure in map_batches")
+        return keyed_rows(batch)
+
+
+def window_job(env: StreamExecutionEnvironment, n: int, pace: FailOnce) -> Any:
+    """``1..n`` as rows (key, value, ts) into a tumbling 200 ms window sum, with its late rows
+    (tagged) in the same collected stream."""
+    late = OutputTag("late")
+    source = env.from_source(ArrowNumberSequenceSource(1, n), source_name="numbers").uid("numbers")
+    rows = (
+        source.map_batches(pace).uid("rows").assign_timestamps_and_watermarks(strategy(50)).uid("event time")
+    )
+    sums = (
+        rows.key_by("key")
+        .window(TumblingEventTimeWindows.of(Time.milliseconds(WINDOW_MS)))
+        .side_output_late_data(late)
+        .sum("value")
+        .uid("window")
+    )
+    late_rows = sums.get_side_output(late).map_batches(
+        lambda b: {"key": b["key"], "window_start": b["ts"], "window_end": b["ts"], "value": b["value"]}
+    )
+    return sums.union(late_rows)
+
+
+def assert_windows_exact(out: list[Any], n: int) -> None:
+    """Every (key, window) emitted once, its sum plus its late rows' values is its input's sum."""
+    emitted = Counter((r.key, r.window_start) for r in out if r.window_end != r.window_start)
+    assert emitted and max(emitted.values()) == 1, [w for w, c in emitted.items() if c > 1][:5]
+    totals: dict[tuple[int, int], int] = defaultdict(int)
+    for r in out:
+        start = r.window_start - r.window_start % WINDOW_MS
+        totals[(r.key, start)] += r.value
+    expected: dict[tuple[int, int], int] = defaultdict(int)
+    values = np.arange(1, n + 1)
+    ts = values - values % 50
+    for key, start, value in zip(
+        (values % KEYS).tolist(), (ts - ts % WINDOW_MS).tolist(), values.tolist(), strict=True
+    ):
+        expected[(key, start)] += value
+    assert dict(totals) == dict(expected)
+
+
+@on_rocksdb_too()  # the window state stays columnar whatever the backend
+@pytest.mark.slow
+def test_exactly_once_through_a_failure_and_a_restore_at_another_parallelism(tmp_path: Path) -> None:
+    """Parallelism 2 with checkpoints every 100 ms; the paced map raises once after a
+    checkpoint completed; after the restart and another checkpoint the job stops with a
+    savepoint (windows pending in it), and a second run restores it at parallelism 3."""
+    n = 200_000  # paced to 10,000 rows/s per subtask: 10 s at least, stopped long before
+    probe = Probe()
+    gate = str(tmp_path / "never")
+    checkpoints = str(tmp_path / "checkpoints")
+    env = batch_env("local", 2, checkpoints)
+    results = window_job(env, n, FailOnce(gate, probe, checkpoints)).execute_and_collect("first run")
+    client = results.job_client
+    first, reader = drain(results)
+    wait_for_the_failure_and_checkpoints(client, probe, 2)
+    savepoint = client.stop_with_savepoint(savepoint_directory=str(tmp_path / "sp")).result(120)
+    reader.join(60)
+    assert not reader.is_alive()
+    results.close()
+    assert client.restarts >= 1
+    assert len(first) < n // WINDOW_MS * KEYS  # stopped early: windows were pending
+
+    env2 = batch_env("local", 3, str(tmp_path / "second"))
+    env2.set_restore_path(savepoint)
+    second, client2 = run(window_job(env2, n, FailOnce(str(tmp_path))), "second run")
+    assert client2.get_checkpoint_statistics()["counts"]["restored"] == 1
+    assert_windows_exact(first + second, n)
+
+
+def wait_for_the_failure_and_checkpoints(client: Any, probe: Probe, checkpoints: int) -> None:
+    """Until the induced failure happened and ``checkpoints`` more completed (or the job ended)."""
+    wait_for(lambda: probe.get("failures") >= 1 or client.is_done(), "the induced failure", 120)
+
+    def completed() -> int:
+        return int(client.get_checkpoint_statistics(timeout=60)["counts"]["completed"])
+
+    done = completed()
+    wait_for(
+        lambda: completed() >= done + checkpoints or client.is_done(), "checkpoints after the restore", 120
+    )
+
+
+def batch_env(executor: str, parallelism: int, checkpoints: str, **config: Any) -> StreamExecutionEnvironment:
+    env = StreamExecutionEnvironment.get_execution_environment(executor=executor)
+    env.set_parallelism(parallelism)
+    env.enable_checkpointing(100)
+    env.configure(
+        {
+            "restart-strategy.fixed-delay.delay": 50,
+            "web.checkpoints.history": 10_000,
+            "chandy.network.arrow-batch-size": 500,
+            "execution.checkpointing.dir": checkpoints,
+            **config,
+        }
+    )
+    return env
+
+
+@pytest.mark.slow
+def test_unaligned_checkpoints_and_a_failure_keep_every_window_once(tmp_path: Path) -> None:
+    """Every checkpoint unaligned (in-flight batches in the checkpoint); a failure after one
+    completed; every (key, window) exact and emitted once."""
+    n = 40_000
+    probe = Probe()
+    checkpoints = str(tmp_path / "checkpoints")
+    gate = tmp_path / "release"
+    env = batch_env(
+        "local",
+        2,
+        checkpoints,
+        **{
+            "execution.checkpointing.unaligned.enabled": True,
+            "execution.checkpointing.aligned-checkpoint-timeout": 0,
+        },
+    )
+    results = window_job(env, n, FailOnce(str(gate), probe, checkpoints)).execute_and_collect("unaligned")
+    client = results.job_client
+
+    def release_after_a_restored_checkpoint() -> None:
+        try:
+            wait_for_the_failure_and_checkpoints(client, probe, 1)
+        finally:
+            gate.touch()
+
+    actor = threading.Thread(target=release_after_a_restored_checkpoint, daemon=True)
+    actor.start()
+    with results:
+        out = list(results)
+    client.get_job_execution_result(timeout=120)
+    actor.join(60)
+    stats = client.get_checkpoint_statistics()
+    assert client.restarts >= 1 and stats["counts"]["restored"] >= 1
+    assert any(c["is_unaligned"] for c in completed_checkpoints(stats))
+    assert_windows_exact(out, n)
+
+
+@pytest.mark.slow
+def test_windows_on_the_spark_executor() -> None:
+    """One job on Spark (parallelism 2, checkpoints): every (key, window) exact, once."""
+    n = 20_000
+    env = StreamExecutionEnvironment.get_execution_environment(executor="spark")
+    env.set_parallelism(2)
+    env.enable_checkpointing(200)
+    env.configure({"chandy.network.arrow-batch-size": 1000})
+    out, _ = run(window_job(env, n, FailOnce("/")), "batch windows on spark")
+    assert_windows_exact(out, n)
+
+
+# ---------------------------------------------------------------------- timestamp columns
+
+
+def local_env() -> StreamExecutionEnvironment:
+    env = StreamExecutionEnvironment.get_execution_environment(executor="local")
+    env.set_parallelism(1)
+    return env
+
+
+def generated(columns: dict[str, Any], count: int = 10) -> ArrowDataGeneratorSource:
+    def generate(indices: np.ndarray) -> dict[str, Any]:
+        return {name: make(indices) for name, make in columns.items()}
+
+    return ArrowDataGeneratorSource(generate, count=count)
+
+
+def test_an_arrow_timestamp_column_and_assign_timestamps_on_a_batch_stream() -> None:
+    """A timestamp[us] column works as event time (floored to ms), here assigned on the batch
+    stream rather than at its source; ``count()`` counts rows per window, of string keys, in
+    a batch that spans several windows."""
+    env = local_env()
+    source = env.from_source(
+        generated(
+            {
+                "key": lambda i: pa.array([f"k{x % 2}" for x in i.tolist()]),  # not an int: Arrow's take
+                "ts": lambda i: pa.array(i * 400_000, pa.int64()).cast(pa.timestamp("us")),
+            }
+        ),
+        source_name="rows",
+    )
+    counts = (
+        source.assign_timestamps_and_watermarks(strategy())
+        .key_by("key")
+        .window(TumblingEventTimeWindows.of(Time.seconds(1)))
+        .count()
+    )
+    out, _ = run(counts, "timestamps")
+    got = sorted((r.key, r.window_start, r.count) for r in out)
+    expected: Counter[tuple[str, int]] = Counter((f"k{i % 2}", i * 400 // 1000 * 1000) for i in range(10))
+    assert got == sorted((k, s, c) for (k, s), c in expected.items())
+
+
+@pytest.mark.slow
+def test_an_idle_batch_source_does_not_hold_the_window_back() -> None:
+    """Source b (``with_idleness(100 ms)``) emits a row, then nothing for 2 s: marked idle, it
+    leaves the watermark to source a, whose end (the last watermark) fires every window; b's
+    second row then comes too late for its window and goes to the late side output. Without
+    idleness b's first watermark would hold the window back until b's end."""
+    env = local_env()
+    env.configure({"pipeline.auto-watermark-interval": 10})
+    busy = env.from_source(
+        generated({"key": lambda i: np.full(len(i), "a"), "ts": lambda i: i * 10}, count=100), strategy(), "a"
+    )
+    quiet = env.from_source(
+        ArrowDataGeneratorSource(
+            lambda i: {"key": np.full(len(i), "b"), "ts": i * 5}, count=2, rate_per_second=0.5
+        ),
+        strategy().with_idleness(Duration.of_millis(100)),
+        "b",
+    )
+    late = OutputTag("late")
+    counts = (
+        busy.union(quiet)
+        .key_by("key")
+        .window(TumblingEventTimeWindows.of(Time.seconds(1)))
+        .side_output_late_data(late)
+        .count()
+    )
+    late_rows = counts.get_side_output(late).map_batches(
+        lambda b: {"key": b["key"], "window_start": b["ts"], "count": pa.array([-1] * b.num_rows)}
+    )
+    counts = counts.map_batches(lambda b: b.select(["key", "window_start", "count"]))
+    out, _ = run(counts.union(late_rows), "an idle batch source")
+    assert sorted((r.key, r.window_start, r.count) for r in out) == [("a", 0, 100), ("b", 0, 1), ("b", 5, -1)]
+
+
+# ---------------------------------------------------------------------- errors
+
+
+class SecondField(TimestampAssigner):
+    def extract_timestamp(self, value: Any, record_timestamp: int) -> int:
+        return 0
+
+
+def test_window_without_event_time_is_refused() -> None:
+    env = local_env()
+    keyed = env.from_source(ArrowNumberSequenceSource(1, 10), source_name="n").key_by("value")
+    with pytest.raises(InvalidProgramError, match=r"needs event time.*with_timestamp_column\('ts'\)"):
+        keyed.window(TumblingEventTimeWindows.of(Time.seconds(1)))
+
+
+def test_a_session_window_on_batches_is_refused() -> None:
+    env = local_env()
+    keyed = env.from_source(generated({"ts": lambda i: i}), strategy(), "n").key_by("ts")
+    with pytest.raises(
+        InvalidProgramError, match=r"TumblingEventTimeWindows or SlidingEventTimeWindows.*to_records"
+    ):
+        keyed.window(EventTimeSessionWindows.with_gap(Time.seconds(1)))
+
+
+def test_a_per_record_assigner_on_a_batch_source_is_refused() -> None:
+    env = local_env()
+    assigned = WatermarkStrategy.for_monotonous_timestamps().with_timestamp_assigner(SecondField())
+    with pytest.raises(
+        InvalidProgramError, match=r"per-record TimestampAssigner.*with_timestamp_column\('ts'\)"
+    ):
+        env.from_source(ArrowNumberSequenceSource(1, 10), assigned, "n")
+    with pytest.raises(InvalidProgramError, match=r"does not say where.*with_timestamp_column"):
+        env.from_source(ArrowNumberSequenceSource(1, 10), WatermarkStrategy.for_monotonous_timestamps(), "n")
+    with pytest.raises(ValueError, match="not both"):
+        strategy().with_timestamp_assigner(SecondField())
+
+
+def test_a_timestamp_column_on_a_record_source_is_refused() -> None:
+    env = local_env()
+    from chandy.connectors.number_sequence import NumberSequenceSource
+
+    with pytest.raises(InvalidProgramError, match=r"produces records.*with_timestamp_assigner"):
+        env.from_source(NumberSequenceSource(1, 10), strategy(), "n")
+    with pytest.raises(InvalidProgramError, match=r"carries records: use with_timestamp_assigner"):
+        env.from_sequence(1, 10).assign_timestamps_and_watermarks(strategy())
+
+
+@pytest.mark.parametrize(
+    ("columns", "message"),
+    [
+        ({"time": lambda i: i}, r"event time from column 'ts'.*no such column.*\['time'\]"),
+        ({"ts": lambda i: pa.array(np.where(i % 2 == 0, i, 0), mask=i % 2 == 1)}, r"'ts' has \d+ null"),
+        ({"ts": lambda i: i.astype(str)}, r"'ts' is string; it must hold int64 epoch milliseconds"),
+    ],
+    ids=["missing", "null", "string"],
+)
+def test_a_bad_timestamp_column_fails_the_job_naming_it(columns: dict[str, Any], message: str) -> None:
+    env = local_env()
+    env.configure({"restart-strategy.type": "none"})
+    source = env.from_source(generated(columns), strategy(), "rows")
+    with pytest.raises(JobExecutionError) as failure:
+        source.map_batches(lambda b: b).print()
+        env.execute("bad timestamps")
+    cause: BaseException | None = failure.value
+    messages = []
+    while cause is not None:
+        messages.append(str(cause))
+        cause = cause.__cause__
+    assert any(__import__("re").search(message, m) for m in messages), messages
