@@ -62,13 +62,15 @@ How the figures are taken
 * Checkpoint figures come from the JobManager's log lines (``pyflink_runner.checkpoints_of``)
   of the first job.
 * Correctness (``--check-records``, default 100,000 for W1 and 3 windows for W5; 0 skips):
-  after the timed jobs the same query runs once more on that many records into a
-  collecting sink (``execute().collect()``); W1's changelog (``+I``/``+U`` rows; ``-U``
-  left out) must end in every key's exact sum (``steady.w1_check``; per record it has one
-  update per record), W5's results must be every (key, window) sum once and exact
-  (``w5_events.verify``). A check that fails fails the run.
-* W5's latency is not measured (a blackhole sink has no arrival times; the results of a
-  collecting sink cross into Python in batches): ``latency_*`` are ``null``.
+  after the timed jobs the same query runs once more on that many records, its changelog
+  written by Flink's ``FileSink`` (``changelog``; no Python per row) and read back: W1's
+  ``+I``/``+U`` rows (``-U`` left out) must end in every key's exact sum
+  (``steady.w1_check``; per record there is an update per record, but for one that leaves
+  the sum as it was, which Flink does not emit: record 0 when key 0 saw another first), W5's
+  results must be every (key, window) sum once and exact (``w5_events.verify``). A check that
+  fails fails the run.
+* W5's latency is not measured (a blackhole sink has no arrival times, and the check's
+  files say nothing of when a result was written): ``latency_*`` are ``null``.
 """
 
 from __future__ import annotations
@@ -411,7 +413,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         "--check-records",
         type=int,
         default=100_000,
-        help="W1: records of the correctness check (collected); W5 checks 3 windows; 0: no check",
+        help="W1: records of the correctness check (written to files, read back); W5: 3 windows; 0: none",
     )
     parser.add_argument("--minibatch-latency-ms", type=int, default=1000)
     parser.add_argument("--minibatch-size", type=int, default=50_000)
