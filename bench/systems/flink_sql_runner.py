@@ -187,7 +187,7 @@ def numbers(
 def w5_source(
     env: StreamExecutionEnvironment, t_env: StreamTableEnvironment, args: argparse.Namespace, events: W5Events
 ) -> str:
-    """A view ``events_<records>`` of W5's events: ``(i, k, ts)`` with the watermark."""
+    """A fresh table of W5's events, ``(i, k, ts)`` with W5's watermark on ``ts``; its name."""
     name = unique("events")
     if args.source == "datagen":
         t_env.execute_sql(
@@ -195,7 +195,7 @@ def w5_source(
             "i BIGINT, "
             f"k AS MOD(i, {events.keys}), "
             f"ts AS TO_TIMESTAMP_LTZ({sql_timestamp_ms('i', events)}, 3), "
-            f"WATERMARK FOR ts AS ts - INTERVAL '0.{OUT_OF_ORDERNESS_MS // 100}' SECOND"
+            f"WATERMARK FOR ts AS ts - INTERVAL '{OUT_OF_ORDERNESS_MS / 1000:g}' SECOND"
             ") WITH ("
             "'connector' = 'datagen', 'fields.i.kind' = 'sequence', 'fields.i.start' = '0', "
             f"'fields.i.end' = '{events.records - 1}', 'rows-per-second' = '1000000000000')"
@@ -214,7 +214,7 @@ def w5_source(
         .column_by_expression("i", i)
         .column_by_expression("k", f"MOD({i}, {events.keys})")
         .column_by_expression("ts", f"TO_TIMESTAMP_LTZ({sql_timestamp_ms(i, events)}, 3)")
-        .watermark("ts", f"ts - INTERVAL '0.{OUT_OF_ORDERNESS_MS // 100}' SECOND")
+        .watermark("ts", f"ts - INTERVAL '{OUT_OF_ORDERNESS_MS / 1000:g}' SECOND")
         .build()
     )
     t_env.create_temporary_view(name, t_env.from_data_stream(source, schema))
