@@ -174,3 +174,25 @@ def test_pathways_runner_answers_a_workload_it_does_not_run_with_one_clear_error
     assert result["error"] == (
         "NotImplementedError: w2 is not implemented for pathway (it runs w1, w5, the throughput anchors)"
     )
+
+
+def test_the_chart_shows_an_anchors_steady_state_beside_chandy_and_labels_it() -> None:
+    from bench.chart import panels, svg
+
+    rows = [
+        _row("chandy", "spark", "w1", records_per_s=3.0e6),
+        _row("flink_sql", "per_record", "w1", records_per_s=1.0e6, steady_records_per_s=4.0e6),
+        _row("flink_sql", "minibatch", "w1", records_per_s=1.5e6, steady_records_per_s=6.0e6),
+        _row("pyflink", "thread", "w1", records_per_s=3.0e4),
+    ]
+    summary = report.summarize(rows)
+
+    [(metric, bars)] = panels(summary)
+
+    assert metric.key == "records_per_s"
+    assert [(bar.label, bar.value) for bar in bars] == [
+        ("chandy/spark", 3.0e6),
+        ("pyflink/thread", 3.0e4),
+        ("flink_sql/minibatch (steady)", 6.0e6),  # the anchor's best variant, its steady state
+    ]
+    assert "flink_sql/minibatch (steady)" in svg(summary, "W1")
