@@ -1135,7 +1135,7 @@ NOTES = """\
 - **Flink SQL and Pathway are anchors, not Python APIs**: no Python runs per record in
   them (Flink SQL's keyed `SUM` and windows are generated Java; Pathway's `groupby().reduce()`
   and `windowby()` run in Rust, its `subject` source calls Python per record, its `csv` source
-  none). They run W1 and W5 only. Their `records_per_s` is a fresh process's first job (for
+  none). They run W1 and W5 (Flink SQL W3 too). Their `records_per_s` is a fresh process's first job (for
   Flink SQL the job's own runtime in the JobManager, whose blackhole sink has no first or
   last record); their steady-state throughput is `(N2 - N1) / (t2 - t1)` over two more jobs of
   N2 = 2 N1 and N1 records in the same, warm process, which leaves start-up, submission and

@@ -35,7 +35,7 @@ VARIANTS: dict[str, list[str]] = {
     "spark_ss": ["groupby", "pandas_state", "twsip"],
     "bytewax": ["processes", "workers"],
     "pyflink": ["thread", "process", "unaligned"],
-    # Anchors that run no Python per record (W1 and W5 only): Flink's JVM engine through SQL,
+    # Anchors that run no Python per record (W1 and W5; Flink SQL W3 too): Flink's JVM engine through SQL,
     # and Pathway's Rust engine.
     "flink_sql": ["per_record", "minibatch"],
     "pathway": ["subject", "csv"],

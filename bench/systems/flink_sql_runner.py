@@ -1,4 +1,4 @@
-"""Flink SQL reference runner: W1 and W5 in Flink's JVM engine, written in SQL, no Python
+"""Flink SQL reference runner: W1, W3 and W5 in Flink's JVM engine, written in SQL, no Python
 per record.
 
 The runner protocol and the workloads are described in ``bench/systems/__init__.py``.
@@ -69,6 +69,13 @@ How the figures are taken
   the sum as it was, which Flink does not emit: record 0 when key 0 saw another first), W5's
   results must be every (key, window) sum once and exact (``w5_events.verify``). A check that
   fails fails the run.
+* W3 (``w3_figures``): ``rate`` records/s from Flink's rate-limited ``DataGeneratorSource``
+  (the PyFlink runner's ``rate_limited_source``), each stamped ``CURRENT_ROW_TIMESTAMP()``
+  in the projection chained to the source, W1's running sum carrying its record's stamp
+  (``LAST_VALUE``), and ``CURRENT_ROW_TIMESTAMP()`` again in the projection chained to the
+  sink: the latency is the difference (one clock, 1 ms resolution; Flink's network buffers
+  flush every 100 ms, its default, as in the PyFlink runner). The rows are written by the
+  check's ``FileSink``; the first second is left out.
 * W5's latency is not measured (a blackhole sink has no arrival times, and the check's
   files say nothing of when a result was written): ``latency_*`` are ``null``.
 """
@@ -102,7 +109,9 @@ from pyflink_runner import (
     describe,
     free_port,
     note_descendants,
+    percentile,
     process_age_s,
+    rate_limited_source,
     stop_jvm,
 )
 from steady import Timed, steady_figures, w1_check, w1_check_error
@@ -121,7 +130,7 @@ log = logging.getLogger("flink_sql_runner")
 
 SYSTEM = "flink_sql"
 WORKLOADS = ("w1", "w2", "w3", "w4", "w4r", "w5", "w6", "w1v", "w3v")
-IMPLEMENTED = ("w1", "w5")
+IMPLEMENTED = ("w1", "w3", "w5")
 #: W5's correctness check: this many windows of events, collected.
 W5_CHECK_WINDOWS = 3
 
@@ -318,6 +327,50 @@ def w5_collect_check(args: argparse.Namespace, work: Path) -> dict[str, Any]:
     return {f"check_{k}" if k != "exact" else k: v for k, v in verdict.items()}
 
 
+def w3_figures(args: argparse.Namespace, work: Path) -> dict[str, Any]:
+    """W3 in SQL: ``rate`` records/s from Flink's rate-limited ``DataGeneratorSource`` (the
+    PyFlink runner's), stamped ``CURRENT_ROW_TIMESTAMP()`` as the source emits them, W1's
+    keyed running sum carrying its record's stamp (``LAST_VALUE``, the key's latest), and
+    ``CURRENT_ROW_TIMESTAMP()`` again in the projection chained to the sink; the latency is
+    the difference (ms resolution, one clock). The first second is left out as warm-up."""
+    count = int(args.rate * args.duration_s)
+
+    def build(env: StreamExecutionEnvironment, t_env: StreamTableEnvironment) -> Table:
+        paced = env.from_source(
+            rate_limited_source(count, args.rate), WatermarkStrategy.no_watermarks(), "paced", Types.LONG()
+        )
+        view = unique("paced")
+        t_env.create_temporary_view(view, t_env.from_data_stream(paced).alias("n"))
+        return t_env.sql_query(
+            "SELECT k, s, emitted, CURRENT_ROW_TIMESTAMP() AS arrived FROM ("
+            f"SELECT MOD(n, {args.keys}) AS k, SUM(n) AS s, LAST_VALUE(emitted) AS emitted FROM ("
+            f"SELECT n, CURRENT_ROW_TIMESTAMP() AS emitted FROM {view}) GROUP BY MOD(n, {args.keys}))"
+        )
+
+    stamps = [
+        (datetime.fromisoformat(emitted), datetime.fromisoformat(arrived))
+        for kind, (_, _, emitted, arrived) in changelog(args, work, build)
+        if kind in ("+I", "+U")
+    ]
+    if len(stamps) < count - 1:  # Flink leaves out an update that leaves a sum as it was
+        raise RuntimeError(f"W3: {len(stamps)} results for {count} records")
+    start = min(emitted for emitted, _ in stamps).timestamp() + 1.0
+    latencies = sorted(
+        (arrived - emitted).total_seconds() * 1000
+        for emitted, arrived in stamps
+        if emitted.timestamp() >= start
+    )
+    return {
+        "latency_p50_ms": percentile(latencies, 50),
+        "latency_p99_ms": percentile(latencies, 99),
+        "latency_max_ms": latencies[-1],
+        "records": len(latencies),
+        "rate": args.rate,
+        "duration_s": args.duration_s,
+        "latency_resolution_ms": 1,
+    }
+
+
 def run(args: argparse.Namespace) -> dict[str, Any]:
     """Runs the workload's three timed jobs and its check; their figures. Leaves no process
     behind."""
@@ -333,6 +386,16 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     try:
         get_gateway()
         note_descendants()
+        if args.workload == "w3":
+            if args.checkpoint_interval_ms <= 0:
+                raise ValueError("w3 needs checkpoints (--checkpoint-interval-ms > 0)")
+            figures = w3_figures(args, work)
+            return {
+                **figures,
+                "wall_s": round(time.monotonic() - started, 3),
+                "parallelism": args.parallelism,
+                "checkpoint_interval_ms": args.checkpoint_interval_ms,
+            }
         env, t_env = make_table_env(args, work)
         if args.workload == "w5":
             sizes = [
@@ -417,10 +480,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     )
     parser.add_argument("--minibatch-latency-ms", type=int, default=1000)
     parser.add_argument("--minibatch-size", type=int, default=50_000)
-    # accepted for the protocol's sake; W1 and W5 do not use them
+    parser.add_argument("--rate", type=float, default=1000, help="w3: records per second")
+    parser.add_argument("--duration-s", type=float, default=20, help="w3: seconds of records")
+    # accepted for the protocol's sake; the workloads run here do not use them
     for name, kind in (
-        ("--rate", float),
-        ("--duration-s", float),
         ("--value-bytes", int),
         ("--update-fraction", float),
         ("--update-s", float),
