@@ -11,8 +11,8 @@ import nothing from chandy or ``bench``: only the standard library, their system
 only: a workload's records, pacing, checks and figures, defined once so that every system
 does the same work and is held to the same results). ``chandy_runner.py`` runs in the project's environment.
 
-Two more runners are anchors, systems that run no Python per record, for W1 and W5 (Flink SQL also W3)
-(the other workloads answer ``"ok": false``, "not implemented for this system"):
+Two more runners are anchors, systems that run no Python per record, for W1 and W5
+(Flink SQL also W3; the other workloads answer ``"ok": false``, "not implemented"):
 ``flink_sql_runner.py`` (Flink's JVM engine through SQL, in PyFlink's environment, whose
 runner's JVM and process handling it reuses) and ``pathway_runner.py`` (Pathway's Rust
 engine, in its own). Both time three jobs in one process and report, beside

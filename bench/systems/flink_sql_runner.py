@@ -131,7 +131,7 @@ log = logging.getLogger("flink_sql_runner")
 SYSTEM = "flink_sql"
 WORKLOADS = ("w1", "w2", "w3", "w4", "w4r", "w5", "w6", "w1v", "w3v")
 IMPLEMENTED = ("w1", "w3", "w5")
-#: W5's correctness check: this many windows of events, collected.
+#: W5's correctness check: this many windows of events, every result read back.
 W5_CHECK_WINDOWS = 3
 
 
