@@ -36,8 +36,11 @@ Sources (``--source``)
   natively, so W5's events need no remapping. It is the textbook SQL source, but the
   sequence generator (the legacy ``SourceFunction``, still behind the connector in 2.3)
   holds every number it has yet to emit as a boxed ``Long`` in a deque and copies that
-  deque into every checkpoint: tens of MB per checkpoint and hundreds of MB of heap at
-  W1's sizes, a cost of the source, not of the keyed sum, hence not the default.
+  deque into every checkpoint (tens of MB per checkpoint and hundreds of MB of heap at
+  W1's sizes, a cost of the source, not of the keyed sum); and in this runner's setting
+  (no final checkpoint) Flink stopped its checkpoint scheduler early in every datagen job
+  tried (``Stopping checkpoint scheduler, current job status: RUNNING`` in the log) and
+  took no checkpoint at all, a cause not looked into further. Hence not the default.
 
 W5's timestamps are the closed form of ``W5Events.timestamp`` in SQL (``MOD`` and
 integer arithmetic on ``i``), the watermark ``WATERMARK FOR ts AS ts - INTERVAL '0.2'
@@ -410,9 +413,13 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             ]
         (cold, first_job), (big, _), (small, _) = jobs
         figures = steady_figures(cold, small, big)
-        figures.update(
-            checkpoint_figures(checkpoints_of(None, log_dir, first_job), args.checkpoint_interval_ms > 0)
-        )
+        if args.checkpoint_interval_ms > 0 and not any(log_dir.glob("*.log")):
+            # once, Flink wrote no log here: no checkpoint lines is then not "no checkpoints"
+            figures.update(checkpoints_completed=None, checkpoint_p50_ms=None, checkpoint_max_ms=None)
+            figures["checkpoint_log_missing"] = True
+        else:
+            checkpoints = checkpoints_of(None, log_dir, first_job)
+            figures.update(checkpoint_figures(checkpoints, args.checkpoint_interval_ms > 0))
         if args.check_records > 0:
             if args.workload == "w5":
                 check = w5_collect_check(args, work)
