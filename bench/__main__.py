@@ -87,7 +87,7 @@ def main(argv: list[str]) -> int:
     )
     suite.add_argument(
         "--systems",
-        default="chandy,spark_ss,bytewax,pyflink",
+        default="chandy,spark_ss,bytewax,pyflink,flink_sql,pathway",
         help="systems, or system:variant, comma-separated",
     )
     suite.add_argument("--workloads", default=",".join(WORKLOADS))

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from html import escape
 from typing import Any
 
-from bench.report import METRICS, Metric, _best, fmt
+from bench.report import METRICS, STEADY, Metric, _best, fmt
 
 #: The figures the chart shows, by ``Metric.key``: one panel each, in this order.
 PANELS = [
@@ -26,8 +26,9 @@ PANELS = [
     "w5_records_per_s",
     "w5_latency_p99_ms",
 ]
-#: The reference systems, in the order their bars appear.
-REFERENCES = ["spark_ss", "bytewax", "pyflink"]
+#: The reference systems, in the order their bars appear; the anchors (no Python per record)
+#: last, with their steady-state throughput where they have one (``report.STEADY``).
+REFERENCES = ["spark_ss", "bytewax", "pyflink", "flink_sql", "pathway"]
 CHANDY = "chandy/spark"
 
 FONT = "Helvetica, Arial, sans-serif"
@@ -38,7 +39,14 @@ BAR_H = 18
 GAP = 6
 PANEL_GAP = 26
 MARGIN = 20
-COLOURS = {"chandy": "#3b6fd6", "spark_ss": "#e07b39", "bytewax": "#5aa469", "pyflink": "#8e6cc4"}
+COLOURS = {
+    "chandy": "#3b6fd6",
+    "spark_ss": "#e07b39",
+    "bytewax": "#5aa469",
+    "pyflink": "#8e6cc4",
+    "flink_sql": "#b5527f",
+    "pathway": "#7a7a7a",
+}
 
 
 @dataclass(frozen=True)
@@ -52,8 +60,9 @@ def _metric(key: str) -> Metric:
 
 
 def panels(summary: dict[str, Any]) -> list[tuple[Metric, list[Bar]]]:
-    """Each shown figure with its bars: chandy first, then each reference's best variant;
-    a figure chandy did not measure, or no reference did, is left out."""
+    """Each shown figure with its bars: chandy first, then each reference's best variant (an
+    anchor's throughput: its steady state, labelled so); a figure chandy did not measure, or
+    no reference did, is left out."""
     found = []
     for key in PANELS:
         metric = _metric(key)
@@ -61,10 +70,12 @@ def panels(summary: dict[str, Any]) -> list[tuple[Metric, list[Bar]]]:
         if not own:
             continue
         bars = [Bar(CHANDY, own["median"])]
+        steady = _metric(STEADY[key]) if key in STEADY else None
         for system in REFERENCES:
-            best = _best(summary, system, metric)
+            figure = steady if steady and _best(summary, system, steady) else metric
+            best = _best(summary, system, figure)
             if best is not None and best[1]:
-                bars.append(Bar(best[0], best[1]))
+                bars.append(Bar(best[0] + (" (steady)" if figure is not metric else ""), best[1]))
         if len(bars) > 1:
             found.append((metric, bars))
     return found

@@ -21,12 +21,25 @@ CACHE = Path(__file__).resolve().parent / ".cache"
 SYSTEMS_DIR = Path(__file__).resolve().parent / "systems"
 
 
+#: Systems that run in another system's environment: Flink SQL is the same ``apache-flink``
+#: installation as PyFlink (its runner drives the Table API instead of Python functions).
+SHARED_ENV = {"flink_sql": "pyflink"}
+
+
+def env_of(system: str) -> str:
+    """The environment ``system``'s runner runs in (its own, or the one it shares)."""
+    return SHARED_ENV.get(system, system)
+
+
 def requirements(system: str) -> list[str]:
     """What the reference system's environment holds (pinned)."""
+    system = env_of(system)
     if system == "pyflink":
         return ["apache-flink==2.3.0"]
     if system == "bytewax":
         return ["bytewax==0.21.1"]
+    if system == "pathway":
+        return ["pathway==0.33.0"]
     if system == "spark_ss":  # the project's own PySpark version, with pandas for the Python APIs
         # protobuf: transformWithStateInPandas talks to the JVM with it
         return [
@@ -35,14 +48,16 @@ def requirements(system: str) -> list[str]:
             "pyarrow>=15",
             "protobuf>=6.33.5,<7",
         ]
-    raise ValueError(f"unknown reference system '{system}'; use pyflink, bytewax or spark_ss")
+    raise ValueError(
+        f"unknown reference system '{system}'; use pyflink, flink_sql, bytewax, spark_ss or pathway"
+    )
 
 
 def python_of(system: str) -> Path:
     """The interpreter that runs ``system``'s runner (the project's for chandy)."""
     if system == "chandy":
         return Path(sys.executable)
-    return CACHE / "venvs" / system / "bin" / "python"
+    return CACHE / "venvs" / env_of(system) / "bin" / "python"
 
 
 def ensure_env(system: str) -> Path:
@@ -64,9 +79,14 @@ def ensure_env(system: str) -> Path:
 
 def installed_version(system: str) -> str:
     """The installed version of the system's main package, as the results report it."""
-    package = {"chandy": "chandy", "pyflink": "apache-flink", "bytewax": "bytewax", "spark_ss": "pyspark"}[
-        system
-    ]
+    package = {
+        "chandy": "chandy",
+        "pyflink": "apache-flink",
+        "flink_sql": "apache-flink",
+        "bytewax": "bytewax",
+        "spark_ss": "pyspark",
+        "pathway": "pathway",
+    }[system]
     if system == "chandy":
         return importlib.metadata.version(package)
     done = subprocess.run(

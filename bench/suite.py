@@ -35,6 +35,10 @@ VARIANTS: dict[str, list[str]] = {
     "spark_ss": ["groupby", "pandas_state", "twsip"],
     "bytewax": ["processes", "workers"],
     "pyflink": ["thread", "process", "unaligned"],
+    # Anchors that run no Python per record (W1 and W5; Flink SQL W3 too): Flink's JVM engine through SQL,
+    # and Pathway's Rust engine.
+    "flink_sql": ["per_record", "minibatch"],
+    "pathway": ["subject", "csv"],
 }
 WORKLOADS = ("w1", "w2", "w3", "w4", "w4r", "w5", "w6", "w1v", "w3v", "w5v")
 #: Workloads the harness keeps a place for that wait on a chandy feature not built yet.
@@ -82,7 +86,14 @@ class Sizes:
     w6_duration_s: float = 40.0
     #: W1's record count where it is not ``w1_records``, by ``system:variant`` or ``system``.
     w1_records_of: dict[str, int] = field(
-        default_factory=lambda: {"chandy": 20_000_000, "spark_ss:groupby": 60_000_000, "pyflink": 200_000}
+        default_factory=lambda: {
+            "chandy": 20_000_000,
+            "spark_ss:groupby": 60_000_000,
+            "pyflink": 200_000,
+            # their runners time three jobs (N, 2N, N) for the steady state: 4 N records a run
+            "flink_sql": 10_000_000,
+            "pathway": 1_000_000,
+        }
     )
     #: W1v (W1 on chandy's batch path): at tens of millions of records a second, a run of
     #: several seconds and checkpoints needs hundreds of millions.
@@ -106,6 +117,8 @@ class Sizes:
             "pyflink": 600_000,
             "pyflink:process": 300_000,
             "bytewax:workers": 600_000,
+            "flink_sql": 10_000_000,
+            "pathway": 500_000,
         }
     )
 
@@ -165,9 +178,9 @@ QUICK = Sizes(
     w4_keys=100_000,
     w4r_keys=200_000,
     w4r_update_s=6.0,
-    w1_records_of={"pyflink": 30_000},
+    w1_records_of={"pyflink": 30_000, "pathway": 200_000},
     w5_records=300_000,
-    w5_records_of={"pyflink": 200_000},
+    w5_records_of={"pyflink": 200_000, "pathway": 200_000},
     w6_duration_s=10.0,
 )
 

@@ -11,6 +11,15 @@ import nothing from chandy or ``bench``: only the standard library, their system
 only: a workload's records, pacing, checks and figures, defined once so that every system
 does the same work and is held to the same results). ``chandy_runner.py`` runs in the project's environment.
 
+Two more runners are anchors, systems that run no Python per record, for W1 and W5
+(Flink SQL also W3; the other workloads answer ``"ok": false``, "not implemented"):
+``flink_sql_runner.py`` (Flink's JVM engine through SQL, in PyFlink's environment, whose
+runner's JVM and process handling it reuses) and ``pathway_runner.py`` (Pathway's Rust
+engine, in its own). Both time three jobs in one process and report, beside
+``records_per_s``, ``steady_records_per_s`` (``steady.py``, standard library only: the
+rate with start-up, submission and JIT warm-up left out), and check W1's sums and W5's
+window sums on small N.
+
 Command line (every runner accepts these; a runner may add its own, such as ``--mode``)::
 
     python <system>_runner.py <w1|w2|w3|w4|w4r|w5|w6|w1v|w3v> --work-dir DIR

@@ -181,6 +181,23 @@ class W5Events:
         return count * (window * self.per_event_second + key) + self.keys * count * (count - 1) // 2
 
 
+def sql_strided(n: str, events: W5Events) -> str:
+    """:meth:`W5Events.strided` as a SQL expression of the number column ``n``, for a source
+    of ``parallelism`` contiguous splits in a SQL engine (Flink SQL's runner)."""
+    share = events.records // events.parallelism
+    return f"(MOD({n}, {share}) * {events.parallelism} + ({n} - MOD({n}, {share})) / {share})"
+
+
+def sql_timestamp_ms(i: str, events: W5Events) -> str:
+    """:meth:`W5Events.timestamp` as a SQL expression of the record column ``i``: ``MOD`` and
+    the division of an exact multiple only, so it is exact whether the engine's ``/``
+    truncates or not."""
+    block, rate = events.block, events.per_event_second
+    j = f"MOD({i}, {block})"
+    scaled = f"(({i} - {j} + MOD({j} * {DEAL}, {block})) * {WINDOW_MS})"
+    return f"CAST({BASE_MS} + ({scaled} - MOD({scaled}, {rate})) / {rate} AS BIGINT)"
+
+
 class WatermarkPasses:
     """A source subtask's notes: when it read its first record, and for each window the
     wall-clock time at which the largest timestamp it had read first reached the
