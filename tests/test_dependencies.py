@@ -29,7 +29,13 @@ MADE_BY_TESTS = {"only_on_the_driver"}  # tests/test_spark_executor.py: a module
 
 #: bench/systems runners of the reference systems: each runs in its own virtual environment
 #: under bench/.cache/venvs with the packages bench/envs.py pins, never in the project's.
-REFERENCE_RUNNERS = {"pyflink_runner.py", "bytewax_runner.py", "spark_ss_runner.py"}
+REFERENCE_RUNNERS = {
+    "pyflink_runner.py",
+    "flink_sql_runner.py",
+    "bytewax_runner.py",
+    "spark_ss_runner.py",
+    "pathway_runner.py",
+}
 
 
 def _normalized(name: str) -> str:
