@@ -559,14 +559,18 @@ def _best(
     summary: dict[str, Any], system: str, metric: Metric, variants: tuple[str, ...] | None = None
 ) -> tuple[str, float] | None:
     """The reference's best variant for ``metric`` (its most favourable figure), among
-    ``variants`` if given."""
-    found = [
-        (key, part[metric.key]["median"])
-        for key, part in summary.items()
-        if key.startswith(f"{system}/")
-        and metric.key in part
-        and (variants is None or key.split("/", 1)[1] in variants)
-    ]
+    ``variants`` if given. Where a variant measured its steady state (the anchors), that is
+    its figure, as in the ratios, and the variant's name says so: a target is held to the
+    strongest fair figure of the reference."""
+    found = []
+    for key, part in summary.items():
+        if not key.startswith(f"{system}/") or metric.key not in part:
+            continue
+        if variants is not None and key.split("/", 1)[1] not in variants:
+            continue
+        used = _steady_or(part, metric)
+        label = f"{key}, steady state" if used is not metric else key
+        found.append((label, part[used.key]["median"]))
     if not found:
         return None
     return (max if metric.higher_is_better else min)(found, key=lambda kv: kv[1])
@@ -675,11 +679,11 @@ def unaligned_targets(summary: dict[str, Any]) -> list[dict[str, Any]]:
 
 
 #: The batch path's aims: W1v at least 3x Spark's best W1 (its JVM
-#: ``groupBy().agg()``) and 30 M records/s, checkpoints costing at most 5 % of it, and W3's
+#: ``groupBy().agg()``) and 30 M records/s, checkpoints costing at most 2 % of it, and W3's
 #: latency at 1,000 rows/s within 5 ms at p99.
 W1V_RATIO_TARGETS = (("spark_ss", 3.0),)
 W1V_MIN_RECORDS_PER_S = 30_000_000
-W1V_MAX_CHECKPOINT_OVERHEAD = 0.05
+W1V_MAX_CHECKPOINT_OVERHEAD = 0.02
 W3V_MAX_LATENCY_P99_MS = 5.0
 #: W5v (W5 on the batch path): at least 3x Flink SQL's W5 in its steady state (about
 #: 1.08 M records/s measured, so at least 3.3 M records/s) and 3x Spark's.
