@@ -65,6 +65,10 @@ from chandy.util.memory import keep_freed_heap
 WINDOW_STATE_PREFIX = "_batch_window@"
 #: The state column saying a key's window has been emitted (so a restore does not emit it twice).
 _FIRED = "fired"
+#: The metadata key of the accumulator field holding the output column's Arrow type (a
+#: serialized one-field schema): a restored window's ``min`` / ``max`` emits the input
+#: column's type even when it fires before any batch tells the operator that type.
+OUTPUT_TYPE_METADATA = b"chandy.output_type"
 #: The output's window columns.
 WINDOW_START, WINDOW_END = "window_start", "window_end"
 
@@ -141,12 +145,20 @@ class BuiltinWindowAggregation(WindowAggregation):
         fields = [pa.field(_COUNT, pa.int64())]
         if prepared.values is not None:
             self._dtype = prepared.values.dtype
-            fields.insert(0, pa.field(_ACC, pa.from_numpy_dtype(self._dtype)))
+            metadata = None
+            if self._column_type is not None:
+                typed = pa.schema([pa.field(self.output_name or _ACC, self._column_type)])
+                metadata = {OUTPUT_TYPE_METADATA: typed.serialize().to_pybytes()}
+            fields.insert(0, pa.field(_ACC, pa.from_numpy_dtype(self._dtype), metadata=metadata))
         return fields, self.schema_defaults(pa.schema(fields))
 
     def adopt(self, schema: pa.Schema) -> dict[str, Any]:
         if _ACC in schema.names:
-            self._dtype = np.dtype(schema.field(_ACC).type.to_pandas_dtype())
+            acc = schema.field(_ACC)
+            self._dtype = np.dtype(acc.type.to_pandas_dtype())
+            typed = (acc.metadata or {}).get(OUTPUT_TYPE_METADATA)
+            if typed is not None and self._column_type is None:
+                self._column_type = pa.ipc.read_schema(pa.py_buffer(typed)).field(0).type
         return self.schema_defaults(schema)
 
     def schema_defaults(self, schema: pa.Schema) -> dict[str, Any]:
@@ -352,6 +364,10 @@ class BatchWindowOperator(StreamOperator):
         self.aggregation.add(state, grouped, prepared)
         if start + self.size - 1 <= self.current_watermark:
             self._emit(start, state, grouped.slots)
+        elif self.allowed_lateness:
+            # Not complete by this run's watermark, yet it may have fired before a restore
+            # (the watermark starts over): its keys fire again when the watermark passes.
+            state.column(_FIRED)[grouped.slots] = False
 
     def _emit_late(self, batch: pa.RecordBatch, late: np.ndarray) -> None:
         tag = self.late_data_output_tag
