@@ -23,6 +23,12 @@ again for the keys the batch touched (once per batch, with every late row of the
 it, where the record path emits once per late record); a row none of whose windows is open
 goes to the late side output when there is one, else it is dropped. A window's state goes at
 its cleanup time.
+
+Restores. The watermark starts over after a restore, so a late row for a window that fired
+before the checkpoint usually arrives before the watermark passes that window again: its
+keys' ``fired`` markers are cleared, and they fire again (with the row) when it does; keys
+without such a row keep their marker and are not emitted twice. ``min`` / ``max`` keep the
+input column's type through a restore: it is in the accumulator field's metadata.
 """
 
 from __future__ import annotations
@@ -263,6 +269,8 @@ class BatchWindowOperator(StreamOperator):
         self._windows: dict[int, ColumnarKeyedState] = {}
         #: Windows whose on-time firing happened in this run (only the cleanup is left).
         self._fired: set[int] = set()
+        #: Restored windows with keys emitted before the checkpoint (allowed lateness kept them).
+        self._fired_before_restore: set[int] = set()
         self._fields: list[pa.Field] | None = None
         self._defaults: dict[str, Any] = {}
         self._backend: ColumnarKeyedStateBackend | None = None
@@ -282,9 +290,10 @@ class BatchWindowOperator(StreamOperator):
                 continue
             defaults = self.aggregation.adopt(state.schema)
             defaults[_FIRED] = False
-            self._windows[int(name[len(WINDOW_STATE_PREFIX) :])] = backend.get_columnar_state(
-                name, state.schema, defaults
-            )
+            start = int(name[len(WINDOW_STATE_PREFIX) :])
+            restored = self._windows[start] = backend.get_columnar_state(name, state.schema, defaults)
+            if restored.column(_FIRED)[restored.live_slots()].any():
+                self._fired_before_restore.add(start)
             self._fields = [f for f in state.schema if f.name != _FIRED]
             self._defaults = defaults
 
@@ -364,9 +373,9 @@ class BatchWindowOperator(StreamOperator):
         self.aggregation.add(state, grouped, prepared)
         if start + self.size - 1 <= self.current_watermark:
             self._emit(start, state, grouped.slots)
-        elif self.allowed_lateness:
-            # Not complete by this run's watermark, yet it may have fired before a restore
-            # (the watermark starts over): its keys fire again when the watermark passes.
+        elif start in self._fired_before_restore:
+            # Not complete by this run's watermark (it starts over after a restore), yet
+            # fired before the checkpoint: these keys fire again when the watermark passes.
             state.column(_FIRED)[grouped.slots] = False
 
     def _emit_late(self, batch: pa.RecordBatch, late: np.ndarray) -> None:
@@ -417,6 +426,7 @@ class BatchWindowOperator(StreamOperator):
             if min(max_timestamp + lateness, MAX_WATERMARK) <= timestamp:
                 del self._windows[start]
                 self._fired.discard(start)
+                self._fired_before_restore.discard(start)
                 assert self._backend is not None
                 self._backend.drop_columnar_state(state.name)
         self.emit_watermark(timestamp)
