@@ -13,10 +13,13 @@
 
 from __future__ import annotations
 
+import json
+import operator
+import shutil
 import threading
 import time
 from collections import Counter, defaultdict
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
@@ -278,15 +281,15 @@ def assert_windows_exact(out: list[Any], n: int) -> None:
     assert dict(totals) == expected_sums(n)
 
 
-def expected_sums(n: int) -> dict[tuple[int, int], int]:
-    """The sum of each (key, window start) of ``1..n`` as rows."""
+def expected_sums(n: int, combine: Callable[[int, int], int] = operator.add) -> dict[tuple[int, int], int]:
+    """The sum (or ``combine``, from 0) of each (key, window start) of ``1..n`` as rows."""
     expected: dict[tuple[int, int], int] = defaultdict(int)
     values = np.arange(1, n + 1)
     ts = values - values % 50
     for key, start, value in zip(
         (values % KEYS).tolist(), (ts - ts % WINDOW_MS).tolist(), values.tolist(), strict=True
     ):
-        expected[(key, start)] += value
+        expected[(key, start)] = combine(expected[(key, start)], value)
     return dict(expected)
 
 
@@ -754,3 +757,52 @@ def test_a_window_follows_the_late_side_output_directly() -> None:
     on_time_total = sum(n for (kind, *_), n in final.items() if kind == "on time")
     assert late_total, "no late rows: the watermarks did not fall between the batches"
     assert late_total + on_time_total == len(rows.ts)
+
+
+FIRST_WINDOWS = Path(__file__).parent / "data" / "batch-window-v1"
+
+
+class Int32Rows(MapBatchesFunction):
+    """``tests/data/batch-window-v1``'s rows: key, value as int32, ts."""
+
+    def map_batch(self, batch: pa.RecordBatch) -> pa.RecordBatch:
+        return typed_rows(batch, "int32")
+
+
+@pytest.mark.slow
+def test_a_savepoint_of_the_first_batch_windows_still_restores(tmp_path: Path) -> None:
+    """A savepoint written before the output type was in the window state (see
+    ``tests/data/batch-window-v1``) restores at another parallelism: the windows that had
+    fired (kept for their lateness) are not emitted again, every pending one fires once with
+    its exact maximum, and in the column's type."""
+    n = 200_000
+    savepoint = tmp_path / "savepoint"
+    shutil.copytree(FIRST_WINDOWS / "savepoint", savepoint)
+    first = [tuple(row) for row in json.loads((FIRST_WINDOWS / "emitted.json").read_text())]
+    # signed by the deployment that wrote it; its origin is known: trusted deliberately
+    env = batch_env(
+        "local", 3, str(tmp_path / "checkpoints"), **{"execution.state-recovery.trust-snapshot": True}
+    )
+    env.set_restore_path(str(savepoint))
+    source = env.from_source(ArrowNumberSequenceSource(1, n), source_name="numbers").uid("numbers")
+    maxima = (
+        source.map_batches(Int32Rows())
+        .uid("rows")
+        .assign_timestamps_and_watermarks(strategy(50))
+        .uid("event time")
+        .key_by("key")
+        .window(TumblingEventTimeWindows.of(Time.milliseconds(WINDOW_MS)))
+        .allowed_lateness(1000)
+        .max("value")
+        .uid("window")
+    )
+    typed = maxima.map_batches(
+        lambda b: b.append_column("type", pa.array([str(b.column("value").type)] * b.num_rows))
+    )
+    second, client = run(typed, "restore of the first batch windows")
+    assert client.get_checkpoint_statistics()["counts"]["restored"] == 1
+    assert {r.type for r in second} == {"int32"}
+    emitted = Counter([*((k, s) for k, s, _ in first), *((r.key, r.window_start) for r in second)])
+    assert max(emitted.values()) == 1, [w for w, c in emitted.items() if c > 1][:5]
+    got = {(k, s): v for k, s, v in first} | {(r.key, r.window_start): r.value for r in second}
+    assert got == expected_sums(n, max)
