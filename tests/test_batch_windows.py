@@ -583,14 +583,19 @@ def typed_rows(batch: pa.RecordBatch, value_type: str) -> pa.RecordBatch:
 
 
 class TypedRows(FailOnce):
-    """:class:`FailOnce`'s pacing, its rows' value column as ``value_type``."""
+    """:class:`FailOnce`'s pacing, its rows' value column as ``value_type`` (of Arrow type
+    null, only nulls, in its first batch if ``null_first``)."""
 
-    def __init__(self, until: str, value_type: str, delay_s: float = 0.05) -> None:
+    def __init__(self, until: str, value_type: str, delay_s: float = 0.05, null_first: bool = False) -> None:
         super().__init__(until, delay_s=delay_s)
         self.value_type = value_type
+        self.null_first = null_first
 
     def map_batch(self, batch: pa.RecordBatch) -> pa.RecordBatch:
         rows = super().map_batch(batch)
+        if self.null_first:
+            self.null_first = False
+            return rows.set_column(1, "value", pa.nulls(rows.num_rows))
         return rows.set_column(1, "value", rows.column("value").cast(self.value_type))
 
 
@@ -642,17 +647,21 @@ def first_run_with_pending_windows(
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("function", ["min", "max"])
+@pytest.mark.parametrize(("function", "null_first"), [("min", False), ("max", False), ("max", True)])
 def test_a_restored_window_firing_before_any_batch_keeps_the_column_type(
-    tmp_path: Path, function: str
+    tmp_path: Path, function: str, null_first: bool
 ) -> None:
     """int32 values: the first run's min/max are int32; the second run (restored from a
     savepoint at another parallelism) gets no rows at all, so its windows fire from restored
-    state alone, and are int32 too (the type is in the state, not learnt from a batch)."""
+    state alone, and are int32 too (the type is in the state, not learnt from a batch). With
+    ``null_first`` each subtask's first batch has a value column of only nulls (Arrow type
+    null): the windows made after it learn the type."""
     n = 200_000
     gate = str(tmp_path / "never")
     first, savepoint = first_run_with_pending_windows(
-        tmp_path, lambda env: restore_job(env, n, TypedRows(gate, "int32"), function), "savepoint"
+        tmp_path,
+        lambda env: restore_job(env, n, TypedRows(gate, "int32", null_first=null_first), function),
+        "savepoint",
     )
     env2 = batch_env("local", 3, str(tmp_path / "second"))
     env2.set_restore_path(savepoint)

@@ -102,6 +102,10 @@ class WindowAggregation(ABC):
         """A restored window's state has ``schema``: take it as the accumulator's, return the defaults."""
         return self.schema_defaults(schema)
 
+    def annotate(self, fields: list[pa.Field]) -> list[pa.Field]:
+        """``fields`` with what the aggregation learnt since they were made (for new windows)."""
+        return fields
+
     @abstractmethod
     def schema_defaults(self, schema: pa.Schema) -> dict[str, Any]:
         """The starting values of the accumulator columns of ``schema``."""
@@ -151,12 +155,22 @@ class BuiltinWindowAggregation(WindowAggregation):
         fields = [pa.field(_COUNT, pa.int64())]
         if prepared.values is not None:
             self._dtype = prepared.values.dtype
-            metadata = None
-            if self._column_type is not None:
-                typed = pa.schema([pa.field(self.output_name or _ACC, self._column_type)])
-                metadata = {OUTPUT_TYPE_METADATA: typed.serialize().to_pybytes()}
-            fields.insert(0, pa.field(_ACC, pa.from_numpy_dtype(self._dtype), metadata=metadata))
-        return fields, self.schema_defaults(pa.schema(fields))
+            fields.insert(0, pa.field(_ACC, pa.from_numpy_dtype(self._dtype)))
+        return self.annotate(fields), self.schema_defaults(pa.schema(fields))
+
+    def annotate(self, fields: list[pa.Field]) -> list[pa.Field]:
+        """The accumulator field with the output column's type in its metadata, once known
+        (a first batch of only nulls, or a window restored from a state without it, does not
+        tell it)."""
+        if self._column_type is None:
+            return fields
+        typed = pa.schema([pa.field(self.output_name or _ACC, self._column_type)])
+        return [
+            f.with_metadata({OUTPUT_TYPE_METADATA: typed.serialize().to_pybytes()})
+            if f.name == _ACC and OUTPUT_TYPE_METADATA not in (f.metadata or {})
+            else f
+            for f in fields
+        ]
 
     def adopt(self, schema: pa.Schema) -> dict[str, Any]:
         if _ACC in schema.names:
@@ -311,6 +325,8 @@ class BatchWindowOperator(StreamOperator):
             fields, defaults = self.aggregation.schema(prepared)
             self._fields = fields
             self._defaults = {**defaults, _FIRED: False}
+        else:
+            self._fields = self.aggregation.annotate(self._fields)
         assert self._backend is not None
         schema = pa.schema([*self._fields, pa.field(_FIRED, pa.bool_())])
         state = self._backend.get_columnar_state(f"{WINDOW_STATE_PREFIX}{start}", schema, self._defaults)
