@@ -13,10 +13,13 @@
 
 from __future__ import annotations
 
+import json
+import operator
+import shutil
 import threading
 import time
 from collections import Counter, defaultdict
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
@@ -39,7 +42,7 @@ from chandy.errors import InvalidProgramError, JobExecutionError
 from tests.probes import Probe
 from tests.state_backends import on_rocksdb_too
 from tests.test_batch_e2e import completed_checkpoints_on_disk
-from tests.test_checkpointing_e2e import drain
+from tests.test_checkpointing_e2e import cancel_keeping_results, drain, latest_checkpoint_dir
 from tests.test_unaligned_checkpoints_e2e import run
 from tests.unaligned_jobs import completed_checkpoints, wait_for
 
@@ -244,21 +247,27 @@ def window_job(env: StreamExecutionEnvironment, n: int, pace: FailOnce) -> Any:
     """``1..n`` as rows (key, value, ts) into a tumbling 200 ms window sum, with its late rows
     (tagged) in the same collected stream."""
     late = OutputTag("late")
-    source = env.from_source(ArrowNumberSequenceSource(1, n), source_name="numbers").uid("numbers")
-    rows = (
-        source.map_batches(pace).uid("rows").assign_timestamps_and_watermarks(strategy(50)).uid("event time")
-    )
-    sums = (
-        rows.key_by("key")
-        .window(TumblingEventTimeWindows.of(Time.milliseconds(WINDOW_MS)))
-        .side_output_late_data(late)
-        .sum("value")
-        .uid("window")
-    )
+    sums = windowed_rows(env, n, pace).side_output_late_data(late).sum("value").uid("window")
     late_rows = sums.get_side_output(late).map_batches(
         lambda b: {"key": b["key"], "window_start": b["ts"], "window_end": b["ts"], "value": b["value"]}
     )
     return sums.union(late_rows)
+
+
+def windowed_rows(
+    env: StreamExecutionEnvironment, n: int, rows: MapBatchesFunction, lateness: int = 0
+) -> Any:
+    """``1..n`` through ``rows`` (key, value, ts) into tumbling 200 ms windows (uids kept
+    across the tests' runs, so each restores the other's state)."""
+    source = env.from_source(ArrowNumberSequenceSource(1, n), source_name="numbers").uid("numbers")
+    timed = (
+        source.map_batches(rows).uid("rows").assign_timestamps_and_watermarks(strategy(50)).uid("event time")
+    )
+    return (
+        timed.key_by("key")
+        .window(TumblingEventTimeWindows.of(Time.milliseconds(WINDOW_MS)))
+        .allowed_lateness(lateness)
+    )
 
 
 def assert_windows_exact(out: list[Any], n: int) -> None:
@@ -269,14 +278,19 @@ def assert_windows_exact(out: list[Any], n: int) -> None:
     for r in out:
         start = r.window_start - r.window_start % WINDOW_MS
         totals[(r.key, start)] += r.value
+    assert dict(totals) == expected_sums(n)
+
+
+def expected_sums(n: int, combine: Callable[[int, int], int] = operator.add) -> dict[tuple[int, int], int]:
+    """The sum (or ``combine``, from 0) of each (key, window start) of ``1..n`` as rows."""
     expected: dict[tuple[int, int], int] = defaultdict(int)
     values = np.arange(1, n + 1)
     ts = values - values % 50
     for key, start, value in zip(
         (values % KEYS).tolist(), (ts - ts % WINDOW_MS).tolist(), values.tolist(), strict=True
     ):
-        expected[(key, start)] += value
-    assert dict(totals) == dict(expected)
+        expected[(key, start)] = combine(expected[(key, start)], value)
+    return dict(expected)
 
 
 @on_rocksdb_too()  # the window state stays columnar whatever the backend
@@ -532,3 +546,272 @@ def test_a_bad_timestamp_column_fails_the_job_naming_it(columns: dict[str, Any],
         messages.append(str(cause))
         cause = cause.__cause__
     assert any(__import__("re").search(message, m) for m in messages), messages
+
+
+# ---------------------------------------------------------------------- restores in detail
+
+
+class OnlyLateRow(MapBatchesFunction):
+    """The second run's rows: none of the input's (``drop``) or all of them, and in subtask
+    0's first batch one late row ``(key 0, ts 0, LATE_VALUE)`` (``late``)."""
+
+    def __init__(self, drop: bool = False, late: bool = False, value_type: str = "int64") -> None:
+        self.drop, self.late, self.value_type = drop, late, value_type
+
+    def open(self, runtime_context: Any) -> None:
+        self.pending_late = self.late and runtime_context.get_index_of_this_subtask() == 0
+
+    def map_batch(self, batch: pa.RecordBatch) -> pa.RecordBatch:
+        rows = typed_rows(batch, self.value_type)
+        if self.drop:
+            rows = rows.slice(0, 0)
+        if self.pending_late:
+            self.pending_late = False
+            late = pa.RecordBatch.from_pydict(
+                {"key": [0], "value": [LATE_VALUE], "ts": [0]}, schema=rows.schema
+            )
+            rows = pa.Table.from_batches([rows, late]).combine_chunks().to_batches()[0]
+        return rows
+
+
+LATE_VALUE = 1_000_000
+
+
+def typed_rows(batch: pa.RecordBatch, value_type: str) -> pa.RecordBatch:
+    rows = keyed_rows(batch)
+    return rows.set_column(1, "value", rows.column("value").cast(value_type))
+
+
+class TypedRows(FailOnce):
+    """:class:`FailOnce`'s pacing, its rows' value column as ``value_type`` (of Arrow type
+    null, only nulls, in its first batch if ``null_first``)."""
+
+    def __init__(self, until: str, value_type: str, delay_s: float = 0.05, null_first: bool = False) -> None:
+        super().__init__(until, delay_s=delay_s)
+        self.value_type = value_type
+        self.null_first = null_first
+
+    def map_batch(self, batch: pa.RecordBatch) -> pa.RecordBatch:
+        rows = super().map_batch(batch)
+        if self.null_first:
+            self.null_first = False
+            return rows.set_column(1, "value", pa.nulls(rows.num_rows))
+        return rows.set_column(1, "value", rows.column("value").cast(self.value_type))
+
+
+def restore_job(
+    env: StreamExecutionEnvironment,
+    n: int,
+    rows: MapBatchesFunction,
+    function: str = "sum",
+    lateness: int = 0,
+) -> Any:
+    """:func:`window_job`'s graph (same uids) with ``function`` and ``lateness``; each output
+    row says the Arrow type of its aggregate column (``type``)."""
+    result = getattr(windowed_rows(env, n, rows, lateness), function)("value").uid("window")
+    return result.map_batches(
+        lambda b: b.append_column("type", pa.array([str(b.column("value").type)] * b.num_rows))
+    )
+
+
+def first_run_with_pending_windows(
+    tmp_path: Path, job: Any, via: str, parallelism: int = 2
+) -> tuple[list[Any], str]:
+    """A paced first run at ``parallelism`` with windows emitted and others pending, ended by
+    a savepoint or cancelled keeping its latest checkpoint; its output and the restore path."""
+    checkpoints = tmp_path / "first"
+    env = batch_env(
+        "local",
+        parallelism,
+        str(checkpoints),
+        **{"execution.checkpointing.externalized-checkpoint-retention": "RETAIN_ON_CANCELLATION"},
+    )
+    results = job(env).execute_and_collect("first run")
+    client = results.job_client
+    first, reader = drain(results)
+    wait_for(lambda: len(first) >= 2 * KEYS, "windows emitted", 120)
+    done = int(client.get_checkpoint_statistics(timeout=60)["counts"]["completed"])
+    wait_for(
+        lambda: client.get_checkpoint_statistics(timeout=60)["counts"]["completed"] >= done + 2,
+        "checkpoints after the first windows",
+        120,
+    )
+    if via == "checkpoint":
+        cancel_keeping_results(results, reader)
+        return first, str(latest_checkpoint_dir(checkpoints))
+    savepoint = client.stop_with_savepoint(savepoint_directory=str(tmp_path / "sp")).result(120)
+    reader.join(60)
+    assert not reader.is_alive()
+    results.close()
+    return first, savepoint
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(("function", "null_first"), [("min", False), ("max", False), ("max", True)])
+def test_a_restored_window_firing_before_any_batch_keeps_the_column_type(
+    tmp_path: Path, function: str, null_first: bool
+) -> None:
+    """int32 values: the first run's min/max are int32; the second run (restored from a
+    savepoint at another parallelism) gets no rows at all, so its windows fire from restored
+    state alone, and are int32 too (the type is in the state, not learnt from a batch). With
+    ``null_first`` each subtask's first batch has a value column of only nulls (Arrow type
+    null): the windows made after it learn the type."""
+    n = 200_000
+    gate = str(tmp_path / "never")
+    first, savepoint = first_run_with_pending_windows(
+        tmp_path,
+        lambda env: restore_job(env, n, TypedRows(gate, "int32", null_first=null_first), function),
+        "savepoint",
+    )
+    env2 = batch_env("local", 3, str(tmp_path / "second"))
+    env2.set_restore_path(savepoint)
+    second, _ = run(restore_job(env2, n, OnlyLateRow(drop=True, value_type="int32"), function), "second run")
+    assert first and second
+    assert {r.type for r in first} == {"int32"}
+    assert {r.type for r in second} == {"int32"}
+
+
+@pytest.mark.slow
+def test_a_retained_checkpoint_restores_every_window_once_at_another_parallelism(tmp_path: Path) -> None:
+    """Cancelled at parallelism 2 keeping its latest checkpoint (windows pending in it), the
+    job restores at parallelism 3 and reads to the end: every (key, window) exact, once."""
+    n = 200_000
+    gate = str(tmp_path / "never")
+    first, checkpoint = first_run_with_pending_windows(
+        tmp_path, lambda env: window_job(env, n, FailOnce(gate)), "checkpoint"
+    )
+    assert len(first) < n // WINDOW_MS * KEYS  # windows were pending
+    env2 = batch_env("local", 3, str(tmp_path / "second"))
+    env2.set_restore_path(checkpoint)
+    second, client = run(window_job(env2, n, FailOnce(str(tmp_path))), "second run")
+    assert client.get_checkpoint_statistics()["counts"]["restored"] == 1
+    assert_windows_exact(first + second, n)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("via", ["checkpoint", "savepoint"])
+def test_allowed_lateness_across_a_restore(tmp_path: Path, via: str) -> None:
+    """Allowed lateness longer than the whole input, so every window stays in the state: the
+    windows that fired before the checkpoint are not emitted again after the restore (their
+    keys' ``fired`` markers), except key 0's first window, which gets a late row in the
+    second run's first batch (before the restored job's first watermark) and fires again
+    with it; every (key, window)'s last value is exact."""
+    n = 50_000
+    gate = str(tmp_path / "never")
+    lateness = 2 * n
+    first, path = first_run_with_pending_windows(
+        tmp_path,
+        lambda env: restore_job(env, n, TypedRows(gate, "int64", delay_s=0.1), lateness=lateness),
+        via,
+    )
+    assert any((r.key, r.window_start) == (0, 0) for r in first)  # fired before the checkpoint
+    env2 = batch_env("local", 3, str(tmp_path / "second"))
+    env2.set_restore_path(path)
+    second, _ = run(restore_job(env2, n, OnlyLateRow(late=True), lateness=lateness), "second run")
+
+    emitted: dict[tuple[int, int], list[int]] = defaultdict(list)
+    for r in first + second:
+        emitted[(r.key, r.window_start)].append(r.value)
+    expected = expected_sums(n)
+    expected[(0, 0)] += LATE_VALUE
+    assert {w: v[-1] for w, v in emitted.items()} == expected
+    assert emitted[(0, 0)] == [expected[(0, 0)] - LATE_VALUE, expected[(0, 0)]]
+    again = {w: v for w, v in emitted.items() if len(v) > 1 and w != (0, 0)}
+    assert not again, list(again.items())[:5]
+
+
+def test_a_window_follows_the_late_side_output_directly() -> None:
+    """The late rows of a 100 ms window carry the input's event-time column, so a window with
+    a longer allowed lateness counts them without assign_timestamps_and_watermarks."""
+    env = local_env()
+    env.configure({"pipeline.auto-watermark-interval": 1, "chandy.network.arrow-batch-size": 200})
+    rows = Rows(4_000, keys=3, jitter=600, seed=11)
+    source = env.from_source(ArrowDataGeneratorSource(rows, count=len(rows.ts)), strategy(), "rows")
+    late = OutputTag("late")
+    counts = (
+        source.map_batches(Pace())
+        .key_by("key")
+        .window(TumblingEventTimeWindows.of(Time.milliseconds(100)))
+        .side_output_late_data(late)
+        .count()
+    )
+    recounted = (
+        counts.get_side_output(late)
+        .key_by("key")
+        .window(TumblingEventTimeWindows.of(Time.milliseconds(100)))
+        .allowed_lateness(10_000)
+        .count()
+        .map_batches(
+            lambda b: {
+                "kind": pa.array(["late"] * b.num_rows),
+                "n": b["count"],
+                "key": b["key"],
+                "window_start": b["window_start"],
+            }
+        )
+    )
+    on_time = counts.map_batches(
+        lambda b: {
+            "kind": pa.array(["on time"] * b.num_rows),
+            "n": b["count"],
+            "key": b["key"],
+            "window_start": b["window_start"],
+        }
+    )
+    out, _ = run(on_time.union(recounted), "a window after the late side output")
+    final: dict[tuple[str, int, int], int] = {}
+    for r in out:
+        final[(r.kind, r.key, r.window_start)] = r.n  # a late window's last firing counts them all
+    late_total = sum(n for (kind, *_), n in final.items() if kind == "late")
+    on_time_total = sum(n for (kind, *_), n in final.items() if kind == "on time")
+    assert late_total, "no late rows: the watermarks did not fall between the batches"
+    assert late_total + on_time_total == len(rows.ts)
+
+
+FIRST_WINDOWS = Path(__file__).parent / "data" / "batch-window-v1"
+
+
+class Int32Rows(MapBatchesFunction):
+    """``tests/data/batch-window-v1``'s rows: key, value as int32, ts."""
+
+    def map_batch(self, batch: pa.RecordBatch) -> pa.RecordBatch:
+        return typed_rows(batch, "int32")
+
+
+@pytest.mark.slow
+def test_a_savepoint_of_the_first_batch_windows_still_restores(tmp_path: Path) -> None:
+    """A savepoint written before the output type was in the window state (see
+    ``tests/data/batch-window-v1``) restores at another parallelism: the windows that had
+    fired (kept for their lateness) are not emitted again, every pending one fires once with
+    its exact maximum, and in the column's type."""
+    n = 200_000
+    savepoint = tmp_path / "savepoint"
+    shutil.copytree(FIRST_WINDOWS / "savepoint", savepoint)
+    first = [tuple(row) for row in json.loads((FIRST_WINDOWS / "emitted.json").read_text())]
+    # signed by the deployment that wrote it; its origin is known: trusted deliberately
+    env = batch_env(
+        "local", 3, str(tmp_path / "checkpoints"), **{"execution.state-recovery.trust-snapshot": True}
+    )
+    env.set_restore_path(str(savepoint))
+    source = env.from_source(ArrowNumberSequenceSource(1, n), source_name="numbers").uid("numbers")
+    maxima = (
+        source.map_batches(Int32Rows())
+        .uid("rows")
+        .assign_timestamps_and_watermarks(strategy(50))
+        .uid("event time")
+        .key_by("key")
+        .window(TumblingEventTimeWindows.of(Time.milliseconds(WINDOW_MS)))
+        .allowed_lateness(1000)
+        .max("value")
+        .uid("window")
+    )
+    typed = maxima.map_batches(
+        lambda b: b.append_column("type", pa.array([str(b.column("value").type)] * b.num_rows))
+    )
+    second, client = run(typed, "restore of the first batch windows")
+    assert client.get_checkpoint_statistics()["counts"]["restored"] == 1
+    assert {r.type for r in second} == {"int32"}
+    emitted = Counter([*((k, s) for k, s, _ in first), *((r.key, r.window_start) for r in second)])
+    assert max(emitted.values()) == 1, [w for w, c in emitted.items() if c > 1][:5]
+    got = {(k, s): v for k, s, v in first} | {(r.key, r.window_start): r.value for r in second}
+    assert got == expected_sums(n, max)

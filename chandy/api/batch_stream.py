@@ -155,8 +155,12 @@ class BatchStream(_Stream):
     def _timestamp_column(self) -> str | None:
         """The column holding this stream's event time (``with_timestamp_column`` at its source
         or ``assign_timestamps_and_watermarks``, kept through ``map_batches`` and partitionings;
-        a union has one when all its inputs name the same), else ``None``."""
-        columns = {None if tag is not None else node.timestamp_column for node, _, tag in self._inputs}
+        a union has one when all its inputs name the same; a window's late side output keeps
+        its input's), else ``None``."""
+        columns = {
+            node.timestamp_column if tag is None else node.side_output_timestamp_columns.get(tag)
+            for node, _, tag in self._inputs
+        }
         return columns.pop() if len(columns) == 1 else None
 
     def assign_timestamps_and_watermarks(self, watermark_strategy: WatermarkStrategy) -> BatchStream:
@@ -485,7 +489,7 @@ class WindowedBatchStream:
         size = assigner.size
         slide = assigner.slide if isinstance(assigner, SlidingEventTimeWindows) else size
         keyed = self._keyed_stream
-        return keyed._batch_operator(
+        windowed = keyed._batch_operator(
             f"Window({assigner!r}, {aggregation.call_text})",
             functools.partial(
                 BatchWindowOperator,
@@ -500,6 +504,12 @@ class WindowedBatchStream:
             ),
             keyed=True,
         )
+        if self._late_data_output_tag is not None:  # the late rows are the input's, event time and all
+            assert windowed._node is not None
+            windowed._node.side_output_timestamp_columns[self._late_data_output_tag.tag_id] = (
+                self._timestamp_column
+            )
+        return windowed
 
     def _builtin(self, function: str, column: str | None) -> BatchStream:
         return self._build(BuiltinWindowAggregation(function, column))

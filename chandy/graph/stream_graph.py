@@ -40,6 +40,9 @@ class StreamNode:
     #: ``BatchStream.assign_timestamps_and_watermarks`` with ``with_timestamp_column``, and
     #: every batch operator that keeps its input's rows, such as ``map_batches``), or None.
     timestamp_column: str | None = None
+    #: The event-time column of each side output whose rows are the input's (a batch
+    #: window's late rows), by tag id: a window can follow ``get_side_output`` directly.
+    side_output_timestamp_columns: dict[str, str] = field(default_factory=dict)
     #: The type the user declared for the node's records (PyFlink's ``output_type`` /
     #: ``type_info``); it only decides how ``print()`` writes them, as Flink's Java would.
     output_type: Any = None

@@ -23,6 +23,12 @@ again for the keys the batch touched (once per batch, with every late row of the
 it, where the record path emits once per late record); a row none of whose windows is open
 goes to the late side output when there is one, else it is dropped. A window's state goes at
 its cleanup time.
+
+Restores. The watermark starts over after a restore, so a late row for a window that fired
+before the checkpoint usually arrives before the watermark passes that window again: its
+keys' ``fired`` markers are cleared, and they fire again (with the row) when it does; keys
+without such a row keep their marker and are not emitted twice. ``min`` / ``max`` keep the
+input column's type through a restore: it is in the accumulator field's metadata.
 """
 
 from __future__ import annotations
@@ -65,6 +71,10 @@ from chandy.util.memory import keep_freed_heap
 WINDOW_STATE_PREFIX = "_batch_window@"
 #: The state column saying a key's window has been emitted (so a restore does not emit it twice).
 _FIRED = "fired"
+#: The metadata key of the accumulator field holding the output column's Arrow type (a
+#: serialized one-field schema): a restored window's ``min`` / ``max`` emits the input
+#: column's type even when it fires before any batch tells the operator that type.
+OUTPUT_TYPE_METADATA = b"chandy.output_type"
 #: The output's window columns.
 WINDOW_START, WINDOW_END = "window_start", "window_end"
 
@@ -91,6 +101,10 @@ class WindowAggregation(ABC):
     def adopt(self, schema: pa.Schema) -> dict[str, Any]:
         """A restored window's state has ``schema``: take it as the accumulator's, return the defaults."""
         return self.schema_defaults(schema)
+
+    def annotate(self, fields: list[pa.Field]) -> list[pa.Field]:
+        """``fields`` with what the aggregation learnt since they were made (for new windows)."""
+        return fields
 
     @abstractmethod
     def schema_defaults(self, schema: pa.Schema) -> dict[str, Any]:
@@ -142,11 +156,29 @@ class BuiltinWindowAggregation(WindowAggregation):
         if prepared.values is not None:
             self._dtype = prepared.values.dtype
             fields.insert(0, pa.field(_ACC, pa.from_numpy_dtype(self._dtype)))
-        return fields, self.schema_defaults(pa.schema(fields))
+        return self.annotate(fields), self.schema_defaults(pa.schema(fields))
+
+    def annotate(self, fields: list[pa.Field]) -> list[pa.Field]:
+        """The accumulator field with the output column's type in its metadata, once known
+        (a first batch of only nulls, or a window restored from a state without it, does not
+        tell it)."""
+        if self._column_type is None:
+            return fields
+        typed = pa.schema([pa.field(self.output_name or _ACC, self._column_type)])
+        return [
+            f.with_metadata({OUTPUT_TYPE_METADATA: typed.serialize().to_pybytes()})
+            if f.name == _ACC and OUTPUT_TYPE_METADATA not in (f.metadata or {})
+            else f
+            for f in fields
+        ]
 
     def adopt(self, schema: pa.Schema) -> dict[str, Any]:
         if _ACC in schema.names:
-            self._dtype = np.dtype(schema.field(_ACC).type.to_pandas_dtype())
+            acc = schema.field(_ACC)
+            self._dtype = np.dtype(acc.type.to_pandas_dtype())
+            typed = (acc.metadata or {}).get(OUTPUT_TYPE_METADATA)
+            if typed is not None and self._column_type is None:
+                self._column_type = pa.ipc.read_schema(pa.py_buffer(typed)).field(0).type
         return self.schema_defaults(schema)
 
     def schema_defaults(self, schema: pa.Schema) -> dict[str, Any]:
@@ -251,6 +283,8 @@ class BatchWindowOperator(StreamOperator):
         self._windows: dict[int, ColumnarKeyedState] = {}
         #: Windows whose on-time firing happened in this run (only the cleanup is left).
         self._fired: set[int] = set()
+        #: Restored windows with keys emitted before the checkpoint (allowed lateness kept them).
+        self._fired_before_restore: set[int] = set()
         self._fields: list[pa.Field] | None = None
         self._defaults: dict[str, Any] = {}
         self._backend: ColumnarKeyedStateBackend | None = None
@@ -270,9 +304,10 @@ class BatchWindowOperator(StreamOperator):
                 continue
             defaults = self.aggregation.adopt(state.schema)
             defaults[_FIRED] = False
-            self._windows[int(name[len(WINDOW_STATE_PREFIX) :])] = backend.get_columnar_state(
-                name, state.schema, defaults
-            )
+            start = int(name[len(WINDOW_STATE_PREFIX) :])
+            restored = self._windows[start] = backend.get_columnar_state(name, state.schema, defaults)
+            if restored.column(_FIRED)[restored.live_slots()].any():
+                self._fired_before_restore.add(start)
             self._fields = [f for f in state.schema if f.name != _FIRED]
             self._defaults = defaults
 
@@ -290,6 +325,8 @@ class BatchWindowOperator(StreamOperator):
             fields, defaults = self.aggregation.schema(prepared)
             self._fields = fields
             self._defaults = {**defaults, _FIRED: False}
+        else:
+            self._fields = self.aggregation.annotate(self._fields)
         assert self._backend is not None
         schema = pa.schema([*self._fields, pa.field(_FIRED, pa.bool_())])
         state = self._backend.get_columnar_state(f"{WINDOW_STATE_PREFIX}{start}", schema, self._defaults)
@@ -352,6 +389,10 @@ class BatchWindowOperator(StreamOperator):
         self.aggregation.add(state, grouped, prepared)
         if start + self.size - 1 <= self.current_watermark:
             self._emit(start, state, grouped.slots)
+        elif start in self._fired_before_restore:
+            # Not complete by this run's watermark (it starts over after a restore), yet
+            # fired before the checkpoint: these keys fire again when the watermark passes.
+            state.column(_FIRED)[grouped.slots] = False
 
     def _emit_late(self, batch: pa.RecordBatch, late: np.ndarray) -> None:
         tag = self.late_data_output_tag
@@ -401,6 +442,7 @@ class BatchWindowOperator(StreamOperator):
             if min(max_timestamp + lateness, MAX_WATERMARK) <= timestamp:
                 del self._windows[start]
                 self._fired.discard(start)
+                self._fired_before_restore.discard(start)
                 assert self._backend is not None
                 self._backend.drop_columnar_state(state.name)
         self.emit_watermark(timestamp)
