@@ -172,7 +172,7 @@ class WindowRows(MapBatchesFunction):
     def map_batch(self, batch: pa.RecordBatch) -> pa.RecordBatch:
         ends = batch["window_end"].to_numpy()
         if int(ends.max()) > self.last_timestamp:
-            self.end_faults.check("windows ending at", int(ends.max()))
+            self.end_faults.check("windows the end of input fires, ending at", int(ends.max()))
         else:
             self.faults.check("windows ending at", int(ends.min()))
         return batch.select(BATCH_WINDOW_SCHEMA.names)

@@ -3,8 +3,9 @@
 A run is fully described by its seed (with the fault kinds allowed and the number of
 slots the session offers): the seed draws the job's shape (parallelism 2-4,
 checkpoint interval 100-500 ms, records, keys, pace, event-time window, the sizes of the
-source splits, the state backend and aligned or unaligned checkpoints) and the fault
-schedule (which faults, at how many seconds after the job's slots came up). The same
+source splits, the state backend and aligned or unaligned checkpoints; last, with
+``path="mixed"``, the record or the batch job) and the fault schedule (which faults,
+at how many seconds after the job's slots came up). The same
 scenarios run on Spark or on the local executor (``executor``: every subtask a thread of
 this process, where there is no process of a slot to kill). Replaying a seed replays
 that schedule (with the same version of this module: a new fault kind changes what a
