@@ -590,7 +590,7 @@ def test_a_seeded_batch_path_run_is_exact(local_runner: Runner) -> None:
     result = local_runner.run(scenario)
     assert result.exact, result.line()
     assert [v.sink for v in result.verdicts] == ["parquet", "delta", "windows", "sliding"]
-    assert result.restarts >= 4, result.line()
+    assert result.restarts >= 1, result.line()
     assert [f for f in scenario.faults if not f.outcome.startswith("fired")] == [], result.line()
 
 
