@@ -1,7 +1,7 @@
 """Seeded chaos runs of a bounded job, each judged exactly-once from its committed output.
 
 ``python -m chaos --runs N --seed S [--executor spark|local] [--faults kill-slot,...]
-[--master M] [--only-seed X]``.
+[--path record|batch|mixed] [--master M] [--only-seed X]``.
 
 Prints one line per run (its seed, shape, faults and what they did, the verdict, the
 time) and a summary; exits non-zero when a run was not exact. A failing run replays
@@ -20,7 +20,7 @@ import logging
 import sys
 import tempfile
 
-from chaos.suite import CLUSTER_ONLY, FAULT_KINDS, SPARK_ONLY, Runner, Summary, make_scenario
+from chaos.suite import CLUSTER_ONLY, FAULT_KINDS, PATHS, SPARK_ONLY, Runner, Summary, make_scenario
 
 DEFAULT_FAULTS = {
     "spark": tuple(k for k in FAULT_KINDS if k not in CLUSTER_ONLY),
@@ -45,6 +45,13 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
         default="spark",
         help="spark (default): slots are Spark tasks; local: every subtask a thread of this "
         f"process, without the kinds that kill a process ({', '.join(SPARK_ONLY)})",
+    )
+    parser.add_argument(
+        "--path",
+        choices=PATHS,
+        default="mixed",
+        help="the job: record (the record API), batch (the Arrow batch path) or mixed "
+        "(default: each seed draws one of the two)",
     )
     parser.add_argument(
         "--master",
@@ -100,11 +107,14 @@ def main(argv: list[str]) -> int:
     seeds = [args.only_seed] if args.only_seed is not None else [args.seed + i for i in range(args.runs)]
     workdir = args.workdir or tempfile.mkdtemp(prefix="chaos-")
     runner = Runner(workdir, args.master, args.timeout, keep=args.keep, executor=args.executor)
-    _out(f"chaos: {len(seeds)} runs on {runner.master} ({runner.slots} slots), faults {','.join(args.kinds)}")
+    _out(
+        f"chaos: {len(seeds)} runs on {runner.master} ({runner.slots} slots), path {args.path}, "
+        f"faults {','.join(args.kinds)}"
+    )
     results = []
     try:
         for seed in seeds:
-            scenario = make_scenario(seed, args.kinds, runner.slots)
+            scenario = make_scenario(seed, args.kinds, runner.slots, args.path)
             _out(f"  {scenario.describe()}")
             result = runner.run(scenario)
             results.append(result)
@@ -115,8 +125,8 @@ def main(argv: list[str]) -> int:
         target = f"--master '{args.master}'" if args.master else "--executor local"
         for seed in summary.failed_seeds:
             _out(
-                f"  replay: python -m chaos --only-seed {seed} --faults {','.join(args.kinds)} "
-                f"{target}  (output kept in {workdir}/run-{seed})"
+                f"  replay: python -m chaos --only-seed {seed} --path {args.path} "
+                f"--faults {','.join(args.kinds)} {target}  (output kept in {workdir}/run-{seed})"
             )
         runner.close()
     return 0 if results and not summary.failed_seeds else 1

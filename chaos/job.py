@@ -78,11 +78,13 @@ EARLY = -2
 POLL_S = 0.05
 
 
-class Pace(MapFunction, CheckpointedFunction, CheckpointListener):
-    """Holds each subtask to ``rate`` records per second, so a run lasts long enough for
-    its faults to land (sleeps only when ahead: a loaded machine does not slow it more).
-    Chained to the source, it sees each subtask's end of input, final checkpoint and end,
-    and strikes the faults timed to them (:class:`chaos.finishing.FinishFaults`)."""
+class PacedFinishing(CheckpointedFunction, CheckpointListener):
+    """What the pacing map of both chaos jobs (records here, batches in
+    :mod:`chaos.batch_job`) does besides mapping: holds each subtask to ``rate`` records per
+    second, so a run lasts long enough for its faults to land (sleeps only when ahead: a
+    loaded machine does not slow it more). Chained to the source, it sees each subtask's end
+    of input, final checkpoint and end, and strikes the faults timed to them
+    (:class:`chaos.finishing.FinishFaults`)."""
 
     def __init__(self, rate: float, plan_dir: str, sizes: list[int]) -> None:
         self.rate = rate
@@ -94,16 +96,16 @@ class Pace(MapFunction, CheckpointedFunction, CheckpointListener):
         self.count = 0
         self.finishing = FinishFaults(self.plan_dir, runtime_context.get_index_of_this_subtask(), self.ends)
 
-    def initialize_state(self, context: FunctionInitializationContext) -> None:
-        pass  # no state: a checkpointed function only to see the snapshots
-
-    def map(self, value: Any) -> Any:
-        self.finishing.on_record(value)
-        self.count += 1
+    def step(self, last_id: int, records: int) -> None:
+        """``records`` more records mapped, the last of them ``last_id``."""
+        self.finishing.on_record(last_id)
+        self.count += records
         ahead = self.count / self.rate - (time.monotonic() - self.start)
         if ahead > 0.005:
             time.sleep(ahead)
-        return value
+
+    def initialize_state(self, context: FunctionInitializationContext) -> None:
+        pass  # no state: a checkpointed function only to see the snapshots
 
     def snapshot_state(self, context: FunctionSnapshotContext) -> None:
         self.finishing.on_snapshot(context.get_checkpoint_id())
@@ -118,6 +120,14 @@ class Pace(MapFunction, CheckpointedFunction, CheckpointListener):
         finishing: FinishFaults | None = getattr(self, "finishing", None)
         if finishing is not None:  # None: closed after a failed open, nothing to strike
             finishing.on_close()
+
+
+class Pace(PacedFinishing, MapFunction):
+    """The record job's pacing map (:class:`PacedFinishing`), one record at a time."""
+
+    def map(self, value: Any) -> Any:
+        self.step(value, 1)
+        return value
 
 
 class UserFaults:

@@ -3,8 +3,9 @@
 A run is fully described by its seed (with the fault kinds allowed and the number of
 slots the session offers): the seed draws the job's shape (parallelism 2-4,
 checkpoint interval 100-500 ms, records, keys, pace, event-time window, the sizes of the
-source splits, the state backend and aligned or unaligned checkpoints) and the fault
-schedule (which faults, at how many seconds after the job's slots came up). The same
+source splits, the state backend and aligned or unaligned checkpoints; last, with
+``path="mixed"``, the record or the batch job) and the fault schedule (which faults,
+at how many seconds after the job's slots came up). The same
 scenarios run on Spark or on the local executor (``executor``: every subtask a thread of
 this process, where there is no process of a slot to kill). Replaying a seed replays
 that schedule (with the same version of this module: a new fault kind changes what a
@@ -61,7 +62,7 @@ from chandy import StreamExecutionEnvironment
 from chandy.connectors.number_sequence import NumberSequenceSource
 from chandy.messages.status import JobStatus
 from chandy.storage.snapshot_key import KEY_FILE_NAME
-from chaos import job
+from chaos import batch_job, job
 from chaos.faultyfs import SITE_METADATA, SITE_STATE, ArmedFault, FaultPlan
 from chaos.finishing import SITE_FINISH, finish_params, finish_storage_params, uneven_sizes
 from chaos.verify import SinkVerdict, verify_run
@@ -108,6 +109,8 @@ RECOVERY_WAIT_S = 3.0
 #: A checkpoint that takes longer than this expires; a hanging write hangs past it.
 CHECKPOINT_TIMEOUT_S = 3.0
 HANG_BEYOND_TIMEOUT_S = 1.5
+#: The jobs a run may build: the record path's, the batch path's, or either, drawn per seed.
+PATHS = ("record", "batch", "mixed")
 #: How many subtasks a run may have on the local executor (as many as on Spark's local[4]).
 LOCAL_SLOTS = 4
 
@@ -145,6 +148,8 @@ class Scenario:
     #: ``heap`` or ``rocksdb`` (incremental checkpoints): see :data:`BACKENDS`.
     backend: str = "heap"
     unaligned: bool = False
+    #: ``record`` (:mod:`chaos.job`) or ``batch`` (:mod:`chaos.batch_job`, the Arrow path).
+    path: str = "record"
 
     @property
     def split_sizes(self) -> list[int]:
@@ -160,7 +165,8 @@ class Scenario:
 
     def shape(self) -> str:
         return (
-            f"p={self.parallelism} ckpt={self.interval_ms}ms{' unaligned' if self.unaligned else ''} "
+            f"{self.path} p={self.parallelism} ckpt={self.interval_ms}ms"
+            f"{' unaligned' if self.unaligned else ''} "
             f"{self.backend} n={self.records} splits={'/'.join(map(str, self.split_sizes))}"
         )
 
@@ -171,8 +177,12 @@ class Scenario:
         )
 
 
-def make_scenario(seed: int, kinds: tuple[str, ...], max_parallelism: int) -> Scenario:
-    """The run of ``seed``: its job's shape and its fault schedule."""
+def make_scenario(seed: int, kinds: tuple[str, ...], max_parallelism: int, path: str = "record") -> Scenario:
+    """The run of ``seed``: its job's shape and its fault schedule, on the record or the
+    batch ``path`` (``mixed``: drawn last from the seed, so that every other draw of a
+    seed is what it is on either path)."""
+    if path not in PATHS:
+        raise ValueError(f"chaos: path {path!r} is none of {', '.join(PATHS)}")
     rng = random.Random(seed)
     parallelism = rng.randint(2, max(2, min(4, max_parallelism)))
     duration = rng.uniform(5.0, 8.0)
@@ -192,6 +202,11 @@ def make_scenario(seed: int, kinds: tuple[str, ...], max_parallelism: int) -> Sc
     keys = rng.choice((20, 50, 100, 200))
     restart_delay_ms = rng.choice((0, 0, 100, 500))
     window_ms = rng.choice((250, 500, 1000))
+    sizes = tuple(uneven_sizes(rng, records, parallelism))
+    backend = rng.choice(tuple(BACKENDS))
+    unaligned = rng.random() < 0.4
+    if path == "mixed":
+        path = "batch" if rng.random() < 0.5 else "record"
     return Scenario(
         seed=seed,
         parallelism=parallelism,
@@ -202,9 +217,10 @@ def make_scenario(seed: int, kinds: tuple[str, ...], max_parallelism: int) -> Sc
         restart_delay_ms=restart_delay_ms,
         faults=faults,
         window_ms=window_ms,
-        sizes=tuple(uneven_sizes(rng, records, parallelism)),
-        backend=rng.choice(tuple(BACKENDS)),
-        unaligned=rng.random() < 0.4,
+        sizes=sizes,
+        backend=backend,
+        unaligned=unaligned,
+        path=path,
     )
 
 
@@ -320,7 +336,7 @@ class Runner:
                 "chandy.spark.slot-wait": "60 s",
             }
         )
-        job.build(
+        (batch_job.build if scenario.path == "batch" else job.build)(
             env,
             run_dir,
             plan.directory,
@@ -371,7 +387,7 @@ class Runner:
             if fault.kind in ARMED_KINDS and fault.outcome == "armed":
                 fault.outcome = _armed_outcome(fault, plan.fired(_fault_name(i, fault)))
         status = client.get_job_status().name
-        verdicts = verify_run(run_dir, scenario.split_sizes, scenario.keys, scenario.window_ms)
+        verdicts = verify_run(run_dir, scenario.split_sizes, scenario.keys, scenario.window_ms, scenario.path)
         result = RunResult(scenario, seconds, status, client.restarts, verdicts, error, hung)
         deadline = time.monotonic() + LEFTOVER_GRACE_S  # deletes run off the JobMaster thread
         while result.finished and time.monotonic() < deadline:

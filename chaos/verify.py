@@ -20,6 +20,7 @@ import os
 from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 
+from chaos.batch_job import SLIDING_WINDOWS, SUM_ONLY
 from chaos.job import EARLY, NO_ROW, EventTime
 
 #: ``(key, window_start)`` and its ``(count, sum)``.
@@ -97,16 +98,24 @@ def _sample(records: int, seen: Counter[int]) -> list[int]:
     return missing
 
 
-def expected_windows(sizes: list[int], num_keys: int, window_ms: int) -> dict[Window, Totals]:
+def expected_windows(
+    sizes: list[int], num_keys: int, window_ms: int, size_ms: int | None = None
+) -> dict[Window, Totals]:
     """``(key, window_start) -> (count, sum)`` of the ids in each window of an exact run
-    whose source splits have ``sizes``."""
+    whose source splits have ``sizes``: tumbling windows of ``window_ms``, or with
+    ``size_ms`` sliding windows of that size sliding by ``window_ms`` (a record is in every
+    one that holds it, as Flink's ``SlidingEventTimeWindows`` assigns it)."""
     event_time = EventTime(sizes)
+    size = window_ms if size_ms is None else size_ms
     expected: dict[Window, Totals] = {}
     for i in range(sum(sizes)):
         ts = event_time.of(i)
-        window = (i % num_keys, ts - ts % window_ms)
-        count, total = expected.get(window, (0, 0))
-        expected[window] = (count + 1, total + i)
+        start = ts - ts % window_ms
+        while start > ts - size:
+            window = (i % num_keys, start)
+            count, total = expected.get(window, (0, 0))
+            expected[window] = (count + 1, total + i)
+            start -= window_ms
     return expected
 
 
@@ -178,8 +187,11 @@ def read_delta(table_uri: str) -> dict[str, list[int]]:
     return {name: table[name].to_pylist() for name in ("key", "id", "count", "sum")}
 
 
-def verify_run(run_dir: str, sizes: list[int], num_keys: int, window_ms: int) -> list[SinkVerdict]:
-    """The three sinks of a run (whose source splits have ``sizes``), judged."""
+def verify_run(
+    run_dir: str, sizes: list[int], num_keys: int, window_ms: int, path: str = "record"
+) -> list[SinkVerdict]:
+    """The three sinks of a run (whose source splits have ``sizes``) on ``path`` (``record``
+    or ``batch``: :mod:`chaos.batch_job`), judged."""
     records = sum(sizes)
     verdicts = []
     for sink, columns in (
@@ -191,6 +203,8 @@ def verify_run(run_dir: str, sizes: list[int], num_keys: int, window_ms: int) ->
                 sink, columns["id"], columns["key"], columns["count"], columns["sum"], records, num_keys
             )
         )
+    if path == "batch":
+        return verdicts + check_batch_windows(run_dir, sizes, num_keys, window_ms)
     windows = read_parquet_dir(os.path.join(run_dir, "windows"), ("key", "window_start", "count", "sum"))
     verdicts.append(
         check_windows(
@@ -202,4 +216,34 @@ def verify_run(run_dir: str, sizes: list[int], num_keys: int, window_ms: int) ->
             expected_windows(sizes, num_keys, window_ms),
         )
     )
+    return verdicts
+
+
+def check_batch_windows(run_dir: str, sizes: list[int], num_keys: int, window_ms: int) -> list[SinkVerdict]:
+    """The batch job's window sink: its tumbling rows (count and sum) and its sliding rows
+    (sum only: their ``count`` is :data:`chaos.batch_job.SUM_ONLY`, so the oracle gets the
+    expected count in its place and judges the sum, the presence and the uniqueness)."""
+    columns = ("key", "window_start", "window_end", "count", "sum")
+    rows = read_parquet_dir(os.path.join(run_dir, "windows"), columns)
+    sliding_ms = SLIDING_WINDOWS * window_ms
+    verdicts = []
+    for sink, size_ms in (("windows", window_ms), ("sliding", sliding_ms)):
+        picked = [
+            (key, start, count, total)
+            for key, start, end, count, total in zip(*(rows[name] for name in columns), strict=True)
+            if end - start == size_ms
+        ]
+        expected = expected_windows(sizes, num_keys, window_ms, size_ms)
+        keys = [key for key, _, _, _ in picked]
+        starts = [start for _, start, _, _ in picked]
+        counts = [
+            expected.get((key, start), (count, 0))[0] if count == SUM_ONLY else count
+            for key, start, count, _ in picked
+        ]
+        sums = [total for _, _, _, total in picked]
+        verdicts.append(check_windows(sink, keys, starts, counts, sums, expected))
+    odd = sorted({end - start for start, end in zip(rows["window_start"], rows["window_end"], strict=True)})
+    odd = [size for size in odd if size not in (window_ms, sliding_ms)]
+    if odd:
+        verdicts[0].problems.append(f"windows of sizes {odd} ms (expected {window_ms} and {sliding_ms})")
     return verdicts

@@ -4,6 +4,7 @@ executor (the long run is ``python -m chaos --runs 200``)."""
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import subprocess
 import sys
@@ -13,6 +14,9 @@ from pathlib import Path
 from typing import Any
 
 import fsspec
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
 import pytest
 
 from chandy.core.time import MAX_WATERMARK
@@ -20,6 +24,7 @@ from chandy.errors import InvalidCheckpointError
 from chandy.state.handles import FileStateHandle
 from chandy.storage.checkpoint_storage import CheckpointStorage
 from chandy.task.operators.process import KeyedProcessOperator
+from chaos.batch_job import BATCH_WINDOW_SCHEMA, SUM_ONLY, event_times, jitter
 from chaos.faultyfs import PLAN_DIR_NAME, SITE_METADATA, SITE_STATE, ArmedFault, FaultPlan, InjectedFault
 from chaos.finishing import (
     MOMENTS,
@@ -29,9 +34,9 @@ from chaos.finishing import (
     finish_storage_params,
     last_ids,
 )
-from chaos.job import DISORDER_MS, EARLY, NO_ROW, EventTime, HoldWindows, window_key
+from chaos.job import DISORDER_MS, EARLY, NO_ROW, EventTime, HoldWindows, _jitter, window_key
 from chaos.suite import FAULT_KINDS, SPARK_ONLY, Fault, Runner, Scenario, make_scenario
-from chaos.verify import check_rows, check_windows, expected_windows
+from chaos.verify import check_batch_windows, check_rows, check_windows, expected_windows
 from tests.operator_harness import KeyedOperatorHarness
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -240,6 +245,45 @@ def test_the_window_oracle_passes_an_exact_output_and_sees_each_kind_of_error() 
     assert any("hold no record" in p for p in stray.problems)
 
 
+def test_the_batch_job_stamps_each_id_with_the_record_jobs_event_time() -> None:
+    sizes = [1200, 300, 2500]
+    ids = np.arange(sum(sizes), dtype=np.int64)
+    assert jitter(ids).tolist() == [_jitter(i) for i in range(sum(sizes))]
+    assert event_times(ids, sizes).tolist() == [EventTime(sizes).of(i) for i in range(sum(sizes))]
+
+
+def write_batch_windows(directory: Path, rows: list[tuple[int, int, int, int, int]]) -> None:
+    directory.mkdir(parents=True, exist_ok=True)
+    columns = list(zip(*rows, strict=True))
+    table = pa.table({name: list(col) for name, col in zip(BATCH_WINDOW_SCHEMA.names, columns, strict=True)})
+    pq.write_table(table.cast(BATCH_WINDOW_SCHEMA), directory / "part-0.parquet")
+
+
+def test_the_batch_window_oracle_judges_tumbling_counts_and_sums_and_sliding_sums(tmp_path: Path) -> None:
+    sizes, keys, window = [1500, 1500], 7, 100
+    tumbling = expected_windows(sizes, keys, window)
+    sliding = expected_windows(sizes, keys, window, 2 * window)
+    assert sum(c for c, _ in sliding.values()) == 2 * 3000  # every record in two sliding windows
+    assert min(start for _, start in sliding) == -window
+    exact = [(k, s, s + window, c, total) for (k, s), (c, total) in tumbling.items()]
+    exact += [(k, s, s + 2 * window, SUM_ONLY, total) for (k, s), (_, total) in sliding.items()]
+    write_batch_windows(tmp_path / "exact" / "windows", exact)
+    assert all(v.exact for v in check_batch_windows(str(tmp_path / "exact"), sizes, keys, window))
+
+    k, s, e, c, total = next(row for row in exact if row[2] - row[1] == 2 * window)
+    broken = [row for row in exact if row[:2] != (k, s) or row[2] - row[1] != 2 * window]
+    broken += [(k, s, e, c, total + 5), exact[0]]  # a sliding sum off, a tumbling window twice
+    write_batch_windows(tmp_path / "broken" / "windows", broken)
+    verdicts = {v.sink: v for v in check_batch_windows(str(tmp_path / "broken"), sizes, keys, window)}
+    assert verdicts["windows"].duplicated == 1 and verdicts["windows"].lost == 0
+    assert verdicts["sliding"].duplicated == 0
+    assert any("wrong count or sum" in p for p in verdicts["sliding"].problems)
+
+    write_batch_windows(tmp_path / "lost" / "windows", exact[1:])
+    verdicts = {v.sink: v for v in check_batch_windows(str(tmp_path / "lost"), sizes, keys, window)}
+    assert verdicts["windows"].lost == 1 and verdicts["sliding"].exact
+
+
 def hold_windows(tmp_path: Path) -> KeyedOperatorHarness:
     function = HoldWindows(str(tmp_path / "plan"), 100)
     return KeyedOperatorHarness(KeyedProcessOperator(function), window_key).open_keyed()
@@ -282,6 +326,18 @@ def test_a_seed_is_a_replayable_schedule_of_the_allowed_kinds() -> None:
     assert kinds == {"kill-slot", "storage-hang"}
     assert all(2 <= make_scenario(s, FAULT_KINDS, 3).parallelism <= 3 for s in range(50))
     assert {make_scenario(s, FAULT_KINDS, 4).window_ms for s in range(50)} == {250, 500, 1000}
+
+
+def test_a_mixed_seed_draws_its_path_last_and_keeps_every_other_draw() -> None:
+    paths = set()
+    for seed in range(40):
+        mixed = make_scenario(seed, FAULT_KINDS, 4, "mixed")
+        paths.add(mixed.path)
+        assert dataclasses.replace(mixed, path="record") == make_scenario(seed, FAULT_KINDS, 4)
+        assert make_scenario(seed, FAULT_KINDS, 4, "batch").path == "batch"
+    assert paths == {"record", "batch"}
+    with pytest.raises(ValueError, match="none of record, batch, mixed"):
+        make_scenario(1, FAULT_KINDS, 4, "arrow")
 
 
 def test_a_seed_draws_uneven_splits_both_backends_and_both_checkpoint_modes() -> None:
@@ -507,6 +563,38 @@ def test_a_seeded_run_with_subtasks_finishing_is_exact(request: pytest.FixtureRe
 
 
 @pytest.mark.slow
+def test_a_seeded_batch_path_run_is_exact(local_runner: Runner) -> None:
+    # The Arrow job on the local executor: another subtask raises while the first split to end
+    # snapshots its final checkpoint, the running rows' function raises, the window sink's
+    # commit raises, and the window rows' function raises among the windows only the end of
+    # input fires.
+    scenario = Scenario(
+        3000,
+        2,
+        200,
+        24_000,
+        50,
+        6.0,
+        0,
+        [
+            Fault("finish-raise", 0.3, finish_choice("final-snapshot", "other")),
+            Fault("user-raise", 0.5, 0.1),  # sum
+            Fault("commit-raise", 1.0, 0.5),  # windows
+            Fault("user-raise", 2.5, 0.9),  # timers-at-end
+        ],
+        window_ms=250,
+        sizes=(6_000, 18_000),
+        unaligned=True,
+        path="batch",
+    )
+    result = local_runner.run(scenario)
+    assert result.exact, result.line()
+    assert [v.sink for v in result.verdicts] == ["parquet", "delta", "windows", "sliding"]
+    assert result.restarts >= 1, result.line()
+    assert [f for f in scenario.faults if not f.outcome.startswith("fired")] == [], result.line()
+
+
+@pytest.mark.slow
 def test_python_m_chaos_kills_an_executor_jvm_and_reports_the_run() -> None:
     # Two executor JVMs of two cores (the default for kill-jvm is four of one: twice the JVMs
     # to start on a 2-core machine) and seed 15, one of the shortest kill-jvm runs (5 s, one
@@ -517,7 +605,7 @@ def test_python_m_chaos_kills_an_executor_jvm_and_reports_the_run() -> None:
     done = subprocess.run(
         [
             sys.executable,
-            *"-m chaos --only-seed 15 --faults kill-jvm --timeout 200".split(),
+            *"-m chaos --only-seed 15 --path record --faults kill-jvm --timeout 200".split(),
             "--master",
             master,
         ],
