@@ -8,6 +8,7 @@ import json
 import logging
 import os
 import shutil
+import signal
 import tempfile
 import threading
 import time
@@ -36,6 +37,18 @@ def _runs_on_spark(item: pytest.Item) -> bool:
 
 
 @pytest.hookimpl(tryfirst=True)  # before pytest's own hook deselects by -m
+def pytest_configure(config: pytest.Config) -> None:
+    """Give SIGINT its default when the runner was started with it ignored.
+
+    A shell without job control (a CI script, ``cmd &``) starts background commands with
+    SIGINT ignored, and every process they start inherits that; Python then installs no
+    KeyboardInterrupt handler. The tests that press Ctrl-C on a job (a pty, or SIGINT) would
+    find it deaf, and it would run to its end. A shell gives a foreground job the default
+    disposition; this does the same for the jobs the tests start (here and in each worker)."""
+    if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+
+
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """The quick subset, ``pytest -m "not slow"`` (README.md): every test on the Spark executor
     counts as slow (each Spark job takes seconds), except those marked ``quick``, which keep
