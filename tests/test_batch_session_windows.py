@@ -25,13 +25,14 @@ from chandy import StreamExecutionEnvironment
 from chandy.connectors.arrow_sources import ArrowNumberSequenceSource
 from chandy.core.time import Time
 from chandy.core.windows import EventTimeSessionWindows
-from chandy.errors import InvalidProgramError
+from chandy.errors import InvalidProgramError, JobExecutionError
 from tests.probes import Probe
 from tests.test_batch_windows import (
     FUNCTIONS,
     FailOnce,
     Rows,
     SumOfSquares,
+    assert_caused_by,
     batch_env,
     both_paths,
     fail_then_stop_with_savepoint,
@@ -191,3 +192,18 @@ def test_dynamic_gaps_and_aggregate_on_batch_sessions_are_refused() -> None:
     windowed = keyed.window(EventTimeSessionWindows.with_gap(Time.milliseconds(10)))
     with pytest.raises(InvalidProgramError, match=r"aggregate\(\) is not available on batch session"):
         windowed.aggregate(SumOfSquares(), {"squares": "int64"})
+
+
+def test_event_times_too_far_apart_for_one_batch_fail_naming_the_cause() -> None:
+    """Two keys in one batch, one row far in the past and one far in the future: the sort
+    key would overflow, and the job fails saying why and what to do."""
+    env = local_env()
+    env.configure({"restart-strategy.type": "none"})
+    far = 2**62
+    columns = {"key": lambda i: i % 2, "value": lambda i: i, "ts": lambda i: np.where(i % 2 == 0, -far, far)}
+    rows = env.from_source(generated(columns, count=2), strategy(), "far apart")
+    gap = EventTimeSessionWindows.with_gap(Time.milliseconds(10))
+    with pytest.raises(JobExecutionError) as failure:
+        rows.key_by("key").window(gap).sum("value").print()
+        env.execute("far apart")
+    assert_caused_by(failure.value, r"too wide to sort as one int64.*smaller batches")

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import operator
+import re
 import shutil
 import threading
 import time
@@ -568,12 +569,17 @@ def test_a_bad_timestamp_column_fails_the_job_naming_it(columns: dict[str, Any],
     with pytest.raises(JobExecutionError) as failure:
         source.map_batches(lambda b: b).print()
         env.execute("bad timestamps")
-    cause: BaseException | None = failure.value
+    assert_caused_by(failure.value, message)
+
+
+def assert_caused_by(error: BaseException, message: str) -> None:
+    """``error`` or one of its causes says ``message`` (a regular expression)."""
+    cause: BaseException | None = error
     messages = []
     while cause is not None:
         messages.append(str(cause))
         cause = cause.__cause__
-    assert any(__import__("re").search(message, m) for m in messages), messages
+    assert any(re.search(message, m) for m in messages), messages
 
 
 # ---------------------------------------------------------------------- restores in detail

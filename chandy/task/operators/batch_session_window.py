@@ -99,7 +99,14 @@ class _Sessions:
 
 
 def _composite(key: np.ndarray, ts: np.ndarray, low: int, span: int) -> np.ndarray:
-    """(key, time) as one sortable int64: ``key * span + ts - low`` (``span`` exceeds every ``ts - low``)."""
+    """(key, time) as one sortable int64: ``key * span + ts - low`` (``span`` exceeds every
+    ``ts - low``; keys are a batch's group numbers)."""
+    if len(key) and (int(key.max()) + 1) * span >= 2**63:
+        raise BatchValueError(
+            f"session windows: one batch's event times and pending sessions span {span} ms over "
+            f"{int(key.max()) + 1} keys, too wide to sort as one int64; send smaller batches "
+            "(chandy.network.arrow-batch-size) or event times closer together"
+        )
     combined: np.ndarray = key.astype(np.int64) * span + (ts - low)
     return combined
 
