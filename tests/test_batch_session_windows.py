@@ -27,6 +27,7 @@ from chandy.core.time import Time
 from chandy.core.windows import EventTimeSessionWindows
 from chandy.errors import InvalidProgramError, JobExecutionError
 from tests.probes import Probe
+from tests.state_backends import on_rocksdb_too
 from tests.test_batch_windows import (
     FUNCTIONS,
     FailOnce,
@@ -158,6 +159,7 @@ def expected_sessions(n: int) -> dict[tuple[int, int, int], int]:
     return {(key, s, e + GAP_MS): total for (key, _), (s, e, total) in out.items()}
 
 
+@on_rocksdb_too()  # the session states stay columnar whatever the backend
 @pytest.mark.slow
 def test_sessions_exactly_once_through_a_failure_and_a_restore_at_another_parallelism(
     tmp_path: Path,
