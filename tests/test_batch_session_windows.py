@@ -23,6 +23,7 @@ import pytest
 
 from chandy import StreamExecutionEnvironment
 from chandy.connectors.arrow_sources import ArrowNumberSequenceSource
+from chandy.core.functions import MapBatchesFunction
 from chandy.core.time import Time
 from chandy.core.windows import EventTimeSessionWindows
 from chandy.errors import InvalidProgramError, JobExecutionError
@@ -30,6 +31,7 @@ from tests.probes import Probe
 from tests.state_backends import on_rocksdb_too
 from tests.test_batch_windows import (
     FUNCTIONS,
+    LATE_VALUE,
     FailOnce,
     Rows,
     SumOfSquares,
@@ -38,6 +40,7 @@ from tests.test_batch_windows import (
     both_paths,
     fail_then_stop_with_savepoint,
     firings,
+    first_run_with_pending_windows,
     generated,
     is_subsequence,
     local_env,
@@ -136,14 +139,14 @@ class FailOnceInSessions(FailOnce):
         return session_rows(super().map_batch(batch))
 
 
-def session_job(env: StreamExecutionEnvironment, n: int, rows: FailOnce) -> Any:
+def session_job(env: StreamExecutionEnvironment, n: int, rows: MapBatchesFunction, lateness: int = 0) -> Any:
     """``1..n`` as session rows into a session sum by key (uids kept across the runs)."""
     source = env.from_source(ArrowNumberSequenceSource(1, n), source_name="numbers").uid("numbers")
     timed = (
         source.map_batches(rows).uid("rows").assign_timestamps_and_watermarks(strategy(50)).uid("event time")
     )
     sessions = EventTimeSessionWindows.with_gap(Time.milliseconds(GAP_MS))
-    return timed.key_by("key").window(sessions).sum("value").uid("sessions")
+    return timed.key_by("key").window(sessions).allowed_lateness(lateness).sum("value").uid("sessions")
 
 
 def expected_sessions(n: int) -> dict[tuple[int, int, int], int]:
@@ -183,6 +186,52 @@ def test_sessions_exactly_once_through_a_failure_and_a_restore_at_another_parall
     assert client2.get_checkpoint_statistics()["counts"]["restored"] == 1
     emitted = Counter((r.key, r.window_start, r.window_end) for r in first + second)
     assert max(emitted.values()) == 1, [w for w, c in emitted.items() if c > 1][:5]
+    assert {(r.key, r.window_start, r.window_end): r.value for r in first + second} == expected
+
+
+class SessionRowsWithALateRow(MapBatchesFunction):
+    """The second run's rows: the input's as session rows, and in subtask 0's first batch
+    one row ``(key 0, ts 0, LATE_VALUE)`` that touches key 0's first session."""
+
+    def open(self, runtime_context: Any) -> None:
+        self.pending_late = runtime_context.get_index_of_this_subtask() == 0
+
+    def map_batch(self, batch: pa.RecordBatch) -> pa.RecordBatch:
+        rows = session_rows(batch)
+        if self.pending_late:
+            self.pending_late = False
+            late = pa.RecordBatch.from_pydict(
+                {"key": [0], "value": [LATE_VALUE], "ts": [0]}, schema=rows.schema
+            )
+            rows = pa.Table.from_batches([rows, late]).combine_chunks().to_batches()[0]
+        return rows
+
+
+@pytest.mark.slow
+def test_allowed_lateness_across_a_restore_fires_only_the_session_that_grew(tmp_path: Path) -> None:
+    """Allowed lateness longer than the input, so every session stays in the state: the
+    sessions that fired before the savepoint are not emitted again after the restore (at
+    another parallelism), except key 0's first, which a row of the second run touches: it
+    grows to start at 0 and fires again with that row in its sum."""
+    n = 20_000
+    lateness = 10 * n
+    first, savepoint = first_run_with_pending_windows(
+        tmp_path,
+        lambda env: session_job(env, n, FailOnceInSessions(str(tmp_path / "never"), delay_s=0.1), lateness),
+        "savepoint",
+    )
+    key0 = min((s for s in expected_sessions(n) if s[0] == 0), key=lambda s: s[1])
+    assert (0, key0[1], key0[2]) in {(r.key, r.window_start, r.window_end) for r in first}
+    env2 = batch_env("local", 3, str(tmp_path / "second"))
+    env2.set_restore_path(savepoint)
+    second, _ = run(session_job(env2, n, SessionRowsWithALateRow(), lateness), "second run")
+
+    emitted = Counter((r.key, r.window_start, r.window_end) for r in first + second)
+    assert max(emitted.values()) == 1, [w for w, c in emitted.items() if c > 1][:5]
+    expected = expected_sessions(n)
+    grown = expected.pop(key0)
+    expected[(0, 0, key0[2])] = grown + LATE_VALUE
+    expected[key0] = grown  # emitted before the savepoint, before it grew
     assert {(r.key, r.window_start, r.window_end): r.value for r in first + second} == expected
 
 
