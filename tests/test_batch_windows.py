@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import operator
+import re
 import shutil
 import threading
 import time
@@ -34,7 +35,7 @@ from chandy.core.output_tag import OutputTag
 from chandy.core.time import Time
 from chandy.core.watermark_strategy import TimestampAssigner
 from chandy.core.windows import (
-    EventTimeSessionWindows,
+    ProcessingTimeSessionWindows,
     SlidingEventTimeWindows,
     TumblingEventTimeWindows,
 )
@@ -119,6 +120,66 @@ def firings(rows: list[Any], source: str) -> dict[tuple[str, int, int, int], lis
     return dict(out)
 
 
+def both_paths(rows: Rows, windows: Any, lateness: int, user_aggregate: bool) -> list[Any]:
+    """``rows`` through batch windows and the record path's windows in one job (parallelism
+    1, so both see the same rows and watermarks in the same order): ("batch" | "record",
+    function, key, start, end, value) per firing, ("late", "batch" | "record", key, ts, 0,
+    value) per late row; ``user_aggregate``: the batch path's ``aggregate`` too ("squares")."""
+    env = StreamExecutionEnvironment.get_execution_environment(executor="local")
+    env.set_parallelism(1)
+    env.configure({"pipeline.auto-watermark-interval": 1, "chandy.network.arrow-batch-size": 200})
+    source = env.from_source(ArrowDataGeneratorSource(rows, count=len(rows.ts)), strategy(), "rows")
+    paced = source.map_batches(Pace())
+    keyed = paced.key_by("key")
+    late_batch, late_record = OutputTag("late-batch"), OutputTag("late-record")
+
+    def windowed(late: OutputTag | None = None) -> Any:
+        stream = keyed.window(windows).allowed_lateness(lateness)
+        return stream if late is None else stream.side_output_late_data(late)
+
+    outputs = builtin_outputs(windowed, late_batch)
+    if user_aggregate:
+        squares = windowed().aggregate(SumOfSquares(), {"squares": "int64"}).to_records()
+        outputs.append(
+            squares.map(lambda r: ("batch", "squares", r.key, r.window_start, r.window_end, r.squares))
+        )
+    record = (
+        paced.to_records()
+        .key_by(lambda r: r["key"])
+        .window(windows)
+        .allowed_lateness(lateness)
+        .side_output_late_data(late_record)
+        .process(AllAggregates())
+    )
+    fired = record if user_aggregate else record.filter(lambda t: t[0] != "squares")
+    outputs.append(fired.map(lambda t: ("record", *t)))
+    outputs.append(
+        record.get_side_output(late_record).map(lambda r: ("late", "record", r.key, r.ts, 0, r.value))
+    )
+    first, *rest = outputs
+    out, _ = run(first.union(*rest), f"batch windows against record windows ({windows!r})")
+    return list(out)
+
+
+def builtin_outputs(windowed: Callable[[OutputTag | None], Any], late: OutputTag) -> list[Any]:
+    """Every built-in aggregate of ``windowed(tag)`` (``sum`` with ``late`` as its late side
+    output) as records ("batch", function, key, start, end, value), and the late rows as
+    ("late", "batch", key, ts, 0, value)."""
+    outputs = []
+    for function in FUNCTIONS:
+        result = getattr(windowed(late if function == "sum" else None), function)("value")
+        name = "count" if function == "count" else "value"
+        outputs.append(
+            result.to_records().map(
+                lambda r, f=function, n=name: ("batch", f, r.key, r.window_start, r.window_end, r[n])
+            )
+        )
+        if function == "sum":
+            late_rows = result.get_side_output(late).to_records()
+            outputs.append(late_rows.map(lambda r: ("late", "batch", r.key, r.ts, 0, r.value)))
+    return outputs
+
+
 def is_subsequence(short: list[Any], long: list[Any]) -> bool:
     it = iter(long)
     return all(any(item == other for other in it) for item in short)
@@ -134,54 +195,12 @@ def test_batch_windows_equal_the_record_paths(assigner: str, lateness: int) -> N
     are a subsequence of the record path's ending with the same value. Late rows go to
     the side output on both paths alike."""
     rows = Rows(8_000, keys=7, jitter=600, seed=5 + lateness)
-    env = StreamExecutionEnvironment.get_execution_environment(executor="local")
-    env.set_parallelism(1)
-    env.configure({"pipeline.auto-watermark-interval": 1, "chandy.network.arrow-batch-size": 200})
     windows = (
         TumblingEventTimeWindows.of(Time.milliseconds(100))
         if assigner == "tumbling"
         else SlidingEventTimeWindows.of(Time.milliseconds(300), Time.milliseconds(100))
     )
-    source = env.from_source(ArrowDataGeneratorSource(rows, count=len(rows.ts)), strategy(), "rows")
-    paced = source.map_batches(Pace())
-    keyed = paced.key_by("key")
-    late_batch, late_record = OutputTag("late-batch"), OutputTag("late-record")
-
-    def windowed(late: OutputTag | None = None) -> Any:
-        stream = keyed.window(windows).allowed_lateness(lateness)
-        return stream if late is None else stream.side_output_late_data(late)
-
-    outputs = []
-    for function in FUNCTIONS:
-        result = getattr(windowed(late_batch if function == "sum" else None), function)("value")
-        name = "count" if function == "count" else "value"
-        outputs.append(
-            result.to_records().map(
-                lambda r, f=function, n=name: ("batch", f, r.key, r.window_start, r.window_end, r[n])
-            )
-        )
-        if function == "sum":
-            late_rows = result.get_side_output(late_batch).to_records()
-            outputs.append(late_rows.map(lambda r: ("late", "batch", r.key, r.ts, 0, r.value)))
-    squares = windowed().aggregate(SumOfSquares(), {"squares": "int64"}).to_records()
-    outputs.append(
-        squares.map(lambda r: ("batch", "squares", r.key, r.window_start, r.window_end, r.squares))
-    )
-    record = (
-        paced.to_records()
-        .key_by(lambda r: r["key"])
-        .window(windows)
-        .allowed_lateness(lateness)
-        .side_output_late_data(late_record)
-        .process(AllAggregates())
-    )
-    outputs.append(record.map(lambda t: ("record", *t)))
-    outputs.append(
-        record.get_side_output(late_record).map(lambda r: ("late", "record", r.key, r.ts, 0, r.value))
-    )
-    first, *rest = outputs
-    out, _ = run(first.union(*rest), "batch windows against record windows")
-
+    out = both_paths(rows, windows, lateness, user_aggregate=True)
     batch, reference = firings(out, "batch"), firings(out, "record")
     assert set(batch) == set(reference)
     assert {k[0] for k in batch} == {*FUNCTIONS, "squares"}
@@ -304,15 +323,9 @@ def test_exactly_once_through_a_failure_and_a_restore_at_another_parallelism(tmp
     gate = str(tmp_path / "never")
     checkpoints = str(tmp_path / "checkpoints")
     env = batch_env("local", 2, checkpoints)
-    results = window_job(env, n, FailOnce(gate, probe, checkpoints)).execute_and_collect("first run")
-    client = results.job_client
-    first, reader = drain(results)
-    wait_for_the_failure_and_checkpoints(client, probe, 2)
-    savepoint = client.stop_with_savepoint(savepoint_directory=str(tmp_path / "sp")).result(120)
-    reader.join(60)
-    assert not reader.is_alive()
-    results.close()
-    assert client.restarts >= 1
+    first, savepoint = fail_then_stop_with_savepoint(
+        window_job(env, n, FailOnce(gate, probe, checkpoints)), probe, tmp_path
+    )
     assert len(first) < n // WINDOW_MS * KEYS  # stopped early: windows were pending
 
     env2 = batch_env("local", 3, str(tmp_path / "second"))
@@ -320,6 +333,21 @@ def test_exactly_once_through_a_failure_and_a_restore_at_another_parallelism(tmp
     second, client2 = run(window_job(env2, n, FailOnce(str(tmp_path))), "second run")
     assert client2.get_checkpoint_statistics()["counts"]["restored"] == 1
     assert_windows_exact(first + second, n)
+
+
+def fail_then_stop_with_savepoint(job: Any, probe: Probe, tmp_path: Path) -> tuple[list[Any], str]:
+    """Run ``job`` (whose rows fail once, counted in ``probe``) until it restarted and two
+    more checkpoints completed, then stop it with a savepoint: its output and the savepoint."""
+    results = job.execute_and_collect("first run")
+    client = results.job_client
+    first, reader = drain(results)
+    wait_for_the_failure_and_checkpoints(client, probe, 2)
+    savepoint: str = client.stop_with_savepoint(savepoint_directory=str(tmp_path / "sp")).result(120)
+    reader.join(60)
+    assert not reader.is_alive()
+    results.close()
+    assert client.restarts >= 1
+    return first, savepoint
 
 
 def wait_for_the_failure_and_checkpoints(client: Any, probe: Probe, checkpoints: int) -> None:
@@ -492,13 +520,14 @@ def test_window_without_event_time_is_refused() -> None:
         keyed.window(TumblingEventTimeWindows.of(Time.seconds(1)))
 
 
-def test_a_session_window_on_batches_is_refused() -> None:
+def test_a_processing_time_window_on_batches_is_refused() -> None:
     env = local_env()
     keyed = env.from_source(generated({"ts": lambda i: i}), strategy(), "n").key_by("ts")
     with pytest.raises(
-        InvalidProgramError, match=r"TumblingEventTimeWindows or SlidingEventTimeWindows.*to_records"
+        InvalidProgramError,
+        match=r"TumblingEventTimeWindows, SlidingEventTimeWindows or EventTimeSessionWindows.*to_records",
     ):
-        keyed.window(EventTimeSessionWindows.with_gap(Time.seconds(1)))
+        keyed.window(ProcessingTimeSessionWindows.with_gap(Time.seconds(1)))
 
 
 def test_a_per_record_assigner_on_a_batch_source_is_refused() -> None:
@@ -540,12 +569,17 @@ def test_a_bad_timestamp_column_fails_the_job_naming_it(columns: dict[str, Any],
     with pytest.raises(JobExecutionError) as failure:
         source.map_batches(lambda b: b).print()
         env.execute("bad timestamps")
-    cause: BaseException | None = failure.value
+    assert_caused_by(failure.value, message)
+
+
+def assert_caused_by(error: BaseException, message: str) -> None:
+    """``error`` or one of its causes says ``message`` (a regular expression)."""
+    cause: BaseException | None = error
     messages = []
     while cause is not None:
         messages.append(str(cause))
         cause = cause.__cause__
-    assert any(__import__("re").search(message, m) for m in messages), messages
+    assert any(re.search(message, m) for m in messages), messages
 
 
 # ---------------------------------------------------------------------- restores in detail

@@ -37,7 +37,13 @@ from chandy.core.functions import BatchAggregateFunction, KeyedBatchFunction, Ke
 from chandy.core.output_tag import OutputTag
 from chandy.core.time import to_millis
 from chandy.core.watermark_strategy import WatermarkStrategy
-from chandy.core.windows import SlidingEventTimeWindows, TumblingEventTimeWindows, WindowAssigner
+from chandy.core.windows import (
+    DynamicEventTimeSessionWindows,
+    EventTimeSessionWindows,
+    SlidingEventTimeWindows,
+    TumblingEventTimeWindows,
+    WindowAssigner,
+)
 from chandy.errors import InvalidProgramError
 from chandy.state.arrow_keys import INTERNAL_COLUMNS, KEY_COLUMN
 from chandy.task.arrow_partitioners import (
@@ -55,6 +61,7 @@ from chandy.task.operators.batch import (
     KeyedBatchProcessOperator,
     MapBatchesOperator,
 )
+from chandy.task.operators.batch_session_window import BatchSessionWindowOperator
 from chandy.task.operators.batch_window import (
     BatchWindowOperator,
     BuiltinWindowAggregation,
@@ -422,16 +429,26 @@ class KeyedBatchStream(BatchStream):
     # ------------------------------------------------------------ windows
 
     def window(self, window_assigner: WindowAssigner[Any, Any]) -> WindowedBatchStream:
-        """Event-time windows of each key (``TumblingEventTimeWindows.of(...)`` or
-        ``SlidingEventTimeWindows.of(...)``), computed per batch in numpy; end it with
-        ``sum``, ``count``, ``min``, ``max``, ``mean`` or ``aggregate``. The stream must carry
-        event time: a watermark strategy with ``with_timestamp_column`` on its batch source or
-        in ``assign_timestamps_and_watermarks``."""
-        if not isinstance(window_assigner, (TumblingEventTimeWindows, SlidingEventTimeWindows)):
+        """Event-time windows of each key (``TumblingEventTimeWindows.of(...)``,
+        ``SlidingEventTimeWindows.of(...)`` or ``EventTimeSessionWindows.with_gap(...)``),
+        computed per batch in numpy; end it with ``sum``, ``count``, ``min``, ``max``,
+        ``mean`` or (not on sessions) ``aggregate``. The stream must carry event time: a
+        watermark strategy with ``with_timestamp_column`` on its batch source or in
+        ``assign_timestamps_and_watermarks``."""
+        if isinstance(window_assigner, DynamicEventTimeSessionWindows):
             raise InvalidProgramError(
-                f"a KeyedBatchStream's window() takes TumblingEventTimeWindows or "
-                f"SlidingEventTimeWindows, got {window_assigner!r}; for other windows (session, "
-                "processing time, count, global) convert with to_records().key_by(...).window(...)"
+                f"a KeyedBatchStream's window() takes sessions of one gap "
+                f"(EventTimeSessionWindows.with_gap(...)), got {window_assigner!r}; for a gap taken "
+                "from each record convert with to_records().key_by(...).window(...)"
+            )
+        if not isinstance(
+            window_assigner, (TumblingEventTimeWindows, SlidingEventTimeWindows, EventTimeSessionWindows)
+        ):
+            raise InvalidProgramError(
+                f"a KeyedBatchStream's window() takes TumblingEventTimeWindows, "
+                f"SlidingEventTimeWindows or EventTimeSessionWindows, got {window_assigner!r}; for "
+                "other windows (processing time, count, global) convert with "
+                "to_records().key_by(...).window(...)"
             )
         column = self._timestamp_column()
         if column is None:
@@ -454,7 +471,7 @@ class WindowedBatchStream:
     def __init__(
         self,
         keyed_stream: KeyedBatchStream,
-        window_assigner: TumblingEventTimeWindows | SlidingEventTimeWindows,
+        window_assigner: TumblingEventTimeWindows | SlidingEventTimeWindows | EventTimeSessionWindows,
         timestamp_column: str,
     ) -> None:
         self._keyed_stream = keyed_stream
@@ -485,13 +502,23 @@ class WindowedBatchStream:
 
     def _build(self, aggregation: WindowAggregation) -> BatchStream:
         assigner = self._window_assigner
-        assert isinstance(assigner, (TumblingEventTimeWindows, SlidingEventTimeWindows))
-        size = assigner.size
-        slide = assigner.slide if isinstance(assigner, SlidingEventTimeWindows) else size
         keyed = self._keyed_stream
-        windowed = keyed._batch_operator(
-            f"Window({assigner!r}, {aggregation.call_text})",
-            functools.partial(
+        factory: Callable[[], StreamOperator]
+        if isinstance(assigner, EventTimeSessionWindows):
+            assert isinstance(aggregation, BuiltinWindowAggregation)
+            factory = functools.partial(
+                BatchSessionWindowOperator,
+                assigner.session_gap,
+                aggregation,
+                keyed._key_column,
+                self._timestamp_column,
+                self._allowed_lateness,
+                self._late_data_output_tag,
+            )
+        else:
+            size = assigner.size
+            slide = assigner.slide if isinstance(assigner, SlidingEventTimeWindows) else size
+            factory = functools.partial(
                 BatchWindowOperator,
                 size,
                 slide,
@@ -501,8 +528,9 @@ class WindowedBatchStream:
                 self._timestamp_column,
                 self._allowed_lateness,
                 self._late_data_output_tag,
-            ),
-            keyed=True,
+            )
+        windowed = keyed._batch_operator(
+            f"Window({assigner!r}, {aggregation.call_text})", factory, keyed=True
         )
         if self._late_data_output_tag is not None:  # the late rows are the input's, event time and all
             assert windowed._node is not None
@@ -546,6 +574,13 @@ class WindowedBatchStream:
             raise InvalidProgramError(
                 "a WindowedBatchStream's aggregate() takes a BatchAggregateFunction (vectorised "
                 f"create_accumulator / add / get_result), got {type(aggregate_function).__name__}"
+            )
+        if isinstance(self._window_assigner, EventTimeSessionWindows):
+            raise InvalidProgramError(
+                "aggregate() is not available on batch session windows: merging sessions needs a "
+                "vectorised merge of two accumulators, which BatchAggregateFunction does not have; "
+                "use sum / count / min / max / mean, or convert with to_records() and aggregate "
+                "the record path's session windows"
             )
         schema = check_schema(accumulator_schema, "aggregate(accumulator_schema)")
         return self._build(UserWindowAggregation(aggregate_function, schema))

@@ -825,8 +825,8 @@ class BatchAggregateFunction(Function):
     - :meth:`get_result`: the accumulators of the keys of a window that fires, to the
       output columns (a dict of equally long arrays, or a ``RecordBatch``).
 
-    There is no ``merge``: chandy's batch windows (tumbling and sliding) never merge two
-    accumulators of a key.
+    There is no ``merge``: tumbling and sliding batch windows never merge two accumulators
+    of a key, and batch session windows (which would) refuse ``aggregate``.
     """
 
     def create_accumulator(self) -> dict[str, Any]:

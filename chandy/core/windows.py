@@ -838,6 +838,11 @@ class _SessionWindows(MergingWindowAssigner[Any, TimeWindow]):
             if self._session_gap <= 0:
                 raise ValueError(f"{type(self).__name__} needs a gap > 0, got {self._session_gap}")
 
+    @property
+    def session_gap(self) -> int:
+        """The gap in milliseconds (0 for a dynamic gap, which each record gives)."""
+        return self._session_gap
+
     def _window_at(self, element: Any, timestamp: int) -> list[TimeWindow]:
         gap = self._session_gap
         if self._extract is not None:

@@ -194,7 +194,11 @@ class BuiltinWindowAggregation(WindowAggregation):
         counts = state.column(_COUNT)[slots]
         result = counts if self.function == "count" else state.column(_ACC)[slots]
         assert self.output_name is not None
-        return [(self.output_name, aggregate_column(self.function, self._column_type, result, counts))]
+        return [(self.output_name, self.result_column(result, counts))]
+
+    def result_column(self, result: np.ndarray, counts: np.ndarray) -> pa.Array:
+        """The output column of accumulators ``result`` (the counts for count) and ``counts``."""
+        return aggregate_column(self.function, self._column_type, result, counts)
 
 
 class UserWindowAggregation(WindowAggregation):
@@ -253,11 +257,40 @@ class UserWindowAggregation(WindowAggregation):
         return list(zip(out.schema.names, out.columns, strict=True))
 
 
-class BatchWindowOperator(StreamOperator):
-    """Tumbling and sliding event-time windows over keyed record batches (see the module)."""
+class KeyedBatchWindowOperator(StreamOperator):
+    """What the batch window operators share: the key and event-time columns, the allowed
+    lateness, and the late side output."""
 
     keyed = True
     columnar_state = True
+
+    def __init__(
+        self,
+        aggregation: WindowAggregation,
+        key_column: str,
+        timestamp_column: str,
+        allowed_lateness: int,
+        late_data_output_tag: OutputTag | None,
+    ) -> None:
+        super().__init__()
+        self.aggregation = aggregation
+        self.key_column = key_column
+        self.timestamp_column = timestamp_column
+        self.allowed_lateness = allowed_lateness
+        self.late_data_output_tag = late_data_output_tag
+        self.name = aggregation.call_text
+        self._key_name = "key" if key_column == KEY_COLUMN else key_column
+
+    def _emit_late(self, batch: pa.RecordBatch, late: np.ndarray) -> None:
+        """The rows of ``batch`` where ``late`` is True to the late side output, if there is one."""
+        tag = self.late_data_output_tag
+        late_output = None if tag is None else self.side_outputs.get(tag.tag_id)
+        if late_output is not None:
+            late_output(_user_columns(batch).filter(pa.array(late)))
+
+
+class BatchWindowOperator(KeyedBatchWindowOperator):
+    """Tumbling and sliding event-time windows over keyed record batches (see the module)."""
 
     def __init__(
         self,
@@ -270,15 +303,8 @@ class BatchWindowOperator(StreamOperator):
         allowed_lateness: int = 0,
         late_data_output_tag: OutputTag | None = None,
     ) -> None:
-        super().__init__()
+        super().__init__(aggregation, key_column, timestamp_column, allowed_lateness, late_data_output_tag)
         self.size, self.slide, self.offset = size, slide, offset
-        self.aggregation = aggregation
-        self.key_column = key_column
-        self.timestamp_column = timestamp_column
-        self.allowed_lateness = allowed_lateness
-        self.late_data_output_tag = late_data_output_tag
-        self.name = aggregation.call_text
-        self._key_name = "key" if key_column == KEY_COLUMN else key_column
         #: Pending windows by start: their state.
         self._windows: dict[int, ColumnarKeyedState] = {}
         #: Windows whose on-time firing happened in this run (only the cleanup is left).
@@ -393,12 +419,6 @@ class BatchWindowOperator(StreamOperator):
             # Not complete by this run's watermark (it starts over after a restore), yet
             # fired before the checkpoint: these keys fire again when the watermark passes.
             state.column(_FIRED)[grouped.slots] = False
-
-    def _emit_late(self, batch: pa.RecordBatch, late: np.ndarray) -> None:
-        tag = self.late_data_output_tag
-        late_output = None if tag is None else self.side_outputs.get(tag.tag_id)
-        if late_output is not None:
-            late_output(_user_columns(batch).filter(pa.array(late)))
 
     # ------------------------------------------------------------------ firing
 
