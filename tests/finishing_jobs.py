@@ -20,6 +20,7 @@ from chandy.core.functions import (
     FunctionSnapshotContext,
     KeyedProcessFunction,
     MapFunction,
+    ReduceFunction,
     RuntimeContext,
 )
 from chandy.core.state import ValueStateDescriptor
@@ -35,7 +36,14 @@ from chaos.finishing import UnevenNumberSequence
 #: ``finished``: once subtask 0's task has ended (its final transaction committed).
 MOMENTS = ("end-of-input", "final-snapshot", "final-complete", "finished")
 
-__all__ = ["MOMENTS", "FaultNearTheEnd", "RunningCount", "UnevenNumberSequence"]
+__all__ = [
+    "MOMENTS",
+    "FaultNearTheEnd",
+    "RunningCount",
+    "SlowCountSum",
+    "UnevenNumberSequence",
+    "position_in_split",
+]
 
 
 class FaultNearTheEnd(MapFunction, CheckpointedFunction, CheckpointListener):
@@ -147,3 +155,28 @@ class RunningCount(KeyedProcessFunction):
         count = (self.count.value() or 0) + 1
         self.count.update(count)
         yield {"v": value, "k": ctx.get_current_key(), "c": count}
+
+
+def position_in_split(sizes: list[int], value: int) -> int:
+    """``value``'s position in its split of :class:`UnevenNumberSequence` ``sizes``: an event
+    time on which every split starts at 0, so the splits' event times overlap (a short split
+    ends at an event time a long one reaches much later)."""
+    start = 0
+    for size in sizes:
+        if value < start + size:
+            return value - start
+        start += size
+    raise ValueError(f"{value} is in no split of {sizes}")
+
+
+class SlowCountSum(ReduceFunction):
+    """Sums ``(key, count, sum)`` tuples, sleeping ``pace_s`` per call: a window task slower
+    than its sources, so the ends of their splits (records, final watermark) are still in its
+    input channels when an unaligned barrier overtakes them."""
+
+    def __init__(self, pace_s: float) -> None:
+        self.pace_s = pace_s
+
+    def reduce(self, value1: Any, value2: Any) -> Any:
+        time.sleep(self.pace_s)
+        return (value1[0], value1[1] + value2[1], value1[2] + value2[2])

@@ -26,9 +26,17 @@ import pytest
 from chandy import StreamExecutionEnvironment
 from chandy.common.watermark_strategy import WatermarkStrategy
 from chandy.connectors import FileSink, JsonLinesEncoder
+from chandy.core.time import Time
+from chandy.core.windows import TumblingEventTimeWindows
 from chandy.messages.status import ExecutionState
 from chandy.runtime.job_client import JobClient
-from tests.finishing_jobs import FaultNearTheEnd, RunningCount, UnevenNumberSequence
+from tests.finishing_jobs import (
+    FaultNearTheEnd,
+    RunningCount,
+    SlowCountSum,
+    UnevenNumberSequence,
+    position_in_split,
+)
 from tests.jobs import Throttle, release
 
 SIZES = [3_000, 12_000]
@@ -189,6 +197,61 @@ def test_a_fault_around_a_subtask_finishing_with_unaligned_checkpoints(
     run_with_fault(
         executor, tmp_path, moment, victim, keyed, **{"execution.checkpointing.unaligned.enabled": True}
     )
+
+
+def _event_time(value: int, record_timestamp: int) -> int:
+    return position_in_split(SIZES, value)
+
+
+@pytest.mark.slow
+def test_event_time_windows_after_a_restore_from_a_subtasks_final_unaligned_checkpoint(
+    tmp_path: Path,
+) -> None:
+    """Subtask 0 ends its short split while the (slow) window task still has the split's last
+    records and final watermark in its input channels: its final checkpoint, unaligned, holds
+    them as in-flight data. Subtask 1 fails as that checkpoint completes, and the job restores
+    it. Both splits start at event time 0, so subtask 1's split, read on after the restore, is
+    far behind subtask 0's final watermark.
+
+    Before the fix the restore dealt the source's split lists out again (its shared state is a
+    union list): subtask 1's split moved to subtask 0, whose input channel replayed the final
+    watermark first, so the window task's event time jumped to the end and every later record
+    of the moved split was late and dropped."""
+    env = new_env("local")
+    env.configure({"execution.checkpointing.unaligned.enabled": True})
+    signals = tmp_path / "signals"
+    signals.mkdir()
+    out = tmp_path / "out"
+    numbers = env.from_source(UnevenNumberSequence(SIZES), WatermarkStrategy.no_watermarks(), "numbers")
+    fault = FaultNearTheEnd(str(signals), "final-complete", 1, SIZES[0] - 1, PACE_S)
+    mapped = numbers.map(fault).uid("fault")
+    timed = mapped.assign_timestamps_and_watermarks(
+        WatermarkStrategy.for_monotonous_timestamps().with_timestamp_assigner(_event_time)
+    )
+    windows = (
+        timed.map(lambda v: (v % KEYS, 1, v))
+        .key_by(lambda t: t[0])
+        .window(TumblingEventTimeWindows.of(Time.milliseconds(100)))
+        .reduce(SlowCountSum(0.0002))
+        .uid("windows")
+    )
+    windows.map(lambda t: {"k": t[0], "c": t[1], "s": t[2]}).sink_to(
+        FileSink.for_row_format(str(out), JsonLinesEncoder()).build()
+    ).uid("sink")
+    result = env.execute("restored from a final unaligned checkpoint")
+    assert (signals / "struck").is_dir(), "the fault never struck"
+    assert result.restarts >= 1
+    counts: Counter[int] = Counter()
+    sums: Counter[int] = Counter()
+    for row in committed(out):
+        counts[row["k"]] += row["c"]
+        sums[row["k"]] += row["s"]
+    expected_counts = Counter(v % KEYS for v in range(N))
+    expected_sums: Counter[int] = Counter()
+    for v in range(N):
+        expected_sums[v % KEYS] += v
+    assert sum(counts.values()) == N, f"{N - sum(counts.values())} of {N} records missing from the windows"
+    assert counts == expected_counts and sums == expected_sums
 
 
 @pytest.mark.slow

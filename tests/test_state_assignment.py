@@ -148,6 +148,32 @@ def test_s52_split_lists_are_spread_evenly(old_parallelism: int, new_parallelism
     assert max(loads) - min(loads) <= 1
 
 
+def test_equal_parallelism_keeps_each_subtasks_split_list_beside_a_union_state() -> None:
+    """A source's reader splits (split-distribute) next to its shared union state, at an
+    unchanged parallelism, stay with the subtask that read them, as in Flink (only the union
+    list is dealt out again). Subtask 0's list is empty (its split ended): were the lists dealt
+    out again, subtask 0 would read subtask 1's split after the restore, behind the in-flight
+    data of its old split (an unaligned checkpoint's channel state, ending in that split's final
+    watermark), and downstream event time would run ahead of the moved split."""
+    union = element_ranges(random.Random(1), 2, 10_000)
+    splits = [(), ((0, 7),), ((7, 12), (12, 20))]
+    handles = [
+        [
+            OperatorStateHandle(
+                {"splits": OperatorStateMeta(SPLIT, ranges), "shared": OperatorStateMeta(UNION, union)},
+                ByteStreamStateHandle(f"old-{index}", b""),
+            )
+        ]
+        for index, ranges in enumerate(splits)
+    ]
+    new = repartition_operator_state(handles, 3)
+    assert [elements_of(h, "splits") for h in new] == [
+        [(f"old-{index}", r) for r in ranges] for index, ranges in enumerate(splits)
+    ]
+    every_union = [(f"old-{index}", r) for index in range(3) for r in union]
+    assert [Counter(elements_of(h, "shared")) for h in new] == [Counter(every_union)] * 3
+
+
 # ---------------------------------------------------------------------- assign_states
 
 

@@ -6,8 +6,14 @@ checkpoint's files) cannot be split: it goes whole to every new subtask whose
 range it overlaps, and the restore clips the database to that subtask's range. Operator state is redistributed
 by mode: split-distribute lists are dealt out in contiguous chunks whose sizes
 differ by at most one, union lists go whole to every subtask, broadcast state
-gets one copy per subtask. Nothing is read here: only byte ranges move, and
-each subtask reads its own.
+gets one copy per subtask. At an unchanged parallelism only the union lists are
+dealt out again (Flink's ``RoundRobinOperatorStateRepartitioner`` too): every
+other list stays with its subtask. A source's splits sit beside its union list
+(the shared reader state); dealt out again, a subtask whose split had ended would
+take another subtask's split and send its records behind the in-flight data of an
+unaligned checkpoint that it sent itself, the final watermark of its old split
+included, which makes every record of the moved split late downstream. Nothing is
+read here: only byte ranges move, and each subtask reads its own.
 
 Input channel state (the in-flight data of an unaligned checkpoint) goes to the
 subtask with the same index, unchanged. It is *not* redistributed: its items are
@@ -101,7 +107,13 @@ def repartition_operator_state(
     ]
     for name, mode in modes.items():
         items = elements[name]
-        if mode is OperatorStateDistributionMode.SPLIT_DISTRIBUTE:
+        if mode is not OperatorStateDistributionMode.UNION and old_parallelism == new_parallelism:
+            # Only the union lists are dealt out again (Flink keeps the rest where it was): a
+            # source's splits stay with the subtask that read them, behind the in-flight data
+            # of an unaligned checkpoint that this subtask sent (its watermarks included).
+            for i in range(new_parallelism):
+                assigned[i][name].extend(per_old[name][i])
+        elif mode is OperatorStateDistributionMode.SPLIT_DISTRIBUTE:
             base, extra = divmod(len(items), new_parallelism)
             start = 0
             for i in range(new_parallelism):

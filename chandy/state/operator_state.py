@@ -2,7 +2,8 @@
 
 A function that is not on a keyed stream keeps its checkpointed data here, as
 Flink's ``OperatorStateStore``: ``get_list_state`` (split-distribute: on restore
-the elements of all subtasks are dealt round-robin to the new subtasks) and
+at another parallelism the elements of all subtasks are dealt out to the new subtasks;
+at the same one each subtask keeps its own) and
 ``get_union_list_state`` (every new subtask gets every element). Source readers
 keep their splits here; two-phase-commit sinks their pending transactions.
 
