@@ -273,7 +273,9 @@ def test_an_outage_fails_checkpoints_on_time_and_the_job_resumes_exactly(
 
     assert stats["counts"]["failed"] >= 1, "no checkpoint expired while the storage hung"
     assert max(latencies) < timeout_ms / 1000, f"the JobMaster stalled: {max(latencies):.1f} s"
-    failed = [c for c in client.get_checkpoint_statistics()["history"] if c["status"] == "FAILED"]
+    # the history as the outage ended: it keeps the latest checkpoints only, and on a loaded
+    # machine the completed ones after the outage pushed the expired ones out by the job's end
+    failed = [c for c in stats["history"] if c["status"] == "FAILED"]
     assert failed and all("EXPIRED" in c["failure_message"] for c in failed), failed
     assert all(c["end_to_end_duration"] < timeout_ms + 2_000 for c in failed), failed  # on time
     assert client.restarts == 0  # within tolerance: no failover
