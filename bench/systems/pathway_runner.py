@@ -60,7 +60,7 @@ import shutil
 import signal
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
@@ -109,6 +109,20 @@ def run_job(
     return notes
 
 
+def write_csv_once(
+    path: Path, header: str, records: int, rows: Callable[[int, int], Iterable[tuple[int, ...]]]
+) -> None:
+    """Write ``records`` rows (``rows(lo, hi)`` gives those from ``lo`` to ``hi``), ``BATCH`` at
+    a time, under ``header`` into ``path``, unless an earlier job of the run wrote it: the csv
+    variant's input, written before the clock starts."""
+    if path.exists():
+        return
+    with path.open("w") as f:
+        f.write(header + "\n")
+        for lo in range(0, records, BATCH):
+            f.write("".join(",".join(map(str, row)) + "\n" for row in rows(lo, min(records, lo + BATCH))))
+
+
 def numbers_source(pw: Any, args: argparse.Namespace, work: Path, records: int, notes: dict[str, Any]) -> Any:
     """W1's records ``(k, v) = (i % keys, i)`` as a Pathway table (``--mode``)."""
 
@@ -118,11 +132,7 @@ def numbers_source(pw: Any, args: argparse.Namespace, work: Path, records: int, 
 
     if args.mode == "csv":
         path = work / f"numbers-{records}.csv"
-        if not path.exists():
-            with path.open("w") as f:
-                f.write("k,v\n")
-                for lo in range(0, records, BATCH):
-                    f.write("".join(f"{i % args.keys},{i}\n" for i in range(lo, min(records, lo + BATCH))))
+        write_csv_once(path, "k,v", records, lambda lo, hi: ((i % args.keys, i) for i in range(lo, hi)))
         return pw.io.csv.read(str(path), schema=Numbers, mode="static", name=f"numbers{records}")
 
     keys = args.keys
@@ -175,12 +185,7 @@ def w5_build(args: argparse.Namespace, work: Path, checks: list[dict[str, Any]])
 
         if args.mode == "csv":
             path = work / f"events-{records}.csv"
-            if not path.exists():
-                with path.open("w") as f:
-                    f.write("k,v,ts\n")
-                    for lo in range(0, records, BATCH):
-                        rows = events.records_of(range(lo, min(records, lo + BATCH)))
-                        f.write("".join(f"{k},{v},{ts}\n" for k, v, ts in rows))
+            write_csv_once(path, "k,v,ts", records, lambda lo, hi: events.records_of(range(lo, hi)))
             table = pw.io.csv.read(str(path), schema=Event, mode="static", name=f"events{records}")
         else:
 
