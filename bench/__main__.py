@@ -62,6 +62,11 @@ def main(argv: list[str]) -> int:
         help="also run with checkpoints every MS ms (interleaved with runs without) "
         "and report the overhead and checkpoint durations",
     )
+    w1.add_argument(
+        "--batch",
+        action="store_true",
+        help="W1v, W1 on the batch path (records as Arrow batches, running_sum), instead of W1",
+    )
     failover = sub.add_parser("failover", help="recovery time after a raised exception / SIGKILL")
     failover.add_argument("--runs", type=int, default=3)
     failover.add_argument("--executors", default="local,spark")
@@ -167,13 +172,23 @@ def main(argv: list[str]) -> int:
     executors = args.executor.split(",")
     variants = [None] if args.checkpoint_interval is None else [None, args.checkpoint_interval]
     rows = []
-    for _ in range(args.runs):  # interleaved, so load changes hit every variant alike
+    for run in range(args.runs):  # interleaved, so load changes hit every variant alike
         for executor in executors:
-            for interval in variants:
-                rows.append(
-                    as_row(run_w1(args.records, args.parallelism, executor, checkpoint_interval_ms=interval))
+            # Every other run the other way round (A B, B A, ...): a drift of the machine's
+            # speed, or a run that profits from the one before it, hits both variants alike.
+            for interval in variants if run % 2 == 0 else variants[::-1]:
+                row = as_row(
+                    run_w1(
+                        args.records,
+                        args.parallelism,
+                        executor,
+                        checkpoint_interval_ms=interval,
+                        batch=args.batch,
+                    )
                 )
-    summary: dict[str, Any] = {"workload": "W1", "machine": _machine(), "runs": rows}
+                rows.append({**row, "run": run})
+    workload = "W1v" if args.batch else "W1"
+    summary: dict[str, Any] = {"workload": workload, "machine": _machine(), "runs": rows}
     print_lines = []
     for executor in executors:
         mine = [r for r in rows if r["executor"] == executor]
@@ -195,13 +210,17 @@ def main(argv: list[str]) -> int:
         if args.checkpoint_interval is not None:
             with_cp = [r for r in mine if r["checkpoint_interval_ms"]]
             checked = part[f"checkpoints_every_{args.checkpoint_interval}ms"]["median_records_per_s"]
-            part["checkpoint_overhead"] = 1 - checked / base["median_records_per_s"]
+            part["checkpoint_overhead_of_medians"] = 1 - checked / base["median_records_per_s"]
+            part.update(paired_overhead(mine))
             part["checkpoint_p50_ms_median"] = statistics.median(r["checkpoint_p50_ms"] for r in with_cp)
             part["checkpoint_p99_ms_max"] = max(r["checkpoint_p99_ms"] for r in with_cp)
             part["checkpoints_completed_total"] = sum(r["checkpoints_completed"] for r in with_cp)
             print_lines.append(
                 f"{executor}: checkpoints every {args.checkpoint_interval} ms: overhead "
-                f"{part['checkpoint_overhead']:.1%}, checkpoint p50 "
+                f"{part['checkpoint_overhead']:.1%} (median of {len(part['checkpoint_overhead_runs'])} "
+                f"pairs, each between {min(part['checkpoint_overhead_runs']):.1%} and "
+                f"{max(part['checkpoint_overhead_runs']):.1%}), task CPU "
+                f"{part['checkpoint_cpu_overhead']:+.1%} a record; checkpoint p50 "
                 f"{part['checkpoint_p50_ms_median']:.0f} ms, p99 {part['checkpoint_p99_ms_max']:.0f}"
                 f" ms ({part['checkpoints_completed_total']} checkpoints)"
             )
@@ -224,8 +243,10 @@ def main(argv: list[str]) -> int:
                 "executor",
                 "records",
                 "parallelism",
+                "run",
                 "checkpoint_interval_ms",
                 "records_per_s",
+                "task_cpu_us_per_record",
                 "first_to_last_s",
                 "checkpoints_completed",
                 "checkpoint_p50_ms",
@@ -236,6 +257,28 @@ def main(argv: list[str]) -> int:
     print()
     print("\n".join(print_lines))
     return 0
+
+
+def paired_overhead(rows: list[dict[str, Any]]) -> dict[str, Any]:
+    """The checkpoint overhead of ``python -m bench w1``'s runs of one executor: each run is
+    a pair (one job with checkpoints beside one without, in the same process), and the
+    overhead is the median over the pairs of the throughput each lost (``..._runs`` every
+    pair's), and of the extra task CPU per record each spent."""
+    losses: list[float] = []
+    cpu: list[float] = []
+    for run in sorted({r["run"] for r in rows}):
+        checked = [r for r in rows if r["run"] == run and r["checkpoint_interval_ms"]]
+        unchecked = [r for r in rows if r["run"] == run and not r["checkpoint_interval_ms"]]
+        if len(checked) == 1 and len(unchecked) == 1:
+            c, u = checked[0], unchecked[0]
+            losses.append(1 - c["records_per_s"] / u["records_per_s"])
+            cpu.append(c["task_cpu_us_per_record"] / u["task_cpu_us_per_record"] - 1)
+    return {
+        "checkpoint_overhead": statistics.median(losses),
+        "checkpoint_overhead_runs": losses,
+        "checkpoint_cpu_overhead": statistics.median(cpu),
+        "checkpoint_cpu_overhead_runs": cpu,
+    }
 
 
 def _failover(args: argparse.Namespace) -> int:

@@ -201,6 +201,33 @@ def test_checkpoint_overhead_compares_each_run_with_its_neighbour_without_checkp
     assert "W1 checkpoint CPU overhead" in text and "3.3%" in text
 
 
+def test_w1_in_one_process_pairs_each_batch_run_with_checkpoints_with_its_neighbour_without() -> None:
+    """``python -m bench w1 --batch``: W1v's runs, in one process, alternate which variant
+    goes first, and the overhead is the median of each pair's own difference."""
+    command = ["w1", "--batch", "--records", "3000000", "--runs", "2", "--checkpoint-interval", "100"]
+    result = subprocess.run(
+        [sys.executable, "-m", "bench", *command],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        cwd=Path(__file__).parent.parent,
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    summary = json.loads(result.stdout.split("\n\n")[0])
+    assert summary["workload"] == "W1v"
+    runs = summary["runs"]
+    # Every run counted all its records at the sink (run_w1 raises otherwise), on the batch path.
+    order = [(r["run"], r["checkpoint_interval_ms"]) for r in runs]
+    assert order == [(0, None), (0, 100), (1, 100), (1, None)]
+    assert all(r["batch"] and r["records"] == 3_000_000 and r["task_cpu_us_per_record"] > 0 for r in runs)
+    assert sum(r["checkpoints_completed"] for r in runs) > 0
+    part = summary["local"]
+    losses = [1 - runs[i]["records_per_s"] / runs[j]["records_per_s"] for i, j in ((1, 0), (2, 3))]
+    assert part["checkpoint_overhead_runs"] == pytest.approx(losses)
+    assert part["checkpoint_overhead"] == pytest.approx(sum(losses) / 2)
+    assert "median of 2 pairs" in result.stdout
+
+
 def _results(command: str, rows: list[dict[str, object]]) -> dict[str, object]:
     return {
         "date": "2026-11-23 19:34 UTC",
