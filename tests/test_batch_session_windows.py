@@ -21,11 +21,12 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
-from chandy import StreamExecutionEnvironment
+from chandy import BatchAggregateFunction, StreamExecutionEnvironment
 from chandy.connectors.arrow_sources import ArrowNumberSequenceSource
+from chandy.connectors.sinks import DiscardingSink
 from chandy.core.functions import MapBatchesFunction
 from chandy.core.time import Time
-from chandy.core.windows import EventTimeSessionWindows
+from chandy.core.windows import EventTimeSessionWindows, TumblingEventTimeWindows
 from chandy.errors import InvalidProgramError, JobExecutionError
 from tests.probes import Probe
 from tests.state_backends import on_rocksdb_too
@@ -75,17 +76,18 @@ class Windows:
     ],
 )
 def test_batch_sessions_equal_the_record_paths(gap: int, lateness: int) -> None:
-    """Both paths in one job at parallelism 1. Without allowed lateness every session is
+    """Both paths in one job at parallelism 1, the batch path with every built-in aggregate
+    and a user aggregate with a ``merge``. Without allowed lateness every session is
     emitted once on both paths. With it a session that takes late rows is emitted again (and
     may grow) once per late record on the record path and once per batch here: every batch
     emission is one of the record path's, in the same order, and the final sessions and their
     values are the same. Late rows go to the side output on both paths alike."""
     rows = Rows(6_000, keys=7, jitter=600, seed=11 + gap + lateness)
     out = both_paths(
-        rows, EventTimeSessionWindows.with_gap(Time.milliseconds(gap)), lateness, user_aggregate=False
+        rows, EventTimeSessionWindows.with_gap(Time.milliseconds(gap)), lateness, user_aggregate=True
     )
     batch, reference = firings(out, "batch"), firings(out, "record")
-    assert {k[0] for k in batch} == set(FUNCTIONS)
+    assert {k[0] for k in batch} == {*FUNCTIONS, "squares"}  # "squares": aggregate() with a merge
     if lateness == 0:
         assert set(batch) == set(reference)
         for window, values in reference.items():
@@ -139,14 +141,44 @@ class FailOnceInSessions(FailOnce):
         return session_rows(super().map_batch(batch))
 
 
-def session_job(env: StreamExecutionEnvironment, n: int, rows: MapBatchesFunction, lateness: int = 0) -> Any:
-    """``1..n`` as session rows into a session sum by key (uids kept across the runs)."""
+class SessionTotal(BatchAggregateFunction):
+    """``sum("value")`` as a user aggregate (two accumulator columns, a merge and an output
+    column named as the built-in's), so both give the same expected sessions."""
+
+    def create_accumulator(self) -> dict[str, Any]:
+        return {"total": 0, "rows": 0}
+
+    def add(self, accumulator: dict[str, Any], batch: pa.RecordBatch, group_ids: Any) -> None:
+        np.add.at(accumulator["total"], group_ids, batch.column("value").to_numpy())
+        np.add.at(accumulator["rows"], group_ids, 1)
+
+    def merge(self, accumulator: dict[str, Any], group_ids: Any, groups: int) -> dict[str, Any]:
+        starts = np.flatnonzero(np.diff(group_ids, prepend=-1))
+        return {name: np.add.reduceat(values, starts) for name, values in accumulator.items()}
+
+    def get_result(self, accumulator: dict[str, Any]) -> dict[str, Any]:
+        assert (accumulator["rows"] > 0).all()
+        return {"value": accumulator["total"]}
+
+
+def session_job(
+    env: StreamExecutionEnvironment,
+    n: int,
+    rows: MapBatchesFunction,
+    lateness: int = 0,
+    aggregate: bool = False,
+) -> Any:
+    """``1..n`` as session rows into a session sum by key (uids kept across the runs); with
+    ``aggregate`` the sum is :class:`SessionTotal`."""
     source = env.from_source(ArrowNumberSequenceSource(1, n), source_name="numbers").uid("numbers")
     timed = (
         source.map_batches(rows).uid("rows").assign_timestamps_and_watermarks(strategy(50)).uid("event time")
     )
-    sessions = EventTimeSessionWindows.with_gap(Time.milliseconds(GAP_MS))
-    return timed.key_by("key").window(sessions).allowed_lateness(lateness).sum("value").uid("sessions")
+    sessions = timed.key_by("key").window(EventTimeSessionWindows.with_gap(Time.milliseconds(GAP_MS)))
+    sessions = sessions.allowed_lateness(lateness)
+    if aggregate:
+        return sessions.aggregate(SessionTotal(), {"total": "int64", "rows": "int64"}).uid("sessions")
+    return sessions.sum("value").uid("sessions")
 
 
 def expected_sessions(n: int) -> dict[tuple[int, int, int], int]:
@@ -173,20 +205,33 @@ def test_sessions_exactly_once_through_a_failure_and_a_restore_at_another_parall
     checkpoint completed (on Spark a slot process is then SIGKILLed too); after the restarts
     and more checkpoints the job stops with a savepoint (sessions pending in it), and a second
     run restores it at parallelism 3: every session is emitted once, with the sum of its rows."""
+    sessions_exactly_once(tmp_path, executor, aggregate=False)
+
+
+@pytest.mark.slow
+def test_a_user_aggregates_sessions_exactly_once_through_a_failure_and_a_restore(tmp_path: Path) -> None:
+    """As the test above, the sum a user aggregate with two accumulator columns and a merge:
+    its accumulators are checkpointed, merged across the restore and rescaled like the built-ins'."""
+    sessions_exactly_once(tmp_path, "local", aggregate=True)
+
+
+def sessions_exactly_once(tmp_path: Path, executor: str, aggregate: bool) -> None:
     n = 100_000
     probe = Probe()
     checkpoints = str(tmp_path / "checkpoints")
     env = batch_env(executor, 2, checkpoints)
     rows = FailOnceInSessions(str(tmp_path / "never"), probe, checkpoints)
     first, savepoint = fail_then_stop_with_savepoint(
-        session_job(env, n, rows), probe, tmp_path, kill=executor == "spark"
+        session_job(env, n, rows, aggregate=aggregate), probe, tmp_path, kill=executor == "spark"
     )
     expected = expected_sessions(n)
     assert len(first) < len(expected)  # stopped early: sessions were pending
 
     env2 = batch_env(executor, 3, str(tmp_path / "second"))
     env2.set_restore_path(savepoint)
-    second, client2 = run(session_job(env2, n, FailOnceInSessions(str(tmp_path))), "second run")
+    second, client2 = run(
+        session_job(env2, n, FailOnceInSessions(str(tmp_path)), aggregate=aggregate), "second run"
+    )
     assert client2.get_checkpoint_statistics()["counts"]["restored"] == 1
     emitted = Counter((r.key, r.window_start, r.window_end) for r in first + second)
     assert max(emitted.values()) == 1, [w for w, c in emitted.items() if c > 1][:5]
@@ -239,14 +284,44 @@ def test_allowed_lateness_across_a_restore_fires_only_the_session_that_grew(tmp_
     assert {(r.key, r.window_start, r.window_end): r.value for r in first + second} == expected
 
 
-def test_dynamic_gaps_and_aggregate_on_batch_sessions_are_refused() -> None:
+class SquaresWithoutMerge(SumOfSquares):
+    """A user aggregate as tumbling windows take it: no ``merge``."""
+
+    merge = BatchAggregateFunction.merge
+
+
+def test_dynamic_gaps_and_aggregates_without_merge_on_batch_sessions_are_refused() -> None:
     env = local_env()
     keyed = env.from_source(generated({"ts": lambda i: i}), strategy(), "n").key_by("ts")
     with pytest.raises(InvalidProgramError, match=r"sessions of one gap.*with_gap.*to_records"):
         keyed.window(EventTimeSessionWindows.with_dynamic_gap(lambda row: 10))
     windowed = keyed.window(EventTimeSessionWindows.with_gap(Time.milliseconds(10)))
-    with pytest.raises(InvalidProgramError, match=r"aggregate\(\) is not available on batch session"):
-        windowed.aggregate(SumOfSquares(), {"squares": "int64"})
+    with pytest.raises(InvalidProgramError, match=r"SquaresWithoutMerge.merge\(accumulator, group_ids"):
+        windowed.aggregate(SquaresWithoutMerge(), {"squares": "int64"})
+    with pytest.raises(InvalidProgramError, match=r"\['count', 'end'\] would share a name.*rename"):
+        windowed.aggregate(SumOfSquares(), {"squares": "int64", "end": "int64", "count": "int64"})
+    # The same function without merge serves tumbling windows.
+    tumbling = keyed.window(TumblingEventTimeWindows.of(Time.milliseconds(10)))
+    tumbling.aggregate(SquaresWithoutMerge(), {"squares": "int64"})
+
+
+class MergeLosingAGroup(SumOfSquares):
+    def merge(self, accumulator: dict[str, Any], group_ids: Any, groups: int) -> dict[str, Any]:
+        return {"squares": super().merge(accumulator, group_ids, groups)["squares"][:-1]}
+
+
+def test_a_merge_returning_the_wrong_number_of_groups_fails_the_job_once_naming_it() -> None:
+    env = local_env()
+    env.configure({"restart-strategy.type": "fixed-delay", "restart-strategy.fixed-delay.attempts": 3})
+    columns = {"key": lambda i: i % 2, "value": lambda i: i, "ts": lambda i: i}
+    rows = env.from_source(generated(columns, count=20), strategy(), "rows")
+    sessions = rows.key_by("key").window(EventTimeSessionWindows.with_gap(Time.milliseconds(10)))
+    sessions.aggregate(MergeLosingAGroup(), {"squares": "int64"}).to_records().sink_to(DiscardingSink())
+    client = env.execute_async("a merge losing a group")
+    with pytest.raises(JobExecutionError) as failure:
+        client.get_job_execution_result(timeout=120)
+    assert_caused_by(failure.value, r"MergeLosingAGroup\).*merge\(\) returned \{'squares': \d+\} values for")
+    assert client.restarts == 0  # it would recur on every restart: it fails once
 
 
 def test_event_times_too_far_apart_for_one_batch_fail_naming_the_cause() -> None:

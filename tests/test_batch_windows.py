@@ -93,6 +93,11 @@ class SumOfSquares(BatchAggregateFunction):
     def get_result(self, accumulator: dict[str, Any]) -> dict[str, Any]:
         return {"squares": accumulator["squares"]}
 
+    def merge(self, accumulator: dict[str, Any], group_ids: Any, groups: int) -> dict[str, Any]:
+        merged = np.zeros(groups, dtype=accumulator["squares"].dtype)
+        np.add.at(merged, group_ids, accumulator["squares"])
+        return {"squares": merged}
+
 
 class AllAggregates(ProcessWindowFunction):
     """The record path's reference: every aggregate of a window's elements."""

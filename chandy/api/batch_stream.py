@@ -61,7 +61,7 @@ from chandy.task.operators.batch import (
     KeyedBatchProcessOperator,
     MapBatchesOperator,
 )
-from chandy.task.operators.batch_session_window import BatchSessionWindowOperator
+from chandy.task.operators.batch_session_window import SESSION_COLUMNS, BatchSessionWindowOperator
 from chandy.task.operators.batch_window import (
     BatchWindowOperator,
     BuiltinWindowAggregation,
@@ -432,7 +432,8 @@ class KeyedBatchStream(BatchStream):
         """Event-time windows of each key (``TumblingEventTimeWindows.of(...)``,
         ``SlidingEventTimeWindows.of(...)`` or ``EventTimeSessionWindows.with_gap(...)``),
         computed per batch in numpy; end it with ``sum``, ``count``, ``min``, ``max``,
-        ``mean`` or (not on sessions) ``aggregate``. The stream must carry event time: a
+        ``mean`` or ``aggregate`` (on sessions a function with ``merge``). The stream must
+        carry event time: a
         watermark strategy with ``with_timestamp_column`` on its batch source or in
         ``assign_timestamps_and_watermarks``."""
         if isinstance(window_assigner, DynamicEventTimeSessionWindows):
@@ -505,7 +506,7 @@ class WindowedBatchStream:
         keyed = self._keyed_stream
         factory: Callable[[], StreamOperator]
         if isinstance(assigner, EventTimeSessionWindows):
-            assert isinstance(aggregation, BuiltinWindowAggregation)
+            assert isinstance(aggregation, (BuiltinWindowAggregation, UserWindowAggregation))
             factory = functools.partial(
                 BatchSessionWindowOperator,
                 assigner.session_gap,
@@ -575,12 +576,21 @@ class WindowedBatchStream:
                 "a WindowedBatchStream's aggregate() takes a BatchAggregateFunction (vectorised "
                 f"create_accumulator / add / get_result), got {type(aggregate_function).__name__}"
             )
-        if isinstance(self._window_assigner, EventTimeSessionWindows):
-            raise InvalidProgramError(
-                "aggregate() is not available on batch session windows: merging sessions needs a "
-                "vectorised merge of two accumulators, which BatchAggregateFunction does not have; "
-                "use sum / count / min / max / mean, or convert with to_records() and aggregate "
-                "the record path's session windows"
-            )
         schema = check_schema(accumulator_schema, "aggregate(accumulator_schema)")
+        if isinstance(self._window_assigner, EventTimeSessionWindows):
+            name = type(aggregate_function).__name__
+            if not aggregate_function.defines_merge():
+                raise InvalidProgramError(
+                    f"aggregate({name}) on batch session windows needs {name}.merge(accumulator, "
+                    "group_ids, groups): sessions of a key merge when a row bridges them, and so "
+                    "must their accumulators; define merge (see BatchAggregateFunction.merge), or "
+                    "use sum / count / min / max / mean"
+                )
+            taken = sorted(set(schema.names) & set(SESSION_COLUMNS))
+            if taken:
+                raise InvalidProgramError(
+                    f"aggregate({name}) on batch session windows: accumulator column(s) {taken} "
+                    f"would share a name with the session's own state columns {list(SESSION_COLUMNS)}; "
+                    "rename them in accumulator_schema"
+                )
         return self._build(UserWindowAggregation(aggregate_function, schema))

@@ -823,10 +823,10 @@ class BatchAggregateFunction(Function):
       ``np.add.at(acc["total"], group_ids, values)`` or ``np.bincount`` adds them); it
       updates the arrays in place or returns the new ones, as a dict;
     - :meth:`get_result`: the accumulators of the keys of a window that fires, to the
-      output columns (a dict of equally long arrays, or a ``RecordBatch``).
-
-    There is no ``merge``: tumbling and sliding batch windows never merge two accumulators
-    of a key, and batch session windows (which would) refuse ``aggregate``.
+      output columns (a dict of equally long arrays, or a ``RecordBatch``);
+    - :meth:`merge` (session windows only): combine accumulators into one per group, as
+      PyFlink's ``AggregateFunction.merge`` combines two. Tumbling and sliding windows never
+      merge, so a function without ``merge`` serves them; session windows refuse it.
     """
 
     def create_accumulator(self) -> dict[str, Any]:
@@ -842,3 +842,22 @@ class BatchAggregateFunction(Function):
     @abstractmethod
     def get_result(self, accumulator: dict[str, Any]) -> Any:
         """The output columns of the keys whose accumulators are given (one value each)."""
+
+    def merge(self, accumulator: dict[str, Any], group_ids: Any, groups: int) -> dict[str, Any]:
+        """Combine accumulators, for session windows: row ``i`` of every column of
+        ``accumulator`` belongs to group ``group_ids[i]`` (``0 .. groups - 1``, ascending, so
+        a group's rows are adjacent, in the order of their sessions' starts); return a dict
+        of every accumulator column with ``groups`` values, group ``g``'s at ``[g]``. A sum:
+        ``out = np.zeros(groups, acc.dtype); np.add.at(out, group_ids, acc)``; a maximum:
+        ``np.maximum.reduceat(acc, np.flatnonzero(np.diff(group_ids, prepend=-1)))``.
+
+        Batch session windows give every row an accumulator of its own (``create_accumulator``
+        then ``add`` with one group per row) and merge the rows and pending sessions of a key
+        that overlap or touch, so a session's result does not depend on how its rows were
+        grouped. Only session windows call it: the default refuses them when the job is built."""
+        raise NotImplementedError(f"{type(self).__name__} has no merge(); session windows need one")
+
+    @classmethod
+    def defines_merge(cls) -> bool:
+        """Whether this function overrides :meth:`merge` (session windows need it)."""
+        return cls.merge is not BatchAggregateFunction.merge

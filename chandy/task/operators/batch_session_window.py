@@ -12,9 +12,14 @@ passed emits the merged session again (once per batch here, once per record ther
 Vectorised per batch: the batch's rows and the pending sessions of its keys are sorted by
 (key, start), runs that touch are found with a running maximum of the end, and their
 accumulators combine with ``reduceat`` (sum, count and mean add, min and max take the
-extreme): the vectorised merge. Whether a row whose own window is late joins depends on the
-rows before it; that is decided in rounds (each round a sorted search over the joined rows),
-as many rounds as the longest chain of such rows that save each other, usually one or two.
+extreme), or, for ``aggregate(fn, ...)``, with ``fn.merge`` over every run at once: the
+vectorised merge. A user aggregate gives each row an accumulator of its own first
+(``create_accumulator``, then one ``add`` with a group per row), as the record path's
+``MergingWindowSet`` adds each record to a window of its own and merges it.
+
+Whether a row whose own window is late joins depends on the rows before it; that is
+decided in rounds (each round a sorted search over the joined rows), as many rounds as the
+longest chain of such rows that save each other, usually one or two.
 
 State. A key's sessions are in columnar keyed states ``_batch_session#0``, ``#1``, ... (its
 first session in ``#0``, the next in ``#1``; a key with ``k`` sessions has state in ``k`` of
@@ -26,6 +31,7 @@ passes it; one that takes none keeps its ``fired`` marker and is not emitted twi
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -33,7 +39,7 @@ import pyarrow as pa
 
 from chandy.core.output_tag import OutputTag
 from chandy.core.time import MAX_WATERMARK
-from chandy.errors import BatchValueError
+from chandy.errors import BatchTypeError, BatchValueError
 from chandy.state.arrow_keys import KEY_GROUP_COLUMN
 from chandy.state.columnar import ColumnarKeyedState, ColumnarKeyedStateBackend
 from chandy.task.operators.batch import (
@@ -50,6 +56,7 @@ from chandy.task.operators.batch_window import (
     WINDOW_START,
     BuiltinWindowAggregation,
     KeyedBatchWindowOperator,
+    UserWindowAggregation,
     _index,
 )
 from chandy.task.operators.timestamps import batch_timestamps
@@ -58,18 +65,26 @@ from chandy.util.memory import keep_freed_heap
 #: The name of the state holding every key's ``k``-th session is this prefix and ``k``.
 SESSION_STATE_PREFIX = "_batch_session#"
 _START, _END, _FIRED = "start", "end", "fired"
+#: A session's own state columns, beside its accumulator's (a user aggregate's columns must
+#: not take these names).
+SESSION_COLUMNS = (_START, _END, _COUNT, _FIRED)
+
+#: Combines the accumulators of merging sessions: the accumulator columns of sessions sorted
+#: by (key, start), the index of each merged session's first, and each one's merged session.
+Accumulator = dict[str, np.ndarray]
+Combine = Callable[[Accumulator, np.ndarray, np.ndarray], Accumulator]
 
 
 class _Sessions:
     """Sessions as parallel arrays: the key's group number in the batch (or its slot), start,
-    end, accumulator (None for ``count()``), count of values, and whether it has fired."""
+    end, accumulator columns (none for ``count()``), count of values, and whether it has fired."""
 
     def __init__(
         self,
         key: np.ndarray,
         start: np.ndarray,
         end: np.ndarray,
-        acc: np.ndarray | None,
+        acc: dict[str, np.ndarray],
         count: np.ndarray,
         fired: np.ndarray,
     ) -> None:
@@ -80,19 +95,18 @@ class _Sessions:
             self.key[rows],
             self.start[rows],
             self.end[rows],
-            None if self.acc is None else self.acc[rows],
+            {name: values[rows] for name, values in self.acc.items()},
             self.count[rows],
             self.fired[rows],
         )
 
     @staticmethod
     def concat(parts: list[_Sessions]) -> _Sessions:
-        accs = [p.acc for p in parts]
         return _Sessions(
             np.concatenate([p.key for p in parts]),
             np.concatenate([p.start for p in parts]),
             np.concatenate([p.end for p in parts]),
-            None if accs[0] is None else np.concatenate([a for a in accs if a is not None]),
+            {name: np.concatenate([p.acc[name] for p in parts]) for name in parts[0].acc},
             np.concatenate([p.count for p in parts]),
             np.concatenate([p.fired for p in parts]),
         )
@@ -161,9 +175,12 @@ def joined_rows(
         joined[saved] = True
 
 
-def merge_sessions(sessions: _Sessions, touched: np.ndarray, op: np.ufunc) -> tuple[_Sessions, np.ndarray]:
-    """Merge the sessions of each key that overlap or touch; returns the merged sessions (by
-    key, then start) and which of them hold a ``touched`` one (a row of the batch)."""
+def merge_sessions(
+    sessions: _Sessions, touched: np.ndarray, combine: Combine
+) -> tuple[_Sessions, np.ndarray]:
+    """Merge the sessions of each key that overlap or touch (their accumulators by
+    ``combine``); returns the merged sessions (by key, then start) and which of them hold a
+    ``touched`` one (a row of the batch)."""
     order = np.lexsort((sessions.start, sessions.key))
     s = sessions.take(order)
     touched = touched[order]
@@ -177,11 +194,43 @@ def merge_sessions(sessions: _Sessions, touched: np.ndarray, op: np.ufunc) -> tu
         s.key[bounds],
         s.start[bounds],
         np.maximum.reduceat(s.end, bounds),
-        None if s.acc is None else op.reduceat(s.acc, bounds),
+        combine(s.acc, bounds, np.cumsum(first) - 1) if s.acc else {},
         np.add.reduceat(s.count, bounds),
         np.logical_and.reduceat(s.fired, bounds),  # a session no row touched: its own marker
     )
     return merged, np.logical_or.reduceat(touched, bounds)
+
+
+def builtin_combine(op: np.ufunc) -> Combine:
+    """``sum / count / min / max / mean``: the accumulator's one column reduced with ``op``."""
+
+    def combine(acc: Accumulator, bounds: np.ndarray, group_ids: np.ndarray) -> Accumulator:
+        return {name: op.reduceat(values, bounds) for name, values in acc.items()}
+
+    return combine
+
+
+def user_combine(aggregation: UserWindowAggregation) -> Combine:
+    """``aggregate(fn, ...)``: ``fn.merge``, its answer checked (every column, one value a session)."""
+
+    def combine(acc: Accumulator, bounds: np.ndarray, group_ids: np.ndarray) -> Accumulator:
+        groups = len(bounds)
+        merged = aggregation.function.merge(acc, group_ids, groups)
+        names = aggregation.accumulator_schema.names
+        if not isinstance(merged, dict) or set(names) - set(merged):
+            raise BatchTypeError(
+                f"{aggregation.call_text}: merge() must return a dict with every accumulator column {names}"
+            )
+        out = {name: np.asarray(merged[name]) for name in names}
+        wrong = {name: len(values) for name, values in out.items() if values.shape != (groups,)}
+        if wrong:
+            raise BatchValueError(
+                f"{aggregation.call_text}: merge() returned {wrong} values for {groups} groups; return "
+                "one value per group in every column"
+            )
+        return out
+
+    return combine
 
 
 class BatchSessionWindowOperator(KeyedBatchWindowOperator):
@@ -190,7 +239,7 @@ class BatchSessionWindowOperator(KeyedBatchWindowOperator):
     def __init__(
         self,
         gap: int,
-        aggregation: BuiltinWindowAggregation,
+        aggregation: BuiltinWindowAggregation | UserWindowAggregation,
         key_column: str,
         timestamp_column: str,
         allowed_lateness: int = 0,
@@ -198,8 +247,15 @@ class BatchSessionWindowOperator(KeyedBatchWindowOperator):
     ) -> None:
         super().__init__(aggregation, key_column, timestamp_column, allowed_lateness, late_data_output_tag)
         self.gap = gap
-        self.aggregation: BuiltinWindowAggregation = aggregation
-        self._op: np.ufunc = _OPS.get(aggregation.function, np.add)
+        self.aggregation: BuiltinWindowAggregation | UserWindowAggregation = aggregation
+        self._combine: Combine = (
+            user_combine(aggregation)
+            if isinstance(aggregation, UserWindowAggregation)
+            else builtin_combine(_OPS.get(aggregation.function, np.add))
+        )
+        #: The accumulator's columns in the session states (``acc`` for the built-ins, none
+        #: for ``count()``, the accumulator schema's for a user aggregate).
+        self._acc_names: list[str] = []
         #: The session states, ``k``-th sessions in ``_states[k]``.
         self._states: list[ColumnarKeyedState] = []
         self._schema: pa.Schema | None = None
@@ -208,6 +264,10 @@ class BatchSessionWindowOperator(KeyedBatchWindowOperator):
 
     def open(self) -> None:
         keep_freed_heap()
+        if isinstance(self.aggregation, UserWindowAggregation):
+            assert self.runtime_context is not None
+            self.aggregation.function.open(self.runtime_context)  # a BatchAggregateFunction
+            self.aggregation.open()
         backend = self._backend = _columnar_backend(self)
         restored = sorted(
             int(name[len(SESSION_STATE_PREFIX) :])
@@ -221,9 +281,14 @@ class BatchSessionWindowOperator(KeyedBatchWindowOperator):
         for k in range(max(restored, default=-1) + 1):
             self._state(k)
 
+    def close(self) -> None:
+        if isinstance(self.aggregation, UserWindowAggregation):
+            self.aggregation.function.close()
+
     def _adopt(self, schema: pa.Schema) -> None:
         self._schema = schema
         self._defaults = {**self.aggregation.adopt(schema), _START: 0, _END: 0, _FIRED: False}
+        self._acc_names = [name for name in schema.names if name not in SESSION_COLUMNS]
 
     def _state(self, k: int) -> ColumnarKeyedState:
         while len(self._states) <= k:
@@ -239,9 +304,11 @@ class BatchSessionWindowOperator(KeyedBatchWindowOperator):
             return
         batch: pa.RecordBatch = records
         ts = batch_timestamps(batch, self.timestamp_column, self.name)
-        prepared: _Aggregated = self.aggregation.prepare(batch)
+        prepared = self.aggregation.prepare(batch)
         if self._schema is None:
             fields, _ = self.aggregation.schema(prepared)
+            if isinstance(self.aggregation, UserWindowAggregation):
+                fields = [*fields, pa.field(_COUNT, pa.int64())]
             schema = pa.schema(
                 [
                     pa.field(_START, pa.int64()),
@@ -280,20 +347,19 @@ class BatchSessionWindowOperator(KeyedBatchWindowOperator):
         if not joined.all():
             self._emit_late(batch, ~joined)
         rows = np.flatnonzero(joined)
-        values, valid = prepared.values, prepared.valid
-        counts = np.ones(len(rows), dtype=np.int64) if valid is None else valid[rows].astype(np.int64)
+        acc, counts = self._row_accumulators(prepared, rows)
         added = _Sessions(
             key[rows],
             ts[rows],
             ts[rows] + self.gap,
-            None if values is None else values[rows],
+            acc,
             counts,
             np.zeros(len(rows), dtype=bool),
         )
         both = _Sessions.concat([pending, added])
         touched = np.concatenate([np.zeros(len(pending.key), dtype=bool), np.ones(len(rows), dtype=bool)])
         if len(both.key):
-            merged, touched = merge_sessions(both, touched, self._op)
+            merged, touched = merge_sessions(both, touched, self._combine)
             due = touched & (merged.end - 1 <= watermark)
             merged.fired = np.where(touched, due, merged.fired)
         else:
@@ -303,13 +369,38 @@ class BatchSessionWindowOperator(KeyedBatchWindowOperator):
             emitted = merged.take(np.flatnonzero(due))
             self._emit(grouped.keys.take(pa.array(emitted.key)), emitted)
 
+    def _row_accumulators(self, prepared: Any, rows: np.ndarray) -> tuple[dict[str, np.ndarray], np.ndarray]:
+        """Each joined row as a session of its own: its accumulator and its count of values. A
+        user aggregate's come from ``create_accumulator`` and one ``add`` with a group per row."""
+        if isinstance(self.aggregation, UserWindowAggregation):
+            state = self._state(0)
+            n = len(rows)
+            acc = {}
+            for name in self._acc_names:
+                default = state.defaults_of(name, n)
+                acc[name] = default if isinstance(default, np.ndarray) else np.full(n, default)
+            returned = self.aggregation.function.add(
+                acc, self.aggregation.take(prepared, rows), np.arange(n, dtype=np.int64)
+            )
+            updated = acc if returned is None else returned
+            if not isinstance(updated, dict) or set(acc) - set(updated):
+                raise BatchTypeError(
+                    f"{self.aggregation.call_text}: add() must update the accumulator in place (and "
+                    f"return None) or return a dict with every accumulator column {sorted(acc)}"
+                )
+            return {name: np.asarray(updated[name]) for name in acc}, np.ones(n, dtype=np.int64)
+        aggregated: _Aggregated = prepared
+        values, valid = aggregated.values, aggregated.valid
+        counts = np.ones(len(rows), dtype=np.int64) if valid is None else valid[rows].astype(np.int64)
+        return ({} if values is None else {_ACC: values[rows]}), counts
+
     def _read(self, state: ColumnarKeyedState, groups: np.ndarray, slots: np.ndarray) -> _Sessions:
         at = slots[groups]
         return _Sessions(
             groups,
             state.column(_START)[at],
             state.column(_END)[at],
-            state.column(_ACC)[at] if _ACC in state.schema.names else None,
+            {name: state.column(name)[at] for name in self._acc_names},
             state.column(_COUNT)[at],
             state.column(_FIRED)[at],
         )
@@ -340,8 +431,8 @@ class BatchSessionWindowOperator(KeyedBatchWindowOperator):
             target = at[owners]
             state.column(_START)[target] = merged.start[mine]
             state.column(_END)[target] = merged.end[mine]
-            if merged.acc is not None:
-                state.column(_ACC)[target] = merged.acc[mine]
+            for name, values in merged.acc.items():
+                state.column(name)[target] = values[mine]
             state.column(_COUNT)[target] = merged.count[mine]
             state.column(_FIRED)[target] = merged.fired[mine]
             without = np.ones(groups, dtype=bool)
@@ -352,17 +443,21 @@ class BatchSessionWindowOperator(KeyedBatchWindowOperator):
     # ------------------------------------------------------------------ firing
 
     def _emit(self, keys: pa.Array, sessions: _Sessions) -> None:
-        """One row per session: key, session bounds, aggregate."""
-        acc = sessions.count if self.aggregation.function == "count" else sessions.acc
-        assert acc is not None
-        values = self.aggregation.result_column(acc, sessions.count)
-        name = self.aggregation.output_name
-        names = [self._key_name, WINDOW_START, WINDOW_END, name]
+        """One row per session: key, session bounds, aggregate (a user aggregate's columns)."""
+        aggregation = self.aggregation
+        results: list[tuple[str, pa.Array]]
+        if isinstance(aggregation, UserWindowAggregation):
+            results = aggregation.results_of(sessions.acc, len(sessions.key))
+        else:
+            acc = sessions.count if aggregation.function == "count" else sessions.acc[_ACC]
+            assert aggregation.output_name is not None
+            results = [(aggregation.output_name, aggregation.result_column(acc, sessions.count))]
+        names = [self._key_name, WINDOW_START, WINDOW_END, *(name for name, _ in results)]
         if len(set(names)) < len(names):
             raise BatchValueError(
                 f"{self.name}: the output would repeat a column name ({names}); rename the key column"
             )
-        arrays = [keys, pa.array(sessions.start), pa.array(sessions.end), values]
+        arrays = [keys, pa.array(sessions.start), pa.array(sessions.end), *(values for _, values in results)]
         self.output(pa.RecordBatch.from_arrays(arrays, names=names))
 
     def process_watermark(self, timestamp: int) -> None:

@@ -247,11 +247,15 @@ class UserWindowAggregation(WindowAggregation):
 
     def results(self, state: ColumnarKeyedState, slots: np.ndarray) -> list[tuple[str, pa.Array]]:
         accumulator = {name: state.column(name)[slots] for name in self.accumulator_schema.names}
+        return self.results_of(accumulator, len(slots))
+
+    def results_of(self, accumulator: dict[str, np.ndarray], keys: int) -> list[tuple[str, pa.Array]]:
+        """The output columns of ``keys`` accumulators (``get_result``, its answer checked)."""
         out = to_record_batch(self.function.get_result(accumulator))
-        if out is None or out.num_rows != len(slots):
+        if out is None or out.num_rows != keys:
             rows = 0 if out is None else out.num_rows
             raise BatchValueError(
-                f"{self.call_text}: get_result() returned {rows} rows for {len(slots)} keys; return "
+                f"{self.call_text}: get_result() returned {rows} rows for {keys} keys; return "
                 "one value per key in every column"
             )
         return list(zip(out.schema.names, out.columns, strict=True))
