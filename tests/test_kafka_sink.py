@@ -211,14 +211,16 @@ def test_a_restore_at_lower_parallelism_commits_every_old_subtasks_transactions(
         r.getMessage().split()[3] for r in caplog.records if "redoes transaction" in r.getMessage()
     )
     assert [t.rsplit("-", 2)[1:] for t in redone] == [["0", "0"], ["1", "0"]], redone
-    deadline = time.monotonic() + 30
+    deadline = time.monotonic() + 60
     found: list[str] = []
+    held_back: AssertionError | None = None
     while {"r0", "r1"} - set(found) and time.monotonic() < deadline:
         try:
             found = values(kafka_broker, topic)
-        except AssertionError:  # a fenced original not settled yet holds records back
+        except AssertionError as error:  # a fenced original not settled yet holds records back
+            held_back = error
             time.sleep(0.05)
-    assert set(found) == {"r0", "r1"} and all(1 <= found.count(v) <= 2 for v in found), found
+    assert set(found) == {"r0", "r1"} and all(1 <= found.count(v) <= 2 for v in found), (found, held_back)
     assert marker(kafka_broker, s, 1) == 3
     # and the old subtask 1's open transactions were fenced by the new subtask 0
     with pytest.raises(Exception, match=FENCED):
