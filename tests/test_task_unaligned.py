@@ -533,3 +533,49 @@ def test_a_priority_barrier_flushes_partial_batches_beyond_credit_and_goes_ahead
         assert [len(batch) for batch in overtaken] == [4, 1]
     assert sorted(r for c in channels for batch in iter(c.poll, None) for r in batch) == list(range(10))
     assert writer.pending_since_ns == 0 and writer.records_out == 10
+
+
+def _value_as_timestamp(value: Any, record_timestamp: int) -> int:
+    return int(value)
+
+
+def test_a_backpressured_source_with_periodic_watermarks_still_takes_the_checkpoint_trigger() -> None:
+    """The source's periodic watermark fires while its output channel has no credit. The
+    watermark goes beyond credit (with the records buffered before it) instead of waiting for
+    a consumer that never comes: the task stays in its loop, takes the trigger, and the
+    barrier overtakes everything. (It used to wait in the watermark's send, so the checkpoint
+    expired behind the backpressure it should overtake.)"""
+    from chandy.connectors.number_sequence import NumberSequenceSource
+    from chandy.core.watermark_strategy import WatermarkStrategy
+    from chandy.network.events import Watermark
+
+    env = StreamExecutionEnvironment.get_execution_environment(executor="local")
+    env.set_parallelism(1)
+    env.enable_checkpointing(60_000)  # the test sends the trigger itself
+    env.configure({"chandy.network.batch-size": BATCH_SIZE, "pipeline.auto-watermark-interval": 1})
+    strategy = WatermarkStrategy.for_monotonous_timestamps().with_timestamp_assigner(_value_as_timestamp)
+    env.from_source(NumberSequenceSource(0, 10**9), strategy, "Sequence").rebalance().map(_identity).add_sink(
+        lambda v: None
+    )
+    graph = ExecutionGraph(env._build_job_graph("a watermarking source under backpressure"))
+    [tdd] = [
+        graph.deployment_descriptor(subtasks[0])
+        for subtasks in graph.vertices.values()
+        if graph.deployment_descriptor(subtasks[0]).task_name == "Sequence"
+    ]
+    responder = RecordingResponder()
+    output = LocalChannel(4, name="out")
+    task = StreamTask(tdd, [], [[output]], TaskServices(checkpoint_responder=responder), RecordingListener())
+    thread = threading.Thread(target=task.invoke, name="source under test", daemon=True)
+    thread.start()
+    try:
+        wait_for(lambda: output.backlog() > 4, "a periodic watermark beyond the full channel's credit")
+        task.trigger_checkpoint_async(1, int(time.time() * 1000), UNALIGNED)
+        wait_for(lambda: len(responder.acks) == 1, "the acknowledgement")
+    finally:
+        task.cancel()
+        thread.join(30)
+    assert responder.acks[0].metrics.unaligned
+    queued = [output.poll() for _ in range(output.backlog())]
+    assert any(isinstance(item, Watermark) for item in queued)
+    assert output.poll_priority() is not None, "the barrier went ahead of the queue"

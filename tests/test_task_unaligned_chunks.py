@@ -37,6 +37,7 @@ from chandy.task.chunked_input import PROBE_RECORDS, ChunkedInput
 from chandy.task.deployment import TaskDeploymentDescriptor
 from chandy.task.services import TaskServices
 from chandy.util.clock import ManualClock
+from tests.probes import Probe
 from tests.test_task_checkpoint_failures import RecordingResponder, wait_for
 from tests.test_task_unaligned import (
     UNALIGNED,
@@ -301,3 +302,44 @@ def test_a_two_input_head_is_split_too() -> None:
     k = len(before)
     assert 0 < k < BIG and before == big[:k], f"the snapshot came after {k} of {BIG} records"
     assert channel_state(responder.acks[0], tdd) == {1: [big[k:]]}
+
+
+class SlowCounting:
+    """``_slow``, counting its records in a probe (every 100th)."""
+
+    def __init__(self, probe: Probe) -> None:
+        self.probe = probe
+        self.seen = 0
+
+    def __call__(self, value: Any) -> Any:
+        self.seen += 1
+        if self.seen % 100 == 0:
+            self.probe.add("records", 100)
+        return _slow(value)
+
+
+def test_a_full_output_does_not_hold_a_priority_barrier_behind_the_flush_between_chunks() -> None:
+    """The slow batch's records leave by the buffer timeout's flush between chunks; the output
+    (capacity 1) is full after the first, and nobody consumes it. The flushes after that send
+    only where there is credit, so the task gets back to its chunks and takes the barrier
+    between two of them. (A flush that waited for credit held the barrier until a consumer
+    came: under backpressure, unaligned checkpoints expired.)"""
+    responder = RecordingResponder()
+    wiring = Wiring(output_capacity=1)
+    queue_big_batch(wiring)
+    # Batches of more records than the slow one holds: its records leave by the flushes alone.
+    config = {**UNALIGNED_ENABLED, "chandy.network.batch-size": 10 * BIG}
+    probe = Probe()
+    tdd = _descriptors(config, function=SlowCounting(probe))["Map"]
+    with running(tdd, wiring, TaskServices(checkpoint_responder=responder)):
+        processing_big_batch(wiring)
+        wait_for(lambda: not wiring.output.has_credit(), "the first flush to fill the output")
+        # 300 records (300 ms) on: several flushes were due since the output filled.
+        wait_for(lambda: probe.get("records") >= 300, "the task to go on through flushes due")
+        for channel in wiring.inputs:
+            channel.send_priority(barrier(1, UNALIGNED))
+        wait_for(lambda: len(responder.acks) == 1, "the acknowledgement while the output stays full")
+        # The first flush's item, and the records pending at the barrier (sent beyond credit
+        # ahead of it, so that the barrier overtakes them all): nothing else was sent.
+        assert wiring.output.backlog() == 2 and not responder.declines
+    assert responder.acks[0].metrics.unaligned

@@ -1104,7 +1104,23 @@ class CheckpointCoordinator:
         self._main_thread.assert_main_thread()  # a timer action
         if pending.disposed:
             return
-        log.info("Checkpoint %d of job %s expired before completing.", pending.checkpoint_id, self.job_id)
+        waiting = sorted(
+            pending.not_yet_acknowledged_tasks.values(), key=lambda t: (t.vertex_id, t.subtask_index)
+        )
+        names = [
+            f"{' -> '.join(t.operator_names) or 'vertex ' + str(t.vertex_id)} "
+            f"({t.subtask_index + 1}/{t.parallelism})"
+            for t in waiting
+        ]
+        log.info(
+            "Checkpoint %d of job %s expired before completing; %d subtask(s) had not acknowledged it%s.",
+            pending.checkpoint_id,
+            self.job_id,
+            len(names),
+            (": " + ", ".join(names[:8]) + (f" and {len(names) - 8} more" if len(names) > 8 else ""))
+            if names
+            else "",
+        )
         self._recently_expired.append(pending.checkpoint_id)
         self._abort_pending(pending, CheckpointException(CheckpointFailureReason.CHECKPOINT_EXPIRED))
 

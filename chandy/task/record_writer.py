@@ -200,12 +200,21 @@ class RecordWriter:
             self.lock.release()
 
     def broadcast_event(self, event: RuntimeEvent) -> None:
-        """Flush, then send ``event`` on every channel, behind every record already emitted."""
+        """Flush, then send ``event`` on every channel, behind every record already emitted.
+
+        Never waits for credit (an overdraft: at most the partly filled buffer and the event
+        beyond it, per channel). Events go out from timers and mails too (a periodic
+        watermark), not only while processing an input the task checked it had room for; a
+        task waiting for credit there could take no mail (a checkpoint's trigger) and no
+        priority barrier until the consumer took an item, and under backpressure that wait
+        was as long as the whole pipeline's, so unaligned checkpoints expired behind it.
+        The task's loop still reads no input while a channel is over its capacity, so the
+        overdraft stays bounded by what one step emits (Flink's overdraft buffers, FLIP-227)."""
         with self.lock:
             if self.pending_since_ns:
-                self._send_all_pending(overdraft=False)
+                self._send_all_pending(overdraft=True)
             for channel in self.channels:
-                channel.send(event)
+                channel.send_overdraft(event)
 
     def broadcast_priority_barrier(self, barrier: CheckpointBarrier) -> None:
         """Send ``barrier`` ahead of the data queued in every channel (unaligned or timeoutable).

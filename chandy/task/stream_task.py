@@ -261,7 +261,11 @@ class StreamTask:
         )
 
     def _flush_due(self) -> None:
-        """Send what waited ``flush_wait_ns`` in a writer (task thread; 0: everything)."""
+        """Send what waited ``flush_wait_ns`` in a writer (task thread; 0: everything), to the
+        channels with credit. A buffer whose channel has none stays (its consumer has work
+        queued anyway) and leaves with the next send, the flush before the task idles, or the
+        output flusher: waiting for credit here, between the chunks of a batch, would hold
+        off the priority barriers that are handled between them."""
         flush_wait = self.flush_wait_ns
         now = 0
         for writer in self.writers:
@@ -269,7 +273,7 @@ class StreamTask:
             if since:
                 now = now or self._now_ns()
                 if now - since >= flush_wait:
-                    writer.flush()
+                    writer.flush_if_waited(now, flush_wait)
 
     def _flusher_failed(self, failure: BaseException) -> None:
         """The output flusher's send failed (its thread): the task fails with the error."""
@@ -471,7 +475,8 @@ class StreamTask:
                 )
             return
         log.info(
-            "%s declines checkpoint %d: the task is %s, not running",
+            "%s declines checkpoint %d: it takes no checkpoint now (starting, or its mailbox "
+            "closed as it fails, is cancelled or ends; state %s)",
             self.tdd.name_with_subtask,
             checkpoint_id,
             self.state.name,
