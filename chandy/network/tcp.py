@@ -21,8 +21,9 @@ its position (the data frames sent on the channel before it) and the pickled bar
 needs no credit, and it is sent on the task thread like the channel's data frames, so on
 the one connection it always follows them: when the receiver's socket thread queues it
 (apart from the data, waking the task at once), every item it overtook is already queued.
-An overdraft data frame is sent without credit: the producer's credit goes below zero, and
-its next ordinary send waits until the consumer's takes bring it above zero again.
+An overdraft data frame (the partly filled batch a priority barrier or an event flushes, and
+the event itself) is sent without credit: the producer's credit goes below zero, and its next
+ordinary send waits until the consumer's takes bring it above zero again.
 
 Frames carry the channel's key: ``(generation, edge, producer subtask,
 consumer subtask)``. The generation changes with every deployment of the job's
