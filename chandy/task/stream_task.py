@@ -475,11 +475,12 @@ class StreamTask:
                 )
             return
         log.info(
-            "%s declines checkpoint %d: it takes no checkpoint now (starting, or its mailbox "
-            "closed as it fails, is cancelled or ends; state %s)",
+            "%s declines checkpoint %d: %s",
             self.tdd.name_with_subtask,
             checkpoint_id,
-            self.state.name,
+            f"the task is {self.state.name}, not running"
+            if self.state is not ExecutionState.RUNNING
+            else "its mailbox closed as it fails, is cancelled or ends",
         )
         if responder is not None:
             from chandy.messages.checkpoint import DeclineCheckpoint
