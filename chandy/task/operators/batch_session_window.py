@@ -264,10 +264,7 @@ class BatchSessionWindowOperator(KeyedBatchWindowOperator):
 
     def open(self) -> None:
         keep_freed_heap()
-        if isinstance(self.aggregation, UserWindowAggregation):
-            assert self.runtime_context is not None
-            self.aggregation.function.open(self.runtime_context)  # a BatchAggregateFunction
-            self.aggregation.open()
+        self._open_aggregation()
         backend = self._backend = _columnar_backend(self)
         restored = sorted(
             int(name[len(SESSION_STATE_PREFIX) :])
@@ -280,10 +277,6 @@ class BatchSessionWindowOperator(KeyedBatchWindowOperator):
                 self._adopt(schema)
         for k in range(max(restored, default=-1) + 1):
             self._state(k)
-
-    def close(self) -> None:
-        if isinstance(self.aggregation, UserWindowAggregation):
-            self.aggregation.function.close()
 
     def _adopt(self, schema: pa.Schema) -> None:
         self._schema = schema
@@ -379,15 +372,9 @@ class BatchSessionWindowOperator(KeyedBatchWindowOperator):
             for name in self._acc_names:
                 default = state.defaults_of(name, n)
                 acc[name] = default if isinstance(default, np.ndarray) else np.full(n, default)
-            returned = self.aggregation.function.add(
+            updated = self.aggregation.added(
                 acc, self.aggregation.take(prepared, rows), np.arange(n, dtype=np.int64)
             )
-            updated = acc if returned is None else returned
-            if not isinstance(updated, dict) or set(acc) - set(updated):
-                raise BatchTypeError(
-                    f"{self.aggregation.call_text}: add() must update the accumulator in place (and "
-                    f"return None) or return a dict with every accumulator column {sorted(acc)}"
-                )
             return {name: np.asarray(updated[name]) for name in acc}, np.ones(n, dtype=np.int64)
         aggregated: _Aggregated = prepared
         values, valid = aggregated.values, aggregated.valid

@@ -234,16 +234,23 @@ class UserWindowAggregation(WindowAggregation):
             numbers = np.zeros(grouped.bound, dtype=np.int64)
             numbers[grouped.labels] = np.arange(len(grouped.labels))
             group_ids = numbers[group_ids]
-        returned = self.function.add(accumulator, prepared, group_ids)
+        updated = self.added(accumulator, prepared, group_ids)
+        for name in names:
+            column = state.column(name)
+            column[slots] = updated[name]
+
+    def added(self, accumulator: dict[str, np.ndarray], rows: Any, group_ids: np.ndarray) -> dict[str, Any]:
+        """``add(accumulator, rows, group_ids)``: the updated columns (``accumulator`` itself when
+        ``add`` updated it in place), checked to hold every accumulator column."""
+        returned = self.function.add(accumulator, rows, group_ids)
         updated = accumulator if returned is None else returned
+        names = self.accumulator_schema.names
         if not isinstance(updated, dict) or set(names) - set(updated):
             raise BatchTypeError(
                 f"{self.call_text}: add() must update the accumulator in place (and return None) or "
                 f"return a dict with every accumulator column {names}"
             )
-        for name in names:
-            column = state.column(name)
-            column[slots] = updated[name]
+        return updated
 
     def results(self, state: ColumnarKeyedState, slots: np.ndarray) -> list[tuple[str, pa.Array]]:
         accumulator = {name: state.column(name)[slots] for name in self.accumulator_schema.names}
@@ -285,6 +292,17 @@ class KeyedBatchWindowOperator(StreamOperator):
         self.name = aggregation.call_text
         self._key_name = "key" if key_column == KEY_COLUMN else key_column
 
+    def _open_aggregation(self) -> None:
+        """Open a user aggregate's function (``aggregate(fn, ...)``); the built-ins need nothing."""
+        if isinstance(self.aggregation, UserWindowAggregation):
+            assert self.runtime_context is not None
+            self.aggregation.function.open(self.runtime_context)  # a BatchAggregateFunction
+            self.aggregation.open()
+
+    def close(self) -> None:
+        if isinstance(self.aggregation, UserWindowAggregation):
+            self.aggregation.function.close()
+
     def _emit_late(self, batch: pa.RecordBatch, late: np.ndarray) -> None:
         """The rows of ``batch`` where ``late`` is True to the late side output, if there is one."""
         tag = self.late_data_output_tag
@@ -321,10 +339,7 @@ class BatchWindowOperator(KeyedBatchWindowOperator):
 
     def open(self) -> None:
         keep_freed_heap()
-        if isinstance(self.aggregation, UserWindowAggregation):
-            assert self.runtime_context is not None
-            self.aggregation.function.open(self.runtime_context)  # a BatchAggregateFunction
-            self.aggregation.open()
+        self._open_aggregation()
         backend = self._backend = _columnar_backend(self)
         for name, state in list(backend.states.items()):  # restored windows
             if not name.startswith(WINDOW_STATE_PREFIX):
@@ -340,10 +355,6 @@ class BatchWindowOperator(KeyedBatchWindowOperator):
                 self._fired_before_restore.add(start)
             self._fields = [f for f in state.schema if f.name != _FIRED]
             self._defaults = defaults
-
-    def close(self) -> None:
-        if isinstance(self.aggregation, UserWindowAggregation):
-            self.aggregation.function.close()
 
     # ------------------------------------------------------------------ rows
 
