@@ -46,6 +46,7 @@ from tests.test_batch_windows import (
     is_subsequence,
     local_env,
     strategy,
+    with_a_late_row,
 )
 from tests.test_unaligned_checkpoints_e2e import run
 
@@ -249,10 +250,7 @@ class SessionRowsWithALateRow(MapBatchesFunction):
         rows = session_rows(batch)
         if self.pending_late:
             self.pending_late = False
-            late = pa.RecordBatch.from_pydict(
-                {"key": [0], "value": [LATE_VALUE], "ts": [0]}, schema=rows.schema
-            )
-            rows = pa.Table.from_batches([rows, late]).combine_chunks().to_batches()[0]
+            rows = with_a_late_row(rows)
         return rows
 
 

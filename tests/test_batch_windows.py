@@ -609,14 +609,17 @@ class OnlyLateRow(MapBatchesFunction):
             rows = rows.slice(0, 0)
         if self.pending_late:
             self.pending_late = False
-            late = pa.RecordBatch.from_pydict(
-                {"key": [0], "value": [LATE_VALUE], "ts": [0]}, schema=rows.schema
-            )
-            rows = pa.Table.from_batches([rows, late]).combine_chunks().to_batches()[0]
+            rows = with_a_late_row(rows)
         return rows
 
 
 LATE_VALUE = 1_000_000
+
+
+def with_a_late_row(rows: pa.RecordBatch) -> pa.RecordBatch:
+    """``rows`` and one more, ``(key 0, value LATE_VALUE, ts 0)``: late for any window by then."""
+    late = pa.RecordBatch.from_pydict({"key": [0], "value": [LATE_VALUE], "ts": [0]}, schema=rows.schema)
+    return pa.Table.from_batches([rows, late]).combine_chunks().to_batches()[0]
 
 
 def typed_rows(batch: pa.RecordBatch, value_type: str) -> pa.RecordBatch:

@@ -34,6 +34,8 @@ from typing import Any
 import pytest
 
 from chandy import StreamExecutionEnvironment
+from chandy.connectors.number_sequence import NumberSequenceSource
+from chandy.core.watermark_strategy import WatermarkStrategy
 from chandy.errors import InvalidCheckpointError
 from chandy.graph.execution_graph import ExecutionGraph
 from chandy.messages.checkpoint import (
@@ -45,7 +47,7 @@ from chandy.messages.checkpoint import (
 from chandy.messages.status import ExecutionState
 from chandy.network.channel import LocalChannel
 from chandy.network.channel_state import decode_payloads
-from chandy.network.events import CancelCheckpointMarker, CheckpointBarrier, PriorityBarrier
+from chandy.network.events import CancelCheckpointMarker, CheckpointBarrier, PriorityBarrier, Watermark
 from chandy.state.handles import FileStateHandle, InputChannelStateHandle, StreamStateHandle
 from chandy.state.snapshot import TaskStateSnapshot
 from chandy.storage.checkpoint_storage import CheckpointStorage, StateReader
@@ -84,7 +86,13 @@ def _descriptors(
     env.from_sequence(0, 10**9).set_parallelism(2).rebalance().map(function).rebalance().add_sink(
         lambda v: None
     )
-    graph = ExecutionGraph(env._build_job_graph("unaligned at one task"))
+    return descriptors_of(env, "unaligned at one task")
+
+
+def descriptors_of(env: StreamExecutionEnvironment, job_name: str) -> dict[str, TaskDeploymentDescriptor]:
+    """The first subtask's deployment descriptor of every task of ``env``'s job, by the
+    first word of the task's name."""
+    graph = ExecutionGraph(env._build_job_graph(job_name))
     found: dict[str, TaskDeploymentDescriptor] = {}
     for subtasks in graph.vertices.values():
         tdd = graph.deployment_descriptor(subtasks[0])
@@ -403,20 +411,31 @@ def test_an_aligned_checkpoint_is_unchanged() -> None:
     assert records == sorted(r for c in range(2) for batch in wiring.sent[c] for r in batch)
 
 
-def test_a_backpressured_source_acknowledges_an_unaligned_checkpoint_without_channel_state() -> None:
-    tdd = _descriptors()["Sequence"]
+def checkpoint_a_backpressured_source(
+    tdd: TaskDeploymentDescriptor, output: LocalChannel, backpressured: Callable[[], bool], what: str
+) -> RecordingResponder:
+    """Run the source task of ``tdd`` into ``output`` (nobody consumes it) until
+    ``backpressured()`` (``what``), trigger unaligned checkpoint 1, and wait for its
+    acknowledgement; the responder that got it."""
     responder = RecordingResponder()
-    output = LocalChannel(4, name="out")
     task = StreamTask(tdd, [], [[output]], TaskServices(checkpoint_responder=responder), RecordingListener())
     thread = threading.Thread(target=task.invoke, name="source under test", daemon=True)
     thread.start()
     try:
-        wait_for(lambda: not output.has_credit(), "the source to fill its output")
+        wait_for(backpressured, what)
         task.trigger_checkpoint_async(1, int(time.time() * 1000), UNALIGNED)
         wait_for(lambda: len(responder.acks) == 1, "the acknowledgement")
     finally:
         task.cancel()
         thread.join(30)
+    return responder
+
+
+def test_a_backpressured_source_acknowledges_an_unaligned_checkpoint_without_channel_state() -> None:
+    output = LocalChannel(4, name="out")
+    responder = checkpoint_a_backpressured_source(
+        _descriptors()["Sequence"], output, lambda: not output.has_credit(), "the source to fill its output"
+    )
     ack = responder.acks[0]
     assert ack.metrics.unaligned and ack.metrics.bytes_persisted_during_alignment == 0
     assert ack.state is not None, "the source's reader position"
@@ -545,10 +564,6 @@ def test_a_backpressured_source_with_periodic_watermarks_still_takes_the_checkpo
     a consumer that never comes: the task stays in its loop, takes the trigger, and the
     barrier overtakes everything. (It used to wait in the watermark's send, so the checkpoint
     expired behind the backpressure it should overtake.)"""
-    from chandy.connectors.number_sequence import NumberSequenceSource
-    from chandy.core.watermark_strategy import WatermarkStrategy
-    from chandy.network.events import Watermark
-
     env = StreamExecutionEnvironment.get_execution_environment(executor="local")
     env.set_parallelism(1)
     env.enable_checkpointing(60_000)  # the test sends the trigger itself
@@ -557,24 +572,13 @@ def test_a_backpressured_source_with_periodic_watermarks_still_takes_the_checkpo
     env.from_source(NumberSequenceSource(0, 10**9), strategy, "Sequence").rebalance().map(_identity).add_sink(
         lambda v: None
     )
-    graph = ExecutionGraph(env._build_job_graph("a watermarking source under backpressure"))
-    [tdd] = [
-        graph.deployment_descriptor(subtasks[0])
-        for subtasks in graph.vertices.values()
-        if graph.deployment_descriptor(subtasks[0]).task_name == "Sequence"
-    ]
-    responder = RecordingResponder()
     output = LocalChannel(4, name="out")
-    task = StreamTask(tdd, [], [[output]], TaskServices(checkpoint_responder=responder), RecordingListener())
-    thread = threading.Thread(target=task.invoke, name="source under test", daemon=True)
-    thread.start()
-    try:
-        wait_for(lambda: output.backlog() > 4, "a periodic watermark beyond the full channel's credit")
-        task.trigger_checkpoint_async(1, int(time.time() * 1000), UNALIGNED)
-        wait_for(lambda: len(responder.acks) == 1, "the acknowledgement")
-    finally:
-        task.cancel()
-        thread.join(30)
+    responder = checkpoint_a_backpressured_source(
+        descriptors_of(env, "a watermarking source under backpressure")["Sequence"],
+        output,
+        lambda: output.backlog() > 4,
+        "a periodic watermark beyond the full channel's credit",
+    )
     assert responder.acks[0].metrics.unaligned
     queued = [output.poll() for _ in range(output.backlog())]
     assert any(isinstance(item, Watermark) for item in queued)
