@@ -171,6 +171,7 @@ def main(argv: list[str]) -> int:
 
     executors = args.executor.split(",")
     variants = [None] if args.checkpoint_interval is None else [None, args.checkpoint_interval]
+    workload = "W1v" if args.batch else "W1"
     rows = []
     for run in range(args.runs):  # interleaved, so load changes hit every variant alike
         for executor in executors:
@@ -186,8 +187,7 @@ def main(argv: list[str]) -> int:
                         batch=args.batch,
                     )
                 )
-                rows.append({**row, "run": run})
-    workload = "W1v" if args.batch else "W1"
+                rows.append({**row, "run": run, "workload": workload.lower(), "ok": True})
     summary: dict[str, Any] = {"workload": workload, "machine": _machine(), "runs": rows}
     print_lines = []
     for executor in executors:
@@ -211,7 +211,7 @@ def main(argv: list[str]) -> int:
             with_cp = [r for r in mine if r["checkpoint_interval_ms"]]
             checked = part[f"checkpoints_every_{args.checkpoint_interval}ms"]["median_records_per_s"]
             part["checkpoint_overhead_of_medians"] = 1 - checked / base["median_records_per_s"]
-            part.update(paired_overhead(mine))
+            part.update(paired_overhead(mine, workload.lower()))
             part["checkpoint_p50_ms_median"] = statistics.median(r["checkpoint_p50_ms"] for r in with_cp)
             part["checkpoint_p99_ms_max"] = max(r["checkpoint_p99_ms"] for r in with_cp)
             part["checkpoints_completed_total"] = sum(r["checkpoints_completed"] for r in with_cp)
@@ -259,20 +259,16 @@ def main(argv: list[str]) -> int:
     return 0
 
 
-def paired_overhead(rows: list[dict[str, Any]]) -> dict[str, Any]:
+def paired_overhead(rows: list[dict[str, Any]], workload: str) -> dict[str, Any]:
     """The checkpoint overhead of ``python -m bench w1``'s runs of one executor: each run is
-    a pair (one job with checkpoints beside one without, in the same process), and the
-    overhead is the median over the pairs of the throughput each lost (``..._runs`` every
-    pair's), and of the extra task CPU per record each spent."""
-    losses: list[float] = []
-    cpu: list[float] = []
-    for run in sorted({r["run"] for r in rows}):
-        checked = [r for r in rows if r["run"] == run and r["checkpoint_interval_ms"]]
-        unchecked = [r for r in rows if r["run"] == run and not r["checkpoint_interval_ms"]]
-        if len(checked) == 1 and len(unchecked) == 1:
-            c, u = checked[0], unchecked[0]
-            losses.append(1 - c["records_per_s"] / u["records_per_s"])
-            cpu.append(c["task_cpu_us_per_record"] / u["task_cpu_us_per_record"] - 1)
+    a pair (one job with checkpoints beside one without, in the same process; paired as the
+    suite's report pairs them, :func:`bench.report.paired_runs`), and the overhead is the
+    median over the pairs of the throughput each lost (``..._runs`` every pair's), and of the
+    extra task CPU per record each spent."""
+    from bench.report import paired_runs
+
+    losses = [1 - c / u for c, u in paired_runs(rows, "records_per_s", workload)]
+    cpu = [c / u - 1 for c, u in paired_runs(rows, "task_cpu_us_per_record", workload)]
     return {
         "checkpoint_overhead": statistics.median(losses),
         "checkpoint_overhead_runs": losses,

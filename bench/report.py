@@ -430,7 +430,7 @@ def _unaligned_overhead(rows: list[dict[str, Any]]) -> dict[str, Any]:
     return found
 
 
-def _paired_w1(rows: list[dict[str, Any]], metric: str, workload: str = "w1") -> list[tuple[float, float]]:
+def paired_runs(rows: list[dict[str, Any]], metric: str, workload: str = "w1") -> list[tuple[float, float]]:
     """(with checkpoints, without) of ``metric`` for every run that has both cases of
     ``workload`` (W1, or W1v).
 
@@ -462,7 +462,7 @@ def _checkpoint_overhead(
     where the system reports it, the extra CPU time per record its task processes spent.
     The figures' names start with ``prefix``."""
     found: dict[str, Any] = {}
-    pairs = _paired_w1(rows, "records_per_s", workload)
+    pairs = paired_runs(rows, "records_per_s", workload)
     if pairs:
         losses = [1 - checked / unchecked for checked, unchecked in pairs]
         found[f"{prefix}checkpoint_overhead"] = statistics.median(losses)
@@ -473,7 +473,7 @@ def _checkpoint_overhead(
             - part[f"{prefix}records_per_s"]["median"]
             / part[f"{prefix}records_per_s_without_checkpoints"]["median"]
         )
-    cpu = _paired_w1(rows, "task_cpu_us_per_record", workload)
+    cpu = paired_runs(rows, "task_cpu_us_per_record", workload)
     if cpu:
         found[f"{prefix}task_cpu_us_per_record"] = _spread([c for c, _ in cpu])
         found[f"{prefix}task_cpu_us_per_record_without_checkpoints"] = _spread([u for _, u in cpu])
